@@ -1,0 +1,685 @@
+//! `cargo xtask codegen`: the sys crate's bindings, generated with bindgen.
+//!
+//! Why bindgen is pinned to an exact version (`=0.72.1` in xtask/Cargo.toml):
+//! the generated files are committed and `--check` compares them byte for
+//! byte, so a bindgen upgrade that only reorders or re-spells output would
+//! turn CI red for no reason. Upgrading is a deliberate commit that bumps the
+//! pin and the regenerated files together.
+//!
+//! Inputs:
+//! - CUDA: `cuda.h` from the PyPI wheel `nvidia-cuda-runtime-cu12==12.9.79`
+//!   (fetched with pip into `target/codegen-cache`, checked against a pinned
+//!   SHA-256) or from `--cuda-include DIR`.
+//! - NvSci: the project's own `crates/sys/include/tegra_interop_nvsci.h`, or
+//!   the real BSP headers from `--nvsci-include DIR`.
+//!
+//! Every C function the project calls becomes a fn-pointer type
+//! (`PFN_<name>`), derived from the header's own declaration with
+//! `__typeof__`; the exported symbol name to resolve at run time (e.g.
+//! `cuMemFree` is exported as `cuMemFree_v2`) is read back from the header's
+//! own rename macros, never typed by hand. The sys crate links nothing.
+
+use crate::util::{self, flag_value, Failure, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Pinned CUDA header source.
+const CUDA_WHEEL_SPEC: &str = "nvidia-cuda-runtime-cu12==12.9.79";
+const CUDA_WHEEL_FILE: &str =
+    "nvidia_cuda_runtime_cu12-12.9.79-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl";
+const CUDA_WHEEL_SHA256: &str = "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3";
+const CUDA_WHEEL_HEADER: &str = "nvidia/cuda_runtime/include/cuda.h";
+
+/// The CUDA driver entry points the project resolves at run time, by the name
+/// used in C source (the header's macros pick the exported symbol).
+pub const CUDA_FUNCTIONS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetUuid_v2",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease",
+    "cuDevicePrimaryCtxReset",
+    "cuCtxCreate",
+    "cuCtxDestroy",
+    "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
+    "cuCtxGetDevice",
+    "cuCtxSynchronize",
+    "cuStreamCreate",
+    "cuStreamDestroy",
+    "cuStreamSynchronize",
+    "cuStreamQuery",
+    "cuStreamGetCtx",
+    "cuMemAlloc",
+    "cuMemFree",
+    "cuMemcpyHtoD",
+    "cuMemcpyDtoH",
+    "cuMemsetD8",
+    "cuMemcpy3D",
+    "cuMipmappedArrayDestroy",
+    "cuMipmappedArrayGetLevel",
+    "cuImportExternalMemory",
+    "cuExternalMemoryGetMappedBuffer",
+    "cuExternalMemoryGetMappedMipmappedArray",
+    "cuDestroyExternalMemory",
+    "cuImportExternalSemaphore",
+    "cuSignalExternalSemaphoresAsync",
+    "cuWaitExternalSemaphoresAsync",
+    "cuDestroyExternalSemaphore",
+    "cuDeviceGetNvSciSyncAttributes",
+];
+
+/// CUDA types the project needs beyond what the functions pull in.
+const CUDA_TYPES: &[&str] = &[
+    "CUresult",
+    "CUdevice",
+    "CUcontext",
+    "CUstream",
+    "CUdeviceptr",
+    "CUarray",
+    "CUmipmappedArray",
+    "CUuuid",
+    "CUarray_format",
+    "CUdevice_attribute",
+    "CUexternalMemory",
+    "CUexternalSemaphore",
+    "CUexternalMemoryHandleType",
+    "CUexternalSemaphoreHandleType",
+    "CUDA_ARRAY3D_DESCRIPTOR",
+    "CUDA_EXTERNAL_MEMORY_HANDLE_DESC",
+    "CUDA_EXTERNAL_MEMORY_BUFFER_DESC",
+    "CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC",
+    "CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC",
+    "CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS",
+    "CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS",
+];
+
+/// CUDA macros (constants) the project needs.
+const CUDA_VARS: &str = "CUDA_VERSION|CUDA_EXTERNAL_MEMORY_DEDICATED|\
+CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC|CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC|\
+CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT";
+
+/// NvSci entry points the project resolves at run time.
+pub const NVSCI_FUNCTIONS: &[&str] = &[
+    "NvSciBufModuleOpen",
+    "NvSciBufModuleClose",
+    "NvSciBufAttrListCreate",
+    "NvSciBufAttrListFree",
+    "NvSciBufAttrListSetAttrs",
+    "NvSciBufAttrListGetAttrs",
+    "NvSciBufAttrListReconcile",
+    "NvSciBufAttrListReconcileAndObjAlloc",
+    "NvSciBufObjAlloc",
+    "NvSciBufObjDup",
+    "NvSciBufObjDupWithReducePerm",
+    "NvSciBufObjFree",
+    "NvSciBufObjGetAttrList",
+    "NvSciBufObjGetCpuPtr",
+    "NvSciBufObjGetConstCpuPtr",
+    "NvSciBufObjFlushCpuCacheRange",
+    "NvSciBufObjIpcExport",
+    "NvSciBufObjIpcImport",
+    "NvSciBufAttrListIpcExportUnreconciled",
+    "NvSciBufAttrListIpcExportReconciled",
+    "NvSciBufAttrListIpcImportUnreconciled",
+    "NvSciBufAttrListIpcImportReconciled",
+    "NvSciBufAttrListFreeDesc",
+    "NvSciBufCheckVersionCompatibility",
+    "NvSciSyncModuleOpen",
+    "NvSciSyncModuleClose",
+    "NvSciSyncCpuWaitContextAlloc",
+    "NvSciSyncCpuWaitContextFree",
+    "NvSciSyncAttrListCreate",
+    "NvSciSyncAttrListFree",
+    "NvSciSyncAttrListSetAttrs",
+    "NvSciSyncAttrListGetAttrs",
+    "NvSciSyncAttrListReconcile",
+    "NvSciSyncAttrListReconcileAndObjAlloc",
+    "NvSciSyncObjAlloc",
+    "NvSciSyncObjDup",
+    "NvSciSyncObjFree",
+    "NvSciSyncObjGetAttrList",
+    "NvSciSyncObjIpcExport",
+    "NvSciSyncObjIpcImport",
+    "NvSciSyncIpcExportFence",
+    "NvSciSyncIpcImportFence",
+    "NvSciSyncObjGenerateFence",
+    "NvSciSyncObjSignal",
+    "NvSciSyncFenceWait",
+    "NvSciSyncFenceDup",
+    "NvSciSyncFenceClear",
+    "NvSciSyncFenceExtractFence",
+    "NvSciSyncFenceUpdateFence",
+    "NvSciSyncFenceGetTimestamp",
+    "NvSciIpcInit",
+    "NvSciIpcDeinit",
+    "NvSciIpcOpenEndpoint",
+    "NvSciIpcCloseEndpoint",
+];
+
+/// NvSci types the project needs beyond what the functions pull in.
+const NVSCI_TYPES: &[&str] = &[
+    "NvSciError",
+    "NvSciBufAttrKey",
+    "NvSciBufType",
+    "NvSciBufAttrValAccessPerm",
+    "NvSciBufAttrValImageLayoutType",
+    "NvSciBufAttrKeyValuePair",
+    "NvSciSyncAttrKey",
+    "NvSciSyncAccessPerm",
+    "NvSciSyncAttrValPrimitiveType",
+    "NvSciSyncAttrKeyValuePair",
+    "NvSciSyncFence",
+    "NvSciSyncFenceIpcExportDescriptor",
+    "NvSciSyncObjIpcExportDescriptor",
+    "NvSciBufObjIpcExportDescriptor",
+    "NvSciRmGpuId",
+    "NvSciIpcEndpoint",
+];
+
+/// Where the project's own NvSci declaration header lives.
+const OWN_NVSCI_HEADER: &str = "crates/sys/include/tegra_interop_nvsci.h";
+
+struct Options {
+    check: bool,
+    cuda_include: Option<PathBuf>,
+    nvsci_include: Option<PathBuf>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut options = Options {
+        check: false,
+        cuda_include: None,
+        nvsci_include: None,
+    };
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--check" => options.check = true,
+            "--cuda-include" => {
+                options.cuda_include = Some(PathBuf::from(flag_value(arg, &mut it)?));
+            }
+            "--nvsci-include" => {
+                options.nvsci_include = Some(PathBuf::from(flag_value(arg, &mut it)?));
+            }
+            other => {
+                return Err(Failure::usage(format!(
+                    "codegen: unknown argument `{other}`"
+                )))
+            }
+        }
+    }
+    Ok(options)
+}
+
+/// Entry point of `cargo xtask codegen`.
+pub fn run(args: &[String]) -> Result<()> {
+    let options = parse(args)?;
+    let root = util::workspace_root();
+
+    // Check every input before doing any work, so a typo costs nothing.
+    if let Some(dir) = &options.cuda_include {
+        require_file(&dir.join("cuda.h"), "--cuda-include")?;
+    }
+    if let Some(dir) = &options.nvsci_include {
+        require_file(&dir.join("nvscibuf.h"), "--nvsci-include")?;
+        require_file(&dir.join("nvscisync.h"), "--nvsci-include")?;
+    }
+
+    let cuda_dir = match &options.cuda_include {
+        Some(dir) => dir.clone(),
+        None => fetch_cuda_header(&root)?,
+    };
+    let cuda_source = match &options.cuda_include {
+        Some(dir) => format!("cuda.h from {}", dir.display()),
+        None => format!("cuda.h of the PyPI wheel {CUDA_WHEEL_SPEC}"),
+    };
+    let cuda = generate_cuda(&cuda_dir, &cuda_source)?;
+
+    let own_nvsci_dir = root.join("crates/sys/include");
+    let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own)?;
+
+    let cuda_path = root.join("crates/sys/src/cuda.rs");
+    let nvsci_path = root.join("crates/sys/src/nvsci.rs");
+
+    if options.check {
+        let mut stale = Vec::new();
+        for (path, fresh) in [(&cuda_path, &cuda), (&nvsci_path, &own_nvsci)] {
+            let committed = std::fs::read_to_string(path).unwrap_or_default();
+            if committed != *fresh {
+                stale.push(relative(&root, path));
+            }
+        }
+        let mut differences = 0usize;
+        if let Some(dir) = &options.nvsci_include {
+            let real = generate_nvsci(dir, NvSciHeaders::Real)?;
+            differences = compare_nvsci(&own_nvsci, &real)?;
+        }
+        if !stale.is_empty() {
+            return Err(Failure::new(format!(
+                "generated bindings are stale: {} (run `cargo xtask codegen` and commit the result)",
+                stale.join(", ")
+            )));
+        }
+        if differences > 0 {
+            return Err(Failure::new(format!(
+                "{differences} difference(s) between {OWN_NVSCI_HEADER} and the real NvSci headers (listed above)"
+            )));
+        }
+        println!(
+            "codegen --check: crates/sys/src/cuda.rs and crates/sys/src/nvsci.rs are up to date"
+        );
+        return Ok(());
+    }
+
+    let nvsci = match &options.nvsci_include {
+        Some(dir) => generate_nvsci(dir, NvSciHeaders::Real)?,
+        None => own_nvsci,
+    };
+    util::write(&cuda_path, &cuda)?;
+    util::write(&nvsci_path, &nvsci)?;
+    println!(
+        "codegen: wrote {} and {}",
+        relative(&root, &cuda_path),
+        relative(&root, &nvsci_path)
+    );
+    Ok(())
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+fn require_file(path: &Path, flag: &str) -> Result<()> {
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(Failure::new(format!(
+            "{flag}: {} does not exist",
+            path.display()
+        )))
+    }
+}
+
+/// Fetches (once) the pinned wheel and returns the directory holding cuda.h.
+fn fetch_cuda_header(root: &Path) -> Result<PathBuf> {
+    let cache = root.join("target/codegen-cache");
+    let include = cache.join("cuda-12.9.79/include");
+    let header = include.join("cuda.h");
+    if header.is_file() {
+        return Ok(include);
+    }
+    std::fs::create_dir_all(&include)
+        .map_err(|e| Failure::new(format!("cannot create {}: {e}", include.display())))?;
+    let wheel = cache.join(CUDA_WHEEL_FILE);
+    if !wheel.is_file() {
+        eprintln!(
+            "codegen: fetching {CUDA_WHEEL_SPEC} with pip into {}",
+            cache.display()
+        );
+        let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
+        let output = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--dest",
+            ])
+            .arg(&cache)
+            .arg(CUDA_WHEEL_SPEC)
+            .output()
+            .map_err(|e| {
+                Failure::new(format!(
+                    "cannot run `{python} -m pip` to fetch {CUDA_WHEEL_SPEC}: {e} (install pip, or pass --cuda-include DIR)"
+                ))
+            })?;
+        if !output.status.success() || !wheel.is_file() {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            let last = stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("no output");
+            return Err(Failure::new(format!(
+                "could not fetch the wheel {CUDA_WHEEL_SPEC} ({}); pass --cuda-include DIR to use a local cuda.h",
+                last.trim()
+            )));
+        }
+    }
+    let bytes = std::fs::read(&wheel)
+        .map_err(|e| Failure::new(format!("cannot read {}: {e}", wheel.display())))?;
+    let digest = sha256_hex(&bytes);
+    if digest != CUDA_WHEEL_SHA256 {
+        // A corrupt or substituted download must not be used, nor kept.
+        let _ = std::fs::remove_file(&wheel);
+        return Err(Failure::new(format!(
+            "{} has SHA-256 {digest}, expected {CUDA_WHEEL_SHA256}; removed it, run again",
+            wheel.display()
+        )));
+    }
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| Failure::new(format!("{} is not a valid wheel: {e}", wheel.display())))?;
+    let mut entry = archive
+        .by_name(CUDA_WHEEL_HEADER)
+        .map_err(|e| Failure::new(format!("{CUDA_WHEEL_HEADER} not found in the wheel: {e}")))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut entry, &mut text)
+        .map_err(|e| Failure::new(format!("cannot unpack {CUDA_WHEEL_HEADER}: {e}")))?;
+    util::write(&header, &text)?;
+    Ok(include)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The common bindgen configuration of both headers.
+fn builder(wrapper_name: &str, wrapper: &str, include: &Path) -> bindgen::Builder {
+    bindgen::Builder::default()
+        .header_contents(wrapper_name, wrapper)
+        .clang_arg(format!("-I{}", include.display()))
+        // LP64 layout, the same on x86_64 and aarch64 Linux; the output is
+        // target independent apart from C's own type names.
+        .clang_arg("--target=x86_64-unknown-linux-gnu")
+        .use_core()
+        .ctypes_prefix("::core::ffi")
+        // The headers' comments are NVIDIA's text: never copy them.
+        .generate_comments(false)
+        // Layout tests are hand-written (tests/layout.rs) so they can hold on
+        // 32-bit targets too and be cross-checked against cudarc.
+        .layout_tests(false)
+        .derive_default(true)
+        .derive_debug(true)
+        .derive_copy(true)
+        .derive_eq(true)
+        .derive_hash(true)
+        .impl_debug(false)
+        // C enums are open sets: newtypes with associated constants, so an
+        // unknown value from the driver is representable and never UB.
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
+        // Enum newtypes wrap fixed-width integers (u32, u64), never `c_ulong`,
+        // whose width would change on 32-bit targets.
+        .translate_enum_integer_types(true)
+        .allowlist_recursively(true)
+        .formatter(bindgen::Formatter::Prettyplease)
+}
+
+fn bindgen_text(builder: bindgen::Builder, what: &str) -> Result<String> {
+    let bindings = builder.generate().map_err(|e| {
+        Failure::new(format!(
+            "bindgen failed on {what}: {e} (is libclang-dev installed?)"
+        ))
+    })?;
+    Ok(bindings.to_string())
+}
+
+fn pfn_wrapper(includes: &str, functions: &[&str]) -> String {
+    let mut wrapper = String::from(includes);
+    for f in functions {
+        wrapper.push_str(&format!("typedef __typeof__({f}) *PFN_{f};\n"));
+    }
+    wrapper.push_str("struct tegra_interop_symbol_probe {\n");
+    for f in functions {
+        // Field names go through the preprocessor, so each field is named
+        // after the symbol the header's rename macros pick.
+        wrapper.push_str(&format!("    int {f};\n"));
+    }
+    wrapper.push_str("};\n");
+    wrapper
+}
+
+/// Reads back the symbol names from the probe struct, in declaration order.
+fn probe_symbols(text: &str, functions: &[&str]) -> Result<Vec<(String, String)>> {
+    let file = syn::parse_file(text)
+        .map_err(|e| Failure::new(format!("cannot parse bindgen output: {e}")))?;
+    for item in file.items {
+        if let syn::Item::Struct(s) = item {
+            if s.ident == "tegra_interop_symbol_probe" {
+                let names: Vec<String> = s
+                    .fields
+                    .iter()
+                    .filter_map(|f| f.ident.as_ref().map(|i| i.to_string()))
+                    .collect();
+                if names.len() != functions.len() {
+                    return Err(Failure::new("symbol probe lost fields".to_string()));
+                }
+                return Ok(functions
+                    .iter()
+                    .map(|f| (*f).to_string())
+                    .zip(names)
+                    .collect());
+            }
+        }
+    }
+    Err(Failure::new(
+        "symbol probe struct missing from bindgen output".to_string(),
+    ))
+}
+
+fn symbols_module(symbols: &[(String, String)], library: &str) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "\n/// Exported symbol names to resolve in {library}, one per `PFN_` type.\n\
+         ///\n\
+         /// Read back from the header's own rename macros (for example a\n\
+         /// function that gained a `_v2` revision), not typed by hand.\n\
+         pub mod symbols {{\n"
+    ));
+    for (api, symbol) in symbols {
+        out.push_str(&format!(
+            "    /// Symbol implementing `{api}` (type `super::PFN_{api}`).\n    \
+             pub const {api}: &::core::ffi::CStr = c\"{symbol}\";\n"
+        ));
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn preamble(source: &str) -> String {
+    format!(
+        "// @generated by `cargo xtask codegen` (bindgen 0.72.1). Do not edit by hand:\n\
+         // change xtask/src/codegen.rs or crates/sys/include/ and run the command again.\n\
+         // Source: {source}.\n\
+         #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, missing_docs)]\n\
+         #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]\n\n"
+    )
+}
+
+fn generate_cuda(include: &Path, source: &str) -> Result<String> {
+    let wrapper = pfn_wrapper("#include <cuda.h>\n", CUDA_FUNCTIONS);
+    let mut b = builder("tegra_interop_cuda.h", &wrapper, include);
+    for t in CUDA_TYPES {
+        b = b.allowlist_type(t);
+    }
+    for f in CUDA_FUNCTIONS {
+        b = b.allowlist_type(format!("PFN_{f}"));
+    }
+    let types = bindgen_text(b.allowlist_var(CUDA_VARS), "cuda.h")?;
+    let probe = bindgen_text(
+        builder("tegra_interop_cuda.h", &wrapper, include)
+            .allowlist_type("tegra_interop_symbol_probe"),
+        "cuda.h (symbol probe)",
+    )?;
+    let symbols = probe_symbols(&probe, CUDA_FUNCTIONS)?;
+    Ok(format!(
+        "{}{}{}",
+        preamble(source),
+        types,
+        symbols_module(&symbols, "libcuda.so.1")
+    ))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum NvSciHeaders {
+    Own,
+    Real,
+}
+
+fn generate_nvsci(include: &Path, headers: NvSciHeaders) -> Result<String> {
+    let (includes, source) = match headers {
+        NvSciHeaders::Own => (
+            "#include \"tegra_interop_nvsci.h\"\n".to_string(),
+            format!("the project's own declarations in {OWN_NVSCI_HEADER}"),
+        ),
+        NvSciHeaders::Real => (
+            "#include <nvscibuf.h>\n#include <nvscisync.h>\n#include <nvsciipc.h>\n".to_string(),
+            format!("the NvSci headers in {}", include.display()),
+        ),
+    };
+    let wrapper = pfn_wrapper(&includes, NVSCI_FUNCTIONS);
+    let mut b = builder("tegra_interop_nvsci_wrapper.h", &wrapper, include);
+    for t in NVSCI_TYPES {
+        b = b.allowlist_type(t);
+    }
+    for f in NVSCI_FUNCTIONS {
+        b = b.allowlist_type(format!("PFN_{f}"));
+    }
+    let types = bindgen_text(b, "the NvSci headers")?;
+    let symbols: Vec<(String, String)> = NVSCI_FUNCTIONS
+        .iter()
+        .map(|f| ((*f).to_string(), (*f).to_string()))
+        .collect();
+    Ok(format!(
+        "{}{}{}",
+        preamble(&source),
+        types,
+        symbols_module(
+            &symbols,
+            "libnvscibuf.so.1 / libnvscisync.so.1 / libnvsciipc.so"
+        )
+    ))
+}
+
+/// Splits generated code into named items with a normalised text each.
+/// Associated constants of the enum newtypes become `Type::CONST` entries.
+fn items(text: &str) -> Result<BTreeMap<String, String>> {
+    use quote_free::tokens;
+    let file = syn::parse_file(text)
+        .map_err(|e| Failure::new(format!("cannot parse generated NvSci bindings: {e}")))?;
+    let mut map = BTreeMap::new();
+    for item in &file.items {
+        match item {
+            syn::Item::Struct(s) => {
+                map.insert(format!("struct {}", s.ident), tokens(item));
+            }
+            syn::Item::Type(t) => {
+                map.insert(format!("type {}", t.ident), tokens(item));
+            }
+            syn::Item::Const(c) => {
+                map.insert(format!("const {}", c.ident), tokens(item));
+            }
+            syn::Item::Union(u) => {
+                map.insert(format!("union {}", u.ident), tokens(item));
+            }
+            syn::Item::Mod(m) => {
+                map.insert(format!("mod {}", m.ident), tokens(item));
+            }
+            syn::Item::Impl(i) => {
+                let self_ty = quote_free::type_name(&i.self_ty);
+                for impl_item in &i.items {
+                    if let syn::ImplItem::Const(c) = impl_item {
+                        map.insert(
+                            format!("const {self_ty}::{}", c.ident),
+                            quote_free::expr_text(&c.expr),
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(map)
+}
+
+/// Prints every difference and returns how many matter (items of ours that
+/// are missing from, or differ in, the real headers).
+fn compare_nvsci(own: &str, real: &str) -> Result<usize> {
+    let own_items = items(own)?;
+    let real_items = items(real)?;
+    let mut problems = 0;
+    for (name, own_text) in &own_items {
+        match real_items.get(name) {
+            None => {
+                problems += 1;
+                println!(
+                    "nvsci: {name}: declared by {OWN_NVSCI_HEADER}, absent from the real headers"
+                );
+            }
+            Some(real_text) if real_text != own_text => {
+                problems += 1;
+                println!("nvsci: {name}: differs\n  ours: {own_text}\n  real: {real_text}");
+            }
+            Some(_) => {}
+        }
+    }
+    let extra: Vec<&String> = real_items
+        .keys()
+        .filter(|k| !own_items.contains_key(*k))
+        .collect();
+    for name in &extra {
+        println!("nvsci: {name}: only in the real headers (not used by tegra-interop)");
+    }
+    println!(
+        "nvsci: {} item(s) compared, {problems} difference(s), {} item(s) only in the real headers",
+        own_items.len(),
+        extra.len()
+    );
+    Ok(problems)
+}
+
+/// Token-text helpers without pulling in `quote` (syn's `Debug` output of the
+/// parsed item is stable for a pinned syn and ignores spacing/comments).
+mod quote_free {
+    pub fn tokens(item: &syn::Item) -> String {
+        let mut item = item.clone();
+        strip_attrs(&mut item);
+        format!("{item:?}")
+    }
+
+    pub fn expr_text(expr: &syn::Expr) -> String {
+        format!("{expr:?}")
+    }
+
+    pub fn type_name(ty: &syn::Type) -> String {
+        match ty {
+            syn::Type::Path(p) => p
+                .path
+                .segments
+                .last()
+                .map(|s| s.ident.to_string())
+                .unwrap_or_default(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    fn strip_attrs(item: &mut syn::Item) {
+        match item {
+            syn::Item::Struct(s) => s.attrs.clear(),
+            syn::Item::Type(t) => t.attrs.clear(),
+            syn::Item::Const(c) => c.attrs.clear(),
+            syn::Item::Union(u) => u.attrs.clear(),
+            syn::Item::Mod(m) => m.attrs.clear(),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Project automation for tegra-interop (`cargo xtask <command>`).
+//!
+//! Every failure ends with one line on stderr (`error: ...`) and exit code 1;
+//! a usage mistake exits with 2. Nothing here panics on bad input.
+
+mod codegen;
+mod util;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  codegen [--check] [--cuda-include DIR] [--nvsci-include DIR]
+      Regenerate crates/sys/src/{cuda,nvsci}.rs with bindgen.
+      --check            regenerate in memory and fail if the committed files are stale;
+                         with --nvsci-include, also list every difference between the
+                         real NvSci headers and the project's own declaration header.
+      --cuda-include DIR use DIR/cuda.h instead of the pinned PyPI wheel.
+      --nvsci-include DIR a Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h.
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("codegen") => codegen::run(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some(other) => Err(util::Failure::usage(format!("unknown command `{other}`"))),
+        None => Err(util::Failure::usage("no command given".to_string())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {}", failure.message);
+            if failure.usage {
+                eprintln!("(run `cargo xtask help` for usage)");
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
