@@ -191,6 +191,13 @@ struct Options {
     check: bool,
     cuda_include: Option<PathBuf>,
     nvsci_include: Option<PathBuf>,
+    /// With `--check`: the directory holding the committed `cuda.rs` and
+    /// `nvsci.rs` to compare against (default `crates/sys/src`). Lets the
+    /// xtask's tests prove that a hand edit is caught without touching the
+    /// real files.
+    against: Option<PathBuf>,
+    /// Where the wheel and the unpacked cuda.h are cached.
+    cache_dir: Option<PathBuf>,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -198,6 +205,8 @@ fn parse(args: &[String]) -> Result<Options> {
         check: false,
         cuda_include: None,
         nvsci_include: None,
+        against: None,
+        cache_dir: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
@@ -209,12 +218,23 @@ fn parse(args: &[String]) -> Result<Options> {
             "--nvsci-include" => {
                 options.nvsci_include = Some(PathBuf::from(flag_value(arg, &mut it)?));
             }
+            "--against" => {
+                options.against = Some(PathBuf::from(flag_value(arg, &mut it)?));
+            }
+            "--cache-dir" => {
+                options.cache_dir = Some(PathBuf::from(flag_value(arg, &mut it)?));
+            }
             other => {
                 return Err(Failure::usage(format!(
                     "codegen: unknown argument `{other}`"
                 )))
             }
         }
+    }
+    if options.against.is_some() && !options.check {
+        return Err(Failure::usage(
+            "codegen: --against only makes sense with --check".to_string(),
+        ));
     }
     Ok(options)
 }
@@ -232,10 +252,19 @@ pub fn run(args: &[String]) -> Result<()> {
         require_file(&dir.join("nvscibuf.h"), "--nvsci-include")?;
         require_file(&dir.join("nvscisync.h"), "--nvsci-include")?;
     }
+    if let Some(dir) = &options.against {
+        require_file(&dir.join("cuda.rs"), "--against")?;
+        require_file(&dir.join("nvsci.rs"), "--against")?;
+    }
 
     let cuda_dir = match &options.cuda_include {
         Some(dir) => dir.clone(),
-        None => fetch_cuda_header(&root)?,
+        None => fetch_cuda_header(
+            &options
+                .cache_dir
+                .clone()
+                .unwrap_or_else(|| root.join("target/codegen-cache")),
+        )?,
     };
     let cuda_source = match &options.cuda_include {
         Some(dir) => format!("cuda.h from {}", dir.display()),
@@ -246,8 +275,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let own_nvsci_dir = root.join("crates/sys/include");
     let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own)?;
 
-    let cuda_path = root.join("crates/sys/src/cuda.rs");
-    let nvsci_path = root.join("crates/sys/src/nvsci.rs");
+    let out_dir = options
+        .against
+        .clone()
+        .unwrap_or_else(|| root.join("crates/sys/src"));
+    let cuda_path = out_dir.join("cuda.rs");
+    let nvsci_path = out_dir.join("nvsci.rs");
 
     if options.check {
         let mut stale = Vec::new();
@@ -274,7 +307,9 @@ pub fn run(args: &[String]) -> Result<()> {
             )));
         }
         println!(
-            "codegen --check: crates/sys/src/cuda.rs and crates/sys/src/nvsci.rs are up to date"
+            "codegen --check: {} and {} are up to date",
+            relative(&root, &cuda_path),
+            relative(&root, &nvsci_path)
         );
         return Ok(());
     }
@@ -312,8 +347,7 @@ fn require_file(path: &Path, flag: &str) -> Result<()> {
 }
 
 /// Fetches (once) the pinned wheel and returns the directory holding cuda.h.
-fn fetch_cuda_header(root: &Path) -> Result<PathBuf> {
-    let cache = root.join("target/codegen-cache");
+fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
     let include = cache.join("cuda-12.9.79/include");
     let header = include.join("cuda.h");
     if header.is_file() {
@@ -340,7 +374,7 @@ fn fetch_cuda_header(root: &Path) -> Result<PathBuf> {
                 "manylinux2014_x86_64",
                 "--dest",
             ])
-            .arg(&cache)
+            .arg(cache)
             .arg(CUDA_WHEEL_SPEC)
             .output()
             .map_err(|e| {
@@ -425,11 +459,18 @@ fn builder(wrapper_name: &str, wrapper: &str, include: &Path) -> bindgen::Builde
 }
 
 fn bindgen_text(builder: bindgen::Builder, what: &str) -> Result<String> {
-    let bindings = builder.generate().map_err(|e| {
-        Failure::new(format!(
-            "bindgen failed on {what}: {e} (is libclang-dev installed?)"
-        ))
-    })?;
+    // bindgen panics (instead of returning an error) when it cannot load
+    // libclang; `catch` turns that into the same one-line error.
+    let bindings = util::catch(
+        &format!("bindgen failed on {what} (is libclang-dev installed?)"),
+        || {
+            builder.generate().map_err(|e| {
+                Failure::new(format!(
+                    "bindgen failed on {what}: {e} (is libclang-dev installed?)"
+                ))
+            })
+        },
+    )?;
     Ok(bindings.to_string())
 }
 

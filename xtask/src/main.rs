@@ -4,6 +4,7 @@
 //! a usage mistake exits with 2. Nothing here panics on bad input.
 
 mod codegen;
+mod cross;
 mod util;
 
 use std::process::ExitCode;
@@ -19,12 +20,25 @@ commands:
                          real NvSci headers and the project's own declaration header.
       --cuda-include DIR use DIR/cuda.h instead of the pinned PyPI wheel.
       --nvsci-include DIR a Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h.
+      --against DIR      with --check: compare with DIR/{cuda,nvsci}.rs instead of
+                         crates/sys/src (used by the xtask's own tests).
+      --cache-dir DIR    where the wheel and cuda.h are cached (default target/codegen-cache).
+
+  cross [--only TARGET]... [--no-run] [--keep-going] [--list]
+      Build the crates for every target described in targets/*.toml, and run the
+      host-runnable test suites for aarch64-unknown-linux-gnu under qemu-aarch64.
+      --only TARGET      only this target triple (repeatable).
+      --no-run           build the test steps' tests without running them.
+      --keep-going       run every step, report all failures at the end.
+      --list             print the steps and their commands, run nothing.
 ";
 
 fn main() -> ExitCode {
+    util::quiet_panics();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("codegen") => codegen::run(&args[1..]),
+        Some("codegen") => util::catch("codegen: internal failure", || codegen::run(&args[1..])),
+        Some("cross") => util::catch("cross: internal failure", || cross::run(&args[1..])),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;

@@ -54,3 +54,44 @@ pub fn flag_value<'a>(flag: &str, it: &mut impl Iterator<Item = &'a String>) -> 
         .filter(|v| !v.starts_with("--"))
         .ok_or_else(|| Failure::usage(format!("{flag} needs a value")))
 }
+
+/// The message of the last panic, recorded by the hook that
+/// [`quiet_panics`] installs.
+static PANIC_MESSAGE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Replaces the default panic output (message + backtrace hint) with a silent
+/// record, so that a panic inside a dependency (bindgen panics when it cannot
+/// load libclang) can be turned into a one-line error by [`catch`].
+pub fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_string());
+        let text = match info.location() {
+            Some(at) => format!("{text} (at {}:{})", at.file(), at.line()),
+            None => text,
+        };
+        if let Ok(mut slot) = PANIC_MESSAGE.lock() {
+            *slot = Some(text.lines().next().unwrap_or_default().to_string());
+        }
+    }));
+}
+
+/// Runs `f`; a panic inside it becomes a [`Failure`] whose message is
+/// `what: <panic message>`.
+pub fn catch<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(result) => result,
+        Err(_) => {
+            let message = PANIC_MESSAGE
+                .lock()
+                .ok()
+                .and_then(|mut slot| slot.take())
+                .unwrap_or_else(|| "panicked".to_string());
+            Err(Failure::new(format!("{what}: {message}")))
+        }
+    }
+}

@@ -1,26 +1,76 @@
-//! std backend of tegra-interop (work in progress: the function table seam).
+//! `tegra-interop-driver`: the std backend of tegra-interop.
+//!
+//! It turns the validated values of [`tegra_interop_core`] into calls through
+//! one function table ([`table::FunctionTable`], the seam), and owns what the
+//! calls create:
+//!
+//! | type | C object | released with |
+//! |---|---|---|
+//! | [`Backend`] | the table (real: `libcuda.so.1` + NvSci libraries via dlopen) | unload |
+//! | [`Context`] | `CUcontext` (primary, created, or cudarc's) | release / destroy |
+//! | [`Stream`] | `CUstream` (own, default, or cudarc's) | `cuStreamDestroy` |
+//! | [`ExternalMemory`] | `CUexternalMemory` | `cuDestroyExternalMemory` |
+//! | [`MappedBuffer`] | `CUdeviceptr` of a mapping | `cuMemFree` |
+//! | [`MappedArray`] | `CUmipmappedArray` of a mapping | `cuMipmappedArrayDestroy` |
+//! | [`ExternalSemaphore`] | `CUexternalSemaphore` | `cuDestroyExternalSemaphore` |
+//!
+//! Lifetimes carry the driver's rules: a mapping borrows its memory, every
+//! handle borrows its [`Context`], and destroying or resetting a context
+//! needs it unborrowed, so use-after-destroy, double destroy and "destroy
+//! after reset" (which crash the real driver) do not compile. Every handle
+//! has an explicit `destroy(self) -> Result` and a `Drop` that never panics
+//! and treats `CUDA_ERROR_DEINITIALIZED` (driver already shut down) as
+//! "already gone"; other `Drop` failures are kept on the backend
+//! ([`Backend::take_drop_errors`]).
+//!
+//! The same code runs on the real driver ([`Backend::real`]) and on the
+//! simulator (`tegra-interop-sim`, through [`Backend::from_table`]);
+//! [`conformance`] holds the checks both must pass.
+//!
+//! ```
+//! use tegra_interop_core::{BufferMapping, SignalParams};
+//! use tegra_interop_driver::{Context, ExternalMemory, ExternalSemaphore, Stream};
+//! use tegra_interop_sim::{export, Sim};
+//!
+//! let sim = Sim::new()?; // or: let backend = Backend::real()?;
+//! let backend = sim.backend();
+//! // The exporter side (Vulkan on a GPU, memfd in the simulator).
+//! let (mem_fd, exported) = export::memory(1024)?;
+//! let (sem_fd, exported_sem) = export::timeline_semaphore(0)?;
+//!
+//! let ctx = Context::new(backend, 0)?;
+//! let stream = Stream::new(&ctx)?;
+//! let memory = ExternalMemory::opaque_fd(&ctx, mem_fd, 1024)?;
+//! let buffer = memory.map_buffer(BufferMapping::new(0, 1024))?;
+//! let mut semaphore = ExternalSemaphore::timeline_fd(&ctx, sem_fd)?;
+//!
+//! buffer.copy_from_host(0, &[7; 16])?;
+//! stream.signal(&mut semaphore, SignalParams::timeline(1))?;
+//! stream.synchronize()?;
+//!
+//! assert_eq!(exported_sem.value(), 1);
+//! let mut seen = [0u8; 16];
+//! exported.read(0, &mut seen)?;
+//! assert_eq!(seen, [7; 16]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod backend;
+pub mod conformance;
+pub mod context;
+pub mod device;
+pub mod error;
+pub mod memory;
+pub mod semaphore;
 pub mod table;
 
+pub use backend::{Backend, BackendKind};
+pub use context::{Context, Stream};
+pub use device::Device;
+pub use error::{ContextId, Error, ImportError};
+pub use memory::{ExternalMemory, MappedArray, MappedBuffer};
+pub use semaphore::{ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
 pub use table::FunctionTable;
 
-/// Errors of the driver backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Error {
-    /// A library or one of its symbols is not available on this machine.
-    NotSupported {
-        /// The C symbol that is missing.
-        symbol: &'static str,
-        /// The library it should come from.
-        library: &'static str,
-    },
-}
-
-impl Error {
-    /// A missing symbol of a library.
-    pub fn not_supported(symbol: &'static str, library: &'static str) -> Self {
-        Error::NotSupported { symbol, library }
-    }
-}
+pub(crate) use error::check;

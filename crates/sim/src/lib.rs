@@ -1,1 +1,654 @@
-//! placeholder until the crate lands
+//! A software implementation of the tegra-interop function table: a
+//! simulated CUDA driver for tests without a GPU.
+//!
+//! [`Sim::new`] makes an isolated simulated driver; [`Sim::table`] (or
+//! [`Sim::backend`]) gives its C entry points. They behave like the real
+//! driver did in the project's measurements (same codes), with three
+//! differences made for testing:
+//!
+//! * where the real driver crashes (double destroy, destroy after a context
+//!   reset, use after free) the simulator returns an error code and records a
+//!   [`Diagnostic`] (also printed to stderr), so a test sees the bug;
+//! * it keeps a [`Ledger`] of live objects, descriptors it holds and pending
+//!   stream work, which must be clean after a correct teardown;
+//! * it can fail the N-th call ([`Sim::fail_at`]) or the N-th call of one
+//!   entry point ([`Sim::fail_symbol`]) with a chosen code.
+//!
+//! Memory and semaphores are real shared memory (memfd): the [`export`]
+//! module is the producer side (standing in for Vulkan), and data written on
+//! either side is visible on the other.
+//!
+//! ```
+//! use tegra_interop_sim::Sim;
+//!
+//! let sim = Sim::new()?;
+//! let table = sim.table();
+//! let cu_init = table.cuda.cuInit.unwrap();
+//! // SAFETY: cuInit takes a flags word and nothing else.
+//! assert_eq!(unsafe { cu_init(0) }.0, 0);
+//! assert!(sim.ledger().is_clean());
+//! # Ok::<(), tegra_interop_sim::SimError>(())
+//! ```
+//!
+//! See the crate README for the list of behaviours and the codes chosen
+//! where the real driver's answer is unknown.
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod api;
+pub mod codes;
+pub mod export;
+pub mod fence;
+mod instance;
+mod shm;
+mod slots;
+mod stream;
+
+use std::ffi::c_void;
+use std::fmt;
+use std::io;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use tegra_interop_driver::{Backend, FunctionTable};
+use tegra_interop_sys::nvsci::NvSciSyncFence;
+
+pub use shm::SemaphoreKind;
+pub use slots::SLOTS;
+
+use instance::{BufObjectEntry, Injection, Instance, SyncObjectEntry, Tag};
+use shm::{SharedSemaphore, WaitEnd};
+
+/// What the simulated machine looks like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimConfig {
+    /// Number of devices (default 1).
+    pub devices: usize,
+    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`: a Tegra-like integrated GPU.
+    pub integrated: bool,
+    /// `CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED`; when
+    /// false, `TIMELINE_SEMAPHORE_FD` imports fail with NOT_SUPPORTED.
+    pub timeline_supported: bool,
+    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`; when false, `DMABUF_FD`
+    /// memory imports fail with INVALID_VALUE.
+    pub dmabuf_supported: bool,
+    /// NvSci is present (Tegra). When false, the NvSci entry points answer
+    /// like the measured discrete GPU without NvSci.
+    pub nvsci: bool,
+    /// What `cuDriverGetVersion` reports (default 12090).
+    pub driver_version: i32,
+    /// How long `cuStreamSynchronize` / `cuCtxSynchronize` / synchronous
+    /// copies wait before they give up with `CUDA_ERROR_TIMEOUT` and a
+    /// [`DiagnosticKind::Hang`] diagnostic (the real driver would block
+    /// forever). Default 30 s.
+    pub hang_timeout: Duration,
+    /// How long [`Sim::with_config`] waits for a free slot when all
+    /// [`SLOTS`] are in use. Default 60 s.
+    pub slot_wait: Duration,
+}
+
+impl Default for SimConfig {
+    /// The measured machine: one discrete GPU, timeline semaphores and
+    /// dma-buf supported, no NvSci.
+    fn default() -> Self {
+        SimConfig {
+            devices: 1,
+            integrated: false,
+            timeline_supported: true,
+            dmabuf_supported: true,
+            nvsci: false,
+            driver_version: 12090,
+            hang_timeout: api::DEFAULT_HANG_TIMEOUT,
+            slot_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+impl SimConfig {
+    /// A Jetson-like machine: one integrated GPU with NvSci.
+    pub fn tegra() -> Self {
+        SimConfig {
+            integrated: true,
+            nvsci: true,
+            ..SimConfig::default()
+        }
+    }
+
+    /// The same configuration with `devices` devices.
+    pub fn with_devices(mut self, devices: usize) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// The same configuration with another hang timeout.
+    pub fn with_hang_timeout(mut self, timeout: Duration) -> Self {
+        self.hang_timeout = timeout;
+        self
+    }
+}
+
+/// Why a simulator could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SimError {
+    /// All [`SLOTS`] instance slots stayed in use for the configured wait.
+    NoFreeSlot {
+        /// The number of slots.
+        slots: usize,
+    },
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::NoFreeSlot { slots } => write!(
+                f,
+                "all {slots} simulator slots are in use (drop unused Sims, or fewer tests in parallel)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// What the simulator holds right now. All zero after a correct teardown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Contexts made with `cuCtxCreate` and not destroyed.
+    pub live_contexts: usize,
+    /// Outstanding `cuDevicePrimaryCtxRetain` references (all devices).
+    pub primary_context_refs: usize,
+    /// Streams made with `cuStreamCreate` and not destroyed.
+    pub live_streams: usize,
+    /// Imported external memories not destroyed.
+    pub live_memories: usize,
+    /// Mapped buffers (not yet `cuMemFree`d) plus mapped mipmapped arrays
+    /// (not yet `cuMipmappedArrayDestroy`ed).
+    pub live_mappings: usize,
+    /// `cuMemAlloc` allocations not freed.
+    pub live_allocations: usize,
+    /// Imported external semaphores not destroyed.
+    pub live_semaphores: usize,
+    /// File descriptors the simulator holds for imported objects (it owns
+    /// them from a successful import until the destroy).
+    pub open_fds: usize,
+    /// Stream work enqueued and not finished (destroyed streams included).
+    pub pending_work: usize,
+}
+
+impl Ledger {
+    /// Nothing live, nothing held, nothing pending.
+    pub fn is_clean(&self) -> bool {
+        *self == Ledger::default()
+    }
+}
+
+impl fmt::Display for Ledger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, fds {}, pending work {}",
+            self.live_contexts,
+            self.primary_context_refs,
+            self.live_streams,
+            self.live_memories,
+            self.live_mappings,
+            self.live_allocations,
+            self.live_semaphores,
+            self.open_fds,
+            self.pending_work
+        )
+    }
+}
+
+/// What kind of problem a [`Diagnostic`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DiagnosticKind {
+    /// An object destroyed (or freed) a second time. Real driver: crash.
+    DoubleDestroy,
+    /// An object used after it was destroyed.
+    UseAfterDestroy,
+    /// An object used (or destroyed) after its context was destroyed, reset
+    /// or released. Destroying it crashes the real driver.
+    UseAfterContextLoss,
+    /// A handle this simulator never made (foreign, corrupt, another Sim's).
+    UnknownHandle,
+    /// A semaphore used on a stream of another context.
+    CrossContext,
+    /// An import declares more bytes than the exporter allocated (the real
+    /// driver accepts it), or a mapping reaches past the real bytes.
+    ImportSizeMismatch,
+    /// A semaphore destroyed while signals/waits on it were still queued.
+    OutstandingWork,
+    /// A copy past the end of an allocation.
+    OutOfBounds,
+    /// A synchronisation waited longer than [`SimConfig::hang_timeout`].
+    Hang,
+    /// Other misuse of the API.
+    Misuse,
+    /// Something the simulator does not model.
+    Unimplemented,
+    /// A bug or resource failure inside the simulator itself.
+    Internal,
+}
+
+impl DiagnosticKind {
+    /// Whether the real driver would crash (or corrupt memory) here.
+    pub fn real_driver_would_crash(self) -> bool {
+        matches!(
+            self,
+            DiagnosticKind::DoubleDestroy | DiagnosticKind::UseAfterContextLoss
+        )
+    }
+}
+
+/// One recorded problem.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// Index of the call (as counted by [`Sim::calls`]) that hit it.
+    pub call_index: Option<u64>,
+    /// The entry point.
+    pub symbol: &'static str,
+    /// What kind of problem.
+    pub kind: DiagnosticKind,
+    /// Human-readable details.
+    pub message: String,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.call_index {
+            Some(i) => write!(
+                f,
+                "call #{i} {}: {:?}: {}",
+                self.symbol, self.kind, self.message
+            ),
+            None => write!(f, "{}: {:?}: {}", self.symbol, self.kind, self.message),
+        }
+    }
+}
+
+/// Slots whose `Sim` was dropped while a backend made from it was still
+/// alive: they stay taken (answering DEINITIALIZED) until that backend goes.
+static ZOMBIES: Mutex<Vec<(usize, Arc<Backend>)>> = Mutex::new(Vec::new());
+
+fn reap_zombies() {
+    let mut z = ZOMBIES.lock().unwrap_or_else(|e| e.into_inner());
+    z.retain(|(slot, b)| {
+        if Arc::strong_count(b) == 1 {
+            slots::release(*slot);
+            false
+        } else {
+            true
+        }
+    });
+}
+
+/// One simulated CUDA driver. Dropping it frees everything it holds and its
+/// slot.
+pub struct Sim {
+    inner: Arc<Instance>,
+    slot: usize,
+    backend: OnceLock<Arc<Backend>>,
+}
+
+impl fmt::Debug for Sim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sim")
+            .field("slot", &self.slot)
+            .field("calls", &self.calls())
+            .field("ledger", &self.ledger())
+            .finish()
+    }
+}
+
+impl Sim {
+    /// A simulator of the default machine ([`SimConfig::default`]).
+    ///
+    /// # Errors
+    /// [`SimError::NoFreeSlot`] when all slots stay taken for
+    /// [`SimConfig::slot_wait`].
+    pub fn new() -> Result<Sim, SimError> {
+        Sim::with_config(SimConfig::default())
+    }
+
+    /// A simulator of the given machine.
+    ///
+    /// # Errors
+    /// [`SimError::NoFreeSlot`] when all slots stay taken for
+    /// [`SimConfig::slot_wait`].
+    pub fn with_config(config: SimConfig) -> Result<Sim, SimError> {
+        let deadline = Instant::now().checked_add(config.slot_wait);
+        let inner = Arc::new(Instance::new(config));
+        loop {
+            reap_zombies();
+            if let Some(slot) = slots::claim(&inner) {
+                return Ok(Sim {
+                    inner,
+                    slot,
+                    backend: OnceLock::new(),
+                });
+            }
+            if deadline.is_none_or(|d| Instant::now() >= d) {
+                return Err(SimError::NoFreeSlot { slots: SLOTS });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SimConfig {
+        &self.inner.config
+    }
+
+    /// The slot this simulator's entry points are bound to.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// The function table: the CUDA part is this simulator; the NvSci parts
+    /// are empty (not simulated yet).
+    ///
+    /// The pointers stay bound to this simulator's slot: do not call them
+    /// after the `Sim` is dropped (they answer DEINITIALIZED while the slot
+    /// is free, but a later `Sim` may reuse the slot). [`Sim::backend`]
+    /// does not have this problem.
+    pub fn table(&self) -> FunctionTable {
+        FunctionTable {
+            cuda: slots::cuda_table(self.slot),
+            ..FunctionTable::empty()
+        }
+    }
+
+    /// A driver backend over [`Sim::table`] (the same one on every call).
+    ///
+    /// If the `Sim` is dropped while clones of the backend are alive, the
+    /// simulator shuts down (every call answers DEINITIALIZED, as the real
+    /// driver does after its exit handlers ran) and its slot stays reserved
+    /// until the last clone is gone, so stale calls never reach another
+    /// simulator.
+    pub fn backend(&self) -> Arc<Backend> {
+        Arc::clone(
+            self.backend
+                .get_or_init(|| Backend::from_table("sim", self.table())),
+        )
+    }
+
+    /// What the simulator holds now.
+    pub fn ledger(&self) -> Ledger {
+        self.inner.lock_state().ledger()
+    }
+
+    /// Number of counted calls so far (every CUDA entry point except the
+    /// pure lookups `cuGetErrorName` / `cuGetErrorString`). The next call
+    /// has this index.
+    pub fn calls(&self) -> u64 {
+        self.inner.calls()
+    }
+
+    /// The entry points called so far, in order (index = call index).
+    pub fn call_log(&self) -> Vec<&'static str> {
+        self.inner.lock_control().log.clone()
+    }
+
+    /// Makes the call with index `call_index` (0-based, see [`Sim::calls`])
+    /// return `code` without doing anything (an fd passed to a failed
+    /// import stays the caller's).
+    pub fn fail_at(&self, call_index: u64, code: u32) {
+        self.inner.lock_control().injections.push(Injection::At {
+            index: call_index,
+            code,
+        });
+    }
+
+    /// Makes the `nth` (0-based) call of entry point `symbol` (C name, as in
+    /// the table, e.g. `"cuImportExternalMemory"`) return `code`.
+    pub fn fail_symbol(&self, symbol: &str, nth: u64, code: u32) {
+        self.inner
+            .lock_control()
+            .injections
+            .push(Injection::Symbol {
+                symbol: symbol.to_owned(),
+                nth,
+                code,
+            });
+    }
+
+    /// Removes failures that have not fired yet.
+    pub fn clear_failures(&self) {
+        self.inner.lock_control().injections.clear();
+    }
+
+    /// How many injected failures have fired.
+    pub fn injected_failures(&self) -> u64 {
+        self.inner.lock_control().injected
+    }
+
+    /// All diagnostics recorded so far.
+    pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        self.inner.lock_control().diagnostics.clone()
+    }
+
+    /// Returns and forgets the diagnostics recorded so far.
+    pub fn take_diagnostics(&self) -> Vec<Diagnostic> {
+        std::mem::take(&mut self.inner.lock_control().diagnostics)
+    }
+
+    /// Simulates the driver's exit handlers: everything is freed and every
+    /// later call (`cuInit` included) returns `CUDA_ERROR_DEINITIALIZED`.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+
+    /// Whether [`Sim::shutdown`] ran.
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.is_shut()
+    }
+
+    /// Makes a sync object that `cuImportExternalSemaphore` accepts as an
+    /// `NVSCISYNC` handle (pass [`SyncObjectHandle::as_ptr`]).
+    ///
+    /// This is the registry the NvSci part of the simulator builds on
+    /// (`NvSciSyncObjAlloc` will create its objects through it); tests can
+    /// use it directly to check the CUDA side of NvSciSync semaphores.
+    pub fn create_sync_object(&self, spec: SyncObjectSpec) -> io::Result<SyncObjectHandle> {
+        let (_fd, sem) = SharedSemaphore::create(
+            SemaphoreKind::Deterministic {
+                wrap32: spec.wrap32,
+            },
+            spec.initial,
+        )?;
+        let sem = Arc::new(sem);
+        let ptr = instance::new_handle(Tag::SyncObject) as usize;
+        let id = ptr as u64;
+        self.inner.lock_state().sync_objects.insert(
+            ptr,
+            SyncObjectEntry {
+                id,
+                sem: Arc::clone(&sem),
+                can_signal: spec.can_signal,
+                can_wait: spec.can_wait,
+            },
+        );
+        Ok(SyncObjectHandle {
+            inst: Arc::clone(&self.inner),
+            ptr,
+            id,
+            sem,
+        })
+    }
+
+    /// Makes a buffer object of `size` bytes that `cuImportExternalMemory`
+    /// accepts as an `NVSCIBUF` handle, plus the CPU view of its bytes.
+    pub fn create_buf_object(
+        &self,
+        size: usize,
+    ) -> io::Result<(BufObjectHandle, export::ExportedMemory)> {
+        let (fd, mem) = export::memory(size)?;
+        let ptr = instance::new_handle(Tag::BufObject) as usize;
+        let keep = fd.as_fd().try_clone_to_owned()?;
+        drop(fd);
+        self.inner.lock_state().buf_objects.insert(
+            ptr,
+            BufObjectEntry {
+                fd: keep,
+                size: size as u64,
+            },
+        );
+        Ok((
+            BufObjectHandle {
+                inst: Arc::clone(&self.inner),
+                ptr,
+            },
+            mem,
+        ))
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let in_use = self.backend.take().filter(|b| Arc::strong_count(b) > 1);
+        match in_use {
+            Some(b) => {
+                self.inner.shutdown();
+                ZOMBIES
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((self.slot, b));
+            }
+            None => {
+                slots::release(self.slot);
+                self.inner.shutdown();
+            }
+        }
+    }
+}
+
+/// Permissions and counter width of a simulated NvSciSync object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncObjectSpec {
+    /// CUDA may signal it (attribute list made with `CUDA_NVSCISYNC_ATTR_SIGNAL`).
+    pub can_signal: bool,
+    /// CUDA may wait on it (`CUDA_NVSCISYNC_ATTR_WAIT`).
+    pub can_wait: bool,
+    /// The counter is a 32-bit one that wraps (the usual syncpoint).
+    pub wrap32: bool,
+    /// Starting counter value.
+    pub initial: u64,
+}
+
+impl Default for SyncObjectSpec {
+    /// Signal and wait allowed, 32-bit wrapping counter starting at 0.
+    fn default() -> Self {
+        SyncObjectSpec {
+            can_signal: true,
+            can_wait: true,
+            wrap32: true,
+            initial: 0,
+        }
+    }
+}
+
+/// A simulated NvSciSync object (deterministic fences: +1 per signal).
+/// Dropping it unregisters it; semaphores imported from it keep working.
+pub struct SyncObjectHandle {
+    inst: Arc<Instance>,
+    ptr: usize,
+    id: u64,
+    sem: Arc<SharedSemaphore>,
+}
+
+impl fmt::Debug for SyncObjectHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncObjectHandle")
+            .field("id", &self.id)
+            .field("value", &self.value())
+            .finish()
+    }
+}
+
+impl SyncObjectHandle {
+    /// The `NvSciSyncObj` value to put into the import descriptor.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr as *mut c_void
+    }
+
+    /// The id written into this object's fences (see [`fence`]).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The current counter.
+    pub fn value(&self) -> u64 {
+        self.sem.value()
+    }
+
+    /// Signals from the CPU (+1), returning the fence of that signal.
+    pub fn cpu_signal(&self) -> NvSciSyncFence {
+        let value = self.sem.reserve_next();
+        self.sem.increment();
+        fence::encode(fence::SimFence {
+            object_id: self.id,
+            value,
+        })
+    }
+
+    /// Whether `fence` (of this object) has been reached; a cleared fence
+    /// is always reached; a foreign or garbage one never.
+    pub fn is_reached(&self, f: &NvSciSyncFence) -> bool {
+        match fence::decode(f) {
+            fence::FenceContent::Cleared => true,
+            fence::FenceContent::Fence(sf) if sf.object_id == self.id => self.sem.reached(sf.value),
+            _ => false,
+        }
+    }
+
+    /// Waits up to `timeout` for `fence`; `false` on timeout or when the
+    /// fence is not one of this object.
+    pub fn cpu_wait(&self, f: &NvSciSyncFence, timeout: Duration) -> bool {
+        match fence::decode(f) {
+            fence::FenceContent::Cleared => true,
+            fence::FenceContent::Fence(sf) if sf.object_id == self.id => {
+                let deadline = Instant::now().checked_add(timeout);
+                self.sem.wait(sf.value, deadline, &|| false) == WaitEnd::Reached
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Drop for SyncObjectHandle {
+    fn drop(&mut self) {
+        self.inst.lock_state().sync_objects.remove(&self.ptr);
+    }
+}
+
+/// A simulated NvSciBuf object. Dropping it unregisters it; memory imported
+/// from it keeps working.
+pub struct BufObjectHandle {
+    inst: Arc<Instance>,
+    ptr: usize,
+}
+
+impl fmt::Debug for BufObjectHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BufObjectHandle")
+            .field("ptr", &self.ptr)
+            .finish()
+    }
+}
+
+impl BufObjectHandle {
+    /// The `NvSciBufObj` value to put into the import descriptor.
+    pub fn as_ptr(&self) -> *const c_void {
+        self.ptr as *const c_void
+    }
+}
+
+impl Drop for BufObjectHandle {
+    fn drop(&mut self) {
+        self.inst.lock_state().buf_objects.remove(&self.ptr);
+    }
+}

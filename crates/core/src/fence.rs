@@ -1,0 +1,385 @@
+//! Fence bookkeeping: timeline values and deterministic NvSciSync fence counts.
+//!
+//! Both trackers use reserve / commit / abort: reserve the value before enqueueing the signal,
+//! commit it when the enqueue call succeeded, abort it when it failed, so a failed enqueue never
+//! advances the count.
+//!
+//! ```
+//! use tegra_interop_core::{DeterministicCounter, PrimitiveWidth, StreamId, TimelineTracker};
+//!
+//! let mut timeline = TimelineTracker::new(0);
+//! let r = timeline.reserve_next()?;
+//! assert_eq!(r.value(), 1);
+//! // ... enqueue the signal with value 1; it succeeded:
+//! timeline.commit(r)?;
+//! assert_eq!(timeline.last(), 1);
+//!
+//! let mut det = DeterministicCounter::new(PrimitiveWidth::U32, 0)?;
+//! let producer = StreamId(1);
+//! // A waiter can build the fence for the next signal before it is enqueued:
+//! assert_eq!(det.next_signal_value(), 1);
+//! let r = det.reserve(producer)?;
+//! det.abort(r)?; // the enqueue failed: nothing advanced
+//! assert_eq!(det.signal_count(), 0);
+//! # Ok::<(), tegra_interop_core::ValidationError>(())
+//! ```
+
+use tegra_interop_sys::nvsci::NvSciSyncAttrValPrimitiveType;
+
+use crate::error::ValidationError;
+
+/// A reserved timeline value: commit it after a successful enqueue, abort it after a failed one.
+#[must_use = "commit or abort the reservation"]
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TimelineReservation {
+    value: u64,
+}
+
+impl TimelineReservation {
+    /// The value to signal.
+    pub fn value(&self) -> u64 {
+        self.value
+    }
+}
+
+/// Tracks the values signalled on one timeline semaphore (or D3D fence): strictly increasing.
+///
+/// The driver does not protect monotonicity (signalling 3 after 8 really moves the counter
+/// back); this tracker refuses any value that is not greater than the last committed one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct TimelineTracker {
+    last: u64,
+    pending: Option<u64>,
+}
+
+impl TimelineTracker {
+    /// A tracker for a semaphore whose current value is `initial` (Vulkan's initial value).
+    pub const fn new(initial: u64) -> Self {
+        Self {
+            last: initial,
+            pending: None,
+        }
+    }
+
+    /// The last committed value.
+    pub const fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// The value of the outstanding reservation, if any.
+    pub const fn pending(&self) -> Option<u64> {
+        self.pending
+    }
+
+    /// Reserve `value` for the next signal: it must be greater than the last committed value,
+    /// and no other reservation may be outstanding.
+    pub fn reserve(&mut self, value: u64) -> Result<TimelineReservation, ValidationError> {
+        if self.pending.is_some() {
+            return Err(ValidationError::ReservationPending);
+        }
+        if value <= self.last {
+            return Err(ValidationError::FenceNotIncreasing {
+                last: self.last,
+                requested: value,
+            });
+        }
+        self.pending = Some(value);
+        Ok(TimelineReservation { value })
+    }
+
+    /// Reserve `last + 1`.
+    pub fn reserve_next(&mut self) -> Result<TimelineReservation, ValidationError> {
+        if self.pending.is_some() {
+            return Err(ValidationError::ReservationPending);
+        }
+        let next = self
+            .last
+            .checked_add(1)
+            .ok_or(ValidationError::FenceExhausted)?;
+        self.reserve(next)
+    }
+
+    /// The enqueue succeeded: `reservation`'s value becomes the last value. Returns it.
+    pub fn commit(&mut self, reservation: TimelineReservation) -> Result<u64, ValidationError> {
+        if self.pending != Some(reservation.value) {
+            return Err(ValidationError::ReservationMismatch);
+        }
+        self.pending = None;
+        self.last = reservation.value;
+        Ok(reservation.value)
+    }
+
+    /// The enqueue failed: forget the reservation; the last value is unchanged.
+    pub fn abort(&mut self, reservation: TimelineReservation) -> Result<(), ValidationError> {
+        if self.pending != Some(reservation.value) {
+            return Err(ValidationError::ReservationMismatch);
+        }
+        self.pending = None;
+        Ok(())
+    }
+}
+
+/// Width of an NvSciSync primitive's counter: fence values wrap at this width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum PrimitiveWidth {
+    /// 32-bit: syncpoints, sysmem and vidmem semaphores.
+    U32,
+    /// 64-bit: the `*Payload64b` semaphore kinds.
+    U64,
+}
+
+impl PrimitiveWidth {
+    /// The width of an NvSciSync primitive type.
+    pub const fn from_primitive_type(
+        ty: NvSciSyncAttrValPrimitiveType,
+    ) -> Result<Self, ValidationError> {
+        match ty.0 {
+            1..=3 => Ok(Self::U32),
+            4 | 5 => Ok(Self::U64),
+            raw => Err(ValidationError::UnknownPrimitiveType { raw }),
+        }
+    }
+
+    /// The largest value (`MaxPrimitiveValue`).
+    pub const fn max_value(self) -> u64 {
+        match self {
+            Self::U32 => u32::MAX as u64,
+            Self::U64 => u64::MAX,
+        }
+    }
+
+    /// `value` reduced to this width (how the hardware wraps).
+    pub const fn wrap(self, value: u64) -> u64 {
+        value & self.max_value()
+    }
+}
+
+/// Identifies a stream to the core (the driver uses the `CUstream` address or an id of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct StreamId(pub u64);
+
+/// A reserved deterministic signal: commit after a successful enqueue, abort after a failed one.
+#[must_use = "commit or abort the reservation"]
+#[derive(Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct DeterministicReservation {
+    index: u64,
+    value: u64,
+    stream: StreamId,
+}
+
+impl DeterministicReservation {
+    /// The fence value this signal will produce.
+    pub fn value(&self) -> u64 {
+        self.value
+    }
+
+    /// Which signal it is (1 = the first signal counted by the counter).
+    pub fn signal_index(&self) -> u64 {
+        self.index
+    }
+
+    /// The stream that will signal.
+    pub fn stream(&self) -> StreamId {
+        self.stream
+    }
+}
+
+/// How many stream orderings a [`DeterministicCounter`] can hold.
+pub const MAX_STREAM_ORDERINGS: usize = 8;
+
+/// Counts signals of an NvSciSync object with deterministic fences.
+///
+/// With `RequireDeterministicFences`, each signal increments the primitive by exactly 1, so
+/// the fence of the k-th signal is `initial + k` (wrapped at the primitive's width) and a
+/// waiter can build it (`NvSciSyncFenceUpdateFence(obj, 0, value)`) before the signal is even
+/// enqueued.
+///
+/// **The initial value is an assumption you supply.** What a CUDA-signalled primitive starts
+/// at has not been verified on hardware by this project: read it back on the device (e.g.
+/// `NvSciSyncFenceExtractFence` on a first generated fence) rather than assuming 0.
+///
+/// **One stream at a time.** Signalling from several streams makes waiters unblock at the
+/// wrong signal unless the streams are ordered; a signal from a stream other than the last
+/// signaller is refused unless you declared, with [`order_after`](Self::order_after), that the
+/// new stream's work runs after the last one's (or opted out with the `unsafe`
+/// [`assume_streams_ordered`](Self::assume_streams_ordered)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeterministicCounter {
+    width: PrimitiveWidth,
+    initial: u64,
+    count: u64,
+    last_stream: Option<StreamId>,
+    orderings: heapless::Vec<(StreamId, StreamId), MAX_STREAM_ORDERINGS>,
+    any_order: bool,
+    pending: Option<u64>,
+}
+
+impl DeterministicCounter {
+    /// A counter for a primitive of `width` whose value before the first counted signal is
+    /// `initial_value` (see the type docs: verify it, do not assume it).
+    pub fn new(width: PrimitiveWidth, initial_value: u64) -> Result<Self, ValidationError> {
+        if initial_value > width.max_value() {
+            return Err(ValidationError::FenceValueTooWide {
+                value: initial_value,
+            });
+        }
+        Ok(Self {
+            width,
+            initial: initial_value,
+            count: 0,
+            last_stream: None,
+            orderings: heapless::Vec::new(),
+            any_order: false,
+            pending: None,
+        })
+    }
+
+    /// A counter for an NvSci primitive type (`PrimitiveInfo` of the reconciled list).
+    pub fn for_primitive(
+        ty: NvSciSyncAttrValPrimitiveType,
+        initial_value: u64,
+    ) -> Result<Self, ValidationError> {
+        Self::new(PrimitiveWidth::from_primitive_type(ty)?, initial_value)
+    }
+
+    /// The primitive width.
+    pub fn width(&self) -> PrimitiveWidth {
+        self.width
+    }
+
+    /// The value before the first counted signal.
+    pub fn initial_value(&self) -> u64 {
+        self.initial
+    }
+
+    /// How many signals were committed.
+    pub fn signal_count(&self) -> u64 {
+        self.count
+    }
+
+    /// The value the k-th signal produces (k = 1 is the first counted signal; k = 0 gives the
+    /// initial value), wrapped at the primitive's width.
+    pub fn value_of_signal(&self, k: u64) -> u64 {
+        self.width.wrap(self.initial.wrapping_add(k))
+    }
+
+    /// The value after all committed signals.
+    pub fn current_value(&self) -> u64 {
+        self.value_of_signal(self.count)
+    }
+
+    /// The value the next signal will produce: the fence to wait on for it, usable before that
+    /// signal is enqueued.
+    pub fn next_signal_value(&self) -> u64 {
+        self.value_of_signal(self.count.wrapping_add(1))
+    }
+
+    /// The stream that signalled last.
+    pub fn last_stream(&self) -> Option<StreamId> {
+        self.last_stream
+    }
+
+    /// State that every signal `later` enqueues is ordered after all signals `earlier` enqueued
+    /// before it (e.g. `later` waits on an event recorded on `earlier` after its signal, or both
+    /// are the same underlying queue). Afterwards a signal from `later` may follow one from
+    /// `earlier`. The statement is yours; the core cannot check it.
+    pub fn order_after(
+        &mut self,
+        later: StreamId,
+        earlier: StreamId,
+    ) -> Result<(), ValidationError> {
+        // A stream is always ordered after itself; nothing to store.
+        if later == earlier || self.orderings.contains(&(later, earlier)) {
+            return Ok(());
+        }
+        self.orderings
+            .push((later, earlier))
+            .map_err(|_| ValidationError::CapacityExceeded {
+                capacity: MAX_STREAM_ORDERINGS,
+            })
+    }
+
+    /// Turn the multi-stream check off for this counter.
+    ///
+    /// # Safety
+    ///
+    /// Sound only if every stream that signals this object is ordered after the stream that
+    /// signalled before it (so the k-th signal really completes k-th). Otherwise a waiter built
+    /// for signal k may unblock on another signal and read memory still being written.
+    pub unsafe fn assume_streams_ordered(&mut self) {
+        self.any_order = true;
+    }
+
+    fn stream_allowed(&self, stream: StreamId) -> Result<(), ValidationError> {
+        match self.last_stream {
+            None => Ok(()),
+            Some(last) if last == stream || self.any_order => Ok(()),
+            Some(last) if self.orderings.contains(&(stream, last)) => Ok(()),
+            Some(last) => Err(ValidationError::StreamNotOrdered { stream, last }),
+        }
+    }
+
+    /// Reserve the next signal on `stream`.
+    pub fn reserve(
+        &mut self,
+        stream: StreamId,
+    ) -> Result<DeterministicReservation, ValidationError> {
+        if self.pending.is_some() {
+            return Err(ValidationError::ReservationPending);
+        }
+        self.stream_allowed(stream)?;
+        let index = self
+            .count
+            .checked_add(1)
+            .ok_or(ValidationError::FenceExhausted)?;
+        self.pending = Some(index);
+        Ok(DeterministicReservation {
+            index,
+            value: self.value_of_signal(index),
+            stream,
+        })
+    }
+
+    /// The enqueue succeeded: the count advances and `stream` becomes the last signaller.
+    /// Returns the value this signal produces.
+    pub fn commit(
+        &mut self,
+        reservation: DeterministicReservation,
+    ) -> Result<u64, ValidationError> {
+        if self.pending != Some(reservation.index) {
+            return Err(ValidationError::ReservationMismatch);
+        }
+        self.pending = None;
+        self.count = reservation.index;
+        self.last_stream = Some(reservation.stream);
+        Ok(reservation.value)
+    }
+
+    /// The enqueue failed: nothing advances.
+    pub fn abort(&mut self, reservation: DeterministicReservation) -> Result<(), ValidationError> {
+        if self.pending != Some(reservation.index) {
+            return Err(ValidationError::ReservationMismatch);
+        }
+        self.pending = None;
+        Ok(())
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for DeterministicCounter {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "DeterministicCounter {{ width: {}, initial: {=u64}, count: {=u64}, last_stream: {} }}",
+            self.width,
+            self.initial,
+            self.count,
+            self.last_stream
+        )
+    }
+}

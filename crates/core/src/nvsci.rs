@@ -1,0 +1,899 @@
+//! Typed, fixed-capacity NvSciBuf / NvSciSync attribute lists.
+//!
+//! A set owns the storage of every value; [`BufAttrSet::lower`] / [`SyncAttrSet::lower`] build
+//! the C key/value pair arrays pointing into that storage, valid while the set is borrowed. No
+//! allocation happens anywhere.
+//!
+//! Value layouts follow the public NvSci headers: booleans are 1 byte, enums and `uint32_t`
+//! 4 bytes, per-plane values are arrays with one entry per plane, GPU ids are 16-byte UUIDs.
+//!
+//! ```
+//! use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId};
+//! use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm, NvSciBufType};
+//!
+//! let mut attrs = BufAttrSet::<8>::new();
+//! attrs.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer])?)?;
+//! attrs.set(BufAttr::RawSize(1 << 20))?;
+//! attrs.set(BufAttr::RawAlign(4096))?;
+//! attrs.set(BufAttr::NeedCpuAccess(true))?;
+//! attrs.set(BufAttr::RequiredPerm(NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite))?;
+//! attrs.set(BufAttr::gpu_ids(&[GpuId([7; 16])])?)?;
+//!
+//! let pairs = attrs.lower()?;
+//! assert_eq!(pairs.as_slice().len(), 6);
+//! assert_eq!(pairs.as_slice()[1].len, 8); // RawSize is a u64
+//! # Ok::<(), tegra_interop_core::ValidationError>(())
+//! ```
+
+use core::ffi::c_void;
+use core::marker::PhantomData;
+use core::mem::size_of;
+
+use tegra_interop_sys::cuda::CUuuid;
+use tegra_interop_sys::nvsci::{
+    NvSciBufAttrKey, NvSciBufAttrKeyValuePair, NvSciBufAttrValAccessPerm,
+    NvSciBufAttrValImageLayoutType, NvSciBufType, NvSciRmGpuId, NvSciSyncAccessPerm,
+    NvSciSyncAttrKey, NvSciSyncAttrKeyValuePair, NvSciSyncAttrValPrimitiveType,
+};
+
+use crate::error::ValidationError;
+
+/// Most image planes a [`Planes`] value holds (Y, U, V).
+pub const MAX_PLANES: usize = 3;
+/// Most GPU ids one `GpuId` attribute holds.
+pub const MAX_GPUS: usize = 4;
+/// Most buffer types one `Types` attribute holds.
+pub const MAX_BUF_TYPES: usize = 4;
+/// Most primitive types one `PrimitiveInfo` attribute holds.
+pub const MAX_PRIMITIVES: usize = 5;
+
+/// A GPU's UUID as NvSci uses it (`NvSciRmGpuId`): the CUDA device UUID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct GpuId(pub [u8; 16]);
+
+impl GpuId {
+    /// From `cuDeviceGetUuid`'s result (the bytes are reinterpreted, whatever the sign of
+    /// `c_char` on the target).
+    pub fn from_cuda_uuid(uuid: &CUuuid) -> Self {
+        let mut bytes = [0u8; 16];
+        for (b, c) in bytes.iter_mut().zip(uuid.bytes.iter()) {
+            *b = *c as u8;
+        }
+        Self(bytes)
+    }
+
+    /// As the C structure.
+    pub const fn raw(self) -> NvSciRmGpuId {
+        NvSciRmGpuId { bytes: self.0 }
+    }
+}
+
+impl From<NvSciRmGpuId> for GpuId {
+    fn from(value: NvSciRmGpuId) -> Self {
+        Self(value.bytes)
+    }
+}
+
+/// One value per image plane (1 to [`MAX_PLANES`] entries).
+pub type Planes<T> = heapless::Vec<T, MAX_PLANES>;
+
+fn list<T: Copy, const M: usize>(values: &[T]) -> Result<heapless::Vec<T, M>, ValidationError> {
+    heapless::Vec::from_slice(values).map_err(|_| ValidationError::CapacityExceeded { capacity: M })
+}
+
+fn planes<T: Copy>(values: &[T]) -> Result<Planes<T>, ValidationError> {
+    heapless::Vec::from_slice(values).map_err(|_| ValidationError::TooManyPlanes {
+        count: values.len(),
+        max: MAX_PLANES,
+    })
+}
+
+fn ptr_len<T>(value: &T) -> (*const c_void, usize) {
+    (core::ptr::from_ref(value).cast(), size_of::<T>())
+}
+
+fn slice_ptr_len<T>(values: &[T]) -> (*const c_void, usize) {
+    (values.as_ptr().cast(), core::mem::size_of_val(values))
+}
+
+/// Reads one fixed-size value from `bytes` (its whole length must be `W`).
+fn exact<const W: usize>(key: u32, bytes: &[u8]) -> Result<[u8; W], ValidationError> {
+    <[u8; W]>::try_from(bytes).map_err(|_| ValidationError::AttrLength {
+        key,
+        len: bytes.len(),
+    })
+}
+
+fn read_bool(key: u32, bytes: &[u8]) -> Result<bool, ValidationError> {
+    match exact::<1>(key, bytes)?[0] {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(ValidationError::InvalidAttrValue { key }),
+    }
+}
+
+fn read_u32(key: u32, bytes: &[u8]) -> Result<u32, ValidationError> {
+    Ok(u32::from_ne_bytes(exact::<4>(key, bytes)?))
+}
+
+fn read_u64(key: u32, bytes: &[u8]) -> Result<u64, ValidationError> {
+    Ok(u64::from_ne_bytes(exact::<8>(key, bytes)?))
+}
+
+/// Reads an array of `W`-byte elements into a fixed-capacity list.
+fn read_array<T, const W: usize, const M: usize>(
+    key: u32,
+    bytes: &[u8],
+    convert: impl Fn([u8; W]) -> T,
+) -> Result<heapless::Vec<T, M>, ValidationError> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(W) || bytes.len() / W > M {
+        return Err(ValidationError::AttrLength {
+            key,
+            len: bytes.len(),
+        });
+    }
+    let mut out = heapless::Vec::new();
+    for chunk in bytes.chunks_exact(W) {
+        let item = convert(exact::<W>(key, chunk)?);
+        out.push(item).map_err(|_| ValidationError::AttrLength {
+            key,
+            len: bytes.len(),
+        })?;
+    }
+    Ok(out)
+}
+
+fn check_buf_perm(perm: NvSciBufAttrValAccessPerm) -> Result<(), ValidationError> {
+    match perm {
+        NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Readonly
+        | NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite => Ok(()),
+        NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Auto => {
+            Err(ValidationError::AutoPermNotAllowed)
+        }
+        other => Err(ValidationError::InvalidPerm {
+            raw: u64::from(other.0),
+        }),
+    }
+}
+
+fn check_sync_perm(perm: NvSciSyncAccessPerm) -> Result<(), ValidationError> {
+    match perm {
+        NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly
+        | NvSciSyncAccessPerm::NvSciSyncAccessPerm_SignalOnly
+        | NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitSignal => Ok(()),
+        NvSciSyncAccessPerm::NvSciSyncAccessPerm_Auto => Err(ValidationError::AutoPermNotAllowed),
+        other => Err(ValidationError::InvalidPerm { raw: other.0 }),
+    }
+}
+
+/// One NvSciBuf attribute with its value (the value's C layout is kept in place so that a
+/// lowered pair can point at it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BufAttr {
+    /// `GeneralAttrKey_Types` (`NvSciBufType[]`).
+    Types(heapless::Vec<NvSciBufType, MAX_BUF_TYPES>),
+    /// `GeneralAttrKey_NeedCpuAccess` (bool).
+    NeedCpuAccess(bool),
+    /// `GeneralAttrKey_RequiredPerm`: Readonly or ReadWrite (Auto is refused).
+    RequiredPerm(NvSciBufAttrValAccessPerm),
+    /// `GeneralAttrKey_EnableCpuCache` (bool).
+    EnableCpuCache(bool),
+    /// `GeneralAttrKey_GpuId` (`NvSciRmGpuId[]`): the GPUs that access the buffer.
+    GpuId(heapless::Vec<NvSciRmGpuId, MAX_GPUS>),
+    /// `GeneralAttrKey_CpuNeedSwCacheCoherency` (bool, output).
+    CpuNeedSwCacheCoherency(bool),
+    /// `GeneralAttrKey_ActualPerm` (output).
+    ActualPerm(NvSciBufAttrValAccessPerm),
+    /// `GeneralAttrKey_EnableGpuCache` (bool).
+    EnableGpuCache(bool),
+    /// `GeneralAttrKey_GpuSwNeedCacheCoherency` (bool, output).
+    GpuSwNeedCacheCoherency(bool),
+    /// `RawBufferAttrKey_Size` (u64, bytes; non-zero).
+    RawSize(u64),
+    /// `RawBufferAttrKey_Align` (u64, bytes; a power of two).
+    RawAlign(u64),
+    /// `ImageAttrKey_Layout`: block linear or pitch linear.
+    Layout(NvSciBufAttrValImageLayoutType),
+    /// `ImageAttrKey_TopPadding` (u64 per plane).
+    TopPadding(Planes<u64>),
+    /// `ImageAttrKey_BottomPadding` (u64 per plane).
+    BottomPadding(Planes<u64>),
+    /// `ImageAttrKey_LeftPadding` (u64 per plane).
+    LeftPadding(Planes<u64>),
+    /// `ImageAttrKey_RightPadding` (u64 per plane).
+    RightPadding(Planes<u64>),
+    /// `ImageAttrKey_VprFlag` (bool).
+    VprFlag(bool),
+    /// `ImageAttrKey_Size` (u64, output).
+    ImageSize(u64),
+    /// `ImageAttrKey_Alignment` (u64, output).
+    ImageAlignment(u64),
+    /// `ImageAttrKey_PlaneCount` (u32, 1..=[`MAX_PLANES`]).
+    PlaneCount(u32),
+    /// `ImageAttrKey_PlaneColorFormat` (raw `NvSciBufAttrValColorFmt` per plane).
+    PlaneColorFormat(Planes<u32>),
+    /// `ImageAttrKey_PlaneColorStd` (raw `NvSciBufAttrValColorStd` per plane).
+    PlaneColorStd(Planes<u32>),
+    /// `ImageAttrKey_PlaneBaseAddrAlign` (u32 per plane).
+    PlaneBaseAddrAlign(Planes<u32>),
+    /// `ImageAttrKey_PlaneWidth` (u32 per plane).
+    PlaneWidth(Planes<u32>),
+    /// `ImageAttrKey_PlaneHeight` (u32 per plane).
+    PlaneHeight(Planes<u32>),
+    /// `ImageAttrKey_ScanType` (raw `NvSciBufAttrValImageScanType`).
+    ScanType(u32),
+    /// `ImageAttrKey_PlaneBitsPerPixel` (u32 per plane, output).
+    PlaneBitsPerPixel(Planes<u32>),
+    /// `ImageAttrKey_PlaneOffset` (u64 per plane, output).
+    PlaneOffset(Planes<u64>),
+    /// `ImageAttrKey_PlaneDatatype` (raw `NvSciBufAttrValDataType` per plane, output).
+    PlaneDatatype(Planes<u32>),
+    /// `ImageAttrKey_PlaneChannelCount` (u8 per plane, output).
+    PlaneChannelCount(Planes<u8>),
+    /// `ImageAttrKey_PlaneSecondFieldOffset` (u64 per plane, output).
+    PlaneSecondFieldOffset(Planes<u64>),
+    /// `ImageAttrKey_PlanePitch` (u32 per plane, output).
+    PlanePitch(Planes<u32>),
+    /// `ImageAttrKey_PlaneAlignedHeight` (u32 per plane, output).
+    PlaneAlignedHeight(Planes<u32>),
+    /// `ImageAttrKey_PlaneAlignedSize` (u64 per plane, output).
+    PlaneAlignedSize(Planes<u64>),
+    /// `ImageAttrKey_ImageCount` (u64).
+    ImageCount(u64),
+}
+
+impl BufAttr {
+    /// `Types` from a slice (at most [`MAX_BUF_TYPES`]).
+    pub fn types(types: &[NvSciBufType]) -> Result<Self, ValidationError> {
+        Ok(Self::Types(list(types)?))
+    }
+
+    /// `GpuId` from a slice (at most [`MAX_GPUS`]).
+    pub fn gpu_ids(ids: &[GpuId]) -> Result<Self, ValidationError> {
+        let mut out = heapless::Vec::new();
+        for id in ids {
+            out.push(id.raw())
+                .map_err(|_| ValidationError::CapacityExceeded { capacity: MAX_GPUS })?;
+        }
+        Ok(Self::GpuId(out))
+    }
+
+    /// `PlaneWidth` from a slice (at most [`MAX_PLANES`]).
+    pub fn plane_widths(widths: &[u32]) -> Result<Self, ValidationError> {
+        Ok(Self::PlaneWidth(planes(widths)?))
+    }
+
+    /// `PlaneHeight` from a slice (at most [`MAX_PLANES`]).
+    pub fn plane_heights(heights: &[u32]) -> Result<Self, ValidationError> {
+        Ok(Self::PlaneHeight(planes(heights)?))
+    }
+
+    /// `PlaneColorFormat` from raw `NvSciBufAttrValColorFmt` values (at most [`MAX_PLANES`]).
+    pub fn plane_color_formats(formats: &[u32]) -> Result<Self, ValidationError> {
+        Ok(Self::PlaneColorFormat(planes(formats)?))
+    }
+
+    /// One padding key (`which` is top, bottom, left or right) for every plane.
+    pub fn padding(which: Padding, per_plane: &[u64]) -> Result<Self, ValidationError> {
+        let p = planes(per_plane)?;
+        Ok(match which {
+            Padding::Top => Self::TopPadding(p),
+            Padding::Bottom => Self::BottomPadding(p),
+            Padding::Left => Self::LeftPadding(p),
+            Padding::Right => Self::RightPadding(p),
+        })
+    }
+
+    /// The C key.
+    pub fn key(&self) -> NvSciBufAttrKey {
+        type K = NvSciBufAttrKey;
+        match self {
+            Self::Types(_) => K::NvSciBufGeneralAttrKey_Types,
+            Self::NeedCpuAccess(_) => K::NvSciBufGeneralAttrKey_NeedCpuAccess,
+            Self::RequiredPerm(_) => K::NvSciBufGeneralAttrKey_RequiredPerm,
+            Self::EnableCpuCache(_) => K::NvSciBufGeneralAttrKey_EnableCpuCache,
+            Self::GpuId(_) => K::NvSciBufGeneralAttrKey_GpuId,
+            Self::CpuNeedSwCacheCoherency(_) => K::NvSciBufGeneralAttrKey_CpuNeedSwCacheCoherency,
+            Self::ActualPerm(_) => K::NvSciBufGeneralAttrKey_ActualPerm,
+            Self::EnableGpuCache(_) => K::NvSciBufGeneralAttrKey_EnableGpuCache,
+            Self::GpuSwNeedCacheCoherency(_) => K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency,
+            Self::RawSize(_) => K::NvSciBufRawBufferAttrKey_Size,
+            Self::RawAlign(_) => K::NvSciBufRawBufferAttrKey_Align,
+            Self::Layout(_) => K::NvSciBufImageAttrKey_Layout,
+            Self::TopPadding(_) => K::NvSciBufImageAttrKey_TopPadding,
+            Self::BottomPadding(_) => K::NvSciBufImageAttrKey_BottomPadding,
+            Self::LeftPadding(_) => K::NvSciBufImageAttrKey_LeftPadding,
+            Self::RightPadding(_) => K::NvSciBufImageAttrKey_RightPadding,
+            Self::VprFlag(_) => K::NvSciBufImageAttrKey_VprFlag,
+            Self::ImageSize(_) => K::NvSciBufImageAttrKey_Size,
+            Self::ImageAlignment(_) => K::NvSciBufImageAttrKey_Alignment,
+            Self::PlaneCount(_) => K::NvSciBufImageAttrKey_PlaneCount,
+            Self::PlaneColorFormat(_) => K::NvSciBufImageAttrKey_PlaneColorFormat,
+            Self::PlaneColorStd(_) => K::NvSciBufImageAttrKey_PlaneColorStd,
+            Self::PlaneBaseAddrAlign(_) => K::NvSciBufImageAttrKey_PlaneBaseAddrAlign,
+            Self::PlaneWidth(_) => K::NvSciBufImageAttrKey_PlaneWidth,
+            Self::PlaneHeight(_) => K::NvSciBufImageAttrKey_PlaneHeight,
+            Self::ScanType(_) => K::NvSciBufImageAttrKey_ScanType,
+            Self::PlaneBitsPerPixel(_) => K::NvSciBufImageAttrKey_PlaneBitsPerPixel,
+            Self::PlaneOffset(_) => K::NvSciBufImageAttrKey_PlaneOffset,
+            Self::PlaneDatatype(_) => K::NvSciBufImageAttrKey_PlaneDatatype,
+            Self::PlaneChannelCount(_) => K::NvSciBufImageAttrKey_PlaneChannelCount,
+            Self::PlaneSecondFieldOffset(_) => K::NvSciBufImageAttrKey_PlaneSecondFieldOffset,
+            Self::PlanePitch(_) => K::NvSciBufImageAttrKey_PlanePitch,
+            Self::PlaneAlignedHeight(_) => K::NvSciBufImageAttrKey_PlaneAlignedHeight,
+            Self::PlaneAlignedSize(_) => K::NvSciBufImageAttrKey_PlaneAlignedSize,
+            Self::ImageCount(_) => K::NvSciBufImageAttrKey_ImageCount,
+        }
+    }
+
+    /// Number of per-plane entries, for per-plane keys.
+    pub fn plane_entries(&self) -> Option<usize> {
+        Some(match self {
+            Self::TopPadding(p)
+            | Self::BottomPadding(p)
+            | Self::LeftPadding(p)
+            | Self::RightPadding(p)
+            | Self::PlaneOffset(p)
+            | Self::PlaneSecondFieldOffset(p)
+            | Self::PlaneAlignedSize(p) => p.len(),
+            Self::PlaneColorFormat(p)
+            | Self::PlaneColorStd(p)
+            | Self::PlaneBaseAddrAlign(p)
+            | Self::PlaneWidth(p)
+            | Self::PlaneHeight(p)
+            | Self::PlaneBitsPerPixel(p)
+            | Self::PlaneDatatype(p)
+            | Self::PlanePitch(p)
+            | Self::PlaneAlignedHeight(p) => p.len(),
+            Self::PlaneChannelCount(p) => p.len(),
+            _ => return None,
+        })
+    }
+
+    /// Checks the value alone (not against other keys).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let key = self.key().0;
+        let invalid = ValidationError::InvalidAttrValue { key };
+        match self {
+            Self::RequiredPerm(p) => check_buf_perm(*p),
+            Self::Types(t) if t.is_empty() => Err(invalid),
+            Self::GpuId(g) if g.is_empty() => Err(invalid),
+            Self::RawSize(0) => Err(ValidationError::ZeroSize),
+            Self::RawAlign(a) if !a.is_power_of_two() => Err(invalid),
+            Self::Layout(l) if l.0 > 1 => Err(invalid),
+            Self::PlaneCount(0) => Err(invalid),
+            Self::PlaneCount(n) if *n as usize > MAX_PLANES => {
+                Err(ValidationError::TooManyPlanes {
+                    count: *n as usize,
+                    max: MAX_PLANES,
+                })
+            }
+            _ => match self.plane_entries() {
+                Some(0) => Err(invalid),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Pointer to the value (inside `self`) and its length in bytes.
+    fn value_ptr_len(&self) -> (*const c_void, usize) {
+        match self {
+            Self::Types(v) => slice_ptr_len(v.as_slice()),
+            Self::GpuId(v) => slice_ptr_len(v.as_slice()),
+            Self::NeedCpuAccess(b)
+            | Self::EnableCpuCache(b)
+            | Self::CpuNeedSwCacheCoherency(b)
+            | Self::EnableGpuCache(b)
+            | Self::GpuSwNeedCacheCoherency(b)
+            | Self::VprFlag(b) => ptr_len(b),
+            Self::RequiredPerm(p) | Self::ActualPerm(p) => ptr_len(p),
+            Self::RawSize(v)
+            | Self::RawAlign(v)
+            | Self::ImageSize(v)
+            | Self::ImageAlignment(v)
+            | Self::ImageCount(v) => ptr_len(v),
+            Self::Layout(l) => ptr_len(l),
+            Self::PlaneCount(v) | Self::ScanType(v) => ptr_len(v),
+            Self::TopPadding(p)
+            | Self::BottomPadding(p)
+            | Self::LeftPadding(p)
+            | Self::RightPadding(p)
+            | Self::PlaneOffset(p)
+            | Self::PlaneSecondFieldOffset(p)
+            | Self::PlaneAlignedSize(p) => slice_ptr_len(p.as_slice()),
+            Self::PlaneColorFormat(p)
+            | Self::PlaneColorStd(p)
+            | Self::PlaneBaseAddrAlign(p)
+            | Self::PlaneWidth(p)
+            | Self::PlaneHeight(p)
+            | Self::PlaneBitsPerPixel(p)
+            | Self::PlaneDatatype(p)
+            | Self::PlanePitch(p)
+            | Self::PlaneAlignedHeight(p) => slice_ptr_len(p.as_slice()),
+            Self::PlaneChannelCount(p) => slice_ptr_len(p.as_slice()),
+        }
+    }
+
+    /// Decodes a value read back with `NvSciBufAttrListGetAttrs` (`bytes` is the `len` bytes at
+    /// `value`). Checks the length against the key's type; does not apply [`validate`](Self::validate).
+    pub fn decode(key: NvSciBufAttrKey, bytes: &[u8]) -> Result<Self, ValidationError> {
+        type K = NvSciBufAttrKey;
+        let k = key.0;
+        let u32s = |b: &[u8]| read_array::<u32, 4, MAX_PLANES>(k, b, u32::from_ne_bytes);
+        let u64s = |b: &[u8]| read_array::<u64, 8, MAX_PLANES>(k, b, u64::from_ne_bytes);
+        Ok(match key {
+            K::NvSciBufGeneralAttrKey_Types => {
+                Self::Types(read_array::<_, 4, MAX_BUF_TYPES>(k, bytes, |b| {
+                    NvSciBufType(u32::from_ne_bytes(b))
+                })?)
+            }
+            K::NvSciBufGeneralAttrKey_NeedCpuAccess => Self::NeedCpuAccess(read_bool(k, bytes)?),
+            K::NvSciBufGeneralAttrKey_RequiredPerm => {
+                Self::RequiredPerm(NvSciBufAttrValAccessPerm(read_u32(k, bytes)?))
+            }
+            K::NvSciBufGeneralAttrKey_EnableCpuCache => Self::EnableCpuCache(read_bool(k, bytes)?),
+            K::NvSciBufGeneralAttrKey_GpuId => {
+                Self::GpuId(read_array::<_, 16, MAX_GPUS>(k, bytes, |b| NvSciRmGpuId {
+                    bytes: b,
+                })?)
+            }
+            K::NvSciBufGeneralAttrKey_CpuNeedSwCacheCoherency => {
+                Self::CpuNeedSwCacheCoherency(read_bool(k, bytes)?)
+            }
+            K::NvSciBufGeneralAttrKey_ActualPerm => {
+                Self::ActualPerm(NvSciBufAttrValAccessPerm(read_u32(k, bytes)?))
+            }
+            K::NvSciBufGeneralAttrKey_EnableGpuCache => Self::EnableGpuCache(read_bool(k, bytes)?),
+            K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency => {
+                Self::GpuSwNeedCacheCoherency(read_bool(k, bytes)?)
+            }
+            K::NvSciBufRawBufferAttrKey_Size => Self::RawSize(read_u64(k, bytes)?),
+            K::NvSciBufRawBufferAttrKey_Align => Self::RawAlign(read_u64(k, bytes)?),
+            K::NvSciBufImageAttrKey_Layout => {
+                Self::Layout(NvSciBufAttrValImageLayoutType(read_u32(k, bytes)?))
+            }
+            K::NvSciBufImageAttrKey_TopPadding => Self::TopPadding(u64s(bytes)?),
+            K::NvSciBufImageAttrKey_BottomPadding => Self::BottomPadding(u64s(bytes)?),
+            K::NvSciBufImageAttrKey_LeftPadding => Self::LeftPadding(u64s(bytes)?),
+            K::NvSciBufImageAttrKey_RightPadding => Self::RightPadding(u64s(bytes)?),
+            K::NvSciBufImageAttrKey_VprFlag => Self::VprFlag(read_bool(k, bytes)?),
+            K::NvSciBufImageAttrKey_Size => Self::ImageSize(read_u64(k, bytes)?),
+            K::NvSciBufImageAttrKey_Alignment => Self::ImageAlignment(read_u64(k, bytes)?),
+            K::NvSciBufImageAttrKey_PlaneCount => Self::PlaneCount(read_u32(k, bytes)?),
+            K::NvSciBufImageAttrKey_PlaneColorFormat => Self::PlaneColorFormat(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneColorStd => Self::PlaneColorStd(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneBaseAddrAlign => Self::PlaneBaseAddrAlign(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneWidth => Self::PlaneWidth(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneHeight => Self::PlaneHeight(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_ScanType => Self::ScanType(read_u32(k, bytes)?),
+            K::NvSciBufImageAttrKey_PlaneBitsPerPixel => Self::PlaneBitsPerPixel(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneOffset => Self::PlaneOffset(u64s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneDatatype => Self::PlaneDatatype(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneChannelCount => {
+                Self::PlaneChannelCount(read_array::<u8, 1, MAX_PLANES>(k, bytes, |b| b[0])?)
+            }
+            K::NvSciBufImageAttrKey_PlaneSecondFieldOffset => {
+                Self::PlaneSecondFieldOffset(u64s(bytes)?)
+            }
+            K::NvSciBufImageAttrKey_PlanePitch => Self::PlanePitch(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneAlignedHeight => Self::PlaneAlignedHeight(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneAlignedSize => Self::PlaneAlignedSize(u64s(bytes)?),
+            K::NvSciBufImageAttrKey_ImageCount => Self::ImageCount(read_u64(k, bytes)?),
+            _ => return Err(ValidationError::UnknownAttrKey { key: k }),
+        })
+    }
+
+    /// Decodes a pair filled by `NvSciBufAttrListGetAttrs`. `Ok(None)` when the key is not set
+    /// (NULL value or zero length).
+    ///
+    /// # Safety
+    ///
+    /// `pair.value` must be NULL or point to `pair.len` readable, initialised bytes that stay
+    /// unchanged for the duration of the call (true for a pair just filled by GetAttrs while
+    /// its attribute list is alive and not modified).
+    pub unsafe fn decode_pair(
+        pair: &NvSciBufAttrKeyValuePair,
+    ) -> Result<Option<Self>, ValidationError> {
+        if pair.value.is_null() || pair.len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: non-NULL, and the caller guarantees `len` readable initialised bytes there.
+        let bytes = unsafe { core::slice::from_raw_parts(pair.value.cast::<u8>(), pair.len) };
+        Self::decode(pair.key, bytes).map(Some)
+    }
+}
+
+/// Which image padding key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Padding {
+    /// `TopPadding`.
+    Top,
+    /// `BottomPadding`.
+    Bottom,
+    /// `LeftPadding`.
+    Left,
+    /// `RightPadding`.
+    Right,
+}
+
+/// A validated NvSciBuf attribute list of at most `N` keys, each at most once.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BufAttrSet<const N: usize> {
+    attrs: heapless::Vec<BufAttr, N>,
+}
+
+impl<const N: usize> BufAttrSet<N> {
+    /// An empty set.
+    pub const fn new() -> Self {
+        Self {
+            attrs: heapless::Vec::new(),
+        }
+    }
+
+    /// Adds `attr` after checking its value, that its key is not set yet, and the capacity.
+    pub fn set(&mut self, attr: BufAttr) -> Result<&mut Self, ValidationError> {
+        attr.validate()?;
+        let key = attr.key();
+        if self.attrs.iter().any(|a| a.key() == key) {
+            return Err(ValidationError::DuplicateKey { key: key.0 });
+        }
+        self.attrs
+            .push(attr)
+            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+        Ok(self)
+    }
+
+    /// The attribute with `key`, if set.
+    pub fn get(&self, key: NvSciBufAttrKey) -> Option<&BufAttr> {
+        self.attrs.iter().find(|a| a.key() == key)
+    }
+
+    /// The attributes, in insertion order.
+    pub fn attrs(&self) -> &[BufAttr] {
+        &self.attrs
+    }
+
+    /// Number of keys set.
+    pub fn len(&self) -> usize {
+        self.attrs.len()
+    }
+
+    /// `true` when no key is set.
+    pub fn is_empty(&self) -> bool {
+        self.attrs.is_empty()
+    }
+
+    /// Checks the keys against each other: every per-plane key has `PlaneCount` entries.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let plane_count = self.attrs.iter().find_map(|a| match a {
+            BufAttr::PlaneCount(n) => Some(*n as usize),
+            _ => None,
+        });
+        if let Some(expected) = plane_count {
+            for attr in &self.attrs {
+                if let Some(actual) = attr.plane_entries() {
+                    if actual != expected {
+                        return Err(ValidationError::PlaneCountMismatch {
+                            key: attr.key().0,
+                            expected,
+                            actual,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Validates and builds the C pair array for `NvSciBufAttrListSetAttrs`, pointing into this
+    /// set's storage (valid while the returned value lives).
+    pub fn lower(&self) -> Result<LoweredBufAttrs<'_, N>, ValidationError> {
+        self.validate()?;
+        let mut pairs = heapless::Vec::new();
+        for attr in &self.attrs {
+            let (value, len) = attr.value_ptr_len();
+            let pair = NvSciBufAttrKeyValuePair {
+                key: attr.key(),
+                value,
+                len,
+            };
+            pairs
+                .push(pair)
+                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+        }
+        Ok(LoweredBufAttrs {
+            pairs,
+            _set: PhantomData,
+        })
+    }
+}
+
+/// The C pairs of a [`BufAttrSet`], borrowing its value storage.
+#[derive(Debug)]
+pub struct LoweredBufAttrs<'a, const N: usize> {
+    pairs: heapless::Vec<NvSciBufAttrKeyValuePair, N>,
+    _set: PhantomData<&'a BufAttrSet<N>>,
+}
+
+impl<const N: usize> LoweredBufAttrs<'_, N> {
+    /// The pairs.
+    pub fn as_slice(&self) -> &[NvSciBufAttrKeyValuePair] {
+        &self.pairs
+    }
+
+    /// Pointer for `NvSciBufAttrListSetAttrs` (which takes a mutable pointer but only reads).
+    pub fn as_mut_ptr(&mut self) -> *mut NvSciBufAttrKeyValuePair {
+        self.pairs.as_mut_ptr()
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// `true` when there are no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}
+
+/// One NvSciSync attribute with its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncAttr {
+    /// `NeedCpuAccess` (bool): the CPU signals or waits.
+    NeedCpuAccess(bool),
+    /// `RequiredPerm`: WaitOnly, SignalOnly or WaitSignal (Auto is refused).
+    RequiredPerm(NvSciSyncAccessPerm),
+    /// `ActualPerm` (output).
+    ActualPerm(NvSciSyncAccessPerm),
+    /// `WaiterContextInsensitiveFenceExports` (bool).
+    WaiterContextInsensitiveFenceExports(bool),
+    /// `WaiterRequireTimestamps` (bool).
+    WaiterRequireTimestamps(bool),
+    /// `RequireDeterministicFences` (bool): each signal increments the primitive by exactly 1.
+    RequireDeterministicFences(bool),
+    /// `NumTimestampSlots` (u32, output).
+    NumTimestampSlots(u32),
+    /// `MaxPrimitiveValue` (u64, output).
+    MaxPrimitiveValue(u64),
+    /// `PrimitiveInfo` (`NvSciSyncAttrValPrimitiveType[]`).
+    PrimitiveInfo(heapless::Vec<NvSciSyncAttrValPrimitiveType, MAX_PRIMITIVES>),
+    /// `GpuId` (`NvSciRmGpuId[]`).
+    GpuId(heapless::Vec<NvSciRmGpuId, MAX_GPUS>),
+}
+
+impl SyncAttr {
+    /// `GpuId` from a slice (at most [`MAX_GPUS`]).
+    pub fn gpu_ids(ids: &[GpuId]) -> Result<Self, ValidationError> {
+        let mut out = heapless::Vec::new();
+        for id in ids {
+            out.push(id.raw())
+                .map_err(|_| ValidationError::CapacityExceeded { capacity: MAX_GPUS })?;
+        }
+        Ok(Self::GpuId(out))
+    }
+
+    /// `PrimitiveInfo` from a slice (at most [`MAX_PRIMITIVES`]).
+    pub fn primitive_info(
+        types: &[NvSciSyncAttrValPrimitiveType],
+    ) -> Result<Self, ValidationError> {
+        Ok(Self::PrimitiveInfo(list(types)?))
+    }
+
+    /// The C key.
+    pub fn key(&self) -> NvSciSyncAttrKey {
+        type K = NvSciSyncAttrKey;
+        match self {
+            Self::NeedCpuAccess(_) => K::NvSciSyncAttrKey_NeedCpuAccess,
+            Self::RequiredPerm(_) => K::NvSciSyncAttrKey_RequiredPerm,
+            Self::ActualPerm(_) => K::NvSciSyncAttrKey_ActualPerm,
+            Self::WaiterContextInsensitiveFenceExports(_) => {
+                K::NvSciSyncAttrKey_WaiterContextInsensitiveFenceExports
+            }
+            Self::WaiterRequireTimestamps(_) => K::NvSciSyncAttrKey_WaiterRequireTimestamps,
+            Self::RequireDeterministicFences(_) => K::NvSciSyncAttrKey_RequireDeterministicFences,
+            Self::NumTimestampSlots(_) => K::NvSciSyncAttrKey_NumTimestampSlots,
+            Self::MaxPrimitiveValue(_) => K::NvSciSyncAttrKey_MaxPrimitiveValue,
+            Self::PrimitiveInfo(_) => K::NvSciSyncAttrKey_PrimitiveInfo,
+            Self::GpuId(_) => K::NvSciSyncAttrKey_GpuId,
+        }
+    }
+
+    /// Checks the value alone.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let key = self.key().0;
+        match self {
+            Self::RequiredPerm(p) => check_sync_perm(*p),
+            Self::PrimitiveInfo(v) => {
+                if v.is_empty() {
+                    return Err(ValidationError::InvalidAttrValue { key });
+                }
+                match v.iter().find(|t| !(1..=5).contains(&t.0)) {
+                    Some(t) => Err(ValidationError::UnknownPrimitiveType { raw: t.0 }),
+                    None => Ok(()),
+                }
+            }
+            Self::GpuId(v) if v.is_empty() => Err(ValidationError::InvalidAttrValue { key }),
+            _ => Ok(()),
+        }
+    }
+
+    fn value_ptr_len(&self) -> (*const c_void, usize) {
+        match self {
+            Self::NeedCpuAccess(b)
+            | Self::WaiterContextInsensitiveFenceExports(b)
+            | Self::WaiterRequireTimestamps(b)
+            | Self::RequireDeterministicFences(b) => ptr_len(b),
+            Self::RequiredPerm(p) | Self::ActualPerm(p) => ptr_len(p),
+            Self::NumTimestampSlots(v) => ptr_len(v),
+            Self::MaxPrimitiveValue(v) => ptr_len(v),
+            Self::PrimitiveInfo(v) => slice_ptr_len(v.as_slice()),
+            Self::GpuId(v) => slice_ptr_len(v.as_slice()),
+        }
+    }
+
+    /// Decodes a value read back with `NvSciSyncAttrListGetAttrs`.
+    pub fn decode(key: NvSciSyncAttrKey, bytes: &[u8]) -> Result<Self, ValidationError> {
+        type K = NvSciSyncAttrKey;
+        let k = key.0;
+        Ok(match key {
+            K::NvSciSyncAttrKey_NeedCpuAccess => Self::NeedCpuAccess(read_bool(k, bytes)?),
+            K::NvSciSyncAttrKey_RequiredPerm => {
+                Self::RequiredPerm(NvSciSyncAccessPerm(read_u64(k, bytes)?))
+            }
+            K::NvSciSyncAttrKey_ActualPerm => {
+                Self::ActualPerm(NvSciSyncAccessPerm(read_u64(k, bytes)?))
+            }
+            K::NvSciSyncAttrKey_WaiterContextInsensitiveFenceExports => {
+                Self::WaiterContextInsensitiveFenceExports(read_bool(k, bytes)?)
+            }
+            K::NvSciSyncAttrKey_WaiterRequireTimestamps => {
+                Self::WaiterRequireTimestamps(read_bool(k, bytes)?)
+            }
+            K::NvSciSyncAttrKey_RequireDeterministicFences => {
+                Self::RequireDeterministicFences(read_bool(k, bytes)?)
+            }
+            K::NvSciSyncAttrKey_NumTimestampSlots => Self::NumTimestampSlots(read_u32(k, bytes)?),
+            K::NvSciSyncAttrKey_MaxPrimitiveValue => Self::MaxPrimitiveValue(read_u64(k, bytes)?),
+            K::NvSciSyncAttrKey_PrimitiveInfo => {
+                Self::PrimitiveInfo(read_array::<_, 4, MAX_PRIMITIVES>(k, bytes, |b| {
+                    NvSciSyncAttrValPrimitiveType(u32::from_ne_bytes(b))
+                })?)
+            }
+            K::NvSciSyncAttrKey_GpuId => {
+                Self::GpuId(read_array::<_, 16, MAX_GPUS>(k, bytes, |b| NvSciRmGpuId {
+                    bytes: b,
+                })?)
+            }
+            _ => return Err(ValidationError::UnknownAttrKey { key: k }),
+        })
+    }
+
+    /// Decodes a pair filled by `NvSciSyncAttrListGetAttrs`. `Ok(None)` when the key is not set.
+    ///
+    /// # Safety
+    ///
+    /// `pair.value` must be NULL or point to `pair.len` readable, initialised bytes that stay
+    /// unchanged for the duration of the call.
+    pub unsafe fn decode_pair(
+        pair: &NvSciSyncAttrKeyValuePair,
+    ) -> Result<Option<Self>, ValidationError> {
+        if pair.value.is_null() || pair.len == 0 {
+            return Ok(None);
+        }
+        // SAFETY: non-NULL, and the caller guarantees `len` readable initialised bytes there.
+        let bytes = unsafe { core::slice::from_raw_parts(pair.value.cast::<u8>(), pair.len) };
+        Self::decode(pair.attrKey, bytes).map(Some)
+    }
+}
+
+/// A validated NvSciSync attribute list of at most `N` keys, each at most once.
+///
+/// ```
+/// use tegra_interop_core::nvsci::{SyncAttr, SyncAttrSet};
+/// use tegra_interop_core::sys::nvsci::NvSciSyncAccessPerm;
+/// use tegra_interop_core::ValidationError;
+///
+/// let mut attrs = SyncAttrSet::<4>::new();
+/// attrs.set(SyncAttr::NeedCpuAccess(true))?;
+/// attrs.set(SyncAttr::RequireDeterministicFences(true))?;
+/// assert_eq!(
+///     attrs.set(SyncAttr::RequiredPerm(NvSciSyncAccessPerm::NvSciSyncAccessPerm_Auto)).unwrap_err(),
+///     ValidationError::AutoPermNotAllowed,
+/// );
+/// assert_eq!(attrs.lower()?.len(), 2);
+/// # Ok::<(), ValidationError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncAttrSet<const N: usize> {
+    attrs: heapless::Vec<SyncAttr, N>,
+}
+
+impl<const N: usize> SyncAttrSet<N> {
+    /// An empty set.
+    pub const fn new() -> Self {
+        Self {
+            attrs: heapless::Vec::new(),
+        }
+    }
+
+    /// Adds `attr` after checking its value, that its key is not set yet, and the capacity.
+    pub fn set(&mut self, attr: SyncAttr) -> Result<&mut Self, ValidationError> {
+        attr.validate()?;
+        let key = attr.key();
+        if self.attrs.iter().any(|a| a.key() == key) {
+            return Err(ValidationError::DuplicateKey { key: key.0 });
+        }
+        self.attrs
+            .push(attr)
+            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+        Ok(self)
+    }
+
+    /// The attribute with `key`, if set.
+    pub fn get(&self, key: NvSciSyncAttrKey) -> Option<&SyncAttr> {
+        self.attrs.iter().find(|a| a.key() == key)
+    }
+
+    /// The attributes, in insertion order.
+    pub fn attrs(&self) -> &[SyncAttr] {
+        &self.attrs
+    }
+
+    /// Number of keys set.
+    pub fn len(&self) -> usize {
+        self.attrs.len()
+    }
+
+    /// `true` when no key is set.
+    pub fn is_empty(&self) -> bool {
+        self.attrs.is_empty()
+    }
+
+    /// Builds the C pair array for `NvSciSyncAttrListSetAttrs`, pointing into this set's
+    /// storage (valid while the returned value lives).
+    pub fn lower(&self) -> Result<LoweredSyncAttrs<'_, N>, ValidationError> {
+        let mut pairs = heapless::Vec::new();
+        for attr in &self.attrs {
+            let (value, len) = attr.value_ptr_len();
+            let pair = NvSciSyncAttrKeyValuePair {
+                attrKey: attr.key(),
+                value,
+                len,
+            };
+            pairs
+                .push(pair)
+                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+        }
+        Ok(LoweredSyncAttrs {
+            pairs,
+            _set: PhantomData,
+        })
+    }
+}
+
+/// The C pairs of a [`SyncAttrSet`], borrowing its value storage.
+#[derive(Debug)]
+pub struct LoweredSyncAttrs<'a, const N: usize> {
+    pairs: heapless::Vec<NvSciSyncAttrKeyValuePair, N>,
+    _set: PhantomData<&'a SyncAttrSet<N>>,
+}
+
+impl<const N: usize> LoweredSyncAttrs<'_, N> {
+    /// The pairs (`NvSciSyncAttrListSetAttrs` takes a const pointer: use `as_slice().as_ptr()`).
+    pub fn as_slice(&self) -> &[NvSciSyncAttrKeyValuePair] {
+        &self.pairs
+    }
+
+    /// Number of pairs.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// `true` when there are no pairs.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}

@@ -1,0 +1,174 @@
+//! [`Backend`]: a function table plus whatever keeps it valid.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::table::{CudaApi, FunctionTable, NvSciBufApi, NvSciIpcApi, NvSciSyncApi};
+use crate::{check, Error};
+
+/// Where a [`Backend`]'s entry points come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// Resolved from the installed NVIDIA driver with `dlopen`/`dlsym`.
+    Real,
+    /// Filled by someone else (the simulator, a test double).
+    Table,
+}
+
+/// One set of C entry points (the seam) and the libraries that keep them valid.
+///
+/// Every handle of this crate holds (through its [`crate::Context`]) an
+/// `Arc<Backend>`, so the libraries stay loaded for as long as anything can
+/// still call into them.
+///
+/// ```
+/// use tegra_interop_driver::{Backend, FunctionTable};
+///
+/// // An empty table: every call reports the missing symbol.
+/// let backend = Backend::from_table("empty", FunctionTable::empty());
+/// assert_eq!(backend.name(), "empty");
+/// let err = backend.device_count().unwrap_err();
+/// assert!(err.to_string().contains("cuDeviceGetCount"));
+/// ```
+pub struct Backend {
+    name: &'static str,
+    kind: BackendKind,
+    table: FunctionTable,
+    // Kept only so the resolved function pointers stay valid; dropped last.
+    _libraries: Vec<libloading::Library>,
+    init: OnceLock<Result<(), Error>>,
+    drop_errors: Mutex<Vec<Error>>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens a library by soname.
+fn open(soname: &str) -> Result<libloading::Library, libloading::Error> {
+    // SAFETY: loading a shared library runs its initialisers. The libraries we
+    // open (libcuda, libnvsci*) are the vendor's system libraries, whose
+    // initialisers are designed to run in any process that links them.
+    unsafe { libloading::Library::new(soname) }
+}
+
+impl Backend {
+    /// Loads the installed NVIDIA driver (`libcuda.so.1`) and, where present,
+    /// the NvSci libraries (`libnvscibuf.so.1`, `libnvscisync.so.1`,
+    /// `libnvsciipc.so`), and initialises CUDA (`cuInit(0)`).
+    ///
+    /// Each symbol is optional: one the installed driver lacks stays `None`
+    /// and calling it gives [`Error::NotSupported`]. Missing NvSci libraries
+    /// (any discrete GPU) leave all of their entries `None`.
+    ///
+    /// # Errors
+    /// [`Error::DriverNotFound`] when `libcuda.so.1` cannot be opened (no
+    /// NVIDIA driver installed); [`Error::Driver`] when `cuInit` fails (for
+    /// example no device).
+    ///
+    /// ```no_run
+    /// let backend = tegra_interop_driver::Backend::real()?;
+    /// println!("{} CUDA device(s)", backend.device_count()?);
+    /// # Ok::<(), tegra_interop_driver::Error>(())
+    /// ```
+    pub fn real() -> Result<Arc<Backend>, Error> {
+        let cuda_lib = open(CudaApi::LIBRARY).map_err(|e| Error::DriverNotFound {
+            library: CudaApi::LIBRARY,
+            message: e.to_string(),
+        })?;
+        let mut table = FunctionTable::empty();
+        // SAFETY: `cuda_lib` is libcuda.so.1, the library `CudaApi` describes.
+        table.cuda = unsafe { CudaApi::resolve(&cuda_lib) };
+        let mut libraries = vec![cuda_lib];
+        if let Ok(lib) = open(NvSciBufApi::LIBRARY) {
+            // SAFETY: `lib` is libnvscibuf.so.1, the library `NvSciBufApi` describes.
+            table.nvscibuf = unsafe { NvSciBufApi::resolve(&lib) };
+            libraries.push(lib);
+        }
+        if let Ok(lib) = open(NvSciSyncApi::LIBRARY) {
+            // SAFETY: `lib` is libnvscisync.so.1, the library `NvSciSyncApi` describes.
+            table.nvscisync = unsafe { NvSciSyncApi::resolve(&lib) };
+            libraries.push(lib);
+        }
+        if let Ok(lib) = open(NvSciIpcApi::LIBRARY) {
+            // SAFETY: `lib` is libnvsciipc.so, the library `NvSciIpcApi` describes.
+            table.nvsciipc = unsafe { NvSciIpcApi::resolve(&lib) };
+            libraries.push(lib);
+        }
+        let backend = Arc::new(Backend {
+            name: "cuda",
+            kind: BackendKind::Real,
+            table,
+            _libraries: libraries,
+            init: OnceLock::new(),
+            drop_errors: Mutex::new(Vec::new()),
+        });
+        backend.ensure_init()?;
+        Ok(backend)
+    }
+
+    /// A backend over a table filled by someone else (the simulator, a test
+    /// double). Nothing is loaded; `cuInit` is called lazily on first use if
+    /// the table has it.
+    pub fn from_table(name: &'static str, table: FunctionTable) -> Arc<Backend> {
+        Arc::new(Backend {
+            name,
+            kind: BackendKind::Table,
+            table,
+            _libraries: Vec::new(),
+            init: OnceLock::new(),
+            drop_errors: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The backend's name (`"cuda"` for the real driver).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Where the entry points come from.
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    /// The function table (the seam).
+    pub fn table(&self) -> &FunctionTable {
+        &self.table
+    }
+
+    /// Calls `cuInit(0)` once per backend (later calls return the first
+    /// result). A table without `cuInit` is taken as already initialised.
+    pub fn ensure_init(&self) -> Result<(), Error> {
+        self.init
+            .get_or_init(|| match self.table.cuda.cuInit {
+                // SAFETY: cuInit takes a flags word (must be 0) and has no
+                // other preconditions.
+                Some(f) => check("cuInit", unsafe { f(0) }),
+                None => Ok(()),
+            })
+            .clone()
+    }
+
+    /// Records an error that a `Drop` implementation could not return.
+    pub(crate) fn record_drop_error(&self, error: Error) {
+        if let Ok(mut errors) = self.drop_errors.lock() {
+            errors.push(error);
+        }
+    }
+
+    /// Takes the errors that `Drop` implementations met (other than
+    /// `DEINITIALIZED`, which means the resource is already gone). An
+    /// explicit `destroy()` returns its error instead of recording it.
+    pub fn take_drop_errors(&self) -> Vec<Error> {
+        match self.drop_errors.lock() {
+            Ok(mut errors) => std::mem::take(&mut *errors),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        }
+    }
+}

@@ -1,0 +1,705 @@
+//! Imported external semaphores, and signalling / waiting on a [`Stream`].
+
+use std::marker::PhantomData;
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tegra_interop_core::semaphore::Payload;
+use tegra_interop_core::{
+    DeterministicCounter, DeterministicReservation, PushError, SemaphoreHandleKind,
+    SemaphoreImport, SignalBatch, SignalParams, TimelineReservation, TimelineTracker,
+    ValidationError, WaitBatch, WaitParams,
+};
+use tegra_interop_sys::cuda::CUexternalSemaphore;
+use tegra_interop_sys::nvsci::NvSciSyncFence;
+
+use crate::context::drop_result;
+use crate::error::check;
+use crate::memory::check_platform;
+use crate::{entry, Context, Error, ImportError, Stream};
+
+/// What the driver keeps track of for a semaphore, so values never go
+/// backwards or skip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tracking {
+    /// Nothing to track (binary semaphores, NvSciSync without a counter).
+    None,
+    /// Timeline semaphores: each signalled value must exceed the last one.
+    Timeline(TimelineTracker),
+    /// NvSciSync with deterministic fences: each signal is +1, from one
+    /// stream at a time unless ordered.
+    Deterministic(DeterministicCounter),
+}
+
+/// A semaphore imported into a [`Context`] (`cuImportExternalSemaphore`).
+///
+/// It borrows its context. Signals take `&mut` (they advance the tracked
+/// value), waits take `&`. A semaphore can only be used on streams of its
+/// own context: anything else is refused before the call with
+/// [`Error::WrongContext`].
+///
+/// Dropping it (or [`destroy`](Self::destroy)) first waits for the context's
+/// queued work if the semaphore was ever used, since a semaphore must have no
+/// signal or wait outstanding when destroyed; a wait that never completes
+/// therefore blocks the drop.
+///
+/// ```
+/// use tegra_interop_core::{SignalParams, ValidationError, WaitParams};
+/// use tegra_interop_driver::{Context, Error, ExternalSemaphore, Stream};
+///
+/// let sim = tegra_interop_sim::Sim::new()?;
+/// let (fd, exported) = tegra_interop_sim::export::timeline_semaphore(0)?;
+/// let ctx = Context::primary(sim.backend(), 0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd)?;
+///
+/// exported.signal(1); // the producer's side
+/// stream.wait(&timeline, WaitParams::timeline(1))?;
+/// assert_eq!(stream.signal(&mut timeline, SignalParams::timeline(2))?, Some(2));
+/// // Going backwards is refused before the driver sees it.
+/// assert!(matches!(
+///     stream.signal(&mut timeline, SignalParams::timeline(1)),
+///     Err(Error::Validation(ValidationError::FenceNotIncreasing { last: 2, .. }))
+/// ));
+/// stream.synchronize()?;
+/// assert_eq!(exported.value(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ExternalSemaphore<'ctx> {
+    ctx: &'ctx Context,
+    raw: CUexternalSemaphore,
+    kind: SemaphoreHandleKind,
+    tracking: Tracking,
+    used: AtomicBool,
+    released: bool,
+}
+
+// SAFETY: semaphore handles may be used from any thread; calls bind the
+// owning context first; the tracking state is only changed through `&mut`.
+unsafe impl Send for ExternalSemaphore<'_> {}
+// SAFETY: `&ExternalSemaphore` only enqueues waits (thread-safe in the
+// driver) and reads the tracking state.
+unsafe impl Sync for ExternalSemaphore<'_> {}
+
+impl std::fmt::Debug for ExternalSemaphore<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalSemaphore")
+            .field("context", &self.ctx.id())
+            .field("kind", &self.kind)
+            .field("tracking", &self.tracking)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'ctx> ExternalSemaphore<'ctx> {
+    /// Imports an fd semaphore described by `import` (an `OPAQUE_FD` binary
+    /// or `TIMELINE_SEMAPHORE_FD` import built with the same fd number as
+    /// `fd`). A timeline semaphore is tracked from value 0; use
+    /// [`with_timeline_initial`](Self::with_timeline_initial) if the
+    /// exporter created it at another value.
+    ///
+    /// On success the driver owns the fd; on failure it comes back inside
+    /// the [`ImportError`], still open.
+    pub fn import_fd(
+        ctx: &'ctx Context,
+        fd: OwnedFd,
+        import: SemaphoreImport,
+    ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
+        if !import.kind().is_fd() || import.fd() != Some(fd.as_raw_fd()) {
+            return Err(ImportError {
+                error: Error::Validation(ValidationError::HandleKindMismatch),
+                fd,
+            });
+        }
+        match Self::import_desc(ctx, &import) {
+            Ok(semaphore) => {
+                // The driver owns (and has closed) the descriptor now.
+                let _ = fd.into_raw_fd();
+                Ok(semaphore)
+            }
+            Err(error) => Err(ImportError { error, fd }),
+        }
+    }
+
+    /// Imports a binary semaphore exported as an opaque fd (Vulkan
+    /// `OPAQUE_FD`). See [`import_fd`](Self::import_fd) for fd ownership.
+    pub fn binary_fd(
+        ctx: &'ctx Context,
+        fd: OwnedFd,
+    ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
+        match SemaphoreImport::opaque_fd(fd.as_raw_fd()) {
+            Ok(import) => Self::import_fd(ctx, fd, import),
+            Err(e) => Err(ImportError {
+                error: e.into(),
+                fd,
+            }),
+        }
+    }
+
+    /// Imports a timeline semaphore exported as an fd, tracked from 0. See
+    /// [`import_fd`](Self::import_fd) for fd ownership.
+    pub fn timeline_fd(
+        ctx: &'ctx Context,
+        fd: OwnedFd,
+    ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
+        match SemaphoreImport::timeline_fd(fd.as_raw_fd()) {
+            Ok(import) => Self::import_fd(ctx, fd, import),
+            Err(e) => Err(ImportError {
+                error: e.into(),
+                fd,
+            }),
+        }
+    }
+
+    /// Imports a semaphore that is not a file descriptor: an `NvSciSyncObj`
+    /// (or, on Windows, a Win32/D3D handle). Win32/D3D kinds are refused on
+    /// other systems before the call; fd kinds are refused (use
+    /// [`import_fd`](Self::import_fd)).
+    ///
+    /// # Safety
+    /// The handle inside `import` must be valid for its kind for the duration
+    /// of the call (for NvSciSync: a live `NvSciSyncObj` whose attribute
+    /// list carries the CUDA signal and/or wait attributes).
+    pub unsafe fn import_handle(
+        ctx: &'ctx Context,
+        import: &SemaphoreImport,
+    ) -> Result<ExternalSemaphore<'ctx>, Error> {
+        if import.kind().is_fd() {
+            return Err(Error::Validation(ValidationError::HandleKindMismatch));
+        }
+        Self::import_desc(ctx, import)
+    }
+
+    fn import_desc(ctx: &'ctx Context, import: &SemaphoreImport) -> Result<Self, Error> {
+        let kind = import.kind();
+        check_platform(kind.name(), kind.is_win32())?;
+        let import_fn = entry!(ctx.api(), cuImportExternalSemaphore);
+        ctx.bind()?;
+        let mut raw: CUexternalSemaphore = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the descriptor was validated
+        // by the core; for fd kinds the fd is open (we hold its OwnedFd), for
+        // others the caller vouched for the handle.
+        check("cuImportExternalSemaphore", unsafe {
+            import_fn(&mut raw, import.raw())
+        })?;
+        let tracking = if kind.has_fence_value() {
+            Tracking::Timeline(TimelineTracker::new(0))
+        } else {
+            Tracking::None
+        };
+        Ok(ExternalSemaphore {
+            ctx,
+            raw,
+            kind,
+            tracking,
+            used: AtomicBool::new(false),
+            released: false,
+        })
+    }
+
+    /// Sets the value a timeline semaphore had when it was exported (Vulkan's
+    /// initial value), so the first signal must exceed it.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a semaphore that is not a timeline, or one
+    /// that was already signalled through this handle.
+    pub fn with_timeline_initial(mut self, initial: u64) -> Result<Self, Error> {
+        match &self.tracking {
+            Tracking::Timeline(t) if t.last() == 0 && t.pending().is_none() => {
+                self.tracking = Tracking::Timeline(TimelineTracker::new(initial));
+                Ok(self)
+            }
+            Tracking::Timeline(_) => Err(Error::Unsupported {
+                operation: "ExternalSemaphore::with_timeline_initial",
+                reason: "the timeline was already signalled through this handle",
+            }),
+            _ => Err(Error::Unsupported {
+                operation: "ExternalSemaphore::with_timeline_initial",
+                reason: "the semaphore is not a timeline semaphore",
+            }),
+        }
+    }
+
+    /// Tracks the signals of an NvSciSync semaphore with deterministic fences:
+    /// every signal returns the fence value it will produce, and signals from
+    /// a second stream are refused unless ordered (see
+    /// [`DeterministicCounter`]).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a semaphore that is not NvSciSync.
+    pub fn with_deterministic_counter(
+        mut self,
+        counter: DeterministicCounter,
+    ) -> Result<Self, Error> {
+        if !self.kind.is_nvscisync() {
+            return Err(Error::Unsupported {
+                operation: "ExternalSemaphore::with_deterministic_counter",
+                reason: "deterministic fences exist only for NvSciSync semaphores",
+            });
+        }
+        self.tracking = Tracking::Deterministic(counter);
+        Ok(self)
+    }
+
+    /// The context it was imported in.
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The handle kind.
+    pub fn kind(&self) -> SemaphoreHandleKind {
+        self.kind
+    }
+
+    /// The raw handle (still owned by this value).
+    pub fn as_raw(&self) -> CUexternalSemaphore {
+        self.raw
+    }
+
+    /// What is tracked for this semaphore.
+    pub fn tracking(&self) -> &Tracking {
+        &self.tracking
+    }
+
+    /// The tracking state, for example to declare stream orderings on a
+    /// [`DeterministicCounter`] (`order_after`).
+    pub fn tracking_mut(&mut self) -> &mut Tracking {
+        &mut self.tracking
+    }
+
+    /// For a timeline: the last value signalled through this handle.
+    pub fn last_timeline_value(&self) -> Option<u64> {
+        match &self.tracking {
+            Tracking::Timeline(t) => Some(t.last()),
+            _ => None,
+        }
+    }
+
+    fn reserve(
+        &mut self,
+        params: &SignalParams,
+        stream: &Stream<'_>,
+    ) -> Result<Reservation, Error> {
+        Ok(match (&mut self.tracking, params.payload()) {
+            (Tracking::Timeline(t), Payload::Fence(value)) => {
+                Reservation::Timeline(t.reserve(value)?)
+            }
+            (Tracking::Deterministic(c), _) => {
+                Reservation::Deterministic(c.reserve(stream.stream_id())?)
+            }
+            _ => Reservation::None,
+        })
+    }
+
+    fn finish(&mut self, reservation: Reservation, success: bool) -> Result<Option<u64>, Error> {
+        Ok(match (&mut self.tracking, reservation) {
+            (Tracking::Timeline(t), Reservation::Timeline(r)) => {
+                if success {
+                    Some(t.commit(r)?)
+                } else {
+                    t.abort(r)?;
+                    None
+                }
+            }
+            (Tracking::Deterministic(c), Reservation::Deterministic(r)) => {
+                if success {
+                    Some(c.commit(r)?)
+                } else {
+                    c.abort(r)?;
+                    None
+                }
+            }
+            _ => None,
+        })
+    }
+
+    fn release(&mut self) -> Result<(), Error> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        let destroy = entry!(self.ctx.api(), cuDestroyExternalSemaphore);
+        // A semaphore must have no signal/wait outstanding when destroyed:
+        // it is only ever used on streams of its own context, so waiting for
+        // the context covers them all.
+        let synced = if self.used.load(Ordering::Acquire) {
+            self.ctx.synchronize()
+        } else {
+            let _ = self.ctx.bind();
+            Ok(())
+        };
+        // SAFETY: `self.raw` was imported by us and is destroyed once
+        // (`released`); its queued work is finished (synchronised above).
+        let destroyed = check("cuDestroyExternalSemaphore", unsafe { destroy(self.raw) });
+        destroyed.and(synced)
+    }
+
+    /// Destroys the semaphore now (after waiting for its queued work) and
+    /// reports the driver's answer (`DEINITIALIZED` counts as success).
+    pub fn destroy(mut self) -> Result<(), Error> {
+        match self.release() {
+            Err(e) if e.is_driver_shut_down() => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl Drop for ExternalSemaphore<'_> {
+    fn drop(&mut self) {
+        let result = self.release();
+        drop_result(self.ctx.backend(), result);
+    }
+}
+
+fn push_error<T>(error: PushError<T>, capacity: usize) -> Error {
+    Error::Validation(
+        error
+            .validation_error()
+            .unwrap_or(ValidationError::CapacityExceeded { capacity }),
+    )
+}
+
+enum Reservation {
+    None,
+    Timeline(TimelineReservation),
+    Deterministic(DeterministicReservation),
+}
+
+fn refuse_raw_nvscisync(operation: &'static str, payload: Payload) -> Result<(), Error> {
+    if matches!(payload, Payload::NvSciSync(_)) {
+        return Err(Error::Unsupported {
+            operation,
+            reason: "NvSciSync parameters carry a fence pointer: build them with the \
+                     `nvscisync` constructors, which borrow the fence",
+        });
+    }
+    Ok(())
+}
+
+/// One signal of a batch: a semaphore and what to signal.
+///
+/// NvSciSync signals borrow the `NvSciSyncFence` the driver writes, so it
+/// cannot dangle.
+#[derive(Debug)]
+pub struct SemaphoreSignal<'a, 'ctx> {
+    semaphore: &'a mut ExternalSemaphore<'ctx>,
+    params: SignalParams,
+    _fence: PhantomData<&'a mut NvSciSyncFence>,
+}
+
+impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
+    /// A binary, timeline or fence signal. NvSciSync parameters are refused
+    /// here (use [`nvscisync`](Self::nvscisync)); the parameters are checked
+    /// against the semaphore kind when the batch is submitted.
+    pub fn new(
+        semaphore: &'a mut ExternalSemaphore<'ctx>,
+        params: SignalParams,
+    ) -> Result<Self, Error> {
+        refuse_raw_nvscisync("SemaphoreSignal::new", params.payload())?;
+        Ok(SemaphoreSignal {
+            semaphore,
+            params,
+            _fence: PhantomData,
+        })
+    }
+
+    /// Signal a binary semaphore.
+    pub fn binary(semaphore: &'a mut ExternalSemaphore<'ctx>) -> Self {
+        SemaphoreSignal {
+            semaphore,
+            params: SignalParams::binary(),
+            _fence: PhantomData,
+        }
+    }
+
+    /// Set a timeline semaphore to `value` (must exceed the last one).
+    pub fn timeline(semaphore: &'a mut ExternalSemaphore<'ctx>, value: u64) -> Self {
+        SemaphoreSignal {
+            semaphore,
+            params: SignalParams::timeline(value),
+            _fence: PhantomData,
+        }
+    }
+
+    /// Signal an NvSciSync semaphore; the driver writes the resulting fence
+    /// into `fence` when the signal is enqueued.
+    pub fn nvscisync(
+        semaphore: &'a mut ExternalSemaphore<'ctx>,
+        fence: &'a mut NvSciSyncFence,
+    ) -> Self {
+        SemaphoreSignal {
+            semaphore,
+            params: SignalParams::nvscisync(fence),
+            _fence: PhantomData,
+        }
+    }
+
+    /// Like [`nvscisync`](Self::nvscisync), without the NvSciBuf memory
+    /// synchronisation (`SIGNAL_SKIP_NVSCIBUF_MEMSYNC`).
+    ///
+    /// # Safety
+    /// The same contract as
+    /// [`SignalParams::skip_nvscibuf_memsync`]: nothing ordered before this
+    /// signal may write NvSciBuf memory that a waiter reads without the
+    /// driver's flush. Otherwise waiters read stale data.
+    pub unsafe fn nvscisync_skip_memsync(
+        semaphore: &'a mut ExternalSemaphore<'ctx>,
+        fence: &'a mut NvSciSyncFence,
+    ) -> Self {
+        // SAFETY: the caller accepted the memsync contract above, which is
+        // the contract of the core's unsafe opt-in.
+        let params = unsafe { SignalParams::nvscisync(fence).skip_nvscibuf_memsync() };
+        SemaphoreSignal {
+            semaphore,
+            params,
+            _fence: PhantomData,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SignalParams {
+        &self.params
+    }
+}
+
+/// One wait of a batch: a semaphore and what to wait for.
+#[derive(Debug, Clone, Copy)]
+pub struct SemaphoreWait<'a, 'ctx> {
+    semaphore: &'a ExternalSemaphore<'ctx>,
+    params: WaitParams,
+    _fence: PhantomData<&'a NvSciSyncFence>,
+}
+
+impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
+    /// A binary, timeline or fence wait. NvSciSync parameters are refused
+    /// here (use [`nvscisync`](Self::nvscisync)).
+    pub fn new(semaphore: &'a ExternalSemaphore<'ctx>, params: WaitParams) -> Result<Self, Error> {
+        refuse_raw_nvscisync("SemaphoreWait::new", params.payload())?;
+        Ok(SemaphoreWait {
+            semaphore,
+            params,
+            _fence: PhantomData,
+        })
+    }
+
+    /// Wait on a binary semaphore.
+    pub fn binary(semaphore: &'a ExternalSemaphore<'ctx>) -> Self {
+        SemaphoreWait {
+            semaphore,
+            params: WaitParams::binary(),
+            _fence: PhantomData,
+        }
+    }
+
+    /// Wait until a timeline semaphore reaches `value`.
+    pub fn timeline(semaphore: &'a ExternalSemaphore<'ctx>, value: u64) -> Self {
+        SemaphoreWait {
+            semaphore,
+            params: WaitParams::timeline(value),
+            _fence: PhantomData,
+        }
+    }
+
+    /// Wait on an NvSciSync fence (read when the wait is enqueued).
+    pub fn nvscisync(semaphore: &'a ExternalSemaphore<'ctx>, fence: &'a NvSciSyncFence) -> Self {
+        SemaphoreWait {
+            semaphore,
+            params: WaitParams::nvscisync(fence),
+            _fence: PhantomData,
+        }
+    }
+
+    /// Like [`nvscisync`](Self::nvscisync), without the NvSciBuf memory
+    /// synchronisation (`WAIT_SKIP_NVSCIBUF_MEMSYNC`).
+    ///
+    /// # Safety
+    /// The same contract as [`WaitParams::skip_nvscibuf_memsync`]: work after
+    /// this wait must not read NvSciBuf memory written by the signaller
+    /// through a path that needs the driver's invalidation.
+    pub unsafe fn nvscisync_skip_memsync(
+        semaphore: &'a ExternalSemaphore<'ctx>,
+        fence: &'a NvSciSyncFence,
+    ) -> Self {
+        // SAFETY: the caller accepted the memsync contract above, which is
+        // the contract of the core's unsafe opt-in.
+        let params = unsafe { WaitParams::nvscisync(fence).skip_nvscibuf_memsync() };
+        SemaphoreWait {
+            semaphore,
+            params,
+            _fence: PhantomData,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &WaitParams {
+        &self.params
+    }
+}
+
+impl<'ctx> Stream<'ctx> {
+    fn same_context(&self, semaphore: &ExternalSemaphore<'_>) -> Result<(), Error> {
+        if semaphore.ctx.as_raw() != self.context().as_raw() {
+            return Err(Error::WrongContext {
+                semaphore_ctx: semaphore.ctx.id(),
+                stream_ctx: self.context().id(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues a binary, timeline or fence signal. Returns the value now
+    /// tracked for a timeline (`None` for other kinds).
+    ///
+    /// Refused before the call: a semaphore of another context
+    /// ([`Error::WrongContext`]), parameters that do not fit the kind, a
+    /// timeline value that does not exceed the last one. A failed enqueue
+    /// does not advance the tracked value.
+    pub fn signal(
+        &self,
+        semaphore: &mut ExternalSemaphore<'_>,
+        params: SignalParams,
+    ) -> Result<Option<u64>, Error> {
+        let [value] = self.signal_batch([SemaphoreSignal::new(semaphore, params)?])?;
+        Ok(value)
+    }
+
+    /// Queues a signal of an NvSciSync semaphore; the driver writes the
+    /// fence into `fence`. With a [`DeterministicCounter`] attached, returns
+    /// the fence value this signal produces.
+    pub fn signal_nvscisync(
+        &self,
+        semaphore: &mut ExternalSemaphore<'_>,
+        fence: &mut NvSciSyncFence,
+    ) -> Result<Option<u64>, Error> {
+        let [value] = self.signal_batch([SemaphoreSignal::nvscisync(semaphore, fence)])?;
+        Ok(value)
+    }
+
+    /// Queues a wait (binary, timeline or fence).
+    pub fn wait(&self, semaphore: &ExternalSemaphore<'_>, params: WaitParams) -> Result<(), Error> {
+        self.wait_batch([SemaphoreWait::new(semaphore, params)?])
+    }
+
+    /// Queues a wait on an NvSciSync fence.
+    pub fn wait_nvscisync(
+        &self,
+        semaphore: &ExternalSemaphore<'_>,
+        fence: &NvSciSyncFence,
+    ) -> Result<(), Error> {
+        self.wait_batch([SemaphoreWait::nvscisync(semaphore, fence)])
+    }
+
+    /// Queues `N` signals with one driver call
+    /// (`cuSignalExternalSemaphoresAsync`). Everything is checked before the
+    /// call (contexts, parameters, tracked values); if the call fails, no
+    /// tracked value advances. Returns, per signal, the tracked value
+    /// (timeline value or deterministic fence value).
+    pub fn signal_batch<const N: usize>(
+        &self,
+        mut signals: [SemaphoreSignal<'_, '_>; N],
+    ) -> Result<[Option<u64>; N], Error> {
+        let mut batch = SignalBatch::<N>::new();
+        for signal in signals.iter() {
+            self.same_context(signal.semaphore)?;
+            batch
+                .push(signal.semaphore.raw, signal.semaphore.kind, signal.params)
+                .map_err(|e| push_error(e, N))?;
+        }
+        let signal_fn = entry!(self.context().api(), cuSignalExternalSemaphoresAsync);
+
+        let mut reservations: [Reservation; N] = std::array::from_fn(|_| Reservation::None);
+        for i in 0..N {
+            match signals[i].semaphore.reserve(&signals[i].params, self) {
+                Ok(r) => reservations[i] = r,
+                Err(e) => {
+                    // Undo the reservations made so far; the error to report is `e`.
+                    let _ = Self::finish_all(&mut signals, reservations, false);
+                    return Err(e);
+                }
+            }
+        }
+
+        let called = self.context().bind().and_then(|()| {
+            // SAFETY: `handles()` and `params()` are two arrays of `len()`
+            // entries; every handle is a live semaphore of this stream's
+            // context (borrowed for the duration of the call, context checked
+            // above); every parameter block was built by the core for its
+            // semaphore's kind; NvSciSync fence pointers come from borrows
+            // that outlive this call.
+            check("cuSignalExternalSemaphoresAsync", unsafe {
+                signal_fn(
+                    batch.handles().as_ptr(),
+                    batch.params().as_ptr(),
+                    batch.count(),
+                    self.as_raw(),
+                )
+            })
+        });
+        let success = called.is_ok();
+        if success {
+            for signal in signals.iter() {
+                signal.semaphore.used.store(true, Ordering::Release);
+            }
+        }
+        let values = Self::finish_all(&mut signals, reservations, success);
+        called?;
+        values
+    }
+
+    fn finish_all<const N: usize>(
+        signals: &mut [SemaphoreSignal<'_, '_>; N],
+        reservations: [Reservation; N],
+        success: bool,
+    ) -> Result<[Option<u64>; N], Error> {
+        let mut values = [None; N];
+        let mut first_error = None;
+        for ((signal, reservation), value) in
+            signals.iter_mut().zip(reservations).zip(values.iter_mut())
+        {
+            match signal.semaphore.finish(reservation, success) {
+                Ok(v) => *value = v,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(values),
+        }
+    }
+
+    /// Queues `N` waits with one driver call (`cuWaitExternalSemaphoresAsync`),
+    /// everything checked before the call.
+    pub fn wait_batch<const N: usize>(
+        &self,
+        waits: [SemaphoreWait<'_, '_>; N],
+    ) -> Result<(), Error> {
+        let mut batch = WaitBatch::<N>::new();
+        for wait in waits.iter() {
+            self.same_context(wait.semaphore)?;
+            batch
+                .push(wait.semaphore.raw, wait.semaphore.kind, wait.params)
+                .map_err(|e| push_error(e, N))?;
+        }
+        let wait_fn = entry!(self.context().api(), cuWaitExternalSemaphoresAsync);
+        self.context().bind()?;
+        // SAFETY: as for signals: two arrays of `len()` entries, live
+        // semaphores of this stream's context, core-built parameter blocks,
+        // NvSciSync fence pointers from borrows that outlive the call.
+        check("cuWaitExternalSemaphoresAsync", unsafe {
+            wait_fn(
+                batch.handles().as_ptr(),
+                batch.params().as_ptr(),
+                batch.count(),
+                self.as_raw(),
+            )
+        })?;
+        for wait in waits.iter() {
+            wait.semaphore.used.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}

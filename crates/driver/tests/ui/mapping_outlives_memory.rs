@@ -1,0 +1,18 @@
+use std::os::fd::OwnedFd;
+use tegra_interop_core::BufferMapping;
+use tegra_interop_driver::{Backend, Context, ExternalMemory, FunctionTable};
+
+fn scenario(fd: OwnedFd) -> Result<(), tegra_interop_driver::Error> {
+    let backend = Backend::from_table("ui", FunctionTable::empty());
+    let ctx = Context::primary(backend, 0)?;
+    let memory = ExternalMemory::opaque_fd(&ctx, fd, 4096)?;
+    let buffer = memory.map_buffer(BufferMapping::new(0, 4096))?;
+    // The memory cannot be destroyed while a mapping of it lives.
+    memory.destroy()?;
+    let _ = buffer.device_ptr();
+    Ok(())
+}
+
+fn main() {
+    let _ = scenario;
+}

@@ -1,0 +1,469 @@
+//! One simulated driver: its objects, counters, failure injection and
+//! diagnostics. The C entry points reach it through its slot (see
+//! `slots`), the Rust API through [`crate::Sim`].
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tegra_interop_sys::cuda::CUresult;
+
+use crate::shm::{Region, SharedSemaphore};
+use crate::stream::Worker;
+use crate::{codes, Diagnostic, DiagnosticKind, Ledger, SimConfig};
+
+/// Kind tags in the upper bits of simulated handle values. The values are
+/// never dereferenced; they are unique for the whole process (never reused),
+/// so a stale or foreign handle is always recognised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tag {
+    Context = 0x7c01,
+    Stream = 0x7c02,
+    Memory = 0x7c03,
+    Semaphore = 0x7c04,
+    Mipmap = 0x7c05,
+    Array = 0x7c06,
+    SyncObject = 0x7c10,
+    BufObject = 0x7c11,
+}
+
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
+
+/// A new process-unique handle value with `tag` in bits 48..64.
+pub(crate) fn new_handle(tag: Tag) -> u64 {
+    let n = NEXT_HANDLE.fetch_add(1, Ordering::Relaxed) & 0x0000_0fff_ffff_ffff;
+    ((tag as u64) << 48) | (n << 4)
+}
+
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// Current context per simulator instance on this thread.
+    static CURRENT: RefCell<HashMap<u64, u64>> = RefCell::new(HashMap::new());
+}
+
+/// Why an object is no longer live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GoneWhy {
+    /// Destroyed / freed by its own call.
+    Destroyed,
+    /// Its context was destroyed with cuCtxDestroy.
+    ContextDestroyed,
+    /// Its (primary) context was reset with cuDevicePrimaryCtxReset.
+    ContextReset,
+    /// Its primary context was released to zero references.
+    ContextReleased,
+}
+
+impl GoneWhy {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            GoneWhy::Destroyed => "it was already destroyed",
+            GoneWhy::ContextDestroyed => "its context was destroyed (cuCtxDestroy) and took it along",
+            GoneWhy::ContextReset => "its primary context was reset (cuDevicePrimaryCtxReset) and took it along",
+            GoneWhy::ContextReleased => {
+                "its primary context was released to zero references (cuDevicePrimaryCtxRelease) and took it along"
+            }
+        }
+    }
+}
+
+/// A simulated context.
+pub(crate) struct Ctx {
+    pub(crate) device: i32,
+    pub(crate) primary: bool,
+}
+
+/// A device's primary context.
+pub(crate) struct Primary {
+    pub(crate) handle: u64,
+    pub(crate) refcount: u32,
+}
+
+/// A stream created with cuStreamCreate.
+pub(crate) struct StreamObj {
+    pub(crate) ctx: u64,
+    pub(crate) blocking: bool,
+    pub(crate) worker: Worker,
+}
+
+/// An imported external memory.
+pub(crate) struct MemObj {
+    pub(crate) ctx: u64,
+    /// The simulator's own descriptor for the memory (the caller's one was
+    /// closed on import, as the real driver does).
+    pub(crate) fd: OwnedFd,
+    /// Real size of the file.
+    pub(crate) file_len: u64,
+    /// Size declared at import.
+    pub(crate) size: u64,
+    /// Imported from an NvSciBuf object (mipmapped arrays need 1 level).
+    pub(crate) nvscibuf: bool,
+}
+
+/// What an address range in the "device" address space is.
+pub(crate) enum AllocKind {
+    /// cuMemAlloc.
+    Alloc,
+    /// cuExternalMemoryGetMappedBuffer of this memory handle.
+    Mapped,
+}
+
+/// A live device-memory range (allocation or mapped buffer).
+pub(crate) struct AllocObj {
+    pub(crate) ctx: u64,
+    pub(crate) len: usize,
+    pub(crate) kind: AllocKind,
+    pub(crate) _region: Region,
+}
+
+/// A mapped mipmapped array.
+pub(crate) struct MipObj {
+    pub(crate) ctx: u64,
+    pub(crate) levels: Vec<u64>,
+    pub(crate) _region: Region,
+}
+
+/// One level of a mipmapped array.
+#[derive(Clone, Copy)]
+pub(crate) struct ArrayObj {
+    pub(crate) ptr: usize,
+    pub(crate) row_bytes: usize,
+    pub(crate) height: usize,
+    pub(crate) depth: usize,
+}
+
+/// What a semaphore was imported from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SemSource {
+    OpaqueFd,
+    TimelineFd,
+    NvSciSync {
+        object_id: u64,
+        can_signal: bool,
+        can_wait: bool,
+    },
+}
+
+/// An imported external semaphore.
+pub(crate) struct SemObj {
+    pub(crate) ctx: u64,
+    pub(crate) sem: Arc<SharedSemaphore>,
+    pub(crate) _fd: Option<OwnedFd>,
+    pub(crate) source: SemSource,
+    /// Signals/waits enqueued on a stream and not yet executed.
+    pub(crate) outstanding: Arc<AtomicUsize>,
+}
+
+/// A sync object registered by the NvSci side (or by
+/// [`crate::Sim::create_sync_object`]) so that CUDA can import it.
+pub(crate) struct SyncObjectEntry {
+    pub(crate) id: u64,
+    pub(crate) sem: Arc<SharedSemaphore>,
+    pub(crate) can_signal: bool,
+    pub(crate) can_wait: bool,
+}
+
+/// A buffer object registered for `NVSCIBUF` memory import.
+pub(crate) struct BufObjectEntry {
+    pub(crate) fd: OwnedFd,
+    pub(crate) size: u64,
+}
+
+/// Everything a simulator owns, behind one lock.
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) initialized: bool,
+    pub(crate) contexts: HashMap<u64, Ctx>,
+    pub(crate) primaries: Vec<Primary>,
+    pub(crate) streams: HashMap<u64, StreamObj>,
+    /// The NULL stream of each context, made on first use.
+    pub(crate) null_streams: HashMap<u64, Worker>,
+    /// Destroyed streams still finishing their work.
+    pub(crate) retired: Vec<Worker>,
+    pub(crate) memories: HashMap<u64, MemObj>,
+    pub(crate) allocations: BTreeMap<u64, AllocObj>,
+    pub(crate) mipmaps: HashMap<u64, MipObj>,
+    pub(crate) arrays: HashMap<u64, ArrayObj>,
+    pub(crate) semaphores: HashMap<u64, SemObj>,
+    /// Handles (and device addresses) that were live once, and why they
+    /// are not any more.
+    pub(crate) gone: HashMap<u64, GoneWhy>,
+    pub(crate) sync_objects: HashMap<usize, SyncObjectEntry>,
+    pub(crate) buf_objects: HashMap<usize, BufObjectEntry>,
+}
+
+impl State {
+    /// Removes every object of context `ctx` as the real driver frees them
+    /// when the context goes; later use is reported with `why`.
+    pub(crate) fn drop_context_objects(&mut self, ctx: u64, why: GoneWhy) {
+        let streams: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in streams {
+            self.streams.remove(&h);
+            self.gone.insert(h, why);
+        }
+        self.null_streams.remove(&ctx);
+        let mems: Vec<u64> = self
+            .memories
+            .iter()
+            .filter(|(_, m)| m.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in mems {
+            self.memories.remove(&h);
+            self.gone.insert(h, why);
+        }
+        let allocs: Vec<u64> = self
+            .allocations
+            .iter()
+            .filter(|(_, a)| a.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in allocs {
+            self.allocations.remove(&h);
+            self.gone.insert(h, why);
+        }
+        let mips: Vec<u64> = self
+            .mipmaps
+            .iter()
+            .filter(|(_, m)| m.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in mips {
+            if let Some(m) = self.mipmaps.remove(&h) {
+                for l in m.levels {
+                    self.arrays.remove(&l);
+                    self.gone.insert(l, why);
+                }
+            }
+            self.gone.insert(h, why);
+        }
+        let sems: Vec<u64> = self
+            .semaphores
+            .iter()
+            .filter(|(_, s)| s.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in sems {
+            self.semaphores.remove(&h);
+            self.gone.insert(h, why);
+        }
+    }
+
+    /// Drops finished retired workers.
+    pub(crate) fn reap(&mut self) {
+        self.retired
+            .retain(|w| !(w.finished() && w.core.pending() == 0));
+    }
+
+    pub(crate) fn ledger(&self) -> Ledger {
+        let pending = self
+            .streams
+            .values()
+            .map(|s| s.worker.core.pending())
+            .sum::<usize>()
+            + self
+                .null_streams
+                .values()
+                .map(|w| w.core.pending())
+                .sum::<usize>()
+            + self.retired.iter().map(|w| w.core.pending()).sum::<usize>();
+        let fds =
+            self.memories.len() + self.semaphores.values().filter(|s| s._fd.is_some()).count();
+        Ledger {
+            live_contexts: self.contexts.values().filter(|c| !c.primary).count(),
+            primary_context_refs: self.primaries.iter().map(|p| p.refcount as usize).sum(),
+            live_streams: self.streams.len(),
+            live_memories: self.memories.len(),
+            live_mappings: self
+                .allocations
+                .values()
+                .filter(|a| matches!(a.kind, AllocKind::Mapped))
+                .count()
+                + self.mipmaps.len(),
+            live_allocations: self
+                .allocations
+                .values()
+                .filter(|a| matches!(a.kind, AllocKind::Alloc))
+                .count(),
+            live_semaphores: self.semaphores.len(),
+            open_fds: fds,
+            pending_work: pending,
+        }
+    }
+}
+
+/// A failure to inject.
+#[derive(Clone, Debug)]
+pub(crate) enum Injection {
+    /// Fail the call with this 0-based index (counting every counted call).
+    At { index: u64, code: u32 },
+    /// Fail the `nth` (0-based) call of `symbol`.
+    Symbol { symbol: String, nth: u64, code: u32 },
+}
+
+#[derive(Default)]
+pub(crate) struct Control {
+    pub(crate) injections: Vec<Injection>,
+    pub(crate) per_symbol: HashMap<&'static str, u64>,
+    pub(crate) log: Vec<&'static str>,
+    pub(crate) diagnostics: Vec<Diagnostic>,
+    pub(crate) injected: u64,
+}
+
+/// One simulator.
+pub(crate) struct Instance {
+    pub(crate) id: u64,
+    pub(crate) config: SimConfig,
+    calls: AtomicU64,
+    shut: AtomicBool,
+    pub(crate) state: Mutex<State>,
+    pub(crate) control: Mutex<Control>,
+}
+
+/// The call being served, for diagnostics.
+pub(crate) struct Call<'a> {
+    pub(crate) inst: &'a Instance,
+    pub(crate) index: Option<u64>,
+    pub(crate) symbol: &'static str,
+}
+
+impl Call<'_> {
+    /// Records a diagnostic (and prints it to stderr).
+    pub(crate) fn diag(&self, kind: DiagnosticKind, message: String) {
+        self.inst.diag(self.index, self.symbol, kind, message);
+    }
+
+    /// Locks the simulator state.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.inst.lock_state()
+    }
+}
+
+impl Instance {
+    pub(crate) fn new(config: SimConfig) -> Instance {
+        let mut state = State::default();
+        for _ in 0..config.devices {
+            state.primaries.push(Primary {
+                handle: new_handle(Tag::Context),
+                refcount: 0,
+            });
+        }
+        Instance {
+            id: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            config,
+            calls: AtomicU64::new(0),
+            shut: AtomicBool::new(false),
+            state: Mutex::new(state),
+            control: Mutex::new(Control::default()),
+        }
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn lock_control(&self) -> MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn is_shut(&self) -> bool {
+        self.shut.load(Ordering::Acquire)
+    }
+
+    /// The driver's exit handlers ran: free everything, refuse all calls.
+    pub(crate) fn shutdown(&self) {
+        self.shut.store(true, Ordering::Release);
+        let old = std::mem::take(&mut *self.lock_state());
+        drop(old);
+    }
+
+    pub(crate) fn diag(
+        &self,
+        index: Option<u64>,
+        symbol: &'static str,
+        kind: DiagnosticKind,
+        message: String,
+    ) {
+        let d = Diagnostic {
+            call_index: index,
+            symbol,
+            kind,
+            message,
+        };
+        // Written with `let _ =` so a closed stderr cannot panic here.
+        let _ = writeln!(std::io::stderr(), "tegra-interop-sim[{}]: {}", self.id, d);
+        self.lock_control().diagnostics.push(d);
+    }
+
+    /// Counts a call, logs it, and applies shutdown and failure injection.
+    /// `Err(code)` means: return `code` without doing anything.
+    pub(crate) fn enter(&self, symbol: &'static str) -> Result<u64, CUresult> {
+        let index = {
+            let mut c = self.lock_control();
+            let index = self.calls.fetch_add(1, Ordering::AcqRel);
+            c.log.push(symbol);
+            let nth = {
+                let n = c.per_symbol.entry(symbol).or_insert(0);
+                let nth = *n;
+                *n += 1;
+                nth
+            };
+            if self.is_shut() {
+                return Err(codes::DEINITIALIZED);
+            }
+            let hit = c.injections.iter().position(|inj| match inj {
+                Injection::At { index: i, .. } => *i == index,
+                Injection::Symbol {
+                    symbol: s, nth: n, ..
+                } => s == symbol && *n == nth,
+            });
+            if let Some(pos) = hit {
+                let inj = c.injections.remove(pos);
+                c.injected += 1;
+                let code = match inj {
+                    Injection::At { code, .. } | Injection::Symbol { code, .. } => code,
+                };
+                return Err(CUresult(code));
+            }
+            index
+        };
+        Ok(index)
+    }
+
+    /// This thread's current context for this simulator (0 = none).
+    pub(crate) fn current(&self) -> u64 {
+        CURRENT.with(|c| c.borrow().get(&self.id).copied().unwrap_or(0))
+    }
+
+    pub(crate) fn set_current(&self, ctx: u64) {
+        CURRENT.with(|c| {
+            let mut m = c.borrow_mut();
+            if ctx == 0 {
+                m.remove(&self.id);
+            } else {
+                m.insert(self.id, ctx);
+            }
+        });
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // Stop every worker before the memory their jobs point at goes.
+        let st = std::mem::take(&mut *self.lock_state());
+        drop(st);
+    }
+}

@@ -1,0 +1,374 @@
+//! The simulated NvSciBuf / NvSciSync / NvSciIpc subset.
+//!
+//! The entry points follow the project's NvSci fact sheet
+//! (`nvsci-facts.md`): modules, attribute lists with reconciliation,
+//! buffer objects over shared memory (memfd), sync objects with
+//! deterministic fences over the simulator's shared semaphores, CPU waits
+//! with timeouts (futex on shared memory), and IPC between real processes:
+//! an endpoint name maps to a Unix `SOCK_SEQPACKET` socket registered with
+//! [`Sim::nvsci_register_endpoint`](crate::Sim::nvsci_register_endpoint), and
+//! object exports pass their memfd with `SCM_RIGHTS`.
+//!
+//! Objects made here are registered in the CUDA side's registries, so
+//! `cuImportExternalMemory(NVSCIBUF)` and `cuImportExternalSemaphore(NVSCISYNC)`
+//! accept them unchanged; `cuDeviceGetNvSciSyncAttributes` fills the
+//! simulator's sync attribute lists ([`cuda_fill_sync_attrs`]).
+//!
+//! What the simulator chooses where the real library's answer is unknown is
+//! listed in the crate README ("NvSci").
+
+mod attrs;
+mod buf;
+mod ipc;
+mod slots;
+mod sync;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tegra_interop_sys::cuda::{CUdevice, CUresult};
+use tegra_interop_sys::nvsci::NvSciError;
+
+use crate::instance::Call;
+use crate::{codes, DiagnosticKind};
+
+pub(crate) use attrs::AttrListRec;
+pub(crate) use slots::{buf_table, ipc_table, sync_table};
+
+pub use attrs::color;
+pub use ipc::endpoint_pair;
+
+/// `NvSciError` values the simulator returns.
+pub(crate) mod err {
+    use tegra_interop_sys::nvsci::NvSciError;
+
+    pub(crate) const SUCCESS: NvSciError = NvSciError(0);
+    pub(crate) const UNKNOWN: NvSciError = NvSciError(0x1);
+    pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError(0x11);
+    pub(crate) const ACCESS_DENIED: NvSciError = NvSciError(0x20);
+    pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError(0x24);
+    pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError(0x25);
+    pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);
+    pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError(0x32);
+    pub(crate) const BAD_PARAMETER: NvSciError = NvSciError(0x100);
+    pub(crate) const TIMEOUT: NvSciError = NvSciError(0x200);
+    pub(crate) const BUSY: NvSciError = NvSciError(0x202);
+    pub(crate) const RECONCILIATION_FAILED: NvSciError = NvSciError(0x10100);
+    pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError = NvSciError(0x10101);
+    pub(crate) const CLEARED_FENCE: NvSciError = NvSciError(0x2000002);
+}
+
+pub(crate) type R<T = ()> = Result<T, NvSciError>;
+
+pub(crate) fn done(r: R) -> NvSciError {
+    match r {
+        Ok(()) => err::SUCCESS,
+        Err(e) => e,
+    }
+}
+
+/// Writes `v` to a caller out-pointer, refusing NULL.
+///
+/// # Safety
+/// `p` must be NULL or valid for a write of `T`.
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R {
+    if p.is_null() {
+        return Err(err::BAD_PARAMETER);
+    }
+    // SAFETY: non-null, and valid for writes by the caller's contract.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Reads a caller in-pointer, refusing NULL.
+///
+/// # Safety
+/// `p` must be NULL or valid for a read of `T`.
+pub(crate) unsafe fn get<T: Copy>(p: *const T) -> R<T> {
+    if p.is_null() {
+        return Err(err::BAD_PARAMETER);
+    }
+    // SAFETY: non-null, and valid for reads by the caller's contract.
+    Ok(unsafe { p.read() })
+}
+
+/// Kinds of NvSci handles, in the upper bits of their values (a namespace of
+/// their own, next to the CUDA side's tags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    BufModule = 0x7c20,
+    SyncModule = 0x7c21,
+    BufList = 0x7c22,
+    SyncList = 0x7c23,
+    WaitContext = 0x7c24,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+/// A new process-unique handle value of `kind` (never reused).
+pub(crate) fn new_handle(kind: Kind) -> usize {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed) & 0x0000_0fff_ffff_ffff;
+    (((kind as u64) << 48) | (n << 4)) as usize
+}
+
+/// A process-independent id (for fences and objects that cross processes).
+pub(crate) fn new_uid() -> u64 {
+    let pid = u64::from(std::process::id());
+    (pid << 40) ^ NEXT.fetch_add(1, Ordering::Relaxed) ^ 0x5151_0000_0000_0000
+}
+
+/// A module (buf or sync): closed by the application, kept while objects
+/// made from it live.
+#[derive(Debug, Default)]
+pub(crate) struct ModuleRec {
+    pub(crate) closed: bool,
+    pub(crate) users: usize,
+}
+
+/// A CPU wait context.
+pub(crate) struct WaitCtxRec {
+    pub(crate) module: usize,
+    pub(crate) busy: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// Which side of a semaphore operation ran (or skipped) its memsync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemsyncOp {
+    /// `cuSignalExternalSemaphoresAsync`: the flush of NvSciBuf memory
+    /// written before the signal.
+    Signal,
+    /// `cuWaitExternalSemaphoresAsync`: the invalidation of NvSciBuf memory
+    /// read after the wait.
+    Wait,
+}
+
+/// One NvSciSync signal or wait enqueued by the CUDA side: whether the
+/// NvSciBuf memory synchronisation ran or was skipped
+/// (`SKIP_NVSCIBUF_MEMSYNC`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemsyncEvent {
+    /// Signal or wait.
+    pub op: MemsyncOp,
+    /// The sync object's fence id (the object id in
+    /// [`crate::fence::SimFence`]).
+    pub object_id: u64,
+    /// `true` when the memory synchronisation ran, `false` when the skip
+    /// flag was set.
+    pub ran: bool,
+}
+
+/// The NvSci objects a simulator holds; see [`crate::Sim::nvsci_ledger`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NvSciLedger {
+    /// Buf and sync modules not closed yet, or closed but still used by
+    /// lists, objects or wait contexts.
+    pub modules: usize,
+    /// Attribute lists the application must free (created, reconciled,
+    /// conflict, imported).
+    pub attr_lists: usize,
+    /// NvSciBuf object handles (alloc, dup, import).
+    pub buf_objects: usize,
+    /// NvSciSync object handles.
+    pub sync_objects: usize,
+    /// CPU wait contexts.
+    pub cpu_wait_contexts: usize,
+    /// Open NvSciIpc endpoints.
+    pub open_endpoints: usize,
+    /// Attribute-list export descriptors not freed with
+    /// `NvSciBufAttrListFreeDesc`.
+    pub export_descriptors: usize,
+    /// `NvSciIpcInit` calls not matched by `NvSciIpcDeinit`.
+    pub ipc_inits: usize,
+}
+
+impl NvSciLedger {
+    /// `true` when nothing is held.
+    pub fn is_clean(&self) -> bool {
+        *self == NvSciLedger::default()
+    }
+}
+
+impl fmt::Display for NvSciLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "modules {}, attr lists {}, buf objects {}, sync objects {}, cpu wait contexts {}, endpoints {}, descriptors {}, ipc inits {}",
+            self.modules,
+            self.attr_lists,
+            self.buf_objects,
+            self.sync_objects,
+            self.cpu_wait_contexts,
+            self.open_endpoints,
+            self.export_descriptors,
+            self.ipc_inits
+        )
+    }
+}
+
+/// Everything the NvSci part of one simulator owns (a field of the
+/// simulator's state, so it is freed with it and by `shutdown`).
+#[derive(Default)]
+pub(crate) struct NvSciState {
+    pub(crate) buf_modules: HashMap<usize, ModuleRec>,
+    pub(crate) sync_modules: HashMap<usize, ModuleRec>,
+    pub(crate) lists: HashMap<usize, AttrListRec>,
+    pub(crate) buf_objs: HashMap<usize, buf::BufObjRec>,
+    pub(crate) sync_objs: HashMap<usize, sync::SyncObjRec>,
+    pub(crate) wait_contexts: HashMap<usize, WaitCtxRec>,
+    pub(crate) registered: HashMap<String, Arc<ipc::Channel>>,
+    pub(crate) endpoints: HashMap<u64, ipc::OpenEndpoint>,
+    pub(crate) descriptors: HashSet<usize>,
+    pub(crate) ipc_inits: usize,
+    pub(crate) memsync: Vec<MemsyncEvent>,
+    pub(crate) next_sync_initial: Option<u64>,
+    /// Handles that were live once (for use-after-free diagnostics).
+    pub(crate) gone: HashSet<usize>,
+}
+
+impl NvSciState {
+    pub(crate) fn ledger(&self) -> NvSciLedger {
+        NvSciLedger {
+            modules: self.buf_modules.len() + self.sync_modules.len(),
+            attr_lists: self.lists.values().filter(|l| l.owner.is_none()).count(),
+            buf_objects: self.buf_objs.len(),
+            sync_objects: self.sync_objs.len(),
+            cpu_wait_contexts: self.wait_contexts.len(),
+            open_endpoints: self.endpoints.len(),
+            export_descriptors: self.descriptors.len(),
+            ipc_inits: self.ipc_inits,
+        }
+    }
+
+    /// Takes one use of a module (a list, object or wait context made
+    /// from it). `Err` when the handle is not a live module of this kind.
+    pub(crate) fn retain_module(&mut self, sync: bool, module: usize) -> R {
+        let map = if sync {
+            &mut self.sync_modules
+        } else {
+            &mut self.buf_modules
+        };
+        match map.get_mut(&module) {
+            Some(m) if !m.closed => {
+                m.users += 1;
+                Ok(())
+            }
+            _ => Err(err::BAD_PARAMETER),
+        }
+    }
+
+    /// Gives one use back (an object of a module that the application may
+    /// already have closed); the module goes when closed and unused.
+    pub(crate) fn release_module(&mut self, sync: bool, module: usize) {
+        let map = if sync {
+            &mut self.sync_modules
+        } else {
+            &mut self.buf_modules
+        };
+        if let Some(m) = map.get_mut(&module) {
+            m.users = m.users.saturating_sub(1);
+            if m.closed && m.users == 0 {
+                map.remove(&module);
+            }
+        }
+    }
+
+    /// Adds a use to a module whatever its state (for objects that share
+    /// the module of an existing object).
+    pub(crate) fn add_module_user(&mut self, sync: bool, module: usize) {
+        let map = if sync {
+            &mut self.sync_modules
+        } else {
+            &mut self.buf_modules
+        };
+        if let Some(m) = map.get_mut(&module) {
+            m.users += 1;
+        }
+    }
+}
+
+/// Reports a handle the NvSci part does not know and returns BAD_PARAMETER.
+pub(crate) fn unknown(c: &Call, st: &NvSciState, what: &str, h: usize) -> NvSciError {
+    if st.gone.contains(&h) {
+        c.diag(
+            DiagnosticKind::UseAfterDestroy,
+            format!("{what} {h:#x} used after it was freed"),
+        );
+    } else {
+        c.diag(
+            DiagnosticKind::UnknownHandle,
+            format!("{what} {h:#x} is unknown to this simulator"),
+        );
+    }
+    err::BAD_PARAMETER
+}
+
+/// `cuDeviceGetNvSciSyncAttributes` on a simulator with NvSci: fills an
+/// unreconciled sync attribute list of this simulator with what CUDA needs
+/// on `dev`: `RequiredPerm` from the flags (SIGNAL = 1, WAIT = 2),
+/// `PrimitiveInfo` (syncpoints on an integrated GPU, sysmem semaphores
+/// otherwise) and `GpuId` (the device UUID). INVALID_VALUE when the list is
+/// not one, is reconciled, already has `RequiredPerm`, or no flag is given.
+pub(crate) fn cuda_fill_sync_attrs(c: &Call, list: *mut c_void, dev: CUdevice, flags: i32) -> CUresult {
+    sync::cuda_fill(c, list as usize, dev, flags)
+}
+
+/// Records whether an NvSciSync signal or wait ran its NvSciBuf memory
+/// synchronisation (called by the CUDA side when it enqueues one).
+pub(crate) fn record_memsync(st: &mut crate::instance::State, op: MemsyncOp, object_id: u64, skipped: bool) {
+    st.nvsci.memsync.push(MemsyncEvent {
+        op,
+        object_id,
+        ran: !skipped,
+    });
+}
+
+/// Maps the answer of `Instance::enter` to an NvSci code: the
+/// "driver is shut down" answer becomes NotInitialized, an injected code
+/// is returned as the NvSciError of the same number.
+pub(crate) fn entry_code(shut: bool, code: CUresult) -> NvSciError {
+    if shut && code == codes::DEINITIALIZED {
+        err::NOT_INITIALIZED
+    } else {
+        NvSciError(code.0)
+    }
+}
+
+impl crate::Sim {
+    /// What the NvSci part holds now (modules, attribute lists, objects,
+    /// wait contexts, endpoints, descriptors). A correct teardown leaves it
+    /// [`NvSciLedger::is_clean`].
+    pub fn nvsci_ledger(&self) -> NvSciLedger {
+        self.inner.lock_state().nvsci.ledger()
+    }
+
+    /// Makes the next `NvSciSyncObjAlloc` start its counter at `value`
+    /// instead of 0 (wrapped to 32 bits for 32-bit primitives), to reach a
+    /// wrap-around without billions of signals. Applies once.
+    pub fn nvsci_set_next_sync_initial(&self, value: u64) {
+        self.inner.lock_state().nvsci.next_sync_initial = Some(value);
+    }
+
+    /// Every NvSciSync signal and wait the CUDA side enqueued so far, with
+    /// whether its NvSciBuf memory synchronisation ran.
+    pub fn nvsci_memsync_log(&self) -> Vec<MemsyncEvent> {
+        self.inner.lock_state().nvsci.memsync.clone()
+    }
+
+    /// Registers `socket` (a connected `AF_UNIX` `SOCK_SEQPACKET` socket, one
+    /// end of [`endpoint_pair`]) under the endpoint name `name`:
+    /// `NvSciIpcOpenEndpoint(name)` then opens it. The peer (another
+    /// process, or another simulator in this process) registers the other
+    /// end under its own name. Replaces an earlier registration of `name`.
+    pub fn nvsci_register_endpoint(&self, name: &str, socket: OwnedFd) {
+        self.inner
+            .lock_state()
+            .nvsci
+            .registered
+            .insert(name.to_owned(), Arc::new(ipc::Channel::new(socket)));
+    }
+}

@@ -1,0 +1,547 @@
+//! Camera sensor driver over `embedded-hal` 1.0 traits (no_std, no alloc).
+//!
+//! The sensor is a **model**: a generic image sensor with a register map defined
+//! by this crate (see [`regs`]); it is not the register map of any specific part.
+//! The driver does what a real driver for such a part does:
+//!
+//! 1. [`Camera::init`]: probe the chip-id register over I2C, then write a
+//!    configuration table (standby, resolution, frame rate, pixel format,
+//!    external trigger, test-pattern generator) and start streaming.
+//! 2. [`Camera::capture`]: pulse the frame-sync pin (rising edge starts the
+//!    exposure), receive the frame into a caller-provided buffer through a
+//!    [`FrameReadout`], and only then tell a [`FrameSink`] that the frame is
+//!    ready (where a pipeline signals its fence).
+//!
+//! `embedded-hal` has no trait for a camera data bus (on a Jetson the frame
+//! arrives over MIPI CSI into memory, completed by the capture engine), so the
+//! data path is the [`FrameReadout`] trait. [`TestPatternReadout`] is the model
+//! of the sensor's test-pattern generator: it writes the deterministic pattern
+//! described in [`TestPattern`], seeded by the frame index, so that a consumer
+//! can verify every byte of every frame.
+
+use ::core::convert::Infallible;
+use ::core::fmt;
+
+use embedded_hal::digital::{self, OutputPin};
+use embedded_hal::i2c::{self, I2c};
+
+/// Register map of the model sensor (16-bit register addresses, sent
+/// big-endian, 8-bit values; multi-byte reads auto-increment).
+pub mod regs {
+    /// Default 7-bit I2C address of the model sensor.
+    pub const DEFAULT_ADDRESS: u8 = 0x36;
+    /// Chip id, two bytes big-endian (read-only).
+    pub const CHIP_ID: u16 = 0x0000;
+    /// The value [`CHIP_ID`] reads on the model sensor.
+    pub const CHIP_ID_VALUE: u16 = 0x5347;
+    /// Mode select: [`MODE_STANDBY`] or [`MODE_STREAMING`].
+    pub const MODE_SELECT: u16 = 0x0100;
+    /// [`MODE_SELECT`] value: sensor idle, configuration may change.
+    pub const MODE_STANDBY: u8 = 0x00;
+    /// [`MODE_SELECT`] value: sensor produces frames on trigger.
+    pub const MODE_STREAMING: u8 = 0x01;
+    /// Output width in pixels, high byte.
+    pub const WIDTH_HI: u16 = 0x0340;
+    /// Output width in pixels, low byte.
+    pub const WIDTH_LO: u16 = 0x0341;
+    /// Output height in lines, high byte.
+    pub const HEIGHT_HI: u16 = 0x0342;
+    /// Output height in lines, low byte.
+    pub const HEIGHT_LO: u16 = 0x0343;
+    /// Maximum frame rate in frames per second.
+    pub const FRAME_RATE: u16 = 0x0350;
+    /// Pixel format code (see [`crate::camera::PixelFormat::code`]).
+    pub const PIXEL_FORMAT: u16 = 0x0360;
+    /// Trigger mode: [`TRIGGER_EXTERNAL`] waits for the frame-sync pin.
+    pub const TRIGGER_MODE: u16 = 0x0370;
+    /// [`TRIGGER_MODE`] value: one frame per rising edge of the sync pin.
+    pub const TRIGGER_EXTERNAL: u8 = 0x01;
+    /// Test-pattern generator: [`TEST_PATTERN_SEEDED`] selects the seeded pattern.
+    pub const TEST_PATTERN: u16 = 0x0600;
+    /// [`TEST_PATTERN`] value: deterministic pattern seeded by the frame index.
+    pub const TEST_PATTERN_SEEDED: u8 = 0x02;
+}
+
+/// Pixel formats the model sensor can output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PixelFormat {
+    /// One byte per pixel (raw Bayer or grey).
+    Raw8,
+    /// Two bytes per pixel, little-endian (raw 10/12-bit data in 16 bits).
+    Raw16,
+    /// Four bytes per pixel, R, G, B, A.
+    Rgba8,
+}
+
+impl PixelFormat {
+    /// Bytes one pixel takes in memory.
+    pub const fn bytes_per_pixel(self) -> usize {
+        match self {
+            PixelFormat::Raw8 => 1,
+            PixelFormat::Raw16 => 2,
+            PixelFormat::Rgba8 => 4,
+        }
+    }
+
+    /// Value written to [`regs::PIXEL_FORMAT`].
+    pub const fn code(self) -> u8 {
+        match self {
+            PixelFormat::Raw8 => 0x00,
+            PixelFormat::Raw16 => 0x01,
+            PixelFormat::Rgba8 => 0x02,
+        }
+    }
+}
+
+/// Sensor configuration, checked by [`SensorConfig::validate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SensorConfig {
+    /// Width in pixels, `1..=MAX_WIDTH`.
+    pub width: u16,
+    /// Height in lines, `1..=MAX_HEIGHT`.
+    pub height: u16,
+    /// Frame rate in frames per second, `1..=MAX_FPS`.
+    pub fps: u8,
+    /// Output pixel format.
+    pub format: PixelFormat,
+}
+
+impl SensorConfig {
+    /// Largest width the model sensor supports.
+    pub const MAX_WIDTH: u16 = 4096;
+    /// Largest height the model sensor supports.
+    pub const MAX_HEIGHT: u16 = 4096;
+    /// Highest frame rate the model sensor supports.
+    pub const MAX_FPS: u8 = 240;
+
+    /// Checks the configuration against the sensor's limits.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.width == 0 || self.height == 0 {
+            return Err(ConfigError::ZeroSize);
+        }
+        if self.width > Self::MAX_WIDTH || self.height > Self::MAX_HEIGHT {
+            return Err(ConfigError::TooLarge {
+                width: self.width,
+                height: self.height,
+            });
+        }
+        if self.fps == 0 || self.fps > Self::MAX_FPS {
+            return Err(ConfigError::FrameRate(self.fps));
+        }
+        Ok(())
+    }
+
+    /// Bytes in one line of the frame.
+    pub const fn stride(&self) -> usize {
+        self.width as usize * self.format.bytes_per_pixel()
+    }
+
+    /// Bytes in one frame.
+    pub const fn frame_len(&self) -> usize {
+        self.stride() * self.height as usize
+    }
+
+    /// The `(register, value)` writes that configure the sensor, in order,
+    /// ending with the switch to streaming.
+    pub fn register_table(&self) -> [(u16, u8); 10] {
+        let [w_hi, w_lo] = self.width.to_be_bytes();
+        let [h_hi, h_lo] = self.height.to_be_bytes();
+        [
+            (regs::MODE_SELECT, regs::MODE_STANDBY),
+            (regs::WIDTH_HI, w_hi),
+            (regs::WIDTH_LO, w_lo),
+            (regs::HEIGHT_HI, h_hi),
+            (regs::HEIGHT_LO, h_lo),
+            (regs::FRAME_RATE, self.fps),
+            (regs::PIXEL_FORMAT, self.format.code()),
+            (regs::TRIGGER_MODE, regs::TRIGGER_EXTERNAL),
+            (regs::TEST_PATTERN, regs::TEST_PATTERN_SEEDED),
+            (regs::MODE_SELECT, regs::MODE_STREAMING),
+        ]
+    }
+}
+
+/// A configuration the sensor cannot run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Width or height is zero.
+    ZeroSize,
+    /// Width or height is above the sensor's maximum.
+    TooLarge {
+        /// Requested width.
+        width: u16,
+        /// Requested height.
+        height: u16,
+    },
+    /// Frame rate is zero or above the sensor's maximum.
+    FrameRate(u8),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroSize => f.write_str("width and height must be non-zero"),
+            ConfigError::TooLarge { width, height } => write!(
+                f,
+                "{width}x{height} is above the sensor maximum of {}x{}",
+                SensorConfig::MAX_WIDTH,
+                SensorConfig::MAX_HEIGHT
+            ),
+            ConfigError::FrameRate(fps) => write!(
+                f,
+                "frame rate {fps} is outside 1..={}",
+                SensorConfig::MAX_FPS
+            ),
+        }
+    }
+}
+
+/// Why the data path could not deliver a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadoutError {
+    /// No frame arrived in time after the trigger.
+    Timeout,
+    /// Fewer bytes than a full frame arrived.
+    Truncated {
+        /// Bytes that did arrive.
+        received: usize,
+    },
+}
+
+impl fmt::Display for ReadoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadoutError::Timeout => f.write_str("no frame arrived after the trigger"),
+            ReadoutError::Truncated { received } => {
+                write!(f, "frame truncated after {received} bytes")
+            }
+        }
+    }
+}
+
+/// Errors of the camera driver. `SinkE` is the error of the [`FrameSink`]
+/// given to [`Camera::capture`] (never produced by other calls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error<I2cE, PinE, SinkE = Infallible> {
+    /// An I2C transfer failed.
+    I2c(I2cE),
+    /// The chip-id register did not read the model sensor's id.
+    WrongChipId {
+        /// The id the driver expects.
+        expected: u16,
+        /// The id that was read.
+        found: u16,
+    },
+    /// The configuration is outside the sensor's limits.
+    Config(ConfigError),
+    /// Driving the frame-sync pin failed.
+    Pin(PinE),
+    /// The caller's buffer cannot hold one frame.
+    BufferTooSmall {
+        /// Bytes one frame needs.
+        needed: usize,
+        /// Bytes the buffer has.
+        got: usize,
+    },
+    /// [`Camera::capture`] was called before a successful [`Camera::init`].
+    NotStreaming,
+    /// The data path did not deliver the frame.
+    Readout(ReadoutError),
+    /// The frame sink failed to signal the frame.
+    Sink(SinkE),
+}
+
+impl<I2cE: fmt::Debug, PinE: fmt::Debug, SinkE: fmt::Debug> fmt::Display
+    for Error<I2cE, PinE, SinkE>
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::I2c(e) => write!(f, "camera I2C transfer failed: {e:?}"),
+            Error::WrongChipId { expected, found } => write!(
+                f,
+                "camera chip id is {found:#06x}, expected {expected:#06x} (wrong device at this address?)"
+            ),
+            Error::Config(e) => write!(f, "camera configuration rejected: {e}"),
+            Error::Pin(e) => write!(f, "camera frame-sync pin failed: {e:?}"),
+            Error::BufferTooSmall { needed, got } => write!(
+                f,
+                "frame buffer holds {got} bytes, one frame needs {needed}"
+            ),
+            Error::NotStreaming => f.write_str("camera is not initialised (call init first)"),
+            Error::Readout(e) => write!(f, "camera readout failed: {e}"),
+            Error::Sink(e) => write!(f, "signalling the frame failed: {e:?}"),
+        }
+    }
+}
+
+/// [`Error`] for a camera on the bus `I2C` and the pin `PIN`, with the sink
+/// error `SinkE`.
+pub type CameraError<I2C, PIN, SinkE = Infallible> =
+    Error<<I2C as i2c::ErrorType>::Error, <PIN as digital::ErrorType>::Error, SinkE>;
+
+/// Describes one captured frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameInfo {
+    /// Frame index since [`Camera::init`] (0, 1, 2, ...); seeds the test pattern.
+    pub index: u64,
+    /// The configuration the frame was taken with.
+    pub config: SensorConfig,
+    /// Bytes of the frame at the start of the buffer (`config.frame_len()`).
+    pub len: usize,
+}
+
+/// The data path from the sensor into memory.
+pub trait FrameReadout {
+    /// Receives frame `index`, triggered just before, into `buf`
+    /// (exactly `config.frame_len()` bytes). Returns once the whole frame is
+    /// in memory.
+    fn read_frame(
+        &mut self,
+        config: &SensorConfig,
+        index: u64,
+        buf: &mut [u8],
+    ) -> Result<(), ReadoutError>;
+}
+
+/// Model of the sensor's seeded test-pattern generator: writes
+/// [`TestPattern`] for the frame index.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TestPatternReadout;
+
+impl FrameReadout for TestPatternReadout {
+    fn read_frame(
+        &mut self,
+        config: &SensorConfig,
+        index: u64,
+        buf: &mut [u8],
+    ) -> Result<(), ReadoutError> {
+        TestPattern::new(index, config.stride()).fill(buf);
+        Ok(())
+    }
+}
+
+/// Receives the "frame ready" notification after the frame is in memory.
+pub trait FrameSink {
+    /// Error of [`FrameSink::frame_ready`].
+    type Error;
+    /// Called once per frame, after the whole frame is in `frame`; a pipeline
+    /// signals its fence here.
+    fn frame_ready(&mut self, info: &FrameInfo, frame: &[u8]) -> Result<(), Self::Error>;
+}
+
+/// The deterministic test pattern: byte `(row, col)` of frame `index`, where
+/// `col` counts bytes within a row of `stride` bytes.
+///
+/// With `s = splitmix64(index)`, `s0 = s & 0xff`, `s1 = (s >> 8) & 0xff`,
+/// `s2 = (s >> 16) & 0xff` and all arithmetic modulo 256:
+///
+/// ```text
+/// byte = ((col & 0xff) ^ s0) + 7 * (col >> 8)
+///      + 3 * ((row & 0xff) ^ s1) + 5 * (row >> 8) + s2
+/// ```
+///
+/// A CUDA kernel or shader can compute it too; a frame in the wrong slot,
+/// shifted, partly written or stale does not match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TestPattern {
+    s0: u8,
+    s1: u8,
+    s2: u8,
+    stride: usize,
+}
+
+impl TestPattern {
+    /// The pattern of frame `index` for rows of `stride` bytes.
+    pub const fn new(index: u64, stride: usize) -> Self {
+        let s = splitmix64(index);
+        TestPattern {
+            s0: s as u8,
+            s1: (s >> 8) as u8,
+            s2: (s >> 16) as u8,
+            stride,
+        }
+    }
+
+    fn row_term(&self, row: usize) -> u8 {
+        ((row as u8) ^ self.s1)
+            .wrapping_mul(3)
+            .wrapping_add(((row >> 8) as u8).wrapping_mul(5))
+            .wrapping_add(self.s2)
+    }
+
+    fn col_term(&self, col: usize) -> u8 {
+        ((col as u8) ^ self.s0).wrapping_add(((col >> 8) as u8).wrapping_mul(7))
+    }
+
+    /// Byte `col` of row `row`.
+    pub fn byte(&self, row: usize, col: usize) -> u8 {
+        self.col_term(col).wrapping_add(self.row_term(row))
+    }
+
+    /// Writes the pattern over all of `buf` (a last partial row included).
+    pub fn fill(&self, buf: &mut [u8]) {
+        if self.stride == 0 {
+            return;
+        }
+        for (row, line) in buf.chunks_mut(self.stride).enumerate() {
+            let r = self.row_term(row);
+            for (col, b) in line.iter_mut().enumerate() {
+                *b = self.col_term(col).wrapping_add(r);
+            }
+        }
+    }
+
+    /// Offset of the first byte of `buf` that is not `pattern ^ xor_mask`
+    /// (`xor_mask` 0 checks the pattern as written, 0xff its bitwise
+    /// inverse), or `None` when every byte matches.
+    pub fn first_mismatch(&self, buf: &[u8], xor_mask: u8) -> Option<usize> {
+        if self.stride == 0 {
+            return None;
+        }
+        for (row, line) in buf.chunks(self.stride).enumerate() {
+            let r = self.row_term(row);
+            for (col, &b) in line.iter().enumerate() {
+                if b != self.col_term(col).wrapping_add(r) ^ xor_mask {
+                    return Some(row * self.stride + col);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The splitmix64 finaliser, used to spread frame indices over the pattern seed.
+const fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Driver for the model sensor: set-up over `I2C`, frame trigger on `PIN`,
+/// frame data through `R`.
+#[derive(Debug)]
+pub struct Camera<I2C, PIN, R = TestPatternReadout> {
+    i2c: I2C,
+    pin: PIN,
+    readout: R,
+    address: u8,
+    config: SensorConfig,
+    streaming: bool,
+    next_index: u64,
+}
+
+impl<I2C: I2c, PIN: OutputPin, R: FrameReadout> Camera<I2C, PIN, R> {
+    /// Creates the driver (no bus traffic yet); rejects an invalid `config`.
+    pub fn new(
+        i2c: I2C,
+        pin: PIN,
+        readout: R,
+        address: u8,
+        config: SensorConfig,
+    ) -> Result<Self, CameraError<I2C, PIN>> {
+        config.validate().map_err(Error::Config)?;
+        Ok(Camera {
+            i2c,
+            pin,
+            readout,
+            address,
+            config,
+            streaming: false,
+            next_index: 0,
+        })
+    }
+
+    /// The configuration written by [`Camera::init`].
+    pub fn config(&self) -> &SensorConfig {
+        &self.config
+    }
+
+    /// Index the next captured frame will get.
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// Drives the trigger pin low, probes the chip id, writes the
+    /// configuration table and starts streaming. Resets the frame index to 0.
+    pub fn init(&mut self) -> Result<(), CameraError<I2C, PIN>> {
+        self.streaming = false;
+        self.pin.set_low().map_err(Error::Pin)?;
+        let found = self.read_chip_id()?;
+        if found != regs::CHIP_ID_VALUE {
+            return Err(Error::WrongChipId {
+                expected: regs::CHIP_ID_VALUE,
+                found,
+            });
+        }
+        for (reg, value) in self.config.register_table() {
+            self.write_reg(reg, value)?;
+        }
+        self.streaming = true;
+        self.next_index = 0;
+        Ok(())
+    }
+
+    /// Puts the sensor in standby; [`Camera::capture`] fails until the next
+    /// [`Camera::init`].
+    pub fn stop(&mut self) -> Result<(), CameraError<I2C, PIN>> {
+        self.streaming = false;
+        self.write_reg(regs::MODE_SELECT, regs::MODE_STANDBY)
+    }
+
+    /// Reads the two-byte chip id.
+    pub fn read_chip_id(&mut self) -> Result<u16, CameraError<I2C, PIN>> {
+        let mut id = [0u8; 2];
+        self.i2c
+            .write_read(self.address, &regs::CHIP_ID.to_be_bytes(), &mut id)
+            .map_err(Error::I2c)?;
+        Ok(u16::from_be_bytes(id))
+    }
+
+    fn write_reg(&mut self, reg: u16, value: u8) -> Result<(), CameraError<I2C, PIN>> {
+        let [hi, lo] = reg.to_be_bytes();
+        self.i2c
+            .write(self.address, &[hi, lo, value])
+            .map_err(Error::I2c)
+    }
+
+    /// Captures one frame into the start of `buf`:
+    /// trigger (pulse the sync pin high then low) -> frame written by the
+    /// readout -> `sink.frame_ready`. Nothing is triggered when `buf` is too
+    /// small; the sink is not called when the trigger or the readout fails.
+    /// The frame index advances once the rising edge went out.
+    pub fn capture<S: FrameSink>(
+        &mut self,
+        buf: &mut [u8],
+        sink: &mut S,
+    ) -> Result<FrameInfo, CameraError<I2C, PIN, S::Error>> {
+        if !self.streaming {
+            return Err(Error::NotStreaming);
+        }
+        let len = self.config.frame_len();
+        let got = buf.len();
+        let frame = buf
+            .get_mut(..len)
+            .ok_or(Error::BufferTooSmall { needed: len, got })?;
+        self.pin.set_high().map_err(Error::Pin)?;
+        // The rising edge started an exposure: that frame index is used up.
+        let index = self.next_index;
+        self.next_index = self.next_index.wrapping_add(1);
+        self.pin.set_low().map_err(Error::Pin)?;
+        self.readout
+            .read_frame(&self.config, index, frame)
+            .map_err(Error::Readout)?;
+        let info = FrameInfo {
+            index,
+            config: self.config,
+            len,
+        };
+        sink.frame_ready(&info, frame).map_err(Error::Sink)?;
+        Ok(info)
+    }
+
+    /// Gives the bus, the pin and the readout back.
+    pub fn release(self) -> (I2C, PIN, R) {
+        (self.i2c, self.pin, self.readout)
+    }
+}

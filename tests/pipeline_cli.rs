@@ -1,0 +1,182 @@
+//! Runs the compiled `pipeline` example: exit codes, one-line errors, the
+//! JSON summary, and that injected defects fail verification.
+//!
+//! `cargo test` builds the examples next to this test binary
+//! (`target/<profile>/examples/`); run `cargo build --example pipeline`
+//! first when running this test file alone.
+#![cfg(feature = "camera")]
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = profile_dir
+        .join("examples")
+        .join(format!("pipeline{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} not found: build it with `cargo build --example pipeline` (plain `cargo test` does)",
+        path.display()
+    );
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(example()).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+const SMALL: &[&str] = &[
+    "--backend",
+    "host",
+    "--frames",
+    "40",
+    "--ring",
+    "3",
+    "--width",
+    "64",
+    "--height",
+    "16",
+    "--quiet",
+];
+
+fn small(extra: &[&str]) -> Output {
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+#[test]
+fn help_exits_zero() {
+    let o = run(&["--help"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("--backend"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_non_zero() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--frames", "0"], 2, "--frames"),
+        (&["--ring", "0"], 2, "fixed capacity"),
+        (&["--ring", "9"], 2, "fixed capacity"),
+        (&["--backend", "opencl"], 2, "unknown backend"),
+        (&["--width", "abc"], 2, "expects a number"),
+        (
+            &["--backend", "sim", "--frames", "1"],
+            1,
+            "backend `sim` is not available: ",
+        ),
+        (
+            &["--backend", "gpu", "--frames", "1"],
+            1,
+            "backend `gpu` is not available: ",
+        ),
+        (
+            &["--backend", "jetson", "--frames", "1"],
+            1,
+            "backend `jetson` is not available: ",
+        ),
+    ];
+    for (args, code, want) in cases {
+        let o = run(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(*code), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(want),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(stdout(&o).is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn host_run_verifies_every_frame() {
+    for mode in [&[][..], &["--copy"][..]] {
+        let mut extra = vec!["--json"];
+        extra.extend_from_slice(mode);
+        let o = small(&extra);
+        let out = stdout(&o);
+        assert!(o.status.success(), "{out}{}", stderr(&o));
+        assert!(out.contains("\"backend\": \"host-reference\""), "{out}");
+        assert!(out.contains("\"frames\": 40"), "{out}");
+        assert!(out.contains("\"verified\": true"), "{out}");
+        assert!(
+            out.contains("\"consumer_ok\": 40, \"readback_ok\": 40, \"pulses\": 40"),
+            "{out}"
+        );
+        assert_eq!(out.trim().lines().count(), 1, "one JSON object");
+        let want_mode = if mode.is_empty() { "zero-copy" } else { "copy" };
+        assert!(out.contains(&format!("\"mode\": \"{want_mode}\"")), "{out}");
+    }
+}
+
+#[test]
+fn human_summary_labels_the_reference_transport() {
+    let o = small(&["--format", "raw16"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(out.starts_with("backend: host-reference"), "{out}");
+    assert!(out.contains("not the simulator and not CUDA"), "{out}");
+    assert!(out.contains("verified: 40/40 frames"), "{out}");
+    for word in [
+        "latency",
+        "p50",
+        "p99",
+        "max",
+        "interop overhead",
+        "frames/s",
+        "MB/s",
+    ] {
+        assert!(out.contains(word), "{word}: {out}");
+    }
+}
+
+#[test]
+fn broken_pipelines_do_not_report_success() {
+    for fault in ["skip-process", "corrupt"] {
+        let o = small(&["--json", "--fault", fault]);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(1), "{fault}: {out}");
+        assert!(out.contains("\"verified\": false"), "{fault}: {out}");
+        assert!(stderr(&o).contains("failed verification"), "{fault}");
+    }
+}
+
+// The example's modules, compiled here too so that their unit tests run with
+// a plain `cargo test` (the example target itself is built, not tested).
+#[allow(dead_code)]
+#[path = "../examples/pipeline/backend.rs"]
+mod backend;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/cli.rs"]
+mod cli;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/host.rs"]
+mod host;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/report.rs"]
+mod report;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/ring.rs"]
+mod ring;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/sensor.rs"]
+mod sensor;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/stats.rs"]
+mod stats;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/transport.rs"]
+mod transport;

@@ -1,0 +1,291 @@
+//! Runs the built `xtask` binary the way a user or CI does.
+//!
+//! The codegen tests are real: they run bindgen (libclang) on the pinned CUDA
+//! header, fetched once into `target/codegen-cache` (pip + network on a fresh
+//! machine; .ci/run installs libclang-dev and runs them). They never touch
+//! the committed bindings: the staleness check runs against copies in a
+//! temporary directory (`codegen --check --against DIR`).
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn xtask(args: &[&str]) -> Output {
+    xtask_env(args, &[])
+}
+
+fn xtask_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // A backtrace request must not change what the user sees.
+    cmd.env("RUST_BACKTRACE", "1");
+    cmd.output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The contract for every failure: one `error:` line (plus, for usage
+/// mistakes, one pointer to the help), no panic output, the given exit code.
+fn assert_clean_failure(out: &Output, code: i32, must_mention: &[&str]) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "exit code; stderr:\n{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("codegen: fetching"))
+        .collect();
+    assert!(!lines.is_empty(), "no error message");
+    assert!(
+        lines[0].starts_with("error: "),
+        "first line: {:?}",
+        lines[0]
+    );
+    let expected_lines = if code == 2 { 2 } else { 1 };
+    assert_eq!(
+        lines.len(),
+        expected_lines,
+        "stderr should be one error line:\n{err}"
+    );
+    if code == 2 {
+        assert_eq!(lines[1], "(run `cargo xtask help` for usage)");
+    }
+    for word in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+        assert!(!err.contains(word), "panic output in stderr:\n{err}");
+    }
+    for needle in must_mention {
+        assert!(
+            lines[0].contains(needle),
+            "{:?} should mention {needle:?}",
+            lines[0]
+        );
+    }
+    lines[0].to_string()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("xtask-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Copies the committed generated files into a fresh directory.
+fn copy_of_generated(name: &str) -> PathBuf {
+    let dir = temp_dir(name);
+    for file in ["cuda.rs", "nvsci.rs"] {
+        std::fs::copy(repo().join("crates/sys/src").join(file), dir.join(file)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn check_passes_on_an_exact_copy_of_the_committed_bindings() {
+    let dir = copy_of_generated("clean");
+    let out = xtask(&["codegen", "--check", "--against", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "stderr:\n{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("up to date"), "stdout:\n{stdout}");
+}
+
+#[test]
+fn check_fails_after_a_hand_edit_of_cuda_rs_and_names_it() {
+    let dir = copy_of_generated("cuda-edit");
+    let path = dir.join("cuda.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "pub const CUDA_EXTERNAL_MEMORY_DEDICATED: u32 = 1;",
+        "pub const CUDA_EXTERNAL_MEMORY_DEDICATED: u32 = 3;",
+    );
+    assert_ne!(text, edited, "the edit must change the file");
+    std::fs::write(&path, edited).unwrap();
+
+    let out = xtask(&["codegen", "--check", "--against", dir.to_str().unwrap()]);
+    let line = assert_clean_failure(&out, 1, &["stale", "cuda.rs"]);
+    assert!(
+        !line.contains("nvsci.rs"),
+        "only cuda.rs was edited: {line}"
+    );
+}
+
+#[test]
+fn check_fails_after_a_whitespace_only_edit_of_nvsci_rs() {
+    let dir = copy_of_generated("nvsci-edit");
+    let path = dir.join("nvsci.rs");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push('\n');
+    std::fs::write(&path, text).unwrap();
+
+    let out = xtask(&["codegen", "--check", "--against", dir.to_str().unwrap()]);
+    let line = assert_clean_failure(&out, 1, &["stale", "nvsci.rs"]);
+    assert!(
+        !line.contains("cuda.rs"),
+        "only nvsci.rs was edited: {line}"
+    );
+}
+
+#[test]
+fn check_fails_when_a_generated_file_is_missing() {
+    let dir = copy_of_generated("missing");
+    std::fs::remove_file(dir.join("cuda.rs")).unwrap();
+    let out = xtask(&["codegen", "--check", "--against", dir.to_str().unwrap()]);
+    assert_clean_failure(&out, 1, &["--against", "cuda.rs", "does not exist"]);
+}
+
+#[test]
+fn unknown_flag_is_a_usage_error() {
+    let out = xtask(&["codegen", "--chek"]);
+    assert_clean_failure(&out, 2, &["unknown argument `--chek`"]);
+    let out = xtask(&["cross", "--fast"]);
+    assert_clean_failure(&out, 2, &["unknown argument `--fast`"]);
+}
+
+#[test]
+fn unknown_or_missing_command_is_a_usage_error() {
+    let out = xtask(&["frobnicate"]);
+    assert_clean_failure(&out, 2, &["unknown command `frobnicate`"]);
+    let out = xtask(&[]);
+    assert_clean_failure(&out, 2, &["no command"]);
+}
+
+#[test]
+fn flag_without_value_is_a_usage_error() {
+    let out = xtask(&["codegen", "--cuda-include"]);
+    assert_clean_failure(&out, 2, &["--cuda-include needs a value"]);
+    let out = xtask(&["codegen", "--cuda-include", "--check"]);
+    assert_clean_failure(&out, 2, &["--cuda-include needs a value"]);
+    let out = xtask(&["codegen", "--against", "/tmp"]);
+    assert_clean_failure(&out, 2, &["--against only makes sense with --check"]);
+}
+
+#[test]
+fn missing_cuda_include_dir_is_one_clear_line() {
+    let out = xtask(&[
+        "codegen",
+        "--check",
+        "--cuda-include",
+        "/nonexistent/cuda/include",
+    ]);
+    assert_clean_failure(
+        &out,
+        1,
+        &[
+            "--cuda-include",
+            "/nonexistent/cuda/include/cuda.h",
+            "does not exist",
+        ],
+    );
+}
+
+#[test]
+fn missing_nvsci_include_dir_is_one_clear_line() {
+    let out = xtask(&[
+        "codegen",
+        "--check",
+        "--nvsci-include",
+        "/nonexistent/nvsci",
+    ]);
+    assert_clean_failure(
+        &out,
+        1,
+        &["--nvsci-include", "nvscibuf.h", "does not exist"],
+    );
+}
+
+#[test]
+fn wheel_not_fetchable_without_pip_is_one_clear_line() {
+    // An empty cache forces a fetch; a Python that does not exist cannot run pip.
+    let cache = temp_dir("no-python");
+    let out = xtask_env(
+        &["codegen", "--check", "--cache-dir", cache.to_str().unwrap()],
+        &[("PYTHON", "/nonexistent/python3")],
+    );
+    assert_clean_failure(
+        &out,
+        1,
+        &[
+            "cannot run",
+            "nvidia-cuda-runtime-cu12==12.9.79",
+            "--cuda-include",
+        ],
+    );
+}
+
+#[test]
+fn wheel_not_fetchable_when_pip_fails_is_one_clear_line() {
+    // `false` runs and exits 1, as pip does when the index is unreachable.
+    let cache = temp_dir("pip-fails");
+    let out = xtask_env(
+        &["codegen", "--check", "--cache-dir", cache.to_str().unwrap()],
+        &[("PYTHON", "false")],
+    );
+    assert_clean_failure(&out, 1, &["could not fetch the wheel", "--cuda-include"]);
+}
+
+#[test]
+fn cross_rejects_an_unknown_target() {
+    let out = xtask(&["cross", "--only", "riscv64gc-unknown-none-elf", "--list"]);
+    assert_clean_failure(
+        &out,
+        2,
+        &[
+            "riscv64gc-unknown-none-elf",
+            "known: aarch64-unknown-linux-gnu",
+        ],
+    );
+}
+
+#[test]
+fn cross_lists_every_target_and_the_qemu_runner() {
+    let out = xtask(&["cross", "--list"]);
+    assert!(out.status.success(), "stderr:\n{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for expected in [
+        "aarch64-unknown-linux-gnu: test core",
+        "RUNNER=\"qemu-aarch64 -L /usr/aarch64-linux-gnu\"",
+        "LINKER=aarch64-linux-gnu-gcc",
+        "cargo build --target aarch64-unknown-none -p tegra-interop-sys",
+        "cargo build --target thumbv7em-none-eabihf -p tegra-interop-core --features defmt",
+        "cargo +nightly build --target armv7r-none-eabihf -Z build-std=core -p tegra-interop-sys",
+        "-p tegra-interop --no-default-features",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn help_lists_both_commands() {
+    let out = xtask(&["help"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("codegen [--check]"));
+    assert!(stdout.contains("cross [--only TARGET]"));
+}
+
+#[test]
+fn missing_libclang_is_one_clear_line_not_a_panic() {
+    // bindgen itself panics when libclang cannot be loaded; the xtask must
+    // turn that into its usual one-line error.
+    let out = xtask_env(
+        &["codegen", "--check"],
+        &[("LIBCLANG_PATH", "/nonexistent/libclang")],
+    );
+    assert_clean_failure(&out, 1, &["bindgen failed", "libclang"]);
+}
