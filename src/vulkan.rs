@@ -241,7 +241,7 @@ impl DeviceInfo {
     /// The driver version decoded the way NVIDIA packs it (10.8.8.6 bits), as text.
     pub fn nvidia_driver_version(&self) -> String {
         let v = self.driver_version;
-        format!("{}.{}.{}", v >> 22, (v >> 14) & 0xff, (v >> 6) & 0xff)
+        format!("{}.{}.{:02}", v >> 22, (v >> 14) & 0xff, (v >> 6) & 0xff)
     }
 
     /// The API version as `major.minor.patch`.

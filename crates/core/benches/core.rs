@@ -13,7 +13,7 @@ use tegra_interop_core::sys::cuda::{
 use tegra_interop_core::*;
 
 fn sem(i: usize) -> CUexternalSemaphore {
-    (0x1000 + i * 16) as *mut CUextSemaphore_st
+    core::ptr::without_provenance_mut::<CUextSemaphore_st>(0x1000 + i * 16)
 }
 
 fn descriptors(c: &mut Criterion) {

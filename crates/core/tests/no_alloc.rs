@@ -72,7 +72,7 @@ struct Frame {
 }
 
 fn sem(i: usize) -> *mut CUextSemaphore_st {
-    (0x1000 + i * 16) as *mut CUextSemaphore_st
+    core::ptr::without_provenance_mut::<CUextSemaphore_st>(0x1000 + i * 16)
 }
 
 fn frame(state: &mut Frame, frame_no: u64) -> u64 {

@@ -27,11 +27,11 @@ fn any_sem_kind() -> impl Strategy<Value = SemaphoreHandleKind> {
 }
 
 fn ptr(raw: usize) -> *mut c_void {
-    raw as *mut c_void
+    core::ptr::without_provenance_mut::<c_void>(raw)
 }
 
 fn sem(raw: usize) -> *mut CUextSemaphore_st {
-    raw as *mut CUextSemaphore_st
+    core::ptr::without_provenance_mut::<CUextSemaphore_st>(raw)
 }
 
 /// Signal params of a random flavour (possibly wrong for the kind).
@@ -40,7 +40,11 @@ fn any_signal() -> impl Strategy<Value = SignalParams> {
         Just(SignalParams::binary()),
         any::<u64>().prop_map(SignalParams::timeline),
         any::<u64>().prop_map(SignalParams::keyed_mutex),
-        (0usize..3).prop_map(|p| SignalParams::nvscisync((p * 64) as *mut NvSciSyncFence)),
+        (0usize..3).prop_map(
+            |p| SignalParams::nvscisync(core::ptr::without_provenance_mut::<NvSciSyncFence>(
+                p * 64
+            ))
+        ),
     ]
 }
 
@@ -49,7 +53,9 @@ fn any_wait() -> impl Strategy<Value = WaitParams> {
         Just(WaitParams::binary()),
         any::<u64>().prop_map(WaitParams::timeline),
         (any::<u64>(), any::<u32>()).prop_map(|(k, t)| WaitParams::keyed_mutex(k, t)),
-        (0usize..3).prop_map(|p| WaitParams::nvscisync((p * 64) as *const NvSciSyncFence)),
+        (0usize..3).prop_map(|p| WaitParams::nvscisync(core::ptr::without_provenance::<
+            NvSciSyncFence,
+        >(p * 64))),
     ]
 }
 

@@ -21,16 +21,16 @@ use tegra_interop_core::sys::nvsci::{
 use tegra_interop_core::*;
 
 fn h() -> *mut c_void {
-    0x1000 as *mut c_void
+    core::ptr::without_provenance_mut::<c_void>(0x1000)
 }
 fn n() -> *const c_void {
-    0x2000 as *const c_void
+    core::ptr::without_provenance::<c_void>(0x2000)
 }
 fn sem() -> *mut CUextSemaphore_st {
-    0x3000 as *mut CUextSemaphore_st
+    core::ptr::without_provenance_mut::<CUextSemaphore_st>(0x3000)
 }
 fn fence_ptr() -> *mut NvSciSyncFence {
-    0x4000 as *mut NvSciSyncFence
+    core::ptr::without_provenance_mut::<NvSciSyncFence>(0x4000)
 }
 
 type E = ValidationError;

@@ -513,6 +513,20 @@ pub fn teardown(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckRes
         // the stream): the semaphore waits for its work before destroying
         // itself.
     }
+    {
+        // The other order: the stream is destroyed first with the signal
+        // possibly still queued; destroying a stream does not cancel its work,
+        // and the semaphore's drop still waits for it.
+        let (sfd, _s) = exporter
+            .export_timeline_semaphore(0)
+            .during(C, "export sem")?;
+        let mut sem = ExternalSemaphore::timeline_fd(&ctx, sfd).during(C, "import sem")?;
+        let stream = Stream::new(&ctx).during(C, "stream")?;
+        stream
+            .signal(&mut sem, SignalParams::timeline(1))
+            .during(C, "signal")?;
+        stream.destroy().during(C, "destroy stream")?;
+    }
     no_drop_errors(C, backend)?;
     ctx.destroy().during(C, "destroy context")?;
     no_drop_errors(C, backend)

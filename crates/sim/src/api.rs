@@ -503,6 +503,13 @@ pub(crate) unsafe fn cu_ctx_synchronize(c: &Call) -> CUresult {
             if let Some(w) = st.null_streams.get(&ctx) {
                 v.push(Arc::clone(&w.core));
             }
+            // Work queued on streams destroyed since is still this context's work.
+            v.extend(
+                st.retired
+                    .iter()
+                    .filter(|(owner, _)| *owner == ctx)
+                    .map(|(_, w)| Arc::clone(&w.core)),
+            );
             v
         };
         wait_cores(c, cores, "cuCtxSynchronize")
@@ -575,7 +582,7 @@ pub(crate) unsafe fn cu_stream_destroy(c: &Call, s: CUstream) -> CUresult {
             Some(obj) => {
                 // Like the real driver: returns at once, queued work still runs.
                 obj.worker.core.close();
-                st.retired.push(obj.worker);
+                st.retired.push((obj.ctx, obj.worker));
                 st.gone.insert(h, GoneWhy::Destroyed);
                 st.reap();
                 Ok(())
@@ -1517,6 +1524,7 @@ pub(crate) unsafe fn cu_signal_external_semaphores_async(
         let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
         // Validate the whole batch before anything is enqueued or written.
         let mut plan = Vec::with_capacity(n);
+        let mut memsync = Vec::new();
         for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
             // SAFETY: the caller passes `n` parameter blocks at `params`.
             let p = unsafe { params.add(i).read() };
@@ -1551,10 +1559,14 @@ pub(crate) unsafe fn cu_signal_external_semaphores_async(
                     if f.is_null() {
                         return Err(INVALID_VALUE);
                     }
+                    memsync.push((object_id, p.flags != 0));
                     (Op::SignalDeterministic, Some((f, object_id)))
                 }
             };
             plan.push((sem, op, outstanding));
+        }
+        for (object_id, skipped) in memsync {
+            crate::nvsci::record_memsync(&mut st, crate::nvsci::MemsyncOp::Signal, object_id, skipped);
         }
         let mut ops = Vec::with_capacity(n);
         for (sem, (op, fence_out), outstanding) in plan {
@@ -1593,6 +1605,7 @@ pub(crate) unsafe fn cu_wait_external_semaphores_async(
         // SAFETY: forwarded caller pointer with `n` elements.
         let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
         let mut ops = Vec::with_capacity(n);
+        let mut memsync = Vec::new();
         for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
             // SAFETY: the caller passes `n` parameter blocks at `params`.
             let p = unsafe { params.add(i).read() };
@@ -1629,6 +1642,7 @@ pub(crate) unsafe fn cu_wait_external_semaphores_async(
                     // SAFETY: the caller's fence pointer must point at a
                     // readable NvSciSyncFence (NULL is refused).
                     let fence = unsafe { get(f) }?;
+                    memsync.push((object_id, p.flags != 0));
                     match fence::decode(&fence) {
                         FenceContent::Cleared => Op::Nothing,
                         FenceContent::Fence(sf) if sf.object_id == object_id => {
@@ -1652,6 +1666,9 @@ pub(crate) unsafe fn cu_wait_external_semaphores_async(
                 }
             };
             ops.push((sem, op, outstanding));
+        }
+        for (object_id, skipped) in memsync {
+            crate::nvsci::record_memsync(&mut st, crate::nvsci::MemsyncOp::Wait, object_id, skipped);
         }
         enqueue_ops(&core, ops);
         Ok(())
@@ -1712,11 +1729,12 @@ pub(crate) unsafe fn cu_device_get_nvsci_sync_attributes(
         if list.is_null() || !(1..=3).contains(&flags) {
             return Err(INVALID_VALUE);
         }
-        c.diag(
-            D::Unimplemented,
-            "cuDeviceGetNvSciSyncAttributes: the simulator's NvSci part is not built yet".into(),
-        );
-        Err(NOT_SUPPORTED)
+        let code = crate::nvsci::cuda_fill_sync_attrs(c, list, dev, flags);
+        if code == SUCCESS {
+            Ok(())
+        } else {
+            Err(code)
+        }
     })();
     done(r)
 }

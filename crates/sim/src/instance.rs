@@ -183,7 +183,9 @@ pub(crate) struct State {
     /// The NULL stream of each context, made on first use.
     pub(crate) null_streams: HashMap<u64, Worker>,
     /// Destroyed streams still finishing their work.
-    pub(crate) retired: Vec<Worker>,
+    /// Workers of destroyed streams, with their context: their queued work
+    /// still runs (as on the real driver) and context synchronisation waits for it.
+    pub(crate) retired: Vec<(u64, Worker)>,
     pub(crate) memories: HashMap<u64, MemObj>,
     pub(crate) allocations: BTreeMap<u64, AllocObj>,
     pub(crate) mipmaps: HashMap<u64, MipObj>,
@@ -194,6 +196,8 @@ pub(crate) struct State {
     pub(crate) gone: HashMap<u64, GoneWhy>,
     pub(crate) sync_objects: HashMap<usize, SyncObjectEntry>,
     pub(crate) buf_objects: HashMap<usize, BufObjectEntry>,
+    /// The NvSci part (modules, attribute lists, objects, endpoints).
+    pub(crate) nvsci: crate::nvsci::NvSciState,
 }
 
 impl State {
@@ -261,7 +265,7 @@ impl State {
     /// Drops finished retired workers.
     pub(crate) fn reap(&mut self) {
         self.retired
-            .retain(|w| !(w.finished() && w.core.pending() == 0));
+            .retain(|(_, w)| !(w.finished() && w.core.pending() == 0));
     }
 
     pub(crate) fn ledger(&self) -> Ledger {
@@ -275,7 +279,7 @@ impl State {
                 .values()
                 .map(|w| w.core.pending())
                 .sum::<usize>()
-            + self.retired.iter().map(|w| w.core.pending()).sum::<usize>();
+            + self.retired.iter().map(|(_, w)| w.core.pending()).sum::<usize>();
         let fds =
             self.memories.len() + self.semaphores.values().filter(|s| s._fd.is_some()).count();
         Ledger {

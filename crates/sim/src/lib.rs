@@ -39,6 +39,7 @@ pub mod codes;
 pub mod export;
 pub mod fence;
 mod instance;
+pub mod nvsci;
 mod shm;
 mod slots;
 mod stream;
@@ -349,16 +350,20 @@ impl Sim {
     }
 
     /// The function table: the CUDA part is this simulator; the NvSci parts
-    /// are empty (not simulated yet).
+    /// are its simulated NvSci ([`nvsci`]) when [`SimConfig::nvsci`] is set,
+    /// else empty (like a machine without the NvSci libraries).
     ///
     /// The pointers stay bound to this simulator's slot: do not call them
     /// after the `Sim` is dropped (they answer DEINITIALIZED while the slot
     /// is free, but a later `Sim` may reuse the slot). [`Sim::backend`]
     /// does not have this problem.
     pub fn table(&self) -> FunctionTable {
+        let nvsci = self.inner.config.nvsci;
         FunctionTable {
             cuda: slots::cuda_table(self.slot),
-            ..FunctionTable::empty()
+            nvscibuf: nvsci.then(|| nvsci::buf_table(self.slot)).unwrap_or_default(),
+            nvscisync: nvsci.then(|| nvsci::sync_table(self.slot)).unwrap_or_default(),
+            nvsciipc: nvsci.then(|| nvsci::ipc_table(self.slot)).unwrap_or_default(),
         }
     }
 

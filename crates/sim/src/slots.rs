@@ -53,7 +53,7 @@ pub(crate) fn release(slot: usize) {
     }
 }
 
-fn get(slot: usize) -> Option<Arc<Instance>> {
+pub(crate) fn get(slot: usize) -> Option<Arc<Instance>> {
     REGISTRY
         .get(slot)?
         .read()

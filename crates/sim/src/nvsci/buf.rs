@@ -1,0 +1,670 @@
+//! NvSciBuf entry points: modules, attribute lists, reconciliation and
+//! buffer objects over memfd shared memory.
+
+use std::ffi::c_void;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use tegra_interop_sys::nvsci::{
+    NvSciBufAttrKeyValuePair, NvSciBufAttrList, NvSciBufAttrValAccessPerm, NvSciBufModule,
+    NvSciBufObj, NvSciError,
+};
+
+use super::attrs::{self, bk, AttrListRec, AttrMap, Fail, ListKind, SetRefusal};
+use super::{err, new_handle, put, unknown, Kind, ModuleRec, NvSciState, R};
+use crate::instance::{self, BufObjectEntry, Call, State, Tag};
+use crate::shm::{self, Region};
+use crate::DiagnosticKind as D;
+
+/// The memory behind one or more object handles.
+pub(crate) struct BufCore {
+    pub(crate) fd: OwnedFd,
+    pub(crate) size: u64,
+    /// The CPU view of the whole buffer (a shared mapping of `fd`).
+    _region: Region,
+    ptr: usize,
+    pub(crate) attrs: Arc<AttrMap>,
+}
+
+impl BufCore {
+    /// Maps `fd` (of at least `size` bytes) and wraps it.
+    pub(crate) fn new(fd: OwnedFd, size: u64, attrs: Arc<AttrMap>) -> R<BufCore> {
+        let len = usize::try_from(size).map_err(|_| err::INSUFFICIENT_MEMORY)?;
+        let (region, ptr) =
+            Region::map_file(fd.as_fd(), size, 0, len).map_err(|_| err::INSUFFICIENT_MEMORY)?;
+        Ok(BufCore {
+            fd,
+            size,
+            _region: region,
+            ptr: ptr as usize,
+            attrs,
+        })
+    }
+}
+
+/// One `NvSciBufObj` handle.
+pub(crate) struct BufObjRec {
+    pub(crate) core: Arc<BufCore>,
+    /// This handle's permission (Readonly 1 / ReadWrite 3).
+    pub(crate) perm: u32,
+    pub(crate) module: usize,
+    /// The list `ObjGetAttrList` handed out (owned by the object).
+    pub(crate) list: Option<usize>,
+}
+
+/// Registers a new handle for `core` (also in the CUDA side's registry).
+pub(crate) fn register(st: &mut State, core: Arc<BufCore>, perm: u32, module: usize) -> R<usize> {
+    let fd = shm::dup(core.fd.as_fd()).map_err(|_| err::RESOURCE_ERROR)?;
+    let h = instance::new_handle(Tag::BufObject) as usize;
+    st.buf_objects.insert(
+        h,
+        BufObjectEntry {
+            fd,
+            size: core.size,
+        },
+    );
+    st.nvsci.add_module_user(false, module);
+    st.nvsci.buf_objs.insert(
+        h,
+        BufObjRec {
+            core,
+            perm,
+            module,
+            list: None,
+        },
+    );
+    Ok(h)
+}
+
+/// Allocates the memory of a reconciled list.
+pub(crate) fn alloc_core(c: &Call, attrs: Arc<AttrMap>) -> R<Arc<BufCore>> {
+    let size = attrs::buf_size(&attrs);
+    if size == 0 {
+        c.diag(D::Misuse, "the reconciled list describes 0 bytes".into());
+        return Err(err::BAD_PARAMETER);
+    }
+    let fd = shm::memfd(c"tegra-interop-sim-nvscibuf", size).map_err(|_| err::INSUFFICIENT_MEMORY)?;
+    Ok(Arc::new(BufCore::new(fd, size, attrs)?))
+}
+
+pub(crate) fn module_open(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
+    let h = new_handle(Kind::BufModule);
+    // SAFETY: forwarded caller out-pointer.
+    let r = unsafe { put(out, h as NvSciBufModule) };
+    if r.is_ok() {
+        c.state().nvsci.buf_modules.insert(h, ModuleRec::default());
+    }
+    super::done(r)
+}
+
+/// Closes a buf or sync module.
+pub(crate) fn close_module(c: &Call, sync: bool, m: usize) {
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    let map = if sync {
+        &mut ns.sync_modules
+    } else {
+        &mut ns.buf_modules
+    };
+    match map.get_mut(&m) {
+        Some(rec) if !rec.closed => {
+            rec.closed = true;
+            if rec.users == 0 {
+                map.remove(&m);
+            }
+            ns.gone.insert(m);
+        }
+        Some(_) => c.diag(D::DoubleDestroy, format!("module {m:#x} closed twice")),
+        None => {
+            let _ = unknown(c, ns, "module", m);
+        }
+    }
+}
+
+pub(crate) fn module_close(c: &Call, m: NvSciBufModule) {
+    close_module(c, false, m as usize);
+}
+
+/// Creates an empty unreconciled list of a buf or sync module.
+pub(crate) fn create_list(c: &Call, sync: bool, module: usize) -> R<usize> {
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    if ns.retain_module(sync, module).is_err() {
+        return Err(unknown(c, ns, "module", module));
+    }
+    let h = new_handle(if sync { Kind::SyncList } else { Kind::BufList });
+    ns.lists.insert(
+        h,
+        AttrListRec {
+            sync,
+            module,
+            kind: ListKind::Unreconciled(vec![AttrMap::new()]),
+            owner: None,
+        },
+    );
+    Ok(h)
+}
+
+/// Adds a finished list (reconciled, conflict or imported) to `module`.
+pub(crate) fn add_list(ns: &mut NvSciState, sync: bool, module: usize, kind: ListKind) -> usize {
+    let h = new_handle(if sync { Kind::SyncList } else { Kind::BufList });
+    ns.add_module_user(sync, module);
+    ns.lists.insert(
+        h,
+        AttrListRec {
+            sync,
+            module,
+            kind,
+            owner: None,
+        },
+    );
+    h
+}
+
+pub(crate) fn attr_list_create(
+    c: &Call,
+    module: NvSciBufModule,
+    out: *mut NvSciBufAttrList,
+) -> NvSciError {
+    if out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let r = create_list(c, false, module as usize).and_then(|h| {
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { put(out, h as NvSciBufAttrList) }
+    });
+    super::done(r)
+}
+
+/// Frees a buf or sync list.
+pub(crate) fn free_list(c: &Call, sync: bool, h: usize) {
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    match ns.lists.get(&h) {
+        Some(l) if l.sync == sync && l.owner.is_some() => c.diag(
+            D::Misuse,
+            format!("attribute list {h:#x} belongs to its object (ObjGetAttrList); it is freed with the object"),
+        ),
+        Some(l) if l.sync == sync => {
+            let module = l.module;
+            ns.lists.remove(&h);
+            ns.gone.insert(h);
+            ns.release_module(sync, module);
+        }
+        _ => {
+            if ns.gone.contains(&h) {
+                c.diag(D::DoubleDestroy, format!("attribute list {h:#x} freed twice"));
+            } else {
+                let _ = unknown(c, ns, "attribute list", h);
+            }
+        }
+    }
+}
+
+pub(crate) fn attr_list_free(c: &Call, list: NvSciBufAttrList) {
+    free_list(c, false, list as usize);
+}
+
+/// Sets `pairs` (key, bytes) on an unreconciled single-part list.
+pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>)>) -> R {
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    let Some(l) = ns.lists.get_mut(&h).filter(|l| l.sync == sync) else {
+        return Err(unknown(c, ns, "attribute list", h));
+    };
+    let ListKind::Unreconciled(parts) = &mut l.kind else {
+        c.diag(D::Misuse, format!("SetAttrs on the reconciled or conflict list {h:#x}"));
+        return Err(err::BAD_PARAMETER);
+    };
+    let [map] = parts.as_mut_slice() else {
+        c.diag(D::Misuse, format!("SetAttrs on the imported multi-part list {h:#x}"));
+        return Err(err::BAD_PARAMETER);
+    };
+    for (i, (key, bytes)) in pairs.iter().enumerate() {
+        let checked = if sync {
+            attrs::check_sync_pair(*key, bytes)
+        } else {
+            attrs::check_buf_pair(*key, bytes)
+        };
+        match checked {
+            Ok(()) => {}
+            Err(SetRefusal::Output(k)) => {
+                c.diag(D::Misuse, format!("key {k:#x} is written by the library, not settable"));
+                return Err(err::BAD_PARAMETER);
+            }
+            Err(SetRefusal::Invalid(m)) => {
+                c.diag(D::Misuse, m);
+                return Err(err::BAD_PARAMETER);
+            }
+        }
+        if map.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
+            c.diag(D::Misuse, format!("key {key:#x} is already set on list {h:#x}"));
+            return Err(err::BAD_PARAMETER);
+        }
+    }
+    for (key, bytes) in pairs {
+        map.insert(key, bytes.into_boxed_slice());
+    }
+    Ok(())
+}
+
+/// Reads `n` pairs' keys and value bytes.
+///
+/// # Safety
+/// `pairs` must point at `n` pairs whose values point at `len` readable bytes.
+unsafe fn read_buf_pairs(pairs: *const NvSciBufAttrKeyValuePair, n: usize) -> R<Vec<(u32, Vec<u8>)>> {
+    if pairs.is_null() || n == 0 {
+        return Err(err::BAD_PARAMETER);
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller passes `n` pairs.
+        let p = unsafe { pairs.add(i).read() };
+        if p.value.is_null() || p.len == 0 {
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: the pair's value points at `len` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) };
+        out.push((p.key.0, bytes.to_vec()));
+    }
+    Ok(out)
+}
+
+pub(crate) unsafe fn attr_list_set_attrs(
+    c: &Call,
+    list: NvSciBufAttrList,
+    pairs: *mut NvSciBufAttrKeyValuePair,
+    n: usize,
+) -> NvSciError {
+    // SAFETY: forwarded caller array.
+    let r = unsafe { read_buf_pairs(pairs, n) }.and_then(|p| set_pairs(c, false, list as usize, p));
+    super::done(r)
+}
+
+/// Looks a list up for `GetAttrs` and answers each key with a pointer into
+/// the list's storage (NULL / 0 when not set).
+pub(crate) fn lookup(c: &Call, sync: bool, h: usize, keys: &[u32]) -> R<Vec<(*const c_void, usize)>> {
+    let st = c.state();
+    let ns = &st.nvsci;
+    let Some(l) = ns.lists.get(&h).filter(|l| l.sync == sync) else {
+        return Err(unknown(c, ns, "attribute list", h));
+    };
+    let Some(map) = l.readable() else {
+        c.diag(D::Misuse, format!("GetAttrs on the multi-part list {h:#x}"));
+        return Err(err::BAD_PARAMETER);
+    };
+    let mut out = Vec::with_capacity(keys.len());
+    for k in keys {
+        if !attrs::known_key(sync, *k) {
+            return Err(err::BAD_PARAMETER);
+        }
+        // The bytes live in a boxed slice owned by the list (or by the
+        // reconciled map shared with objects): they stay put while the
+        // list lives and is not modified, as GetAttrs promises.
+        out.push(match map.get(k) {
+            Some(v) => (v.as_ptr().cast::<c_void>(), v.len()),
+            None => (std::ptr::null(), 0),
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) unsafe fn attr_list_get_attrs(
+    c: &Call,
+    list: NvSciBufAttrList,
+    pairs: *mut NvSciBufAttrKeyValuePair,
+    n: usize,
+) -> NvSciError {
+    let r = (|| {
+        if pairs.is_null() || n == 0 {
+            return Err(err::BAD_PARAMETER);
+        }
+        let mut keys = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: the caller passes `n` pairs.
+            keys.push(unsafe { (*pairs.add(i)).key.0 });
+        }
+        let found = lookup(c, false, list as usize, &keys)?;
+        for (i, (value, len)) in found.into_iter().enumerate() {
+            // SAFETY: the caller passes `n` writable pairs.
+            unsafe {
+                (*pairs.add(i)).value = value;
+                (*pairs.add(i)).len = len;
+            }
+        }
+        Ok(())
+    })();
+    super::done(r)
+}
+
+/// Reads a handle array.
+///
+/// # Safety
+/// `lists` must point at `n` handles.
+pub(crate) unsafe fn handles<T>(lists: *const *mut T, n: usize) -> R<Vec<usize>> {
+    if lists.is_null() || n == 0 {
+        return Err(err::BAD_PARAMETER);
+    }
+    // SAFETY: the caller passes `n` handles.
+    Ok((0..n).map(|i| unsafe { lists.add(i).read() } as usize).collect())
+}
+
+/// Checks that `hs` are unreconciled lists of one module and returns the
+/// module and every part.
+pub(crate) fn gather(c: &Call, ns: &NvSciState, sync: bool, hs: &[usize]) -> R<(usize, Vec<AttrMap>)> {
+    let mut module = None;
+    let mut parts = Vec::new();
+    for h in hs {
+        let Some(l) = ns.lists.get(h).filter(|l| l.sync == sync) else {
+            return Err(unknown(c, ns, "attribute list", *h));
+        };
+        let ListKind::Unreconciled(p) = &l.kind else {
+            c.diag(D::Misuse, format!("list {h:#x} is not unreconciled; reconcile takes the participants' own lists"));
+            return Err(err::BAD_PARAMETER);
+        };
+        if module.is_some_and(|m| m != l.module) {
+            c.diag(D::Misuse, "lists of different modules reconciled together".into());
+            return Err(err::BAD_PARAMETER);
+        }
+        module = Some(l.module);
+        parts.extend(p.iter().cloned());
+    }
+    module.map(|m| (m, parts)).ok_or(err::BAD_PARAMETER)
+}
+
+/// The outcome of a reconciliation attempt: the reconciled map and module,
+/// or the code, having created the conflict list if asked for.
+pub(crate) fn reconcile(
+    c: &Call,
+    sync: bool,
+    hs: &[usize],
+    conflict_out: Option<&mut usize>,
+) -> R<(usize, Arc<AttrMap>)> {
+    let mut st = c.state();
+    let integrated = c.inst.config.integrated;
+    let ns = &mut st.nvsci;
+    let (module, parts) = gather(c, ns, sync, hs)?;
+    let refs: Vec<&AttrMap> = parts.iter().collect();
+    let result = if sync {
+        attrs::reconcile_sync(&refs, integrated)
+    } else {
+        attrs::reconcile_buf(&refs)
+    };
+    match result {
+        Ok(m) => Ok((module, Arc::new(m))),
+        Err(Fail::Conflict(m)) => {
+            if let Some(out) = conflict_out {
+                *out = add_list(ns, sync, module, ListKind::Conflict(m));
+            }
+            Err(err::RECONCILIATION_FAILED)
+        }
+        Err(Fail::Unsupported(what)) => {
+            c.diag(D::Unimplemented, format!("not simulated: {what}"));
+            Err(err::NOT_SUPPORTED)
+        }
+    }
+}
+
+pub(crate) unsafe fn attr_list_reconcile(
+    c: &Call,
+    lists: *const NvSciBufAttrList,
+    n: usize,
+    out: *mut NvSciBufAttrList,
+    conflict: *mut NvSciBufAttrList,
+) -> NvSciError {
+    // SAFETY: forwarded caller array/pointers.
+    unsafe { reconcile_entry(c, false, lists.cast(), n, out.cast(), conflict.cast()) }
+}
+
+/// `AttrListReconcile` for buf and sync lists.
+///
+/// # Safety
+/// `lists` points at `n` handles; `out` / `conflict` are NULL or writable.
+pub(crate) unsafe fn reconcile_entry(
+    c: &Call,
+    sync: bool,
+    lists: *const *mut c_void,
+    n: usize,
+    out: *mut *mut c_void,
+    conflict: *mut *mut c_void,
+) -> NvSciError {
+    let r = (|| {
+        if out.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: forwarded caller array.
+        let hs = unsafe { handles(lists, n) }?;
+        let mut conflict_h = 0usize;
+        let want_conflict = !conflict.is_null();
+        let res = reconcile(c, sync, &hs, want_conflict.then_some(&mut conflict_h));
+        if want_conflict {
+            // SAFETY: non-null caller out-pointer.
+            unsafe { conflict.write(conflict_h as *mut c_void) };
+        }
+        let (module, map) = res?;
+        let h = add_list(&mut c.state().nvsci, sync, module, ListKind::Reconciled(map));
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { out.write(h as *mut c_void) };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+fn new_object(c: &Call, module: usize, attrs: Arc<AttrMap>) -> R<usize> {
+    let core = alloc_core(c, Arc::clone(&attrs))?;
+    let perm = attrs::get_u32(&attrs, bk::ACTUAL_PERM).unwrap_or(attrs::BUF_READWRITE);
+    register(&mut c.state(), core, perm, module)
+}
+
+pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
+    c: &Call,
+    lists: *const NvSciBufAttrList,
+    n: usize,
+    obj: *mut NvSciBufObj,
+    conflict: *mut NvSciBufAttrList,
+) -> NvSciError {
+    let r = (|| {
+        if obj.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: forwarded caller array.
+        let hs = unsafe { handles(lists.cast::<*mut c_void>(), n) }?;
+        let mut conflict_h = 0usize;
+        let want_conflict = !conflict.is_null();
+        let res = reconcile(c, false, &hs, want_conflict.then_some(&mut conflict_h));
+        if want_conflict {
+            // SAFETY: non-null caller out-pointer.
+            unsafe { conflict.write(conflict_h as NvSciBufAttrList) };
+        }
+        let (module, map) = res?;
+        let h = new_object(c, module, map)?;
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { obj.write(h as NvSciBufObj) };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+/// The reconciled map and module of a reconciled list.
+pub(crate) fn reconciled(c: &Call, sync: bool, h: usize) -> R<(usize, Arc<AttrMap>)> {
+    let st = c.state();
+    let ns = &st.nvsci;
+    match ns.lists.get(&h).filter(|l| l.sync == sync) {
+        Some(AttrListRec {
+            kind: ListKind::Reconciled(m),
+            module,
+            ..
+        }) => Ok((*module, Arc::clone(m))),
+        Some(_) => {
+            c.diag(D::Misuse, format!("list {h:#x} is not a reconciled list"));
+            Err(err::BAD_PARAMETER)
+        }
+        None => Err(unknown(c, ns, "attribute list", h)),
+    }
+}
+
+pub(crate) fn obj_alloc(c: &Call, list: NvSciBufAttrList, obj: *mut NvSciBufObj) -> NvSciError {
+    let r = (|| {
+        if obj.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        let (module, map) = reconciled(c, false, list as usize)?;
+        let h = new_object(c, module, map)?;
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { obj.write(h as NvSciBufObj) };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: *mut NvSciBufObj) -> R {
+    if out.is_null() {
+        return Err(err::BAD_PARAMETER);
+    }
+    let mut st = c.state();
+    let Some(rec) = st.nvsci.buf_objs.get(&obj) else {
+        return Err(unknown(c, &st.nvsci, "NvSciBuf object", obj));
+    };
+    let perm = match perm {
+        None => rec.perm,
+        Some(p) if matches!(p, attrs::BUF_READONLY | attrs::BUF_READWRITE) && p <= rec.perm => p,
+        Some(p) => {
+            c.diag(
+                D::Misuse,
+                format!("permission {p} is not a reduction of the object's {}", rec.perm),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
+    };
+    let (core, module) = (Arc::clone(&rec.core), rec.module);
+    let h = register(&mut st, core, perm, module)?;
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { out.write(h as NvSciBufObj) };
+    Ok(())
+}
+
+pub(crate) fn obj_dup(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufObj) -> NvSciError {
+    super::done(dup_with(c, obj as usize, None, out))
+}
+
+pub(crate) fn obj_dup_with_reduce_perm(
+    c: &Call,
+    obj: NvSciBufObj,
+    perm: NvSciBufAttrValAccessPerm,
+    out: *mut NvSciBufObj,
+) -> NvSciError {
+    super::done(dup_with(c, obj as usize, Some(perm.0), out))
+}
+
+pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
+    let h = obj as usize;
+    let mut st = c.state();
+    match st.nvsci.buf_objs.remove(&h) {
+        Some(rec) => {
+            st.buf_objects.remove(&h);
+            if let Some(l) = rec.list {
+                st.nvsci.lists.remove(&l);
+                st.nvsci.gone.insert(l);
+            }
+            st.nvsci.gone.insert(h);
+            st.nvsci.release_module(false, rec.module);
+        }
+        None if st.nvsci.gone.contains(&h) => {
+            c.diag(D::DoubleDestroy, format!("NvSciBuf object {h:#x} freed twice"));
+        }
+        None => {
+            let _ = unknown(c, &st.nvsci, "NvSciBuf object", h);
+        }
+    }
+}
+
+pub(crate) fn obj_get_attr_list(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufAttrList) -> NvSciError {
+    let h = obj as usize;
+    let r = (|| {
+        if out.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        let mut st = c.state();
+        let ns = &mut st.nvsci;
+        let Some(rec) = ns.buf_objs.get(&h) else {
+            return Err(unknown(c, ns, "NvSciBuf object", h));
+        };
+        let list = match rec.list {
+            Some(l) => l,
+            None => {
+                let mut map = (*rec.core.attrs).clone();
+                map.insert(bk::ACTUAL_PERM, attrs::enc_u32s(&[rec.perm]));
+                let module = rec.module;
+                let l = new_handle(Kind::BufList);
+                ns.lists.insert(
+                    l,
+                    AttrListRec {
+                        sync: false,
+                        module,
+                        kind: ListKind::Reconciled(Arc::new(map)),
+                        owner: Some(h),
+                    },
+                );
+                if let Some(rec) = ns.buf_objs.get_mut(&h) {
+                    rec.list = Some(l);
+                }
+                l
+            }
+        };
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { out.write(list as NvSciBufAttrList) };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+fn cpu_ptr(c: &Call, obj: usize, write: bool) -> R<usize> {
+    let st = c.state();
+    let Some(rec) = st.nvsci.buf_objs.get(&obj) else {
+        return Err(unknown(c, &st.nvsci, "NvSciBuf object", obj));
+    };
+    if !attrs::get_bool(&rec.core.attrs, bk::NEED_CPU) {
+        c.diag(D::Misuse, "CPU pointer of an object reconciled without NeedCpuAccess".into());
+        return Err(err::BAD_PARAMETER);
+    }
+    if write && rec.perm != attrs::BUF_READWRITE {
+        c.diag(D::Misuse, "writable CPU pointer of a read-only object handle; use GetConstCpuPtr".into());
+        return Err(err::BAD_PARAMETER);
+    }
+    Ok(rec.core.ptr)
+}
+
+pub(crate) fn obj_get_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *mut c_void) -> NvSciError {
+    let r = cpu_ptr(c, obj as usize, true).and_then(|p| {
+        // SAFETY: forwarded caller out-pointer.
+        unsafe { put(out, p as *mut c_void) }
+    });
+    super::done(r)
+}
+
+pub(crate) fn obj_get_const_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *const c_void) -> NvSciError {
+    let r = cpu_ptr(c, obj as usize, false).and_then(|p| {
+        // SAFETY: forwarded caller out-pointer.
+        unsafe { put(out, p as *const c_void) }
+    });
+    super::done(r)
+}
+
+pub(crate) fn obj_flush_cpu_cache_range(c: &Call, obj: NvSciBufObj, offset: u64, len: u64) -> NvSciError {
+    let h = obj as usize;
+    let st = c.state();
+    let Some(rec) = st.nvsci.buf_objs.get(&h) else {
+        return unknown(c, &st.nvsci, "NvSciBuf object", h);
+    };
+    // Shared memory is coherent here; only the range is checked.
+    match offset.checked_add(len) {
+        Some(end) if len > 0 && end <= rec.core.size => err::SUCCESS,
+        _ => err::BAD_PARAMETER,
+    }
+}
+
+pub(crate) fn check_version(_c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+    // The simulated library is NvSciBuf 2.11 (DRIVE OS 6.0.10).
+    // SAFETY: forwarded caller out-pointer.
+    super::done(unsafe { put(out, major == 2 && minor <= 11) })
+}

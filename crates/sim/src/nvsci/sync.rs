@@ -1,0 +1,592 @@
+//! NvSciSync entry points: sync objects over the simulator's shared
+//! deterministic semaphores, fences, CPU signal and CPU wait.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tegra_interop_sys::cuda::{CUdevice, CUresult};
+use tegra_interop_sys::nvsci::{
+    NvSciError, NvSciSyncAttrKeyValuePair, NvSciSyncAttrList, NvSciSyncCpuWaitContext,
+    NvSciSyncFence, NvSciSyncModule, NvSciSyncObj,
+};
+
+use super::attrs::{self, sk, AttrListRec, AttrMap, ListKind};
+use super::{buf, err, get, new_handle, put, unknown, Kind, ModuleRec, WaitCtxRec, R};
+use crate::fence::{self, FenceContent, SimFence};
+use crate::instance::{self, Call, State, SyncObjectEntry, Tag};
+use crate::shm::{SemaphoreKind, SharedSemaphore, WaitEnd};
+use crate::{codes, DiagnosticKind as D};
+
+/// The primitive behind one or more sync object handles.
+pub(crate) struct SyncCore {
+    /// The id written into this process's fences.
+    pub(crate) id: u64,
+    /// The id shared with other processes (fence IPC).
+    pub(crate) uid: u64,
+    pub(crate) sem: Arc<SharedSemaphore>,
+    pub(crate) sem_fd: OwnedFd,
+    pub(crate) attrs: Arc<AttrMap>,
+}
+
+/// One `NvSciSyncObj` handle.
+pub(crate) struct SyncObjRec {
+    pub(crate) core: Arc<SyncCore>,
+    /// This handle's permissions (wait 1 | signal 2).
+    pub(crate) perm: u64,
+    pub(crate) module: usize,
+    pub(crate) list: Option<usize>,
+}
+
+/// Registers a handle for `core` (also in the CUDA side's registry).
+pub(crate) fn register(st: &mut State, core: Arc<SyncCore>, perm: u64, module: usize) -> usize {
+    let h = instance::new_handle(Tag::SyncObject) as usize;
+    st.sync_objects.insert(
+        h,
+        SyncObjectEntry {
+            id: core.id,
+            sem: Arc::clone(&core.sem),
+            can_signal: perm & attrs::PERM_SIGNAL != 0,
+            can_wait: perm & attrs::PERM_WAIT != 0,
+        },
+    );
+    st.nvsci.add_module_user(true, module);
+    st.nvsci.sync_objs.insert(
+        h,
+        SyncObjRec {
+            core,
+            perm,
+            module,
+            list: None,
+        },
+    );
+    h
+}
+
+/// A fresh process-local fence id.
+pub(crate) fn new_fence_id() -> u64 {
+    instance::new_handle(Tag::SyncObject)
+}
+
+pub(crate) fn module_open(c: &Call, out: *mut NvSciSyncModule) -> NvSciError {
+    let h = new_handle(Kind::SyncModule);
+    // SAFETY: forwarded caller out-pointer.
+    let r = unsafe { put(out, h as NvSciSyncModule) };
+    if r.is_ok() {
+        c.state().nvsci.sync_modules.insert(h, ModuleRec::default());
+    }
+    super::done(r)
+}
+
+pub(crate) fn module_close(c: &Call, m: NvSciSyncModule) {
+    buf::close_module(c, true, m as usize);
+}
+
+pub(crate) fn cpu_wait_context_alloc(
+    c: &Call,
+    module: NvSciSyncModule,
+    out: *mut NvSciSyncCpuWaitContext,
+) -> NvSciError {
+    if out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    let m = module as usize;
+    if ns.retain_module(true, m).is_err() {
+        return unknown(c, ns, "sync module", m);
+    }
+    let h = new_handle(Kind::WaitContext);
+    ns.wait_contexts.insert(
+        h,
+        WaitCtxRec {
+            module: m,
+            busy: Arc::default(),
+        },
+    );
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { out.write(h as NvSciSyncCpuWaitContext) };
+    err::SUCCESS
+}
+
+pub(crate) fn cpu_wait_context_free(c: &Call, ctx: NvSciSyncCpuWaitContext) {
+    let h = ctx as usize;
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    match ns.wait_contexts.remove(&h) {
+        Some(w) => {
+            ns.gone.insert(h);
+            ns.release_module(true, w.module);
+        }
+        None if ns.gone.contains(&h) => {
+            c.diag(D::DoubleDestroy, format!("CPU wait context {h:#x} freed twice"));
+        }
+        None => {
+            let _ = unknown(c, ns, "CPU wait context", h);
+        }
+    }
+}
+
+pub(crate) fn attr_list_create(
+    c: &Call,
+    module: NvSciSyncModule,
+    out: *mut NvSciSyncAttrList,
+) -> NvSciError {
+    if out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let r = buf::create_list(c, true, module as usize).and_then(|h| {
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { put(out, h as NvSciSyncAttrList) }
+    });
+    super::done(r)
+}
+
+pub(crate) fn attr_list_free(c: &Call, list: NvSciSyncAttrList) {
+    buf::free_list(c, true, list as usize);
+}
+
+pub(crate) unsafe fn attr_list_set_attrs(
+    c: &Call,
+    list: NvSciSyncAttrList,
+    pairs: *const NvSciSyncAttrKeyValuePair,
+    n: usize,
+) -> NvSciError {
+    let r = (|| {
+        if pairs.is_null() || n == 0 {
+            return Err(err::BAD_PARAMETER);
+        }
+        let mut v = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: the caller passes `n` pairs.
+            let p = unsafe { pairs.add(i).read() };
+            if p.value.is_null() || p.len == 0 {
+                return Err(err::BAD_PARAMETER);
+            }
+            // SAFETY: the pair's value points at `len` readable bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) };
+            v.push((p.attrKey.0, bytes.to_vec()));
+        }
+        buf::set_pairs(c, true, list as usize, v)
+    })();
+    super::done(r)
+}
+
+pub(crate) unsafe fn attr_list_get_attrs(
+    c: &Call,
+    list: NvSciSyncAttrList,
+    pairs: *mut NvSciSyncAttrKeyValuePair,
+    n: usize,
+) -> NvSciError {
+    let r = (|| {
+        if pairs.is_null() || n == 0 {
+            return Err(err::BAD_PARAMETER);
+        }
+        let mut keys = Vec::with_capacity(n);
+        for i in 0..n {
+            // SAFETY: the caller passes `n` pairs.
+            keys.push(unsafe { (*pairs.add(i)).attrKey.0 });
+        }
+        let found = buf::lookup(c, true, list as usize, &keys)?;
+        for (i, (value, len)) in found.into_iter().enumerate() {
+            // SAFETY: the caller passes `n` writable pairs.
+            unsafe {
+                (*pairs.add(i)).value = value;
+                (*pairs.add(i)).len = len;
+            }
+        }
+        Ok(())
+    })();
+    super::done(r)
+}
+
+pub(crate) unsafe fn attr_list_reconcile(
+    c: &Call,
+    lists: *const NvSciSyncAttrList,
+    n: usize,
+    out: *mut NvSciSyncAttrList,
+    conflict: *mut NvSciSyncAttrList,
+) -> NvSciError {
+    // SAFETY: forwarded caller array/pointers.
+    unsafe { buf::reconcile_entry(c, true, lists.cast(), n, out.cast(), conflict.cast()) }
+}
+
+fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
+    let prim = attrs::get_u32(&map, sk::PRIMITIVE).unwrap_or(attrs::PRIM_SYNCPOINT);
+    let wrap32 = prim < 4;
+    let perm = attrs::get_u64(&map, sk::ACTUAL_PERM).unwrap_or(0);
+    let mut st = c.state();
+    let initial = st.nvsci.next_sync_initial.take().unwrap_or(0);
+    let initial = if wrap32 { initial & 0xffff_ffff } else { initial };
+    let (fd, sem) = SharedSemaphore::create(SemaphoreKind::Deterministic { wrap32 }, initial)
+        .map_err(|_| err::INSUFFICIENT_MEMORY)?;
+    let core = Arc::new(SyncCore {
+        id: new_fence_id(),
+        uid: super::new_uid(),
+        sem: Arc::new(sem),
+        sem_fd: fd,
+        attrs: map,
+    });
+    Ok(register(&mut st, core, perm, module))
+}
+
+pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
+    c: &Call,
+    lists: *const NvSciSyncAttrList,
+    n: usize,
+    obj: *mut NvSciSyncObj,
+    conflict: *mut NvSciSyncAttrList,
+) -> NvSciError {
+    let r = (|| {
+        if obj.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: forwarded caller array.
+        let hs = unsafe { buf::handles(lists.cast::<*mut std::ffi::c_void>(), n) }?;
+        let mut conflict_h = 0usize;
+        let want = !conflict.is_null();
+        let res = buf::reconcile(c, true, &hs, want.then_some(&mut conflict_h));
+        if want {
+            // SAFETY: non-null caller out-pointer.
+            unsafe { conflict.write(conflict_h as NvSciSyncAttrList) };
+        }
+        let (module, map) = res?;
+        let h = new_object(c, module, map)?;
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { obj.write(h as NvSciSyncObj) };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+pub(crate) fn obj_alloc(c: &Call, list: NvSciSyncAttrList, obj: *mut NvSciSyncObj) -> NvSciError {
+    let r = (|| {
+        if obj.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        let (module, map) = buf::reconciled(c, true, list as usize)?;
+        let h = new_object(c, module, map)?;
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { obj.write(h as NvSciSyncObj) };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+pub(crate) fn obj_dup(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncObj) -> NvSciError {
+    let h = obj as usize;
+    if out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let mut st = c.state();
+    let Some(rec) = st.nvsci.sync_objs.get(&h) else {
+        return unknown(c, &st.nvsci, "NvSciSync object", h);
+    };
+    let (core, perm, module) = (Arc::clone(&rec.core), rec.perm, rec.module);
+    let d = register(&mut st, core, perm, module);
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { out.write(d as NvSciSyncObj) };
+    err::SUCCESS
+}
+
+pub(crate) fn obj_free(c: &Call, obj: NvSciSyncObj) {
+    let h = obj as usize;
+    let mut st = c.state();
+    match st.nvsci.sync_objs.remove(&h) {
+        Some(rec) => {
+            st.sync_objects.remove(&h);
+            if let Some(l) = rec.list {
+                st.nvsci.lists.remove(&l);
+                st.nvsci.gone.insert(l);
+            }
+            st.nvsci.gone.insert(h);
+            st.nvsci.release_module(true, rec.module);
+        }
+        None if st.nvsci.gone.contains(&h) => {
+            c.diag(D::DoubleDestroy, format!("NvSciSync object {h:#x} freed twice"));
+        }
+        None => {
+            let _ = unknown(c, &st.nvsci, "NvSciSync object", h);
+        }
+    }
+}
+
+pub(crate) fn obj_get_attr_list(
+    c: &Call,
+    obj: NvSciSyncObj,
+    out: *mut NvSciSyncAttrList,
+) -> NvSciError {
+    let h = obj as usize;
+    if out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    let Some(rec) = ns.sync_objs.get(&h) else {
+        return unknown(c, ns, "NvSciSync object", h);
+    };
+    let list = match rec.list {
+        Some(l) => l,
+        None => {
+            let mut map = (*rec.core.attrs).clone();
+            map.insert(sk::ACTUAL_PERM, attrs::enc_u64s(&[rec.perm]));
+            let module = rec.module;
+            let l = new_handle(Kind::SyncList);
+            ns.lists.insert(
+                l,
+                AttrListRec {
+                    sync: true,
+                    module,
+                    kind: ListKind::Reconciled(Arc::new(map)),
+                    owner: Some(h),
+                },
+            );
+            if let Some(rec) = ns.sync_objs.get_mut(&h) {
+                rec.list = Some(l);
+            }
+            l
+        }
+    };
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { out.write(list as NvSciSyncAttrList) };
+    err::SUCCESS
+}
+
+/// The core of a handle that may signal from the CPU.
+fn cpu_signaler(c: &Call, h: usize) -> R<Arc<SyncCore>> {
+    let st = c.state();
+    let Some(rec) = st.nvsci.sync_objs.get(&h) else {
+        return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
+    };
+    if rec.perm & attrs::PERM_SIGNAL == 0 || !attrs::get_bool(&rec.core.attrs, sk::NEED_CPU) {
+        c.diag(
+            D::Misuse,
+            format!("object {h:#x}: a CPU signal needs signal permission and NeedCpuAccess"),
+        );
+        return Err(err::BAD_PARAMETER);
+    }
+    Ok(Arc::clone(&rec.core))
+}
+
+pub(crate) fn obj_generate_fence(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncFence) -> NvSciError {
+    if out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let r = cpu_signaler(c, obj as usize).map(|core| {
+        let value = core.sem.reserve_next();
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe {
+            out.write(fence::encode(SimFence {
+                object_id: core.id,
+                value,
+            }))
+        };
+    });
+    super::done(r)
+}
+
+pub(crate) fn obj_signal(c: &Call, obj: NvSciSyncObj) -> NvSciError {
+    super::done(cpu_signaler(c, obj as usize).map(|core| {
+        core.sem.increment();
+    }))
+}
+
+/// The infinite timeout of `FenceWait` (and of IPC imports), in microseconds.
+pub(crate) const INFINITE_US: i64 = i64::MAX / 1000;
+
+/// A timeout in microseconds: `None` = infinite (-1 or the maximum).
+pub(crate) fn timeout(us: i64) -> R<Option<Duration>> {
+    if us == -1 || us >= INFINITE_US {
+        Ok(None)
+    } else if us < 0 {
+        Err(err::BAD_PARAMETER)
+    } else {
+        Ok(Some(Duration::from_micros(us.unsigned_abs())))
+    }
+}
+
+pub(crate) unsafe fn fence_wait(
+    c: &Call,
+    f: *const NvSciSyncFence,
+    ctx: NvSciSyncCpuWaitContext,
+    timeout_us: i64,
+) -> NvSciError {
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let f = unsafe { get(f) }?;
+        let limit = timeout(timeout_us)?;
+        let (sem, busy, target) = {
+            let st = c.state();
+            let Some(w) = st.nvsci.wait_contexts.get(&(ctx as usize)) else {
+                return Err(unknown(c, &st.nvsci, "CPU wait context", ctx as usize));
+            };
+            let busy = Arc::clone(&w.busy);
+            let sf = match fence::decode(&f) {
+                FenceContent::Cleared => return Ok(()),
+                FenceContent::Garbage => {
+                    c.diag(D::Misuse, "NvSciSyncFence holds bytes the simulator did not write".into());
+                    return Err(err::BAD_PARAMETER);
+                }
+                FenceContent::Fence(sf) => sf,
+            };
+            let Some(e) = st.sync_objects.values().find(|e| e.id == sf.object_id) else {
+                c.diag(
+                    D::Misuse,
+                    format!("fence of sync object {} waited on after every handle of the object was freed (the real library keeps the object alive while fences refer to it; the simulator does not)", sf.object_id),
+                );
+                return Err(err::BAD_PARAMETER);
+            };
+            (Arc::clone(&e.sem), busy, sf.value)
+        };
+        if busy.swap(true, Ordering::AcqRel) {
+            c.diag(D::Misuse, "a CPU wait context used by two waits at once (it is not for concurrent use)".into());
+            return Err(err::BUSY);
+        }
+        let hang = c.inst.config.hang_timeout;
+        let deadline = Instant::now().checked_add(limit.unwrap_or(hang));
+        let end = sem.wait(target, deadline, &|| false);
+        busy.store(false, Ordering::Release);
+        match (end, limit) {
+            (WaitEnd::Reached, _) => Ok(()),
+            (_, Some(_)) => Err(err::TIMEOUT),
+            (_, None) => {
+                c.diag(D::Hang, format!("an infinite CPU wait on fence value {target} was still waiting after {hang:?}"));
+                Err(err::TIMEOUT)
+            }
+        }
+    })();
+    super::done(r)
+}
+
+pub(crate) unsafe fn fence_dup(c: &Call, src: *const NvSciSyncFence, dst: *mut NvSciSyncFence) -> NvSciError {
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let f = unsafe { get(src) }?;
+        if fence::decode(&f) == FenceContent::Garbage {
+            c.diag(D::Misuse, "NvSciSyncFence holds bytes the simulator did not write".into());
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: forwarded caller out-pointer.
+        unsafe { put(dst, f) }
+    })();
+    super::done(r)
+}
+
+pub(crate) unsafe fn fence_clear(_c: &Call, f: *mut NvSciSyncFence) {
+    if !f.is_null() {
+        // SAFETY: non-null caller pointer to a fence.
+        unsafe { f.write(NvSciSyncFence::default()) };
+    }
+}
+
+pub(crate) unsafe fn fence_extract(
+    c: &Call,
+    f: *const NvSciSyncFence,
+    id: *mut u64,
+    value: *mut u64,
+) -> NvSciError {
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let f = unsafe { get(f) }?;
+        if id.is_null() || value.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        match fence::decode(&f) {
+            FenceContent::Cleared => Err(err::CLEARED_FENCE),
+            FenceContent::Garbage => {
+                c.diag(D::Misuse, "NvSciSyncFence holds bytes the simulator did not write".into());
+                Err(err::BAD_PARAMETER)
+            }
+            FenceContent::Fence(sf) => {
+                // SAFETY: both checked non-null; caller out-pointers.
+                unsafe {
+                    id.write(0);
+                    value.write(sf.value);
+                }
+                Ok(())
+            }
+        }
+    })();
+    super::done(r)
+}
+
+pub(crate) unsafe fn fence_update(
+    c: &Call,
+    obj: NvSciSyncObj,
+    id: u64,
+    value: u64,
+    f: *mut NvSciSyncFence,
+) -> NvSciError {
+    let h = obj as usize;
+    let r = (|| {
+        if f.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        let st = c.state();
+        let Some(rec) = st.nvsci.sync_objs.get(&h) else {
+            return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
+        };
+        if id != 0 {
+            c.diag(D::Misuse, format!("fence id {id}: simulated objects have one primitive (id 0)"));
+            return Err(err::BAD_PARAMETER);
+        }
+        let max = attrs::get_u64(&rec.core.attrs, sk::MAX_VALUE).unwrap_or(u64::MAX);
+        if value > max {
+            c.diag(D::Misuse, format!("fence value {value} is above the primitive's maximum {max}"));
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe {
+            f.write(fence::encode(SimFence {
+                object_id: rec.core.id,
+                value,
+            }))
+        };
+        Ok(())
+    })();
+    super::done(r)
+}
+
+/// `cuDeviceGetNvSciSyncAttributes` (see [`super::cuda_fill_sync_attrs`]).
+pub(crate) fn cuda_fill(c: &Call, list: usize, dev: CUdevice, flags: i32) -> CUresult {
+    let d = usize::try_from(dev).unwrap_or(0);
+    let integrated = c.inst.config.integrated;
+    let mut st = c.state();
+    let ns = &mut st.nvsci;
+    let Some(l) = ns.lists.get_mut(&list).filter(|l| l.sync) else {
+        c.diag(D::UnknownHandle, format!("{list:#x} is not an NvSciSync attribute list of this simulator"));
+        return codes::INVALID_VALUE;
+    };
+    let ListKind::Unreconciled(parts) = &mut l.kind else {
+        c.diag(D::Misuse, "cuDeviceGetNvSciSyncAttributes needs an unreconciled list".into());
+        return codes::INVALID_VALUE;
+    };
+    let [map] = parts.as_mut_slice() else {
+        return codes::INVALID_VALUE;
+    };
+    if map.contains_key(&sk::REQ_PERM) {
+        c.diag(D::Misuse, "the list already has RequiredPerm; give CUDA a fresh list".into());
+        return codes::INVALID_VALUE;
+    }
+    let mut perm = 0u64;
+    if flags & 1 != 0 {
+        perm |= attrs::PERM_SIGNAL;
+    }
+    if flags & 2 != 0 {
+        perm |= attrs::PERM_WAIT;
+    }
+    if perm == 0 || flags & !3 != 0 {
+        return codes::INVALID_VALUE;
+    }
+    map.insert(sk::REQ_PERM, attrs::enc_u64s(&[perm]));
+    let prims: &[u32] = if integrated {
+        &[attrs::PRIM_SYNCPOINT]
+    } else {
+        &[attrs::PRIM_SYSMEM_SEMAPHORE, 4]
+    };
+    map.entry(sk::PRIMITIVE).or_insert_with(|| attrs::enc_u32s(prims));
+    map.entry(sk::GPU_ID)
+        .or_insert_with(|| crate::api::device_uuid(d).to_vec().into_boxed_slice());
+    codes::SUCCESS
+}
