@@ -14,7 +14,7 @@
 //! CUDA stream, and a short ping-pong (Vulkan compute shader and CUDA each add 1 to a shared
 //! counter, handing over through one timeline semaphore).
 
-#[path = "../benches/gpu/raw_cuda.rs"]
+#[path = "support/raw_cuda.rs"]
 mod raw_cuda;
 
 use std::time::{Duration, Instant};

@@ -535,6 +535,46 @@ impl Drop for Shared {
     }
 }
 
+/// How many semaphores of one kind a submission passes without a heap allocation.
+const INLINE_OPS: usize = 16;
+
+/// A short list kept on the stack, moved to the heap only past [`INLINE_OPS`] entries.
+struct SmallList<T> {
+    inline: [T; INLINE_OPS],
+    len: usize,
+    heap: Vec<T>,
+}
+
+impl<T: Copy + Default> SmallList<T> {
+    fn new() -> Self {
+        Self {
+            inline: [T::default(); INLINE_OPS],
+            len: 0,
+            heap: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, item: T) {
+        if self.heap.is_empty() && self.len < INLINE_OPS {
+            self.inline[self.len] = item;
+            self.len += 1;
+            return;
+        }
+        if self.heap.is_empty() {
+            self.heap.extend_from_slice(&self.inline[..self.len]);
+        }
+        self.heap.push(item);
+    }
+
+    fn as_slice(&self) -> &[T] {
+        if self.heap.is_empty() {
+            &self.inline[..self.len]
+        } else {
+            &self.heap
+        }
+    }
+}
+
 /// Records which submission last used an object.
 #[derive(Default)]
 struct LastUse(AtomicU64);
@@ -892,22 +932,42 @@ impl VulkanExporter {
         also_used: &[&LastUse],
     ) -> Result<u64> {
         let value = state.last_submitted + 1;
-        let wait_sems: Vec<vk::Semaphore> = waits.iter().map(|o| o.semaphore.sem).collect();
-        let wait_values: Vec<u64> = waits.iter().map(|o| o.value).collect();
-        let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
-        let mut signal_sems: Vec<vk::Semaphore> = signals.iter().map(|o| o.semaphore.sem).collect();
-        let mut signal_values: Vec<u64> = signals.iter().map(|o| o.value).collect();
+        // Kept on the stack for the usual handful of semaphores, so a steady-state submission
+        // makes no heap allocation.
+        let mut wait_sems = SmallList::new();
+        let mut wait_values = SmallList::new();
+        let mut stages = SmallList::new();
+        for op in waits {
+            wait_sems.push(op.semaphore.sem);
+            wait_values.push(op.value);
+            stages.push(vk::PipelineStageFlags::ALL_COMMANDS);
+        }
+        let mut signal_sems = SmallList::new();
+        let mut signal_values = SmallList::new();
+        for op in signals {
+            signal_sems.push(op.semaphore.sem);
+            signal_values.push(op.value);
+        }
         signal_sems.push(self.shared.dev.progress);
         signal_values.push(value);
-        let cmds: Vec<vk::CommandBuffer> = cmd.into_iter().collect();
+        let (wait_sems, wait_values, stages) = (
+            wait_sems.as_slice(),
+            wait_values.as_slice(),
+            stages.as_slice(),
+        );
+        let (signal_sems, signal_values) = (signal_sems.as_slice(), signal_values.as_slice());
+        let cmds: &[vk::CommandBuffer] = match &cmd {
+            Some(c) => std::slice::from_ref(c),
+            None => &[],
+        };
         let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
-            .wait_semaphore_values(&wait_values)
-            .signal_semaphore_values(&signal_values);
+            .wait_semaphore_values(wait_values)
+            .signal_semaphore_values(signal_values);
         let submit = vk::SubmitInfo::default()
-            .wait_semaphores(&wait_sems)
-            .wait_dst_stage_mask(&stages)
-            .command_buffers(&cmds)
-            .signal_semaphores(&signal_sems)
+            .wait_semaphores(wait_sems)
+            .wait_dst_stage_mask(stages)
+            .command_buffers(cmds)
+            .signal_semaphores(signal_sems)
             .push_next(&mut timeline_info);
         // SAFETY: the queue and pool are used under the lock held by the caller; every handle
         // belongs to this device (checked by the caller) and every array outlives the call.

@@ -6,7 +6,7 @@
 //! digits in `TEGRA_INTEROP_VULKAN_UUID` (e.g. a software Vulkan device for local runs).
 #![allow(clippy::unwrap_used)]
 
-#[path = "../benches/gpu/raw_cuda.rs"]
+#[path = "../examples/support/raw_cuda.rs"]
 mod raw_cuda;
 
 use std::time::Duration;

@@ -144,25 +144,27 @@ macro_rules! batch {
                 if entry.handle.is_null() {
                     return Err(PushError::Invalid(entry, ValidationError::NullHandle));
                 }
-                let raw = match entry.params.lower_for(entry.kind) {
-                    Ok(raw) => raw,
-                    Err(e) => return Err(PushError::Invalid(entry, e)),
-                };
+                if let Err(e) = entry.params.check_for(entry.kind) {
+                    return Err(PushError::Invalid(entry, e));
+                }
                 let index = self.handles.len();
                 // The three vectors always have the same length, so after the fullness
                 // check above none of these pushes can fail; the item is still handed back
                 // (and the vectors rolled back) rather than assumed.
-                if self.handles.push(entry.handle).is_err() {
+                if self.params.push(<$raw>::default()).is_err() {
                     return Err(PushError::Full(entry));
                 }
-                if self.params.push(raw).is_err() {
-                    self.handles.truncate(index);
+                if self.handles.push(entry.handle).is_err() {
+                    self.params.truncate(index);
                     return Err(PushError::Full(entry));
                 }
                 if self.kinds.push(entry.kind).is_err() {
                     self.handles.truncate(index);
                     self.params.truncate(index);
                     return Err(PushError::Full(entry));
+                }
+                if let Some(raw) = self.params.last_mut() {
+                    entry.params.fill(raw);
                 }
                 Ok(index)
             }

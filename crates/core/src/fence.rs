@@ -102,6 +102,9 @@ impl TimelineTracker {
     }
 
     /// The enqueue succeeded: `reservation`'s value becomes the last value. Returns it.
+    ///
+    /// A reservation is recognised by its value: one that is not this tracker's outstanding
+    /// reservation is refused with [`ValidationError::ReservationMismatch`].
     pub fn commit(&mut self, reservation: TimelineReservation) -> Result<u64, ValidationError> {
         if self.pending != Some(reservation.value) {
             return Err(ValidationError::ReservationMismatch);

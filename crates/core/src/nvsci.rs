@@ -58,7 +58,7 @@ impl GpuId {
     pub fn from_cuda_uuid(uuid: &CUuuid) -> Self {
         let mut bytes = [0u8; 16];
         for (b, c) in bytes.iter_mut().zip(uuid.bytes.iter()) {
-            *b = *c as u8;
+            *b = u8::from_ne_bytes(c.to_ne_bytes());
         }
         Self(bytes)
     }

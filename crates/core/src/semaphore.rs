@@ -491,13 +491,24 @@ impl SignalParams {
         &self,
         kind: SemaphoreHandleKind,
     ) -> Result<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, ValidationError> {
+        self.check_for(kind)?;
+        let mut raw = CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+        self.fill(&mut raw);
+        Ok(raw)
+    }
+
+    /// The checks of [`lower_for`](Self::lower_for) without building the structure.
+    pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
         if self.flags.unknown_bits() != 0 {
             return Err(ValidationError::UnknownFlags {
                 bits: self.flags.unknown_bits(),
             });
         }
-        check_payload(kind, self.payload, self.flags.bits())?;
-        let mut raw = CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+        check_payload(kind, self.payload, self.flags.bits())
+    }
+
+    /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
+    pub(crate) fn fill(&self, raw: &mut CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS) {
         match self.payload {
             Payload::Binary => {}
             Payload::Fence(value) => raw.params.fence.value = value,
@@ -505,7 +516,6 @@ impl SignalParams {
             Payload::KeyedMutex { key, .. } => raw.params.keyedMutex.key = key,
         }
         raw.flags = self.flags.bits();
-        Ok(raw)
     }
 }
 
@@ -598,13 +608,24 @@ impl WaitParams {
         &self,
         kind: SemaphoreHandleKind,
     ) -> Result<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, ValidationError> {
+        self.check_for(kind)?;
+        let mut raw = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+        self.fill(&mut raw);
+        Ok(raw)
+    }
+
+    /// The checks of [`lower_for`](Self::lower_for) without building the structure.
+    pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
         if self.flags.unknown_bits() != 0 {
             return Err(ValidationError::UnknownFlags {
                 bits: self.flags.unknown_bits(),
             });
         }
-        check_payload(kind, self.payload, self.flags.bits())?;
-        let mut raw = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+        check_payload(kind, self.payload, self.flags.bits())
+    }
+
+    /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
+    pub(crate) fn fill(&self, raw: &mut CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS) {
         match self.payload {
             Payload::Binary => {}
             Payload::Fence(value) => raw.params.fence.value = value,
@@ -615,6 +636,5 @@ impl WaitParams {
             }
         }
         raw.flags = self.flags.bits();
-        Ok(raw)
     }
 }

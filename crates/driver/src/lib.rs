@@ -62,6 +62,7 @@ pub mod context;
 pub mod device;
 pub mod error;
 pub mod memory;
+pub mod nvsci;
 pub mod semaphore;
 pub mod table;
 

@@ -1566,7 +1566,12 @@ pub(crate) unsafe fn cu_signal_external_semaphores_async(
             plan.push((sem, op, outstanding));
         }
         for (object_id, skipped) in memsync {
-            crate::nvsci::record_memsync(&mut st, crate::nvsci::MemsyncOp::Signal, object_id, skipped);
+            crate::nvsci::record_memsync(
+                &mut st,
+                crate::nvsci::MemsyncOp::Signal,
+                object_id,
+                skipped,
+            );
         }
         let mut ops = Vec::with_capacity(n);
         for (sem, (op, fence_out), outstanding) in plan {
@@ -1668,7 +1673,12 @@ pub(crate) unsafe fn cu_wait_external_semaphores_async(
             ops.push((sem, op, outstanding));
         }
         for (object_id, skipped) in memsync {
-            crate::nvsci::record_memsync(&mut st, crate::nvsci::MemsyncOp::Wait, object_id, skipped);
+            crate::nvsci::record_memsync(
+                &mut st,
+                crate::nvsci::MemsyncOp::Wait,
+                object_id,
+                skipped,
+            );
         }
         enqueue_ops(&core, ops);
         Ok(())

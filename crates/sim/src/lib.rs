@@ -358,13 +358,16 @@ impl Sim {
     /// is free, but a later `Sim` may reuse the slot). [`Sim::backend`]
     /// does not have this problem.
     pub fn table(&self) -> FunctionTable {
-        let nvsci = self.inner.config.nvsci;
-        FunctionTable {
+        let mut table = FunctionTable {
             cuda: slots::cuda_table(self.slot),
-            nvscibuf: nvsci.then(|| nvsci::buf_table(self.slot)).unwrap_or_default(),
-            nvscisync: nvsci.then(|| nvsci::sync_table(self.slot)).unwrap_or_default(),
-            nvsciipc: nvsci.then(|| nvsci::ipc_table(self.slot)).unwrap_or_default(),
+            ..FunctionTable::empty()
+        };
+        if self.inner.config.nvsci {
+            table.nvscibuf = nvsci::buf_table(self.slot);
+            table.nvscisync = nvsci::sync_table(self.slot);
+            table.nvsciipc = nvsci::ipc_table(self.slot);
         }
+        table
     }
 
     /// A driver backend over [`Sim::table`] (the same one on every call).

@@ -79,6 +79,22 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// Like `entry!`, for functions whose error type converts from [`Error`].
+macro_rules! need {
+    ($api:expr, $field:ident) => {
+        match $api.$field {
+            Some(f) => f,
+            None => {
+                return Err($crate::Error::not_supported(
+                    stringify!($field),
+                    $crate::table::library_of(stringify!($field)),
+                )
+                .into())
+            }
+        }
+    };
+}
+
 mod buf;
 mod ipc;
 mod sync;
@@ -98,7 +114,10 @@ pub use sync::{
 };
 
 /// Turns an NvSci return code into a `Result`.
-pub(crate) fn check(call: &'static str, code: tegra_interop_sys::nvsci::NvSciError) -> Result<(), Error> {
+pub(crate) fn check(
+    call: &'static str,
+    code: tegra_interop_sys::nvsci::NvSciError,
+) -> Result<(), Error> {
     if code.0 == 0 {
         Ok(())
     } else {

@@ -406,7 +406,10 @@ fn reconcile_image(parts: &[&AttrMap], out: &mut AttrMap) -> Result<(), Fail> {
     {
         same(parts, k, out)?;
     }
-    let planes = out.get(&bk::PLANE_COUNT).map(|v| u32s(v)).unwrap_or_default();
+    let planes = out
+        .get(&bk::PLANE_COUNT)
+        .map(|v| u32s(v))
+        .unwrap_or_default();
     let n = planes.first().copied().unwrap_or(0) as usize;
     let formats = out.get(&bk::COLOR_FMT).map(|v| u32s(v)).unwrap_or_default();
     let widths = out.get(&bk::WIDTH).map(|v| u32s(v)).unwrap_or_default();

@@ -83,7 +83,8 @@ pub(crate) fn alloc_core(c: &Call, attrs: Arc<AttrMap>) -> R<Arc<BufCore>> {
         c.diag(D::Misuse, "the reconciled list describes 0 bytes".into());
         return Err(err::BAD_PARAMETER);
     }
-    let fd = shm::memfd(c"tegra-interop-sim-nvscibuf", size).map_err(|_| err::INSUFFICIENT_MEMORY)?;
+    let fd =
+        shm::memfd(c"tegra-interop-sim-nvscibuf", size).map_err(|_| err::INSUFFICIENT_MEMORY)?;
     Ok(Arc::new(BufCore::new(fd, size, attrs)?))
 }
 
@@ -213,11 +214,17 @@ pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>
         return Err(unknown(c, ns, "attribute list", h));
     };
     let ListKind::Unreconciled(parts) = &mut l.kind else {
-        c.diag(D::Misuse, format!("SetAttrs on the reconciled or conflict list {h:#x}"));
+        c.diag(
+            D::Misuse,
+            format!("SetAttrs on the reconciled or conflict list {h:#x}"),
+        );
         return Err(err::BAD_PARAMETER);
     };
     let [map] = parts.as_mut_slice() else {
-        c.diag(D::Misuse, format!("SetAttrs on the imported multi-part list {h:#x}"));
+        c.diag(
+            D::Misuse,
+            format!("SetAttrs on the imported multi-part list {h:#x}"),
+        );
         return Err(err::BAD_PARAMETER);
     };
     for (i, (key, bytes)) in pairs.iter().enumerate() {
@@ -229,7 +236,10 @@ pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>
         match checked {
             Ok(()) => {}
             Err(SetRefusal::Output(k)) => {
-                c.diag(D::Misuse, format!("key {k:#x} is written by the library, not settable"));
+                c.diag(
+                    D::Misuse,
+                    format!("key {k:#x} is written by the library, not settable"),
+                );
                 return Err(err::BAD_PARAMETER);
             }
             Err(SetRefusal::Invalid(m)) => {
@@ -238,7 +248,10 @@ pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>
             }
         }
         if map.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
-            c.diag(D::Misuse, format!("key {key:#x} is already set on list {h:#x}"));
+            c.diag(
+                D::Misuse,
+                format!("key {key:#x} is already set on list {h:#x}"),
+            );
             return Err(err::BAD_PARAMETER);
         }
     }
@@ -252,7 +265,10 @@ pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>
 ///
 /// # Safety
 /// `pairs` must point at `n` pairs whose values point at `len` readable bytes.
-unsafe fn read_buf_pairs(pairs: *const NvSciBufAttrKeyValuePair, n: usize) -> R<Vec<(u32, Vec<u8>)>> {
+unsafe fn read_buf_pairs(
+    pairs: *const NvSciBufAttrKeyValuePair,
+    n: usize,
+) -> R<Vec<(u32, Vec<u8>)>> {
     if pairs.is_null() || n == 0 {
         return Err(err::BAD_PARAMETER);
     }
@@ -283,7 +299,12 @@ pub(crate) unsafe fn attr_list_set_attrs(
 
 /// Looks a list up for `GetAttrs` and answers each key with a pointer into
 /// the list's storage (NULL / 0 when not set).
-pub(crate) fn lookup(c: &Call, sync: bool, h: usize, keys: &[u32]) -> R<Vec<(*const c_void, usize)>> {
+pub(crate) fn lookup(
+    c: &Call,
+    sync: bool,
+    h: usize,
+    keys: &[u32],
+) -> R<Vec<(*const c_void, usize)>> {
     let st = c.state();
     let ns = &st.nvsci;
     let Some(l) = ns.lists.get(&h).filter(|l| l.sync == sync) else {
@@ -346,12 +367,19 @@ pub(crate) unsafe fn handles<T>(lists: *const *mut T, n: usize) -> R<Vec<usize>>
         return Err(err::BAD_PARAMETER);
     }
     // SAFETY: the caller passes `n` handles.
-    Ok((0..n).map(|i| unsafe { lists.add(i).read() } as usize).collect())
+    Ok((0..n)
+        .map(|i| unsafe { lists.add(i).read() } as usize)
+        .collect())
 }
 
 /// Checks that `hs` are unreconciled lists of one module and returns the
 /// module and every part.
-pub(crate) fn gather(c: &Call, ns: &NvSciState, sync: bool, hs: &[usize]) -> R<(usize, Vec<AttrMap>)> {
+pub(crate) fn gather(
+    c: &Call,
+    ns: &NvSciState,
+    sync: bool,
+    hs: &[usize],
+) -> R<(usize, Vec<AttrMap>)> {
     let mut module = None;
     let mut parts = Vec::new();
     for h in hs {
@@ -359,11 +387,19 @@ pub(crate) fn gather(c: &Call, ns: &NvSciState, sync: bool, hs: &[usize]) -> R<(
             return Err(unknown(c, ns, "attribute list", *h));
         };
         let ListKind::Unreconciled(p) = &l.kind else {
-            c.diag(D::Misuse, format!("list {h:#x} is not unreconciled; reconcile takes the participants' own lists"));
+            c.diag(
+                D::Misuse,
+                format!(
+                    "list {h:#x} is not unreconciled; reconcile takes the participants' own lists"
+                ),
+            );
             return Err(err::BAD_PARAMETER);
         };
         if module.is_some_and(|m| m != l.module) {
-            c.diag(D::Misuse, "lists of different modules reconciled together".into());
+            c.diag(
+                D::Misuse,
+                "lists of different modules reconciled together".into(),
+            );
             return Err(err::BAD_PARAMETER);
         }
         module = Some(l.module);
@@ -442,7 +478,12 @@ pub(crate) unsafe fn reconcile_entry(
             unsafe { conflict.write(conflict_h as *mut c_void) };
         }
         let (module, map) = res?;
-        let h = add_list(&mut c.state().nvsci, sync, module, ListKind::Reconciled(map));
+        let h = add_list(
+            &mut c.state().nvsci,
+            sync,
+            module,
+            ListKind::Reconciled(map),
+        );
         // SAFETY: checked non-null; caller out-pointer.
         unsafe { out.write(h as *mut c_void) };
         Ok(())
@@ -531,7 +572,10 @@ fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: *mut NvSciBufObj) -> R
         Some(p) => {
             c.diag(
                 D::Misuse,
-                format!("permission {p} is not a reduction of the object's {}", rec.perm),
+                format!(
+                    "permission {p} is not a reduction of the object's {}",
+                    rec.perm
+                ),
             );
             return Err(err::BAD_PARAMETER);
         }
@@ -570,7 +614,10 @@ pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
             st.nvsci.release_module(false, rec.module);
         }
         None if st.nvsci.gone.contains(&h) => {
-            c.diag(D::DoubleDestroy, format!("NvSciBuf object {h:#x} freed twice"));
+            c.diag(
+                D::DoubleDestroy,
+                format!("NvSciBuf object {h:#x} freed twice"),
+            );
         }
         None => {
             let _ = unknown(c, &st.nvsci, "NvSciBuf object", h);
@@ -578,7 +625,11 @@ pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
     }
 }
 
-pub(crate) fn obj_get_attr_list(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufAttrList) -> NvSciError {
+pub(crate) fn obj_get_attr_list(
+    c: &Call,
+    obj: NvSciBufObj,
+    out: *mut NvSciBufAttrList,
+) -> NvSciError {
     let h = obj as usize;
     let r = (|| {
         if out.is_null() {
@@ -624,11 +675,17 @@ fn cpu_ptr(c: &Call, obj: usize, write: bool) -> R<usize> {
         return Err(unknown(c, &st.nvsci, "NvSciBuf object", obj));
     };
     if !attrs::get_bool(&rec.core.attrs, bk::NEED_CPU) {
-        c.diag(D::Misuse, "CPU pointer of an object reconciled without NeedCpuAccess".into());
+        c.diag(
+            D::Misuse,
+            "CPU pointer of an object reconciled without NeedCpuAccess".into(),
+        );
         return Err(err::BAD_PARAMETER);
     }
     if write && rec.perm != attrs::BUF_READWRITE {
-        c.diag(D::Misuse, "writable CPU pointer of a read-only object handle; use GetConstCpuPtr".into());
+        c.diag(
+            D::Misuse,
+            "writable CPU pointer of a read-only object handle; use GetConstCpuPtr".into(),
+        );
         return Err(err::BAD_PARAMETER);
     }
     Ok(rec.core.ptr)
@@ -642,7 +699,11 @@ pub(crate) fn obj_get_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *mut c_void)
     super::done(r)
 }
 
-pub(crate) fn obj_get_const_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *const c_void) -> NvSciError {
+pub(crate) fn obj_get_const_cpu_ptr(
+    c: &Call,
+    obj: NvSciBufObj,
+    out: *mut *const c_void,
+) -> NvSciError {
     let r = cpu_ptr(c, obj as usize, false).and_then(|p| {
         // SAFETY: forwarded caller out-pointer.
         unsafe { put(out, p as *const c_void) }
@@ -650,7 +711,12 @@ pub(crate) fn obj_get_const_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *const
     super::done(r)
 }
 
-pub(crate) fn obj_flush_cpu_cache_range(c: &Call, obj: NvSciBufObj, offset: u64, len: u64) -> NvSciError {
+pub(crate) fn obj_flush_cpu_cache_range(
+    c: &Call,
+    obj: NvSciBufObj,
+    offset: u64,
+    len: u64,
+) -> NvSciError {
     let h = obj as usize;
     let st = c.state();
     let Some(rec) = st.nvsci.buf_objs.get(&h) else {

@@ -59,6 +59,17 @@ pub fn endpoint_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Lets `fd` survive `exec` (clears close-on-exec) or not, to hand an
+/// endpoint socket to a child process.
+pub fn set_inheritable(fd: std::os::fd::BorrowedFd<'_>, inheritable: bool) -> io::Result<()> {
+    let flags = if inheritable { 0 } else { libc::FD_CLOEXEC };
+    // SAFETY: F_SETFD on a descriptor the caller holds open.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// One registered socket: the descriptors received and not yet claimed.
 pub(crate) struct Channel {
     sock: OwnedFd,
@@ -181,11 +192,21 @@ impl Channel {
     fn receive(&self, id: u64, limit: Option<Duration>) -> R<OwnedFd> {
         let deadline = limit.and_then(|l| Instant::now().checked_add(l));
         loop {
-            if let Some(fd) = self.inbox.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+            if let Some(fd) = self
+                .inbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id)
+            {
                 return Ok(fd);
             }
             let _rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(fd) = self.inbox.lock().unwrap_or_else(|e| e.into_inner()).remove(&id) {
+            if let Some(fd) = self
+                .inbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id)
+            {
                 return Ok(fd);
             }
             let wait = match deadline {
@@ -232,13 +253,19 @@ pub(crate) fn deinit(c: &Call) {
     }
 }
 
-pub(crate) unsafe fn open_endpoint(c: &Call, name: *const c_char, out: *mut NvSciIpcEndpoint) -> NvSciError {
+pub(crate) unsafe fn open_endpoint(
+    c: &Call,
+    name: *const c_char,
+    out: *mut NvSciIpcEndpoint,
+) -> NvSciError {
     let r = (|| {
         if name.is_null() || out.is_null() {
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: the caller passes a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned();
         let mut st = c.state();
         let ns = &mut st.nvsci;
         if ns.ipc_inits == 0 {
@@ -305,7 +332,10 @@ pub(crate) unsafe fn buf_obj_export(
             4 => have,
             p @ (attrs::BUF_READONLY | attrs::BUF_READWRITE) if p <= have => p,
             p => {
-                c.diag(D::Misuse, format!("cannot export permission {p} from a handle with {have}"));
+                c.diag(
+                    D::Misuse,
+                    format!("cannot export permission {p} from a handle with {have}"),
+                );
                 return Err(err::BAD_PARAMETER);
             }
         };
@@ -339,7 +369,10 @@ pub(crate) unsafe fn buf_obj_import(
         let (id, size, grant) = (d.data[1], d.data[2], d.data[3] as u32);
         let (module, map) = buf::reconciled(c, false, list as usize)?;
         if attrs::buf_size(&map) != size {
-            c.diag(D::Misuse, "the reconciled list does not describe the exported object".into());
+            c.diag(
+                D::Misuse,
+                "the reconciled list does not describe the exported object".into(),
+            );
             return Err(err::BAD_PARAMETER);
         }
         let limit = sync::timeout(timeout_us)?;
@@ -350,7 +383,10 @@ pub(crate) unsafe fn buf_obj_import(
             _ => attrs::BUF_READONLY,
         };
         if grant < min {
-            c.diag(D::Misuse, format!("the exporter granted permission {grant}, the importer needs {min}"));
+            c.diag(
+                D::Misuse,
+                format!("the exporter granted permission {grant}, the importer needs {min}"),
+            );
             return Err(err::ACCESS_DENIED);
         }
         let mut m = (*map).clone();
@@ -497,7 +533,10 @@ pub(crate) unsafe fn attr_list_import_reconciled(
             let hs = unsafe { buf::handles(inputs.cast::<*mut c_void>(), n) }?;
             let st = c.state();
             let (_, mine) = buf::gather(c, &st.nvsci, false, &hs)?;
-            let types = map.get(&bk::TYPES).map(|v| attrs::u32s(v)).unwrap_or_default();
+            let types = map
+                .get(&bk::TYPES)
+                .map(|v| attrs::u32s(v))
+                .unwrap_or_default();
             let size = attrs::get_u64(&map, bk::RAW_SIZE).unwrap_or(0);
             for p in &mine {
                 let t_ok = p
@@ -505,7 +544,11 @@ pub(crate) unsafe fn attr_list_import_reconciled(
                     .is_none_or(|v| attrs::u32s(v).iter().all(|t| types.contains(t)));
                 let s_ok = attrs::get_u64(p, bk::RAW_SIZE).is_none_or(|s| s <= size);
                 if !(t_ok && s_ok) {
-                    c.diag(D::Misuse, "the imported reconciled list does not satisfy the importer's own list".into());
+                    c.diag(
+                        D::Misuse,
+                        "the imported reconciled list does not satisfy the importer's own list"
+                            .into(),
+                    );
                     return Err(err::ATTR_LIST_VALIDATION_FAILED);
                 }
             }
@@ -529,7 +572,10 @@ pub(crate) fn attr_list_free_desc(c: &Call, desc: *mut c_void) {
         // SAFETY: `p` came from our own malloc in `hand_out` and is freed once.
         unsafe { libc::free(desc) };
     } else {
-        c.diag(D::Misuse, format!("{p:#x} is not a descriptor handed out by the simulator (or freed twice)"));
+        c.diag(
+            D::Misuse,
+            format!("{p:#x} is not a descriptor handed out by the simulator (or freed twice)"),
+        );
     }
 }
 
@@ -558,7 +604,10 @@ pub(crate) unsafe fn sync_obj_export(
             attrs::PERM_AUTO => have,
             p @ 1..=3 if p & !have == 0 => p,
             p => {
-                c.diag(D::Misuse, format!("cannot export permission {p:#x} from a handle with {have:#x}"));
+                c.diag(
+                    D::Misuse,
+                    format!("cannot export permission {p:#x} from a handle with {have:#x}"),
+                );
                 return Err(err::BAD_PARAMETER);
             }
         };
@@ -615,6 +664,11 @@ pub(crate) unsafe fn sync_obj_import(
                 .unwrap_or(0);
             (l.module, required)
         };
+        // Take the descriptor off the socket first, so a refused import
+        // leaves nothing behind for later imports to skip over.
+        let limit = sync::timeout(timeout_us)?;
+        let ch = channel(c, ep)?;
+        let fd = ch.receive(id, limit)?;
         let want = if perm.0 == attrs::PERM_AUTO {
             grant
         } else {
@@ -627,9 +681,6 @@ pub(crate) unsafe fn sync_obj_import(
             );
             return Err(err::ACCESS_DENIED);
         }
-        let limit = sync::timeout(timeout_us)?;
-        let ch = channel(c, ep)?;
-        let fd = ch.receive(id, limit)?;
         let Some(sem) = SharedSemaphore::open(std::os::fd::AsFd::as_fd(&fd)) else {
             return Err(err::BAD_PARAMETER);
         };
@@ -676,8 +727,16 @@ pub(crate) unsafe fn export_fence(
             FenceContent::Garbage => return Err(err::BAD_PARAMETER),
             FenceContent::Fence(sf) => {
                 let st = c.state();
-                let Some(rec) = st.nvsci.sync_objs.values().find(|r| r.core.id == sf.object_id) else {
-                    c.diag(D::Misuse, "fence of an object that has no NvSciSync handle here".into());
+                let Some(rec) = st
+                    .nvsci
+                    .sync_objs
+                    .values()
+                    .find(|r| r.core.id == sf.object_id)
+                else {
+                    c.diag(
+                        D::Misuse,
+                        "fence of an object that has no NvSciSync handle here".into(),
+                    );
                     return Err(err::BAD_PARAMETER);
                 };
                 NvSciSyncFenceIpcExportDescriptor {
@@ -717,7 +776,10 @@ pub(crate) unsafe fn import_fence(
                 value: d.payload[2],
             })
         } else {
-            c.diag(D::Misuse, "the fence descriptor belongs to another sync object".into());
+            c.diag(
+                D::Misuse,
+                "the fence descriptor belongs to another sync object".into(),
+            );
             return Err(err::BAD_PARAMETER);
         };
         // SAFETY: checked non-null; caller out-pointer.

@@ -12,10 +12,50 @@
 //! Objects made here are registered in the CUDA side's registries, so
 //! `cuImportExternalMemory(NVSCIBUF)` and `cuImportExternalSemaphore(NVSCISYNC)`
 //! accept them unchanged; `cuDeviceGetNvSciSyncAttributes` fills the
-//! simulator's sync attribute lists ([`cuda_fill_sync_attrs`]).
+//! simulator's sync attribute lists (RequiredPerm, PrimitiveInfo, GpuId).
 //!
-//! What the simulator chooses where the real library's answer is unknown is
-//! listed in the crate README ("NvSci").
+//! # Choices where the real library's answer is not known
+//!
+//! - Codes: unknown or freed handles, NULL pointers, keys set twice,
+//!   output-only keys, Auto as a RequiredPerm, SetAttrs on a reconciled
+//!   list: `BadParameter` (+ a diagnostic). Keys outside the project's
+//!   declared subset are refused (`BadParameter`).
+//! - Buf reconciliation: Types intersect (empty: conflict on Types);
+//!   RawBuffer Size and Align take the largest request; booleans are or-ed;
+//!   ActualPerm is the strongest RequiredPerm (ReadWrite when none); image
+//!   keys must agree. Only RawBuffer and Image are simulated (others:
+//!   `NotSupported`). Image planes are pitch-linear with tight rows
+//!   (block-linear is laid out the same), plane offsets aligned to
+//!   `PlaneBaseAddrAlign` (default 256); colour formats use the
+//!   simulator's own numbering ([`color`]).
+//! - Sync reconciliation: exactly one list with the signal bit and at least
+//!   one with the wait bit, else a conflict on RequiredPerm; a primitive
+//!   every list that names primitives supports (the signaller's order
+//!   first; default syncpoint on an integrated GPU, sysmem semaphore
+//!   otherwise), else a conflict on PrimitiveInfo; ActualPerm is the union.
+//!   `WaiterRequireTimestamps` is `NotSupported`. Every object counts +1 per
+//!   signal (deterministic), whether or not `RequireDeterministicFences`
+//!   was asked for; fences carry primitive id 0.
+//! - `cuDeviceGetNvSciSyncAttributes`: PrimitiveInfo `[Syncpoint]` on an
+//!   integrated GPU, `[SysmemSemaphore, SysmemSemaphorePayload64b]`
+//!   otherwise; PrimitiveInfo / GpuId already in the list are kept.
+//! - CPU signal (`GenerateFence` + `ObjSignal`) needs signal permission and
+//!   NeedCpuAccess. A CPU wait accepts -1 and anything from
+//!   `i64::MAX / 1000` up as infinite (cut off after
+//!   `SimConfig::hang_timeout` with a `Hang` diagnostic and `Timeout`); a
+//!   wait context used by two waits at once answers `Busy`. A fence whose
+//!   object has no live handle left cannot be waited on (`BadParameter`;
+//!   the real library keeps the object alive through its fences).
+//! - Memsync: the CUDA side records each NvSciSync signal and wait it
+//!   enqueues, and whether the skip flag was set
+//!   ([`crate::Sim::nvsci_memsync_log`]); shared memory is coherent, so
+//!   skipping changes no data here.
+//! - IPC: an exported permission may not exceed the handle's; Auto grants
+//!   the handle's own. A sync import must ask for (and its list require)
+//!   no more than was granted, a buf import gets the granted permission
+//!   and fails with `AccessDenied` below `minPermissions`. The importer's
+//!   own sync list stands in for the reconciled list NvSciSync would want
+//!   (the project's subset has no NvSciSync attribute-list IPC).
 
 mod attrs;
 mod buf;
@@ -40,7 +80,7 @@ pub(crate) use attrs::AttrListRec;
 pub(crate) use slots::{buf_table, ipc_table, sync_table};
 
 pub use attrs::color;
-pub use ipc::endpoint_pair;
+pub use ipc::{endpoint_pair, set_inheritable};
 
 /// `NvSciError` values the simulator returns.
 pub(crate) mod err {
@@ -313,13 +353,23 @@ pub(crate) fn unknown(c: &Call, st: &NvSciState, what: &str, h: usize) -> NvSciE
 /// `PrimitiveInfo` (syncpoints on an integrated GPU, sysmem semaphores
 /// otherwise) and `GpuId` (the device UUID). INVALID_VALUE when the list is
 /// not one, is reconciled, already has `RequiredPerm`, or no flag is given.
-pub(crate) fn cuda_fill_sync_attrs(c: &Call, list: *mut c_void, dev: CUdevice, flags: i32) -> CUresult {
+pub(crate) fn cuda_fill_sync_attrs(
+    c: &Call,
+    list: *mut c_void,
+    dev: CUdevice,
+    flags: i32,
+) -> CUresult {
     sync::cuda_fill(c, list as usize, dev, flags)
 }
 
 /// Records whether an NvSciSync signal or wait ran its NvSciBuf memory
 /// synchronisation (called by the CUDA side when it enqueues one).
-pub(crate) fn record_memsync(st: &mut crate::instance::State, op: MemsyncOp, object_id: u64, skipped: bool) {
+pub(crate) fn record_memsync(
+    st: &mut crate::instance::State,
+    op: MemsyncOp,
+    object_id: u64,
+    skipped: bool,
+) {
     st.nvsci.memsync.push(MemsyncEvent {
         op,
         object_id,

@@ -22,7 +22,11 @@ use crate::instance::Call;
 use crate::slots::SLOTS;
 use crate::DiagnosticKind;
 
-fn run_ret(slot: usize, symbol: &'static str, f: &mut dyn FnMut(&Call<'_>) -> NvSciError) -> NvSciError {
+fn run_ret(
+    slot: usize,
+    symbol: &'static str,
+    f: &mut dyn FnMut(&Call<'_>) -> NvSciError,
+) -> NvSciError {
     let Some(inst) = crate::slots::get(slot) else {
         let _ = writeln!(
             std::io::stderr(),
@@ -87,70 +91,14 @@ fn run_void(slot: usize, symbol: &'static str, f: &mut dyn FnMut(&Call<'_>)) {
 macro_rules! slot_array {
     ($f:ident) => {
         [
-        $f::<0>,
-        $f::<1>,
-        $f::<2>,
-        $f::<3>,
-        $f::<4>,
-        $f::<5>,
-        $f::<6>,
-        $f::<7>,
-        $f::<8>,
-        $f::<9>,
-        $f::<10>,
-        $f::<11>,
-        $f::<12>,
-        $f::<13>,
-        $f::<14>,
-        $f::<15>,
-        $f::<16>,
-        $f::<17>,
-        $f::<18>,
-        $f::<19>,
-        $f::<20>,
-        $f::<21>,
-        $f::<22>,
-        $f::<23>,
-        $f::<24>,
-        $f::<25>,
-        $f::<26>,
-        $f::<27>,
-        $f::<28>,
-        $f::<29>,
-        $f::<30>,
-        $f::<31>,
-        $f::<32>,
-        $f::<33>,
-        $f::<34>,
-        $f::<35>,
-        $f::<36>,
-        $f::<37>,
-        $f::<38>,
-        $f::<39>,
-        $f::<40>,
-        $f::<41>,
-        $f::<42>,
-        $f::<43>,
-        $f::<44>,
-        $f::<45>,
-        $f::<46>,
-        $f::<47>,
-        $f::<48>,
-        $f::<49>,
-        $f::<50>,
-        $f::<51>,
-        $f::<52>,
-        $f::<53>,
-        $f::<54>,
-        $f::<55>,
-        $f::<56>,
-        $f::<57>,
-        $f::<58>,
-        $f::<59>,
-        $f::<60>,
-        $f::<61>,
-        $f::<62>,
-        $f::<63>
+            $f::<0>, $f::<1>, $f::<2>, $f::<3>, $f::<4>, $f::<5>, $f::<6>, $f::<7>, $f::<8>,
+            $f::<9>, $f::<10>, $f::<11>, $f::<12>, $f::<13>, $f::<14>, $f::<15>, $f::<16>,
+            $f::<17>, $f::<18>, $f::<19>, $f::<20>, $f::<21>, $f::<22>, $f::<23>, $f::<24>,
+            $f::<25>, $f::<26>, $f::<27>, $f::<28>, $f::<29>, $f::<30>, $f::<31>, $f::<32>,
+            $f::<33>, $f::<34>, $f::<35>, $f::<36>, $f::<37>, $f::<38>, $f::<39>, $f::<40>,
+            $f::<41>, $f::<42>, $f::<43>, $f::<44>, $f::<45>, $f::<46>, $f::<47>, $f::<48>,
+            $f::<49>, $f::<50>, $f::<51>, $f::<52>, $f::<53>, $f::<54>, $f::<55>, $f::<56>,
+            $f::<57>, $f::<58>, $f::<59>, $f::<60>, $f::<61>, $f::<62>, $f::<63>,
         ]
     };
 }
@@ -158,16 +106,17 @@ macro_rules! slot_array {
 macro_rules! nvsci_api {
     ($api:ident, $maker:ident, $tables:ident, $by:ident, $tr:ident;
      $( $kind:ident $field:ident => $md:ident :: $imp:ident ( $($arg:ident : $ty:ty),* ); )*) => {
-        #[allow(non_snake_case, unused_unsafe, clippy::missing_safety_doc)]
+        #[allow(non_snake_case, unused_unsafe, clippy::missing_safety_doc, clippy::too_many_arguments)]
         mod $by {
             use super::*;
             $( nvsci_api!(@by $kind $field $md::$imp ($($arg : $ty),*)); )*
         }
-        #[allow(non_snake_case, clippy::missing_safety_doc)]
+        #[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
         mod $tr {
             use super::*;
             $( nvsci_api!(@tr $kind $field $by ($($arg : $ty),*)); )*
         }
+        #[allow(clippy::needless_update)]
         fn $maker<const S: usize>() -> $api {
             $api {
                 $( $field: Some($tr::$field::<S>), )*
@@ -279,16 +228,22 @@ nvsci_api! { NvSciIpcApi, ipc_api, IPC_TABLES, ipc_by_slot, ipc_tramp;
 
 /// The NvSciBuf part of the table for `slot`.
 pub(crate) fn buf_table(slot: usize) -> NvSciBufApi {
-    BUF_TABLES.get(slot).map_or_else(NvSciBufApi::empty, |f| f())
+    BUF_TABLES
+        .get(slot)
+        .map_or_else(NvSciBufApi::empty, |f| f())
 }
 
 /// The NvSciSync part of the table for `slot` (everything but
 /// `NvSciSyncFenceGetTimestamp`, which is not simulated).
 pub(crate) fn sync_table(slot: usize) -> NvSciSyncApi {
-    SYNC_TABLES.get(slot).map_or_else(NvSciSyncApi::empty, |f| f())
+    SYNC_TABLES
+        .get(slot)
+        .map_or_else(NvSciSyncApi::empty, |f| f())
 }
 
 /// The NvSciIpc part of the table for `slot`.
 pub(crate) fn ipc_table(slot: usize) -> NvSciIpcApi {
-    IPC_TABLES.get(slot).map_or_else(NvSciIpcApi::empty, |f| f())
+    IPC_TABLES
+        .get(slot)
+        .map_or_else(NvSciIpcApi::empty, |f| f())
 }

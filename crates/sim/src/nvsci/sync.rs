@@ -120,7 +120,10 @@ pub(crate) fn cpu_wait_context_free(c: &Call, ctx: NvSciSyncCpuWaitContext) {
             ns.release_module(true, w.module);
         }
         None if ns.gone.contains(&h) => {
-            c.diag(D::DoubleDestroy, format!("CPU wait context {h:#x} freed twice"));
+            c.diag(
+                D::DoubleDestroy,
+                format!("CPU wait context {h:#x} freed twice"),
+            );
         }
         None => {
             let _ = unknown(c, ns, "CPU wait context", h);
@@ -218,7 +221,11 @@ fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
     let perm = attrs::get_u64(&map, sk::ACTUAL_PERM).unwrap_or(0);
     let mut st = c.state();
     let initial = st.nvsci.next_sync_initial.take().unwrap_or(0);
-    let initial = if wrap32 { initial & 0xffff_ffff } else { initial };
+    let initial = if wrap32 {
+        initial & 0xffff_ffff
+    } else {
+        initial
+    };
     let (fd, sem) = SharedSemaphore::create(SemaphoreKind::Deterministic { wrap32 }, initial)
         .map_err(|_| err::INSUFFICIENT_MEMORY)?;
     let core = Arc::new(SyncCore {
@@ -304,7 +311,10 @@ pub(crate) fn obj_free(c: &Call, obj: NvSciSyncObj) {
             st.nvsci.release_module(true, rec.module);
         }
         None if st.nvsci.gone.contains(&h) => {
-            c.diag(D::DoubleDestroy, format!("NvSciSync object {h:#x} freed twice"));
+            c.diag(
+                D::DoubleDestroy,
+                format!("NvSciSync object {h:#x} freed twice"),
+            );
         }
         None => {
             let _ = unknown(c, &st.nvsci, "NvSciSync object", h);
@@ -369,7 +379,11 @@ fn cpu_signaler(c: &Call, h: usize) -> R<Arc<SyncCore>> {
     Ok(Arc::clone(&rec.core))
 }
 
-pub(crate) fn obj_generate_fence(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncFence) -> NvSciError {
+pub(crate) fn obj_generate_fence(
+    c: &Call,
+    obj: NvSciSyncObj,
+    out: *mut NvSciSyncFence,
+) -> NvSciError {
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
@@ -425,7 +439,10 @@ pub(crate) unsafe fn fence_wait(
             let sf = match fence::decode(&f) {
                 FenceContent::Cleared => return Ok(()),
                 FenceContent::Garbage => {
-                    c.diag(D::Misuse, "NvSciSyncFence holds bytes the simulator did not write".into());
+                    c.diag(
+                        D::Misuse,
+                        "NvSciSyncFence holds bytes the simulator did not write".into(),
+                    );
                     return Err(err::BAD_PARAMETER);
                 }
                 FenceContent::Fence(sf) => sf,
@@ -440,7 +457,11 @@ pub(crate) unsafe fn fence_wait(
             (Arc::clone(&e.sem), busy, sf.value)
         };
         if busy.swap(true, Ordering::AcqRel) {
-            c.diag(D::Misuse, "a CPU wait context used by two waits at once (it is not for concurrent use)".into());
+            c.diag(
+                D::Misuse,
+                "a CPU wait context used by two waits at once (it is not for concurrent use)"
+                    .into(),
+            );
             return Err(err::BUSY);
         }
         let hang = c.inst.config.hang_timeout;
@@ -459,12 +480,19 @@ pub(crate) unsafe fn fence_wait(
     super::done(r)
 }
 
-pub(crate) unsafe fn fence_dup(c: &Call, src: *const NvSciSyncFence, dst: *mut NvSciSyncFence) -> NvSciError {
+pub(crate) unsafe fn fence_dup(
+    c: &Call,
+    src: *const NvSciSyncFence,
+    dst: *mut NvSciSyncFence,
+) -> NvSciError {
     let r = (|| {
         // SAFETY: forwarded caller pointer.
         let f = unsafe { get(src) }?;
         if fence::decode(&f) == FenceContent::Garbage {
-            c.diag(D::Misuse, "NvSciSyncFence holds bytes the simulator did not write".into());
+            c.diag(
+                D::Misuse,
+                "NvSciSyncFence holds bytes the simulator did not write".into(),
+            );
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: forwarded caller out-pointer.
@@ -495,7 +523,10 @@ pub(crate) unsafe fn fence_extract(
         match fence::decode(&f) {
             FenceContent::Cleared => Err(err::CLEARED_FENCE),
             FenceContent::Garbage => {
-                c.diag(D::Misuse, "NvSciSyncFence holds bytes the simulator did not write".into());
+                c.diag(
+                    D::Misuse,
+                    "NvSciSyncFence holds bytes the simulator did not write".into(),
+                );
                 Err(err::BAD_PARAMETER)
             }
             FenceContent::Fence(sf) => {
@@ -528,12 +559,18 @@ pub(crate) unsafe fn fence_update(
             return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
         };
         if id != 0 {
-            c.diag(D::Misuse, format!("fence id {id}: simulated objects have one primitive (id 0)"));
+            c.diag(
+                D::Misuse,
+                format!("fence id {id}: simulated objects have one primitive (id 0)"),
+            );
             return Err(err::BAD_PARAMETER);
         }
         let max = attrs::get_u64(&rec.core.attrs, sk::MAX_VALUE).unwrap_or(u64::MAX);
         if value > max {
-            c.diag(D::Misuse, format!("fence value {value} is above the primitive's maximum {max}"));
+            c.diag(
+                D::Misuse,
+                format!("fence value {value} is above the primitive's maximum {max}"),
+            );
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: checked non-null; caller out-pointer.
@@ -555,18 +592,27 @@ pub(crate) fn cuda_fill(c: &Call, list: usize, dev: CUdevice, flags: i32) -> CUr
     let mut st = c.state();
     let ns = &mut st.nvsci;
     let Some(l) = ns.lists.get_mut(&list).filter(|l| l.sync) else {
-        c.diag(D::UnknownHandle, format!("{list:#x} is not an NvSciSync attribute list of this simulator"));
+        c.diag(
+            D::UnknownHandle,
+            format!("{list:#x} is not an NvSciSync attribute list of this simulator"),
+        );
         return codes::INVALID_VALUE;
     };
     let ListKind::Unreconciled(parts) = &mut l.kind else {
-        c.diag(D::Misuse, "cuDeviceGetNvSciSyncAttributes needs an unreconciled list".into());
+        c.diag(
+            D::Misuse,
+            "cuDeviceGetNvSciSyncAttributes needs an unreconciled list".into(),
+        );
         return codes::INVALID_VALUE;
     };
     let [map] = parts.as_mut_slice() else {
         return codes::INVALID_VALUE;
     };
     if map.contains_key(&sk::REQ_PERM) {
-        c.diag(D::Misuse, "the list already has RequiredPerm; give CUDA a fresh list".into());
+        c.diag(
+            D::Misuse,
+            "the list already has RequiredPerm; give CUDA a fresh list".into(),
+        );
         return codes::INVALID_VALUE;
     }
     let mut perm = 0u64;
@@ -585,7 +631,8 @@ pub(crate) fn cuda_fill(c: &Call, list: usize, dev: CUdevice, flags: i32) -> CUr
     } else {
         &[attrs::PRIM_SYSMEM_SEMAPHORE, 4]
     };
-    map.entry(sk::PRIMITIVE).or_insert_with(|| attrs::enc_u32s(prims));
+    map.entry(sk::PRIMITIVE)
+        .or_insert_with(|| attrs::enc_u32s(prims));
     map.entry(sk::GPU_ID)
         .or_insert_with(|| crate::api::device_uuid(d).to_vec().into_boxed_slice());
     codes::SUCCESS

@@ -3,9 +3,9 @@
 //! `tegra_interop_sys::cuda::symbols`. No validation, no RAII beyond what a caller writes.
 //!
 //! This is the C-level baseline the GPU smoke binary uses and the benchmarks compare the safe
-//! wrappers against. Include it with
-//! `#[path = "../benches/gpu/raw_cuda.rs"] mod raw_cuda;` (path relative to the includer);
-//! it needs the `libloading` and `tegra-interop-sys` crates.
+//! wrappers against. Include it with `#[path = "support/raw_cuda.rs"] mod raw_cuda;` from an
+//! example, or with the path `"../examples/support/raw_cuda.rs"` from a test (a `#[path]` is
+//! relative to the including file); it needs the `libloading` and `tegra-interop-sys` crates.
 #![allow(dead_code, non_snake_case)]
 
 use std::ffi::{c_char, c_void, CStr};

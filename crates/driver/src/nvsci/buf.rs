@@ -1,0 +1,773 @@
+//! NvSciBuf: [`BufModule`], [`BufAttrList`], [`BufObj`] and the CUDA import
+//! [`NvSciMemory`].
+
+use std::ffi::c_void;
+use std::ops::Deref;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use tegra_interop_core::nvsci::{BufAttr, BufAttrSet};
+use tegra_interop_core::{
+    ArrayDesc, ArrayFormat, MemoryImport, MipmappedArrayMapping, ValidationError,
+};
+use tegra_interop_sys::nvsci::{
+    NvSciBufAttrKey, NvSciBufAttrKeyValuePair, NvSciBufAttrList, NvSciBufAttrValAccessPerm,
+    NvSciBufModule, NvSciBufObj, NvSciBufType,
+};
+
+use super::{check, BufReconcileError, ReconcileError};
+use crate::table::NvSciBufApi;
+use crate::{entry, Backend, Context, Error, ExternalMemory, MappedArray};
+
+type K = NvSciBufAttrKey;
+
+struct ModuleInner {
+    backend: Arc<Backend>,
+    raw: NvSciBufModule,
+}
+
+// SAFETY: NvSciBuf modules may be used from any thread (the library
+// serialises access internally); the backend is Send + Sync.
+unsafe impl Send for ModuleInner {}
+// SAFETY: see `Send`.
+unsafe impl Sync for ModuleInner {}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if let Some(close) = self.backend.table().nvscibuf.NvSciBufModuleClose {
+            // SAFETY: the module was opened by us and every list and object
+            // made from it is gone (they hold this Arc); closed once.
+            unsafe { close(self.raw) };
+        }
+    }
+}
+
+/// An open NvSciBuf module (`NvSciBufModuleOpen`), shared by reference
+/// counting: every list and object keeps it open.
+#[derive(Clone)]
+pub struct BufModule(Arc<ModuleInner>);
+
+impl std::fmt::Debug for BufModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufModule")
+            .field("backend", &self.0.backend.name())
+            .field("raw", &self.0.raw)
+            .finish()
+    }
+}
+
+/// Access a buffer handle grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BufPerm {
+    /// `NvSciBufAccessPerm_Readonly`.
+    ReadOnly,
+    /// `NvSciBufAccessPerm_ReadWrite`.
+    ReadWrite,
+}
+
+impl BufPerm {
+    /// The C value.
+    pub fn raw(self) -> NvSciBufAttrValAccessPerm {
+        match self {
+            BufPerm::ReadOnly => NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Readonly,
+            BufPerm::ReadWrite => NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite,
+        }
+    }
+
+    /// From the C value (`None` for Auto, Invalid and unknown values).
+    pub fn from_raw(raw: NvSciBufAttrValAccessPerm) -> Option<Self> {
+        match raw {
+            NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Readonly => Some(BufPerm::ReadOnly),
+            NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite => Some(BufPerm::ReadWrite),
+            _ => None,
+        }
+    }
+}
+
+/// Every NvSciBuf key the project declares (read back from conflict lists).
+const ALL_KEYS: &[u32] = &[
+    0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9, 0xa, 0xb, 0x10000, 0x10001, 0x20000, 0x20001,
+    0x20002, 0x20003, 0x20004, 0x20005, 0x20006, 0x20007, 0x20008, 0x20009, 0x2000a, 0x2000b,
+    0x2000c, 0x2000d, 0x2000e, 0x2000f, 0x20010, 0x20011, 0x20012, 0x20013, 0x20014, 0x20015,
+    0x20016, 0x20017, 0x20018,
+];
+
+impl BufModule {
+    /// Opens a module (`NvSciBufModuleOpen`).
+    ///
+    /// # Errors
+    /// [`Error::NotSupported`] naming `libnvscibuf.so.1` when the library is
+    /// absent (any machine but a Jetson / DRIVE, or a simulator without
+    /// NvSci); [`Error::NvSci`] when the call fails.
+    pub fn open(backend: &Arc<Backend>) -> Result<BufModule, Error> {
+        let open = entry!(backend.table().nvscibuf, NvSciBufModuleOpen);
+        let mut raw: NvSciBufModule = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check("NvSciBufModuleOpen", unsafe { open(&mut raw) })?;
+        Ok(BufModule(Arc::new(ModuleInner {
+            backend: Arc::clone(backend),
+            raw,
+        })))
+    }
+
+    pub(crate) fn api(&self) -> &NvSciBufApi {
+        &self.0.backend.table().nvscibuf
+    }
+
+    /// The backend it calls through.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.0.backend
+    }
+
+    /// The raw module (still owned by this value).
+    pub fn as_raw(&self) -> NvSciBufModule {
+        self.0.raw
+    }
+
+    fn same(&self, other: &BufModule) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A new, empty, unreconciled attribute list (`NvSciBufAttrListCreate`).
+    pub fn empty_attr_list(&self) -> Result<BufAttrList, Error> {
+        let create = entry!(self.api(), NvSciBufAttrListCreate);
+        let mut raw: NvSciBufAttrList = ptr::null_mut();
+        // SAFETY: the module is open (we hold it); `raw` is a valid out-pointer.
+        check("NvSciBufAttrListCreate", unsafe {
+            create(self.0.raw, &mut raw)
+        })?;
+        Ok(BufAttrList::wrap(self.clone(), raw, false))
+    }
+
+    /// A new unreconciled list holding `attrs` (create + `SetAttrs`).
+    pub fn attr_list<const N: usize>(&self, attrs: &BufAttrSet<N>) -> Result<BufAttrList, Error> {
+        let mut list = self.empty_attr_list()?;
+        list.set(attrs)?;
+        Ok(list)
+    }
+
+    fn raw_lists(&self, lists: &[&BufAttrList]) -> Result<Vec<NvSciBufAttrList>, Error> {
+        if lists.is_empty() {
+            return Err(Error::Unsupported {
+                operation: "NvSciBuf reconciliation",
+                reason: "no attribute list given",
+            });
+        }
+        if lists.iter().any(|l| !self.same(&l.module)) {
+            return Err(Error::Unsupported {
+                operation: "NvSciBuf reconciliation",
+                reason: "the lists belong to different modules",
+            });
+        }
+        Ok(lists.iter().map(|l| l.raw).collect())
+    }
+
+    /// The keys set in a conflict list (then freed).
+    fn conflicts(&self, conflict: NvSciBufAttrList) -> Vec<K> {
+        if conflict.is_null() {
+            return Vec::new();
+        }
+        let list = BufAttrList::wrap(self.clone(), conflict, false);
+        ALL_KEYS
+            .iter()
+            .map(|k| NvSciBufAttrKey(*k))
+            .filter(|k| list.is_set(*k))
+            .collect()
+    }
+
+    /// Reconciles the participants' lists (`NvSciBufAttrListReconcile`);
+    /// on failure, the keys in conflict.
+    pub fn reconcile(&self, lists: &[&BufAttrList]) -> Result<BufAttrList, BufReconcileError> {
+        let raws = self.raw_lists(lists)?;
+        let reconcile = need!(self.api(), NvSciBufAttrListReconcile);
+        let mut out: NvSciBufAttrList = ptr::null_mut();
+        let mut conflict: NvSciBufAttrList = ptr::null_mut();
+        // SAFETY: `raws` holds live lists of this module (borrowed for the
+        // call); both out-pointers are valid.
+        let code = unsafe { reconcile(raws.as_ptr(), raws.len(), &mut out, &mut conflict) };
+        match check("NvSciBufAttrListReconcile", code) {
+            Ok(()) => {
+                if !conflict.is_null() {
+                    drop(BufAttrList::wrap(self.clone(), conflict, false));
+                }
+                Ok(BufAttrList::wrap(self.clone(), out, true))
+            }
+            Err(error) => Err(ReconcileError {
+                error,
+                conflicts: self.conflicts(conflict),
+            }),
+        }
+    }
+
+    /// Reconciles and allocates in one call
+    /// (`NvSciBufAttrListReconcileAndObjAlloc`).
+    pub fn reconcile_and_alloc(&self, lists: &[&BufAttrList]) -> Result<BufObj, BufReconcileError> {
+        let raws = self.raw_lists(lists)?;
+        let alloc = need!(self.api(), NvSciBufAttrListReconcileAndObjAlloc);
+        let mut obj: NvSciBufObj = ptr::null_mut();
+        let mut conflict: NvSciBufAttrList = ptr::null_mut();
+        // SAFETY: as for `reconcile`.
+        let code = unsafe { alloc(raws.as_ptr(), raws.len(), &mut obj, &mut conflict) };
+        match check("NvSciBufAttrListReconcileAndObjAlloc", code) {
+            Ok(()) => {
+                if !conflict.is_null() {
+                    drop(BufAttrList::wrap(self.clone(), conflict, false));
+                }
+                Ok(BufObj {
+                    module: self.clone(),
+                    raw: obj,
+                })
+            }
+            Err(error) => Err(ReconcileError {
+                error,
+                conflicts: self.conflicts(conflict),
+            }),
+        }
+    }
+}
+
+/// Reads one key of a live list (`NvSciBufAttrListGetAttrs`).
+fn get_attr(module: &BufModule, list: NvSciBufAttrList, key: K) -> Result<Option<BufAttr>, Error> {
+    let get = entry!(module.api(), NvSciBufAttrListGetAttrs);
+    let mut pair = NvSciBufAttrKeyValuePair {
+        key,
+        value: ptr::null(),
+        len: 0,
+    };
+    // SAFETY: `list` is live (held by the caller), one writable pair.
+    check("NvSciBufAttrListGetAttrs", unsafe {
+        get(list, &mut pair, 1)
+    })?;
+    // SAFETY: the pair was just filled by GetAttrs from a live list that
+    // nobody modifies during this call.
+    unsafe { BufAttr::decode_pair(&pair) }.map_err(Error::Validation)
+}
+
+/// An NvSciBuf attribute list (unreconciled, reconciled or a conflict
+/// list), freed with `NvSciBufAttrListFree`.
+pub struct BufAttrList {
+    module: BufModule,
+    raw: NvSciBufAttrList,
+    reconciled: bool,
+}
+
+// SAFETY: attribute lists may be used from any thread; mutation needs `&mut`.
+unsafe impl Send for BufAttrList {}
+// SAFETY: `&BufAttrList` only reads.
+unsafe impl Sync for BufAttrList {}
+
+impl std::fmt::Debug for BufAttrList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufAttrList")
+            .field("raw", &self.raw)
+            .field("reconciled", &self.reconciled)
+            .finish()
+    }
+}
+
+impl BufAttrList {
+    fn wrap(module: BufModule, raw: NvSciBufAttrList, reconciled: bool) -> Self {
+        BufAttrList {
+            module,
+            raw,
+            reconciled,
+        }
+    }
+
+    /// The raw list (still owned by this value).
+    pub fn as_raw(&self) -> NvSciBufAttrList {
+        self.raw
+    }
+
+    /// The module.
+    pub fn module(&self) -> &BufModule {
+        &self.module
+    }
+
+    /// `true` for the result of a reconciliation (or an imported reconciled list).
+    pub fn is_reconciled(&self) -> bool {
+        self.reconciled
+    }
+
+    /// Adds `attrs` (`NvSciBufAttrListSetAttrs`); checked by the core first.
+    pub fn set<const N: usize>(&mut self, attrs: &BufAttrSet<N>) -> Result<(), Error> {
+        let mut pairs = attrs.lower()?;
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let set = entry!(self.module.api(), NvSciBufAttrListSetAttrs);
+        // SAFETY: the list is live and ours (`&mut`); the pairs point into
+        // `attrs`, which outlives the call; the library only reads them.
+        check("NvSciBufAttrListSetAttrs", unsafe {
+            set(self.raw, pairs.as_mut_ptr(), pairs.len())
+        })
+    }
+
+    /// The value of `key`, if set (`NvSciBufAttrListGetAttrs`).
+    pub fn get(&self, key: K) -> Result<Option<BufAttr>, Error> {
+        get_attr(&self.module, self.raw, key)
+    }
+
+    fn is_set(&self, key: K) -> bool {
+        let Some(get) = self.module.api().NvSciBufAttrListGetAttrs else {
+            return false;
+        };
+        let mut pair = NvSciBufAttrKeyValuePair {
+            key,
+            value: ptr::null(),
+            len: 0,
+        };
+        // SAFETY: the list is live; one writable pair.
+        let code = unsafe { get(self.raw, &mut pair, 1) };
+        code.0 == 0 && !pair.value.is_null() && pair.len > 0
+    }
+
+    /// Allocates a buffer from this reconciled list (`NvSciBufObjAlloc`).
+    pub fn alloc(&self) -> Result<BufObj, Error> {
+        if !self.reconciled {
+            return Err(Error::Unsupported {
+                operation: "BufAttrList::alloc",
+                reason: "the list is not reconciled",
+            });
+        }
+        let alloc = entry!(self.module.api(), NvSciBufObjAlloc);
+        let mut raw: NvSciBufObj = ptr::null_mut();
+        // SAFETY: the list is a live reconciled list; `raw` is a valid out-pointer.
+        check("NvSciBufObjAlloc", unsafe { alloc(self.raw, &mut raw) })?;
+        Ok(BufObj {
+            module: self.module.clone(),
+            raw,
+        })
+    }
+
+    pub(crate) fn wrap_imported(
+        module: BufModule,
+        raw: NvSciBufAttrList,
+        reconciled: bool,
+    ) -> Self {
+        Self::wrap(module, raw, reconciled)
+    }
+}
+
+impl Drop for BufAttrList {
+    fn drop(&mut self) {
+        if let Some(free) = self.module.api().NvSciBufAttrListFree {
+            // SAFETY: the list was created or handed to us by the library
+            // and is freed once.
+            unsafe { free(self.raw) };
+        }
+    }
+}
+
+/// One image plane, as the reconciled attribute list describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ImagePlane {
+    /// Plane index.
+    pub index: usize,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in rows.
+    pub height: u32,
+    /// Bytes per row (`PlanePitch`).
+    pub pitch: u32,
+    /// Byte offset of the plane in the buffer (`PlaneOffset`).
+    pub offset: u64,
+    /// Bits per pixel (`PlaneBitsPerPixel`).
+    pub bits_per_pixel: u32,
+    /// Channels per pixel (`PlaneChannelCount`).
+    pub channels: u8,
+    /// Bytes the plane occupies (`PlaneAlignedSize`).
+    pub aligned_size: u64,
+}
+
+impl ImagePlane {
+    /// The CUDA array descriptor of this plane: `width x height`, the
+    /// channel count, and an unsigned-integer format of
+    /// `bits_per_pixel / channels` bits (8, 16 or 32). Use
+    /// [`array_desc_as`](Self::array_desc_as) for float or signed planes.
+    pub fn array_desc(&self) -> Result<ArrayDesc, Error> {
+        let channels = u32::from(self.channels);
+        let bits = self
+            .bits_per_pixel
+            .checked_div(channels)
+            .filter(|b| b * channels == self.bits_per_pixel);
+        let format = match bits {
+            Some(8) => ArrayFormat::U8,
+            Some(16) => ArrayFormat::U16,
+            Some(32) => ArrayFormat::U32,
+            _ => {
+                return Err(Error::Unsupported {
+                    operation: "ImagePlane::array_desc",
+                    reason: "the plane's bits per channel are not 8, 16 or 32",
+                })
+            }
+        };
+        self.array_desc_as(format)
+    }
+
+    /// The descriptor with an explicit element format (its channel size
+    /// must match the plane's bits per channel).
+    pub fn array_desc_as(&self, format: ArrayFormat) -> Result<ArrayDesc, Error> {
+        let channels = u32::from(self.channels);
+        if u64::from(self.bits_per_pixel) != format.channel_bytes() * 8 * u64::from(channels) {
+            return Err(Error::Unsupported {
+                operation: "ImagePlane::array_desc_as",
+                reason: "the format's channel size does not match the plane's bits per pixel",
+            });
+        }
+        Ok(ArrayDesc::new_2d(
+            self.width as usize,
+            self.height as usize,
+            format,
+            channels,
+        )?)
+    }
+
+    /// The mipmapped-array mapping of this plane: its descriptor at its
+    /// offset, one level (NvSciBuf memory allows only one).
+    pub fn mapping(&self) -> Result<MipmappedArrayMapping, Error> {
+        Ok(MipmappedArrayMapping::new(
+            self.offset,
+            self.array_desc()?,
+            1,
+        ))
+    }
+}
+
+/// An NvSciBuf object handle, freed with `NvSciBufObjFree`.
+pub struct BufObj {
+    module: BufModule,
+    raw: NvSciBufObj,
+}
+
+// SAFETY: NvSciBuf objects may be used from any thread.
+unsafe impl Send for BufObj {}
+// SAFETY: `&BufObj` only reads attributes and makes imports/dups, which the
+// library makes thread-safe.
+unsafe impl Sync for BufObj {}
+
+impl std::fmt::Debug for BufObj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufObj").field("raw", &self.raw).finish()
+    }
+}
+
+fn missing(operation: &'static str, reason: &'static str) -> Error {
+    Error::Unsupported { operation, reason }
+}
+
+impl BufObj {
+    pub(crate) fn from_raw(module: BufModule, raw: NvSciBufObj) -> Self {
+        BufObj { module, raw }
+    }
+
+    /// The raw object (still owned by this value).
+    pub fn as_raw(&self) -> NvSciBufObj {
+        self.raw
+    }
+
+    /// The module.
+    pub fn module(&self) -> &BufModule {
+        &self.module
+    }
+
+    /// Another handle to the same buffer (`NvSciBufObjDup`).
+    pub fn dup(&self) -> Result<BufObj, Error> {
+        let dup = entry!(self.module.api(), NvSciBufObjDup);
+        let mut raw: NvSciBufObj = ptr::null_mut();
+        // SAFETY: the object is live; `raw` is a valid out-pointer.
+        check("NvSciBufObjDup", unsafe { dup(self.raw, &mut raw) })?;
+        Ok(BufObj::from_raw(self.module.clone(), raw))
+    }
+
+    /// Another handle with at most `perm` (`NvSciBufObjDupWithReducePerm`).
+    pub fn dup_with_reduced_perm(&self, perm: BufPerm) -> Result<BufObj, Error> {
+        let dup = entry!(self.module.api(), NvSciBufObjDupWithReducePerm);
+        let mut raw: NvSciBufObj = ptr::null_mut();
+        // SAFETY: the object is live; `raw` is a valid out-pointer.
+        check("NvSciBufObjDupWithReducePerm", unsafe {
+            dup(self.raw, perm.raw(), &mut raw)
+        })?;
+        Ok(BufObj::from_raw(self.module.clone(), raw))
+    }
+
+    /// The object's (reconciled) attribute list, owned by the object.
+    pub(crate) fn raw_attr_list(&self) -> Result<NvSciBufAttrList, Error> {
+        let get = entry!(self.module.api(), NvSciBufObjGetAttrList);
+        let mut list: NvSciBufAttrList = ptr::null_mut();
+        // SAFETY: the object is live; `list` is a valid out-pointer. The
+        // list belongs to the object and is never freed by us.
+        check("NvSciBufObjGetAttrList", unsafe {
+            get(self.raw, &mut list)
+        })?;
+        Ok(list)
+    }
+
+    /// The value of `key` in the object's reconciled attribute list.
+    pub fn attr(&self, key: K) -> Result<Option<BufAttr>, Error> {
+        let list = self.raw_attr_list()?;
+        get_attr(&self.module, list, key)
+    }
+
+    fn attrs(&self, keys: &[K]) -> Result<Vec<Option<BufAttr>>, Error> {
+        let list = self.raw_attr_list()?;
+        keys.iter()
+            .map(|k| get_attr(&self.module, list, *k))
+            .collect()
+    }
+
+    /// The buffer types (`Types`).
+    pub fn types(&self) -> Result<Vec<NvSciBufType>, Error> {
+        match self.attr(K::NvSciBufGeneralAttrKey_Types)? {
+            Some(BufAttr::Types(t)) => Ok(t.to_vec()),
+            _ => Err(missing("BufObj::types", "the reconciled list has no Types")),
+        }
+    }
+
+    /// The size in bytes, from the object's attributes: `RawBuffer Size`
+    /// or `Image Size` (the larger when both are present).
+    pub fn size(&self) -> Result<u64, Error> {
+        let v = self.attrs(&[
+            K::NvSciBufRawBufferAttrKey_Size,
+            K::NvSciBufImageAttrKey_Size,
+        ])?;
+        let raw = match v.first() {
+            Some(Some(BufAttr::RawSize(s))) => Some(*s),
+            _ => None,
+        };
+        let image = match v.get(1) {
+            Some(Some(BufAttr::ImageSize(s))) => Some(*s),
+            _ => None,
+        };
+        raw.max(image).ok_or_else(|| {
+            missing(
+                "BufObj::size",
+                "the reconciled list has neither RawBuffer Size nor Image Size",
+            )
+        })
+    }
+
+    /// The alignment in bytes (`RawBuffer Align` or `Image Alignment`).
+    pub fn alignment(&self) -> Result<u64, Error> {
+        let v = self.attrs(&[
+            K::NvSciBufRawBufferAttrKey_Align,
+            K::NvSciBufImageAttrKey_Alignment,
+        ])?;
+        let raw = match v.first() {
+            Some(Some(BufAttr::RawAlign(a))) => Some(*a),
+            _ => None,
+        };
+        let image = match v.get(1) {
+            Some(Some(BufAttr::ImageAlignment(a))) => Some(*a),
+            _ => None,
+        };
+        raw.max(image)
+            .ok_or_else(|| missing("BufObj::alignment", "the reconciled list has no alignment"))
+    }
+
+    /// This handle's permission (`ActualPerm`).
+    pub fn actual_perm(&self) -> Result<BufPerm, Error> {
+        match self.attr(K::NvSciBufGeneralAttrKey_ActualPerm)? {
+            Some(BufAttr::ActualPerm(p)) => {
+                BufPerm::from_raw(p).ok_or(Error::Validation(ValidationError::InvalidPerm {
+                    raw: u64::from(p.0),
+                }))
+            }
+            _ => Err(missing(
+                "BufObj::actual_perm",
+                "the reconciled list has no ActualPerm",
+            )),
+        }
+    }
+
+    /// The image planes (`PlaneCount` and the per-plane output keys).
+    pub fn image_planes(&self) -> Result<Vec<ImagePlane>, Error> {
+        let keys = [
+            K::NvSciBufImageAttrKey_PlaneCount,
+            K::NvSciBufImageAttrKey_PlaneWidth,
+            K::NvSciBufImageAttrKey_PlaneHeight,
+            K::NvSciBufImageAttrKey_PlanePitch,
+            K::NvSciBufImageAttrKey_PlaneOffset,
+            K::NvSciBufImageAttrKey_PlaneBitsPerPixel,
+            K::NvSciBufImageAttrKey_PlaneChannelCount,
+            K::NvSciBufImageAttrKey_PlaneAlignedSize,
+        ];
+        let v = self.attrs(&keys)?;
+        let no = || {
+            missing(
+                "BufObj::image_planes",
+                "the reconciled list lacks an image plane key",
+            )
+        };
+        let count = match v.first() {
+            Some(Some(BufAttr::PlaneCount(n))) => *n as usize,
+            _ => return Err(no()),
+        };
+        macro_rules! planes {
+            ($i:expr, $variant:ident) => {
+                match v.get($i) {
+                    Some(Some(BufAttr::$variant(p))) if p.len() == count => p.clone(),
+                    _ => return Err(no()),
+                }
+            };
+        }
+        let (w, h, pitch, off) = (
+            planes!(1, PlaneWidth),
+            planes!(2, PlaneHeight),
+            planes!(3, PlanePitch),
+            planes!(4, PlaneOffset),
+        );
+        let (bpp, ch, size) = (
+            planes!(5, PlaneBitsPerPixel),
+            planes!(6, PlaneChannelCount),
+            planes!(7, PlaneAlignedSize),
+        );
+        Ok((0..count)
+            .map(|i| ImagePlane {
+                index: i,
+                width: w[i],
+                height: h[i],
+                pitch: pitch[i],
+                offset: off[i],
+                bits_per_pixel: bpp[i],
+                channels: ch[i],
+                aligned_size: size[i],
+            })
+            .collect())
+    }
+
+    /// The CPU address of the buffer (`NvSciBufObjGetCpuPtr`; needs
+    /// `NeedCpuAccess` and a read-write handle). Reading or writing through
+    /// it is `unsafe`: the GPU and other processes may access the same
+    /// bytes, so the caller orders accesses with fences.
+    pub fn cpu_ptr(&self) -> Result<NonNull<u8>, Error> {
+        let get = entry!(self.module.api(), NvSciBufObjGetCpuPtr);
+        let mut p: *mut c_void = ptr::null_mut();
+        // SAFETY: the object is live; `p` is a valid out-pointer.
+        check("NvSciBufObjGetCpuPtr", unsafe { get(self.raw, &mut p) })?;
+        NonNull::new(p.cast()).ok_or(Error::NvSci {
+            call: "NvSciBufObjGetCpuPtr",
+            code: tegra_interop_core::NvSciError::BAD_ADDRESS,
+        })
+    }
+
+    /// The read-only CPU address (`NvSciBufObjGetConstCpuPtr`).
+    pub fn const_cpu_ptr(&self) -> Result<NonNull<u8>, Error> {
+        let get = entry!(self.module.api(), NvSciBufObjGetConstCpuPtr);
+        let mut p: *const c_void = ptr::null();
+        // SAFETY: the object is live; `p` is a valid out-pointer.
+        check("NvSciBufObjGetConstCpuPtr", unsafe {
+            get(self.raw, &mut p)
+        })?;
+        NonNull::new(p.cast_mut().cast()).ok_or(Error::NvSci {
+            call: "NvSciBufObjGetConstCpuPtr",
+            code: tegra_interop_core::NvSciError::BAD_ADDRESS,
+        })
+    }
+
+    /// Writes back CPU caches for `[offset, offset + len)`
+    /// (`NvSciBufObjFlushCpuCacheRange`).
+    pub fn flush_cpu_cache_range(&self, offset: u64, len: u64) -> Result<(), Error> {
+        let flush = entry!(self.module.api(), NvSciBufObjFlushCpuCacheRange);
+        // SAFETY: the object is live; the library checks the range.
+        check("NvSciBufObjFlushCpuCacheRange", unsafe {
+            flush(self.raw, offset, len)
+        })
+    }
+
+    /// Imports the buffer into `ctx` as CUDA external memory (`NVSCIBUF`)
+    /// with the size read from the object, never from the caller. The
+    /// import holds its own handle to the object ([`BufObj::dup`]).
+    pub fn import_cuda<'ctx>(&self, ctx: &'ctx Context) -> Result<NvSciMemory<'ctx>, Error> {
+        let size = self.size()?;
+        let obj = self.dup()?;
+        let import = MemoryImport::nvscibuf(obj.raw.cast_const().cast(), size)?;
+        // SAFETY: `obj` is a live NvSciBufObj (held by the returned value,
+        // and until the end of this call) and `size` is its own size.
+        let memory = unsafe { ExternalMemory::import_handle(ctx, &import) }?;
+        Ok(NvSciMemory { memory, obj })
+    }
+}
+
+impl Drop for BufObj {
+    fn drop(&mut self) {
+        if let Some(free) = self.module.api().NvSciBufObjFree {
+            // SAFETY: our handle, freed once. CUDA imports hold their own handle.
+            unsafe { free(self.raw) };
+        }
+    }
+}
+
+/// An NvSciBuf object imported into a CUDA context: the external memory
+/// (through `Deref`, so `map_buffer` / `map_whole` work) plus its own
+/// handle to the object. Dropping it destroys the import, then frees the
+/// handle.
+pub struct NvSciMemory<'ctx> {
+    memory: ExternalMemory<'ctx>,
+    obj: BufObj,
+}
+
+impl std::fmt::Debug for NvSciMemory<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvSciMemory")
+            .field("memory", &self.memory)
+            .field("obj", &self.obj)
+            .finish()
+    }
+}
+
+impl<'ctx> Deref for NvSciMemory<'ctx> {
+    type Target = ExternalMemory<'ctx>;
+    fn deref(&self) -> &Self::Target {
+        &self.memory
+    }
+}
+
+impl<'ctx> NvSciMemory<'ctx> {
+    /// The object it was imported from.
+    pub fn object(&self) -> &BufObj {
+        &self.obj
+    }
+
+    /// Maps image plane `index` as a CUDA mipmapped array of one level,
+    /// the descriptor derived from the plane's attributes
+    /// ([`ImagePlane::mapping`]).
+    pub fn map_plane(&self, index: usize) -> Result<MappedArray<'_>, Error> {
+        let planes = self.obj.image_planes()?;
+        let plane =
+            planes
+                .get(index)
+                .ok_or(Error::Validation(ValidationError::IndexOutOfRange {
+                    index,
+                    len: planes.len(),
+                }))?;
+        self.memory.map_mipmapped_array(plane.mapping()?)
+    }
+
+    /// Maps plane `index` with an explicit element format.
+    pub fn map_plane_as(
+        &self,
+        index: usize,
+        format: ArrayFormat,
+    ) -> Result<MappedArray<'_>, Error> {
+        let planes = self.obj.image_planes()?;
+        let plane =
+            planes
+                .get(index)
+                .ok_or(Error::Validation(ValidationError::IndexOutOfRange {
+                    index,
+                    len: planes.len(),
+                }))?;
+        let mapping = MipmappedArrayMapping::new(plane.offset, plane.array_desc_as(format)?, 1);
+        self.memory.map_mipmapped_array(mapping)
+    }
+
+    /// Destroys the import now (`cuDestroyExternalMemory`) and reports the
+    /// driver's answer; the object handle is freed afterwards.
+    pub fn destroy(self) -> Result<(), Error> {
+        let NvSciMemory { memory, obj } = self;
+        let r = memory.destroy();
+        drop(obj);
+        r
+    }
+}

@@ -1,0 +1,470 @@
+//! Sharing NvSci objects and fences with another process.
+//!
+//! NvSci exports produce descriptors bound to an NvSciIpc endpoint (the
+//! library makes the object reachable for the peer of that endpoint); the
+//! descriptor bytes then travel to the peer, which imports them on its end.
+//! [`IpcEndpoint`] is both: the endpoint handle and a message channel for
+//! the descriptor bytes. [`NvSciIpcChannel`] opens a named NvSciIpc
+//! endpoint and carries the bytes over any `Read + Write` transport (a Unix
+//! socket, a pipe).
+//!
+//! Imports check permissions: the library refuses a handle weaker than the
+//! importer asks for, and the imported handle's `ActualPerm` is checked
+//! again here ([`IpcError::BufPermission`] / [`IpcError::SyncPermission`]).
+
+use std::ffi::{c_void, CString};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::ptr;
+use std::sync::Arc;
+
+use tegra_interop_sys::nvsci::{
+    NvSciBufAttrList, NvSciBufAttrValAccessPerm, NvSciBufObj, NvSciBufObjIpcExportDescriptor,
+    NvSciIpcEndpoint, NvSciSyncAccessPerm, NvSciSyncFenceIpcExportDescriptor, NvSciSyncObj,
+    NvSciSyncObjIpcExportDescriptor,
+};
+
+use super::buf::{BufAttrList, BufModule, BufObj, BufPerm};
+use super::sync::{Fence, SyncAttrList, SyncModule, SyncObj, SyncPerm};
+use super::{check, Timeout};
+use crate::{Backend, Error};
+
+/// One end of an NvSciIpc connection: the endpoint handle NvSci exports and
+/// imports are bound to, plus a channel for the descriptor bytes.
+pub trait IpcEndpoint {
+    /// The `NvSciIpcEndpoint` handle.
+    fn handle(&self) -> NvSciIpcEndpoint;
+    /// Sends one message to the peer.
+    fn send(&mut self, message: &[u8]) -> io::Result<()>;
+    /// Receives the peer's next message.
+    fn recv(&mut self) -> io::Result<Vec<u8>>;
+}
+
+/// Why an IPC transfer failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IpcError {
+    /// An NvSci (or CUDA) call failed.
+    Driver(Error),
+    /// The descriptor channel failed.
+    Transport(io::Error),
+    /// A message of the wrong size arrived where a descriptor was expected.
+    Descriptor {
+        /// What was expected.
+        what: &'static str,
+        /// Bytes expected.
+        expected: usize,
+        /// Bytes received.
+        got: usize,
+    },
+    /// The imported buffer handle grants less than required.
+    BufPermission {
+        /// What the handle grants.
+        granted: BufPerm,
+        /// What the importer required.
+        required: BufPerm,
+    },
+    /// The imported sync handle grants less than required.
+    SyncPermission {
+        /// What the handle grants.
+        granted: SyncPerm,
+        /// What the importer required.
+        required: SyncPerm,
+    },
+}
+
+impl fmt::Display for IpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IpcError::Driver(e) => write!(f, "{e}"),
+            IpcError::Transport(e) => write!(f, "IPC transport failed: {e}"),
+            IpcError::Descriptor {
+                what,
+                expected,
+                got,
+            } => {
+                write!(
+                    f,
+                    "expected a {what} of {expected} bytes, received {got} bytes"
+                )
+            }
+            IpcError::BufPermission { granted, required } => write!(
+                f,
+                "the imported buffer grants {granted:?}, the importer requires {required:?}"
+            ),
+            IpcError::SyncPermission { granted, required } => write!(
+                f,
+                "the imported sync object grants {granted:?}, the importer requires {required:?}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IpcError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            IpcError::Driver(e) => Some(e),
+            IpcError::Transport(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<Error> for IpcError {
+    fn from(value: Error) -> Self {
+        IpcError::Driver(value)
+    }
+}
+
+impl From<io::Error> for IpcError {
+    fn from(value: io::Error) -> Self {
+        IpcError::Transport(value)
+    }
+}
+
+/// Largest message [`NvSciIpcChannel`] accepts (attribute-list descriptors
+/// are the biggest, a few kilobytes).
+const MAX_MESSAGE: usize = 16 << 20;
+
+/// A named NvSciIpc endpoint (`NvSciIpcOpenEndpoint`, after
+/// `NvSciIpcInit`) whose descriptor messages travel over `transport`,
+/// length-prefixed. Dropping it closes the endpoint and calls
+/// `NvSciIpcDeinit`.
+///
+/// The project's NvSciIpc subset covers the endpoint's lifetime only
+/// (`NvSciIpcRead` / `NvSciIpcWrite` are not in the function table), so the
+/// bytes go over a transport of the application's choice.
+pub struct NvSciIpcChannel<T> {
+    backend: Arc<Backend>,
+    handle: NvSciIpcEndpoint,
+    transport: T,
+}
+
+impl<T> fmt::Debug for NvSciIpcChannel<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NvSciIpcChannel")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Read + Write> NvSciIpcChannel<T> {
+    /// Opens the endpoint `name` (as configured for NvSciIpc; in the
+    /// simulator, as registered with `Sim::nvsci_register_endpoint`).
+    pub fn open(backend: &Arc<Backend>, name: &str, transport: T) -> Result<Self, Error> {
+        let api = &backend.table().nvsciipc;
+        let init = need!(api, NvSciIpcInit);
+        let open = need!(api, NvSciIpcOpenEndpoint);
+        let deinit = need!(api, NvSciIpcDeinit);
+        let name = CString::new(name).map_err(|_| Error::Unsupported {
+            operation: "NvSciIpcChannel::open",
+            reason: "the endpoint name contains a NUL byte",
+        })?;
+        // SAFETY: no arguments; balanced by NvSciIpcDeinit below or in Drop.
+        check("NvSciIpcInit", unsafe { init() })?;
+        let mut handle: NvSciIpcEndpoint = 0;
+        // SAFETY: a NUL-terminated name and a valid out-pointer.
+        if let Err(e) = check("NvSciIpcOpenEndpoint", unsafe {
+            open(name.as_ptr(), &mut handle)
+        }) {
+            // SAFETY: balances the successful NvSciIpcInit above.
+            unsafe { deinit() };
+            return Err(e);
+        }
+        Ok(NvSciIpcChannel {
+            backend: Arc::clone(backend),
+            handle,
+            transport,
+        })
+    }
+
+    /// The transport.
+    pub fn transport(&mut self) -> &mut T {
+        &mut self.transport
+    }
+}
+
+impl<T> Drop for NvSciIpcChannel<T> {
+    fn drop(&mut self) {
+        let api = &self.backend.table().nvsciipc;
+        if let Some(close) = api.NvSciIpcCloseEndpoint {
+            // SAFETY: opened by us, closed once.
+            unsafe { close(self.handle) };
+        }
+        if let Some(deinit) = api.NvSciIpcDeinit {
+            // SAFETY: balances our NvSciIpcInit.
+            unsafe { deinit() };
+        }
+    }
+}
+
+impl<T: Read + Write> IpcEndpoint for NvSciIpcChannel<T> {
+    fn handle(&self) -> NvSciIpcEndpoint {
+        self.handle
+    }
+
+    fn send(&mut self, message: &[u8]) -> io::Result<()> {
+        let len = u32::try_from(message.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too long"))?;
+        self.transport.write_all(&len.to_le_bytes())?;
+        self.transport.write_all(message)?;
+        self.transport.flush()
+    }
+
+    fn recv(&mut self) -> io::Result<Vec<u8>> {
+        let mut len = [0u8; 4];
+        self.transport.read_exact(&mut len)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_MESSAGE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message too long",
+            ));
+        }
+        let mut buf = vec![0u8; len];
+        self.transport.read_exact(&mut buf)?;
+        Ok(buf)
+    }
+}
+
+fn words_to_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_ne_bytes()).collect()
+}
+
+fn bytes_to_words(what: &'static str, bytes: &[u8], out: &mut [u64]) -> Result<(), IpcError> {
+    if bytes.len() != out.len() * 8 {
+        return Err(IpcError::Descriptor {
+            what,
+            expected: out.len() * 8,
+            got: bytes.len(),
+        });
+    }
+    for (w, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(c);
+        *w = u64::from_ne_bytes(b);
+    }
+    Ok(())
+}
+
+/// Copies a library-allocated attribute-list descriptor and frees it.
+fn take_desc(module: &BufModule, desc: *mut c_void, len: usize) -> Result<Vec<u8>, Error> {
+    let bytes = if desc.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the library handed us `len` readable bytes at `desc`.
+        unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) }.to_vec()
+    };
+    if let Some(free) = module.api().NvSciBufAttrListFreeDesc {
+        if !desc.is_null() {
+            // SAFETY: the descriptor came from an IpcExport call and is freed once.
+            unsafe { free(desc) };
+        }
+    }
+    Ok(bytes)
+}
+
+const AUTO_BUF: NvSciBufAttrValAccessPerm = NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Auto;
+
+impl BufModule {
+    /// Sends unreconciled lists to the peer
+    /// (`NvSciBufAttrListIpcExportUnreconciled`), for example a consumer's
+    /// requirements to the producer that reconciles.
+    pub fn send_unreconciled(
+        &self,
+        lists: &[&BufAttrList],
+        ep: &mut impl IpcEndpoint,
+    ) -> Result<(), IpcError> {
+        let export = need!(self.api(), NvSciBufAttrListIpcExportUnreconciled);
+        let raws: Vec<NvSciBufAttrList> = lists.iter().map(|l| l.as_raw()).collect();
+        let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+        // SAFETY: live lists; valid out-pointers.
+        check("NvSciBufAttrListIpcExportUnreconciled", unsafe {
+            export(raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len)
+        })?;
+        let bytes = take_desc(self, desc, len)?;
+        ep.send(&bytes)?;
+        Ok(())
+    }
+
+    /// Receives the peer's unreconciled lists
+    /// (`NvSciBufAttrListIpcImportUnreconciled`) as one list to reconcile
+    /// with local ones.
+    pub fn receive_unreconciled(&self, ep: &mut impl IpcEndpoint) -> Result<BufAttrList, IpcError> {
+        let import = need!(self.api(), NvSciBufAttrListIpcImportUnreconciled);
+        let bytes = ep.recv()?;
+        let mut raw: NvSciBufAttrList = ptr::null_mut();
+        // SAFETY: the module is open; `bytes` is readable for its length;
+        // valid out-pointer.
+        check("NvSciBufAttrListIpcImportUnreconciled", unsafe {
+            import(
+                self.as_raw(),
+                ep.handle(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                &mut raw,
+            )
+        })?;
+        Ok(BufAttrList::wrap_imported(self.clone(), raw, false))
+    }
+
+    /// Receives a buffer sent with [`BufObj::send`]: its reconciled list
+    /// (checked against the importer's own lists `own`) and the object,
+    /// with at least `required` permission (checked by the library and
+    /// again on the imported handle).
+    pub fn receive_obj(
+        &self,
+        ep: &mut impl IpcEndpoint,
+        own: &[&BufAttrList],
+        required: BufPerm,
+        timeout: Timeout,
+    ) -> Result<BufObj, IpcError> {
+        let import_list = need!(self.api(), NvSciBufAttrListIpcImportReconciled);
+        let import_obj = need!(self.api(), NvSciBufObjIpcImport);
+        let list_bytes = ep.recv()?;
+        let own_raw: Vec<NvSciBufAttrList> = own.iter().map(|l| l.as_raw()).collect();
+        let mut list: NvSciBufAttrList = ptr::null_mut();
+        // SAFETY: open module; readable descriptor bytes; live own lists;
+        // valid out-pointer.
+        check("NvSciBufAttrListIpcImportReconciled", unsafe {
+            import_list(
+                self.as_raw(),
+                ep.handle(),
+                list_bytes.as_ptr().cast(),
+                list_bytes.len(),
+                own_raw.as_ptr(),
+                own_raw.len(),
+                &mut list,
+            )
+        })?;
+        let list = BufAttrList::wrap_imported(self.clone(), list, true);
+        let mut desc = NvSciBufObjIpcExportDescriptor::default();
+        bytes_to_words("buffer descriptor", &ep.recv()?, &mut desc.data)?;
+        let mut raw: NvSciBufObj = ptr::null_mut();
+        // SAFETY: a descriptor received from the peer, a live reconciled
+        // list, valid out-pointer.
+        check("NvSciBufObjIpcImport", unsafe {
+            import_obj(
+                ep.handle(),
+                &desc,
+                list.as_raw(),
+                required.raw(),
+                timeout.as_micros(),
+                &mut raw,
+            )
+        })?;
+        let obj = BufObj::from_raw(self.clone(), raw);
+        let granted = obj.actual_perm()?;
+        if granted < required {
+            return Err(IpcError::BufPermission { granted, required });
+        }
+        Ok(obj)
+    }
+}
+
+impl BufObj {
+    /// Sends this buffer to the peer of `ep`: its reconciled attribute list
+    /// (`NvSciBufAttrListIpcExportReconciled`) and the object
+    /// (`NvSciBufObjIpcExport`) granting `perm` (`None`: what the peer's
+    /// lists asked for, NvSci's Auto).
+    pub fn send(&self, perm: Option<BufPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
+        let export_list = need!(self.module().api(), NvSciBufAttrListIpcExportReconciled);
+        let export_obj = need!(self.module().api(), NvSciBufObjIpcExport);
+        let list = self.raw_attr_list()?;
+        let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+        // SAFETY: the object's live reconciled list; valid out-pointers.
+        check("NvSciBufAttrListIpcExportReconciled", unsafe {
+            export_list(list, ep.handle(), &mut desc, &mut len)
+        })?;
+        let list_bytes = take_desc(self.module(), desc, len)?;
+        let mut obj_desc = NvSciBufObjIpcExportDescriptor::default();
+        let perm = perm.map_or(AUTO_BUF, BufPerm::raw);
+        // SAFETY: the object is live; valid out-pointer.
+        check("NvSciBufObjIpcExport", unsafe {
+            export_obj(self.as_raw(), perm, ep.handle(), &mut obj_desc)
+        })?;
+        ep.send(&list_bytes)?;
+        ep.send(&words_to_bytes(&obj_desc.data))?;
+        Ok(())
+    }
+}
+
+impl SyncModule {
+    /// Receives a sync object sent with [`SyncObj::send`], with at least
+    /// `required` permission (`NvSciSyncObjIpcImport`; `own` is the
+    /// importer's own attribute list for the object).
+    pub fn receive_obj(
+        &self,
+        ep: &mut impl IpcEndpoint,
+        own: &SyncAttrList,
+        required: SyncPerm,
+        timeout: Timeout,
+    ) -> Result<SyncObj, IpcError> {
+        let import = need!(self.api(), NvSciSyncObjIpcImport);
+        let mut desc = NvSciSyncObjIpcExportDescriptor::default();
+        bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
+        let mut raw: NvSciSyncObj = ptr::null_mut();
+        // SAFETY: a received descriptor, a live list, valid out-pointer.
+        check("NvSciSyncObjIpcImport", unsafe {
+            import(
+                ep.handle(),
+                &desc,
+                own.as_raw(),
+                NvSciSyncAccessPerm(required.raw()),
+                timeout.as_micros(),
+                &mut raw,
+            )
+        })?;
+        let obj = SyncObj::from_raw(self.clone(), raw);
+        let granted = obj.actual_perm()?;
+        if !granted.covers(required) {
+            return Err(IpcError::SyncPermission { granted, required });
+        }
+        Ok(obj)
+    }
+}
+
+impl SyncObj {
+    /// Sends this object to the peer of `ep` (`NvSciSyncObjIpcExport`)
+    /// granting `perm` (`None`: NvSci's Auto).
+    pub fn send(&self, perm: Option<SyncPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
+        let export = need!(self.module().api(), NvSciSyncObjIpcExport);
+        let perm = NvSciSyncAccessPerm(perm.map_or(1 << 63, SyncPerm::raw));
+        let mut desc = NvSciSyncObjIpcExportDescriptor::default();
+        // SAFETY: the object is live; valid out-pointer.
+        check("NvSciSyncObjIpcExport", unsafe {
+            export(self.as_raw(), perm, ep.handle(), &mut desc)
+        })?;
+        ep.send(&words_to_bytes(&desc.payload))?;
+        Ok(())
+    }
+
+    /// Receives a fence of this object sent with [`Fence::send`]
+    /// (`NvSciSyncIpcImportFence`).
+    pub fn receive_fence(&self, ep: &mut impl IpcEndpoint) -> Result<Fence, IpcError> {
+        let import = need!(self.module().api(), NvSciSyncIpcImportFence);
+        let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
+        bytes_to_words("fence descriptor", &ep.recv()?, &mut desc.payload)?;
+        let mut fence = Fence::new(self.module());
+        // SAFETY: the object is live; a received descriptor; the fence is
+        // cleared and writable.
+        check("NvSciSyncIpcImportFence", unsafe {
+            import(self.as_raw(), &desc, fence.raw_mut())
+        })?;
+        Ok(fence)
+    }
+}
+
+impl Fence {
+    /// Sends this fence to the peer of `ep` (`NvSciSyncIpcExportFence`).
+    pub fn send(&self, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
+        let export = need!(self.module().api(), NvSciSyncIpcExportFence);
+        let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
+        // SAFETY: a valid fence; valid out-pointer.
+        check("NvSciSyncIpcExportFence", unsafe {
+            export(self.as_raw(), ep.handle(), &mut desc)
+        })?;
+        ep.send(&words_to_bytes(&desc.payload))?;
+        Ok(())
+    }
+}

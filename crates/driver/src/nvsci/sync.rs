@@ -1,0 +1,995 @@
+//! NvSciSync: [`SyncModule`], [`SyncAttrList`], [`SyncObj`], [`Fence`],
+//! [`CpuWaitContext`], and the CUDA semaphore [`NvSciSemaphore`] whose role
+//! (signaller / waiter) is part of its type.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ptr;
+use std::sync::Arc;
+
+use tegra_interop_core::nvsci::{SyncAttr, SyncAttrSet};
+use tegra_interop_core::{
+    DeterministicCounter, NvSciError, NvSciSyncAttrFlags, PrimitiveWidth, SemaphoreImport,
+    ValidationError,
+};
+use tegra_interop_sys::nvsci::{
+    NvSciSyncAttrKey, NvSciSyncAttrKeyValuePair, NvSciSyncAttrList, NvSciSyncAttrValPrimitiveType,
+    NvSciSyncCpuWaitContext, NvSciSyncFence, NvSciSyncModule, NvSciSyncObj,
+};
+
+use super::{check, ReconcileError, SyncReconcileError, Timeout};
+use crate::semaphore::{SemaphoreSignal, SemaphoreWait, Tracking};
+use crate::table::NvSciSyncApi;
+use crate::{entry, Backend, Context, Error, ExternalSemaphore, Stream};
+
+type K = NvSciSyncAttrKey;
+
+struct ModuleInner {
+    backend: Arc<Backend>,
+    raw: NvSciSyncModule,
+}
+
+// SAFETY: NvSciSync modules may be used from any thread; the backend is
+// Send + Sync.
+unsafe impl Send for ModuleInner {}
+// SAFETY: see `Send`.
+unsafe impl Sync for ModuleInner {}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if let Some(close) = self.backend.table().nvscisync.NvSciSyncModuleClose {
+            // SAFETY: opened by us; every list, object, fence and wait
+            // context of it is gone (they hold this Arc); closed once.
+            unsafe { close(self.raw) };
+        }
+    }
+}
+
+/// An open NvSciSync module (`NvSciSyncModuleOpen`), shared by reference
+/// counting: every list, object, fence and wait context keeps it open.
+#[derive(Clone)]
+pub struct SyncModule(Arc<ModuleInner>);
+
+impl std::fmt::Debug for SyncModule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncModule")
+            .field("backend", &self.0.backend.name())
+            .field("raw", &self.0.raw)
+            .finish()
+    }
+}
+
+/// What a sync object handle may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SyncPerm {
+    /// `NvSciSyncAccessPerm_WaitOnly`.
+    WaitOnly,
+    /// `NvSciSyncAccessPerm_SignalOnly`.
+    SignalOnly,
+    /// `NvSciSyncAccessPerm_WaitSignal`.
+    WaitSignal,
+}
+
+impl SyncPerm {
+    /// The C value.
+    pub fn raw(self) -> u64 {
+        match self {
+            SyncPerm::WaitOnly => 1,
+            SyncPerm::SignalOnly => 2,
+            SyncPerm::WaitSignal => 3,
+        }
+    }
+
+    /// From the C value (`None` for 0, Auto and unknown bits).
+    pub fn from_raw(raw: u64) -> Option<Self> {
+        match raw {
+            1 => Some(SyncPerm::WaitOnly),
+            2 => Some(SyncPerm::SignalOnly),
+            3 => Some(SyncPerm::WaitSignal),
+            _ => None,
+        }
+    }
+
+    /// Signalling is allowed.
+    pub fn can_signal(self) -> bool {
+        self.raw() & 2 != 0
+    }
+
+    /// Waiting is allowed.
+    pub fn can_wait(self) -> bool {
+        self.raw() & 1 != 0
+    }
+
+    /// `true` when `self` allows everything `other` allows.
+    pub fn covers(self, other: SyncPerm) -> bool {
+        other.raw() & !self.raw() == 0
+    }
+}
+
+/// Every NvSciSync key the project declares (read back from conflict lists).
+const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+
+impl SyncModule {
+    /// Opens a module (`NvSciSyncModuleOpen`).
+    ///
+    /// # Errors
+    /// [`Error::NotSupported`] naming `libnvscisync.so.1` when the library
+    /// is absent; [`Error::NvSci`] when the call fails.
+    pub fn open(backend: &Arc<Backend>) -> Result<SyncModule, Error> {
+        let open = entry!(backend.table().nvscisync, NvSciSyncModuleOpen);
+        let mut raw: NvSciSyncModule = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        check("NvSciSyncModuleOpen", unsafe { open(&mut raw) })?;
+        Ok(SyncModule(Arc::new(ModuleInner {
+            backend: Arc::clone(backend),
+            raw,
+        })))
+    }
+
+    pub(crate) fn api(&self) -> &NvSciSyncApi {
+        &self.0.backend.table().nvscisync
+    }
+
+    /// The backend it calls through.
+    pub fn backend(&self) -> &Arc<Backend> {
+        &self.0.backend
+    }
+
+    /// The raw module (still owned by this value).
+    pub fn as_raw(&self) -> NvSciSyncModule {
+        self.0.raw
+    }
+
+    fn same(&self, other: &SyncModule) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A new, empty, unreconciled list (`NvSciSyncAttrListCreate`).
+    pub fn empty_attr_list(&self) -> Result<SyncAttrList, Error> {
+        let create = entry!(self.api(), NvSciSyncAttrListCreate);
+        let mut raw: NvSciSyncAttrList = ptr::null_mut();
+        // SAFETY: the module is open; `raw` is a valid out-pointer.
+        check("NvSciSyncAttrListCreate", unsafe {
+            create(self.0.raw, &mut raw)
+        })?;
+        Ok(SyncAttrList {
+            module: self.clone(),
+            raw,
+            reconciled: false,
+        })
+    }
+
+    /// A new unreconciled list holding `attrs` (create + `SetAttrs`), for a
+    /// CPU participant for example (`NeedCpuAccess`, `RequiredPerm`).
+    pub fn attr_list<const N: usize>(&self, attrs: &SyncAttrSet<N>) -> Result<SyncAttrList, Error> {
+        let mut list = self.empty_attr_list()?;
+        list.set(attrs)?;
+        Ok(list)
+    }
+
+    /// A new list filled by CUDA for `ctx`'s device with `flags`
+    /// (`cuDeviceGetNvSciSyncAttributes`).
+    pub fn cuda_attr_list(
+        &self,
+        ctx: &Context,
+        flags: NvSciSyncAttrFlags,
+    ) -> Result<SyncAttrList, Error> {
+        let mut list = self.empty_attr_list()?;
+        list.add_cuda_attributes(ctx, flags)?;
+        Ok(list)
+    }
+
+    /// The list of a CUDA signaller on `ctx`'s device.
+    pub fn cuda_signaler_attrs(&self, ctx: &Context) -> Result<SyncAttrList, Error> {
+        self.cuda_attr_list(ctx, NvSciSyncAttrFlags::SIGNAL)
+    }
+
+    /// The list of a CUDA waiter on `ctx`'s device.
+    pub fn cuda_waiter_attrs(&self, ctx: &Context) -> Result<SyncAttrList, Error> {
+        self.cuda_attr_list(ctx, NvSciSyncAttrFlags::WAIT)
+    }
+
+    fn raw_lists(&self, lists: &[&SyncAttrList]) -> Result<Vec<NvSciSyncAttrList>, Error> {
+        if lists.is_empty() || lists.iter().any(|l| !self.same(&l.module)) {
+            return Err(Error::Unsupported {
+                operation: "NvSciSync reconciliation",
+                reason: "no list given, or lists of different modules",
+            });
+        }
+        Ok(lists.iter().map(|l| l.raw).collect())
+    }
+
+    fn free_conflict(&self, conflict: NvSciSyncAttrList) {
+        if !conflict.is_null() {
+            drop(SyncAttrList {
+                module: self.clone(),
+                raw: conflict,
+                reconciled: false,
+            });
+        }
+    }
+
+    fn conflicts(&self, conflict: NvSciSyncAttrList) -> Vec<K> {
+        if conflict.is_null() {
+            return Vec::new();
+        }
+        let list = SyncAttrList {
+            module: self.clone(),
+            raw: conflict,
+            reconciled: false,
+        };
+        ALL_KEYS
+            .iter()
+            .map(|k| NvSciSyncAttrKey(*k))
+            .filter(|k| list.is_set(*k))
+            .collect()
+    }
+
+    /// Reconciles the participants' lists (`NvSciSyncAttrListReconcile`):
+    /// exactly one signaller and at least one waiter; on failure, the keys
+    /// in conflict.
+    pub fn reconcile(&self, lists: &[&SyncAttrList]) -> Result<SyncAttrList, SyncReconcileError> {
+        let raws = self.raw_lists(lists)?;
+        let reconcile = need!(self.api(), NvSciSyncAttrListReconcile);
+        let mut out: NvSciSyncAttrList = ptr::null_mut();
+        let mut conflict: NvSciSyncAttrList = ptr::null_mut();
+        // SAFETY: live lists of this module; valid out-pointers.
+        let code = unsafe { reconcile(raws.as_ptr(), raws.len(), &mut out, &mut conflict) };
+        match check("NvSciSyncAttrListReconcile", code) {
+            Ok(()) => {
+                self.free_conflict(conflict);
+                Ok(SyncAttrList {
+                    module: self.clone(),
+                    raw: out,
+                    reconciled: true,
+                })
+            }
+            Err(error) => Err(ReconcileError {
+                error,
+                conflicts: self.conflicts(conflict),
+            }),
+        }
+    }
+
+    /// Reconciles and allocates in one call
+    /// (`NvSciSyncAttrListReconcileAndObjAlloc`).
+    pub fn reconcile_and_alloc(
+        &self,
+        lists: &[&SyncAttrList],
+    ) -> Result<SyncObj, SyncReconcileError> {
+        let raws = self.raw_lists(lists)?;
+        let alloc = need!(self.api(), NvSciSyncAttrListReconcileAndObjAlloc);
+        let mut obj: NvSciSyncObj = ptr::null_mut();
+        let mut conflict: NvSciSyncAttrList = ptr::null_mut();
+        // SAFETY: as for `reconcile`.
+        let code = unsafe { alloc(raws.as_ptr(), raws.len(), &mut obj, &mut conflict) };
+        match check("NvSciSyncAttrListReconcileAndObjAlloc", code) {
+            Ok(()) => {
+                self.free_conflict(conflict);
+                Ok(SyncObj {
+                    module: self.clone(),
+                    raw: obj,
+                })
+            }
+            Err(error) => Err(ReconcileError {
+                error,
+                conflicts: self.conflicts(conflict),
+            }),
+        }
+    }
+}
+
+fn get_attr(
+    module: &SyncModule,
+    list: NvSciSyncAttrList,
+    key: K,
+) -> Result<Option<SyncAttr>, Error> {
+    let get = entry!(module.api(), NvSciSyncAttrListGetAttrs);
+    let mut pair = NvSciSyncAttrKeyValuePair {
+        attrKey: key,
+        value: ptr::null(),
+        len: 0,
+    };
+    // SAFETY: the list is live; one writable pair.
+    check("NvSciSyncAttrListGetAttrs", unsafe {
+        get(list, &mut pair, 1)
+    })?;
+    // SAFETY: the pair was just filled by GetAttrs from a live list that
+    // nobody modifies during this call.
+    unsafe { SyncAttr::decode_pair(&pair) }.map_err(Error::Validation)
+}
+
+/// An NvSciSync attribute list, freed with `NvSciSyncAttrListFree`.
+pub struct SyncAttrList {
+    module: SyncModule,
+    raw: NvSciSyncAttrList,
+    reconciled: bool,
+}
+
+// SAFETY: lists may be used from any thread; mutation needs `&mut`.
+unsafe impl Send for SyncAttrList {}
+// SAFETY: `&SyncAttrList` only reads.
+unsafe impl Sync for SyncAttrList {}
+
+impl std::fmt::Debug for SyncAttrList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncAttrList")
+            .field("raw", &self.raw)
+            .field("reconciled", &self.reconciled)
+            .finish()
+    }
+}
+
+impl SyncAttrList {
+    /// The raw list (still owned by this value).
+    pub fn as_raw(&self) -> NvSciSyncAttrList {
+        self.raw
+    }
+
+    /// The module.
+    pub fn module(&self) -> &SyncModule {
+        &self.module
+    }
+
+    /// `true` for the result of a reconciliation.
+    pub fn is_reconciled(&self) -> bool {
+        self.reconciled
+    }
+
+    /// Adds `attrs` (`NvSciSyncAttrListSetAttrs`).
+    pub fn set<const N: usize>(&mut self, attrs: &SyncAttrSet<N>) -> Result<(), Error> {
+        let pairs = attrs.lower()?;
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let set = entry!(self.module.api(), NvSciSyncAttrListSetAttrs);
+        // SAFETY: the list is live and ours (`&mut`); the pairs point into
+        // `attrs`, which outlives the call.
+        check("NvSciSyncAttrListSetAttrs", unsafe {
+            set(self.raw, pairs.as_slice().as_ptr(), pairs.len())
+        })
+    }
+
+    /// Lets CUDA add what it needs to signal and/or wait on `ctx`'s device
+    /// (`cuDeviceGetNvSciSyncAttributes`). The list must not have
+    /// `RequiredPerm` yet (CUDA sets it from `flags`).
+    pub fn add_cuda_attributes(
+        &mut self,
+        ctx: &Context,
+        flags: NvSciSyncAttrFlags,
+    ) -> Result<(), Error> {
+        if !Arc::ptr_eq(ctx.backend(), self.module.backend()) {
+            return Err(Error::Unsupported {
+                operation: "SyncAttrList::add_cuda_attributes",
+                reason: "the context and the module use different backends",
+            });
+        }
+        let flags = flags.for_device_query()?;
+        let fill = entry!(ctx.backend().table().cuda, cuDeviceGetNvSciSyncAttributes);
+        // SAFETY: the list is a live unreconciled NvSciSync list and ours
+        // (`&mut`); the device handle comes from a live context.
+        crate::check("cuDeviceGetNvSciSyncAttributes", unsafe {
+            fill(self.raw.cast::<c_void>(), ctx.device(), flags)
+        })
+    }
+
+    /// The value of `key`, if set.
+    pub fn get(&self, key: K) -> Result<Option<SyncAttr>, Error> {
+        get_attr(&self.module, self.raw, key)
+    }
+
+    fn is_set(&self, key: K) -> bool {
+        let Some(get) = self.module.api().NvSciSyncAttrListGetAttrs else {
+            return false;
+        };
+        let mut pair = NvSciSyncAttrKeyValuePair {
+            attrKey: key,
+            value: ptr::null(),
+            len: 0,
+        };
+        // SAFETY: the list is live; one writable pair.
+        let code = unsafe { get(self.raw, &mut pair, 1) };
+        code.0 == 0 && !pair.value.is_null() && pair.len > 0
+    }
+
+    /// Allocates a sync object from this reconciled list (`NvSciSyncObjAlloc`).
+    pub fn alloc(&self) -> Result<SyncObj, Error> {
+        if !self.reconciled {
+            return Err(Error::Unsupported {
+                operation: "SyncAttrList::alloc",
+                reason: "the list is not reconciled",
+            });
+        }
+        let alloc = entry!(self.module.api(), NvSciSyncObjAlloc);
+        let mut raw: NvSciSyncObj = ptr::null_mut();
+        // SAFETY: a live reconciled list; valid out-pointer.
+        check("NvSciSyncObjAlloc", unsafe { alloc(self.raw, &mut raw) })?;
+        Ok(SyncObj {
+            module: self.module.clone(),
+            raw,
+        })
+    }
+}
+
+impl Drop for SyncAttrList {
+    fn drop(&mut self) {
+        if let Some(free) = self.module.api().NvSciSyncAttrListFree {
+            // SAFETY: created by or handed to us; freed once.
+            unsafe { free(self.raw) };
+        }
+    }
+}
+
+/// An NvSciSync object handle, freed with `NvSciSyncObjFree`.
+pub struct SyncObj {
+    module: SyncModule,
+    raw: NvSciSyncObj,
+}
+
+// SAFETY: sync objects may be used from any thread.
+unsafe impl Send for SyncObj {}
+// SAFETY: `&SyncObj` only reads attributes, makes fences and imports, which
+// the library makes thread-safe.
+unsafe impl Sync for SyncObj {}
+
+impl std::fmt::Debug for SyncObj {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncObj").field("raw", &self.raw).finish()
+    }
+}
+
+fn no_attr(operation: &'static str, reason: &'static str) -> Error {
+    Error::Unsupported { operation, reason }
+}
+
+impl SyncObj {
+    pub(crate) fn from_raw(module: SyncModule, raw: NvSciSyncObj) -> Self {
+        SyncObj { module, raw }
+    }
+
+    /// The raw object (still owned by this value).
+    pub fn as_raw(&self) -> NvSciSyncObj {
+        self.raw
+    }
+
+    /// The module.
+    pub fn module(&self) -> &SyncModule {
+        &self.module
+    }
+
+    /// Another handle to the same object (`NvSciSyncObjDup`).
+    pub fn dup(&self) -> Result<SyncObj, Error> {
+        let dup = entry!(self.module.api(), NvSciSyncObjDup);
+        let mut raw: NvSciSyncObj = ptr::null_mut();
+        // SAFETY: the object is live; valid out-pointer.
+        check("NvSciSyncObjDup", unsafe { dup(self.raw, &mut raw) })?;
+        Ok(SyncObj::from_raw(self.module.clone(), raw))
+    }
+
+    /// The value of `key` in the object's reconciled list (owned by the
+    /// object, `NvSciSyncObjGetAttrList`).
+    pub fn attr(&self, key: K) -> Result<Option<SyncAttr>, Error> {
+        let get = entry!(self.module.api(), NvSciSyncObjGetAttrList);
+        let mut list: NvSciSyncAttrList = ptr::null_mut();
+        // SAFETY: the object is live; valid out-pointer; the list belongs
+        // to the object and is not freed by us.
+        check("NvSciSyncObjGetAttrList", unsafe {
+            get(self.raw, &mut list)
+        })?;
+        get_attr(&self.module, list, key)
+    }
+
+    /// What this handle may do (`ActualPerm`).
+    pub fn actual_perm(&self) -> Result<SyncPerm, Error> {
+        match self.attr(K::NvSciSyncAttrKey_ActualPerm)? {
+            Some(SyncAttr::ActualPerm(p)) => SyncPerm::from_raw(p.0)
+                .ok_or(Error::Validation(ValidationError::InvalidPerm { raw: p.0 })),
+            _ => Err(no_attr(
+                "SyncObj::actual_perm",
+                "the reconciled list has no ActualPerm",
+            )),
+        }
+    }
+
+    /// The primitive the reconciliation chose (`PrimitiveInfo`).
+    pub fn primitive_type(&self) -> Result<NvSciSyncAttrValPrimitiveType, Error> {
+        match self.attr(K::NvSciSyncAttrKey_PrimitiveInfo)? {
+            Some(SyncAttr::PrimitiveInfo(v)) => v
+                .first()
+                .copied()
+                .ok_or_else(|| no_attr("SyncObj::primitive_type", "PrimitiveInfo is empty")),
+            _ => Err(no_attr(
+                "SyncObj::primitive_type",
+                "the reconciled list has no PrimitiveInfo",
+            )),
+        }
+    }
+
+    /// The counter width of the primitive (fence values wrap at it).
+    pub fn width(&self) -> Result<PrimitiveWidth, Error> {
+        Ok(PrimitiveWidth::from_primitive_type(self.primitive_type()?)?)
+    }
+
+    /// A counter of this object's signals starting at `initial_value`
+    /// (what the primitive holds before the first counted signal: see
+    /// [`DeterministicCounter`] on verifying it). Refused unless the object
+    /// was reconciled with `RequireDeterministicFences`.
+    pub fn deterministic_counter(&self, initial_value: u64) -> Result<DeterministicCounter, Error> {
+        match self.attr(K::NvSciSyncAttrKey_RequireDeterministicFences)? {
+            Some(SyncAttr::RequireDeterministicFences(true)) => {}
+            _ => {
+                return Err(no_attr(
+                    "SyncObj::deterministic_counter",
+                    "the object was not reconciled with RequireDeterministicFences",
+                ))
+            }
+        }
+        Ok(DeterministicCounter::for_primitive(
+            self.primitive_type()?,
+            initial_value,
+        )?)
+    }
+
+    /// The fence of the next CPU signal (`NvSciSyncObjGenerateFence`); follow
+    /// it with [`cpu_signal`](Self::cpu_signal).
+    pub fn generate_fence(&self) -> Result<Fence, Error> {
+        let generate = entry!(self.module.api(), NvSciSyncObjGenerateFence);
+        let mut fence = Fence::new(&self.module);
+        // SAFETY: the object is live; the fence is a zeroed, writable fence.
+        check("NvSciSyncObjGenerateFence", unsafe {
+            generate(self.raw, &mut fence.raw)
+        })?;
+        Ok(fence)
+    }
+
+    /// Signals from the CPU (`NvSciSyncObjSignal`).
+    pub fn cpu_signal(&self) -> Result<(), Error> {
+        let signal = entry!(self.module.api(), NvSciSyncObjSignal);
+        // SAFETY: the object is live.
+        check("NvSciSyncObjSignal", unsafe { signal(self.raw) })
+    }
+
+    /// The fence that completes when the primitive reaches `value`
+    /// (`NvSciSyncFenceUpdateFence` with id 0): with deterministic fences,
+    /// the fence of a future signal, built without receiving it.
+    pub fn fence_for_value(&self, value: u64) -> Result<Fence, Error> {
+        let mut fence = Fence::new(&self.module);
+        fence.update(self, 0, value)?;
+        Ok(fence)
+    }
+
+    fn import<'ctx, R: Role>(
+        &self,
+        ctx: &'ctx Context,
+        operation: &'static str,
+    ) -> Result<NvSciSemaphore<'ctx, R>, Error> {
+        let perm = self.actual_perm()?;
+        if (R::SIGNALS && !perm.can_signal()) || (R::WAITS && !perm.can_wait()) {
+            return Err(Error::Unsupported {
+                operation,
+                reason: "the object's ActualPerm does not allow this role",
+            });
+        }
+        let obj = self.dup()?;
+        let import = SemaphoreImport::nvscisync(obj.raw.cast_const().cast())?;
+        // SAFETY: `obj` is a live NvSciSyncObj (kept by the returned value)
+        // whose permission allows the role (checked above).
+        let sem = unsafe { ExternalSemaphore::import_handle(ctx, &import) }?;
+        Ok(NvSciSemaphore {
+            sem,
+            obj,
+            _role: PhantomData,
+        })
+    }
+
+    /// Imports the object into `ctx` as a CUDA semaphore that can only
+    /// signal. Refused (before the driver sees it) when `ActualPerm` has no
+    /// signal permission.
+    pub fn import_cuda_signaler<'ctx>(
+        &self,
+        ctx: &'ctx Context,
+    ) -> Result<NvSciSemaphore<'ctx, Signaler>, Error> {
+        self.import(ctx, "SyncObj::import_cuda_signaler")
+    }
+
+    /// Imports the object into `ctx` as a CUDA semaphore that can only wait.
+    pub fn import_cuda_waiter<'ctx>(
+        &self,
+        ctx: &'ctx Context,
+    ) -> Result<NvSciSemaphore<'ctx, Waiter>, Error> {
+        self.import(ctx, "SyncObj::import_cuda_waiter")
+    }
+
+    /// Imports the object as a CUDA semaphore that can signal and wait.
+    pub fn import_cuda_signal_wait<'ctx>(
+        &self,
+        ctx: &'ctx Context,
+    ) -> Result<NvSciSemaphore<'ctx, SignalWait>, Error> {
+        self.import(ctx, "SyncObj::import_cuda_signal_wait")
+    }
+}
+
+impl Drop for SyncObj {
+    fn drop(&mut self) {
+        if let Some(free) = self.module.api().NvSciSyncObjFree {
+            // SAFETY: our handle, freed once.
+            unsafe { free(self.raw) };
+        }
+    }
+}
+
+/// A fence's primitive id and value (`NvSciSyncFenceExtractFence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FenceValue {
+    /// Primitive instance id (0 for deterministic fences).
+    pub id: u64,
+    /// The value that completes the fence.
+    pub value: u64,
+}
+
+/// An `NvSciSyncFence`, zeroed (cleared) on creation and cleared on drop
+/// (`NvSciSyncFenceClear`), tied to its module.
+pub struct Fence {
+    module: SyncModule,
+    raw: NvSciSyncFence,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("cleared", &self.is_cleared())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fence {
+    /// A cleared fence (all zero; waiting on it completes at once).
+    pub fn new(module: &SyncModule) -> Fence {
+        Fence {
+            module: module.clone(),
+            raw: NvSciSyncFence::default(),
+        }
+    }
+
+    /// The module.
+    pub fn module(&self) -> &SyncModule {
+        &self.module
+    }
+
+    /// `true` when cleared (all zero).
+    pub fn is_cleared(&self) -> bool {
+        self.raw.payload.iter().all(|w| *w == 0)
+    }
+
+    /// The C fence.
+    pub fn as_raw(&self) -> &NvSciSyncFence {
+        &self.raw
+    }
+
+    /// The C fence, writable.
+    ///
+    /// # Safety
+    /// Only NvSciSync (or CUDA) may write it: whatever is written must be a
+    /// fence the library produced, or zero.
+    pub unsafe fn as_raw_mut(&mut self) -> &mut NvSciSyncFence {
+        &mut self.raw
+    }
+
+    /// Clears the fence (`NvSciSyncFenceClear`), dropping what it refers to.
+    pub fn clear(&mut self) {
+        if self.is_cleared() {
+            return;
+        }
+        if let Some(clear) = self.module.api().NvSciSyncFenceClear {
+            // SAFETY: the fence holds a value produced by the library.
+            unsafe { clear(&mut self.raw) };
+        }
+        self.raw = NvSciSyncFence::default();
+    }
+
+    /// A copy of the fence (`NvSciSyncFenceDup`).
+    pub fn dup(&self) -> Result<Fence, Error> {
+        let dup = entry!(self.module.api(), NvSciSyncFenceDup);
+        let mut out = Fence::new(&self.module);
+        // SAFETY: both fences are valid; the destination is cleared.
+        check("NvSciSyncFenceDup", unsafe { dup(&self.raw, &mut out.raw) })?;
+        Ok(out)
+    }
+
+    /// The primitive id and value (`NvSciSyncFenceExtractFence`); `None`
+    /// for a cleared fence.
+    pub fn extract(&self) -> Result<Option<FenceValue>, Error> {
+        let extract = entry!(self.module.api(), NvSciSyncFenceExtractFence);
+        let (mut id, mut value) = (0u64, 0u64);
+        // SAFETY: a valid fence and two valid out-pointers.
+        let code = unsafe { extract(&self.raw, &mut id, &mut value) };
+        match check("NvSciSyncFenceExtractFence", code) {
+            Ok(()) => Ok(Some(FenceValue { id, value })),
+            Err(Error::NvSci {
+                code: NvSciError::CLEARED_FENCE,
+                ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes this the fence of `obj`'s primitive `id` reaching `value`
+    /// (`NvSciSyncFenceUpdateFence`; clears the old content first).
+    pub fn update(&mut self, obj: &SyncObj, id: u64, value: u64) -> Result<(), Error> {
+        let update = entry!(self.module.api(), NvSciSyncFenceUpdateFence);
+        self.clear();
+        // SAFETY: the object is live; the fence is cleared and writable.
+        check("NvSciSyncFenceUpdateFence", unsafe {
+            update(obj.raw, id, value, &mut self.raw)
+        })
+    }
+
+    /// Waits on the CPU until the fence completes (`NvSciSyncFenceWait`).
+    /// `Ok(false)` when `timeout` passed first.
+    pub fn wait(
+        &self,
+        context: &mut CpuWaitContext,
+        timeout: impl Into<Timeout>,
+    ) -> Result<bool, Error> {
+        let wait = entry!(self.module.api(), NvSciSyncFenceWait);
+        // SAFETY: a valid fence; the wait context is live and used by this
+        // wait only (`&mut`).
+        let code = unsafe { wait(&self.raw, context.raw, timeout.into().as_micros()) };
+        match check("NvSciSyncFenceWait", code) {
+            Ok(()) => Ok(true),
+            Err(Error::NvSci {
+                code: NvSciError::TIMEOUT,
+                ..
+            }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn raw_mut(&mut self) -> &mut NvSciSyncFence {
+        &mut self.raw
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// An `NvSciSyncCpuWaitContext`: what a CPU wait needs. Not for concurrent
+/// use, so [`Fence::wait`] takes it by `&mut`; one per waiting thread.
+pub struct CpuWaitContext {
+    module: SyncModule,
+    raw: NvSciSyncCpuWaitContext,
+}
+
+// SAFETY: a wait context may move between threads; it is never shared
+// (no `Sync`; waits take `&mut`).
+unsafe impl Send for CpuWaitContext {}
+
+impl std::fmt::Debug for CpuWaitContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CpuWaitContext")
+            .field("raw", &self.raw)
+            .finish()
+    }
+}
+
+impl CpuWaitContext {
+    /// Allocates a wait context (`NvSciSyncCpuWaitContextAlloc`).
+    pub fn new(module: &SyncModule) -> Result<CpuWaitContext, Error> {
+        let alloc = entry!(module.api(), NvSciSyncCpuWaitContextAlloc);
+        let mut raw: NvSciSyncCpuWaitContext = ptr::null_mut();
+        // SAFETY: the module is open; valid out-pointer.
+        check("NvSciSyncCpuWaitContextAlloc", unsafe {
+            alloc(module.as_raw(), &mut raw)
+        })?;
+        Ok(CpuWaitContext {
+            module: module.clone(),
+            raw,
+        })
+    }
+}
+
+impl Drop for CpuWaitContext {
+    fn drop(&mut self) {
+        if let Some(free) = self.module.api().NvSciSyncCpuWaitContextFree {
+            // SAFETY: ours, freed once, no wait in progress (`&mut` waits).
+            unsafe { free(self.raw) };
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What an [`NvSciSemaphore`] may do (sealed).
+pub trait Role: sealed::Sealed {
+    /// The role signals.
+    const SIGNALS: bool;
+    /// The role waits.
+    const WAITS: bool;
+}
+
+/// Roles that may signal.
+pub trait CanSignal: Role {}
+/// Roles that may wait.
+pub trait CanWait: Role {}
+
+/// Role: signal only.
+#[derive(Debug)]
+pub enum Signaler {}
+/// Role: wait only.
+#[derive(Debug)]
+pub enum Waiter {}
+/// Role: signal and wait.
+#[derive(Debug)]
+pub enum SignalWait {}
+
+impl sealed::Sealed for Signaler {}
+impl sealed::Sealed for Waiter {}
+impl sealed::Sealed for SignalWait {}
+impl Role for Signaler {
+    const SIGNALS: bool = true;
+    const WAITS: bool = false;
+}
+impl Role for Waiter {
+    const SIGNALS: bool = false;
+    const WAITS: bool = true;
+}
+impl Role for SignalWait {
+    const SIGNALS: bool = true;
+    const WAITS: bool = true;
+}
+impl CanSignal for Signaler {}
+impl CanSignal for SignalWait {}
+impl CanWait for Waiter {}
+impl CanWait for SignalWait {}
+
+/// An NvSciSync object imported into a CUDA context as a semaphore, with
+/// its role in the type: only `Signaler` / `SignalWait` semaphores have
+/// `signal`, only `Waiter` / `SignalWait` ones have `wait`.
+///
+/// ```compile_fail
+/// # fn f(sem: tegra_interop_driver::nvsci::NvSciSemaphore<'_, tegra_interop_driver::nvsci::Waiter>,
+/// #      stream: &tegra_interop_driver::Stream<'_>, fence: &mut tegra_interop_driver::nvsci::Fence) {
+/// let mut sem = sem;
+/// sem.signal(stream, fence); // a wait-only semaphore has no `signal`
+/// # }
+/// ```
+///
+/// The import holds its own handle to the object; dropping the semaphore
+/// destroys the CUDA import (after its queued work), then frees the handle.
+pub struct NvSciSemaphore<'ctx, R: Role> {
+    sem: ExternalSemaphore<'ctx>,
+    obj: SyncObj,
+    _role: PhantomData<fn() -> R>,
+}
+
+impl<R: Role> std::fmt::Debug for NvSciSemaphore<'_, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvSciSemaphore")
+            .field("semaphore", &self.sem)
+            .field("signals", &R::SIGNALS)
+            .field("waits", &R::WAITS)
+            .finish()
+    }
+}
+
+impl<'ctx, R: Role> NvSciSemaphore<'ctx, R> {
+    /// The CUDA semaphore.
+    pub fn semaphore(&self) -> &ExternalSemaphore<'ctx> {
+        &self.sem
+    }
+
+    /// The object it was imported from.
+    pub fn object(&self) -> &SyncObj {
+        &self.obj
+    }
+
+    /// Destroys the import now (after its queued work) and reports the
+    /// driver's answer; the object handle is freed afterwards.
+    pub fn destroy(self) -> Result<(), Error> {
+        let NvSciSemaphore { sem, obj, .. } = self;
+        let r = sem.destroy();
+        drop(obj);
+        r
+    }
+
+    fn same_module(&self, fence: &Fence) -> Result<(), Error> {
+        if self.obj.module.same(&fence.module) {
+            Ok(())
+        } else {
+            Err(Error::Unsupported {
+                operation: "NvSciSemaphore signal/wait",
+                reason: "the fence belongs to another NvSciSync module than the semaphore's object",
+            })
+        }
+    }
+}
+
+impl<'ctx, R: CanSignal> NvSciSemaphore<'ctx, R> {
+    /// Counts this semaphore's signals with `counter` (for example
+    /// [`SyncObj::deterministic_counter`]): every signal then returns the
+    /// fence value it produces.
+    pub fn with_deterministic_counter(self, counter: DeterministicCounter) -> Result<Self, Error> {
+        let NvSciSemaphore { sem, obj, _role } = self;
+        Ok(NvSciSemaphore {
+            sem: sem.with_deterministic_counter(counter)?,
+            obj,
+            _role,
+        })
+    }
+
+    /// The counter attached with [`with_deterministic_counter`](Self::with_deterministic_counter).
+    pub fn counter(&self) -> Option<&DeterministicCounter> {
+        match self.sem.tracking() {
+            Tracking::Deterministic(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Queues a signal on `stream`; `fence` is cleared and then filled by
+    /// the driver with the fence of this signal. Returns the fence value
+    /// when a counter is attached.
+    pub fn signal(&mut self, stream: &Stream<'_>, fence: &mut Fence) -> Result<Option<u64>, Error> {
+        self.same_module(fence)?;
+        fence.clear();
+        stream.signal_nvscisync(&mut self.sem, fence.raw_mut())
+    }
+
+    /// [`signal`](Self::signal) without the NvSciBuf memory synchronisation
+    /// (`CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC`).
+    ///
+    /// # Safety
+    /// Sound only when no work queued on `stream` before this signal (since
+    /// the previous signal of this object) wrote NvSciBuf-backed memory that
+    /// a waiter of this fence reads afterwards, or when every such write
+    /// was made coherent by other means (for example the reader only uses
+    /// the fence to know it may overwrite a buffer it has finished reading).
+    /// Otherwise a waiter may read stale data.
+    pub unsafe fn signal_skip_memsync(
+        &mut self,
+        stream: &Stream<'_>,
+        fence: &mut Fence,
+    ) -> Result<Option<u64>, Error> {
+        self.same_module(fence)?;
+        fence.clear();
+        // SAFETY: the caller accepted the condition above, which is the
+        // contract of the driver's and the core's opt-in.
+        let signal =
+            unsafe { SemaphoreSignal::nvscisync_skip_memsync(&mut self.sem, fence.raw_mut()) };
+        let [value] = stream.signal_batch([signal])?;
+        Ok(value)
+    }
+}
+
+impl<'ctx, R: CanWait> NvSciSemaphore<'ctx, R> {
+    /// Queues a wait for `fence` on `stream` (a cleared fence: no wait).
+    pub fn wait(&self, stream: &Stream<'_>, fence: &Fence) -> Result<(), Error> {
+        self.same_module(fence)?;
+        stream.wait_nvscisync(&self.sem, fence.as_raw())
+    }
+
+    /// [`wait`](Self::wait) without the NvSciBuf memory synchronisation
+    /// (`CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC`).
+    ///
+    /// # Safety
+    /// Sound only when no work queued on `stream` after this wait reads
+    /// NvSciBuf-backed memory that the signaller wrote before signalling
+    /// `fence`, or when those writes are already coherent for this reader
+    /// (for example the wait only orders a write-after-read of a buffer
+    /// this stream does not read). Otherwise the work after the wait may
+    /// read stale data.
+    pub unsafe fn wait_skip_memsync(
+        &self,
+        stream: &Stream<'_>,
+        fence: &Fence,
+    ) -> Result<(), Error> {
+        self.same_module(fence)?;
+        // SAFETY: the caller accepted the condition above.
+        let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&self.sem, fence.as_raw()) };
+        stream.wait_batch([wait])
+    }
+}
