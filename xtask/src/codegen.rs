@@ -74,6 +74,7 @@ pub const CUDA_FUNCTIONS: &[&str] = &[
     "cuWaitExternalSemaphoresAsync",
     "cuDestroyExternalSemaphore",
     "cuDeviceGetNvSciSyncAttributes",
+    "cuLaunchHostFunc",
 ];
 
 /// CUDA types the project needs beyond what the functions pull in.

@@ -61,6 +61,7 @@ pub mod conformance;
 pub mod context;
 pub mod device;
 pub mod error;
+mod hostfn;
 pub mod memory;
 pub mod nvsci;
 pub mod semaphore;

@@ -130,6 +130,7 @@ api_struct! {
         cuWaitExternalSemaphoresAsync: PFN_cuWaitExternalSemaphoresAsync,
         cuDestroyExternalSemaphore: PFN_cuDestroyExternalSemaphore,
         cuDeviceGetNvSciSyncAttributes: PFN_cuDeviceGetNvSciSyncAttributes,
+        cuLaunchHostFunc: PFN_cuLaunchHostFunc,
     }
 }
 

@@ -635,6 +635,38 @@ pub(crate) unsafe fn cu_stream_get_ctx(c: &Call, s: CUstream, out: *mut CUcontex
     done(r)
 }
 
+/// `cuLaunchHostFunc`: queues a call of `f(user)` on the stream's worker,
+/// after the work queued before it and before the work queued after it
+/// (as the real driver runs host functions in stream order on a driver
+/// thread). Work dropped by a stream teardown never calls `f`.
+pub(crate) unsafe fn cu_launch_host_func(
+    c: &Call,
+    s: CUstream,
+    f: CUhostFn,
+    user: *mut c_void,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let (_, core) = resolve_stream(c, &mut st, s)?;
+        let Some(f) = f else {
+            return Err(INVALID_VALUE);
+        };
+        // The pointer travels to the worker thread as a number: what it
+        // points at is the caller's business, as with the real driver.
+        let user = user as usize;
+        core.enqueue(Box::new(move |sc: &StreamCore| {
+            if !sc.cancelled() {
+                // SAFETY: the caller of cuLaunchHostFunc owes that `f` may be
+                // called once with `user` from another thread.
+                unsafe { f(user as *mut c_void) };
+            }
+        }));
+        Ok(())
+    })();
+    done(r)
+}
+
 // ---------------------------------------------------------------- memory
 
 /// Finds the live range holding `[p, p + n)`; reports freed ones.

@@ -188,6 +188,7 @@ entry_points! {
     cuWaitExternalSemaphoresAsync => cu_wait_external_semaphores_async(sems: *const CUexternalSemaphore, params: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, n: c_uint, stream: CUstream);
     cuDestroyExternalSemaphore => cu_destroy_external_semaphore(sem: CUexternalSemaphore);
     cuDeviceGetNvSciSyncAttributes => cu_device_get_nvsci_sync_attributes(list: *mut c_void, dev: CUdevice, flags: c_int);
+    cuLaunchHostFunc => cu_launch_host_func(stream: CUstream, f: CUhostFn, user: *mut c_void);
 }
 
 /// `cuGetErrorName`: a pure lookup, shared by all slots and not counted.

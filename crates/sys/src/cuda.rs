@@ -606,6 +606,9 @@ impl CUmemorytype_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUmemorytype_enum(pub u32);
 pub use self::CUmemorytype_enum as CUmemorytype;
+pub type CUhostFn = ::core::option::Option<
+    unsafe extern "C" fn(userData: *mut ::core::ffi::c_void),
+>;
 impl cudaError_enum {
     pub const CUDA_SUCCESS: cudaError_enum = cudaError_enum(0);
     pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = cudaError_enum(1);
@@ -1296,6 +1299,13 @@ pub type PFN_cuDeviceGetNvSciSyncAttributes = ::core::option::Option<
         arg3: ::core::ffi::c_int,
     ) -> CUresult,
 >;
+pub type PFN_cuLaunchHostFunc = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: CUstream,
+        arg2: CUhostFn,
+        arg3: *mut ::core::ffi::c_void,
+    ) -> CUresult,
+>;
 
 /// Exported symbol names to resolve in libcuda.so.1, one per `PFN_` type.
 ///
@@ -1382,4 +1392,6 @@ pub mod symbols {
     pub const cuDestroyExternalSemaphore: &::core::ffi::CStr = c"cuDestroyExternalSemaphore";
     /// Symbol implementing `cuDeviceGetNvSciSyncAttributes` (type `super::PFN_cuDeviceGetNvSciSyncAttributes`).
     pub const cuDeviceGetNvSciSyncAttributes: &::core::ffi::CStr = c"cuDeviceGetNvSciSyncAttributes";
+    /// Symbol implementing `cuLaunchHostFunc` (type `super::PFN_cuLaunchHostFunc`).
+    pub const cuLaunchHostFunc: &::core::ffi::CStr = c"cuLaunchHostFunc";
 }
