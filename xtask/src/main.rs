@@ -1,7 +1,13 @@
 //! Project automation for tegra-interop (`cargo xtask <command>`).
 //!
+//! Commands: `codegen` (the sys crate's bindings, `codegen.rs`) and `cross`
+//! (builds and qemu test runs per `targets/*.toml`, `cross.rs`).
+//!
 //! Every failure ends with one line on stderr (`error: ...`) and exit code 1;
-//! a usage mistake exits with 2. Nothing here panics on bad input.
+//! a usage mistake exits with 2. Nothing here panics on bad input; a panic
+//! inside a dependency (bindgen panics when libclang is missing) is caught and
+//! reported the same way. `xtask/tests/cli.rs` checks all of this on the
+//! built binary.
 
 mod codegen;
 mod cross;

@@ -73,6 +73,7 @@ macro_rules! checked_ctor {
             }
 
             /// Bits set that this type does not name (non-zero only after `from_bits_retain`).
+            #[inline]
             pub const fn unknown_bits(self) -> u32 {
                 self.bits() & !Self::all().bits()
             }

@@ -160,6 +160,7 @@ impl SemaphoreHandleKind {
     }
 
     /// `true` for NvSciSync objects (signal/wait through an `NvSciSyncFence`).
+    #[inline]
     pub const fn is_nvscisync(self) -> bool {
         matches!(self, Self::NvSciSync)
     }
@@ -368,6 +369,7 @@ pub enum Payload {
 }
 
 /// Checks a payload and flag bits against a semaphore kind.
+#[inline]
 fn check_payload(
     kind: SemaphoreHandleKind,
     payload: Payload,
@@ -487,6 +489,7 @@ impl SignalParams {
 
     /// Checks these parameters against `kind` and builds the C structure (all other fields
     /// and reserved words zero).
+    #[inline]
     pub fn lower_for(
         &self,
         kind: SemaphoreHandleKind,
@@ -498,6 +501,7 @@ impl SignalParams {
     }
 
     /// The checks of [`lower_for`](Self::lower_for) without building the structure.
+    #[inline]
     pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
         if self.flags.unknown_bits() != 0 {
             return Err(ValidationError::UnknownFlags {
@@ -508,6 +512,7 @@ impl SignalParams {
     }
 
     /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
+    #[inline]
     pub(crate) fn fill(&self, raw: &mut CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS) {
         match self.payload {
             Payload::Binary => {}
@@ -604,6 +609,7 @@ impl WaitParams {
 
     /// Checks these parameters against `kind` and builds the C structure (all other fields
     /// and reserved words zero).
+    #[inline]
     pub fn lower_for(
         &self,
         kind: SemaphoreHandleKind,
@@ -615,6 +621,7 @@ impl WaitParams {
     }
 
     /// The checks of [`lower_for`](Self::lower_for) without building the structure.
+    #[inline]
     pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
         if self.flags.unknown_bits() != 0 {
             return Err(ValidationError::UnknownFlags {
@@ -625,6 +632,7 @@ impl WaitParams {
     }
 
     /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
+    #[inline]
     pub(crate) fn fill(&self, raw: &mut CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS) {
         match self.payload {
             Payload::Binary => {}
