@@ -285,6 +285,13 @@ pub enum MemoryLocation {
     /// HOST_COHERENT`, e.g. a resizable-BAR heap), mapped like [`MemoryLocation::HostVisible`].
     /// Not every device has such a memory type ([`Error::NoMemoryType`]).
     DeviceLocalHostVisible,
+    /// Host-visible, host-coherent and host-cached system memory (`HOST_VISIBLE |
+    /// HOST_COHERENT | HOST_CACHED`, a type that is not device-local preferred), mapped like
+    /// [`MemoryLocation::HostVisible`]. Host reads are cached (uncached, write-combined memory
+    /// reads back at a small fraction of the speed), so this suits buffers the CPU both writes
+    /// and reads, such as camera frames checked after processing. Not every device has such a
+    /// memory type ([`Error::NoMemoryType`]).
+    HostCached,
 }
 
 impl MemoryLocation {
@@ -1480,6 +1487,12 @@ fn pick_memory_type(
                 | vk::MemoryPropertyFlags::HOST_COHERENT,
             vk::MemoryPropertyFlags::empty(),
         ),
+        MemoryLocation::HostCached => (
+            vk::MemoryPropertyFlags::HOST_VISIBLE
+                | vk::MemoryPropertyFlags::HOST_COHERENT
+                | vk::MemoryPropertyFlags::HOST_CACHED,
+            vk::MemoryPropertyFlags::DEVICE_LOCAL,
+        ),
     };
     let count = (props.memory_type_count as usize).min(props.memory_types.len());
     let candidates = || {
@@ -1687,6 +1700,30 @@ impl VulkanMemory {
             std::ptr::copy_nonoverlapping(data.as_ptr(), base.as_ptr().add(offset), data.len());
         }
         Ok(())
+    }
+
+    /// The whole host mapping as one mutable byte slice ([`VulkanMemory::size`] bytes;
+    /// host-visible memory only), for a producer that writes in place (a camera frame, say)
+    /// instead of copying through [`VulkanMemory::write`].
+    ///
+    /// # Safety
+    /// The memory is shared with the GPU and with every API that imported it. While the
+    /// returned slice lives, nothing outside this process's Rust code may read or write the
+    /// memory: the caller must have waited (on a semaphore or fence) for all such access that
+    /// was queued before, and must not let new access start (signal the semaphore that releases
+    /// it) until the slice is gone. Otherwise the bytes can change under a `&mut [u8]`, or the
+    /// other side can read a half-written buffer.
+    pub unsafe fn host_bytes_mut(&mut self) -> Result<&mut [u8]> {
+        let base = self.mapped.ok_or(Error::NotHostVisible)?;
+        let len = usize::try_from(self.size).map_err(|_| Error::OutOfRange {
+            offset: 0,
+            len: self.size,
+            size: self.size,
+        })?;
+        // SAFETY: `base` is the start of a live mapping of `size` bytes owned by `self`, which
+        // `&mut self` keeps alive and unaliased on the Rust side for the slice's lifetime; the
+        // caller excludes access by other agents (this function's contract).
+        Ok(unsafe { std::slice::from_raw_parts_mut(base.as_ptr(), len) })
     }
 
     /// Reads `out.len()` bytes at `offset` through the host mapping (host-visible memory only).
@@ -2049,6 +2086,24 @@ mod tests {
         assert_eq!(
             pick_memory_type(&props, 0b010, MemoryLocation::HostVisible),
             None
+        );
+        // Cached host memory: only a type with HOST_CACHED qualifies.
+        assert_eq!(
+            pick_memory_type(&props, 0b111, MemoryLocation::HostCached),
+            None
+        );
+        props.memory_type_count = 4;
+        props.memory_types[3].property_flags = vk::MemoryPropertyFlags::HOST_VISIBLE
+            | vk::MemoryPropertyFlags::HOST_COHERENT
+            | vk::MemoryPropertyFlags::HOST_CACHED;
+        assert_eq!(
+            pick_memory_type(&props, 0b1111, MemoryLocation::HostCached),
+            Some(3)
+        );
+        // The plain host-visible choice still prefers the first fitting non-device-local type.
+        assert_eq!(
+            pick_memory_type(&props, 0b1111, MemoryLocation::HostVisible),
+            Some(2)
         );
     }
 

@@ -4,7 +4,7 @@
 //! `cargo test` builds the examples next to this test binary
 //! (`target/<profile>/examples/`); run `cargo build --example pipeline`
 //! first when running this test file alone.
-#![cfg(feature = "camera")]
+#![cfg(all(feature = "camera", feature = "std"))]
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -37,21 +37,19 @@ fn stdout(o: &Output) -> String {
 }
 
 const SMALL: &[&str] = &[
-    "--backend",
-    "host",
-    "--frames",
-    "40",
-    "--ring",
-    "3",
-    "--width",
-    "64",
-    "--height",
-    "16",
-    "--quiet",
+    "--frames", "40", "--ring", "3", "--width", "64", "--height", "16", "--quiet",
 ];
 
 fn small(extra: &[&str]) -> Output {
-    let mut args = SMALL.to_vec();
+    let mut args = vec!["--backend", "host"];
+    args.extend_from_slice(SMALL);
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
+fn small_on(backend: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["--backend", backend];
+    args.extend_from_slice(SMALL);
     args.extend_from_slice(extra);
     run(&args)
 }
@@ -71,11 +69,9 @@ fn bad_input_is_one_line_and_non_zero() {
         (&["--ring", "9"], 2, "fixed capacity"),
         (&["--backend", "opencl"], 2, "unknown backend"),
         (&["--width", "abc"], 2, "expects a number"),
-        (
-            &["--backend", "sim", "--frames", "1"],
-            1,
-            "backend `sim` is not available: ",
-        ),
+        (&["--backend", "cuda"], 2, "unknown backend"),
+        (&["--ring", "1000"], 2, "fixed capacity"),
+        (&["--fault", "corrupt"], 2, "only applies"),
         (
             &["--backend", "gpu", "--frames", "1"],
             1,
@@ -145,13 +141,72 @@ fn human_summary_labels_the_reference_transport() {
 
 #[test]
 fn broken_pipelines_do_not_report_success() {
-    for fault in ["skip-process", "corrupt"] {
-        let o = small(&["--json", "--fault", fault]);
-        let out = stdout(&o);
-        assert_eq!(o.status.code(), Some(1), "{fault}: {out}");
-        assert!(out.contains("\"verified\": false"), "{fault}: {out}");
-        assert!(stderr(&o).contains("failed verification"), "{fault}");
+    for backend in ["host", "sim"] {
+        for fault in ["skip-process", "corrupt"] {
+            let o = small_on(backend, &["--json", "--fault", fault]);
+            let out = stdout(&o);
+            assert_eq!(o.status.code(), Some(1), "{backend} {fault}: {out}");
+            assert!(
+                out.contains("\"verified\": false"),
+                "{backend} {fault}: {out}"
+            );
+            assert!(
+                stderr(&o).contains("failed verification"),
+                "{backend} {fault}"
+            );
+        }
     }
+}
+
+#[test]
+fn sim_run_verifies_every_frame_through_nvsci() {
+    for mode in [
+        &[][..],
+        &["--copy"][..],
+        &["--ring", "1"][..],
+        &["--ring", "8", "--format", "raw8"][..],
+    ] {
+        let mut extra = vec!["--json"];
+        extra.extend_from_slice(mode);
+        let o = small_on("sim", &extra);
+        let out = stdout(&o);
+        assert!(o.status.success(), "{mode:?}: {out}{}", stderr(&o));
+        assert!(out.contains("\"backend\": \"nvsci-sim\""), "{out}");
+        assert!(
+            out.contains("\"processing\": \"sim: processing runs as a stream-ordered host function over simulated device memory\""),
+            "{out}"
+        );
+        assert!(out.contains("\"verified\": true"), "{out}");
+        assert!(
+            out.contains("\"consumer_ok\": 40, \"readback_ok\": 40, \"pulses\": 40"),
+            "{out}"
+        );
+        assert_eq!(out.trim().lines().count(), 1, "one JSON object");
+    }
+}
+
+#[test]
+fn the_default_command_runs_the_simulator_and_says_why() {
+    // `cargo run --release --example pipeline` on a machine without a
+    // usable GPU (CI): the NvSci ring on the simulator, default frame size
+    // (fewer frames: tests run a debug build).
+    let o = run(&["--quiet", "--frames", "12"]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(
+        out.starts_with("backend: nvsci-sim (auto: the simulator, because jetson: not available: "),
+        "{out}"
+    );
+    assert!(out.contains("; gpu: not available: "), "{out}");
+    assert!(
+        out.contains(
+            "sim: processing runs as a stream-ordered host function over simulated device memory"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("verified: 12/12 frames"), "{out}");
+    assert!(out.contains("interop overhead"), "{out}");
+    assert!(out.contains("frames/s"), "{out}");
 }
 
 // The example's modules, compiled here too so that their unit tests run with
@@ -165,6 +220,12 @@ mod cli;
 #[allow(dead_code)]
 #[path = "../examples/pipeline/host.rs"]
 mod host;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/nvsci.rs"]
+mod nvsci;
+#[allow(dead_code)]
+#[path = "../examples/pipeline/probe.rs"]
+mod probe;
 #[allow(dead_code)]
 #[path = "../examples/pipeline/report.rs"]
 mod report;

@@ -21,12 +21,15 @@ usage: pipeline [options]
   --height H        frame height in lines (1..=4096, default 480)
   --format F        raw8 | raw16 | rgba8 (default rgba8)
   --backend B       auto | sim | gpu | jetson | host (default auto)
+                    auto = jetson, else gpu, else sim (each refusal says why)
+                    sim = NvSciBuf/NvSciSync ring on the built-in simulated
+                    Tegra driver (not hardware)
                     host = host-reference: host memory + threads, a reference
                     and testing transport, not the simulator and not CUDA
   --copy            copy each frame into the ring instead of writing in place
   --json            print a machine-readable summary on stdout
   --quiet           no progress bar
-  --fault F         (testing, host backend only) none | skip-process | corrupt
+  --fault F         (testing; --backend host or sim) none | skip-process | corrupt
   -h, --help        this text
 exit status: 0 all frames verified, 1 run or verification failure, 2 bad arguments
 ";
@@ -76,7 +79,7 @@ pub struct Options {
     pub json: bool,
     /// No progress bar.
     pub quiet: bool,
-    /// Injected defect (host backend only).
+    /// Injected defect (host and sim backends only).
     pub fault: Fault,
 }
 
@@ -213,8 +216,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Strin
             other => return Err(format!("unknown argument `{other}` (see --help)")),
         }
     }
-    if o.fault != Fault::None && o.backend != BackendChoice::Host {
-        return Err("--fault only applies to --backend host".into());
+    if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim) {
+        return Err("--fault only applies to --backend host or --backend sim".into());
     }
     Ok(Command::Run(o))
 }

@@ -3,7 +3,10 @@
 //! The camera (driven through `embedded-hal` traits; see
 //! `tegra_interop::camera`) writes each frame into a ring slot, the slot's
 //! ready fence is signalled, the consumer waits on it, processes the frame in
-//! place and signals the slot free. Every frame is verified twice: the
+//! place and signals the slot free. By default (`--backend auto`) the ring
+//! is NvSciBuf buffers with NvSciSync deterministic fences and a CUDA
+//! consumer, on the real driver where it can run and on the built-in
+//! simulator otherwise (see `backend.rs` and `nvsci.rs`). Every frame is verified twice: the
 //! consumer checks the camera's pattern, and the producer reads the processed
 //! frame back when it reuses the slot. Any failed check gives a non-zero exit.
 //!
@@ -13,6 +16,8 @@
 mod backend;
 mod cli;
 mod host;
+mod nvsci;
+mod probe;
 mod report;
 mod ring;
 mod sensor;
@@ -26,12 +31,13 @@ use tegra_interop::camera::{
     regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
 };
 
+use crate::backend::Opened;
 use crate::cli::{Command, Options};
 use crate::report::{Progress, Report, Verification};
 use crate::ring::{InFlight, Ring};
 use crate::sensor::{ModelSensorBus, SyncLine};
 use crate::stats::Samples;
-use crate::transport::{Completion, FrameGeometry, FrameTransport};
+use crate::transport::{Completion, FrameGeometry};
 
 fn main() -> ExitCode {
     let opts = match cli::parse(std::env::args_os().skip(1)) {
@@ -147,13 +153,16 @@ fn on_completion(
 }
 
 fn run(opts: &Options) -> Result<Report, String> {
-    let sensor = opts.sensor;
     let geometry = FrameGeometry {
-        stride: sensor.stride(),
-        rows: usize::from(sensor.height),
+        stride: opts.sensor.stride(),
+        rows: usize::from(opts.sensor.height),
     };
-    let opened = backend::open(opts, geometry)?;
-    let mut transport: Box<dyn FrameTransport> = opened.transport;
+    backend::run_with(opts, geometry, |opened| pipeline(opts, geometry, opened))
+}
+
+fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Result<Report, String> {
+    let sensor = opts.sensor;
+    let transport = opened.transport;
     if transport.geometry() != geometry {
         return Err(format!(
             "transport laid out frames as {:?}, the camera needs {geometry:?}",
@@ -266,6 +275,7 @@ fn run(opts: &Options) -> Result<Report, String> {
     Ok(Report {
         backend: transport.backend(),
         why: opened.why,
+        note: opened.note,
         frames: opts.frames,
         ring: schedule.slots(),
         width: sensor.width,

@@ -44,6 +44,8 @@ pub struct Report {
     pub backend: &'static str,
     /// Why that backend.
     pub why: String,
+    /// How frames are processed, where the reader should know (one line).
+    pub note: Option<&'static str>,
     /// Frames run.
     pub frames: u64,
     /// Ring size.
@@ -162,6 +164,9 @@ impl Report {
         if self.backend == "host-reference" {
             out.push_str("  host-reference is a reference/testing transport (host memory + threads), not the simulator and not CUDA\n");
         }
+        if let Some(note) = self.note {
+            let _ = writeln!(out, "  {note}");
+        }
         let _ = writeln!(
             out,
             "pipeline: {} frames of {}x{} {} ({} bytes), ring of {}, {}",
@@ -198,13 +203,14 @@ impl Report {
     pub fn json(&self) -> String {
         let v = &self.verification;
         format!(
-            "{{\"backend\": {}, \"why\": {}, \"frames\": {}, \"ring\": {}, \"width\": {}, \"height\": {}, \
+            "{{\"backend\": {}, \"why\": {}, \"processing\": {}, \"frames\": {}, \"ring\": {}, \"width\": {}, \"height\": {}, \
 \"format\": {}, \"frame_bytes\": {}, \"mode\": {}, \"verified\": {}, \
 \"verification\": {{\"consumer_ok\": {}, \"readback_ok\": {}, \"pulses\": {}, \"failed\": {}, \"first_failure\": {}}}, \
 \"latency_us\": {}, \"write_us\": {}, \"process_us\": {}, \"queued_us\": {}, \"overhead_us\": {}, \
 \"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
             json_str(self.backend),
             json_str(&self.why),
+            self.note.map_or("null".to_string(), json_str),
             self.frames,
             self.ring,
             self.width,
@@ -314,6 +320,7 @@ mod tests {
         Report {
             backend: "host-reference",
             why: "requested".into(),
+            note: None,
             frames: 2,
             ring: 2,
             width: 4,

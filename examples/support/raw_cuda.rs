@@ -107,6 +107,18 @@ macro_rules! paste_pfn {
     (cuCtxSetCurrent) => {
         sys::PFN_cuCtxSetCurrent
     };
+    (cuCtxGetCurrent) => {
+        sys::PFN_cuCtxGetCurrent
+    };
+    (cuCtxCreate) => {
+        sys::PFN_cuCtxCreate
+    };
+    (cuCtxDestroy) => {
+        sys::PFN_cuCtxDestroy
+    };
+    (cuStreamGetCtx) => {
+        sys::PFN_cuStreamGetCtx
+    };
     (cuCtxSynchronize) => {
         sys::PFN_cuCtxSynchronize
     };
@@ -171,6 +183,10 @@ raw_table!(
     cuDevicePrimaryCtxRetain,
     cuDevicePrimaryCtxRelease,
     cuCtxSetCurrent,
+    cuCtxGetCurrent,
+    cuCtxCreate,
+    cuCtxDestroy,
+    cuStreamGetCtx,
     cuCtxSynchronize,
     cuStreamCreate,
     cuStreamDestroy,

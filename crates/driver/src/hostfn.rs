@@ -23,7 +23,7 @@ unsafe extern "C" fn run_host_fn(user: *mut c_void) {
     let f = unsafe { Box::from_raw(user.cast::<HostFn>()) };
     // Unwinding into the driver's thread is not allowed: a panicking
     // closure is stopped here (its panic message is printed by the hook).
-    let _ = std::panic::catch_unwind(AssertUnwindSafe(move || f()));
+    let _ = std::panic::catch_unwind(AssertUnwindSafe(f));
 }
 
 impl Stream<'_> {

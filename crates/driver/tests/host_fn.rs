@@ -73,7 +73,13 @@ fn a_failed_launch_drops_the_closure_unrun() {
         })
         .unwrap_err();
     assert!(
-        matches!(err, Error::Driver { call: "cuLaunchHostFunc", .. }),
+        matches!(
+            err,
+            Error::Driver {
+                call: "cuLaunchHostFunc",
+                ..
+            }
+        ),
         "{err}"
     );
     assert_eq!(drops.load(Ordering::SeqCst), 1, "dropped once");

@@ -1,0 +1,206 @@
+//! What this machine offers the pipeline, and why: shared by the pipeline's
+//! `--backend auto` and the `interop_info` capability report.
+//!
+//! Every check answers with a reason, so that "not available" always says
+//! what is missing (no driver, a discrete GPU where NvSci needs Tegra, a
+//! missing library or symbol, or a part of this example that is not built).
+
+use std::sync::Arc;
+
+use tegra_interop::driver::table::FunctionTable;
+use tegra_interop::driver::Backend;
+
+/// A backend's availability, with the reason either way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Usable; why.
+    Available(String),
+    /// Not usable; why.
+    Unavailable(String),
+}
+
+impl Verdict {
+    /// Whether it is usable.
+    pub fn is_available(&self) -> bool {
+        matches!(self, Verdict::Available(_))
+    }
+
+    /// `available: why` or `not available: why`.
+    pub fn line(&self) -> String {
+        match self {
+            Verdict::Available(why) => format!("available: {why}"),
+            Verdict::Unavailable(why) => format!("not available: {why}"),
+        }
+    }
+}
+
+/// The NvSci entry points the NvSci transport cannot do without.
+pub const NVSCI_NEEDED: &[&str] = &[
+    "NvSciBufModuleOpen",
+    "NvSciBufAttrListReconcile",
+    "NvSciBufObjAlloc",
+    "NvSciBufObjGetCpuPtr",
+    "NvSciSyncModuleOpen",
+    "NvSciSyncAttrListReconcile",
+    "NvSciSyncObjAlloc",
+    "NvSciSyncObjSignal",
+    "NvSciSyncObjGenerateFence",
+    "NvSciSyncFenceUpdateFence",
+    "NvSciSyncFenceWait",
+    "NvSciSyncCpuWaitContextAlloc",
+];
+
+/// Needed NvSci entry points the table lacks (by C name).
+pub fn nvsci_missing(table: &FunctionTable) -> Vec<&'static str> {
+    let present: Vec<&str> = table
+        .nvscibuf
+        .present()
+        .chain(table.nvscisync.present())
+        .collect();
+    NVSCI_NEEDED
+        .iter()
+        .copied()
+        .filter(|n| !present.contains(n))
+        .collect()
+}
+
+/// The first device's name and whether it is integrated, or why not known.
+fn device0(backend: &Backend) -> Result<(String, bool), String> {
+    let count = backend
+        .device_count()
+        .map_err(|e| format!("no CUDA device ({e})"))?;
+    if count < 1 {
+        return Err("the CUDA driver reports no device".into());
+    }
+    let dev = backend
+        .device(0)
+        .map_err(|e| format!("no CUDA device ({e})"))?;
+    let name = dev
+        .name()
+        .unwrap_or_else(|e| format!("<name unknown: {e}>"));
+    let integrated = dev
+        .is_integrated()
+        .map_err(|e| format!("cannot tell if device 0 is integrated ({e})"))?;
+    Ok((name, integrated))
+}
+
+/// The Jetson (NvSci, integrated GPU) backend on `backend` (a real driver,
+/// or the simulator for comparison; `Err` says why there is no driver).
+pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
+    let backend = match backend {
+        Ok(b) => b,
+        Err(why) => return Verdict::Unavailable(why.to_string()),
+    };
+    let (name, integrated) = match device0(backend) {
+        Ok(d) => d,
+        Err(why) => return Verdict::Unavailable(why),
+    };
+    if !integrated {
+        return Verdict::Unavailable(format!(
+            "device 0 ({name}) is a discrete GPU; NvSci needs a Tegra integrated GPU"
+        ));
+    }
+    let missing = nvsci_missing(backend.table());
+    if !missing.is_empty() {
+        return Verdict::Unavailable(format!(
+            "NvSci libraries or symbols missing ({}): libnvscibuf.so.1 / libnvscisync.so.1 come with the Jetson BSP",
+            missing.join(", ")
+        ));
+    }
+    if backend
+        .table()
+        .cuda
+        .cuDeviceGetNvSciSyncAttributes
+        .is_none()
+    {
+        return Verdict::Unavailable("the CUDA driver lacks cuDeviceGetNvSciSyncAttributes".into());
+    }
+    Verdict::Unavailable(format!(
+        "kernel path not built: device 0 ({name}) is integrated and NvSci is present, but on real hardware the consumer must process frames with a CUDA kernel, and this example has no kernel (NVRTC) path yet"
+    ))
+}
+
+/// Whether a Vulkan loader can be opened (the discrete-GPU producer's API).
+fn vulkan_loader() -> Result<(), String> {
+    // SAFETY: opening the system's Vulkan loader runs its initialisers,
+    // which are written to run in any process that links it; nothing from
+    // it is called here, and it is unloaded when dropped.
+    unsafe { libloading::Library::new("libvulkan.so.1") }
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The discrete-GPU backend (Vulkan producer, CUDA consumer).
+pub fn gpu(backend: Result<&Backend, &str>) -> Verdict {
+    let backend = match backend {
+        Ok(b) => b,
+        Err(why) => return Verdict::Unavailable(why.to_string()),
+    };
+    let (name, integrated) = match device0(backend) {
+        Ok(d) => d,
+        Err(why) => return Verdict::Unavailable(why),
+    };
+    if integrated {
+        return Verdict::Unavailable(format!(
+            "device 0 ({name}) is an integrated GPU: use the jetson backend"
+        ));
+    }
+    if let Err(e) = vulkan_loader() {
+        return Verdict::Unavailable(format!("no Vulkan loader ({e})"));
+    }
+    Verdict::Unavailable(format!(
+        "device 0 ({name}) and a Vulkan loader were found, but the discrete-GPU transport (Vulkan producer, CUDA kernel consumer) is not built into this example yet"
+    ))
+}
+
+/// The simulator backend: always there.
+pub fn sim() -> Verdict {
+    Verdict::Available(
+        "the built-in simulator of the CUDA + NvSci function table (Tegra-like: integrated GPU, NvSci present); not hardware".into(),
+    )
+}
+
+/// The real driver, loaded once per probe.
+pub struct Probe {
+    /// `Backend::real()`, or why it failed (one line).
+    pub real: Result<Arc<Backend>, String>,
+}
+
+impl Probe {
+    /// Tries to load the installed NVIDIA driver.
+    pub fn new() -> Probe {
+        Probe {
+            real: Backend::real().map_err(|e| e.to_string().replace('\n', " ")),
+        }
+    }
+
+    fn backend(&self) -> Result<&Backend, &str> {
+        self.real.as_deref().map_err(String::as_str)
+    }
+
+    /// The Jetson verdict on this machine.
+    pub fn jetson(&self) -> Verdict {
+        jetson(self.backend())
+    }
+
+    /// The discrete-GPU verdict on this machine.
+    pub fn gpu(&self) -> Verdict {
+        gpu(self.backend())
+    }
+}
+
+/// What `--backend auto` picks among jetson -> gpu -> sim: the name and one
+/// line saying why, naming why each earlier choice was passed over.
+pub fn auto(probe: &Probe) -> (&'static str, String) {
+    let mut passed = Vec::new();
+    for (name, verdict) in [("jetson", probe.jetson()), ("gpu", probe.gpu())] {
+        if verdict.is_available() {
+            return (name, format!("auto: {name}: {}", verdict.line()));
+        }
+        passed.push(format!("{name}: {}", verdict.line()));
+    }
+    (
+        "sim",
+        format!("auto: the simulator, because {}", passed.join("; ")),
+    )
+}

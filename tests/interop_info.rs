@@ -1,0 +1,180 @@
+//! Runs the compiled `interop_info` example: the capability report on this
+//! machine (with or without a CUDA driver), the simulator's view with
+//! `--sim`, and one-line errors.
+//!
+//! `cargo test` builds the examples next to this test binary
+//! (`target/<profile>/examples/`); run `cargo build --example interop_info`
+//! first when running this test file alone.
+#![cfg(feature = "std")]
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap();
+    let path = profile_dir
+        .join("examples")
+        .join(format!("interop_info{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} not found: build it with `cargo build --example interop_info` (plain `cargo test` does)",
+        path.display()
+    );
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(example()).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The value after `name` on the first line that starts (after the
+/// indentation) with it.
+fn value<'a>(out: &'a str, name: &str) -> Option<&'a str> {
+    out.lines()
+        .find_map(|l| l.trim_start().strip_prefix(name))
+        .map(str::trim)
+}
+
+#[test]
+fn this_machine_is_reported_with_reasons() {
+    let o = run(&[]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    assert!(err.is_empty(), "{err}");
+    assert!(
+        out.starts_with("interop_info: bindings generated from cuda.h "),
+        "{out}"
+    );
+    assert!(out.contains("== this machine =="), "{out}");
+    let driver = value(&out, "CUDA driver").unwrap();
+    // Either way the line says what was found and why.
+    assert!(
+        driver.starts_with("not found: CUDA driver not found (libcuda.so.1: ")
+            || driver.starts_with("found; supports CUDA "),
+        "{driver}"
+    );
+    if driver.starts_with("not found") {
+        assert!(driver.contains("no device"), "{driver}");
+        assert!(
+            value(&out, "NvSci").unwrap().starts_with("not probed: "),
+            "{out}"
+        );
+    } else {
+        for name in [
+            "devices",
+            "libcuda.so.1",
+            "libnvscibuf.so.1",
+            "libnvscisync.so.1",
+        ] {
+            assert!(value(&out, name).is_some(), "{name}: {out}");
+        }
+    }
+    // No hardware backend can be opened by the pipeline in this build, so
+    // auto picks the simulator, saying why jetson and gpu were passed over.
+    for name in ["jetson", "gpu"] {
+        assert!(
+            value(&out, name).unwrap().starts_with("not available: "),
+            "{name}: {out}"
+        );
+    }
+    assert!(
+        value(&out, "sim").unwrap().starts_with("available: "),
+        "{out}"
+    );
+    let pick = value(&out, "auto picks").unwrap();
+    assert!(
+        pick.starts_with("sim (auto: the simulator, because jetson: not available: "),
+        "{pick}"
+    );
+    assert!(out.contains("run with --sim"), "{out}");
+    assert!(!out.contains("== simulator"), "{out}");
+}
+
+#[test]
+fn sim_flag_adds_the_simulators_view() {
+    let o = run(&["--sim"]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}{err}");
+    assert!(err.is_empty(), "{err}");
+    let sim = out
+        .split_once("== simulator (SimConfig::tegra()")
+        .map(|(_, s)| s)
+        .unwrap_or_else(|| panic!("no simulator section: {out}"));
+    assert_eq!(
+        value(sim, "CUDA driver").unwrap(),
+        "found; supports CUDA 12.9 (cuDriverGetVersion = 12090)"
+    );
+    assert_eq!(value(sim, "devices").unwrap(), "1 (cuDeviceGetCount)");
+    let uuid = value(sim, "uuid").unwrap();
+    assert!(uuid.starts_with("GPU-") && uuid.len() == 40, "{uuid}");
+    assert_eq!(uuid.matches('-').count(), 5, "{uuid}");
+    assert!(
+        value(sim, "integrated")
+            .unwrap()
+            .starts_with("yes (attribute INTEGRATED (18) = 1)"),
+        "{sim}"
+    );
+    assert!(
+        value(sim, "fd (opaque)").unwrap().starts_with("yes "),
+        "{sim}"
+    );
+    assert!(
+        value(sim, "timeline semaphore")
+            .unwrap()
+            .starts_with("yes (attribute TIMELINE_SEMAPHORE_INTEROP_SUPPORTED (114) = 1)"),
+        "{sim}"
+    );
+    assert!(value(sim, "dma-buf").unwrap().contains("(124)"), "{sim}");
+    assert!(
+        value(sim, "nvsci")
+            .unwrap()
+            .starts_with("cuDeviceGetNvSciSyncAttributes present and NvSci libraries loaded"),
+        "{sim}"
+    );
+    // The simulator implements every CUDA and NvSciBuf entry point the
+    // project resolves.
+    for lib in ["libcuda.so.1", "libnvscibuf.so.1", "libnvsciipc.so"] {
+        let v = value(sim, lib).unwrap();
+        assert!(
+            v.ends_with("symbols present") && !v.starts_with("0/"),
+            "{lib}: {v}"
+        );
+        let (have, total) = v.split_once(' ').unwrap().0.split_once('/').unwrap();
+        assert_eq!(have, total, "{lib}: {v}");
+    }
+    // On a Tegra-like machine the jetson backend is refused for what is
+    // really missing: the kernel path, not NvSci or the GPU.
+    assert!(
+        value(sim, "jetson")
+            .unwrap()
+            .starts_with("not available: kernel path not built: "),
+        "{sim}"
+    );
+    assert!(
+        value(sim, "gpu").unwrap().contains("is an integrated GPU"),
+        "{sim}"
+    );
+}
+
+#[test]
+fn help_and_bad_arguments() {
+    let o = run(&["--help"]);
+    assert!(o.status.success());
+    assert!(text(&o.stdout).contains("--sim"));
+
+    for args in [&["--bogus"][..], &["--sim", "extra"][..]] {
+        let o = run(args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: unknown argument `"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}
