@@ -470,6 +470,242 @@ fn main() {
     );
     rows.push(row);
 
+    // -- what a "skip the bind when already current" check would cost --
+    let [row] = compare(
+        ["(diagnosis) raw `cuCtxGetCurrent` + compare vs raw `cuCtxSetCurrent`"],
+        WARM_BLOCKS,
+        BLOCKS / 4,
+        || {
+            let c = ctx.as_raw();
+            [timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    let mut cur: sys::CUcontext = std::ptr::null_mut();
+                    // SAFETY: a valid out pointer.
+                    let r = unsafe { (f.cuCtxGetCurrent)(&mut cur) };
+                    ok(&cu, "cuCtxGetCurrent", r);
+                    assert_eq!(std::hint::black_box(cur), c);
+                }
+            })]
+        },
+        || {
+            let c = ctx.as_raw();
+            [timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    // SAFETY: a live context.
+                    let r = unsafe { (f.cuCtxSetCurrent)(c) };
+                    ok(&cu, "cuCtxSetCurrent", r);
+                }
+            })]
+        },
+    );
+    rows.push(row);
+
+    // -- ours against raw calls that also make the context current first: what ours adds
+    //    beyond the bind --
+    let c = ctx.as_raw();
+    let [row] = compare(
+        ["(diagnosis) `Stream::signal` vs raw `cuCtxSetCurrent` + signal"],
+        WARM_BLOCKS,
+        BLOCKS / 2,
+        || {
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    ours_value += 1;
+                    stream
+                        .signal(&mut ours_one, SignalParams::timeline(ours_value))
+                        .unwrap();
+                }
+            });
+            sync();
+            [sample]
+        },
+        || {
+            let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    raw_value += 1;
+                    p.params.fence.value = raw_value;
+                    // SAFETY: a live context.
+                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+                    // SAFETY: a live imported semaphore, one parameter block, a live stream.
+                    let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
+                    ok(&cu, "cuSignalExternalSemaphoresAsync", r);
+                }
+            });
+            sync();
+            [sample]
+        },
+    );
+    rows.push(row);
+    let [row] = compare(
+        ["(diagnosis) `Stream::wait` vs raw `cuCtxSetCurrent` + wait"],
+        WARM_BLOCKS,
+        BLOCKS / 2,
+        || {
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    stream.wait(&ours_one, WaitParams::timeline(1)).unwrap();
+                }
+            });
+            sync();
+            [sample]
+        },
+        || {
+            let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+            p.params.fence.value = 1;
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    // SAFETY: a live context.
+                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+                    // SAFETY: a live imported semaphore, one parameter block, a live stream.
+                    let r = unsafe { (f.cuWaitExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
+                    ok(&cu, "cuWaitExternalSemaphoresAsync", r);
+                }
+            });
+            sync();
+            [sample]
+        },
+    );
+    rows.push(row);
+    let [row] = compare(
+        ["(diagnosis) `Stream::signal_batch` (8) vs raw `cuCtxSetCurrent` + signal (8)"],
+        WARM_BLOCKS,
+        BLOCKS / 2,
+        || {
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    ours_batch_value += 1;
+                    let v = ours_batch_value;
+                    stream
+                        .signal_batch(
+                            ours_eight
+                                .each_mut()
+                                .map(|sem| SemaphoreSignal::timeline(sem, v)),
+                        )
+                        .unwrap();
+                }
+            });
+            sync();
+            [sample]
+        },
+        || {
+            let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); 8];
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    raw_batch_value += 1;
+                    for q in &mut p {
+                        q.params.fence.value = raw_batch_value;
+                    }
+                    // SAFETY: a live context.
+                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+                    // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
+                    let r = unsafe {
+                        (f.cuSignalExternalSemaphoresAsync)(raw_eight.as_ptr(), p.as_ptr(), 8, s)
+                    };
+                    ok(&cu, "cuSignalExternalSemaphoresAsync", r);
+                }
+            });
+            sync();
+            [sample]
+        },
+    );
+    rows.push(row);
+    let [row] = compare(
+        ["(diagnosis) `Stream::wait_batch` (8) vs raw `cuCtxSetCurrent` + wait (8)"],
+        WARM_BLOCKS,
+        BLOCKS / 2,
+        || {
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    stream
+                        .wait_batch(
+                            ours_eight
+                                .each_ref()
+                                .map(|sem| SemaphoreWait::timeline(sem, 1)),
+                        )
+                        .unwrap();
+                }
+            });
+            sync();
+            [sample]
+        },
+        || {
+            let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); 8];
+            for q in &mut p {
+                q.params.fence.value = 1;
+            }
+            let sample = timed(BLOCK, || {
+                for _ in 0..BLOCK {
+                    // SAFETY: a live context.
+                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+                    // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
+                    let r = unsafe {
+                        (f.cuWaitExternalSemaphoresAsync)(raw_eight.as_ptr(), p.as_ptr(), 8, s)
+                    };
+                    ok(&cu, "cuWaitExternalSemaphoresAsync", r);
+                }
+            });
+            sync();
+            [sample]
+        },
+    );
+    rows.push(row);
+
+    // -- does an explicit stream need its context current? --
+    let (experiment, other_ctx, foreign_signal_ok) = context_experiment(&cu, &vk, c, s);
+    // Both sides signal the same semaphore, alternately: one increasing counter.
+    let shared_value = std::cell::Cell::new(raw_value);
+    if foreign_signal_ok {
+        let [row] = compare(
+            ["(diagnosis) raw signal with another context current vs with its own current"],
+            WARM_BLOCKS,
+            BLOCKS / 4,
+            || {
+                let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+                // SAFETY: a live context (created by the experiment).
+                ok(&cu, "cuCtxSetCurrent", unsafe {
+                    (f.cuCtxSetCurrent)(other_ctx)
+                });
+                let sample = timed(BLOCK, || {
+                    for _ in 0..BLOCK {
+                        shared_value.set(shared_value.get() + 1);
+                        p.params.fence.value = shared_value.get();
+                        // SAFETY: a live imported semaphore, one parameter block, a live stream.
+                        let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
+                        ok(&cu, "cuSignalExternalSemaphoresAsync", r);
+                    }
+                });
+                // SAFETY: a live context.
+                ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+                sync();
+                [sample]
+            },
+            || {
+                let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+                let sample = timed(BLOCK, || {
+                    for _ in 0..BLOCK {
+                        shared_value.set(shared_value.get() + 1);
+                        p.params.fence.value = shared_value.get();
+                        // SAFETY: a live imported semaphore, one parameter block, a live stream.
+                        let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
+                        ok(&cu, "cuSignalExternalSemaphoresAsync", r);
+                    }
+                });
+                sync();
+                [sample]
+            },
+        );
+        rows.push(row);
+    }
+    raw_value = shared_value.get();
+    // The value of the last raw signal must have arrived in Vulkan.
+    assert!(vk_sems[9].wait(raw_value, WAIT).unwrap());
+    // SAFETY: the context made by the experiment; nothing of ours lives in it; it is not
+    // current (the bench's own context is).
+    ok(&cu, "cuCtxDestroy", unsafe { (f.cuCtxDestroy)(other_ctx) });
+    // SAFETY: a live context.
+    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+
     // -- import + map, unmap + destroy --
     const MEM_SIZE: u64 = 64 * 1024;
     let vk_mem = vk
@@ -671,6 +907,15 @@ fn main() {
         }
     )
     .unwrap();
+    writeln!(
+        md,
+        "\nContext-current experiment (raw calls on the bench's stream, whose context is A; B \
+         is a second context made with `cuCtxCreate`):\n"
+    )
+    .unwrap();
+    for line in &experiment {
+        writeln!(md, "- {line}").unwrap();
+    }
     print!("{md}");
     if let Some(path) = out_path {
         std::fs::write(&path, &md).unwrap();
@@ -687,6 +932,98 @@ fn main() {
     ctx.destroy().unwrap();
     let errors = backend.take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Checks on the real driver whether `cuSignalExternalSemaphoresAsync` /
+/// `cuWaitExternalSemaphoresAsync` on an explicit stream need the stream's context to be current:
+/// with another context current, and with none, each call's result code and whether the value
+/// arrives (signal) or is honoured (wait). Returns the findings, one line each, and the second
+/// context (for the timing row; the caller destroys it) and whether a signal with it current
+/// succeeded. Leaves context A current.
+fn context_experiment(
+    cu: &RawCuda,
+    vk: &VulkanExporter,
+    a: sys::CUcontext,
+    s: sys::CUstream,
+) -> (Vec<String>, sys::CUcontext, bool) {
+    let f = cu.f;
+    let mut lines = Vec::new();
+    let mut foreign_signal_ok = false;
+    let name = |r: sys::CUresult| match cu.check("call", r) {
+        Ok(()) => "CUDA_SUCCESS".to_owned(),
+        Err(e) => format!("{} ({})", e.name, e.code),
+    };
+    let set = |c: sys::CUcontext| {
+        // SAFETY: a live context or null (unbinds).
+        ok(cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+    };
+    let dev = cu.device(0).unwrap();
+    let mut b: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a valid out pointer and device; the new context becomes current.
+    ok(cu, "cuCtxCreate", unsafe {
+        (f.cuCtxCreate)(&mut b, 0, dev)
+    });
+    let mut stream_ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out pointer.
+    ok(cu, "cuStreamGetCtx", unsafe {
+        (f.cuStreamGetCtx)(s, &mut stream_ctx)
+    });
+    lines.push(format!(
+        "`cuStreamGetCtx(stream)` is A: {}",
+        stream_ctx == a
+    ));
+    let (fd, vsem) = vk.export_timeline_semaphore(0).unwrap();
+    let sem = cu.import_semaphore_fd(fd, true).unwrap();
+    let query = || {
+        set(a);
+        // SAFETY: a live stream.
+        let r = unsafe { (f.cuStreamQuery)(s) };
+        name(r)
+    };
+    for (label, current) in [
+        ("B current", b),
+        ("no context current", std::ptr::null_mut()),
+    ] {
+        // Signal: value arrives?
+        let value = vsem.value().unwrap() + 1;
+        let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+        p.params.fence.value = value;
+        set(current);
+        // SAFETY: a live semaphore imported into A, one parameter block, A's live stream.
+        let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&sem, &p, 1, s) };
+        let signal_code = name(r);
+        if current == b && r.0 == 0 {
+            foreign_signal_ok = true;
+        }
+        set(a);
+        cu.sync(s).unwrap();
+        let arrived = vsem.wait(value, Duration::from_secs(2)).unwrap();
+        lines.push(format!(
+            "{label}: signal of {value} on A's stream returned {signal_code}; value reached              Vulkan: {arrived} (Vulkan reads {})",
+            vsem.value().unwrap()
+        ));
+        // Wait: honoured (stream blocked until Vulkan signals)?
+        let value = vsem.value().unwrap() + 1;
+        let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+        p.params.fence.value = value;
+        set(current);
+        // SAFETY: as above, for a wait.
+        let r = unsafe { (f.cuWaitExternalSemaphoresAsync)(&sem, &p, 1, s) };
+        let wait_code = name(r);
+        std::thread::sleep(Duration::from_millis(20));
+        let before = query();
+        vsem.signal(value).unwrap();
+        set(a);
+        cu.sync(s).unwrap();
+        let after = query();
+        lines.push(format!(
+            "{label}: wait for {value} on A's stream returned {wait_code}; stream before the              Vulkan signal: {before}, after it: {after}"
+        ));
+    }
+    set(a);
+    cu.destroy_semaphore(sem).unwrap();
+    drop(vsem);
+    (lines, b, foreign_signal_ok)
 }
 
 fn fmt_ns(ns: f64) -> String {

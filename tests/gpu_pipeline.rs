@@ -154,7 +154,10 @@ fn consumer_waits_for_the_release() {
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn out_of_order_use_is_refused() {
-    let g = FrameGeometry { stride: 64, rows: 4 };
+    let g = FrameGeometry {
+        stride: 64,
+        rows: 4,
+    };
     with(g, 2, Mode::DeviceCopy, |t| {
         assert!(t.producer_acquire(1, 0).is_err(), "wrong slot");
         assert!(t.producer_release(0, 0).is_err(), "release before acquire");
@@ -172,7 +175,10 @@ fn out_of_order_use_is_refused() {
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn teardown_with_a_waiting_consumer_does_not_hang() {
-    let g = FrameGeometry { stride: 64, rows: 4 };
+    let g = FrameGeometry {
+        stride: 64,
+        rows: 4,
+    };
     let t0 = Instant::now();
     with(g, 2, Mode::ZeroCopy, |t| {
         produce(t, 0, None);

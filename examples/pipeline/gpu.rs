@@ -188,7 +188,8 @@ pub fn pattern_seed(frame: u64) -> u32 {
 /// arithmetic as [`KERNEL_SOURCE`], on the host (checked against
 /// `TestPattern` in the tests and once per open).
 pub fn kernel_pattern_byte(seed: u32, row: u64, col: u64) -> u8 {
-    let col_term = ((col as u32 & 0xff) ^ (seed & 0xff)).wrapping_add(7u32.wrapping_mul((col >> 8) as u32));
+    let col_term =
+        ((col as u32 & 0xff) ^ (seed & 0xff)).wrapping_add(7u32.wrapping_mul((col >> 8) as u32));
     let row_term = 3u32
         .wrapping_mul((row as u32 & 0xff) ^ ((seed >> 8) & 0xff))
         .wrapping_add(5u32.wrapping_mul((row >> 8) as u32))
@@ -275,7 +276,8 @@ fn nvrtc_present() -> Result<(), TransportError> {
 /// Whether the discrete-GPU transport can run here: the reason either way,
 /// in one line.
 pub fn probe() -> Result<String, String> {
-    let backend = Backend::real().map_err(|e| format!("no CUDA driver ({e})").replace('\n', " "))?;
+    let backend =
+        Backend::real().map_err(|e| format!("no CUDA driver ({e})").replace('\n', " "))?;
     let device = backend
         .device(0)
         .map_err(|e| format!("no CUDA device ({e})"))?;
@@ -669,15 +671,16 @@ impl<'a> GpuTransport<'a> {
         let (done_tx, done_rx) = mpsc::sync_channel(slots);
         let stopping = Arc::new(AtomicBool::new(false));
         let worker = {
-            let (cu, events, stopping) = (Arc::clone(cu), Arc::clone(&events), Arc::clone(&stopping));
+            let (cu, events, stopping) =
+                (Arc::clone(cu), Arc::clone(&events), Arc::clone(&stopping));
             thread::Builder::new()
                 .name("gpu-completions".into())
                 .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
         let vectors = len.div_ceil(BYTES_PER_THREAD);
-        let grid = u32::try_from(vectors.div_ceil(BLOCK as usize).clamp(1, 1 << 20))
-            .unwrap_or(1 << 20);
+        let grid =
+            u32::try_from(vectors.div_ceil(BLOCK as usize).clamp(1, 1 << 20)).unwrap_or(1 << 20);
         Ok(GpuTransport {
             geometry,
             schedule,
@@ -991,9 +994,7 @@ impl FrameTransport for GpuTransport<'_> {
         }
         let value = self.schedule.ready_value(frame);
         let tracker = &mut self.ready_track[slot];
-        let reservation = tracker
-            .reserve(value)
-            .map_err(|e| err("ready fence")(&e))?;
+        let reservation = tracker.reserve(value).map_err(|e| err("ready fence")(&e))?;
         match self.ready_vk[slot].signal(reservation.value()) {
             Ok(()) => {
                 tracker

@@ -279,7 +279,11 @@ impl State {
                 .values()
                 .map(|w| w.core.pending())
                 .sum::<usize>()
-            + self.retired.iter().map(|(_, w)| w.core.pending()).sum::<usize>();
+            + self
+                .retired
+                .iter()
+                .map(|(_, w)| w.core.pending())
+                .sum::<usize>();
         let fds =
             self.memories.len() + self.semaphores.values().filter(|s| s._fd.is_some()).count();
         Ledger {
