@@ -24,13 +24,24 @@
 //!   the pipeline's loop next looks.
 //! - **Copy-based variant** ([`Mode::DeviceCopy`], the pipeline's `--copy`):
 //!   the same, except that the stream copies the frame into a device-local
-//!   CUDA buffer (`cuMemcpyDtoDAsync` from the imported host memory, i.e. a
-//!   host-to-device transfer), processes it there and copies it back before
-//!   signalling *free*. The kernel time is [`Completion::process`]; the copies
-//!   count as interop overhead.
+//!   CUDA buffer (a host-to-device transfer over PCIe), processes it there and
+//!   copies it back before signalling *free*. The kernel time is
+//!   [`Completion::process`]; the copies count as interop overhead. The
+//!   copies are copy kernels that use loads that refetch system memory and
+//!   write-through stores (see [`KERNEL_SOURCE`]).
 //!
 //! Everything is allocated when the transport is opened (fixed capacity): the
 //! steady state allocates nothing, on the host or on the GPU.
+//!
+//! # Status: fails verification on the H200
+//!
+//! On two H200 runs (driver 580.159.04, CUDA 13.0) the first use of every
+//! slot verified, and from the second use of a slot on the consumer read the
+//! slot's previous contents instead of the frame the CPU had just written:
+//! almost every byte in zero-copy mode, a varying part in copy mode. The
+//! pipeline reports that as a verification failure (non-zero exit); it never
+//! reports success for it. BENCHMARKS.md ("the discrete-GPU pipeline") has the
+//! figures, the analysis and the two designs proposed next.
 //!
 //! [`TestPattern`]: tegra_interop::camera::TestPattern
 
@@ -95,13 +106,24 @@ impl Mode {
 }
 
 /// The CUDA C source the consumer compiles with NVRTC when the transport
-/// opens. `check_and_invert` does what `process_frame` does on the host:
-/// byte `i` of the frame is at `row = i / stride`, `col = i % stride`; it is
-/// compared with the test pattern of the frame (the seed bytes `s0`, `s1`,
-/// `s2` are the low three bytes of `seed`, see [`pattern_seed`]), counted when
-/// different, and inverted. Each thread handles 16 bytes at a time, a warp
-/// adds up its counts with shuffles and one lane adds them to the frame's
-/// counter with an atomic.
+/// opens.
+///
+/// `check_and_invert*` do what `process_frame` does on the host: byte `i` of
+/// the frame is at `row = i / stride`, `col = i % stride`; it is compared
+/// with the test pattern of the frame (the seed bytes `s0`, `s1`, `s2` are the
+/// low three bytes of `seed`, see [`pattern_seed`]), counted when different,
+/// and inverted. Each thread handles 16 bytes at a time, a warp adds up its
+/// counts with shuffles and one lane adds them to the frame's counter with an
+/// atomic.
+///
+/// The `_sysmem` variant and the two copy kernels touch the imported
+/// host-visible Vulkan memory with `ld.global.cv` loads (cached system-memory
+/// lines are treated as stale and fetched again) and `st.global.wt` stores
+/// (written through to system memory). They were introduced after the first
+/// H200 run, in which the plain kernel and `cuMemcpyDtoDAsync` read the
+/// slot's previous contents from the second use of a slot on; the second
+/// H200 run showed the same failure with them (see the module docs'
+/// "Status" and BENCHMARKS.md), so they are not a fix.
 pub const KERNEL_SOURCE: &str = r#"
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -115,15 +137,29 @@ __device__ __forceinline__ u32 row_term(u64 row, u32 seed) {
          + 5u * (u32)(row >> 8) + ((seed >> 16) & 0xffu);
 }
 
-extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 stride,
-                                            u32 seed, u64 *mismatches) {
+template <bool SYS> __device__ __forceinline__ uint4 load16(const uint4 *p) {
+    if (SYS) { return __ldcv(p); } else { return *p; }
+}
+template <bool SYS> __device__ __forceinline__ void store16(uint4 *p, uint4 v) {
+    if (SYS) { __stwt(p, v); } else { *p = v; }
+}
+template <bool SYS> __device__ __forceinline__ unsigned char load1(const unsigned char *p) {
+    if (SYS) { return __ldcv(p); } else { return *p; }
+}
+template <bool SYS> __device__ __forceinline__ void store1(unsigned char *p, unsigned char v) {
+    if (SYS) { __stwt(p, v); } else { *p = v; }
+}
+
+template <bool SYS>
+__device__ __forceinline__ void check_and_invert_body(unsigned char *buf, u64 len, u64 stride,
+                                                      u32 seed, u64 *mismatches) {
     const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     const u64 threads = (u64)gridDim.x * blockDim.x;
     const u64 vectors = len / 16;
     u32 count = 0;
     uint4 *v = (uint4 *)buf;
     for (u64 i = tid; i < vectors; i += threads) {
-        uint4 w = v[i];
+        uint4 w = load16<SYS>(v + i);
         u32 words[4] = {w.x, w.y, w.z, w.w};
         u64 off = i * 16;
         u64 row = off / stride;
@@ -148,17 +184,17 @@ extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 str
             }
             words[k] = out;
         }
-        v[i] = make_uint4(words[0], words[1], words[2], words[3]);
+        store16<SYS>(v + i, make_uint4(words[0], words[1], words[2], words[3]));
     }
     const u64 tail = len - vectors * 16;
     if (tid < tail) {
         u64 off = vectors * 16 + tid;
         u64 row = off / stride;
         u64 col = off - row * stride;
-        u32 have = buf[off];
+        u32 have = load1<SYS>(buf + off);
         u32 want = (col_term(col, seed) + row_term(row, seed)) & 0xffu;
         count += (have != want);
-        buf[off] = (unsigned char)(~have);
+        store1<SYS>(buf + off, (unsigned char)(~have));
     }
     for (int o = 16; o > 0; o >>= 1) {
         count += __shfl_down_sync(0xffffffffu, count, o);
@@ -166,6 +202,42 @@ extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 str
     if ((threadIdx.x & 31u) == 0 && count != 0) {
         atomicAdd(mismatches, (u64)count);
     }
+}
+
+/* The frame in device memory (copy-based variant). */
+extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 stride,
+                                            u32 seed, u64 *mismatches) {
+    check_and_invert_body<false>(buf, len, stride, seed, mismatches);
+}
+
+/* The frame in imported host memory (zero-copy variant). */
+extern "C" __global__ void check_and_invert_sysmem(unsigned char *buf, u64 len, u64 stride,
+                                                   u32 seed, u64 *mismatches) {
+    check_and_invert_body<true>(buf, len, stride, seed, mismatches);
+}
+
+/* Copies `len` bytes; SRC_SYS / DST_SYS say which side is imported host memory. */
+template <bool SRC_SYS, bool DST_SYS>
+__device__ __forceinline__ void copy_body(unsigned char *dst, const unsigned char *src, u64 len) {
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 threads = (u64)gridDim.x * blockDim.x;
+    const u64 vectors = len / 16;
+    for (u64 i = tid; i < vectors; i += threads) {
+        store16<DST_SYS>((uint4 *)dst + i, load16<SRC_SYS>((const uint4 *)src + i));
+    }
+    const u64 tail = len - vectors * 16;
+    if (tid < tail) {
+        u64 off = vectors * 16 + tid;
+        store1<DST_SYS>(dst + off, load1<SRC_SYS>(src + off));
+    }
+}
+
+extern "C" __global__ void copy_from_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
+    copy_body<true, false>(dst, src, len);
+}
+
+extern "C" __global__ void copy_to_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
+    copy_body<false, true>(dst, src, len);
 }
 "#;
 
@@ -231,10 +303,17 @@ fn cu_call(call: &'static str, r: cu_sys::CUresult) -> Result<(), TransportError
         .map_err(|e| TransportError::new(format!("{call} failed: {e}")))
 }
 
-/// The NVRTC-compiled consumer kernel.
+/// The NVRTC-compiled consumer kernels.
 pub struct Kernel {
     _module: Arc<CudaModule>,
-    function: CudaFunction,
+    /// `check_and_invert` (device memory).
+    device: CudaFunction,
+    /// `check_and_invert_sysmem` (imported host memory).
+    sysmem: CudaFunction,
+    /// `copy_from_sysmem`.
+    copy_in: CudaFunction,
+    /// `copy_to_sysmem`.
+    copy_out: CudaFunction,
 }
 
 impl Kernel {
@@ -250,14 +329,72 @@ impl Kernel {
         let module = ctx
             .load_module(ptx)
             .map_err(|e| err("loading the consumer kernel")(&e))?;
-        let function = module
-            .load_function("check_and_invert")
-            .map_err(|e| err("finding the consumer kernel")(&e))?;
+        let get = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| err("finding a consumer kernel")(&e))
+        };
         Ok(Kernel {
+            device: get("check_and_invert")?,
+            sysmem: get("check_and_invert_sysmem")?,
+            copy_in: get("copy_from_sysmem")?,
+            copy_out: get("copy_to_sysmem")?,
             _module: module,
-            function,
         })
     }
+}
+
+/// Launches `function` on `stream` over `grid` blocks of [`BLOCK`] threads.
+///
+/// # Safety
+/// `params` must match the kernel's parameter list (one pointer to a value
+/// of each parameter's type), and every device address among them must stay
+/// valid until the kernel has run.
+unsafe fn launch(
+    function: &CudaFunction,
+    grid: u32,
+    stream: cu_sys::CUstream,
+    params: &mut [*mut c_void],
+    what: &'static str,
+) -> Result<(), TransportError> {
+    // SAFETY: the caller's contract; the driver copies the parameter values
+    // during the call.
+    unsafe {
+        cu_result::launch_kernel(
+            function.cu_function(),
+            (grid, 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            stream,
+            params,
+        )
+    }
+    .map_err(|e| err(what)(&e))
+}
+
+/// Queues a copy kernel: `len` bytes from `src` to `dst`.
+///
+/// # Safety
+/// `src` and `dst` must be device addresses of at least `len` bytes each,
+/// valid until the copy has run, not overlapping.
+unsafe fn launch_copy(
+    function: &CudaFunction,
+    grid: u32,
+    stream: cu_sys::CUstream,
+    dst: cu_sys::CUdeviceptr,
+    src: cu_sys::CUdeviceptr,
+    len: usize,
+    what: &'static str,
+) -> Result<(), TransportError> {
+    let (mut dst, mut src, mut len) = (dst, src, len as u64);
+    let mut params: [*mut c_void; 3] = [
+        (&mut dst as *mut u64).cast(),
+        (&mut src as *mut u64).cast(),
+        (&mut len as *mut u64).cast(),
+    ];
+    // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
+    // kernels' parameter list; the addresses are the caller's to keep valid.
+    unsafe { launch(function, grid, stream, &mut params, what) }
 }
 
 /// Whether cudarc can load NVRTC (it panics on first use when it cannot).
@@ -515,10 +652,10 @@ fn note(mode: Mode, location: MemoryLocation) -> &'static str {
             "zero-copy: frames live in host-visible (uncached) Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
         }
         (Mode::DeviceCopy, MemoryLocation::HostCached) => {
-            "copy-based: frames live in host-cached Vulkan memory; CUDA copies each into device memory, an NVRTC kernel checks and inverts it there, CUDA copies it back"
+            "copy-based: frames live in host-cached Vulkan memory; a CUDA copy kernel moves each into device memory, an NVRTC kernel checks and inverts it there, a copy kernel moves it back"
         }
         (Mode::DeviceCopy, _) => {
-            "copy-based: frames live in host-visible (uncached) Vulkan memory; CUDA copies each into device memory, an NVRTC kernel checks and inverts it there, CUDA copies it back"
+            "copy-based: frames live in host-visible (uncached) Vulkan memory; a CUDA copy kernel moves each into device memory, an NVRTC kernel checks and inverts it there, a copy kernel moves it back"
         }
     }
 }
@@ -775,9 +912,18 @@ impl<'a> GpuTransport<'a> {
                 // SAFETY: both ranges are `len` bytes of live allocations
                 // (the mapping of the slot's import, the slot's device
                 // buffer) that outlive the queued copy (torn down only after
-                // the stream is drained).
-                unsafe { cu_result::memcpy_dtod_async(dev, frame_ptr, len, s) }
-                    .map_err(|e| err("copying the frame into device memory")(&e))?;
+                // the stream is drained); they do not overlap.
+                unsafe {
+                    launch_copy(
+                        &self.kernel.copy_in,
+                        self.grid,
+                        s,
+                        dev,
+                        frame_ptr,
+                        len,
+                        "copying the frame into device memory",
+                    )
+                }?;
                 dev
             }
         };
@@ -798,27 +944,38 @@ impl<'a> GpuTransport<'a> {
             (&mut arg_seed as *mut u32).cast(),
             (&mut arg_counter as *mut u64).cast(),
         ];
-        // SAFETY: the parameters match the kernel's signature
+        let function = match self.mode {
+            Mode::ZeroCopy => &self.kernel.sysmem,
+            Mode::DeviceCopy => &self.kernel.device,
+        };
+        // SAFETY: the parameters match the kernels' signature
         // `(unsigned char*, u64, u64, u32, u64*)` and point at locals that
-        // live across the call (the driver copies them at launch); the
-        // kernel touches `len` bytes at `work_ptr` (a live mapping or device
-        // buffer of at least that size) and the slot's counter.
+        // live across the call; the kernel touches `len` bytes at `work_ptr`
+        // (a live mapping or device buffer of at least that size) and the
+        // slot's counter.
         unsafe {
-            cu_result::launch_kernel(
-                self.kernel.function.cu_function(),
-                (self.grid, 1, 1),
-                (BLOCK, 1, 1),
-                0,
+            launch(
+                function,
+                self.grid,
                 s,
                 &mut params,
+                "launching the consumer kernel",
             )
-        }
-        .map_err(|e| err("launching the consumer kernel")(&e))?;
+        }?;
         record(&ev.kernel_end)?;
         if self.mode == Mode::DeviceCopy {
             // SAFETY: as for the copy in, in the other direction.
-            unsafe { cu_result::memcpy_dtod_async(frame_ptr, work_ptr, len, s) }
-                .map_err(|e| err("copying the frame back from device memory")(&e))?;
+            unsafe {
+                launch_copy(
+                    &self.kernel.copy_out,
+                    self.grid,
+                    s,
+                    frame_ptr,
+                    work_ptr,
+                    len,
+                    "copying the frame back from device memory",
+                )
+            }?;
         }
         // SAFETY: the destination is the slot's u64 in pinned host memory
         // owned by `self`; the host reads it only after this frame's end

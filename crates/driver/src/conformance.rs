@@ -229,6 +229,11 @@ pub fn data_both_ways(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> Ch
     buffer
         .copy_from_host(at, &ours)
         .during(C, "copy from host")?;
+    // A host-to-device copy from pageable memory may return once the source is
+    // staged, before the bytes land; the exporter reads only after the
+    // context has finished its work (seen on the H200: without this the read
+    // was sometimes stale).
+    ctx.synchronize().during(C, "synchronize")?;
     let mut back = vec![0u8; ours.len()];
     exported.read(at, &mut back).during(C, "exporter read")?;
     ensure(C, back == ours, || {
