@@ -25,7 +25,7 @@ fn example() -> PathBuf {
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(example()).args(args).output().unwrap()
+    child_command(example()).args(args).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {
@@ -241,3 +241,18 @@ mod stats;
 #[allow(dead_code)]
 #[path = "../examples/pipeline/transport.rs"]
 mod transport;
+
+/// A command that starts `exe`; under a cross test runner without binfmt
+/// (`TEGRA_INTEROP_TEST_RUNNER`, e.g. `qemu-aarch64`, set by
+/// targets/aarch64-unknown-linux-gnu.toml) the child goes through it too.
+fn child_command(exe: impl AsRef<std::ffi::OsStr>) -> Command {
+    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut words = runner.split_whitespace();
+            let mut command = Command::new(words.next().unwrap_or_default());
+            command.args(words).arg(exe);
+            command
+        }
+        _ => Command::new(exe),
+    }
+}

@@ -187,7 +187,7 @@ fn two_processes_share_frames_and_fences() {
     set_inheritable(theirs.as_fd(), true).unwrap();
     set_inheritable(app_theirs.as_fd(), true).unwrap();
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
+    let mut child = child_command(exe)
         .args([
             "child_consumer",
             "--exact",
@@ -233,4 +233,19 @@ fn child_consumer() {
     set_inheritable(socket.as_fd(), false).unwrap();
     set_inheritable(app.as_fd(), false).unwrap();
     run_role("consumer", socket, UnixStream::from(app), consumer);
+}
+
+/// A command that starts `exe`; under a cross test runner without binfmt
+/// (`TEGRA_INTEROP_TEST_RUNNER`, e.g. `qemu-aarch64`, set by
+/// targets/aarch64-unknown-linux-gnu.toml) the child goes through it too.
+fn child_command(exe: impl AsRef<std::ffi::OsStr>) -> Command {
+    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
+        Ok(runner) if !runner.trim().is_empty() => {
+            let mut words = runner.split_whitespace();
+            let mut command = Command::new(words.next().unwrap_or_default());
+            command.args(words).arg(exe);
+            command
+        }
+        _ => Command::new(exe),
+    }
 }
