@@ -263,3 +263,61 @@ fn ping_pong_gpu_and_host_through_one_timeline() {
     assert_eq!(u64::from(mem.read_u32(0).unwrap()), 2 * n);
     mem.write_u32(0, 0).unwrap();
 }
+
+#[test]
+#[ignore = "needs a Vulkan device (GPU machine, or TEGRA_INTEROP_VULKAN_UUID)"]
+fn host_handover_releases_and_acquires_through_the_queue() {
+    let vk = exporter();
+    let a = vk
+        .allocate_memory(4096, MemoryLocation::HostCached)
+        .unwrap();
+    let b = vk
+        .allocate_memory(4096, MemoryLocation::HostVisible)
+        .unwrap();
+    let dev = vk
+        .allocate_memory(4096, MemoryLocation::DeviceLocal)
+        .unwrap();
+    assert!(matches!(vk.host_handover(&dev), Err(Error::NotHostVisible)));
+    let handover = vk.host_handover(&a).unwrap();
+    let (_fd, ready) = vk.export_timeline_semaphore(0).unwrap();
+    let (_fd2, free) = vk.export_timeline_semaphore(0).unwrap();
+    // Used with memory it was not recorded for: refused, nothing submitted.
+    assert!(matches!(
+        vk.release_host_writes(&handover, &b, &[], &[SemaphoreOp::timeline(&ready, 1)]),
+        Err(Error::HandoverMismatch)
+    ));
+    assert_eq!(ready.value().unwrap(), 0);
+    for round in 1..=3u64 {
+        a.write_u32(0, round as u32).unwrap();
+        vk.release_host_writes(&handover, &a, &[], &[SemaphoreOp::timeline(&ready, round)])
+            .unwrap();
+        assert!(ready.wait(round, WAIT).unwrap());
+        // The acquire waits on the queue for `free`, which the host signals late.
+        let acquired = std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                free.signal(round).unwrap();
+            });
+            let r = vk
+                .acquire_for_host(&handover, &a, &[SemaphoreOp::timeline(&free, round)], WAIT)
+                .unwrap();
+            t.join().unwrap();
+            r
+        });
+        assert!(acquired, "round {round}");
+        assert_eq!(free.value().unwrap(), round);
+        assert_eq!(a.read_u32(0).unwrap(), round as u32);
+    }
+    // An acquire whose wait is never satisfied times out (and is then let through).
+    let pending = vk
+        .acquire_for_host(
+            &handover,
+            &a,
+            &[SemaphoreOp::timeline(&free, 10)],
+            Duration::from_millis(50),
+        )
+        .unwrap();
+    assert!(!pending);
+    free.signal(10).unwrap();
+    assert!(vk.wait_idle(WAIT).unwrap());
+}

@@ -4,8 +4,11 @@
 //!   simulator (a Tegra-like machine: integrated GPU, NvSci present);
 //! - `jetson`: the same NvSci transport on the real driver; refused with the
 //!   reason until it can run (see [`crate::probe::jetson`]);
-//! - `gpu`: the discrete-GPU transport (Vulkan producer, CUDA consumer):
-//!   not built into this example yet, refused with the reason;
+//! - `gpu`: the discrete-GPU transport (Vulkan producer, CUDA NVRTC kernel
+//!   consumer, `gpu.rs`), when the program was built with it (the pipeline
+//!   with `--features vulkan` passes it in as a [`GpuHook`]) and its probe
+//!   finds a discrete NVIDIA GPU, a matching Vulkan device and NVRTC;
+//!   otherwise refused with the reason;
 //! - `host`: the host-reference transport ([`crate::host`]), a reference
 //!   and testing transport, never picked by `auto`;
 //! - `auto`: jetson -> gpu -> sim, the first that is available.
@@ -28,13 +31,34 @@ pub struct Opened<'a> {
     pub why: String,
     /// One line about how frames are processed, where it matters.
     pub note: Option<&'static str>,
+    /// In `--copy` mode the transport makes the copy itself (the GPU
+    /// transport copies through device memory), so the camera writes into
+    /// the slot directly instead of into a staging buffer.
+    pub transport_copies: bool,
+}
+
+/// The pipeline's body, run once over the opened transport (its result is
+/// kept by the caller of [`run_with`]).
+pub type Body<'b> = &'b mut dyn FnMut(Opened<'_>) -> Result<(), String>;
+
+/// The discrete-GPU transport, passed in by a program built with it (the
+/// pipeline with `--features vulkan`); programs without it pass `None`.
+#[derive(Clone, Copy)]
+pub struct GpuHook {
+    /// Whether it can run here (see [`probe::TransportProbe`]).
+    pub probe: probe::TransportProbe,
+    /// Opens it for the geometry, the ring and `--copy`, and runs the body
+    /// over it with the given reason; everything is released before it
+    /// returns.
+    pub open: fn(FrameGeometry, FenceSchedule, bool, String, Body<'_>) -> Result<(), String>,
 }
 
 /// The backend that will run, after `auto` is resolved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 enum Concrete {
     Host,
     Sim,
+    Gpu(GpuHook),
 }
 
 fn refuse(choice: BackendChoice, verdict: Verdict) -> Result<(Concrete, String), String> {
@@ -43,7 +67,7 @@ fn refuse(choice: BackendChoice, verdict: Verdict) -> Result<(Concrete, String),
             "backend `{}` is not available: {why}",
             choice.name()
         )),
-        // Neither hardware backend can be opened by this example yet, so an
+        // Only reached for a backend this program cannot open, so an
         // "available" verdict would be a bug in the probe.
         Verdict::Available(why) => Err(format!(
             "backend `{}` was reported available ({why}) but this example cannot open it",
@@ -53,7 +77,8 @@ fn refuse(choice: BackendChoice, verdict: Verdict) -> Result<(Concrete, String),
 }
 
 /// Resolves `choice` to what will run, with the reason.
-fn resolve(choice: BackendChoice) -> Result<(Concrete, String), String> {
+fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, String), String> {
+    let probe = || Probe::new().with_gpu_transport(gpu.map(|g| g.probe));
     match choice {
         BackendChoice::Host => Ok((Concrete::Host, "requested with --backend host".into())),
         BackendChoice::Sim => match probe::sim() {
@@ -63,12 +88,19 @@ fn resolve(choice: BackendChoice) -> Result<(Concrete, String), String> {
             )),
             unavailable => refuse(choice, unavailable),
         },
-        BackendChoice::Jetson => refuse(choice, Probe::new().jetson()),
-        BackendChoice::Gpu => refuse(choice, Probe::new().gpu()),
-        BackendChoice::Auto => match probe::auto(&Probe::new()) {
-            ("sim", why) => Ok((Concrete::Sim, why)),
-            ("jetson", why) => refuse(BackendChoice::Jetson, Verdict::Available(why)),
-            (_, why) => refuse(BackendChoice::Gpu, Verdict::Available(why)),
+        BackendChoice::Jetson => refuse(choice, probe().jetson()),
+        BackendChoice::Gpu => match (probe().gpu(), gpu) {
+            (Verdict::Available(why), Some(hook)) => Ok((
+                Concrete::Gpu(hook),
+                format!("requested with --backend gpu; {why}"),
+            )),
+            (verdict, _) => refuse(choice, verdict),
+        },
+        BackendChoice::Auto => match (probe::auto(&probe()), gpu) {
+            (("sim", why), _) => Ok((Concrete::Sim, why)),
+            (("gpu", why), Some(hook)) => Ok((Concrete::Gpu(hook), why)),
+            (("jetson", why), _) => refuse(BackendChoice::Jetson, Verdict::Available(why)),
+            ((_, why), _) => refuse(BackendChoice::Gpu, Verdict::Available(why)),
         },
     }
 }
@@ -80,17 +112,29 @@ fn resolve(choice: BackendChoice) -> Result<(Concrete, String), String> {
 pub fn run_with<R>(
     opts: &Options,
     geometry: FrameGeometry,
+    gpu: Option<GpuHook>,
     run: impl FnOnce(Opened<'_>) -> Result<R, String>,
 ) -> Result<R, String> {
     let schedule = FenceSchedule::new(opts.ring)?;
-    let (concrete, why) = resolve(opts.backend)?;
+    let (concrete, why) = resolve(opts.backend, gpu)?;
     match concrete {
+        Concrete::Gpu(hook) => {
+            let mut run = Some(run);
+            let mut out = None;
+            (hook.open)(geometry, schedule, opts.copy, why, &mut |opened| {
+                let run = run.take().ok_or("the pipeline body was run twice")?;
+                out = Some(run(opened)?);
+                Ok(())
+            })?;
+            out.ok_or_else(|| "the GPU transport did not run the pipeline".to_string())
+        }
         Concrete::Host => {
             let mut t = HostReference::new(geometry, schedule, opts.fault);
             run(Opened {
                 transport: &mut t,
                 why,
                 note: None,
+                transport_copies: false,
             })
         }
         Concrete::Sim => {
@@ -109,6 +153,7 @@ pub fn run_with<R>(
                         transport: t,
                         why,
                         note: Some(processing.describe()),
+                        transport_copies: false,
                     })
                 },
             )??;
@@ -142,7 +187,7 @@ mod tests {
                 backend: b,
                 ..Options::default()
             };
-            let e = run_with(&o, g, |_| Ok(())).err().unwrap();
+            let e = run_with(&o, g, None, |_| Ok(())).err().unwrap();
             assert!(
                 e.starts_with(&format!("backend `{}` is not available: ", b.name())),
                 "{e}"
@@ -155,8 +200,10 @@ mod tests {
     fn auto_falls_back_to_the_simulator_and_says_why() {
         let g = FrameGeometry { stride: 4, rows: 4 };
         let o = Options::default();
-        let (name, why) =
-            run_with(&o, g, |opened| Ok((opened.transport.backend(), opened.why))).unwrap();
+        let (name, why) = run_with(&o, g, None, |opened| {
+            Ok((opened.transport.backend(), opened.why))
+        })
+        .unwrap();
         assert_eq!(name, "nvsci-sim");
         assert!(
             why.starts_with("auto: the simulator, because jetson: not available: "),
@@ -167,7 +214,7 @@ mod tests {
             backend: BackendChoice::Host,
             ..Options::default()
         };
-        let name = run_with(&host, g, |o| Ok(o.transport.backend())).unwrap();
+        let name = run_with(&host, g, None, |o| Ok(o.transport.backend())).unwrap();
         assert_eq!(name, "host-reference");
     }
 }

@@ -26,7 +26,10 @@ usage: pipeline [options]
                     Tegra driver (not hardware)
                     host = host-reference: host memory + threads, a reference
                     and testing transport, not the simulator and not CUDA
+                    gpu = Vulkan frames and semaphores imported into CUDA,
+                    an NVRTC kernel consumes them (needs --features vulkan)
   --copy            copy each frame into the ring instead of writing in place
+                    (gpu: the consumer copies it into device memory and back)
   --json            print a machine-readable summary on stdout
   --quiet           no progress bar
   --fault F         (testing; --backend host or sim) none | skip-process | corrupt

@@ -8,12 +8,21 @@
 //!   as an opaque fd and imported into CUDA once
 //!   ([`ExternalMemory`] + [`MappedBuffer`], with the size Vulkan allocated).
 //! - **Fences**: per slot two Vulkan timeline semaphores, imported into CUDA.
-//!   *ready*: the producer host-signals it (`vkSignalSemaphore`) after writing;
-//!   the values it signals go through a core [`TimelineTracker`], and the CUDA
+//!   *ready*: after the camera wrote the frame, the producer submits a
+//!   recorded Vulkan queue batch ([`VulkanExporter::release_host_writes`])
+//!   that makes the host's writes visible to the device (the host-to-device
+//!   memory-domain operation of a queue submission, a host-write barrier,
+//!   the buffer released to the external owner) and then signals *ready*; the
+//!   values it signals go through a core [`TimelineTracker`], and the CUDA
 //!   stream waits for exactly the tracked value. *free*: the CUDA stream
 //!   signals it after processing ([`Stream::signal`], whose driver-side
-//!   tracking returns the value); the producer host-waits for it
-//!   (`vkWaitSemaphores`) before overwriting the slot.
+//!   tracking returns the value); before the host touches the slot again the
+//!   producer submits the second recorded batch
+//!   ([`VulkanExporter::acquire_for_host`]), which waits for *free* on the
+//!   queue, takes the buffer back and makes the device's writes visible to
+//!   the host, and host-waits for that batch. The memory types used are
+//!   host-coherent, so the mapped range needs no explicit flush or
+//!   invalidate.
 //! - **Consumer**: one CUDA stream; per frame it waits for *ready*, runs a
 //!   kernel compiled at run time with NVRTC (through cudarc) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
@@ -33,15 +42,20 @@
 //! Everything is allocated when the transport is opened (fixed capacity): the
 //! steady state allocates nothing, on the host or on the GPU.
 //!
-//! # Status: fails verification on the H200
+//! # Why the handover goes through the Vulkan queue
 //!
-//! On two H200 runs (driver 580.159.04, CUDA 13.0) the first use of every
-//! slot verified, and from the second use of a slot on the consumer read the
-//! slot's previous contents instead of the frame the CPU had just written:
-//! almost every byte in zero-copy mode, a varying part in copy mode. The
-//! pipeline reports that as a verification failure (non-zero exit); it never
-//! reports success for it. BENCHMARKS.md ("the discrete-GPU pipeline") has the
-//! figures, the analysis and the two designs proposed next.
+//! The first design signalled *ready* from the host (`vkSignalSemaphore`)
+//! and host-waited *free*. On the H200 (driver 580.159.04, CUDA 13.0) that
+//! verified the first use of every slot only: from the second use on, the
+//! consumer read the slot's previous contents (its own output) instead of the
+//! frame the CPU had just written. Vulkan makes host writes visible to the
+//! device only through a queue submission; a host-side signal performs no
+//! such operation, and the GPU kept stale cached lines of the system-memory
+//! allocation. With the queue batches the pipeline verifies every frame, in
+//! both modes; the old behaviour is kept as a diagnosis control
+//! ([`Handover::HostOnly`], `TEGRA_INTEROP_GPU_HANDOVER=host-only`) and still
+//! fails the same way. BENCHMARKS.md ("the discrete-GPU pipeline") has the
+//! runs and figures.
 //!
 //! [`TestPattern`]: tegra_interop::camera::TestPattern
 
@@ -63,7 +77,9 @@ use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParam
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
 };
-use tegra_interop::vulkan::{MemoryLocation, VulkanExporter, VulkanMemory, VulkanSemaphore};
+use tegra_interop::vulkan::{
+    HostHandover, MemoryLocation, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
+};
 
 use crate::ring::FenceSchedule;
 use crate::transport::{Completion, FrameGeometry, FrameTransport, TransportError};
@@ -105,6 +121,50 @@ impl Mode {
     }
 }
 
+/// How the producer hands a frame to CUDA and takes the slot back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// Through Vulkan queue batches ([`VulkanExporter::release_host_writes`],
+    /// [`VulkanExporter::acquire_for_host`]): the release makes the host's
+    /// writes visible to the device before it signals *ready*, the acquire
+    /// waits for *free* on the queue and makes the device's writes visible to
+    /// the host. The default, and the only correct one.
+    Queue,
+    /// Host-side semaphore operations only (`vkSignalSemaphore` for *ready*,
+    /// `vkWaitSemaphores` for *free*): the first design, which read stale
+    /// frames on the H200. Kept as a diagnosis control, selected with
+    /// `TEGRA_INTEROP_GPU_HANDOVER=host-only`; it is expected to fail
+    /// verification.
+    HostOnly,
+}
+
+impl Handover {
+    /// The environment variable that selects the diagnosis control.
+    pub const ENV: &'static str = "TEGRA_INTEROP_GPU_HANDOVER";
+
+    /// [`Handover::Queue`] unless [`Handover::ENV`] says `host-only`
+    /// (`queue` is accepted too; anything else is an error).
+    pub fn from_env() -> Result<Handover, TransportError> {
+        match std::env::var(Self::ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Handover::Queue),
+            Ok(v) => Self::parse(&v),
+            Err(e) => Err(TransportError::new(format!("{}: {e}", Self::ENV))),
+        }
+    }
+
+    /// `queue` or `host-only`.
+    pub fn parse(value: &str) -> Result<Handover, TransportError> {
+        match value {
+            "queue" => Ok(Handover::Queue),
+            "host-only" => Ok(Handover::HostOnly),
+            v => Err(TransportError::new(format!(
+                "{}={v:?}: expected `queue` or `host-only`",
+                Self::ENV
+            ))),
+        }
+    }
+}
+
 /// The CUDA C source the consumer compiles with NVRTC when the transport
 /// opens.
 ///
@@ -119,11 +179,12 @@ impl Mode {
 /// The `_sysmem` variant and the two copy kernels touch the imported
 /// host-visible Vulkan memory with `ld.global.cv` loads (cached system-memory
 /// lines are treated as stale and fetched again) and `st.global.wt` stores
-/// (written through to system memory). They were introduced after the first
-/// H200 run, in which the plain kernel and `cuMemcpyDtoDAsync` read the
-/// slot's previous contents from the second use of a slot on; the second
-/// H200 run showed the same failure with them (see the module docs'
-/// "Status" and BENCHMARKS.md), so they are not a fix.
+/// (written through to system memory). They were tried while frames were
+/// still handed over with host-side semaphore operations only, and did not
+/// stop the consumer from reading stale bytes (see the module docs and
+/// BENCHMARKS.md); the fix is the queue handover ([`Handover::Queue`]). They
+/// are kept because they cost nothing measurable here and do not rely on
+/// cached system-memory lines.
 pub const KERNEL_SOURCE: &str = r#"
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -573,6 +634,10 @@ pub struct GpuTransport<'a> {
     stream: Stream<'a>,
     cstream: Arc<CudaStream>,
     // Vulkan side.
+    vk: &'a VulkanExporter,
+    handover: Handover,
+    /// Per slot: the recorded host <-> CUDA handover batches of its frame.
+    handovers: Vec<HostHandover>,
     frames: &'a mut [VulkanMemory],
     ready_vk: Vec<VulkanSemaphore>,
     free_vk: Vec<VulkanSemaphore>,
@@ -643,7 +708,10 @@ fn import_frame<'c>(
 }
 
 /// What the pipeline prints about how frames are processed.
-fn note(mode: Mode, location: MemoryLocation) -> &'static str {
+fn note(mode: Mode, location: MemoryLocation, handover: Handover) -> &'static str {
+    if handover == Handover::HostOnly {
+        return "DIAGNOSIS CONTROL (TEGRA_INTEROP_GPU_HANDOVER=host-only): ready is signalled and free waited for on the host only, with no Vulkan queue batch; expected to fail verification";
+    }
     match (mode, location) {
         (Mode::ZeroCopy, MemoryLocation::HostCached) => {
             "zero-copy: frames live in host-cached Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
@@ -698,6 +766,7 @@ pub fn with_transport<R>(
         &ctx,
         &cu,
         &vk,
+        Handover::from_env()?,
         &kernel,
         &mut frames,
         &imports,
@@ -706,7 +775,8 @@ pub fn with_transport<R>(
         mode,
         location,
     )?;
-    let result = f(&mut transport, note(mode, location));
+    let line = note(mode, location, transport.handover);
+    let result = f(&mut transport, line);
     transport.shut_down()?;
     drop(transport);
     let errors = backend.take_drop_errors();
@@ -721,7 +791,8 @@ impl<'a> GpuTransport<'a> {
     fn new(
         ctx: &'a Context,
         cu: &Arc<CudaContext>,
-        vk: &VulkanExporter,
+        vk: &'a VulkanExporter,
+        handover: Handover,
         kernel: &'a Kernel,
         frames: &'a mut [VulkanMemory],
         imports: &'a [ExternalMemory<'a>],
@@ -804,6 +875,12 @@ impl<'a> GpuTransport<'a> {
             .synchronize()
             .map_err(|e| err("synchronising the CUDA stream")(&e))?;
 
+        let handovers = frames
+            .iter()
+            .map(|m| vk.host_handover(m))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err("recording the frame handover batches")(&e))?;
+
         let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
         let (done_tx, done_rx) = mpsc::sync_channel(slots);
         let stopping = Arc::new(AtomicBool::new(false));
@@ -838,6 +915,9 @@ impl<'a> GpuTransport<'a> {
             events,
             stream,
             cstream,
+            vk,
+            handover,
+            handovers,
             frames,
             ready_vk,
             free_vk,
@@ -1111,9 +1191,16 @@ impl FrameTransport for GpuTransport<'_> {
                     "slot {slot}: frame {frame} waits for its free fence to reach {want}, but the consumer was only asked to signal up to {promised}"
                 )));
             }
-            let reached = self.free_vk[slot]
-                .wait(want, FREE_WAIT)
-                .map_err(|e| err("waiting for the free fence")(&e))?;
+            let reached = match self.handover {
+                Handover::Queue => self.vk.acquire_for_host(
+                    &self.handovers[slot],
+                    &self.frames[slot],
+                    &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
+                    FREE_WAIT,
+                ),
+                Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
+            }
+            .map_err(|e| err("waiting for the free fence")(&e))?;
             if !reached {
                 return Err(TransportError::new(format!(
                     "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
@@ -1152,7 +1239,19 @@ impl FrameTransport for GpuTransport<'_> {
         let value = self.schedule.ready_value(frame);
         let tracker = &mut self.ready_track[slot];
         let reservation = tracker.reserve(value).map_err(|e| err("ready fence")(&e))?;
-        match self.ready_vk[slot].signal(reservation.value()) {
+        let signalled = match self.handover {
+            Handover::Queue => self.vk.release_host_writes(
+                &self.handovers[slot],
+                &self.frames[slot],
+                &[],
+                &[SemaphoreOp::timeline(
+                    &self.ready_vk[slot],
+                    reservation.value(),
+                )],
+            ),
+            Handover::HostOnly => self.ready_vk[slot].signal(reservation.value()),
+        };
+        match signalled {
             Ok(()) => {
                 tracker
                     .commit(reservation)
@@ -1244,6 +1343,14 @@ mod tests {
             }
         }
         self_check_pattern(7680, 1080).unwrap();
+    }
+
+    #[test]
+    fn handover_values_parse() {
+        assert_eq!(Handover::parse("queue").unwrap(), Handover::Queue);
+        assert_eq!(Handover::parse("host-only").unwrap(), Handover::HostOnly);
+        let e = Handover::parse("host").unwrap_err().0;
+        assert!(e.contains(Handover::ENV) && e.contains("host-only"), "{e}");
     }
 
     #[test]

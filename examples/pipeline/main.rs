@@ -15,6 +15,8 @@
 
 mod backend;
 mod cli;
+#[cfg(feature = "vulkan")]
+mod gpu;
 mod host;
 mod nvsci;
 mod probe;
@@ -70,6 +72,43 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The discrete-GPU transport, in a build with `--features vulkan`.
+#[cfg(feature = "vulkan")]
+const GPU: Option<backend::GpuHook> = Some(backend::GpuHook {
+    probe: gpu::probe,
+    open: open_gpu,
+});
+
+/// No discrete-GPU transport in a build without `--features vulkan`.
+#[cfg(not(feature = "vulkan"))]
+const GPU: Option<backend::GpuHook> = None;
+
+/// Opens the discrete-GPU transport (zero-copy, or copy-based for `--copy`)
+/// and runs the pipeline's body over it.
+#[cfg(feature = "vulkan")]
+fn open_gpu(
+    geometry: FrameGeometry,
+    schedule: ring::FenceSchedule,
+    copy: bool,
+    why: String,
+    body: backend::Body<'_>,
+) -> Result<(), String> {
+    gpu::with_transport(
+        geometry,
+        schedule,
+        gpu::Mode::from_copy_flag(copy),
+        |t, note| {
+            body(Opened {
+                transport: t,
+                why,
+                note: Some(note),
+                transport_copies: true,
+            })
+        },
+    )
+    .map_err(|e| e.to_string())?
 }
 
 /// Remembers when the camera finished writing and checks the frame order.
@@ -157,12 +196,17 @@ fn run(opts: &Options) -> Result<Report, String> {
         stride: opts.sensor.stride(),
         rows: usize::from(opts.sensor.height),
     };
-    backend::run_with(opts, geometry, |opened| pipeline(opts, geometry, opened))
+    backend::run_with(opts, geometry, GPU, |opened| {
+        pipeline(opts, geometry, opened)
+    })
 }
 
 fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Result<Report, String> {
     let sensor = opts.sensor;
     let transport = opened.transport;
+    // `--copy`: the camera writes into a staging buffer that is copied into
+    // the slot, unless the transport makes its own copy.
+    let host_copy = opts.copy && !opened.transport_copies;
     if transport.geometry() != geometry {
         return Err(format!(
             "transport laid out frames as {:?}, the camera needs {geometry:?}",
@@ -193,7 +237,7 @@ fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Resu
     };
     let mut v = Verification::default();
     // The copy-based variant's camera buffer, allocated once.
-    let mut staging = if opts.copy {
+    let mut staging = if host_copy {
         vec![0u8; geometry.frame_len()]
     } else {
         Vec::new()
@@ -224,14 +268,14 @@ fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Resu
             expected_index: frame,
             at: None,
         };
-        let target: &mut [u8] = if opts.copy { &mut staging } else { bytes };
+        let target: &mut [u8] = if host_copy { &mut staging } else { bytes };
         camera
             .capture(target, &mut sink)
             .map_err(|e| e.to_string())?;
         let written = sink
             .at
             .ok_or("camera returned without signalling the frame")?;
-        if opts.copy {
+        if host_copy {
             bytes.copy_from_slice(&staging);
         }
         transport

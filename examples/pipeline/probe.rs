@@ -130,8 +130,22 @@ fn vulkan_loader() -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// The discrete-GPU backend (Vulkan producer, CUDA consumer).
+/// Asks a discrete-GPU transport built into the program whether it can run
+/// here (the pipeline's `gpu::probe` when built with `--features vulkan`):
+/// the reason either way, in one line.
+pub type TransportProbe = fn() -> Result<String, String>;
+
+/// The discrete-GPU backend (Vulkan producer, CUDA consumer), as seen by a
+/// program that does not contain its transport (e.g. `interop_info`): the
+/// hardware checks, then "not built into this program".
+#[allow(dead_code)] // used by `interop_info`, not by the pipeline
 pub fn gpu(backend: Result<&Backend, &str>) -> Verdict {
+    gpu_with(backend, None)
+}
+
+/// The discrete-GPU backend: the hardware checks on `backend`, then the
+/// transport's own probe where the program has the transport.
+pub fn gpu_with(backend: Result<&Backend, &str>, transport: Option<TransportProbe>) -> Verdict {
     let backend = match backend {
         Ok(b) => b,
         Err(why) => return Verdict::Unavailable(why.to_string()),
@@ -148,9 +162,15 @@ pub fn gpu(backend: Result<&Backend, &str>) -> Verdict {
     if let Err(e) = vulkan_loader() {
         return Verdict::Unavailable(format!("no Vulkan loader ({e})"));
     }
-    Verdict::Unavailable(format!(
-        "device 0 ({name}) and a Vulkan loader were found, but the discrete-GPU transport (Vulkan producer, CUDA kernel consumer) is not built into this example yet"
-    ))
+    match transport {
+        Some(probe) => match probe() {
+            Ok(why) => Verdict::Available(why),
+            Err(why) => Verdict::Unavailable(why),
+        },
+        None => Verdict::Unavailable(format!(
+            "device 0 ({name}) and a Vulkan loader were found, but this program was built without the discrete-GPU transport (the pipeline example has it when built with --features vulkan)"
+        )),
+    }
 }
 
 /// The simulator backend: always there.
@@ -164,6 +184,8 @@ pub fn sim() -> Verdict {
 pub struct Probe {
     /// `Backend::real()`, or why it failed (one line).
     pub real: Result<Arc<Backend>, String>,
+    /// The discrete-GPU transport's probe, where the program has it.
+    pub gpu_transport: Option<TransportProbe>,
 }
 
 impl Probe {
@@ -171,7 +193,15 @@ impl Probe {
     pub fn new() -> Probe {
         Probe {
             real: Backend::real().map_err(|e| e.to_string().replace('\n', " ")),
+            gpu_transport: None,
         }
+    }
+
+    /// The same, for a program that contains the discrete-GPU transport
+    /// (`probe` is its own check: Vulkan device, NVRTC, ...).
+    pub fn with_gpu_transport(mut self, probe: Option<TransportProbe>) -> Probe {
+        self.gpu_transport = probe;
+        self
     }
 
     fn backend(&self) -> Result<&Backend, &str> {
@@ -185,7 +215,7 @@ impl Probe {
 
     /// The discrete-GPU verdict on this machine.
     pub fn gpu(&self) -> Verdict {
-        gpu(self.backend())
+        gpu_with(self.backend(), self.gpu_transport)
     }
 }
 
