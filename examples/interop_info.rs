@@ -13,6 +13,21 @@
 #[path = "pipeline/probe.rs"]
 mod probe;
 
+// With the Vulkan exporter built in, the report probes the discrete-GPU
+// transport exactly as the pipeline does.
+#[cfg(feature = "vulkan")]
+#[allow(dead_code)]
+#[path = "pipeline/transport.rs"]
+mod transport;
+#[cfg(feature = "vulkan")]
+#[allow(dead_code)]
+#[path = "pipeline/ring.rs"]
+mod ring;
+#[cfg(feature = "vulkan")]
+#[allow(dead_code)]
+#[path = "pipeline/gpu.rs"]
+mod gpu;
+
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
@@ -241,7 +256,11 @@ fn report(with_sim: bool) -> Result<String, String> {
         version(CUDA_VERSION as i32)
     );
     let _ = writeln!(out, "== this machine ==");
-    let probe = probe::Probe::new();
+    #[cfg(feature = "vulkan")]
+    let hook = Some(gpu::probe as probe::TransportProbe);
+    #[cfg(not(feature = "vulkan"))]
+    let hook = None;
+    let probe = probe::Probe::new().with_gpu_transport(hook);
     match &probe.real {
         Ok(backend) => backend_section(&mut out, backend),
         Err(e) => {
