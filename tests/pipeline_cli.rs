@@ -221,6 +221,9 @@ mod cli;
 #[path = "../examples/pipeline/host.rs"]
 mod host;
 #[allow(dead_code)]
+#[path = "../examples/pipeline/kernel.rs"]
+mod kernel;
+#[allow(dead_code)]
 #[path = "../examples/pipeline/nvsci.rs"]
 mod nvsci;
 #[allow(dead_code)]

@@ -2,8 +2,11 @@
 //!
 //! - `sim`: the NvSci transport ([`crate::nvsci`]) on the built-in
 //!   simulator (a Tegra-like machine: integrated GPU, NvSci present);
-//! - `jetson`: the same NvSci transport on the real driver; refused with the
-//!   reason until it can run (see [`crate::probe::jetson`]);
+//! - `jetson`: the same NvSci transport on the real driver, its frames
+//!   processed by the NVRTC kernel ([`Processing::CudaKernel`]), when
+//!   [`crate::probe::jetson`] finds an integrated GPU, the NvSci libraries
+//!   and symbols and NVRTC; otherwise refused with the reason. Built and
+//!   its refusals tested; never run on a Jetson;
 //! - `gpu`: the discrete-GPU transport (Vulkan producer, CUDA NVRTC kernel
 //!   consumer, `gpu.rs`), when the program was built with it (the pipeline
 //!   with `--features vulkan` passes it in as a [`GpuHook`]) and its probe
@@ -13,6 +16,9 @@
 //!   and testing transport, never picked by `auto`;
 //! - `auto`: jetson -> gpu -> sim, the first that is available.
 
+use std::sync::Arc;
+
+use tegra_interop::driver::Backend;
 use tegra_interop_sim::{Sim, SimConfig};
 
 use crate::cli::{BackendChoice, Options};
@@ -54,10 +60,12 @@ pub struct GpuHook {
 }
 
 /// The backend that will run, after `auto` is resolved.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Concrete {
     Host,
     Sim,
+    /// The NvSci transport with the kernel, on this (real) driver.
+    Jetson(Arc<Backend>),
     Gpu(GpuHook),
 }
 
@@ -76,6 +84,14 @@ fn refuse(choice: BackendChoice, verdict: Verdict) -> Result<(Concrete, String),
     }
 }
 
+/// The jetson backend on the probed driver, once its probe said available.
+fn jetson_on(probe: &Probe, why: String) -> Result<(Concrete, String), String> {
+    match &probe.real {
+        Ok(backend) => Ok((Concrete::Jetson(Arc::clone(backend)), why)),
+        Err(e) => refuse(BackendChoice::Jetson, Verdict::Unavailable(e.clone())),
+    }
+}
+
 /// Resolves `choice` to what will run, with the reason.
 fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, String), String> {
     let probe = || Probe::new().with_gpu_transport(gpu.map(|g| g.probe));
@@ -88,7 +104,15 @@ fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, Str
             )),
             unavailable => refuse(choice, unavailable),
         },
-        BackendChoice::Jetson => refuse(choice, probe().jetson()),
+        BackendChoice::Jetson => {
+            let p = probe();
+            match p.jetson() {
+                Verdict::Available(why) => {
+                    jetson_on(&p, format!("requested with --backend jetson; {why}"))
+                }
+                unavailable => refuse(choice, unavailable),
+            }
+        }
         BackendChoice::Gpu => match (probe().gpu(), gpu) {
             (Verdict::Available(why), Some(hook)) => Ok((
                 Concrete::Gpu(hook),
@@ -96,12 +120,15 @@ fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, Str
             )),
             (verdict, _) => refuse(choice, verdict),
         },
-        BackendChoice::Auto => match (probe::auto(&probe()), gpu) {
-            (("sim", why), _) => Ok((Concrete::Sim, why)),
-            (("gpu", why), Some(hook)) => Ok((Concrete::Gpu(hook), why)),
-            (("jetson", why), _) => refuse(BackendChoice::Jetson, Verdict::Available(why)),
-            ((_, why), _) => refuse(BackendChoice::Gpu, Verdict::Available(why)),
-        },
+        BackendChoice::Auto => {
+            let p = probe();
+            match (probe::auto(&p), gpu) {
+                (("sim", why), _) => Ok((Concrete::Sim, why)),
+                (("gpu", why), Some(hook)) => Ok((Concrete::Gpu(hook), why)),
+                (("jetson", why), _) => jetson_on(&p, why),
+                ((_, why), _) => refuse(BackendChoice::Gpu, Verdict::Available(why)),
+            }
+        }
     }
 }
 
@@ -127,6 +154,33 @@ pub fn run_with<R>(
                 Ok(())
             })?;
             out.ok_or_else(|| "the GPU transport did not run the pipeline".to_string())
+        }
+        Concrete::Jetson(backend) => {
+            // Built, never run on a Jetson (see `nvsci.rs`).
+            let processing = Processing::CudaKernel;
+            let result = nvsci::with_transport(
+                &backend,
+                "nvsci-jetson",
+                processing,
+                geometry,
+                schedule,
+                opts.fault,
+                |t| {
+                    run(Opened {
+                        transport: t,
+                        why,
+                        note: Some(processing.describe()),
+                        transport_copies: false,
+                    })
+                },
+            )??;
+            if let Some(e) = backend.take_drop_errors().first() {
+                return Err(format!(
+                    "releasing the CUDA / NvSci objects: {}",
+                    e.to_string().replace('\n', " ")
+                ));
+            }
+            Ok(result)
         }
         Concrete::Host => {
             let mut t = HostReference::new(geometry, schedule, opts.fault);

@@ -28,6 +28,9 @@ usage: pipeline [options]
                     and testing transport, not the simulator and not CUDA
                     gpu = Vulkan frames and semaphores imported into CUDA,
                     an NVRTC kernel consumes them (needs --features vulkan)
+                    jetson = the sim backend's NvSci ring on a Jetson's real
+                    driver, an NVRTC kernel processes the frames (needs
+                    NVRTC; built, never run on a Jetson)
   --copy            copy each frame into the ring instead of writing in place
                     (gpu: the consumer copies it into device memory and back)
   --json            print a machine-readable summary on stdout

@@ -24,7 +24,8 @@
 //!   host-coherent, so the mapped range needs no explicit flush or
 //!   invalidate.
 //! - **Consumer**: one CUDA stream; per frame it waits for *ready*, runs a
-//!   kernel compiled at run time with NVRTC (through cudarc) that counts the
+//!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
+//!   module, shared with the NvSci transport's Jetson path) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
 //!   byte in place (exactly [`crate::transport::process_frame`]), copies the
 //!   slot's mismatch counter into pinned host memory, signals *free* and
@@ -37,7 +38,7 @@
 //!   copies it back before signalling *free*. The kernel time is
 //!   [`Completion::process`]; the copies count as interop overhead. The
 //!   copies are copy kernels that use loads that refetch system memory and
-//!   write-through stores (see [`KERNEL_SOURCE`]).
+//!   write-through stores (see [`kernel::KERNEL_SOURCE`]).
 //!
 //! Everything is allocated when the transport is opened (fixed capacity): the
 //! steady state allocates nothing, on the host or on the GPU.
@@ -59,20 +60,15 @@
 //!
 //! [`TestPattern`]: tegra_interop::camera::TestPattern
 
-use std::ffi::c_void;
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    result as cu_result, sys as cu_sys, CudaContext, CudaEvent, CudaFunction, CudaModule,
-    CudaSlice, CudaStream, DevicePtr, PinnedHostSlice,
-};
+use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
@@ -84,6 +80,14 @@ use tegra_interop::vulkan::{
 use crate::ring::FenceSchedule;
 use crate::transport::{Completion, FrameGeometry, FrameTransport, TransportError};
 
+// The consumer's kernel, shared with the NvSci transport. Declared here, so
+// that every program that includes this file by path gets it along (see the
+// module's docs).
+#[path = "kernel.rs"]
+pub mod kernel;
+
+use self::kernel::{CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
 
@@ -93,12 +97,6 @@ const FREE_WAIT: Duration = Duration::from_secs(10);
 /// How long the completion thread keeps waiting for a frame once the
 /// transport is being torn down.
 const TEARDOWN_WAIT: Duration = Duration::from_secs(10);
-
-/// Threads per block of the kernel (a multiple of the warp size).
-const BLOCK: u32 = 256;
-
-/// Bytes each kernel thread handles per step (one 16-byte vector).
-const BYTES_PER_THREAD: usize = 16;
 
 /// Where the consumer processes the frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,310 +163,8 @@ impl Handover {
     }
 }
 
-/// The CUDA C source the consumer compiles with NVRTC when the transport
-/// opens.
-///
-/// `check_and_invert*` do what `process_frame` does on the host: byte `i` of
-/// the frame is at `row = i / stride`, `col = i % stride`; it is compared
-/// with the test pattern of the frame (the seed bytes `s0`, `s1`, `s2` are the
-/// low three bytes of `seed`, see [`pattern_seed`]), counted when different,
-/// and inverted. Each thread handles 16 bytes at a time, a warp adds up its
-/// counts with shuffles and one lane adds them to the frame's counter with an
-/// atomic.
-///
-/// The `_sysmem` variant and the two copy kernels touch the imported
-/// host-visible Vulkan memory with `ld.global.cv` loads (cached system-memory
-/// lines are treated as stale and fetched again) and `st.global.wt` stores
-/// (written through to system memory). They were tried while frames were
-/// still handed over with host-side semaphore operations only, and did not
-/// stop the consumer from reading stale bytes (see the module docs and
-/// BENCHMARKS.md); the fix is the queue handover ([`Handover::Queue`]). They
-/// are kept because they cost nothing measurable here and do not rely on
-/// cached system-memory lines.
-pub const KERNEL_SOURCE: &str = r#"
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
-__device__ __forceinline__ u32 col_term(u64 col, u32 seed) {
-    return (((u32)col & 0xffu) ^ (seed & 0xffu)) + 7u * (u32)(col >> 8);
-}
-
-__device__ __forceinline__ u32 row_term(u64 row, u32 seed) {
-    return 3u * (((u32)row & 0xffu) ^ ((seed >> 8) & 0xffu))
-         + 5u * (u32)(row >> 8) + ((seed >> 16) & 0xffu);
-}
-
-template <bool SYS> __device__ __forceinline__ uint4 load16(const uint4 *p) {
-    if (SYS) { return __ldcv(p); } else { return *p; }
-}
-template <bool SYS> __device__ __forceinline__ void store16(uint4 *p, uint4 v) {
-    if (SYS) { __stwt(p, v); } else { *p = v; }
-}
-template <bool SYS> __device__ __forceinline__ unsigned char load1(const unsigned char *p) {
-    if (SYS) { return __ldcv(p); } else { return *p; }
-}
-template <bool SYS> __device__ __forceinline__ void store1(unsigned char *p, unsigned char v) {
-    if (SYS) { __stwt(p, v); } else { *p = v; }
-}
-
-template <bool SYS>
-__device__ __forceinline__ void check_and_invert_body(unsigned char *buf, u64 len, u64 stride,
-                                                      u32 seed, u64 *mismatches) {
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 threads = (u64)gridDim.x * blockDim.x;
-    const u64 vectors = len / 16;
-    u32 count = 0;
-    uint4 *v = (uint4 *)buf;
-    for (u64 i = tid; i < vectors; i += threads) {
-        uint4 w = load16<SYS>(v + i);
-        u32 words[4] = {w.x, w.y, w.z, w.w};
-        u64 off = i * 16;
-        u64 row = off / stride;
-        u64 col = off - row * stride;
-        u32 rt = row_term(row, seed);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            u32 word = words[k];
-            u32 out = 0;
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                u32 have = (word >> (8 * b)) & 0xffu;
-                u32 want = (col_term(col, seed) + rt) & 0xffu;
-                count += (have != want);
-                out |= ((~have) & 0xffu) << (8 * b);
-                col++;
-                if (col == stride) {
-                    col = 0;
-                    row++;
-                    rt = row_term(row, seed);
-                }
-            }
-            words[k] = out;
-        }
-        store16<SYS>(v + i, make_uint4(words[0], words[1], words[2], words[3]));
-    }
-    const u64 tail = len - vectors * 16;
-    if (tid < tail) {
-        u64 off = vectors * 16 + tid;
-        u64 row = off / stride;
-        u64 col = off - row * stride;
-        u32 have = load1<SYS>(buf + off);
-        u32 want = (col_term(col, seed) + row_term(row, seed)) & 0xffu;
-        count += (have != want);
-        store1<SYS>(buf + off, (unsigned char)(~have));
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        count += __shfl_down_sync(0xffffffffu, count, o);
-    }
-    if ((threadIdx.x & 31u) == 0 && count != 0) {
-        atomicAdd(mismatches, (u64)count);
-    }
-}
-
-/* The frame in device memory (copy-based variant). */
-extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 stride,
-                                            u32 seed, u64 *mismatches) {
-    check_and_invert_body<false>(buf, len, stride, seed, mismatches);
-}
-
-/* The frame in imported host memory (zero-copy variant). */
-extern "C" __global__ void check_and_invert_sysmem(unsigned char *buf, u64 len, u64 stride,
-                                                   u32 seed, u64 *mismatches) {
-    check_and_invert_body<true>(buf, len, stride, seed, mismatches);
-}
-
-/* Copies `len` bytes; SRC_SYS / DST_SYS say which side is imported host memory. */
-template <bool SRC_SYS, bool DST_SYS>
-__device__ __forceinline__ void copy_body(unsigned char *dst, const unsigned char *src, u64 len) {
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 threads = (u64)gridDim.x * blockDim.x;
-    const u64 vectors = len / 16;
-    for (u64 i = tid; i < vectors; i += threads) {
-        store16<DST_SYS>((uint4 *)dst + i, load16<SRC_SYS>((const uint4 *)src + i));
-    }
-    const u64 tail = len - vectors * 16;
-    if (tid < tail) {
-        u64 off = vectors * 16 + tid;
-        store1<DST_SYS>(dst + off, load1<SRC_SYS>(src + off));
-    }
-}
-
-extern "C" __global__ void copy_from_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
-    copy_body<true, false>(dst, src, len);
-}
-
-extern "C" __global__ void copy_to_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
-    copy_body<false, true>(dst, src, len);
-}
-"#;
-
-/// The splitmix64 finaliser that `TestPattern` uses to turn a frame index
-/// into its seed (the formula is documented on `TestPattern`).
-const fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// The kernel's `seed` argument for `frame`: the pattern's seed bytes `s0`,
-/// `s1`, `s2` in its low three bytes.
-pub fn pattern_seed(frame: u64) -> u32 {
-    (splitmix64(frame) & 0x00ff_ffff) as u32
-}
-
-/// The byte the kernel expects at (`row`, `col`) for `seed`: the same
-/// arithmetic as [`KERNEL_SOURCE`], on the host (checked against
-/// `TestPattern` in the tests and once per open).
-pub fn kernel_pattern_byte(seed: u32, row: u64, col: u64) -> u8 {
-    let col_term =
-        ((col as u32 & 0xff) ^ (seed & 0xff)).wrapping_add(7u32.wrapping_mul((col >> 8) as u32));
-    let row_term = 3u32
-        .wrapping_mul((row as u32 & 0xff) ^ ((seed >> 8) & 0xff))
-        .wrapping_add(5u32.wrapping_mul((row >> 8) as u32))
-        .wrapping_add((seed >> 16) & 0xff);
-    (col_term.wrapping_add(row_term) & 0xff) as u8
-}
-
-/// Checks the kernel's pattern arithmetic against `TestPattern` for a few
-/// frames and positions; a mismatch means the kernel would report every
-/// frame as corrupt.
-fn self_check_pattern(stride: usize, rows: usize) -> Result<(), TransportError> {
-    use tegra_interop::camera::TestPattern;
-    for frame in [0u64, 1, 2, 255, 1 << 20, u64::MAX] {
-        let p = TestPattern::new(frame, stride);
-        let seed = pattern_seed(frame);
-        for (row, col) in [
-            (0, 0),
-            (0, stride.saturating_sub(1)),
-            (rows / 2, stride / 2),
-            (rows.saturating_sub(1), stride.saturating_sub(1)),
-            (300, 700),
-        ] {
-            if kernel_pattern_byte(seed, row as u64, col as u64) != p.byte(row, col) {
-                return Err(TransportError::new(format!(
-                    "the kernel's test-pattern arithmetic disagrees with TestPattern at frame {frame}, row {row}, column {col}"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 fn err(what: &'static str) -> impl Fn(&dyn Display) -> TransportError {
     move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
-}
-
-fn cu_call(call: &'static str, r: cu_sys::CUresult) -> Result<(), TransportError> {
-    r.result()
-        .map_err(|e| TransportError::new(format!("{call} failed: {e}")))
-}
-
-/// The NVRTC-compiled consumer kernels.
-pub struct Kernel {
-    _module: Arc<CudaModule>,
-    /// `check_and_invert` (device memory).
-    device: CudaFunction,
-    /// `check_and_invert_sysmem` (imported host memory).
-    sysmem: CudaFunction,
-    /// `copy_from_sysmem`.
-    copy_in: CudaFunction,
-    /// `copy_to_sysmem`.
-    copy_out: CudaFunction,
-}
-
-impl Kernel {
-    /// Compiles [`KERNEL_SOURCE`] with NVRTC and loads it into `ctx`.
-    pub fn compile(ctx: &Arc<CudaContext>) -> Result<Kernel, TransportError> {
-        nvrtc_present()?;
-        let ptx = cudarc::nvrtc::compile_ptx(KERNEL_SOURCE).map_err(|e| {
-            TransportError::new(format!(
-                "NVRTC could not compile the consumer kernel: {}",
-                format!("{e:?}").replace('\n', " ")
-            ))
-        })?;
-        let module = ctx
-            .load_module(ptx)
-            .map_err(|e| err("loading the consumer kernel")(&e))?;
-        let get = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| err("finding a consumer kernel")(&e))
-        };
-        Ok(Kernel {
-            device: get("check_and_invert")?,
-            sysmem: get("check_and_invert_sysmem")?,
-            copy_in: get("copy_from_sysmem")?,
-            copy_out: get("copy_to_sysmem")?,
-            _module: module,
-        })
-    }
-}
-
-/// Launches `function` on `stream` over `grid` blocks of [`BLOCK`] threads.
-///
-/// # Safety
-/// `params` must match the kernel's parameter list (one pointer to a value
-/// of each parameter's type), and every device address among them must stay
-/// valid until the kernel has run.
-unsafe fn launch(
-    function: &CudaFunction,
-    grid: u32,
-    stream: cu_sys::CUstream,
-    params: &mut [*mut c_void],
-    what: &'static str,
-) -> Result<(), TransportError> {
-    // SAFETY: the caller's contract; the driver copies the parameter values
-    // during the call.
-    unsafe {
-        cu_result::launch_kernel(
-            function.cu_function(),
-            (grid, 1, 1),
-            (BLOCK, 1, 1),
-            0,
-            stream,
-            params,
-        )
-    }
-    .map_err(|e| err(what)(&e))
-}
-
-/// Queues a copy kernel: `len` bytes from `src` to `dst`.
-///
-/// # Safety
-/// `src` and `dst` must be device addresses of at least `len` bytes each,
-/// valid until the copy has run, not overlapping.
-unsafe fn launch_copy(
-    function: &CudaFunction,
-    grid: u32,
-    stream: cu_sys::CUstream,
-    dst: cu_sys::CUdeviceptr,
-    src: cu_sys::CUdeviceptr,
-    len: usize,
-    what: &'static str,
-) -> Result<(), TransportError> {
-    let (mut dst, mut src, mut len) = (dst, src, len as u64);
-    let mut params: [*mut c_void; 3] = [
-        (&mut dst as *mut u64).cast(),
-        (&mut src as *mut u64).cast(),
-        (&mut len as *mut u64).cast(),
-    ];
-    // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
-    // kernels' parameter list; the addresses are the caller's to keep valid.
-    unsafe { launch(function, grid, stream, &mut params, what) }
-}
-
-/// Whether cudarc can load NVRTC (it panics on first use when it cannot).
-fn nvrtc_present() -> Result<(), TransportError> {
-    // SAFETY: `is_culib_present` only tries to open the NVRTC library under
-    // its usual names; opening it runs no code of ours.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(TransportError::new(
-            "NVRTC (libnvrtc.so) was not found: install the CUDA toolkit's NVRTC or add its lib64 folder to LD_LIBRARY_PATH",
-        ))
-    }
 }
 
 /// Whether the discrete-GPU transport can run here: the reason either way,
@@ -500,7 +196,7 @@ pub fn probe() -> Result<String, String> {
         .uuid()
         .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
     let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
-    nvrtc_present().map_err(|e| e.0)?;
+    kernel::nvrtc_present().map_err(|e| e.0)?;
     Ok(format!(
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
@@ -624,12 +320,8 @@ pub struct GpuTransport<'a> {
     /// Copy mode: one device-local buffer per slot (and their addresses).
     _device_frames: Vec<CudaSlice<u8>>,
     device_ptrs: Vec<cu_sys::CUdeviceptr>,
-    /// One mismatch counter per slot, on the device.
-    _counters: CudaSlice<u64>,
-    counters_ptr: cu_sys::CUdeviceptr,
-    /// Their copies, in pinned host memory.
-    _counters_host: PinnedHostSlice<u64>,
-    counters_host_ptr: NonNull<u64>,
+    /// One mismatch counter per slot (device, and pinned host copies).
+    counters: Counters,
     events: Arc<Vec<SlotEvents>>,
     stream: Stream<'a>,
     cstream: Arc<CudaStream>,
@@ -744,7 +436,7 @@ pub fn with_transport<R>(
     if len == 0 || geometry.stride == 0 {
         return Err(TransportError::new("frames of zero bytes cannot be shared"));
     }
-    self_check_pattern(geometry.stride, geometry.rows)?;
+    kernel::self_check_pattern(geometry.stride, geometry.rows)?;
     let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
     let uuid = backend
         .device(0)
@@ -852,19 +544,7 @@ impl<'a> GpuTransport<'a> {
                 (bufs, ptrs)
             }
         };
-        let counters = cstream
-            .alloc_zeros::<u64>(slots)
-            .map_err(|e| err("allocating the mismatch counters")(&e))?;
-        let counters_ptr = counters.device_ptr(&cstream).0;
-        // SAFETY: pinned host memory for `slots` u64 values; it is only read
-        // after the stream copied a counter into it (see `collect`).
-        let mut counters_host = unsafe { cu.alloc_pinned::<u64>(slots) }
-            .map_err(|e| err("allocating pinned host memory")(&e))?;
-        let counters_host_ptr = counters_host
-            .as_mut_ptr()
-            .ok()
-            .and_then(NonNull::new)
-            .ok_or_else(|| TransportError::new("pinned host memory has no address"))?;
+        let counters = Counters::new(cu, &cstream, slots)?;
         let events = Arc::new(
             (0..slots)
                 .map(|_| SlotEvents::new(cu))
@@ -892,9 +572,7 @@ impl<'a> GpuTransport<'a> {
                 .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
-        let vectors = len.div_ceil(BYTES_PER_THREAD);
-        let grid =
-            u32::try_from(vectors.div_ceil(BLOCK as usize).clamp(1, 1 << 20)).unwrap_or(1 << 20);
+        let grid = kernel::grid_for(len);
         Ok(GpuTransport {
             geometry,
             schedule,
@@ -908,10 +586,7 @@ impl<'a> GpuTransport<'a> {
             mapped,
             _device_frames: device_frames,
             device_ptrs,
-            _counters: counters,
-            counters_ptr,
-            _counters_host: counters_host,
-            counters_host_ptr,
+            counters,
             events,
             stream,
             cstream,
@@ -994,8 +669,8 @@ impl<'a> GpuTransport<'a> {
                 // buffer) that outlive the queued copy (torn down only after
                 // the stream is drained); they do not overlap.
                 unsafe {
-                    launch_copy(
-                        &self.kernel.copy_in,
+                    self.kernel.copy(
+                        CopyKernel::FromSystem,
                         self.grid,
                         s,
                         dev,
@@ -1008,46 +683,35 @@ impl<'a> GpuTransport<'a> {
             }
         };
         record(&ev.kernel_start)?;
-        let counter = self.counters_ptr + (slot * std::mem::size_of::<u64>()) as u64;
-        // SAFETY: the slot's 8-byte counter inside the live counter buffer.
-        unsafe { cu_result::memset_d8_async(counter, 0, std::mem::size_of::<u64>(), s) }
-            .map_err(|e| err("clearing the mismatch counter")(&e))?;
-        let mut arg_buf = work_ptr;
-        let mut arg_len = len as u64;
-        let mut arg_stride = self.geometry.stride as u64;
-        let mut arg_seed = pattern_seed(frame);
-        let mut arg_counter = counter;
-        let mut params: [*mut c_void; 5] = [
-            (&mut arg_buf as *mut u64).cast(),
-            (&mut arg_len as *mut u64).cast(),
-            (&mut arg_stride as *mut u64).cast(),
-            (&mut arg_seed as *mut u32).cast(),
-            (&mut arg_counter as *mut u64).cast(),
-        ];
-        let function = match self.mode {
-            Mode::ZeroCopy => &self.kernel.sysmem,
-            Mode::DeviceCopy => &self.kernel.device,
+        let counter = self.counters.device_ptr(slot)?;
+        // SAFETY: `s` is this transport's live stream; the slot's counter is
+        // used only by this frame's work, queued on the same stream.
+        unsafe { self.counters.clear(slot, s) }?;
+        let memory = match self.mode {
+            Mode::ZeroCopy => FrameMemory::System,
+            Mode::DeviceCopy => FrameMemory::Device,
         };
-        // SAFETY: the parameters match the kernels' signature
-        // `(unsigned char*, u64, u64, u32, u64*)` and point at locals that
-        // live across the call; the kernel touches `len` bytes at `work_ptr`
-        // (a live mapping or device buffer of at least that size) and the
-        // slot's counter.
+        let work = DeviceFrame {
+            ptr: work_ptr,
+            len,
+            stride: self.geometry.stride,
+        };
+        // SAFETY: the kernel touches `len` bytes at `work_ptr` (a live
+        // mapping or device buffer of at least that size) and the slot's
+        // counter, all torn down only after the stream is drained; on this
+        // stream nothing else touches them until the kernel ran, and the
+        // producer writes the frame again only after the free fence, which
+        // is signalled after it.
         unsafe {
-            launch(
-                function,
-                self.grid,
-                s,
-                &mut params,
-                "launching the consumer kernel",
-            )
+            self.kernel
+                .check_and_invert(memory, self.grid, s, work, frame, counter)
         }?;
         record(&ev.kernel_end)?;
         if self.mode == Mode::DeviceCopy {
             // SAFETY: as for the copy in, in the other direction.
             unsafe {
-                launch_copy(
-                    &self.kernel.copy_out,
+                self.kernel.copy(
+                    CopyKernel::ToSystem,
                     self.grid,
                     s,
                     frame_ptr,
@@ -1057,18 +721,11 @@ impl<'a> GpuTransport<'a> {
                 )
             }?;
         }
-        // SAFETY: the destination is the slot's u64 in pinned host memory
-        // owned by `self`; the host reads it only after this frame's end
-        // event completed (in `collect`), and the next copy into it is
-        // queued only after that.
-        cu_call("cuMemcpyDtoHAsync", unsafe {
-            cu_sys::cuMemcpyDtoHAsync_v2(
-                self.counters_host_ptr.as_ptr().add(slot).cast(),
-                counter,
-                std::mem::size_of::<u64>(),
-                s,
-            )
-        })?;
+        // SAFETY: the host reads the slot's copy only after this frame's
+        // end event completed (in `collect`), and the next copy into it is
+        // queued only after that (a slot's frame must be collected before
+        // the slot's next frame is submitted).
+        unsafe { self.counters.copy_to_host(slot, s) }?;
         let expect = self.schedule.free_signal_value(frame);
         let tracked = self
             .stream
@@ -1106,9 +763,9 @@ impl<'a> GpuTransport<'a> {
         self.times.kernel += process;
         self.times.tail += tail;
         // SAFETY: the frame's end event completed, so the copy of its
-        // counter into this pinned u64 (queued before the event) is done,
+        // counter into the pinned u64 (queued before the event) is done,
         // and no other copy into it is queued until the slot's next frame.
-        let mismatches = unsafe { self.counters_host_ptr.as_ptr().add(d.slot).read_volatile() };
+        let mismatches = unsafe { self.counters.read(d.slot) }?;
         let queued = match (self.prev_finished, self.released_at[d.slot]) {
             (Some(prev), Some(ready)) => prev.saturating_duration_since(ready),
             _ => Duration::ZERO,
@@ -1323,27 +980,6 @@ impl FrameTransport for GpuTransport<'_> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use tegra_interop::camera::TestPattern;
-
-    #[test]
-    fn kernel_pattern_matches_test_pattern() {
-        for stride in [1usize, 3, 64, 300, 7680] {
-            for frame in [0u64, 1, 7, 1000, u64::MAX - 1] {
-                let p = TestPattern::new(frame, stride);
-                let seed = pattern_seed(frame);
-                for row in [0usize, 1, 255, 256, 1079, 4095] {
-                    for col in (0..stride).step_by(stride.div_ceil(97)) {
-                        assert_eq!(
-                            kernel_pattern_byte(seed, row as u64, col as u64),
-                            p.byte(row, col),
-                            "frame {frame} stride {stride} row {row} col {col}"
-                        );
-                    }
-                }
-            }
-        }
-        self_check_pattern(7680, 1080).unwrap();
-    }
 
     #[test]
     fn handover_values_parse() {

@@ -18,6 +18,15 @@ mod cli;
 #[cfg(feature = "vulkan")]
 mod gpu;
 mod host;
+// The consumer kernel (NVRTC), used by the NvSci transport on a Jetson and by
+// the discrete-GPU transport. `gpu.rs` declares it as its submodule, so that
+// the programs that include `gpu.rs` by path get it too; with `gpu.rs` built
+// in it is imported from there, otherwise declared here. Either way it is
+// `crate::kernel`, compiled once.
+#[cfg(feature = "vulkan")]
+use gpu::kernel;
+#[cfg(not(feature = "vulkan"))]
+mod kernel;
 mod nvsci;
 mod probe;
 mod report;

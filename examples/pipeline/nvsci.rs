@@ -26,10 +26,32 @@
 //!
 //! Per frame the consumer queues on its CUDA stream: wait(ready fence) ->
 //! process the frame in place -> signal(free). The processing step depends
-//! on [`Processing`]; on the simulator it is a stream-ordered host function
-//! (`cuLaunchHostFunc`) over the mapped device pointer, which the simulator
-//! backs with host memory. A real CUDA device needs a kernel there, which
-//! this example does not build (see the backend selection).
+//! on [`Processing`]:
+//!
+//! - on the simulator ([`Processing::HostFnOverSimulatedDeviceMemory`]) it
+//!   is a stream-ordered host function (`cuLaunchHostFunc`) over the mapped
+//!   device pointer, which the simulator backs with host memory;
+//! - on the real driver, i.e. a Jetson ([`Processing::CudaKernel`]), it is
+//!   the NVRTC kernel of [`crate::kernel`] (the one the discrete-GPU
+//!   transport runs), launched on the same stream over the mapped device
+//!   pointer: it counts the bytes that differ from the test pattern into
+//!   the slot's device counter and inverts the frame in place; the counter
+//!   is copied into pinned host memory, and a host function queued after
+//!   the copy reports the frame finished (it makes no CUDA call, it only
+//!   reads that copy). CUDA events around the kernel give its time.
+//!
+//! The kernel path compiles and its set-up refuses cleanly where it cannot
+//! run (tested on the simulator), but it has never run on a Jetson: nothing
+//! here has one. The simulator path runs in CI.
+//!
+//! CPU caches: the producer calls `NvSciBufObjFlushCpuCacheRange` over the
+//! frame after writing it (before signalling *ready*) and again after the
+//! *free* fence, before it reads the consumer's output. NvSciBuf documents
+//! the flush as doing nothing unless the reconciled buffer needs software
+//! cache coherency (`CpuNeedSwCacheCoherency`); the simulator's memory is
+//! coherent. Whether, where it is needed, the flush also drops stale lines
+//! before the CPU reads what the GPU wrote is not verified here; a stale
+//! read would show as failed read-back verification, not as success.
 
 use std::fmt::Display;
 use std::ptr::NonNull;
@@ -48,7 +70,10 @@ use tegra_interop::driver::nvsci::{
 };
 use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
 
+use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
+
 use crate::host::Fault;
+use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::ring::FenceSchedule;
 use crate::transport::{process_frame, Completion, FrameGeometry, FrameTransport, TransportError};
 
@@ -64,6 +89,11 @@ pub enum Processing {
     /// pointer. Sound only where device pointers are host addresses, which
     /// is true of the simulator and of no real GPU.
     HostFnOverSimulatedDeviceMemory,
+    /// Real driver only (a Jetson): the NVRTC kernel of [`crate::kernel`]
+    /// on the consumer's CUDA stream, over the mapped device pointer. Needs
+    /// a context that came from cudarc (`Context::new` on
+    /// `Backend::real()`) and NVRTC; built, never run on a Jetson.
+    CudaKernel,
 }
 
 impl Processing {
@@ -72,6 +102,9 @@ impl Processing {
         match self {
             Processing::HostFnOverSimulatedDeviceMemory => {
                 "sim: processing runs as a stream-ordered host function over simulated device memory"
+            }
+            Processing::CudaKernel => {
+                "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson)"
             }
         }
     }
@@ -241,6 +274,64 @@ enum SlotState {
 /// Shared with the host functions: when the previous frame finished.
 type LastEnd = Arc<Mutex<Option<Instant>>>;
 
+/// Records that a frame signalled ready at `signalled` finished at `end`,
+/// and returns how long it queued behind the previous frame.
+fn queued_behind(last_end: &LastEnd, signalled: Instant, end: Instant) -> Duration {
+    let mut last = last_end.lock().unwrap_or_else(|e| e.into_inner());
+    let q = last.map_or(Duration::ZERO, |prev| {
+        prev.saturating_duration_since(signalled)
+    });
+    *last = Some(end);
+    q
+}
+
+/// The consumer's CUDA state for [`Processing::CudaKernel`].
+struct KernelPath {
+    kernel: Kernel,
+    counters: Counters,
+    /// Per slot: recorded just before and just after the kernel.
+    events: Vec<(CudaEvent, CudaEvent)>,
+    /// The consumer's stream (also wrapped in the transport's `Stream`).
+    cstream: Arc<CudaStream>,
+    grid: u32,
+    /// Per slot: the frame submitted and not yet collected (its events and
+    /// counter copy are reused by the slot's next frame).
+    uncollected: Vec<Option<u64>>,
+}
+
+impl KernelPath {
+    /// Compiles the kernel into `ctx` (which must come from cudarc) and
+    /// allocates the per-slot counters and events on a new stream.
+    fn new(ctx: &Context, geometry: FrameGeometry, slots: usize) -> Result<KernelPath, String> {
+        let cu = ctx.cudarc().cloned().ok_or(
+            "the kernel path needs a CUDA context of the real driver made through cudarc (cudarc could not load libcuda, or this is the simulator, which processes frames with a host function)",
+        )?;
+        kernel::self_check_pattern(geometry.stride, geometry.rows).map_err(|e| e.0)?;
+        let kernel = Kernel::compile(&cu).map_err(|e| e.0)?;
+        let cstream = cu.new_stream().map_err(err("CUDA stream"))?;
+        let counters = Counters::new(&cu, &cstream, slots).map_err(|e| e.0)?;
+        let event = || {
+            cu.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(err("CUDA event"))
+        };
+        let events = (0..slots)
+            .map(|_| Ok((event()?, event()?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        // The counters' allocation is stream-ordered: let it land first.
+        cstream
+            .synchronize()
+            .map_err(err("synchronising the CUDA stream"))?;
+        Ok(KernelPath {
+            kernel,
+            counters,
+            events,
+            cstream,
+            grid: kernel::grid_for(geometry.frame_len()),
+            uncollected: vec![None; slots],
+        })
+    }
+}
+
 /// The NvSci transport (see the module docs).
 pub struct NvSciTransport<'a> {
     name: &'static str,
@@ -263,6 +354,8 @@ pub struct NvSciTransport<'a> {
     waiters: Vec<NvSciSemaphore<'a, Waiter>>,
     signalers: Vec<NvSciSemaphore<'a, Signaler>>,
     stream: Stream<'a>,
+    /// [`Processing::CudaKernel`] only.
+    kernel: Option<KernelPath>,
     done_tx: Sender<Completion>,
     done_rx: Receiver<Completion>,
     in_flight: usize,
@@ -291,6 +384,22 @@ impl<'a> NvSciTransport<'a> {
                 memories.len()
             ));
         }
+        let (stream, kernel) = match processing {
+            Processing::HostFnOverSimulatedDeviceMemory => {
+                (Stream::new(ctx).map_err(err("CUDA stream"))?, None)
+            }
+            Processing::CudaKernel => {
+                if fault != Fault::None {
+                    return Err(format!(
+                        "fault injection ({fault:?}) is implemented by the simulator's host-function processing only, not by the CUDA kernel"
+                    ));
+                }
+                let path = KernelPath::new(ctx, geometry, slots)?;
+                let stream = Stream::from_cudarc(ctx, Arc::clone(&path.cstream))
+                    .map_err(err("CUDA stream"))?;
+                (stream, Some(path))
+            }
+        };
         let frame_len = geometry.frame_len() as u64;
         let mut cpu = Vec::with_capacity(slots);
         let mut ready_counters = Vec::with_capacity(slots);
@@ -331,7 +440,6 @@ impl<'a> NvSciTransport<'a> {
             );
         }
         let cpu_wait = CpuWaitContext::new(&objects.syncs).map_err(err("CPU wait context"))?;
-        let stream = Stream::new(ctx).map_err(err("CUDA stream"))?;
         let (done_tx, done_rx) = mpsc::channel();
         let now = Instant::now();
         Ok(NvSciTransport {
@@ -351,6 +459,7 @@ impl<'a> NvSciTransport<'a> {
             waiters,
             signalers,
             stream,
+            kernel,
             done_tx,
             done_rx,
             in_flight: 0,
@@ -366,6 +475,14 @@ impl<'a> NvSciTransport<'a> {
             )));
         }
         Ok(())
+    }
+
+    /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
+    fn flush_cpu_cache(&self, slot: usize) -> Result<(), TransportError> {
+        self.objects.slots[slot]
+            .buf
+            .flush_cpu_cache_range(0, self.geometry.frame_len() as u64)
+            .map_err(|e| TransportError::new(format!("CPU cache flush of slot {slot}: {e}")))
     }
 
     fn ready_value(&self, slot: usize, frame: u64) -> u64 {
@@ -408,15 +525,7 @@ impl<'a> NvSciTransport<'a> {
                             _ => process_frame(frame, stride, bytes),
                         };
                         let process = start.elapsed();
-                        let end = start + process;
-                        let queued = {
-                            let mut last = last_end.lock().unwrap_or_else(|e| e.into_inner());
-                            let q = last.map_or(Duration::ZERO, |prev| {
-                                prev.saturating_duration_since(signalled)
-                            });
-                            *last = Some(end);
-                            q
-                        };
+                        let queued = queued_behind(&last_end, signalled, start + process);
                         // The receiver is gone only when the transport is
                         // being dropped; then nobody needs the result.
                         let _ = tx.send(Completion {
@@ -430,7 +539,108 @@ impl<'a> NvSciTransport<'a> {
                     })
                     .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
             }
+            Processing::CudaKernel => self.queue_kernel(slot, frame),
         }
+    }
+
+    /// [`Processing::CudaKernel`]: queues the kernel over the slot's
+    /// mapping, the read-back of its mismatch counter and a host function
+    /// that reports the frame finished. Built; never run on a Jetson.
+    fn queue_kernel(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let Some(k) = &self.kernel else {
+            return Err(TransportError::new(
+                "the CUDA kernel path was not set up for this transport",
+            ));
+        };
+        let fail =
+            |what: &'static str| move |e: &dyn Display| TransportError::new(format!("{what}: {e}"));
+        // The raw launches below use the current context.
+        self.stream
+            .context()
+            .bind()
+            .map_err(|e| fail("binding the CUDA context")(&e))?;
+        let s = k.cstream.cu_stream();
+        let (before, after) = &k.events[slot];
+        before
+            .record(&k.cstream)
+            .map_err(|e| fail("recording a CUDA event")(&e))?;
+        let counter = k.counters.device_ptr(slot)?;
+        // SAFETY: `s` is the transport's live stream of the current context;
+        // the slot's counter is used only by this frame's work, queued on
+        // this stream (the slot's previous frame was collected, see
+        // `consumer_submit`).
+        unsafe { k.counters.clear(slot, s) }?;
+        let bytes = DeviceFrame {
+            ptr: self.mappings[slot].device_ptr(),
+            len: self.geometry.frame_len(),
+            stride: self.geometry.stride,
+        };
+        // SAFETY: the mapping is at least `len` bytes (checked at set-up)
+        // and stays mapped until the stream has drained (see Drop); on this
+        // stream the kernel runs after the wait for the slot's ready fence,
+        // and the producer writes the slot again only after the free fence
+        // that this stream signals after the kernel, so nothing else
+        // touches the bytes meanwhile; the counter is as above.
+        unsafe {
+            k.kernel
+                .check_and_invert(FrameMemory::System, k.grid, s, bytes, frame, counter)
+        }?;
+        after
+            .record(&k.cstream)
+            .map_err(|e| fail("recording a CUDA event")(&e))?;
+        // SAFETY: the host reads the slot's copy only in the host function
+        // queued next on this stream (so after the copy), and the slot's
+        // next copy is queued only after this frame was collected.
+        unsafe { k.counters.copy_to_host(slot, s) }?;
+        let host = k.counters.host_address(slot)?;
+        let signalled = self.signalled[slot];
+        let tx = self.done_tx.clone();
+        let last_end = Arc::clone(&self.last_end);
+        self.stream
+            .launch_host_fn(move || {
+                // SAFETY: `host` is the slot's u64 in pinned host memory,
+                // which lives until the transport has drained the stream
+                // (or is leaked with it). The copy into it was queued before
+                // this function on the same stream, so it has completed;
+                // the next copy into it is queued only after this frame was
+                // collected. Reading memory is not a CUDA call, which a host
+                // function must not make.
+                let mismatches = unsafe { (host as *const u64).read_volatile() };
+                let finished = Instant::now();
+                let queued = queued_behind(&last_end, signalled, finished);
+                // `process` is filled in from the CUDA events when the frame
+                // is collected (reading them is a CUDA call).
+                let _ = tx.send(Completion {
+                    slot,
+                    frame,
+                    mismatches,
+                    process: Duration::ZERO,
+                    queued,
+                    finished,
+                });
+            })
+            .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
+    }
+
+    /// Accounts for a completion received from the stream; on the kernel
+    /// path, fills in the kernel's time from the slot's events.
+    fn collected(&mut self, mut c: Completion) -> Result<Completion, TransportError> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(k) = &mut self.kernel {
+            if k.uncollected.get(c.slot).copied().flatten() != Some(c.frame) {
+                return Err(TransportError::new(format!(
+                    "completion of frame {} in slot {}, which was not in flight",
+                    c.frame, c.slot
+                )));
+            }
+            k.uncollected[c.slot] = None;
+            let (before, after) = &k.events[c.slot];
+            let ms = before
+                .elapsed_ms(after)
+                .map_err(|e| TransportError::new(format!("reading CUDA event times: {e}")))?;
+            c.process = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
+        }
+        Ok(c)
     }
 }
 
@@ -477,6 +687,11 @@ impl FrameTransport for NvSciTransport<'_> {
                         )));
                     }
                 }
+                // Before the CPU reads what the consumer wrote (see the
+                // module docs on CPU caches). The producer's own lines were
+                // written back at its release and it has not written the
+                // slot since, so this cannot overwrite the consumer's output.
+                self.flush_cpu_cache(slot)?;
                 self.state[slot] = SlotState::Acquired(frame);
             }
             other => {
@@ -502,6 +717,9 @@ impl FrameTransport for NvSciTransport<'_> {
                 "release of slot {slot} for frame {frame}, which was not acquired"
             )));
         }
+        // The camera's writes reach memory before the consumer may read them
+        // (see the module docs on CPU caches).
+        self.flush_cpu_cache(slot)?;
         let ready = &self.objects.slots[slot].ready;
         let want = self.ready_value(slot, frame);
         // The fence of the CPU signal about to be made, from the library;
@@ -535,6 +753,15 @@ impl FrameTransport for NvSciTransport<'_> {
                 "consumer submit of frame {frame} in slot {slot}, which was not released"
             )));
         }
+        if let Some(f) = self
+            .kernel
+            .as_ref()
+            .and_then(|k| k.uncollected.get(slot).copied().flatten())
+        {
+            return Err(TransportError::new(format!(
+                "slot {slot} still has frame {f} uncollected; collect it before submitting frame {frame}"
+            )));
+        }
         // The consumer builds the fence it waits for from the counter, on
         // its own handle of the object: nothing is passed from the producer.
         let waiter = &self.waiters[slot];
@@ -547,13 +774,17 @@ impl FrameTransport for NvSciTransport<'_> {
             .wait(&self.stream, &ready)
             .map_err(|e| TransportError::new(format!("CUDA wait on ready fence: {e}")))?;
         self.queue_processing(slot, frame)?;
+        // From here on the frame's completion will arrive.
+        self.in_flight += 1;
+        if let Some(k) = &mut self.kernel {
+            k.uncollected[slot] = Some(frame);
+        }
         let mut free = Fence::new(&self.objects.syncs);
         let produced = self.signalers[slot]
             .signal(&self.stream, &mut free)
             .map_err(|e| TransportError::new(format!("CUDA signal of free fence: {e}")))?;
         self.uses[slot] += 1;
         self.state[slot] = SlotState::Idle;
-        self.in_flight += 1;
         let filled = free
             .extract()
             .map_err(|e| TransportError::new(format!("free fence: {e}")))?
@@ -568,10 +799,7 @@ impl FrameTransport for NvSciTransport<'_> {
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
         match self.done_rx.try_recv() {
-            Ok(c) => {
-                self.in_flight -= 1;
-                Ok(Some(c))
-            }
+            Ok(c) => self.collected(c).map(Some),
             Err(TryRecvError::Empty) => Ok(None),
             Err(TryRecvError::Disconnected) => Err(TransportError::new("completion queue closed")),
         }
@@ -582,10 +810,7 @@ impl FrameTransport for NvSciTransport<'_> {
             return Err(TransportError::new("no frame is in flight"));
         }
         match self.done_rx.recv_timeout(STUCK) {
-            Ok(c) => {
-                self.in_flight -= 1;
-                Ok(c)
-            }
+            Ok(c) => self.collected(c),
             Err(RecvTimeoutError::Timeout) => Err(TransportError::new(format!(
                 "no frame finished within {STUCK:?}: the consumer's stream is stuck"
             ))),
@@ -601,8 +826,10 @@ impl Drop for NvSciTransport<'_> {
         // Every queued wait has had its signal (submit requires a release),
         // so the stream drains. If it cannot be drained, host functions may
         // still touch the mappings: leak them rather than unmap under them.
+        // The same holds for the kernel path's counters, events and module.
         if self.stream.synchronize().is_err() {
             std::mem::forget(std::mem::take(&mut self.mappings));
+            std::mem::forget(self.kernel.take());
         }
     }
 }
@@ -796,6 +1023,91 @@ mod tests {
         assert!(e.0.contains("cuLaunchHostFunc"), "{e}");
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
         assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+    }
+
+    #[test]
+    fn the_kernel_path_refuses_the_simulator_and_leaves_nothing_behind() {
+        // The kernel path needs a cudarc context of the real driver; on the
+        // simulator it must refuse at set-up, in one line, not launch
+        // anything. (Its per-frame path has never run: no Jetson here.)
+        for fault in [Fault::None, Fault::Corrupt] {
+            let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+            let e = with_transport(
+                &sim.backend(),
+                "nvsci-jetson",
+                Processing::CudaKernel,
+                G,
+                FenceSchedule::new(2).unwrap(),
+                fault,
+                |_| (),
+            )
+            .unwrap_err();
+            let want = match fault {
+                Fault::None => "needs a CUDA context of the real driver made through cudarc",
+                _ => "fault injection (Corrupt) is implemented by the simulator's host-function processing only",
+            };
+            assert!(e.contains(want), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+            assert!(
+                !sim.call_log().contains(&"cuLaunchHostFunc"),
+                "{:?}",
+                sim.call_log()
+            );
+            assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+            assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+        }
+        assert!(Processing::CudaKernel
+            .describe()
+            .contains("never been run on a Jetson"));
+    }
+
+    #[test]
+    fn the_producer_flushes_cpu_caches_around_each_frame() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let flushes = || {
+            sim.call_log()
+                .iter()
+                .filter(|c| **c == "NvSciBufObjFlushCpuCacheRange")
+                .count()
+        };
+        with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(1).unwrap(),
+            Fault::None,
+            |t| {
+                assert_eq!(flushes(), 0);
+                let buf = t.producer_acquire(0, 0).unwrap();
+                TestPattern::new(0, G.stride).fill(buf);
+                assert_eq!(flushes(), 1, "after the free fence, before the CPU reads");
+                t.producer_release(0, 0).unwrap();
+                assert_eq!(flushes(), 2, "after the CPU wrote, before the ready signal");
+                t.consumer_submit(0, 0).unwrap();
+                assert_eq!(t.wait_complete().unwrap().mismatches, 0);
+            },
+        )
+        .unwrap();
+        // A failing flush stops the frame with the call's name.
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        sim.fail_symbol("NvSciBufObjFlushCpuCacheRange", 1, 0x100);
+        let e = with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(1).unwrap(),
+            Fault::None,
+            |t| {
+                t.producer_acquire(0, 0).unwrap();
+                t.producer_release(0, 0)
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(e.0.contains("NvSciBufObjFlushCpuCacheRange"), "{e}");
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //!
 //! Every check answers with a reason, so that "not available" always says
 //! what is missing (no driver, a discrete GPU where NvSci needs Tegra, a
-//! missing library or symbol, or a part of this example that is not built).
+//! missing library or symbol, NVRTC, or a part of this example that is not
+//! built).
 
 use std::sync::Arc;
 
 use tegra_interop::driver::table::FunctionTable;
-use tegra_interop::driver::Backend;
+use tegra_interop::driver::{Backend, BackendKind};
 
 /// A backend's availability, with the reason either way.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +41,7 @@ pub const NVSCI_NEEDED: &[&str] = &[
     "NvSciBufAttrListReconcile",
     "NvSciBufObjAlloc",
     "NvSciBufObjGetCpuPtr",
+    "NvSciBufObjFlushCpuCacheRange",
     "NvSciSyncModuleOpen",
     "NvSciSyncAttrListReconcile",
     "NvSciSyncObjAlloc",
@@ -49,6 +51,47 @@ pub const NVSCI_NEEDED: &[&str] = &[
     "NvSciSyncFenceWait",
     "NvSciSyncCpuWaitContextAlloc",
 ];
+
+/// The CUDA entry points the NvSci transport calls through the table
+/// (besides the basics every context and stream needs).
+pub const CUDA_NEEDED_FOR_NVSCI: &[&str] = &[
+    "cuDeviceGetNvSciSyncAttributes",
+    "cuImportExternalMemory",
+    "cuExternalMemoryGetMappedBuffer",
+    "cuDestroyExternalMemory",
+    "cuImportExternalSemaphore",
+    "cuSignalExternalSemaphoresAsync",
+    "cuWaitExternalSemaphoresAsync",
+    "cuDestroyExternalSemaphore",
+    "cuLaunchHostFunc",
+];
+
+/// Needed CUDA entry points for the NvSci transport the table lacks.
+pub fn cuda_missing_for_nvsci(table: &FunctionTable) -> Vec<&'static str> {
+    let present: Vec<&str> = table.cuda.present().collect();
+    CUDA_NEEDED_FOR_NVSCI
+        .iter()
+        .copied()
+        .filter(|n| !present.contains(n))
+        .collect()
+}
+
+/// Whether cudarc can load the CUDA driver and NVRTC, which the jetson
+/// backend's kernel needs (cudarc makes the context the kernel is loaded
+/// into, NVRTC compiles it): `Err` says which is missing.
+fn kernel_libraries() -> Result<(), String> {
+    // SAFETY: `is_culib_present` only tries to open the driver library
+    // under its usual names (libcuda.so.1, which `Backend::real` already
+    // opened); opening it runs no code of ours.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err("cudarc cannot load the CUDA driver library, which the kernel path uses to make its context and load the kernel".into());
+    }
+    // SAFETY: as above, for the NVRTC library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err("NVRTC (libnvrtc.so) was not found, and the kernel that processes frames is compiled with it at run time: install the CUDA toolkit's NVRTC (JetPack has it) or add its lib folder to LD_LIBRARY_PATH".into());
+    }
+    Ok(())
+}
 
 /// Needed NvSci entry points the table lacks (by C name).
 pub fn nvsci_missing(table: &FunctionTable) -> Vec<&'static str> {
@@ -85,7 +128,11 @@ fn device0(backend: &Backend) -> Result<(String, bool), String> {
 }
 
 /// The Jetson (NvSci, integrated GPU) backend on `backend` (a real driver,
-/// or the simulator for comparison; `Err` says why there is no driver).
+/// or the simulator for comparison; `Err` says why there is no driver):
+/// available on the real driver with an integrated device 0, the NvSci
+/// libraries and every entry point the NvSci transport calls, and NVRTC for
+/// its kernel. Only the refusals were exercised (here and on the H200); the
+/// available path has never run on a Jetson.
 pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
     let backend = match backend {
         Ok(b) => b,
@@ -107,16 +154,20 @@ pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
             missing.join(", ")
         ));
     }
-    if backend
-        .table()
-        .cuda
-        .cuDeviceGetNvSciSyncAttributes
-        .is_none()
-    {
-        return Verdict::Unavailable("the CUDA driver lacks cuDeviceGetNvSciSyncAttributes".into());
+    let missing = cuda_missing_for_nvsci(backend.table());
+    if !missing.is_empty() {
+        return Verdict::Unavailable(format!("the CUDA driver lacks {}", missing.join(", ")));
     }
-    Verdict::Unavailable(format!(
-        "kernel path not built: device 0 ({name}) is integrated and NvSci is present, but on real hardware the consumer must process frames with a CUDA kernel, and this example has no kernel (NVRTC) path yet"
+    if backend.kind() != BackendKind::Real {
+        return Verdict::Unavailable(format!(
+            "not the real CUDA driver: device 0 ({name}) is integrated and NvSci is present, but the jetson backend processes frames with a CUDA kernel (NVRTC), which only a real GPU runs; the simulator's processing is the `sim` backend"
+        ));
+    }
+    if let Err(why) = kernel_libraries() {
+        return Verdict::Unavailable(why);
+    }
+    Verdict::Available(format!(
+        "device 0 ({name}) is an integrated GPU, the NvSci libraries and every entry point the NvSci transport calls are present, NVRTC found (this path is built but has never been run on a Jetson)"
     ))
 }
 
@@ -233,4 +284,71 @@ pub fn auto(probe: &Probe) -> (&'static str, String) {
         "sim",
         format!("auto: the simulator, because {}", passed.join("; ")),
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use tegra_interop_sim::{Sim, SimConfig};
+
+    fn unavailable(v: Verdict) -> String {
+        match v {
+            Verdict::Unavailable(why) => why,
+            Verdict::Available(why) => panic!("available: {why}"),
+        }
+    }
+
+    #[test]
+    fn jetson_refuses_the_simulator_for_what_it_lacks() {
+        // A Tegra-like simulator passes every hardware check; what it lacks
+        // is the ability to run the kernel.
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let why = unavailable(jetson(Ok(&sim.backend())));
+        assert!(
+            why.starts_with("not the real CUDA driver: device 0 ("),
+            "{why}"
+        );
+        assert!(why.contains("`sim` backend"), "{why}");
+        // A discrete GPU is refused for that first.
+        let sim = Sim::new().unwrap();
+        let why = unavailable(jetson(Ok(&sim.backend())));
+        assert!(why.contains("is a discrete GPU"), "{why}");
+        // No driver: the loader's reason, as given.
+        assert_eq!(unavailable(jetson(Err("no libcuda"))), "no libcuda");
+    }
+
+    #[test]
+    fn jetson_names_the_missing_entry_points() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let mut table = sim.table();
+        table.nvscibuf.NvSciBufObjFlushCpuCacheRange = None;
+        let why = unavailable(jetson(Ok(&Backend::from_table("t", table))));
+        assert!(
+            why.starts_with("NvSci libraries or symbols missing (NvSciBufObjFlushCpuCacheRange)"),
+            "{why}"
+        );
+        let mut table = sim.table();
+        table.cuda.cuLaunchHostFunc = None;
+        table.cuda.cuWaitExternalSemaphoresAsync = None;
+        let why = unavailable(jetson(Ok(&Backend::from_table("t", table))));
+        assert_eq!(
+            why,
+            "the CUDA driver lacks cuWaitExternalSemaphoresAsync, cuLaunchHostFunc"
+        );
+        // Every name in the lists is an entry of the table.
+        let all = sim.table();
+        for n in CUDA_NEEDED_FOR_NVSCI {
+            assert!(all.cuda.present().any(|p| p == *n), "{n}");
+        }
+        for n in NVSCI_NEEDED {
+            assert!(
+                all.nvscibuf
+                    .present()
+                    .chain(all.nvscisync.present())
+                    .any(|p| p == *n),
+                "{n}"
+            );
+        }
+    }
 }
