@@ -17,16 +17,16 @@ mod probe;
 // transport exactly as the pipeline does.
 #[cfg(feature = "vulkan")]
 #[allow(dead_code)]
-#[path = "pipeline/transport.rs"]
-mod transport;
+#[path = "pipeline/gpu.rs"]
+mod gpu;
 #[cfg(feature = "vulkan")]
 #[allow(dead_code)]
 #[path = "pipeline/ring.rs"]
 mod ring;
 #[cfg(feature = "vulkan")]
 #[allow(dead_code)]
-#[path = "pipeline/gpu.rs"]
-mod gpu;
+#[path = "pipeline/transport.rs"]
+mod transport;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;

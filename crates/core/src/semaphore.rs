@@ -511,6 +511,21 @@ impl SignalParams {
         check_payload(kind, self.payload, self.flags.bits())
     }
 
+    /// [`lower_for`](Self::lower_for) writing into `raw` in place (no 144-byte structure is
+    /// built and moved): checks these parameters against `kind`, then writes the payload
+    /// fields and flags. `raw` must be zeroed (for example from `Default`); the fields this
+    /// kind does not use are left as they are. On error `raw` is untouched.
+    #[inline]
+    pub fn lower_into(
+        &self,
+        kind: SemaphoreHandleKind,
+        raw: &mut CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    ) -> Result<(), ValidationError> {
+        self.check_for(kind)?;
+        self.fill(raw);
+        Ok(())
+    }
+
     /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
     #[inline]
     pub(crate) fn fill(&self, raw: &mut CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS) {
@@ -629,6 +644,21 @@ impl WaitParams {
             });
         }
         check_payload(kind, self.payload, self.flags.bits())
+    }
+
+    /// [`lower_for`](Self::lower_for) writing into `raw` in place (no 144-byte structure is
+    /// built and moved): checks these parameters against `kind`, then writes the payload
+    /// fields and flags. `raw` must be zeroed (for example from `Default`); the fields this
+    /// kind does not use are left as they are. On error `raw` is untouched.
+    #[inline]
+    pub fn lower_into(
+        &self,
+        kind: SemaphoreHandleKind,
+        raw: &mut CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    ) -> Result<(), ValidationError> {
+        self.check_for(kind)?;
+        self.fill(raw);
+        Ok(())
     }
 
     /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).

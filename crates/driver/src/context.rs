@@ -252,10 +252,32 @@ impl Context {
     /// Makes this context current on the calling thread (`cuCtxSetCurrent`).
     /// Every call of this crate does this itself; it is public for code that
     /// mixes in its own driver calls.
+    #[inline]
     pub fn bind(&self) -> Result<(), Error> {
         let set = entry!(self.api(), cuCtxSetCurrent);
         // SAFETY: `self.raw` is a live context (we hold it until release).
         check("cuCtxSetCurrent", unsafe { set(self.raw) })
+    }
+
+    /// Makes this context current on the calling thread unless it already
+    /// is: `cuCtxGetCurrent` and a compare, then `cuCtxSetCurrent` only when
+    /// another context (or none) is current. On the H200 the query costs
+    /// about half of the set (BENCHMARKS.md), and the semaphore calls need
+    /// the stream's context current, so this is what their hot path uses.
+    /// A table without `cuCtxGetCurrent` binds unconditionally; a failing
+    /// query is reported as such.
+    #[inline]
+    pub(crate) fn make_current(&self) -> Result<(), Error> {
+        if let Some(get) = self.api().cuCtxGetCurrent {
+            let mut current: CUcontext = ptr::null_mut();
+            // SAFETY: `current` is a valid out-pointer for the duration of
+            // the call.
+            check("cuCtxGetCurrent", unsafe { get(&mut current) })?;
+            if current == self.raw {
+                return Ok(());
+            }
+        }
+        self.bind()
     }
 
     /// Waits for all work in this context (`cuCtxSynchronize`).

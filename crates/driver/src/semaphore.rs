@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tegra_interop_core::semaphore::Payload;
 use tegra_interop_core::{
-    DeterministicCounter, DeterministicReservation, PushError, SemaphoreHandleKind,
-    SemaphoreImport, SignalBatch, SignalParams, TimelineReservation, TimelineTracker,
-    ValidationError, WaitBatch, WaitParams,
+    DeterministicCounter, DeterministicReservation, SemaphoreHandleKind, SemaphoreImport,
+    SignalParams, StreamId, TimelineReservation, TimelineTracker, ValidationError, WaitParams,
 };
-use tegra_interop_sys::cuda::CUexternalSemaphore;
+use tegra_interop_sys::cuda::{
+    CUexternalSemaphore, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+};
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 use crate::context::drop_result;
@@ -277,42 +278,46 @@ impl<'ctx> ExternalSemaphore<'ctx> {
         }
     }
 
+    /// Reserves what this signal will produce in the tracking state (a
+    /// timeline value, a deterministic fence), checking it against the last
+    /// one; nothing to reserve for untracked semaphores.
+    #[inline]
     fn reserve(
         &mut self,
         params: &SignalParams,
-        stream: &Stream<'_>,
-    ) -> Result<Reservation, Error> {
+        stream: StreamId,
+    ) -> Result<Reservation, ValidationError> {
         Ok(match (&mut self.tracking, params.payload()) {
             (Tracking::Timeline(t), Payload::Fence(value)) => {
                 Reservation::Timeline(t.reserve(value)?)
             }
-            (Tracking::Deterministic(c), _) => {
-                Reservation::Deterministic(c.reserve(stream.stream_id())?)
-            }
+            (Tracking::Deterministic(c), _) => Reservation::Deterministic(c.reserve(stream)?),
             _ => Reservation::None,
         })
     }
 
-    fn finish(&mut self, reservation: Reservation, success: bool) -> Result<Option<u64>, Error> {
+    /// The enqueue succeeded: the reserved value becomes the tracked one.
+    #[inline]
+    fn commit(&mut self, reservation: Reservation) -> Result<Option<u64>, ValidationError> {
         Ok(match (&mut self.tracking, reservation) {
-            (Tracking::Timeline(t), Reservation::Timeline(r)) => {
-                if success {
-                    Some(t.commit(r)?)
-                } else {
-                    t.abort(r)?;
-                    None
-                }
-            }
-            (Tracking::Deterministic(c), Reservation::Deterministic(r)) => {
-                if success {
-                    Some(c.commit(r)?)
-                } else {
-                    c.abort(r)?;
-                    None
-                }
-            }
-            _ => None,
+            (Tracking::Timeline(t), Reservation::Timeline(r)) => Some(t.commit(r)?),
+            (Tracking::Deterministic(c), Reservation::Deterministic(r)) => Some(c.commit(r)?),
+            (_, Reservation::None) => None,
+            // A reservation always matches the tracking it was made from: the
+            // tracking cannot change while the signal borrows the semaphore.
+            _ => return Err(ValidationError::ReservationMismatch),
         })
+    }
+
+    /// The enqueue failed (or was not made): the tracked value stays.
+    #[inline]
+    fn abort(&mut self, reservation: Reservation) -> Result<(), ValidationError> {
+        match (&mut self.tracking, reservation) {
+            (Tracking::Timeline(t), Reservation::Timeline(r)) => t.abort(r),
+            (Tracking::Deterministic(c), Reservation::Deterministic(r)) => c.abort(r),
+            (_, Reservation::None) => Ok(()),
+            _ => Err(ValidationError::ReservationMismatch),
+        }
     }
 
     fn release(&mut self) -> Result<(), Error> {
@@ -351,14 +356,6 @@ impl Drop for ExternalSemaphore<'_> {
         let result = self.release();
         drop_result(self.ctx.backend(), result);
     }
-}
-
-fn push_error<T>(error: PushError<T>, capacity: usize) -> Error {
-    Error::Validation(
-        error
-            .validation_error()
-            .unwrap_or(ValidationError::CapacityExceeded { capacity }),
-    )
 }
 
 enum Reservation {
@@ -538,15 +535,58 @@ impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
     }
 }
 
+/// The raw handle of a semaphore taking part in a call, refused when NULL (as
+/// the core's batches refuse it).
+#[inline]
+fn live_handle(semaphore: &ExternalSemaphore<'_>) -> Result<CUexternalSemaphore, Error> {
+    if semaphore.raw.is_null() {
+        return Err(Error::Validation(ValidationError::NullHandle));
+    }
+    Ok(semaphore.raw)
+}
+
+/// The `unsigned int` entry count of a batch of `N`.
+#[inline]
+fn batch_count<const N: usize>() -> Result<u32, Error> {
+    u32::try_from(N).map_err(|_| {
+        Error::Validation(ValidationError::CapacityExceeded {
+            capacity: u32::MAX as usize,
+        })
+    })
+}
+
+/// Aborts the reservations made so far (after a refusal or a failed call).
+/// Returns the first inconsistency found, after handling every entry.
+fn abort_all(
+    signals: &mut [SemaphoreSignal<'_, '_>],
+    reservations: &mut [Reservation],
+) -> Result<(), ValidationError> {
+    let mut first_error = Ok(());
+    for (signal, reservation) in signals.iter_mut().zip(reservations.iter_mut()) {
+        let reservation = std::mem::replace(reservation, Reservation::None);
+        if let Err(e) = signal.semaphore.abort(reservation) {
+            first_error = first_error.and(Err(e));
+        }
+    }
+    first_error
+}
+
 impl<'ctx> Stream<'ctx> {
+    #[inline]
     fn same_context(&self, semaphore: &ExternalSemaphore<'_>) -> Result<(), Error> {
         if semaphore.ctx.as_raw() != self.context().as_raw() {
-            return Err(Error::WrongContext {
-                semaphore_ctx: semaphore.ctx.id(),
-                stream_ctx: self.context().id(),
-            });
+            return Err(self.wrong_context(semaphore));
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wrong_context(&self, semaphore: &ExternalSemaphore<'_>) -> Error {
+        Error::WrongContext {
+            semaphore_ctx: semaphore.ctx.id(),
+            stream_ctx: self.context().id(),
+        }
     }
 
     /// Queues a binary, timeline or fence signal. Returns the value now
@@ -556,6 +596,7 @@ impl<'ctx> Stream<'ctx> {
     /// ([`Error::WrongContext`]), parameters that do not fit the kind, a
     /// timeline value that does not exceed the last one. A failed enqueue
     /// does not advance the tracked value.
+    #[inline]
     pub fn signal(
         &self,
         semaphore: &mut ExternalSemaphore<'_>,
@@ -568,6 +609,7 @@ impl<'ctx> Stream<'ctx> {
     /// Queues a signal of an NvSciSync semaphore; the driver writes the
     /// fence into `fence`. With a [`DeterministicCounter`] attached, returns
     /// the fence value this signal produces.
+    #[inline]
     pub fn signal_nvscisync(
         &self,
         semaphore: &mut ExternalSemaphore<'_>,
@@ -578,11 +620,13 @@ impl<'ctx> Stream<'ctx> {
     }
 
     /// Queues a wait (binary, timeline or fence).
+    #[inline]
     pub fn wait(&self, semaphore: &ExternalSemaphore<'_>, params: WaitParams) -> Result<(), Error> {
         self.wait_batch([SemaphoreWait::new(semaphore, params)?])
     }
 
     /// Queues a wait on an NvSciSync fence.
+    #[inline]
     pub fn wait_nvscisync(
         &self,
         semaphore: &ExternalSemaphore<'_>,
@@ -596,110 +640,220 @@ impl<'ctx> Stream<'ctx> {
     /// call (contexts, parameters, tracked values); if the call fails, no
     /// tracked value advances. Returns, per signal, the tracked value
     /// (timeline value or deterministic fence value).
+    #[inline]
     pub fn signal_batch<const N: usize>(
         &self,
         mut signals: [SemaphoreSignal<'_, '_>; N],
     ) -> Result<[Option<u64>; N], Error> {
-        let mut batch = SignalBatch::<N>::new();
-        for signal in signals.iter() {
+        let count = batch_count::<N>()?;
+        // The two arrays of the call, built on the stack: per entry the
+        // context, then the checks of the core's `SignalBatch::push` (NULL
+        // handle, `SignalParams::check_for` against the kind), then the
+        // parameters written in place (what the core's `lower_for` builds).
+        let mut handles: [CUexternalSemaphore; N] = [ptr::null_mut(); N];
+        let mut params = [CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); N];
+        for ((signal, handle), raw) in signals.iter().zip(&mut handles).zip(&mut params) {
             self.same_context(signal.semaphore)?;
-            batch
-                .push(signal.semaphore.raw, signal.semaphore.kind, signal.params)
-                .map_err(|e| push_error(e, N))?;
+            *handle = live_handle(signal.semaphore)?;
+            signal.params.lower_into(signal.semaphore.kind, raw)?;
         }
         let signal_fn = entry!(self.context().api(), cuSignalExternalSemaphoresAsync);
 
-        let mut reservations: [Reservation; N] = std::array::from_fn(|_| Reservation::None);
+        let mut reservations = [const { Reservation::None }; N];
         for i in 0..N {
-            match signals[i].semaphore.reserve(&signals[i].params, self) {
+            let signal = &mut signals[i];
+            match signal.semaphore.reserve(&signal.params, self.stream_id()) {
                 Ok(r) => reservations[i] = r,
                 Err(e) => {
                     // Undo the reservations made so far; the error to report is `e`.
-                    let _ = Self::finish_all(&mut signals, reservations, false);
-                    return Err(e);
+                    let _ = abort_all(&mut signals[..i], &mut reservations[..i]);
+                    return Err(e.into());
                 }
             }
         }
 
-        let called = self.context().bind().and_then(|()| {
-            // SAFETY: `handles()` and `params()` are two arrays of `len()`
-            // entries; every handle is a live semaphore of this stream's
-            // context (borrowed for the duration of the call, context checked
-            // above); every parameter block was built by the core for its
-            // semaphore's kind; NvSciSync fence pointers come from borrows
-            // that outlive this call.
+        let called = self.context().make_current().and_then(|()| {
+            // SAFETY: `handles` and `params` are two arrays of `count` entries;
+            // every handle is a live semaphore of this stream's context
+            // (borrowed for the duration of the call, context checked above);
+            // every parameter block was checked by the core against its
+            // semaphore's kind and lowered from a zeroed block; NvSciSync
+            // fence pointers come from borrows that outlive this call.
             check("cuSignalExternalSemaphoresAsync", unsafe {
-                signal_fn(
-                    batch.handles().as_ptr(),
-                    batch.params().as_ptr(),
-                    batch.count(),
-                    self.as_raw(),
-                )
+                signal_fn(handles.as_ptr(), params.as_ptr(), count, self.as_raw())
             })
         });
-        let success = called.is_ok();
-        if success {
-            for signal in signals.iter() {
-                signal.semaphore.used.store(true, Ordering::Release);
-            }
+        if let Err(e) = called {
+            let _ = abort_all(&mut signals, &mut reservations);
+            return Err(e);
         }
-        let values = Self::finish_all(&mut signals, reservations, success);
-        called?;
-        values
-    }
-
-    fn finish_all<const N: usize>(
-        signals: &mut [SemaphoreSignal<'_, '_>; N],
-        reservations: [Reservation; N],
-        success: bool,
-    ) -> Result<[Option<u64>; N], Error> {
         let mut values = [None; N];
-        let mut first_error = None;
+        let mut first_error = Ok(());
         for ((signal, reservation), value) in
             signals.iter_mut().zip(reservations).zip(values.iter_mut())
         {
-            match signal.semaphore.finish(reservation, success) {
+            // We hold the semaphore exclusively: no atomic operation needed.
+            *signal.semaphore.used.get_mut() = true;
+            match signal.semaphore.commit(reservation) {
                 Ok(v) => *value = v,
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
+                Err(e) => first_error = first_error.and(Err(e)),
             }
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(values),
-        }
+        first_error?;
+        Ok(values)
     }
 
     /// Queues `N` waits with one driver call (`cuWaitExternalSemaphoresAsync`),
     /// everything checked before the call.
+    #[inline]
     pub fn wait_batch<const N: usize>(
         &self,
         waits: [SemaphoreWait<'_, '_>; N],
     ) -> Result<(), Error> {
-        let mut batch = WaitBatch::<N>::new();
-        for wait in waits.iter() {
+        let count = batch_count::<N>()?;
+        // As for signals: the same per-entry checks, arrays on the stack.
+        let mut handles: [CUexternalSemaphore; N] = [ptr::null_mut(); N];
+        let mut params = [CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); N];
+        for ((wait, handle), raw) in waits.iter().zip(&mut handles).zip(&mut params) {
             self.same_context(wait.semaphore)?;
-            batch
-                .push(wait.semaphore.raw, wait.semaphore.kind, wait.params)
-                .map_err(|e| push_error(e, N))?;
+            *handle = live_handle(wait.semaphore)?;
+            wait.params.lower_into(wait.semaphore.kind, raw)?;
         }
         let wait_fn = entry!(self.context().api(), cuWaitExternalSemaphoresAsync);
-        self.context().bind()?;
-        // SAFETY: as for signals: two arrays of `len()` entries, live
-        // semaphores of this stream's context, core-built parameter blocks,
-        // NvSciSync fence pointers from borrows that outlive the call.
+        self.context().make_current()?;
+        // SAFETY: as for signals: two arrays of `count` entries, live
+        // semaphores of this stream's context, parameter blocks checked by
+        // the core and lowered from zeroed blocks, NvSciSync fence pointers
+        // from borrows that outlive the call.
         check("cuWaitExternalSemaphoresAsync", unsafe {
-            wait_fn(
-                batch.handles().as_ptr(),
-                batch.params().as_ptr(),
-                batch.count(),
-                self.as_raw(),
-            )
+            wait_fn(handles.as_ptr(), params.as_ptr(), count, self.as_raw())
         })?;
-        for wait in waits.iter() {
-            wait.semaphore.used.store(true, Ordering::Release);
+        for wait in &waits {
+            // Written once: later waits only read the flag (no shared cache
+            // line written per call).
+            if !wait.semaphore.used.load(Ordering::Relaxed) {
+                wait.semaphore.used.store(true, Ordering::Release);
+            }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // tests may unwrap
+mod tests {
+    use super::*;
+    use tegra_interop_core::KEYED_MUTEX_INFINITE;
+
+    fn kinds() -> impl Iterator<Item = SemaphoreHandleKind> {
+        (1..=10).map(|raw| SemaphoreHandleKind::from_raw(raw).unwrap())
+    }
+
+    fn fence() -> *mut NvSciSyncFence {
+        ptr::NonNull::<NvSciSyncFence>::dangling().as_ptr()
+    }
+
+    fn signal_fields(
+        raw: &CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    ) -> impl PartialEq + std::fmt::Debug {
+        // SAFETY: both members of the union are plain 64-bit values; reading
+        // either is defined for any bit pattern.
+        let nvsci = unsafe { raw.params.nvSciSync.reserved };
+        (
+            raw.params.fence.value,
+            nvsci,
+            raw.params.keyedMutex.key,
+            raw.params.reserved,
+            raw.flags,
+            raw.reserved,
+        )
+    }
+
+    fn wait_fields(raw: &CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS) -> impl PartialEq + std::fmt::Debug {
+        // SAFETY: as above.
+        let nvsci = unsafe { raw.params.nvSciSync.reserved };
+        (
+            raw.params.fence.value,
+            nvsci,
+            raw.params.keyedMutex.key,
+            raw.params.keyedMutex.timeoutMs,
+            raw.params.reserved,
+            raw.flags,
+            raw.reserved,
+        )
+    }
+
+    /// The in-place lowering the hot path uses (`lower_into`) refuses what
+    /// `lower_for` refuses and writes exactly what it builds, for every kind
+    /// and every kind of parameters (including the memsync flags).
+    #[test]
+    fn lowering_matches_the_core() {
+        let mut signals = vec![
+            SignalParams::binary(),
+            SignalParams::timeline(7),
+            SignalParams::timeline(u64::MAX),
+            SignalParams::nvscisync(fence()),
+            SignalParams::nvscisync(ptr::null_mut()),
+            SignalParams::keyed_mutex(3),
+        ];
+        // SAFETY: only lowered, never submitted.
+        signals.push(unsafe { SignalParams::nvscisync(fence()).skip_nvscibuf_memsync() });
+        // SAFETY: only lowered, never submitted.
+        signals.push(unsafe { SignalParams::timeline(1).skip_nvscibuf_memsync() });
+        let mut waits = vec![
+            WaitParams::binary(),
+            WaitParams::timeline(9),
+            WaitParams::nvscisync(fence()),
+            WaitParams::nvscisync(ptr::null()),
+            WaitParams::keyed_mutex(4, 250),
+            WaitParams::keyed_mutex(5, KEYED_MUTEX_INFINITE),
+        ];
+        // SAFETY: only lowered, never submitted.
+        waits.push(unsafe { WaitParams::nvscisync(fence()).skip_nvscibuf_memsync() });
+        // SAFETY: only lowered, never submitted.
+        waits.push(unsafe { WaitParams::binary().skip_nvscibuf_memsync() });
+
+        let (mut accepted, mut refused) = (0, 0);
+        for kind in kinds() {
+            for params in &signals {
+                let mut raw = CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+                let ours = params.lower_into(kind, &mut raw);
+                match params.lower_for(kind) {
+                    Ok(core) => {
+                        assert_eq!(ours, Ok(()), "{kind:?} {params:?}");
+                        assert_eq!(
+                            signal_fields(&raw),
+                            signal_fields(&core),
+                            "{kind:?} {params:?}"
+                        );
+                        accepted += 1;
+                    }
+                    Err(e) => {
+                        assert_eq!(ours, Err(e), "{kind:?} {params:?}");
+                        refused += 1;
+                    }
+                }
+            }
+            for params in &waits {
+                let mut raw = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+                let ours = params.lower_into(kind, &mut raw);
+                match params.lower_for(kind) {
+                    Ok(core) => {
+                        assert_eq!(ours, Ok(()), "{kind:?} {params:?}");
+                        assert_eq!(wait_fields(&raw), wait_fields(&core), "{kind:?} {params:?}");
+                        accepted += 1;
+                    }
+                    Err(e) => {
+                        assert_eq!(ours, Err(e), "{kind:?} {params:?}");
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        // Both sides of every rule were exercised.
+        assert!(
+            accepted >= 20 && refused >= 100,
+            "{accepted} accepted, {refused} refused"
+        );
     }
 }
