@@ -204,6 +204,32 @@ impl ImportError {
     }
 }
 
+/// The fd-ownership rule of every fd import, in one place: `fd` must be the
+/// descriptor `fd_in_desc` names (else the import is refused before the
+/// call); `import` runs the driver call; on success the driver owns the fd
+/// (it has already closed it in this process) so ownership is given up
+/// without closing; on failure the caller gets it back, open.
+pub(crate) fn import_consuming_fd<T>(
+    fd: OwnedFd,
+    fd_in_desc: Option<std::os::fd::RawFd>,
+    import: impl FnOnce() -> Result<T, Error>,
+) -> Result<T, ImportError> {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    if fd_in_desc != Some(fd.as_raw_fd()) {
+        return Err(ImportError {
+            error: Error::Validation(tegra_interop_core::ValidationError::HandleKindMismatch),
+            fd,
+        });
+    }
+    match import() {
+        Ok(value) => {
+            let _ = fd.into_raw_fd();
+            Ok(value)
+        }
+        Err(error) => Err(ImportError { error, fd }),
+    }
+}
+
 impl fmt::Display for ImportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} (the fd is returned to the caller)", self.error)

@@ -1,6 +1,6 @@
 //! Imported external memory and its mappings.
 
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 
 use tegra_interop_core::{
@@ -91,21 +91,8 @@ impl<'ctx> ExternalMemory<'ctx> {
         fd: OwnedFd,
         import: MemoryImport,
     ) -> Result<ExternalMemory<'ctx>, ImportError> {
-        if !import.kind().is_fd() || import.fd() != Some(fd.as_raw_fd()) {
-            return Err(ImportError {
-                error: Error::Validation(ValidationError::HandleKindMismatch),
-                fd,
-            });
-        }
-        match Self::import_desc(ctx, &import) {
-            Ok(memory) => {
-                // The driver now owns the descriptor and has closed it in
-                // this process: give up ownership without closing.
-                let _ = fd.into_raw_fd();
-                Ok(memory)
-            }
-            Err(error) => Err(ImportError { error, fd }),
-        }
+        let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
+        crate::error::import_consuming_fd(fd, fd_in_desc, || Self::import_desc(ctx, &import))
     }
 
     /// Imports `size` bytes of an opaque fd export (for example Vulkan

@@ -1,7 +1,7 @@
 //! Imported external semaphores, and signalling / waiting on a [`Stream`].
 
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -108,20 +108,8 @@ impl<'ctx> ExternalSemaphore<'ctx> {
         fd: OwnedFd,
         import: SemaphoreImport,
     ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
-        if !import.kind().is_fd() || import.fd() != Some(fd.as_raw_fd()) {
-            return Err(ImportError {
-                error: Error::Validation(ValidationError::HandleKindMismatch),
-                fd,
-            });
-        }
-        match Self::import_desc(ctx, &import) {
-            Ok(semaphore) => {
-                // The driver owns (and has closed) the descriptor now.
-                let _ = fd.into_raw_fd();
-                Ok(semaphore)
-            }
-            Err(error) => Err(ImportError { error, fd }),
-        }
+        let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
+        crate::error::import_consuming_fd(fd, fd_in_desc, || Self::import_desc(ctx, &import))
     }
 
     /// Imports a binary semaphore exported as an opaque fd (Vulkan
