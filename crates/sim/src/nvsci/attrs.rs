@@ -37,6 +37,42 @@ pub(crate) struct AttrListRec {
     pub(crate) owner: Option<usize>,
 }
 
+/// The attribute list an object hands out (`Obj*GetAttrList`, shared by
+/// NvSciBuf and NvSciSync): made on the first request from the object's
+/// reconciled attributes plus its own ActualPerm, registered as owned by the
+/// object (not the application's to free), and the same handle afterwards.
+pub(crate) fn object_list(
+    lists: &mut std::collections::HashMap<usize, AttrListRec>,
+    cached: &mut Option<usize>,
+    owner: usize,
+    module: usize,
+    sync: bool,
+    reconciled: &AttrMap,
+    actual_perm: (u32, Box<[u8]>),
+) -> usize {
+    if let Some(list) = *cached {
+        return list;
+    }
+    let mut map = reconciled.clone();
+    map.insert(actual_perm.0, actual_perm.1);
+    let list = super::new_handle(if sync {
+        super::Kind::SyncList
+    } else {
+        super::Kind::BufList
+    });
+    lists.insert(
+        list,
+        AttrListRec {
+            sync,
+            module,
+            kind: ListKind::Reconciled(Arc::new(map)),
+            owner: Some(owner),
+        },
+    );
+    *cached = Some(list);
+    list
+}
+
 impl AttrListRec {
     /// The single map a `GetAttrs` reads (`None` for a list of several parts).
     pub(crate) fn readable(&self) -> Option<&AttrMap> {

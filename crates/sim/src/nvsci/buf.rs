@@ -637,31 +637,18 @@ pub(crate) fn obj_get_attr_list(
         }
         let mut st = c.state();
         let ns = &mut st.nvsci;
-        let Some(rec) = ns.buf_objs.get(&h) else {
+        let Some(rec) = ns.buf_objs.get_mut(&h) else {
             return Err(unknown(c, ns, "NvSciBuf object", h));
         };
-        let list = match rec.list {
-            Some(l) => l,
-            None => {
-                let mut map = (*rec.core.attrs).clone();
-                map.insert(bk::ACTUAL_PERM, attrs::enc_u32s(&[rec.perm]));
-                let module = rec.module;
-                let l = new_handle(Kind::BufList);
-                ns.lists.insert(
-                    l,
-                    AttrListRec {
-                        sync: false,
-                        module,
-                        kind: ListKind::Reconciled(Arc::new(map)),
-                        owner: Some(h),
-                    },
-                );
-                if let Some(rec) = ns.buf_objs.get_mut(&h) {
-                    rec.list = Some(l);
-                }
-                l
-            }
-        };
+        let list = attrs::object_list(
+            &mut ns.lists,
+            &mut rec.list,
+            h,
+            rec.module,
+            false,
+            &rec.core.attrs,
+            (bk::ACTUAL_PERM, attrs::enc_u32s(&[rec.perm])),
+        );
         // SAFETY: checked non-null; caller out-pointer.
         unsafe { out.write(list as NvSciBufAttrList) };
         Ok(())

@@ -12,7 +12,7 @@ use tegra_interop_sys::nvsci::{
     NvSciSyncFence, NvSciSyncModule, NvSciSyncObj,
 };
 
-use super::attrs::{self, sk, AttrListRec, AttrMap, ListKind};
+use super::attrs::{self, sk, AttrMap, ListKind};
 use super::{buf, err, get, new_handle, put, unknown, Kind, ModuleRec, WaitCtxRec, R};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::{self, Call, State, SyncObjectEntry, Tag};
@@ -333,31 +333,18 @@ pub(crate) fn obj_get_attr_list(
     }
     let mut st = c.state();
     let ns = &mut st.nvsci;
-    let Some(rec) = ns.sync_objs.get(&h) else {
+    let Some(rec) = ns.sync_objs.get_mut(&h) else {
         return unknown(c, ns, "NvSciSync object", h);
     };
-    let list = match rec.list {
-        Some(l) => l,
-        None => {
-            let mut map = (*rec.core.attrs).clone();
-            map.insert(sk::ACTUAL_PERM, attrs::enc_u64s(&[rec.perm]));
-            let module = rec.module;
-            let l = new_handle(Kind::SyncList);
-            ns.lists.insert(
-                l,
-                AttrListRec {
-                    sync: true,
-                    module,
-                    kind: ListKind::Reconciled(Arc::new(map)),
-                    owner: Some(h),
-                },
-            );
-            if let Some(rec) = ns.sync_objs.get_mut(&h) {
-                rec.list = Some(l);
-            }
-            l
-        }
-    };
+    let list = attrs::object_list(
+        &mut ns.lists,
+        &mut rec.list,
+        h,
+        rec.module,
+        true,
+        &rec.core.attrs,
+        (sk::ACTUAL_PERM, attrs::enc_u64s(&[rec.perm])),
+    );
     // SAFETY: checked non-null; caller out-pointer.
     unsafe { out.write(list as NvSciSyncAttrList) };
     err::SUCCESS
