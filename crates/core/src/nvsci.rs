@@ -518,6 +518,67 @@ pub enum Padding {
     Right,
 }
 
+/// The methods both attribute-set types share (they differ only in their
+/// attribute and key types).
+macro_rules! attr_set_common {
+    ($attr:ty, $key:ty) => {
+        /// An empty set.
+        pub const fn new() -> Self {
+            Self {
+                attrs: heapless::Vec::new(),
+            }
+        }
+
+        /// Adds `attr` after checking its value, that its key is not set yet, and the capacity.
+        pub fn set(&mut self, attr: $attr) -> Result<&mut Self, ValidationError> {
+            attr.validate()?;
+            let key = attr.key();
+            if self.attrs.iter().any(|a| a.key() == key) {
+                return Err(ValidationError::DuplicateKey { key: key.0 });
+            }
+            self.attrs
+                .push(attr)
+                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+            Ok(self)
+        }
+
+        /// The attribute with `key`, if set.
+        pub fn get(&self, key: $key) -> Option<&$attr> {
+            self.attrs.iter().find(|a| a.key() == key)
+        }
+
+        /// The attributes, in insertion order.
+        pub fn attrs(&self) -> &[$attr] {
+            &self.attrs
+        }
+
+        /// Number of keys set.
+        pub fn len(&self) -> usize {
+            self.attrs.len()
+        }
+
+        /// `true` when no key is set.
+        pub fn is_empty(&self) -> bool {
+            self.attrs.is_empty()
+        }
+    };
+}
+
+/// Builds the C pair array of an attribute set with `pair` (the two pair
+/// types differ only in the key field's name), without allocating.
+fn lower_pairs<A, P, const N: usize>(
+    attrs: &[A],
+    pair: impl Fn(&A) -> P,
+) -> Result<heapless::Vec<P, N>, ValidationError> {
+    let mut pairs = heapless::Vec::new();
+    for attr in attrs {
+        pairs
+            .push(pair(attr))
+            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+    }
+    Ok(pairs)
+}
+
 /// A validated NvSciBuf attribute list of at most `N` keys, each at most once.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BufAttrSet<const N: usize> {
@@ -525,45 +586,7 @@ pub struct BufAttrSet<const N: usize> {
 }
 
 impl<const N: usize> BufAttrSet<N> {
-    /// An empty set.
-    pub const fn new() -> Self {
-        Self {
-            attrs: heapless::Vec::new(),
-        }
-    }
-
-    /// Adds `attr` after checking its value, that its key is not set yet, and the capacity.
-    pub fn set(&mut self, attr: BufAttr) -> Result<&mut Self, ValidationError> {
-        attr.validate()?;
-        let key = attr.key();
-        if self.attrs.iter().any(|a| a.key() == key) {
-            return Err(ValidationError::DuplicateKey { key: key.0 });
-        }
-        self.attrs
-            .push(attr)
-            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
-        Ok(self)
-    }
-
-    /// The attribute with `key`, if set.
-    pub fn get(&self, key: NvSciBufAttrKey) -> Option<&BufAttr> {
-        self.attrs.iter().find(|a| a.key() == key)
-    }
-
-    /// The attributes, in insertion order.
-    pub fn attrs(&self) -> &[BufAttr] {
-        &self.attrs
-    }
-
-    /// Number of keys set.
-    pub fn len(&self) -> usize {
-        self.attrs.len()
-    }
-
-    /// `true` when no key is set.
-    pub fn is_empty(&self) -> bool {
-        self.attrs.is_empty()
-    }
+    attr_set_common!(BufAttr, NvSciBufAttrKey);
 
     /// Checks the keys against each other: every per-plane key has `PlaneCount` entries.
     pub fn validate(&self) -> Result<(), ValidationError> {
@@ -591,18 +614,14 @@ impl<const N: usize> BufAttrSet<N> {
     /// set's storage (valid while the returned value lives).
     pub fn lower(&self) -> Result<LoweredBufAttrs<'_, N>, ValidationError> {
         self.validate()?;
-        let mut pairs = heapless::Vec::new();
-        for attr in &self.attrs {
+        let pairs = lower_pairs(&self.attrs, |attr| {
             let (value, len) = attr.value_ptr_len();
-            let pair = NvSciBufAttrKeyValuePair {
+            NvSciBufAttrKeyValuePair {
                 key: attr.key(),
                 value,
                 len,
-            };
-            pairs
-                .push(pair)
-                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
-        }
+            }
+        })?;
         Ok(LoweredBufAttrs {
             pairs,
             _set: PhantomData,
@@ -812,61 +831,19 @@ pub struct SyncAttrSet<const N: usize> {
 }
 
 impl<const N: usize> SyncAttrSet<N> {
-    /// An empty set.
-    pub const fn new() -> Self {
-        Self {
-            attrs: heapless::Vec::new(),
-        }
-    }
-
-    /// Adds `attr` after checking its value, that its key is not set yet, and the capacity.
-    pub fn set(&mut self, attr: SyncAttr) -> Result<&mut Self, ValidationError> {
-        attr.validate()?;
-        let key = attr.key();
-        if self.attrs.iter().any(|a| a.key() == key) {
-            return Err(ValidationError::DuplicateKey { key: key.0 });
-        }
-        self.attrs
-            .push(attr)
-            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
-        Ok(self)
-    }
-
-    /// The attribute with `key`, if set.
-    pub fn get(&self, key: NvSciSyncAttrKey) -> Option<&SyncAttr> {
-        self.attrs.iter().find(|a| a.key() == key)
-    }
-
-    /// The attributes, in insertion order.
-    pub fn attrs(&self) -> &[SyncAttr] {
-        &self.attrs
-    }
-
-    /// Number of keys set.
-    pub fn len(&self) -> usize {
-        self.attrs.len()
-    }
-
-    /// `true` when no key is set.
-    pub fn is_empty(&self) -> bool {
-        self.attrs.is_empty()
-    }
+    attr_set_common!(SyncAttr, NvSciSyncAttrKey);
 
     /// Builds the C pair array for `NvSciSyncAttrListSetAttrs`, pointing into this set's
     /// storage (valid while the returned value lives).
     pub fn lower(&self) -> Result<LoweredSyncAttrs<'_, N>, ValidationError> {
-        let mut pairs = heapless::Vec::new();
-        for attr in &self.attrs {
+        let pairs = lower_pairs(&self.attrs, |attr| {
             let (value, len) = attr.value_ptr_len();
-            let pair = NvSciSyncAttrKeyValuePair {
+            NvSciSyncAttrKeyValuePair {
                 attrKey: attr.key(),
                 value,
                 len,
-            };
-            pairs
-                .push(pair)
-                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
-        }
+            }
+        })?;
         Ok(LoweredSyncAttrs {
             pairs,
             _set: PhantomData,
