@@ -368,6 +368,47 @@ pub enum Payload {
     },
 }
 
+/// The checking and lowering methods signal and wait parameters share; each
+/// type supplies its own `fill` (the wait side also writes a timeout).
+macro_rules! params_lowering {
+    ($raw:ty) => {
+        /// Checks these parameters against `kind` and builds the C structure (all other fields
+        /// and reserved words zero).
+        #[inline]
+        pub fn lower_for(&self, kind: SemaphoreHandleKind) -> Result<$raw, ValidationError> {
+            let mut raw = <$raw>::default();
+            self.lower_into(kind, &mut raw)?;
+            Ok(raw)
+        }
+
+        /// The checks of [`lower_for`](Self::lower_for) without building the structure.
+        #[inline]
+        pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
+            if self.flags.unknown_bits() != 0 {
+                return Err(ValidationError::UnknownFlags {
+                    bits: self.flags.unknown_bits(),
+                });
+            }
+            check_payload(kind, self.payload, self.flags.bits())
+        }
+
+        /// [`lower_for`](Self::lower_for) writing into `raw` in place (no 144-byte structure is
+        /// built and moved): checks these parameters against `kind`, then writes the payload
+        /// fields and flags. `raw` must be zeroed (for example from `Default`); the fields this
+        /// kind does not use are left as they are. On error `raw` is untouched.
+        #[inline]
+        pub fn lower_into(
+            &self,
+            kind: SemaphoreHandleKind,
+            raw: &mut $raw,
+        ) -> Result<(), ValidationError> {
+            self.check_for(kind)?;
+            self.fill(raw);
+            Ok(())
+        }
+    };
+}
+
 /// Checks a payload and flag bits against a semaphore kind.
 #[inline]
 fn check_payload(
@@ -487,44 +528,7 @@ impl SignalParams {
         self.flags
     }
 
-    /// Checks these parameters against `kind` and builds the C structure (all other fields
-    /// and reserved words zero).
-    #[inline]
-    pub fn lower_for(
-        &self,
-        kind: SemaphoreHandleKind,
-    ) -> Result<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, ValidationError> {
-        self.check_for(kind)?;
-        let mut raw = CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
-        self.fill(&mut raw);
-        Ok(raw)
-    }
-
-    /// The checks of [`lower_for`](Self::lower_for) without building the structure.
-    #[inline]
-    pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
-        if self.flags.unknown_bits() != 0 {
-            return Err(ValidationError::UnknownFlags {
-                bits: self.flags.unknown_bits(),
-            });
-        }
-        check_payload(kind, self.payload, self.flags.bits())
-    }
-
-    /// [`lower_for`](Self::lower_for) writing into `raw` in place (no 144-byte structure is
-    /// built and moved): checks these parameters against `kind`, then writes the payload
-    /// fields and flags. `raw` must be zeroed (for example from `Default`); the fields this
-    /// kind does not use are left as they are. On error `raw` is untouched.
-    #[inline]
-    pub fn lower_into(
-        &self,
-        kind: SemaphoreHandleKind,
-        raw: &mut CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
-    ) -> Result<(), ValidationError> {
-        self.check_for(kind)?;
-        self.fill(raw);
-        Ok(())
-    }
+    params_lowering!(CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS);
 
     /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
     #[inline]
@@ -622,44 +626,7 @@ impl WaitParams {
         self.flags
     }
 
-    /// Checks these parameters against `kind` and builds the C structure (all other fields
-    /// and reserved words zero).
-    #[inline]
-    pub fn lower_for(
-        &self,
-        kind: SemaphoreHandleKind,
-    ) -> Result<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, ValidationError> {
-        self.check_for(kind)?;
-        let mut raw = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
-        self.fill(&mut raw);
-        Ok(raw)
-    }
-
-    /// The checks of [`lower_for`](Self::lower_for) without building the structure.
-    #[inline]
-    pub fn check_for(&self, kind: SemaphoreHandleKind) -> Result<(), ValidationError> {
-        if self.flags.unknown_bits() != 0 {
-            return Err(ValidationError::UnknownFlags {
-                bits: self.flags.unknown_bits(),
-            });
-        }
-        check_payload(kind, self.payload, self.flags.bits())
-    }
-
-    /// [`lower_for`](Self::lower_for) writing into `raw` in place (no 144-byte structure is
-    /// built and moved): checks these parameters against `kind`, then writes the payload
-    /// fields and flags. `raw` must be zeroed (for example from `Default`); the fields this
-    /// kind does not use are left as they are. On error `raw` is untouched.
-    #[inline]
-    pub fn lower_into(
-        &self,
-        kind: SemaphoreHandleKind,
-        raw: &mut CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
-    ) -> Result<(), ValidationError> {
-        self.check_for(kind)?;
-        self.fill(raw);
-        Ok(())
-    }
+    params_lowering!(CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS);
 
     /// Writes the payload fields and flags into `raw`, which must be zeroed (others untouched).
     #[inline]
