@@ -19,6 +19,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ---- library versions these declarations follow -------------------------- */
+/* DRIVE OS 6.0.10 ships NvSciBuf 2.11, NvSciSync 2.8 and NvSciIpc 1.4. A
+ * program passes these to Nv*CheckVersionCompatibility to ask whether the
+ * loaded library serves it; older releases lack some items declared here. */
+static const uint32_t NvSciBufMajorVersion = 2U;
+static const uint32_t NvSciBufMinorVersion = 11U;
+static const uint32_t NvSciSyncMajorVersion = 2U;
+static const uint32_t NvSciSyncMinorVersion = 8U;
+static const uint32_t NvSciIpcMajorVersion = 1U;
+static const uint32_t NvSciIpcMinorVersion = 4U;
+
 /* ---- status codes shared by every NvSci library -------------------------- */
 typedef enum {
     NvSciError_Success = 0x0,
@@ -70,7 +81,9 @@ typedef struct { uint64_t payload[6]; } NvSciSyncFence;
 /* Wire forms used when a fence, a sync object or a buffer crosses processes. */
 typedef struct { uint64_t payload[7]; } NvSciSyncFenceIpcExportDescriptor;
 typedef struct { uint64_t payload[128]; } NvSciSyncObjIpcExportDescriptor;
-typedef struct { uint64_t data[32]; } NvSciBufObjIpcExportDescriptor;
+/* The buffer descriptor is 256 bytes with no padding and alignment 1 in every
+ * release: it is declared packed, so it may sit at any byte of a message. */
+typedef struct { uint64_t data[32]; } __attribute__((packed)) NvSciBufObjIpcExportDescriptor;
 /* GPU identity: the 16 bytes of the CUDA device UUID. */
 typedef struct { uint8_t bytes[16]; } NvSciRmGpuId;
 
