@@ -329,8 +329,25 @@ impl Shapes {
         None
     }
 
+    /// The record named `name`, following typedefs (`typedef struct Tag Name`).
+    fn record_named(&self, name: &str) -> Option<&(Vec<(String, syn::Type)>, String)> {
+        let mut name = name.to_string();
+        for _ in 0..16 {
+            if let Some(r) = self.records.get(&name) {
+                return Some(r);
+            }
+            match self.aliases.get(&name) {
+                Some(syn::Type::Path(p)) => {
+                    name = p.path.segments.last()?.ident.to_string();
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
     fn field(&self, record: &str, field: &str, keep_const: bool) -> Option<String> {
-        let (fields, _) = self.records.get(record)?;
+        let (fields, _) = self.record_named(record)?;
         let (_, ty) = fields.iter().find(|(n, _)| n == field)?;
         Some(self.shape(ty, keep_const, 0))
     }
