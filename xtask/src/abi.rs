@@ -147,7 +147,9 @@ fn run_cc(args: &[&std::ffi::OsStr], what: &str) -> Result<String> {
 }
 
 /// Every identifier the headers declare or use after preprocessing, plus
-/// every macro they define: the names that exist in this release.
+/// every macro they define: the names that exist in this release. Names
+/// usable as a type on their own (typedefs, not just `struct` tags) are also
+/// entered as `typedef NAME`.
 pub fn names_present(include: &Path, includes: &str) -> Result<BTreeSet<String>> {
     let scratch = Scratch::new()?;
     let source = scratch.0.join("names.c");
@@ -160,8 +162,39 @@ pub fn names_present(include: &Path, includes: &str) -> Result<BTreeSet<String>>
         args.push(source.as_os_str());
         let text = run_cc(&args, &format!("the headers in {}", include.display()))?;
         names.extend(identifiers(&text));
+        if extra.contains(&"-P") {
+            names.extend(typedef_names(&text));
+        }
     }
     Ok(names)
+}
+
+/// Names that end a declaration (`... NAME ;`) without being a `struct`,
+/// `union` or `enum` tag there: typedef names (and variables, harmless here).
+fn typedef_names(text: &str) -> BTreeSet<String> {
+    let mut tokens: Vec<&str> = Vec::new();
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        let ident = c.is_ascii_alphanumeric() || c == '_';
+        match (ident, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                tokens.push(&text[s..i]);
+                start = None;
+            }
+            _ => {}
+        }
+        if !ident && !c.is_whitespace() {
+            tokens.push(&text[i..i + c.len_utf8()]);
+        }
+    }
+    let mut names = BTreeSet::new();
+    for w in tokens.windows(3) {
+        if w[2] == ";" && !matches!(w[0], "struct" | "union" | "enum") {
+            names.insert(format!("typedef {}", w[1]));
+        }
+    }
+    names
 }
 
 fn identifiers(text: &str) -> impl Iterator<Item = String> + '_ {
@@ -200,15 +233,27 @@ pub fn measure(
         .types
         .iter()
         .chain(declared.records.iter().map(|(n, _)| n));
+    // A record the headers name only by its tag (`struct T`, no typedef) is
+    // measured as `struct T`: the same layout under another spelling.
+    let spelled = |t: &str| {
+        if has(&format!("typedef {t}")) {
+            t.to_string()
+        } else {
+            format!("struct {t}")
+        }
+    };
     for t in type_names.filter(|t| has(t)) {
+        let is_record = declared.records.iter().any(|(r, _)| r == t);
+        let c_type = if is_record { spelled(t) } else { t.clone() };
         c.push_str(&format!(
-            "    printf(\"size {t} %zu\\n\", sizeof({t}));\n    printf(\"align {t} %zu\\n\", (size_t)_Alignof({t}));\n"
+            "    printf(\"size {t} %zu\\n\", sizeof({c_type}));\n    printf(\"align {t} %zu\\n\", (size_t)_Alignof({c_type}));\n"
         ));
     }
     for (t, fields) in declared.records.iter().filter(|(t, _)| has(t)) {
         for f in fields.iter().filter(|f| has(f)) {
             c.push_str(&format!(
-                "    printf(\"offset {t}.{f} %zu\\n\", offsetof({t}, {f}));\n"
+                "    printf(\"offset {t}.{f} %zu\\n\", offsetof({}, {f}));\n",
+                spelled(t)
             ));
         }
     }
@@ -527,7 +572,11 @@ pub struct Report {
 }
 
 fn library_of(item: &str) -> Option<&'static str> {
-    // Longest prefix first is not needed: the three never prefix each other.
+    // NvSciIpc's macros are spelled in capitals.
+    if item.starts_with("NV_SCI_IPC_") || item.starts_with("NVSCIIPC_") {
+        return Some("NvSciIpc");
+    }
+    // The three prefixes never prefix each other.
     LIBRARIES.iter().copied().find(|l| item.starts_with(l))
 }
 

@@ -160,10 +160,22 @@ pub const NVSCI_FUNCTIONS: &[&str] = &[
     "NvSciSyncFenceUpdateFence",
     "NvSciSyncFenceGetTimestamp",
     "NvSciSyncCheckVersionCompatibility",
+    "NvSciSyncAttrListIpcExportUnreconciled",
+    "NvSciSyncAttrListIpcExportReconciled",
+    "NvSciSyncAttrListIpcImportUnreconciled",
+    "NvSciSyncAttrListIpcImportReconciled",
+    "NvSciSyncAttrListFreeDesc",
     "NvSciIpcInit",
     "NvSciIpcDeinit",
     "NvSciIpcOpenEndpoint",
     "NvSciIpcCloseEndpoint",
+    "NvSciIpcCloseEndpointSafe",
+    "NvSciIpcResetEndpointSafe",
+    "NvSciIpcGetLinuxEventFd",
+    "NvSciIpcGetEndpointInfo",
+    "NvSciIpcGetEventSafe",
+    "NvSciIpcReadSafe",
+    "NvSciIpcWriteSafe",
 ];
 
 /// NvSci types the project needs beyond what the functions pull in.
@@ -184,6 +196,7 @@ const NVSCI_TYPES: &[&str] = &[
     "NvSciBufObjIpcExportDescriptor",
     "NvSciRmGpuId",
     "NvSciIpcEndpoint",
+    "NvSciIpcEndpointInfo",
 ];
 
 /// Where the project's own NvSci declaration header lives.
@@ -582,8 +595,10 @@ const OWN_NVSCI_INCLUDES: &str = "#include \"tegra_interop_nvsci.h\"\n";
 const REAL_NVSCI_INCLUDES: &str =
     "#include <nvscibuf.h>\n#include <nvscisync.h>\n#include <nvsciipc.h>\n";
 
-/// The version constants (`static const uint32_t`) of the three libraries.
-const NVSCI_VARS: &str = "NvSci(Buf|Sync|Ipc)(Major|Minor)Version";
+/// The version constants (`static const uint32_t`) of the three libraries,
+/// NvSciIpc's event bits and its endpoint-name limit (macros).
+const NVSCI_VARS: &str =
+    "NvSci(Buf|Sync|Ipc)(Major|Minor)Version|NV_SCI_IPC_EVENT_.*|NVSCIIPC_MAX_ENDPOINT_NAME";
 
 /// `functions`: the entry points to make `PFN_` types for (all of
 /// [`NVSCI_FUNCTIONS`], or those an older release has).

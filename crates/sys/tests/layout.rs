@@ -597,6 +597,8 @@ fn nvsci_records_match_recorded_layout() {
     assert_eq!(size_of::<nvsci::NvSciError>(), 4);
     assert_eq!(size_of::<nvsci::NvSciIpcEndpoint>(), 8);
     assert_eq!(size_of::<nvsci::NvSciSyncAccessPerm>(), 8);
+    assert_shape!(nvsci::NvSciIpcEndpointInfo, size 8, align 4);
+    assert_offsets!(nvsci::NvSciIpcEndpointInfo { nframes @ 0, frame_size @ 4 });
 }
 
 #[test]
