@@ -3,8 +3,9 @@
 //!
 //! [`Sim::new`] makes an isolated simulated driver; [`Sim::table`] (or
 //! [`Sim::backend`]) gives its C entry points. They behave like the real
-//! driver did in the project's measurements (same codes), with three
-//! differences made for testing:
+//! driver did in the project's measurements (same codes, and the same fd
+//! effects: a failed `OPAQUE_FD` memory import closes the fd it was given),
+//! with four differences made for testing:
 //!
 //! * where the real driver crashes (double destroy, destroy after a context
 //!   reset, use after free) the simulator returns an error code and records a
@@ -12,7 +13,10 @@
 //! * it keeps a [`Ledger`] of live objects, descriptors it holds and pending
 //!   stream work, which must be clean after a correct teardown;
 //! * it can fail the N-th call ([`Sim::fail_at`]) or the N-th call of one
-//!   entry point ([`Sim::fail_symbol`]) with a chosen code.
+//!   entry point ([`Sim::fail_symbol`]) with a chosen code;
+//! * it keeps an fd ledger ([`Sim::fd_events`]) and checks every close it
+//!   makes: a number already closed by someone else (a double close) or now
+//!   naming another file (a foreign fd) is reported and left alone.
 //!
 //! Memory and semaphores are real shared memory (memfd): the [`export`]
 //! module is the producer side (standing in for Vulkan), and data written on
