@@ -236,6 +236,8 @@ checks!(
     memory_validation_refusals,
     semaphore_validation_refusals,
     cross_context_refused,
+    failed_imports_return_the_callers_fd,
+    copy_from_host_done_on_return,
 );
 
 #[test]
@@ -245,6 +247,21 @@ fn run_all_reports_no_failures() {
     let mut exporter = VulkanConformanceExporter::new(MemoryLocation::HostVisible);
     let failures = conformance::run_all(&backend, &mut exporter);
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The fd-table checks (`/proc/self/fd` before vs after each failed import). They need no
+/// other thread opening or closing fds: run this binary with `--test-threads 1`.
+#[test]
+#[ignore = "needs an NVIDIA GPU with Vulkan"]
+fn fd_table_checks_report_no_failures() {
+    let backend = Backend::real().unwrap();
+    let mut exporter = VulkanConformanceExporter::new(MemoryLocation::HostVisible);
+    let failures = conformance::run_fd_table_checks(&backend, &mut exporter);
+    assert!(failures.is_empty(), "{failures:#?}");
+    println!(
+        "fd audit after the fd-table checks: {:?}",
+        tegra_interop::driver::error::fd_audit()
+    );
 }
 
 /// Rounds of the ping-pong: each side adds 1 this many times.

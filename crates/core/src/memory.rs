@@ -400,6 +400,21 @@ impl MemoryImport {
             _ => None,
         }
     }
+
+    /// The same import (kind, size, flags) naming another fd number, for example a
+    /// duplicate of the original. Refuses non-fd kinds (`HandleKindMismatch`) and negative
+    /// numbers (`NegativeFd`), like the constructors.
+    pub fn with_fd(mut self, fd: i32) -> Result<Self, ValidationError> {
+        if !self.kind.is_fd() {
+            return Err(ValidationError::HandleKindMismatch);
+        }
+        if fd < 0 {
+            return Err(ValidationError::NegativeFd { fd });
+        }
+        self.desc.handle.fd = fd;
+        self.handle = MemoryHandle::Fd(fd);
+        Ok(self)
+    }
 }
 
 impl fmt::Debug for MemoryImport {

@@ -112,6 +112,16 @@ fn rule_table() {
             E::NegativeFd { fd: -7 },
         ),
         (
+            "with_fd: the new fd >= 0",
+            err(MemoryImport::opaque_fd(3, 64).and_then(|i| i.with_fd(-4))),
+            E::NegativeFd { fd: -4 },
+        ),
+        (
+            "with_fd: only fd kinds",
+            err(MemoryImport::nvscibuf(h(), 64).and_then(|i| i.with_fd(5))),
+            E::HandleKindMismatch,
+        ),
+        (
             "import size > 0",
             err(MemoryImport::opaque_fd(3, 0)),
             E::ZeroSize,
@@ -388,6 +398,16 @@ fn rule_table() {
             "timeline fd >= 0",
             err(SemaphoreImport::timeline_fd(-2)),
             E::NegativeFd { fd: -2 },
+        ),
+        (
+            "semaphore with_fd: the new fd >= 0",
+            err(SemaphoreImport::timeline_fd(3).and_then(|i| i.with_fd(-5))),
+            E::NegativeFd { fd: -5 },
+        ),
+        (
+            "semaphore with_fd: only fd kinds",
+            err(SemaphoreImport::nvscisync(h()).and_then(|i| i.with_fd(5))),
+            E::HandleKindMismatch,
         ),
         (
             "NvSciSync object non-NULL",
@@ -778,6 +798,26 @@ fn dmabuf_value_is_nine() {
     let import = MemoryImport::dma_buf_fd(4, 64).unwrap();
     assert_eq!(import.raw().type_.0, 9);
     assert_eq!(import.fd(), Some(4));
+}
+
+#[test]
+fn with_fd_changes_only_the_fd() {
+    let import = MemoryImport::dma_buf_fd(4, 64).unwrap().dedicated();
+    let moved = import.with_fd(11).unwrap();
+    assert_eq!(moved.fd(), Some(11));
+    // SAFETY: an fd import writes the fd member of the union.
+    assert_eq!(unsafe { moved.raw().handle.fd }, 11);
+    assert_eq!(moved.kind(), import.kind());
+    assert_eq!(moved.size(), 64);
+    assert_eq!(moved.flags(), import.flags());
+    let sem = SemaphoreImport::timeline_fd(4)
+        .unwrap()
+        .with_fd(12)
+        .unwrap();
+    assert_eq!(sem.fd(), Some(12));
+    // SAFETY: as above.
+    assert_eq!(unsafe { sem.raw().handle.fd }, 12);
+    assert_eq!(sem.kind(), SemaphoreHandleKind::TimelineSemaphoreFd);
 }
 
 #[test]

@@ -13,10 +13,12 @@
 //!     assert!(!name.is_empty());
 //! }
 //! assert!(CHECKS.iter().any(|(name, _)| *name == "timeline_backwards_refused"));
+//! assert!(CHECKS.iter().any(|(name, _)| *name == "failed_imports_return_the_callers_fd"));
 //! ```
 
+use std::collections::BTreeSet;
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -128,7 +130,35 @@ pub const CHECKS: &[(&str, Check)] = &[
         semaphore_validation_refusals,
     ),
     ("cross_context_refused", cross_context_refused),
+    (
+        "failed_imports_return_the_callers_fd",
+        failed_imports_return_the_callers_fd,
+    ),
+    (
+        "copy_from_host_done_on_return",
+        copy_from_host_done_on_return,
+    ),
 ];
+
+/// Checks that compare the process's fd table (`/proc/self/fd`) before and
+/// after: the table is process-wide, so run them where no other thread
+/// opens or closes descriptors meanwhile (one test binary, one test at a
+/// time). Not part of [`CHECKS`] / [`run_all`].
+pub const FD_TABLE_CHECKS: &[(&str, Check)] = &[(
+    "fd_table_unchanged_by_failed_imports",
+    fd_table_unchanged_by_failed_imports,
+)];
+
+/// Runs every check of [`FD_TABLE_CHECKS`]; see there for the conditions.
+pub fn run_fd_table_checks(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> Vec<CheckFailure> {
+    FD_TABLE_CHECKS
+        .iter()
+        .filter_map(|(_, check)| check(backend, exporter).err())
+        .collect()
+}
 
 /// Runs every check; returns the failures (empty when all passed).
 pub fn run_all(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> Vec<CheckFailure> {
@@ -779,5 +809,344 @@ pub fn cross_context_refused(backend: &Arc<Backend>, exporter: &mut dyn Exporter
     drop(semaphore);
     drop((stream_a, stream_b));
     drop((a, b));
+    no_drop_errors(C, backend)
+}
+
+// ------------------------------------------------------------ fd ownership
+
+/// `(st_dev, st_ino)` of the file behind `fd`, `None` if it is not open.
+fn file_id(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer; fstat on any number is harmless.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_dev, st.st_ino))
+}
+
+/// The open descriptor numbers of this process (`/proc/self/fd`), without
+/// the listing's own directory descriptor (the one that links to
+/// `/proc/<pid>/fd`; an entry closed while listing is skipped).
+fn fd_table() -> Result<BTreeSet<RawFd>, String> {
+    let dir = std::fs::read_dir("/proc/self/fd").map_err(|e| format!("/proc/self/fd: {e}"))?;
+    let mut set = BTreeSet::new();
+    for entry in dir {
+        let entry = entry.map_err(|e| format!("/proc/self/fd: {e}"))?;
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if target.starts_with("/proc") && target.ends_with("fd") {
+            continue;
+        }
+        if let Some(n) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+            set.insert(n);
+        }
+    }
+    Ok(set)
+}
+
+/// Where the fd handed to a failing import comes from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    DevNull,
+    Memfd,
+    RegularFile,
+    Pipe,
+    Socket,
+    /// Memory from the exporter (a real allocation, imported as the wrong
+    /// kind: dma-buf, or a semaphore).
+    ExportedMemory,
+}
+
+/// What is imported.
+#[derive(Clone, Copy, Debug)]
+enum Import {
+    MemoryOpaque,
+    MemoryDmaBuf,
+    SemaphoreBinary,
+    SemaphoreTimeline,
+}
+
+/// Each row of the H200 measurement (cuda-facts.md, second round): the
+/// import kind and the fds it was given. All answered an error there; a
+/// backend that accepts one (the simulator takes a memfd or a regular file as
+/// an `OPAQUE_FD` allocation) is held to the success rule instead.
+const FD_ROWS: &[(Import, &[Source])] = &[
+    (
+        Import::MemoryOpaque,
+        &[
+            Source::DevNull,
+            Source::Memfd,
+            Source::RegularFile,
+            Source::Pipe,
+            Source::Socket,
+        ],
+    ),
+    (
+        Import::MemoryDmaBuf,
+        &[Source::DevNull, Source::Memfd, Source::ExportedMemory],
+    ),
+    (
+        Import::SemaphoreBinary,
+        &[Source::DevNull, Source::Memfd, Source::ExportedMemory],
+    ),
+    (
+        Import::SemaphoreTimeline,
+        &[Source::DevNull, Source::Memfd, Source::ExportedMemory],
+    ),
+];
+
+fn os_err(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// The fd of a [`Source`], the other fds that must stay open with it (the
+/// other end of a pipe or socket) and the exporter's side of its memory.
+type MadeSource = (OwnedFd, Vec<OwnedFd>, Option<Box<dyn ExportedMemory>>);
+
+/// Makes the fd of `source`, plus whatever must stay alive with it.
+fn make_source(source: Source, exporter: &mut dyn Exporter) -> Result<MadeSource, String> {
+    match source {
+        Source::DevNull => std::fs::File::open("/dev/null")
+            .map(|f| (f.into(), Vec::new(), None))
+            .map_err(|e| format!("/dev/null: {e}")),
+        Source::Memfd => {
+            // SAFETY: the name is a NUL-terminated literal.
+            let fd = unsafe {
+                libc::memfd_create(c"tegra-interop-conformance".as_ptr(), libc::MFD_CLOEXEC)
+            };
+            if fd < 0 {
+                return Err(os_err("memfd_create"));
+            }
+            // SAFETY: a fresh descriptor nobody else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: resizing our own fresh memfd.
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), SIZE as libc::off_t) } != 0 {
+                return Err(os_err("ftruncate"));
+            }
+            Ok((fd, Vec::new(), None))
+        }
+        Source::RegularFile => {
+            let path = std::env::temp_dir().join(format!(
+                "tegra-interop-conformance-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let _ = std::fs::remove_file(&path);
+            file.set_len(SIZE)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((file.into(), Vec::new(), None))
+        }
+        Source::Pipe => {
+            let mut ends = [-1; 2];
+            // SAFETY: `ends` is a valid array of two ints.
+            if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+                return Err(os_err("pipe2"));
+            }
+            // SAFETY: two fresh descriptors nobody else owns.
+            let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+            Ok((r, vec![w], None))
+        }
+        Source::Socket => {
+            let (a, b) =
+                std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+            Ok((a.into(), vec![b.into()], None))
+        }
+        Source::ExportedMemory => {
+            let (fd, memory) = exporter
+                .export_memory(SIZE)
+                .map_err(|e| format!("export: {e}"))?;
+            Ok((fd, Vec::new(), Some(memory)))
+        }
+    }
+}
+
+/// Imports `fd` as `import`; `Ok(None)` when it succeeded (then the import
+/// was destroyed again), `Ok(Some(fd))` with the fd handed back on failure.
+fn try_import(
+    ctx: &Context,
+    import: Import,
+    fd: OwnedFd,
+) -> Result<Option<(Error, OwnedFd)>, String> {
+    let destroyed = |r: Result<(), Error>| r.map_err(|e| format!("destroy after success: {e}"));
+    match import {
+        Import::MemoryOpaque => match ExternalMemory::opaque_fd(ctx, fd, SIZE) {
+            Ok(m) => destroyed(m.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+        Import::MemoryDmaBuf => match ExternalMemory::dma_buf_fd(ctx, fd, SIZE) {
+            Ok(m) => destroyed(m.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+        Import::SemaphoreBinary => match ExternalSemaphore::binary_fd(ctx, fd) {
+            Ok(s) => destroyed(s.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+        Import::SemaphoreTimeline => match ExternalSemaphore::timeline_fd(ctx, fd) {
+            Ok(s) => destroyed(s.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+    }
+}
+
+/// One row: after a failed import the caller's fd comes back with the same
+/// number, open, the same file and (where `kcmp` can tell) the same open
+/// file description as a reference duplicate taken before the call. With
+/// `table`, the process's fd table is the same before the row and after it.
+fn fd_row(
+    check: &'static str,
+    ctx: &Context,
+    exporter: &mut dyn Exporter,
+    import: Import,
+    source: Source,
+    table: bool,
+) -> CheckResult {
+    let row = format!("{import:?} import of {source:?}");
+    let before = if table {
+        Some(fd_table().map_err(|e| CheckFailure { check, detail: e })?)
+    } else {
+        None
+    };
+    let (fd, keep, exported) = make_source(source, exporter).map_err(|e| CheckFailure {
+        check,
+        detail: format!("{row}: {e}"),
+    })?;
+    let raw = fd.as_raw_fd();
+    let id = file_id(raw);
+    let reference = fd.try_clone().during(check, "reference duplicate")?;
+    let outcome = try_import(ctx, import, fd).map_err(|e| CheckFailure {
+        check,
+        detail: format!("{row}: {e}"),
+    })?;
+    if let Some((error, back)) = outcome {
+        ensure(check, back.as_raw_fd() == raw, || {
+            format!(
+                "{row} ({error}): fd {} came back instead of {raw}",
+                back.as_raw_fd()
+            )
+        })?;
+        let now = file_id(raw);
+        ensure(check, now.is_some(), || {
+            format!("{row} ({error}): the fd handed back ({raw}) is closed")
+        })?;
+        ensure(check, now == id, || {
+            format!("{row} ({error}): fd {raw} now refers to another file")
+        })?;
+        let same = crate::error::same_description(raw, reference.as_raw_fd());
+        ensure(check, same != Some(false), || {
+            format!("{row} ({error}): fd {raw} is another open file description than before")
+        })?;
+        drop(back);
+    }
+    drop((reference, keep, exported));
+    if let Some(before) = before {
+        let after = fd_table().map_err(|e| CheckFailure { check, detail: e })?;
+        let stray: Vec<_> = after.difference(&before).collect();
+        let missing: Vec<_> = before.difference(&after).collect();
+        ensure(check, stray.is_empty() && missing.is_empty(), || {
+            format!("{row}: fd table changed: stray {stray:?}, missing {missing:?}")
+        })?;
+    }
+    no_drop_errors(check, ctx.backend())
+}
+
+fn fd_rows(
+    check: &'static str,
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+    table: bool,
+) -> CheckResult {
+    let ctx = Context::new(backend.clone(), 0).during(check, "context")?;
+    if table {
+        // The driver may open descriptors of its own on first use: run every
+        // row once before comparing tables.
+        for (import, sources) in FD_ROWS {
+            for source in *sources {
+                fd_row(check, &ctx, exporter, *import, *source, false)?;
+            }
+        }
+    }
+    for (import, sources) in FD_ROWS {
+        for source in *sources {
+            fd_row(check, &ctx, exporter, *import, *source, table)?;
+        }
+    }
+    drop(ctx);
+    no_drop_errors(check, backend)
+}
+
+/// Every import kind with every fd the H200 was measured with: after a
+/// failed import through the public API the caller's fd comes back open,
+/// with the same number, the same file and the same open file description
+/// (the real driver closes the fd it is given when an `OPAQUE_FD` memory
+/// import fails).
+pub fn failed_imports_return_the_callers_fd(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    fd_rows(
+        "failed_imports_return_the_callers_fd",
+        backend,
+        exporter,
+        false,
+    )
+}
+
+/// [`failed_imports_return_the_callers_fd`], plus: the process's fd table
+/// (`/proc/self/fd`) holds no stray and no missing entry after each row.
+/// In [`FD_TABLE_CHECKS`]: run it with no other thread touching fds.
+pub fn fd_table_unchanged_by_failed_imports(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    fd_rows(
+        "fd_table_unchanged_by_failed_imports",
+        backend,
+        exporter,
+        true,
+    )
+}
+
+/// `MappedBuffer::copy_from_host` promises the bytes are in the buffer when
+/// it returns: write with it, read at once from the exporter's side. Large
+/// enough (8 MiB) that a pageable host-to-device copy is staged in pieces.
+pub fn copy_from_host_done_on_return(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "copy_from_host_done_on_return";
+    const BIG: u64 = 8 << 20;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let (fd, mut exported) = exporter.export_memory(BIG).during(C, "export")?;
+    let size = exported.size();
+    let memory = ExternalMemory::opaque_fd(&ctx, fd, size).during(C, "import")?;
+    let buffer = memory
+        .map_buffer(BufferMapping::new(0, BIG))
+        .during(C, "map")?;
+    for round in 0..3u8 {
+        let data = pattern(round.wrapping_mul(7).wrapping_add(1), BIG as usize);
+        buffer
+            .copy_from_host(0, &data)
+            .during(C, "copy_from_host")?;
+        let mut seen = vec![0u8; BIG as usize];
+        exported.read(0, &mut seen).during(C, "exporter read")?;
+        let first_bad = data.iter().zip(&seen).position(|(a, b)| a != b);
+        ensure(C, first_bad.is_none(), || {
+            format!(
+                "round {round}: the exporter saw old bytes right after copy_from_host returned (first at byte {first_bad:?})"
+            )
+        })?;
+    }
+    drop(buffer);
+    memory.destroy().during(C, "destroy")?;
+    drop(ctx);
     no_drop_errors(C, backend)
 }

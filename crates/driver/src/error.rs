@@ -1,7 +1,8 @@
 //! [`Error`] and [`ImportError`].
 
 use std::fmt;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tegra_interop_core::{CuResult, NvSciError, ValidationError};
 
@@ -84,6 +85,14 @@ pub enum Error {
         /// Size of the buffer.
         size: u64,
     },
+    /// An operating-system call made around a driver call failed (for
+    /// example duplicating the fd handed to an import).
+    Os {
+        /// The system call.
+        call: &'static str,
+        /// The `errno` it set.
+        errno: i32,
+    },
     /// The operation does not apply to this kind of handle or context (for
     /// example resetting a context that is not a primary context, or a
     /// timeline signal on a binary semaphore).
@@ -164,6 +173,20 @@ impl fmt::Display for Error {
             Error::Unsupported { operation, reason } => {
                 write!(f, "{operation} is not possible: {reason}")
             }
+            Error::Os { call, errno } => {
+                write!(
+                    f,
+                    "{call} failed: {}",
+                    std::io::Error::from_raw_os_error(*errno)
+                )?;
+                if *errno == libc::EMFILE || *errno == libc::ENFILE {
+                    write!(
+                        f,
+                        "; the process (or system) is out of file descriptors: close unused fds or raise RLIMIT_NOFILE"
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -185,15 +208,20 @@ impl From<ValidationError> for Error {
     }
 }
 
-/// A failed import of a file descriptor: the error, and the fd, which the
-/// caller still owns (the driver takes the fd only when the import succeeds).
+/// A failed import of a file descriptor: the error, and the caller's fd,
+/// open and referring to the same open file description as before the call,
+/// whatever the driver did.
 ///
-/// Converting it into [`Error`] (for example with `?`) closes the fd.
+/// The driver is never handed the caller's own fd number: it gets a
+/// duplicate (see [`fd_audit`]), because the real driver closes the fd it
+/// was given even when an `OPAQUE_FD` memory import fails (measured on an
+/// H200, driver 580.159). Converting an `ImportError` into [`Error`] (for
+/// example with `?`) closes the fd.
 #[derive(Debug)]
 pub struct ImportError {
     /// Why the import failed.
     pub error: Error,
-    /// The descriptor, still open and owned by the caller.
+    /// The caller's descriptor, still open and owned by the caller.
     pub fd: OwnedFd,
 }
 
@@ -204,35 +232,216 @@ impl ImportError {
     }
 }
 
-/// The fd-ownership rule of every fd import, in one place: `fd` must be the
-/// descriptor `fd_in_desc` names (else the import is refused before the
-/// call); `import` runs the driver call; on success the driver owns the fd
-/// (it has already closed it in this process) so ownership is given up
-/// without closing; on failure the caller gets it back, open.
-pub(crate) fn import_consuming_fd<T>(
+static DUPLICATES_CLOSED: AtomicU64 = AtomicU64::new(0);
+static DUPLICATES_GONE: AtomicU64 = AtomicU64::new(0);
+static DUPLICATES_UNPROVEN: AtomicU64 = AtomicU64::new(0);
+static DUPLICATES_REUSED: AtomicU64 = AtomicU64::new(0);
+
+/// What happened to the duplicates handed to the driver by failed fd
+/// imports in this process, from [`fd_audit`].
+///
+/// Every fd import gives the driver a duplicate (`F_DUPFD_CLOEXEC`) of the
+/// caller's fd and keeps the original. On success the original is closed
+/// (the import consumes the caller's fd; the driver owns the duplicate). On
+/// failure the original goes back to the caller, and the duplicate is
+/// closed only if it is provably still ours: its number is open and
+/// `kcmp(KCMP_FILE)` says it is the same open file description as the
+/// original. Otherwise it is left alone:
+///
+/// * already closed (the driver closed it, as the real driver does after a
+///   failed `OPAQUE_FD` memory import): nothing to do ([`Self::gone`]);
+/// * open but another file (the driver closed it and something else
+///   reused the number): not ours, not touched ([`Self::reused`]);
+/// * `kcmp` unavailable (kernel without `CONFIG_KCMP`, seccomp, `EPERM`,
+///   Miri): it cannot be proven ours, so it is left open: this may leak one
+///   fd per failed import ([`Self::unproven`]).
+///
+/// Residual race, not closed by this design: if, between the driver closing
+/// the duplicate and our check, another thread duplicates the caller's same
+/// open file description into that very number (`dup`, `fcntl(F_DUPFD)`),
+/// `kcmp` cannot tell that fd from ours and it is closed. It needs another
+/// thread to duplicate the fd the caller has just handed to an import, in
+/// that window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FdAudit {
+    /// Duplicates proven ours after a failed import and closed.
+    pub closed: u64,
+    /// Duplicates the driver had already closed after a failed import.
+    pub gone: u64,
+    /// Duplicates whose number referred to another file after a failed
+    /// import (closed by the driver and reused): left alone.
+    pub reused: u64,
+    /// Duplicates that could not be proven ours (`kcmp` unavailable) and
+    /// were left open: each may be one leaked fd.
+    pub unproven: u64,
+}
+
+/// Process-wide counts of what happened to the duplicates that failed fd
+/// imports handed to the driver (see [`FdAudit`]). `unproven` is the number
+/// of fds that may have leaked.
+pub fn fd_audit() -> FdAudit {
+    FdAudit {
+        closed: DUPLICATES_CLOSED.load(Ordering::Relaxed),
+        gone: DUPLICATES_GONE.load(Ordering::Relaxed),
+        reused: DUPLICATES_REUSED.load(Ordering::Relaxed),
+        unproven: DUPLICATES_UNPROVEN.load(Ordering::Relaxed),
+    }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Whether `a` and `b` are the same open file description of this process:
+/// `Some(true)`/`Some(false)` from `kcmp(KCMP_FILE)`, `None` when that cannot
+/// be asked (no kcmp, not permitted, a closed number, Miri).
+pub(crate) fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
+    if cfg!(miri) {
+        // Miri does not implement the kcmp system call.
+        return None;
+    }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        const KCMP_FILE: libc::c_long = 0;
+        // SAFETY: kcmp only compares kernel objects of the given process (our
+        // own pid) by number; no memory is passed.
+        let pid = libc::c_long::from(unsafe { libc::getpid() });
+        // SAFETY: as above; the fd numbers are plain integers to the kernel.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_kcmp,
+                pid,
+                pid,
+                KCMP_FILE,
+                libc::c_long::from(a),
+                libc::c_long::from(b),
+            )
+        };
+        match r {
+            0 => Some(true),
+            1..=3 => Some(false),
+            _ => None,
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (a, b);
+        None
+    }
+}
+
+/// Whether `fd` is an open descriptor number of this process.
+fn is_open(fd: RawFd) -> Option<bool> {
+    // SAFETY: F_GETFD reads the descriptor flags of a number; harmless on any
+    // value.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
+        return Some(true);
+    }
+    if errno() == libc::EBADF {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// After a failed import: closes the duplicate `dup` handed to the driver
+/// only if it is provably still ours (open, same open file description as
+/// the caller's `orig`); counts every outcome (see [`FdAudit`]).
+fn release_duplicate(orig: BorrowedFd<'_>, dup: RawFd) {
+    match is_open(dup) {
+        Some(false) => {
+            DUPLICATES_GONE.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        Some(true) => {}
+        None => {
+            DUPLICATES_UNPROVEN.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    match same_description(orig.as_raw_fd(), dup) {
+        Some(true) => {
+            // SAFETY: `dup` is open and is the same open file description as
+            // the caller's fd: it is the duplicate we made (the residual race
+            // is documented on `FdAudit`); nothing else owns it, and it is
+            // closed once, here.
+            drop(unsafe { OwnedFd::from_raw_fd(dup) });
+            DUPLICATES_CLOSED.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(false) => {
+            DUPLICATES_REUSED.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {
+            DUPLICATES_UNPROVEN.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The fd-ownership rule of every fd import, in one place.
+///
+/// `fd` must be the descriptor `fd_in_desc` names (else the import is
+/// refused before the call). The driver is handed a duplicate of it
+/// (`F_DUPFD_CLOEXEC`): `rebuild` makes the import description name the
+/// duplicate, `import` runs the driver call with it. On success the
+/// caller's `fd` is closed (the import consumes it; the driver owns the
+/// duplicate). On failure the caller's `fd` comes back, open and untouched,
+/// and the duplicate is released by [`release_duplicate`].
+pub(crate) fn import_consuming_fd<T, I>(
     fd: OwnedFd,
-    fd_in_desc: Option<std::os::fd::RawFd>,
-    import: impl FnOnce() -> Result<T, Error>,
+    fd_in_desc: Option<RawFd>,
+    rebuild: impl FnOnce(RawFd) -> Result<I, tegra_interop_core::ValidationError>,
+    import: impl FnOnce(&I) -> Result<T, Error>,
 ) -> Result<T, ImportError> {
-    use std::os::fd::{AsRawFd, IntoRawFd};
     if fd_in_desc != Some(fd.as_raw_fd()) {
         return Err(ImportError {
             error: Error::Validation(tegra_interop_core::ValidationError::HandleKindMismatch),
             fd,
         });
     }
-    match import() {
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor number for the open fd
+    // we hold; no memory is involved.
+    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(ImportError {
+            error: Error::Os {
+                call: "fcntl(F_DUPFD_CLOEXEC)",
+                errno: errno(),
+            },
+            fd,
+        });
+    }
+    let described = match rebuild(dup) {
+        Ok(d) => d,
+        Err(e) => {
+            // SAFETY: `dup` was just made by us and nobody else has seen it.
+            drop(unsafe { OwnedFd::from_raw_fd(dup) });
+            return Err(ImportError {
+                error: Error::Validation(e),
+                fd,
+            });
+        }
+    };
+    match import(&described) {
         Ok(value) => {
-            let _ = fd.into_raw_fd();
+            // The import consumes the caller's fd; the driver owns `dup`.
+            drop(fd);
             Ok(value)
         }
-        Err(error) => Err(ImportError { error, fd }),
+        Err(error) => {
+            release_duplicate(fd.as_fd(), dup);
+            Err(ImportError { error, fd })
+        }
     }
 }
 
 impl fmt::Display for ImportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (the fd is returned to the caller)", self.error)
+        write!(
+            f,
+            "{} (the caller's fd is returned to the caller, open)",
+            self.error
+        )
     }
 }
 

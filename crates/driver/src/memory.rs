@@ -83,16 +83,24 @@ impl<'ctx> ExternalMemory<'ctx> {
     /// `OPAQUE_FD` or `DMABUF_FD` import built with the same fd number as
     /// `fd`).
     ///
-    /// On success the driver owns the fd (it is already closed in this
-    /// process, never close it again); on failure it comes back inside the
-    /// [`ImportError`], still open.
+    /// The driver is handed a duplicate of `fd`, never `fd` itself (the real
+    /// driver closes the fd it is given when an `OPAQUE_FD` import fails). On
+    /// success `fd` is consumed (closed; the driver owns the duplicate); on
+    /// failure `fd` comes back inside the [`ImportError`], open and the same
+    /// open file description. What happened to the duplicate after a failure
+    /// is counted in [`crate::error::fd_audit`].
     pub fn import_fd(
         ctx: &'ctx Context,
         fd: OwnedFd,
         import: MemoryImport,
     ) -> Result<ExternalMemory<'ctx>, ImportError> {
         let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
-        crate::error::import_consuming_fd(fd, fd_in_desc, || Self::import_desc(ctx, &import))
+        crate::error::import_consuming_fd(
+            fd,
+            fd_in_desc,
+            |dup| import.with_fd(dup),
+            |described| Self::import_desc(ctx, described),
+        )
     }
 
     /// Imports `size` bytes of an opaque fd export (for example Vulkan
@@ -329,18 +337,28 @@ impl<'mem> MappedBuffer<'mem> {
         }
     }
 
-    /// Copies `src` to the buffer at byte `offset` (`cuMemcpyHtoD`); returns
-    /// when the copy is done. It is not ordered with work on non-blocking
+    /// Copies `src` to the buffer at byte `offset` and returns when the
+    /// bytes are in the buffer. It is not ordered with work on non-blocking
     /// streams: synchronise those first.
+    ///
+    /// `cuMemcpyHtoD` from pageable host memory may return once the source
+    /// is staged, before the data has landed (CUDA's documented
+    /// synchronisation rules for memcpy); so the copy is followed by
+    /// `cuStreamSynchronize` on the legacy default stream the copy was
+    /// issued on, which returns when it has landed.
     pub fn copy_from_host(&self, offset: u64, src: &[u8]) -> Result<(), Error> {
         let dst = self.bounds(offset, src.len())?;
         let copy = entry!(self.memory.ctx.api(), cuMemcpyHtoD);
+        let sync = entry!(self.memory.ctx.api(), cuStreamSynchronize);
         self.memory.ctx.bind()?;
         // SAFETY: `dst..dst+len` lies inside this live mapping (checked
         // above); `src` is readable for `len` bytes.
         check("cuMemcpyHtoD", unsafe {
             copy(dst, src.as_ptr().cast(), src.len())
-        })
+        })?;
+        // SAFETY: the NULL stream is the legacy default stream of the bound
+        // context, the stream `cuMemcpyHtoD` used.
+        check("cuStreamSynchronize", unsafe { sync(ptr::null_mut()) })
     }
 
     /// Copies from the buffer at byte `offset` into `dst` (`cuMemcpyDtoH`);

@@ -101,15 +101,22 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     /// [`with_timeline_initial`](Self::with_timeline_initial) if the
     /// exporter created it at another value.
     ///
-    /// On success the driver owns the fd; on failure it comes back inside
-    /// the [`ImportError`], still open.
+    /// The driver is handed a duplicate of `fd`, never `fd` itself. On
+    /// success `fd` is consumed (closed; the driver owns the duplicate); on
+    /// failure `fd` comes back inside the [`ImportError`], open and the same
+    /// open file description (see [`crate::error::fd_audit`]).
     pub fn import_fd(
         ctx: &'ctx Context,
         fd: OwnedFd,
         import: SemaphoreImport,
     ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
         let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
-        crate::error::import_consuming_fd(fd, fd_in_desc, || Self::import_desc(ctx, &import))
+        crate::error::import_consuming_fd(
+            fd,
+            fd_in_desc,
+            |dup| import.with_fd(dup),
+            |described| Self::import_desc(ctx, described),
+        )
     }
 
     /// Imports a binary semaphore exported as an opaque fd (Vulkan

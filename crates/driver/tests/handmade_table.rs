@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 
 use tegra_interop_core::{CuResult, SignalParams, ValidationError};
 use tegra_interop_driver::table::CudaApi;
@@ -64,6 +64,35 @@ unsafe extern "C" fn import_mem_fails(
     _out: *mut CUexternalMemory,
     _desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
 ) -> CUresult {
+    CUresult(999)
+}
+/// Like the real driver after a failed OPAQUE_FD memory import (measured on
+/// the H200): closes the fd it was given, answers UNKNOWN.
+unsafe extern "C" fn import_mem_fails_closing(
+    _out: *mut CUexternalMemory,
+    desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
+) -> CUresult {
+    // SAFETY: the driver passes a valid descriptor of an fd kind.
+    let fd = unsafe { (*desc).handle.fd };
+    // SAFETY: the fd was handed to this "driver"; closing it is what the
+    // real driver does.
+    unsafe { libc::close(fd) };
+    CUresult(999)
+}
+static REUSED_NUMBER: AtomicI32 = AtomicI32::new(-1);
+/// Closes the fd it was given and, at once, another file takes the number
+/// (as another thread opening a file would).
+unsafe extern "C" fn import_mem_fails_number_reused(
+    _out: *mut CUexternalMemory,
+    desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
+) -> CUresult {
+    // SAFETY: the driver passes a valid descriptor of an fd kind.
+    let fd = unsafe { (*desc).handle.fd };
+    let other = std::fs::File::open("/dev/zero").unwrap();
+    // SAFETY: dup2 closes `fd` (handed to this "driver") and puts /dev/zero
+    // on its number; the test closes that one itself.
+    assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), fd) }, fd);
+    REUSED_NUMBER.store(fd, Ordering::SeqCst);
     CUresult(999)
 }
 unsafe extern "C" fn signal_fails(
@@ -201,6 +230,50 @@ fn a_failed_import_hands_the_fd_back_open() {
     let (_, fd) = err.into_parts();
     assert_eq!(fd.as_raw_fd(), raw);
     fd.try_clone().expect("the fd is still open");
+}
+
+#[test]
+fn a_driver_that_closes_the_fd_on_failure_does_not_close_the_callers() {
+    let mut cuda = base();
+    cuda.cuImportExternalMemory = Some(import_mem_fails_closing);
+    let ctx = Context::primary(backend(cuda), 0).unwrap();
+    let fd = some_fd();
+    let raw = fd.as_raw_fd();
+    let before = tegra_interop_driver::error::fd_audit();
+    let err = ExternalMemory::opaque_fd(&ctx, fd, 4096).unwrap_err();
+    assert!(err.to_string().contains("returned to the caller"), "{err}");
+    let (_, fd) = err.into_parts();
+    assert_eq!(fd.as_raw_fd(), raw);
+    // Still open (an OwnedFd of a closed number would abort on drop).
+    fd.try_clone().expect("the caller's fd is still open");
+    let after = tegra_interop_driver::error::fd_audit();
+    assert!(after.gone > before.gone, "{before:?} -> {after:?}");
+}
+
+#[test]
+fn a_reused_duplicate_number_is_left_alone() {
+    let mut cuda = base();
+    cuda.cuImportExternalMemory = Some(import_mem_fails_number_reused);
+    let ctx = Context::primary(backend(cuda), 0).unwrap();
+    let fd = some_fd();
+    let before = tegra_interop_driver::error::fd_audit();
+    let err = ExternalMemory::opaque_fd(&ctx, fd, 4096).unwrap_err();
+    err.fd.try_clone().expect("the caller's fd is still open");
+    let after = tegra_interop_driver::error::fd_audit();
+    if cfg!(miri) {
+        // No kcmp under Miri: it cannot be proven ours, so it is left.
+        assert!(after.unproven > before.unproven, "{before:?} -> {after:?}");
+    } else {
+        assert!(after.reused > before.reused, "{before:?} -> {after:?}");
+    }
+    // The file now on the number was not closed by the import.
+    let number = REUSED_NUMBER.load(Ordering::SeqCst);
+    // SAFETY: `number` is the /dev/zero descriptor the fake driver made; this
+    // test owns it now.
+    let stranger = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(number) };
+    stranger
+        .try_clone()
+        .expect("the reused number must not be closed");
 }
 
 #[test]

@@ -17,6 +17,7 @@ use tegra_interop_sys::cuda::*;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 use crate::codes::{self, *};
+use crate::fds::{checked_close, file_id, FileId, Site, TrackedFd};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::*;
 use crate::shm::{self, FdInfo, Region, SemaphoreKind, SharedSemaphore, WaitEnd};
@@ -983,12 +984,35 @@ const MEM_OPAQUE_FD: u32 = 1;
 const MEM_NVSCIBUF: u32 = 8;
 const MEM_DMABUF_FD: u32 = 9;
 
-fn close_fd(fd: c_int) {
-    // SAFETY: called only after a successful import, when the descriptor
-    // belongs to the driver (the caller handed it over); closing it is what
-    // the real driver does.
-    unsafe {
-        libc::close(fd);
+/// The descriptor an fd import was handed: its number and the file it
+/// referred to when the call began.
+#[derive(Clone, Copy)]
+struct Handed {
+    fd: c_int,
+    id: FileId,
+}
+
+impl Handed {
+    fn at(fd: c_int) -> Option<Handed> {
+        file_id(fd).map(|id| Handed { fd, id })
+    }
+}
+
+fn site(c: &Call) -> Site {
+    Site {
+        call_index: c.index,
+        symbol: c.symbol,
+    }
+}
+
+/// Closes the descriptor an import was handed, as the real driver does
+/// (after a successful import; after a failed `OPAQUE_FD` memory import),
+/// checked: a number that is no longer open or now names another file is
+/// reported and left alone.
+fn close_handed(c: &Call, h: Handed) {
+    let (_, diag) = checked_close(&c.inst.fds, site(c), h.fd, h.id, false);
+    if let Some(d) = diag {
+        c.diag(d.kind, d.message);
     }
 }
 
@@ -997,7 +1021,43 @@ pub(crate) unsafe fn cu_import_external_memory(
     out: *mut CUexternalMemory,
     desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
 ) -> CUresult {
-    let r = (|| {
+    // Which fd the call was handed, read before anything can fail.
+    // SAFETY: forwarded caller pointer (NULL is allowed and checked).
+    let (kind, handed) = match unsafe { get(desc) } {
+        Ok(d) if d.type_.0 == MEM_OPAQUE_FD || d.type_.0 == MEM_DMABUF_FD => {
+            // SAFETY: for fd kinds the union holds the descriptor.
+            (d.type_.0, Handed::at(unsafe { d.handle.fd }))
+        }
+        Ok(d) => (d.type_.0, None),
+        Err(_) => (0, None),
+    };
+    let r = match c.inst.take_injected(c.index) {
+        Some(code) => Err(code),
+        // SAFETY: forwarded caller pointers.
+        None => unsafe { import_memory(c, out, desc, handed) },
+    };
+    if let Some(h) = handed {
+        // Success: the driver owns the fd and closes it (measured).
+        // Failure of an OPAQUE_FD import: the H200 closed the fd on every
+        // failed import it was measured with (UNKNOWN); the simulator does
+        // the same on every failure, injected ones included. DMABUF_FD
+        // failures (NOT_SUPPORTED, measured) leave it open.
+        if r.is_ok() || kind == MEM_OPAQUE_FD {
+            close_handed(c, h);
+        }
+    }
+    done(r)
+}
+
+/// # Safety
+/// Caller pointers as for `cuImportExternalMemory`.
+unsafe fn import_memory(
+    c: &Call,
+    out: *mut CUexternalMemory,
+    desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
+    handed: Option<Handed>,
+) -> R {
+    {
         // SAFETY: forwarded caller pointer.
         let desc = unsafe { get(desc) }?;
         let mut st = c.state();
@@ -1013,10 +1073,13 @@ pub(crate) unsafe fn cu_import_external_memory(
         {
             return Err(INVALID_VALUE);
         }
-        let (fd, file_len, nvscibuf, caller_fd) = match kind {
+        let (fd, file_len, nvscibuf) = match kind {
             MEM_OPAQUE_FD | MEM_DMABUF_FD => {
-                if kind == MEM_DMABUF_FD && !c.inst.config.dmabuf_supported {
-                    return Err(INVALID_VALUE);
+                // Measured on the H200: every DMABUF_FD import answered
+                // NOT_SUPPORTED and left the fd open. Accepting it is an
+                // opt-in, unmeasured choice (`SimConfig::dmabuf_import`).
+                if kind == MEM_DMABUF_FD && !c.inst.config.dmabuf_import {
+                    return Err(NOT_SUPPORTED);
                 }
                 // SAFETY: for fd kinds the union holds the descriptor.
                 let raw = unsafe { desc.handle.fd };
@@ -1030,15 +1093,28 @@ pub(crate) unsafe fn cu_import_external_memory(
                                 "fd {raw} is not shareable memory (not a regular file / memfd)"
                             ),
                         );
-                        return Err(INVALID_VALUE);
+                        // Measured for OPAQUE_FD: /dev/null, a pipe, a socket
+                        // -> UNKNOWN (and the fd closed). DMABUF_FD (opt-in
+                        // only): INVALID_VALUE, chosen.
+                        return Err(if kind == MEM_OPAQUE_FD {
+                            UNKNOWN
+                        } else {
+                            INVALID_VALUE
+                        });
                     }
                     FdInfo::File(len) => len,
                 };
+                if handed.map(|h| h.fd) != Some(raw) {
+                    // The number was closed or swapped between reading the
+                    // descriptor and now (another thread): refuse.
+                    return Err(UNKNOWN);
+                }
                 // SAFETY: `raw` was just checked to be an open descriptor; it
                 // is only borrowed for the duplication.
                 let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
-                let keep = shm::dup(borrowed).map_err(|_| OPERATING_SYSTEM)?;
-                (keep, len, false, Some(raw))
+                let keep =
+                    TrackedFd::dup(&c.inst.fds, site(c), borrowed).map_err(|_| OPERATING_SYSTEM)?;
+                (keep, len, false)
             }
             MEM_NVSCIBUF => {
                 // SAFETY: for NVSCIBUF the union holds the object pointer.
@@ -1056,8 +1132,9 @@ pub(crate) unsafe fn cu_import_external_memory(
                     );
                     return Err(INVALID_VALUE);
                 };
-                let keep = shm::dup(e.fd.as_fd()).map_err(|_| OPERATING_SYSTEM)?;
-                (keep, e.size, true, None)
+                let keep = TrackedFd::dup(&c.inst.fds, site(c), e.fd.as_fd())
+                    .map_err(|_| OPERATING_SYSTEM)?;
+                (keep, e.size, true)
             }
             2..=7 => {
                 c.diag(D::Misuse, format!("memory handle type {kind} is a Windows handle type; not available on Linux"));
@@ -1086,13 +1163,9 @@ pub(crate) unsafe fn cu_import_external_memory(
                 nvscibuf,
             },
         );
-        if let Some(raw) = caller_fd {
-            close_fd(raw);
-        }
         // SAFETY: checked non-null; caller pointer.
         unsafe { put(out, h as usize as CUexternalMemory) }
-    })();
-    done(r)
+    }
 }
 
 pub(crate) unsafe fn cu_external_memory_get_mapped_buffer(
@@ -1346,6 +1419,15 @@ pub(crate) unsafe fn cu_import_external_semaphore(
     out: *mut CUexternalSemaphore,
     desc: *const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
 ) -> CUresult {
+    // Which fd the call was handed, read before anything can fail.
+    // SAFETY: forwarded caller pointer (NULL is allowed and checked).
+    let handed = match unsafe { get(desc) } {
+        Ok(d) if d.type_.0 == SEM_OPAQUE_FD || d.type_.0 == SEM_TIMELINE_FD => {
+            // SAFETY: for fd kinds the union holds the descriptor.
+            Handed::at(unsafe { d.handle.fd })
+        }
+        _ => None,
+    };
     let r = (|| {
         // SAFETY: forwarded caller pointer.
         let desc = unsafe { get(desc) }?;
@@ -1356,7 +1438,7 @@ pub(crate) unsafe fn cu_import_external_semaphore(
             return Err(INVALID_VALUE);
         }
         let kind = desc.type_.0;
-        let (sem, fd, source, caller_fd) = match kind {
+        let (sem, fd, source) = match kind {
             SEM_OPAQUE_FD | SEM_TIMELINE_FD => {
                 if kind == SEM_TIMELINE_FD && !c.inst.config.timeline_supported {
                     return Err(NOT_SUPPORTED);
@@ -1370,7 +1452,8 @@ pub(crate) unsafe fn cu_import_external_semaphore(
                             D::Misuse,
                             format!("fd {raw} is not a semaphore exported by the simulator"),
                         );
-                        return Err(INVALID_VALUE);
+                        // Measured (/dev/null): UNKNOWN, fd left open.
+                        return Err(UNKNOWN);
                     }
                     FdInfo::File(_) => {}
                 }
@@ -1381,7 +1464,8 @@ pub(crate) unsafe fn cu_import_external_semaphore(
                         D::Misuse,
                         format!("fd {raw} is not a semaphore exported by the simulator"),
                     );
-                    return Err(INVALID_VALUE);
+                    // Measured (a memfd): UNKNOWN, fd left open.
+                    return Err(UNKNOWN);
                 };
                 let want = if kind == SEM_OPAQUE_FD {
                     SemaphoreKind::Binary
@@ -1395,13 +1479,18 @@ pub(crate) unsafe fn cu_import_external_semaphore(
                     );
                     return Err(INVALID_VALUE);
                 }
-                let keep = shm::dup(borrowed).map_err(|_| OPERATING_SYSTEM)?;
+                if handed.map(|h| h.fd) != Some(raw) {
+                    // Closed or swapped by another thread meanwhile: refuse.
+                    return Err(UNKNOWN);
+                }
+                let keep =
+                    TrackedFd::dup(&c.inst.fds, site(c), borrowed).map_err(|_| OPERATING_SYSTEM)?;
                 let source = if kind == SEM_OPAQUE_FD {
                     SemSource::OpaqueFd
                 } else {
                     SemSource::TimelineFd
                 };
-                (Arc::new(sem), Some(keep), source, Some(raw))
+                (Arc::new(sem), Some(keep), source)
             }
             SEM_NVSCISYNC => {
                 // SAFETY: for NVSCISYNC the union holds the object pointer.
@@ -1424,7 +1513,7 @@ pub(crate) unsafe fn cu_import_external_semaphore(
                     can_signal: e.can_signal,
                     can_wait: e.can_wait,
                 };
-                (Arc::clone(&e.sem), None, source, None)
+                (Arc::clone(&e.sem), None, source)
             }
             2..=5 | 7 | 8 | 10 => {
                 c.diag(D::Misuse, format!("semaphore handle type {kind} is a Windows handle type; not available on Linux"));
@@ -1443,12 +1532,16 @@ pub(crate) unsafe fn cu_import_external_semaphore(
                 outstanding: Arc::new(AtomicUsize::new(0)),
             },
         );
-        if let Some(raw) = caller_fd {
-            close_fd(raw);
-        }
         // SAFETY: checked non-null; caller pointer.
         unsafe { put(out, h as usize as CUexternalSemaphore) }
     })();
+    // Success: the driver owns the fd and closes it (measured). Failure:
+    // the H200 left the fd open on every failed semaphore import it was
+    // measured with (UNKNOWN for /dev/null and a memfd), so the fd stays
+    // the caller's.
+    if let (Ok(()), Some(h)) = (r, handed) {
+        close_handed(c, h);
+    }
     done(r)
 }
 

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tegra_interop_sys::cuda::CUresult;
 
+use crate::fds::{SharedFdLedger, TrackedFd};
 use crate::shm::{Region, SharedSemaphore};
 use crate::stream::Worker;
 use crate::{codes, Diagnostic, DiagnosticKind, Ledger, SimConfig};
@@ -94,8 +95,8 @@ pub(crate) struct StreamObj {
 pub(crate) struct MemObj {
     pub(crate) ctx: u64,
     /// The simulator's own descriptor for the memory (the caller's one was
-    /// closed on import, as the real driver does).
-    pub(crate) fd: OwnedFd,
+    /// closed on import, as the real driver does); its close is checked.
+    pub(crate) fd: TrackedFd,
     /// Real size of the file.
     pub(crate) file_len: u64,
     /// Size declared at import.
@@ -152,7 +153,7 @@ pub(crate) enum SemSource {
 pub(crate) struct SemObj {
     pub(crate) ctx: u64,
     pub(crate) sem: Arc<SharedSemaphore>,
-    pub(crate) _fd: Option<OwnedFd>,
+    pub(crate) _fd: Option<TrackedFd>,
     pub(crate) source: SemSource,
     /// Signals/waits enqueued on a stream and not yet executed.
     pub(crate) outstanding: Arc<AtomicUsize>,
@@ -325,7 +326,17 @@ pub(crate) struct Control {
     pub(crate) log: Vec<&'static str>,
     pub(crate) diagnostics: Vec<Diagnostic>,
     pub(crate) injected: u64,
+    /// Injected failures of entry points that apply them themselves (so
+    /// that the fd effects of the real driver's failure happen too), by
+    /// call index.
+    pub(crate) deferred: HashMap<u64, CUresult>,
 }
+
+/// Entry points whose injected failures are handed to the implementation
+/// (see [`Instance::take_injected`]) instead of returning at once: a failed
+/// `OPAQUE_FD` memory import closes the fd on the real driver, injected or
+/// not.
+const DEFERRED_INJECTION: &[&str] = &["cuImportExternalMemory"];
 
 /// One simulator.
 pub(crate) struct Instance {
@@ -335,6 +346,8 @@ pub(crate) struct Instance {
     shut: AtomicBool,
     pub(crate) state: Mutex<State>,
     pub(crate) control: Mutex<Control>,
+    /// Every descriptor the simulator opened or closed.
+    pub(crate) fds: SharedFdLedger,
 }
 
 /// The call being served, for diagnostics.
@@ -372,6 +385,7 @@ impl Instance {
             shut: AtomicBool::new(false),
             state: Mutex::new(state),
             control: Mutex::new(Control::default()),
+            fds: SharedFdLedger::default(),
         }
     }
 
@@ -444,11 +458,34 @@ impl Instance {
                 let code = match inj {
                     Injection::At { code, .. } | Injection::Symbol { code, .. } => code,
                 };
+                if DEFERRED_INJECTION.contains(&symbol) {
+                    c.deferred.insert(index, CUresult(code));
+                    return Ok(index);
+                }
                 return Err(CUresult(code));
             }
             index
         };
         Ok(index)
+    }
+
+    /// The injected failure of call `index`, for the entry points in
+    /// `DEFERRED_INJECTION` (they apply it themselves).
+    pub(crate) fn take_injected(&self, index: Option<u64>) -> Option<CUresult> {
+        let index = index?;
+        self.lock_control().deferred.remove(&index)
+    }
+
+    /// Moves diagnostics found while dropping held descriptors into the
+    /// diagnostics list.
+    pub(crate) fn flush_fd_issues(&self) {
+        let pending = {
+            let mut l = self.fds.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::take(&mut l.pending)
+        };
+        if !pending.is_empty() {
+            self.lock_control().diagnostics.extend(pending);
+        }
     }
 
     /// This thread's current context for this simulator (0 = none).

@@ -3,8 +3,9 @@
 //!
 //! [`Sim::new`] makes an isolated simulated driver; [`Sim::table`] (or
 //! [`Sim::backend`]) gives its C entry points. They behave like the real
-//! driver did in the project's measurements (same codes), with three
-//! differences made for testing:
+//! driver did in the project's measurements (same codes, and the same fd
+//! effects: a failed `OPAQUE_FD` memory import closes the fd it was given),
+//! with four differences made for testing:
 //!
 //! * where the real driver crashes (double destroy, destroy after a context
 //!   reset, use after free) the simulator returns an error code and records a
@@ -12,7 +13,10 @@
 //! * it keeps a [`Ledger`] of live objects, descriptors it holds and pending
 //!   stream work, which must be clean after a correct teardown;
 //! * it can fail the N-th call ([`Sim::fail_at`]) or the N-th call of one
-//!   entry point ([`Sim::fail_symbol`]) with a chosen code.
+//!   entry point ([`Sim::fail_symbol`]) with a chosen code;
+//! * it keeps an fd ledger ([`Sim::fd_events`]) and checks every close it
+//!   makes: a number already closed by someone else (a double close) or now
+//!   naming another file (a foreign fd) is reported and left alone.
 //!
 //! Memory and semaphores are real shared memory (memfd): the [`export`]
 //! module is the producer side (standing in for Vulkan), and data written on
@@ -37,6 +41,7 @@
 mod api;
 pub mod codes;
 pub mod export;
+mod fds;
 pub mod fence;
 mod instance;
 pub mod nvsci;
@@ -54,6 +59,7 @@ use std::time::{Duration, Instant};
 use tegra_interop_driver::{Backend, FunctionTable};
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
+pub use fds::{FdAction, FdEvent};
 pub use shm::SemaphoreKind;
 pub use slots::SLOTS;
 
@@ -71,9 +77,17 @@ pub struct SimConfig {
     /// `CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED`; when
     /// false, `TIMELINE_SEMAPHORE_FD` imports fail with NOT_SUPPORTED.
     pub timeline_supported: bool,
-    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`; when false, `DMABUF_FD`
-    /// memory imports fail with INVALID_VALUE.
+    /// What `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (124) reports. On the
+    /// H200 it is 1 (measured), and it describes *exporting* dma-bufs
+    /// (`cuMemGetHandleForAddressRange`); it says nothing about importing
+    /// them (see `dmabuf_import`).
     pub dmabuf_supported: bool,
+    /// Whether `DMABUF_FD` memory imports are accepted. Default false, as
+    /// measured on the H200: every `DMABUF_FD` import answered NOT_SUPPORTED
+    /// (801) and left the fd open, even for a dma-buf CUDA exported itself.
+    /// `true` is a chosen, unmeasured behaviour (a platform where the
+    /// import works; memfd stands in for the dma-buf).
+    pub dmabuf_import: bool,
     /// NvSci is present (Tegra). When false, the NvSci entry points answer
     /// like the measured discrete GPU without NvSci.
     pub nvsci: bool,
@@ -90,14 +104,16 @@ pub struct SimConfig {
 }
 
 impl Default for SimConfig {
-    /// The measured machine: one discrete GPU, timeline semaphores and
-    /// dma-buf supported, no NvSci.
+    /// The measured machine: one discrete GPU, timeline semaphores
+    /// supported, dma-buf export reported (attribute 124 = 1) but
+    /// `DMABUF_FD` import not supported, no NvSci.
     fn default() -> Self {
         SimConfig {
             devices: 1,
             integrated: false,
             timeline_supported: true,
             dmabuf_supported: true,
+            dmabuf_import: false,
             nvsci: false,
             driver_version: 12090,
             hang_timeout: api::DEFAULT_HANG_TIMEOUT,
@@ -229,6 +245,15 @@ pub enum DiagnosticKind {
     Hang,
     /// Other misuse of the API.
     Misuse,
+    /// A descriptor the simulator was about to close (its own duplicate, or
+    /// the one an import takes) was already closed by someone else: a
+    /// double close somewhere (on a real system the second close closes
+    /// whatever reused the number). The simulator does not close it again.
+    DoubleClose,
+    /// A descriptor number the simulator was about to close now refers to
+    /// another file than the one it was given (closed by someone else and
+    /// reused): a foreign fd. The simulator leaves it alone.
+    ForeignFd,
     /// Something the simulator does not model.
     Unimplemented,
     /// A bug or resource failure inside the simulator itself.
@@ -402,8 +427,11 @@ impl Sim {
     }
 
     /// Makes the call with index `call_index` (0-based, see [`Sim::calls`])
-    /// return `code` without doing anything (an fd passed to a failed
-    /// import stays the caller's).
+    /// return `code` without doing anything else, except for what the
+    /// measured driver does with an fd on failure: an injected failure of an
+    /// `OPAQUE_FD` memory import closes the fd it was handed (the H200 closed
+    /// it on every failed `OPAQUE_FD` memory import); every other import
+    /// leaves the fd to the caller.
     pub fn fail_at(&self, call_index: u64, code: u32) {
         self.inner.lock_control().injections.push(Injection::At {
             index: call_index,
@@ -436,12 +464,30 @@ impl Sim {
 
     /// All diagnostics recorded so far.
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        self.inner.flush_fd_issues();
         self.inner.lock_control().diagnostics.clone()
     }
 
     /// Returns and forgets the diagnostics recorded so far.
     pub fn take_diagnostics(&self) -> Vec<Diagnostic> {
+        self.inner.flush_fd_issues();
         std::mem::take(&mut self.inner.lock_control().diagnostics)
+    }
+
+    /// The fd ledger: every descriptor the simulator duplicated for an
+    /// imported object and every descriptor it closed (its own duplicates,
+    /// and the caller's descriptor when an import took it), in order. A
+    /// close of a number that was no longer open, or that referred to
+    /// another file, shows here ([`FdAction::FoundClosed`],
+    /// [`FdAction::FoundForeign`]) and as a diagnostic
+    /// ([`DiagnosticKind::DoubleClose`], [`DiagnosticKind::ForeignFd`]).
+    pub fn fd_events(&self) -> Vec<FdEvent> {
+        self.inner
+            .fds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .events
+            .clone()
     }
 
     /// Simulates the driver's exit handlers: everything is freed and every

@@ -6,7 +6,7 @@
 )]
 mod common;
 use common::*;
-use std::os::fd::IntoRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 
 #[test]
 fn bytes_are_shared_both_ways() {
@@ -35,12 +35,13 @@ fn bytes_are_shared_both_ways() {
 }
 
 #[test]
-fn successful_import_closes_the_fd_failed_import_leaves_it() {
+fn successful_import_closes_the_fd_failed_opaque_import_too() {
     let c = Cu::new();
     let _ctx = c.ctx();
+    // A failed OPAQUE_FD import (bad flags) closes the fd: the H200 closed it
+    // on every failed OPAQUE_FD memory import measured.
     let (fd, _mem) = export::memory(4096).unwrap();
     let tracked = Tracked::new(fd);
-    // A failed import (bad flags) leaves the fd with the caller.
     let mut d = CUDA_EXTERNAL_MEMORY_HANDLE_DESC::default();
     d.type_ = CUexternalMemoryHandleType(1);
     d.handle.fd = tracked.raw;
@@ -48,14 +49,56 @@ fn successful_import_closes_the_fd_failed_import_leaves_it() {
     d.flags = 2;
     let mut m: CUexternalMemory = std::ptr::null_mut();
     assert_eq!(cu!(c.t, cuImportExternalMemory(&mut m, &d)), INVALID_VALUE);
-    assert!(tracked.still_open());
-    // A successful one closes it (the driver took it), as measured.
+    assert!(!tracked.still_open());
+    // A successful one closes it too (the driver took it), as measured.
+    let (fd, _mem) = export::memory(4096).unwrap();
+    let tracked = Tracked::new(fd);
     let (r, m) = c.import_mem_raw(1, tracked.raw, 4096);
     assert_eq!(r, SUCCESS);
     assert!(!tracked.still_open());
     assert_eq!(c.sim.ledger().open_fds, 1);
     assert_eq!(cu!(c.t, cuDestroyExternalMemory(m)), SUCCESS);
     assert_eq!(c.sim.ledger().open_fds, 0);
+    assert!(c.sim.diagnostics().is_empty(), "{:?}", c.sim.diagnostics());
+    // The ledger saw: the caller's fd closed (failure), a duplicate made,
+    // the caller's fd closed (success), the duplicate closed (destroy).
+    let actions: Vec<FdAction> = c.sim.fd_events().iter().map(|e| e.action).collect();
+    assert!(matches!(
+        actions.as_slice(),
+        [
+            FdAction::ClosedCallers,
+            FdAction::Duplicated { .. },
+            FdAction::ClosedCallers,
+            FdAction::ClosedOwn
+        ]
+    ));
+}
+
+#[test]
+fn not_a_gpu_allocation_opaque_fd_is_unknown_and_closed() {
+    // Measured: /dev/null, a pipe, a socket as OPAQUE_FD -> UNKNOWN, fd closed.
+    let c = Cu::new();
+    let _ctx = c.ctx();
+    let null: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    for fd in [null, a.into(), b.into()] {
+        let t = Tracked::new(fd);
+        assert_eq!(c.import_mem_raw(1, t.raw, 4096).0, UNKNOWN);
+        assert!(!t.still_open());
+    }
+}
+
+#[test]
+fn injected_opaque_fd_import_failure_closes_the_fd() {
+    let c = Cu::new();
+    let _ctx = c.ctx();
+    let (fd, _mem) = export::memory(4096).unwrap();
+    let t = Tracked::new(fd);
+    c.sim.fail_symbol("cuImportExternalMemory", 0, 2);
+    assert_eq!(c.import_mem_raw(1, t.raw, 4096).0, 2);
+    assert!(!t.still_open());
+    assert_eq!(c.sim.injected_failures(), 1);
+    assert!(c.sim.ledger().is_clean() || c.sim.ledger().live_memories == 0);
 }
 
 #[test]
@@ -77,8 +120,10 @@ fn import_codes_match_the_measurements() {
     }
     let (fd, _m) = export::memory(64).unwrap();
     let t = Tracked::new(fd);
+    // Zero size on OPAQUE_FD: refused, and (like every failed OPAQUE_FD
+    // import) the fd is closed.
     assert_eq!(c.import_mem_raw(1, t.raw, 0).0, INVALID_VALUE);
-    t.close();
+    assert!(!t.still_open());
     let mut d = CUDA_EXTERNAL_MEMORY_HANDLE_DESC::default();
     d.type_ = CUexternalMemoryHandleType(8);
     d.size = 64;
@@ -92,8 +137,27 @@ fn import_codes_match_the_measurements() {
 }
 
 #[test]
-fn dmabuf_kind_works_and_can_be_switched_off() {
+fn dmabuf_import_is_not_supported_by_default_and_keeps_the_fd() {
+    // Measured on the H200: DMABUF_FD -> NOT_SUPPORTED, fd left open.
     let c = Cu::new();
+    let _ctx = c.ctx();
+    let (fd, _mem) = export::memory(256).unwrap();
+    let t = Tracked::new(fd);
+    assert_eq!(c.import_mem_raw(9, t.raw, 256).0, NOT_SUPPORTED);
+    assert!(t.still_open());
+    // Injected failures of a DMABUF_FD import leave it too.
+    c.sim.fail_at(c.sim.calls(), 999);
+    assert_eq!(c.import_mem_raw(9, t.raw, 256).0, UNKNOWN);
+    assert!(t.still_open());
+    t.close();
+    assert!(c.sim.fd_events().is_empty());
+}
+
+#[test]
+fn dmabuf_import_opt_in_works() {
+    let mut cfg = SimConfig::default();
+    cfg.dmabuf_import = true;
+    let c = Cu::with(cfg);
     let _ctx = c.ctx();
     let (fd, mem) = export::memory(256).unwrap();
     mem.fill(9);
@@ -102,15 +166,73 @@ fn dmabuf_kind_works_and_can_be_switched_off() {
     let (r, p) = c.map(m, 0, 256);
     assert_eq!(r, SUCCESS);
     assert_eq!(c.dtoh(p, 256), vec![9u8; 256]);
+}
 
-    let mut cfg = SimConfig::default();
-    cfg.dmabuf_supported = false;
-    let off = Cu::with(cfg);
-    let _ctx = off.ctx();
-    let (fd, _mem) = export::memory(256).unwrap();
-    let t = Tracked::new(fd);
-    assert_eq!(off.import_mem_raw(9, t.raw, 256).0, INVALID_VALUE);
-    t.close();
+#[test]
+fn a_double_close_of_a_held_fd_is_reported() {
+    // Someone closes the simulator's own duplicate behind its back (what a
+    // caller does that closes a number it no longer owns): on destroy the
+    // simulator finds it closed, does not close it again, and says so.
+    let c = Cu::new();
+    let _ctx = c.ctx();
+    let (fd, _mem) = export::memory(4096).unwrap();
+    let m = c.import_mem(fd, 4096);
+    let dup = c
+        .sim
+        .fd_events()
+        .iter()
+        .find_map(|e| match e.action {
+            FdAction::Duplicated { .. } => Some(e.fd),
+            _ => None,
+        })
+        .unwrap();
+    // SAFETY: deliberately closing the simulator's descriptor (the bug).
+    unsafe { libc::close(dup) };
+    assert_eq!(cu!(c.t, cuDestroyExternalMemory(m)), SUCCESS);
+    let d = c.sim.diagnostics();
+    assert!(
+        d.iter().any(|d| d.kind == DiagnosticKind::DoubleClose),
+        "{d:?}"
+    );
+    assert!(c
+        .sim
+        .fd_events()
+        .iter()
+        .any(|e| e.fd == dup && e.action == FdAction::FoundClosed));
+}
+
+#[test]
+fn a_reused_held_fd_number_is_reported_as_foreign_and_left_open() {
+    let c = Cu::new();
+    let _ctx = c.ctx();
+    let (fd, _mem) = export::memory(4096).unwrap();
+    let m = c.import_mem(fd, 4096);
+    let dup = c
+        .sim
+        .fd_events()
+        .iter()
+        .find_map(|e| match e.action {
+            FdAction::Duplicated { .. } => Some(e.fd),
+            _ => None,
+        })
+        .unwrap();
+    // Close it and put another file on the same number.
+    let other: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
+    // SAFETY: deliberately replacing the simulator's descriptor (the bug);
+    // dup2 closes `dup` and makes it refer to /dev/null.
+    assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), dup) }, dup);
+    let stranger = Tracked::new(
+        // SAFETY: `dup` is now our own /dev/null descriptor.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(dup) },
+    );
+    assert_eq!(cu!(c.t, cuDestroyExternalMemory(m)), SUCCESS);
+    assert!(stranger.still_open(), "the simulator closed a foreign fd");
+    stranger.close();
+    let d = c.sim.diagnostics();
+    assert!(
+        d.iter().any(|d| d.kind == DiagnosticKind::ForeignFd),
+        "{d:?}"
+    );
 }
 
 #[test]

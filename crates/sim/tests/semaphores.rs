@@ -117,11 +117,24 @@ fn binary_semaphore_flags_and_kind_checks() {
     let t = Tracked::new(fd);
     assert_eq!(c.import_sem_raw(9, t.raw).0, INVALID_VALUE);
     assert!(t.still_open());
-    // Memory is not a semaphore.
+    // Memory is not a semaphore: UNKNOWN and the fd stays open (measured
+    // with a memfd on the H200), binary and timeline; /dev/null the same.
     let (mfd, _m) = export::memory(4096).unwrap();
     let mt = Tracked::new(mfd);
-    assert_eq!(c.import_sem_raw(1, mt.raw).0, INVALID_VALUE);
+    assert_eq!(c.import_sem_raw(1, mt.raw).0, UNKNOWN);
+    assert_eq!(c.import_sem_raw(9, mt.raw).0, UNKNOWN);
     mt.close();
+    let null = Tracked::new(std::fs::File::open("/dev/null").unwrap().into());
+    assert_eq!(c.import_sem_raw(1, null.raw).0, UNKNOWN);
+    assert_eq!(c.import_sem_raw(9, null.raw).0, UNKNOWN);
+    null.close();
+    // Injected failures leave the fd too (the driver left it open on failure).
+    let (ifd, _exp3) = export::binary_semaphore().unwrap();
+    let it = Tracked::new(ifd);
+    c.sim.fail_at(c.sim.calls(), 999);
+    assert_eq!(c.import_sem_raw(1, it.raw).0, UNKNOWN);
+    assert!(it.still_open());
+    it.close();
     // Windows kinds, fd -1, NULL NvSciSync object.
     for kind in [2, 3, 4, 5, 7, 8, 10] {
         assert_eq!(

@@ -4,7 +4,7 @@
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 
 pub use tegra_interop_driver::table::CudaApi;
-pub use tegra_interop_sim::{export, DiagnosticKind, Sim, SimConfig};
+pub use tegra_interop_sim::{export, DiagnosticKind, FdAction, Sim, SimConfig};
 pub use tegra_interop_sys::cuda::*;
 
 /// Calls a table entry and gives the raw code as u32.
