@@ -624,6 +624,12 @@ pub enum ValidationError {
     },
     /// `cuDeviceGetNvSciSyncAttributes` needs SIGNAL, WAIT or both.
     NoNvSciSyncAttrFlags,
+    /// An output-only attribute key (computed by reconciliation, e.g. `ActualPerm`) given as
+    /// an input: the library refuses to set it.
+    OutputOnlyKey {
+        /// The raw key.
+        key: u32,
+    },
 }
 
 impl fmt::Display for ValidationError {
@@ -751,6 +757,10 @@ impl fmt::Display for ValidationError {
             E::InvalidAttrValue { key } => write!(f, "attribute {key:#x} has an invalid value"),
             E::NoNvSciSyncAttrFlags => f.write_str(
                 "cuDeviceGetNvSciSyncAttributes needs CUDA_NVSCISYNC_ATTR_SIGNAL, _WAIT or both",
+            ),
+            E::OutputOnlyKey { key } => write!(
+                f,
+                "attribute key {key:#x} is output-only (reconciliation computes it); read it from the reconciled list instead of setting it"
             ),
         }
     }
