@@ -54,6 +54,7 @@ use std::time::{Duration, Instant};
 use tegra_interop_driver::{Backend, FunctionTable};
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
+pub use nvsci::NvSciRelease;
 pub use shm::SemaphoreKind;
 pub use slots::SLOTS;
 
@@ -77,6 +78,10 @@ pub struct SimConfig {
     /// NvSci is present (Tegra). When false, the NvSci entry points answer
     /// like the measured discrete GPU without NvSci.
     pub nvsci: bool,
+    /// The NvSci release the simulated libraries claim to be (default
+    /// [`NvSciRelease::V6_0_10`]): keys and entry points that release lacks
+    /// are missing, as on the real library.
+    pub nvsci_release: NvSciRelease,
     /// What `cuDriverGetVersion` reports (default 12090).
     pub driver_version: i32,
     /// How long `cuStreamSynchronize` / `cuCtxSynchronize` / synchronous
@@ -99,6 +104,7 @@ impl Default for SimConfig {
             timeline_supported: true,
             dmabuf_supported: true,
             nvsci: false,
+            nvsci_release: NvSciRelease::V6_0_10,
             driver_version: 12090,
             hang_timeout: api::DEFAULT_HANG_TIMEOUT,
             slot_wait: Duration::from_secs(60),
@@ -119,6 +125,12 @@ impl SimConfig {
     /// The same configuration with `devices` devices.
     pub fn with_devices(mut self, devices: usize) -> Self {
         self.devices = devices;
+        self
+    }
+
+    /// The same configuration claiming the NvSci release `release`.
+    pub fn with_nvsci_release(mut self, release: NvSciRelease) -> Self {
+        self.nvsci_release = release;
         self
     }
 
@@ -364,7 +376,7 @@ impl Sim {
         };
         if self.inner.config.nvsci {
             table.nvscibuf = nvsci::buf_table(self.slot);
-            table.nvscisync = nvsci::sync_table(self.slot);
+            table.nvscisync = nvsci::sync_table(self.slot, self.inner.config.nvsci_release);
             table.nvsciipc = nvsci::ipc_table(self.slot);
         }
         table

@@ -227,7 +227,20 @@ pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>
         );
         return Err(err::BAD_PARAMETER);
     };
+    let release = c.inst.config.nvsci_release;
     for (i, (key, bytes)) in pairs.iter().enumerate() {
+        let known = if sync {
+            release.sync_key_known(*key)
+        } else {
+            *key > 0xff || release.buf_general_key_known(*key)
+        };
+        if !known {
+            c.diag(
+                D::Misuse,
+                format!("key {key:#x} does not exist in {}", release.name()),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
         let checked = if sync {
             attrs::check_sync_pair(*key, bytes)
         } else {
@@ -716,8 +729,11 @@ pub(crate) fn obj_flush_cpu_cache_range(
     }
 }
 
-pub(crate) fn check_version(_c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
-    // The simulated library is NvSciBuf 2.11 (DRIVE OS 6.0.10).
+/// `NvSciBufCheckVersionCompatibility`: compatible iff the same major
+/// version and a requested minor no newer than the claimed library's
+/// ([`crate::SimConfig::nvsci_release`]); NULL `out` -> BadParameter.
+pub(crate) fn check_version(c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+    let (lib_major, lib_minor) = c.inst.config.nvsci_release.buf_version();
     // SAFETY: forwarded caller out-pointer.
-    super::done(unsafe { put(out, major == 2 && minor <= 11) })
+    super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })
 }

@@ -60,6 +60,7 @@
 mod attrs;
 mod buf;
 mod ipc;
+mod release;
 mod slots;
 mod sync;
 
@@ -81,6 +82,7 @@ pub(crate) use slots::{buf_table, ipc_table, sync_table};
 
 pub use attrs::color;
 pub use ipc::{endpoint_pair, set_inheritable};
+pub use release::NvSciRelease;
 
 /// `NvSciError` values the simulator returns.
 pub(crate) mod err {

@@ -17,7 +17,7 @@ use std::panic::AssertUnwindSafe;
 use tegra_interop_driver::table::{NvSciBufApi, NvSciIpcApi, NvSciSyncApi};
 use tegra_interop_sys::nvsci::*;
 
-use super::{buf, entry_code, err, ipc, sync};
+use super::{buf, entry_code, err, ipc, sync, NvSciRelease};
 use crate::instance::Call;
 use crate::slots::SLOTS;
 use crate::DiagnosticKind;
@@ -233,12 +233,19 @@ pub(crate) fn buf_table(slot: usize) -> NvSciBufApi {
         .map_or_else(NvSciBufApi::empty, |f| f())
 }
 
-/// The NvSciSync part of the table for `slot` (everything but
-/// `NvSciSyncFenceGetTimestamp`, which is not simulated).
-pub(crate) fn sync_table(slot: usize) -> NvSciSyncApi {
-    SYNC_TABLES
+/// The NvSciSync part of the table for `slot` as `release` has it:
+/// `NvSciSyncFenceExtractFence` / `NvSciSyncFenceUpdateFence` are absent
+/// (None) where that release lacks them. `NvSciSyncFenceGetTimestamp` is
+/// not simulated (always None).
+pub(crate) fn sync_table(slot: usize, release: NvSciRelease) -> NvSciSyncApi {
+    let mut t = SYNC_TABLES
         .get(slot)
-        .map_or_else(NvSciSyncApi::empty, |f| f())
+        .map_or_else(NvSciSyncApi::empty, |f| f());
+    if !release.has_fence_extract_update() {
+        t.NvSciSyncFenceExtractFence = None;
+        t.NvSciSyncFenceUpdateFence = None;
+    }
+    t
 }
 
 /// The NvSciIpc part of the table for `slot`.
