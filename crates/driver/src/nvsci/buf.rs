@@ -15,6 +15,7 @@ use tegra_interop_sys::nvsci::{
     NvSciBufModule, NvSciBufObj, NvSciBufType,
 };
 
+use super::version::{self, NvSciVersion};
 use super::{check, BufReconcileError, ReconcileError};
 use crate::table::NvSciBufApi;
 use crate::{entry, Backend, Context, Error, ExternalMemory, MappedArray};
@@ -24,6 +25,7 @@ type K = NvSciBufAttrKey;
 struct ModuleInner {
     backend: Arc<Backend>,
     raw: NvSciBufModule,
+    version: NvSciVersion,
 }
 
 // SAFETY: NvSciBuf modules may be used from any thread (the library
@@ -52,6 +54,7 @@ impl std::fmt::Debug for BufModule {
         f.debug_struct("BufModule")
             .field("backend", &self.0.backend.name())
             .field("raw", &self.0.raw)
+            .field("version", &self.0.version)
             .finish()
     }
 }
@@ -99,15 +102,39 @@ impl BufModule {
     /// [`Error::NotSupported`] naming `libnvscibuf.so.1` when the library is
     /// absent (any machine but a Jetson / DRIVE, or a simulator without
     /// NvSci); [`Error::NvSci`] when the call fails.
+    ///
+    /// The library's version is read first (see [`version`](Self::version)).
     pub fn open(backend: &Arc<Backend>) -> Result<BufModule, Error> {
         let open = entry!(backend.table().nvscibuf, NvSciBufModuleOpen);
+        let version = version::probe(backend.table().nvscibuf.NvSciBufCheckVersionCompatibility);
         let mut raw: NvSciBufModule = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("NvSciBufModuleOpen", unsafe { open(&mut raw) })?;
         Ok(BufModule(Arc::new(ModuleInner {
             backend: Arc::clone(backend),
             raw,
+            version,
         })))
+    }
+
+    /// The loaded NvSciBuf library's version (probed with
+    /// `NvSciBufCheckVersionCompatibility` when the module was opened). The
+    /// GPU cache / coherency / compression keys need 2.8; the library is
+    /// not asked about them when it is older ([`Error::NotInLibraryVersion`]).
+    pub fn version(&self) -> NvSciVersion {
+        self.0.version
+    }
+
+    /// Refuses `key` when the loaded library does not know it.
+    pub(crate) fn check_key(&self, key: K) -> Result<(), Error> {
+        self.0.version.buf_key(key).map_err(|needed| {
+            version::too_old(
+                version::buf_key_name(key),
+                "NvSciBuf",
+                needed,
+                self.0.version,
+            )
+        })
     }
 
     pub(crate) fn api(&self) -> &NvSciBufApi {
@@ -171,7 +198,7 @@ impl BufModule {
         ALL_KEYS
             .iter()
             .map(|k| NvSciBufAttrKey(*k))
-            .filter(|k| list.is_set(*k))
+            .filter(|k| self.check_key(*k).is_ok() && list.is_set(*k))
             .collect()
     }
 
@@ -228,6 +255,7 @@ impl BufModule {
 
 /// Reads one key of a live list (`NvSciBufAttrListGetAttrs`).
 fn get_attr(module: &BufModule, list: NvSciBufAttrList, key: K) -> Result<Option<BufAttr>, Error> {
+    module.check_key(key)?;
     let get = entry!(module.api(), NvSciBufAttrListGetAttrs);
     let mut pair = NvSciBufAttrKeyValuePair {
         key,
@@ -290,7 +318,13 @@ impl BufAttrList {
     }
 
     /// Adds `attrs` (`NvSciBufAttrListSetAttrs`); checked by the core first.
+    ///
+    /// A key the loaded library does not know is refused before the call
+    /// ([`Error::NotInLibraryVersion`]).
     pub fn set<const N: usize>(&mut self, attrs: &BufAttrSet<N>) -> Result<(), Error> {
+        for attr in attrs.attrs() {
+            self.module.check_key(attr.key())?;
+        }
         let mut pairs = attrs.lower()?;
         if pairs.is_empty() {
             return Ok(());
@@ -525,19 +559,26 @@ impl BufObj {
     }
 
     /// The size in bytes, from the object's attributes: `RawBuffer Size`
-    /// or `Image Size` (the larger when both are present).
+    /// for a raw buffer, `Image Size` for an image (only the keys of the
+    /// buffer's own `Types` are read).
     pub fn size(&self) -> Result<u64, Error> {
-        let v = self.attrs(&[
-            K::NvSciBufRawBufferAttrKey_Size,
-            K::NvSciBufImageAttrKey_Size,
-        ])?;
-        let raw = match v.first() {
-            Some(Some(BufAttr::RawSize(s))) => Some(*s),
-            _ => None,
+        let types = self.types()?;
+        let has = |t: NvSciBufType| types.contains(&t);
+        let raw = if has(NvSciBufType::NvSciBufType_RawBuffer) {
+            match self.attr(K::NvSciBufRawBufferAttrKey_Size)? {
+                Some(BufAttr::RawSize(s)) => Some(s),
+                _ => None,
+            }
+        } else {
+            None
         };
-        let image = match v.get(1) {
-            Some(Some(BufAttr::ImageSize(s))) => Some(*s),
-            _ => None,
+        let image = if has(NvSciBufType::NvSciBufType_Image) {
+            match self.attr(K::NvSciBufImageAttrKey_Size)? {
+                Some(BufAttr::ImageSize(s)) => Some(s),
+                _ => None,
+            }
+        } else {
+            None
         };
         raw.max(image).ok_or_else(|| {
             missing(
@@ -547,19 +588,25 @@ impl BufObj {
         })
     }
 
-    /// The alignment in bytes (`RawBuffer Align` or `Image Alignment`).
+    /// The alignment in bytes (`RawBuffer Align` or `Image Alignment`, the
+    /// keys of the buffer's own `Types`).
     pub fn alignment(&self) -> Result<u64, Error> {
-        let v = self.attrs(&[
-            K::NvSciBufRawBufferAttrKey_Align,
-            K::NvSciBufImageAttrKey_Alignment,
-        ])?;
-        let raw = match v.first() {
-            Some(Some(BufAttr::RawAlign(a))) => Some(*a),
-            _ => None,
+        let types = self.types()?;
+        let raw = if types.contains(&NvSciBufType::NvSciBufType_RawBuffer) {
+            match self.attr(K::NvSciBufRawBufferAttrKey_Align)? {
+                Some(BufAttr::RawAlign(a)) => Some(a),
+                _ => None,
+            }
+        } else {
+            None
         };
-        let image = match v.get(1) {
-            Some(Some(BufAttr::ImageAlignment(a))) => Some(*a),
-            _ => None,
+        let image = if types.contains(&NvSciBufType::NvSciBufType_Image) {
+            match self.attr(K::NvSciBufImageAttrKey_Alignment)? {
+                Some(BufAttr::ImageAlignment(a)) => Some(a),
+                _ => None,
+            }
+        } else {
+            None
         };
         raw.max(image)
             .ok_or_else(|| missing("BufObj::alignment", "the reconciled list has no alignment"))
