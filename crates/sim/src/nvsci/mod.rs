@@ -97,10 +97,12 @@ pub(crate) mod err {
     pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);
     pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError(0x32);
     pub(crate) const BAD_PARAMETER: NvSciError = NvSciError(0x100);
+    pub(crate) const OVERFLOW: NvSciError = NvSciError(0x103);
     pub(crate) const TIMEOUT: NvSciError = NvSciError(0x200);
     pub(crate) const BUSY: NvSciError = NvSciError(0x202);
     pub(crate) const RECONCILIATION_FAILED: NvSciError = NvSciError(0x10100);
     pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError = NvSciError(0x10101);
+    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError(0x2000001);
     pub(crate) const CLEARED_FENCE: NvSciError = NvSciError(0x2000002);
 }
 
