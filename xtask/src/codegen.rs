@@ -159,6 +159,7 @@ pub const NVSCI_FUNCTIONS: &[&str] = &[
     "NvSciSyncFenceExtractFence",
     "NvSciSyncFenceUpdateFence",
     "NvSciSyncFenceGetTimestamp",
+    "NvSciSyncCheckVersionCompatibility",
     "NvSciIpcInit",
     "NvSciIpcDeinit",
     "NvSciIpcOpenEndpoint",

@@ -193,6 +193,7 @@ api_struct! {
         NvSciSyncFenceExtractFence: PFN_NvSciSyncFenceExtractFence,
         NvSciSyncFenceUpdateFence: PFN_NvSciSyncFenceUpdateFence,
         NvSciSyncFenceGetTimestamp: PFN_NvSciSyncFenceGetTimestamp,
+        NvSciSyncCheckVersionCompatibility: PFN_NvSciSyncCheckVersionCompatibility,
     }
 }
 

@@ -282,6 +282,7 @@ NvSciError NvSciSyncFenceExtractFence(const NvSciSyncFence *syncFence, uint64_t 
 NvSciError NvSciSyncFenceUpdateFence(NvSciSyncObj syncObj, uint64_t id, uint64_t value,
                                      NvSciSyncFence *syncFence);
 NvSciError NvSciSyncFenceGetTimestamp(const NvSciSyncFence *syncFence, uint64_t *timestampUS);
+NvSciError NvSciSyncCheckVersionCompatibility(uint32_t majorVer, uint32_t minorVer, bool *isCompatible);
 
 /* ---- NvSciIpc entry points (endpoint lifetime only) ----------------------- */
 NvSciError NvSciIpcInit(void);

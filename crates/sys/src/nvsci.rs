@@ -618,6 +618,9 @@ pub type PFN_NvSciSyncFenceUpdateFence = ::core::option::Option<
 pub type PFN_NvSciSyncFenceGetTimestamp = ::core::option::Option<
     unsafe extern "C" fn(arg1: *const NvSciSyncFence, arg2: *mut u64) -> NvSciError,
 >;
+pub type PFN_NvSciSyncCheckVersionCompatibility = ::core::option::Option<
+    unsafe extern "C" fn(arg1: u32, arg2: u32, arg3: *mut bool) -> NvSciError,
+>;
 pub type PFN_NvSciIpcInit = ::core::option::Option<unsafe extern "C" fn() -> NvSciError>;
 pub type PFN_NvSciIpcDeinit = ::core::option::Option<unsafe extern "C" fn()>;
 pub type PFN_NvSciIpcOpenEndpoint = ::core::option::Option<
@@ -735,6 +738,8 @@ pub mod symbols {
     pub const NvSciSyncFenceUpdateFence: &::core::ffi::CStr = c"NvSciSyncFenceUpdateFence";
     /// Symbol implementing `NvSciSyncFenceGetTimestamp` (type `super::PFN_NvSciSyncFenceGetTimestamp`).
     pub const NvSciSyncFenceGetTimestamp: &::core::ffi::CStr = c"NvSciSyncFenceGetTimestamp";
+    /// Symbol implementing `NvSciSyncCheckVersionCompatibility` (type `super::PFN_NvSciSyncCheckVersionCompatibility`).
+    pub const NvSciSyncCheckVersionCompatibility: &::core::ffi::CStr = c"NvSciSyncCheckVersionCompatibility";
     /// Symbol implementing `NvSciIpcInit` (type `super::PFN_NvSciIpcInit`).
     pub const NvSciIpcInit: &::core::ffi::CStr = c"NvSciIpcInit";
     /// Symbol implementing `NvSciIpcDeinit` (type `super::PFN_NvSciIpcDeinit`).
