@@ -231,6 +231,49 @@ pub(crate) mod sk {
     pub(crate) const GPU_ID: u32 = 12;
 }
 
+/// Private keys (never valid NvSci keys, so `GetAttrs` refuses them and
+/// list IPC strips them): the endpoint an imported unreconciled part came
+/// over (u64), and in a reconciled buf list the IPC peers with the
+/// permission each was granted ((u64 endpoint, u64 perm) records).
+pub(crate) const PRIVATE_PEER: u32 = 0xffff_0001;
+pub(crate) const PRIVATE_PEERS: u32 = 0xffff_0002;
+
+/// The IPC peers of a reconciled buf list: (endpoint, granted permission).
+pub(crate) fn peers(m: &AttrMap) -> Vec<(u64, u32)> {
+    m.get(&PRIVATE_PEERS)
+        .map(|v| {
+            u64s(v)
+                .chunks_exact(2)
+                .map(|c| (c[0], c[1] as u32))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Records, in a reconciled buf map, the peers whose unreconciled lists
+/// came over an endpoint, each with the largest RequiredPerm of its lists
+/// (Readonly when none).
+pub(crate) fn record_peers(parts: &[&AttrMap], out: &mut AttrMap) {
+    let mut peers: Vec<(u64, u32)> = Vec::new();
+    for p in parts {
+        let Some(ep) = get_u64(p, PRIVATE_PEER) else {
+            continue;
+        };
+        let perm = get_u32(p, bk::REQ_PERM).unwrap_or(BUF_READONLY);
+        match peers.iter_mut().find(|(e, _)| *e == ep) {
+            Some((_, q)) => *q = (*q).max(perm),
+            None => peers.push((ep, perm)),
+        }
+    }
+    if !peers.is_empty() {
+        let flat: Vec<u64> = peers
+            .iter()
+            .flat_map(|(e, q)| [*e, u64::from(*q)])
+            .collect();
+        out.insert(PRIVATE_PEERS, enc_u64s(&flat));
+    }
+}
+
 /// Buf types.
 pub(crate) const TYPE_RAW: u32 = 1;
 pub(crate) const TYPE_IMAGE: u32 = 2;
@@ -516,11 +559,7 @@ fn invalid(what: &str, v: impl std::fmt::Display) -> Bad {
 }
 
 /// Checks the length and value of a pair the application sets.
-pub(crate) fn check_value(
-    release: NvSciRelease,
-    info: &KeyInfo,
-    bytes: &[u8],
-) -> Result<(), Bad> {
+pub(crate) fn check_value(release: NvSciRelease, info: &KeyInfo, bytes: &[u8]) -> Result<(), Bad> {
     let name = info.name;
     match info.val {
         Val::Output => Err(Bad::Invalid(format!("{name} is written by the library"))),
@@ -588,7 +627,10 @@ pub(crate) fn check_value(
             for f in each::<4>(bytes, name)? {
                 let f = u32::from_ne_bytes(f);
                 if f == 0 || f >= upper {
-                    return Err(invalid(name, format!("{f} (outside the colour enum of {})", release.name())));
+                    return Err(invalid(
+                        name,
+                        format!("{f} (outside the colour enum of {})", release.name()),
+                    ));
                 }
                 if color::layout(f).is_none() {
                     return Err(Bad::NotSimulated(format!(
@@ -626,7 +668,10 @@ pub(crate) fn check_value(
         },
         Val::SyncPerm => match u64::from_ne_bytes(one::<8>(bytes, name)?) {
             1..=3 => Ok(()),
-            PERM_AUTO => Err(invalid(name, "Auto (only for IPC export/import, never a RequiredPerm)")),
+            PERM_AUTO => Err(invalid(
+                name,
+                "Auto (only for IPC export/import, never a RequiredPerm)",
+            )),
             p => Err(invalid(name, format!("{p:#x}"))),
         },
         Val::Primitives => {
@@ -831,6 +876,7 @@ pub(crate) fn reconcile_buf(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, Fa
     if types.contains(&TYPE_IMAGE) {
         reconcile_image(parts, &mut out)?;
     }
+    record_peers(parts, &mut out);
     Ok(out)
 }
 
@@ -987,9 +1033,19 @@ fn reconcile_image(parts: &[&AttrMap], out: &mut AttrMap) -> Result<(), Fail> {
             )));
         }
     }
-    for k in [bk::COLOR_STD, bk::TOP_PAD, bk::TOP_PAD + 1, bk::TOP_PAD + 2, bk::RIGHT_PAD] {
+    for k in [
+        bk::COLOR_STD,
+        bk::TOP_PAD,
+        bk::TOP_PAD + 1,
+        bk::TOP_PAD + 2,
+        bk::RIGHT_PAD,
+    ] {
         if let Some(v) = out.get(&k) {
-            let len = if k == bk::COLOR_STD { v.len() / 4 } else { v.len() / 8 };
+            let len = if k == bk::COLOR_STD {
+                v.len() / 4
+            } else {
+                v.len() / 8
+            };
             if len != n {
                 return Err(Fail::Bad(format!(
                     "image key {k:#x} has {len} entries for PlaneCount {n}"
@@ -1141,9 +1197,17 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, F
         .position(|p| *p & PERM_SIGNAL != 0)
         .and_then(|i| parts.get(i));
     let default_order: Vec<u32> = if ctx.integrated {
-        vec![PRIM_SYNCPOINT, PRIM_SYSMEM_SEMAPHORE, PRIM_SYSMEM_SEMAPHORE_64]
+        vec![
+            PRIM_SYNCPOINT,
+            PRIM_SYSMEM_SEMAPHORE,
+            PRIM_SYSMEM_SEMAPHORE_64,
+        ]
     } else {
-        vec![PRIM_SYSMEM_SEMAPHORE, PRIM_SYSMEM_SEMAPHORE_64, PRIM_SYNCPOINT]
+        vec![
+            PRIM_SYSMEM_SEMAPHORE,
+            PRIM_SYSMEM_SEMAPHORE_64,
+            PRIM_SYNCPOINT,
+        ]
     };
     let mut candidates = signaler
         .and_then(|p| p.get(&sk::PRIMITIVE))
@@ -1163,7 +1227,11 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, F
         }
     }
     let Some(&prim) = candidates.first() else {
-        return Err(unsupported(sk::PRIMITIVE, enc_u32s(&[0]), "no primitive type"));
+        return Err(unsupported(
+            sk::PRIMITIVE,
+            enc_u32s(&[0]),
+            "no primitive type",
+        ));
     };
     let max = if prim == PRIM_SYSMEM_SEMAPHORE_64 {
         u64::MAX
@@ -1177,7 +1245,12 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, F
     );
     out.insert(sk::PRIMITIVE, enc_u32s(&[prim]));
     out.insert(sk::MAX_VALUE, enc_u64s(&[max]));
-    for k in [sk::NEED_CPU, sk::CTX_INSENSITIVE, sk::TIMESTAMPS, sk::DETERMINISTIC] {
+    for k in [
+        sk::NEED_CPU,
+        sk::CTX_INSENSITIVE,
+        sk::TIMESTAMPS,
+        sk::DETERMINISTIC,
+    ] {
         if ctx.release.sync_key_known(k) {
             out.insert(k, enc_bool(any_true(parts, k)));
         }
@@ -1199,8 +1272,9 @@ pub(crate) fn serialize(parts: &[&AttrMap]) -> Vec<u8> {
     out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
     out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
     for p in parts {
-        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        for (k, v) in p.iter() {
+        let public = p.iter().filter(|(k, _)| **k < PRIVATE_PEER);
+        out.extend_from_slice(&(public.clone().count() as u32).to_le_bytes());
+        for (k, v) in public {
             out.extend_from_slice(&k.to_le_bytes());
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);

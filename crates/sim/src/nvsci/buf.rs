@@ -268,7 +268,10 @@ pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>
         if info.dir == Dir::Out {
             c.diag(
                 D::Misuse,
-                format!("{lib} key {key:#x} ({}) is output-only: the library writes it", info.name),
+                format!(
+                    "{lib} key {key:#x} ({}) is output-only: the library writes it",
+                    info.name
+                ),
             );
             return Err(err::BAD_PARAMETER);
         }
@@ -386,14 +389,20 @@ pub(crate) fn lookup(
             Lookup::Known(info) if !sync && reconciled && info.dir == Dir::In => {
                 c.diag(
                     D::Misuse,
-                    format!("GetAttrs of the input-only key {k:#x} ({}) on a reconciled list", info.name),
+                    format!(
+                        "GetAttrs of the input-only key {k:#x} ({}) on a reconciled list",
+                        info.name
+                    ),
                 );
                 return Err(err::BAD_PARAMETER);
             }
             Lookup::Known(info) if !sync && !reconciled && info.dir == Dir::Out => {
                 c.diag(
                     D::Misuse,
-                    format!("GetAttrs of the output-only key {k:#x} ({}) on an unreconciled list", info.name),
+                    format!(
+                        "GetAttrs of the output-only key {k:#x} ({}) on an unreconciled list",
+                        info.name
+                    ),
                 );
                 return Err(err::BAD_PARAMETER);
             }
@@ -401,7 +410,10 @@ pub(crate) fn lookup(
             Lookup::NotInRelease(name) => {
                 c.diag(
                     D::Misuse,
-                    format!("{lib} key {k:#x} ({name}) does not exist in {}", release.name()),
+                    format!(
+                        "{lib} key {k:#x} ({name}) does not exist in {}",
+                        release.name()
+                    ),
                 );
                 return Err(err::BAD_PARAMETER);
             }

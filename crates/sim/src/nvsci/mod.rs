@@ -92,6 +92,8 @@ pub(crate) mod err {
     pub(crate) const UNKNOWN: NvSciError = NvSciError(0x1);
     pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError(0x11);
     pub(crate) const ACCESS_DENIED: NvSciError = NvSciError(0x20);
+    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError(0x21);
+    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError(0x23);
     pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError(0x24);
     pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError(0x25);
     pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);

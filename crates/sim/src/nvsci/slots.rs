@@ -218,6 +218,7 @@ nvsci_api! { NvSciSyncApi, sync_api, SYNC_TABLES, sync_by_slot, sync_tramp;
     ret NvSciSyncFenceExtractFence => sync::fence_extract(f: *const NvSciSyncFence, id: *mut u64, v: *mut u64);
     ret NvSciSyncFenceUpdateFence => sync::fence_update(o: NvSciSyncObj, id: u64, v: u64, f: *mut NvSciSyncFence);
     ret NvSciSyncFenceGetTimestamp => sync::fence_get_timestamp(f: *const NvSciSyncFence, us: *mut u64);
+    ret NvSciSyncCheckVersionCompatibility => sync::check_version(major: u32, minor: u32, out: *mut bool);
 }
 
 nvsci_api! { NvSciIpcApi, ipc_api, IPC_TABLES, ipc_by_slot, ipc_tramp;

@@ -440,7 +440,11 @@ pub(crate) unsafe fn fence_wait(
                     && r.perm & attrs::PERM_WAIT != 0
                     && attrs::get_bool(&r.core.attrs, sk::NEED_CPU)
             });
-            let nvsci_object = st.nvsci.sync_objs.values().any(|r| r.core.id == sf.object_id);
+            let nvsci_object = st
+                .nvsci
+                .sync_objs
+                .values()
+                .any(|r| r.core.id == sf.object_id);
             if nvsci_object && !cpu_waiter {
                 c.diag(
                     D::Misuse,
