@@ -92,15 +92,19 @@ pub(crate) mod err {
     pub(crate) const UNKNOWN: NvSciError = NvSciError(0x1);
     pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError(0x11);
     pub(crate) const ACCESS_DENIED: NvSciError = NvSciError(0x20);
+    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError(0x21);
+    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError(0x23);
     pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError(0x24);
     pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError(0x25);
     pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);
     pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError(0x32);
     pub(crate) const BAD_PARAMETER: NvSciError = NvSciError(0x100);
+    pub(crate) const OVERFLOW: NvSciError = NvSciError(0x103);
     pub(crate) const TIMEOUT: NvSciError = NvSciError(0x200);
     pub(crate) const BUSY: NvSciError = NvSciError(0x202);
     pub(crate) const RECONCILIATION_FAILED: NvSciError = NvSciError(0x10100);
     pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError = NvSciError(0x10101);
+    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError(0x2000001);
     pub(crate) const CLEARED_FENCE: NvSciError = NvSciError(0x2000002);
 }
 

@@ -100,13 +100,6 @@ impl NvSciRelease {
         (1..=highest).contains(&key)
     }
 
-    /// Whether this release's NvSciBuf knows the general key `key` (keys
-    /// 9..=11 appeared with NvSciBuf 2.8).
-    pub(crate) fn buf_general_key_known(self, key: u32) -> bool {
-        let highest = if self.buf_version() >= (2, 8) { 11 } else { 8 };
-        (1..=highest).contains(&key)
-    }
-
     /// Whether this release's NvSciSync has FenceExtractFence and
     /// FenceUpdateFence.
     pub(crate) fn has_fence_extract_update(self) -> bool {

@@ -217,6 +217,8 @@ nvsci_api! { NvSciSyncApi, sync_api, SYNC_TABLES, sync_by_slot, sync_tramp;
     void NvSciSyncFenceClear => sync::fence_clear(f: *mut NvSciSyncFence);
     ret NvSciSyncFenceExtractFence => sync::fence_extract(f: *const NvSciSyncFence, id: *mut u64, v: *mut u64);
     ret NvSciSyncFenceUpdateFence => sync::fence_update(o: NvSciSyncObj, id: u64, v: u64, f: *mut NvSciSyncFence);
+    ret NvSciSyncFenceGetTimestamp => sync::fence_get_timestamp(f: *const NvSciSyncFence, us: *mut u64);
+    ret NvSciSyncCheckVersionCompatibility => sync::check_version(major: u32, minor: u32, out: *mut bool);
 }
 
 nvsci_api! { NvSciIpcApi, ipc_api, IPC_TABLES, ipc_by_slot, ipc_tramp;
@@ -235,8 +237,7 @@ pub(crate) fn buf_table(slot: usize) -> NvSciBufApi {
 
 /// The NvSciSync part of the table for `slot` as `release` has it:
 /// `NvSciSyncFenceExtractFence` / `NvSciSyncFenceUpdateFence` are absent
-/// (None) where that release lacks them. `NvSciSyncFenceGetTimestamp` is
-/// not simulated (always None).
+/// (None) where that release lacks them.
 pub(crate) fn sync_table(slot: usize, release: NvSciRelease) -> NvSciSyncApi {
     let mut t = SYNC_TABLES
         .get(slot)
