@@ -25,7 +25,7 @@ use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSe
 use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm, NvSciBufType};
 use tegra_interop_driver::nvsci::{
     BufModule, BufPerm, CpuWaitContext, Fence, FenceSource, IpcEndpoint, NvSciIpcChannel,
-    SyncModule, SyncPerm, Timeout,
+    SyncAttrList, SyncModule, SyncPerm, Timeout,
 };
 use tegra_interop_driver::{Backend, Context, Stream};
 use tegra_interop_sim::nvsci::{endpoint_pair, set_inheritable};
@@ -39,18 +39,25 @@ const SIZE: u64 = 1 << 14;
 const FRAMES: u64 = 3;
 const LONG: Timeout = Timeout::After(Duration::from_secs(20));
 
-fn raw_attrs(size: u64, gpu: GpuId) -> BufAttrSet<6> {
+fn raw_attrs(size: u64, gpu: GpuId, perm: NvSciBufAttrValAccessPerm) -> BufAttrSet<6> {
     let mut a = BufAttrSet::new();
     a.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer]).unwrap())
         .unwrap();
     a.set(BufAttr::RawSize(size)).unwrap();
     a.set(BufAttr::NeedCpuAccess(true)).unwrap();
-    a.set(BufAttr::RequiredPerm(
-        NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite,
-    ))
-    .unwrap();
+    a.set(BufAttr::RequiredPerm(perm)).unwrap();
     a.set(BufAttr::gpu_ids(&[gpu]).unwrap()).unwrap();
     a
+}
+
+/// A waiter on the GPU of `ctx` and on the CPU (`NeedCpuAccess`: the
+/// library lets only such handles wait on the CPU).
+fn cuda_and_cpu_waiter(syncs: &SyncModule, ctx: &Context) -> Res<SyncAttrList> {
+    let mut list = syncs.cuda_waiter_attrs(ctx)?;
+    let mut cpu = SyncAttrSet::<1>::new();
+    cpu.set(SyncAttr::NeedCpuAccess(true))?;
+    list.set(&cpu)?;
+    Ok(list)
 }
 
 fn frame(k: u64) -> Vec<u8> {
@@ -79,7 +86,11 @@ fn producer(backend: &Arc<Backend>, app: UnixStream) -> Res {
     // The consumer's requirements arrive; reconcile with ours; allocate;
     // hand the consumer a read-only handle.
     let theirs = bufs.receive_unreconciled(&mut ep)?;
-    let mine = bufs.attr_list(&raw_attrs(SIZE, gpu))?;
+    let mine = bufs.attr_list(&raw_attrs(
+        SIZE,
+        gpu,
+        NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite,
+    ))?;
     let obj = bufs.reconcile_and_alloc(&[&mine, &theirs])?;
     obj.send(Some(BufPerm::ReadOnly), &mut ep)?;
 
@@ -93,7 +104,7 @@ fn producer(backend: &Arc<Backend>, app: UnixStream) -> Res {
         det.set(SyncAttr::RequireDeterministicFences(true))?;
         sig.set(&det)?;
     }
-    let stand_in = syncs.cuda_waiter_attrs(&ctx)?;
+    let stand_in = cuda_and_cpu_waiter(&syncs, &ctx)?;
     let sync = syncs.reconcile_and_alloc(&[&sig, &stand_in])?;
     sync.send(Some(SyncPerm::WaitOnly), &mut ep)?;
 
@@ -121,14 +132,19 @@ fn consumer(backend: &Arc<Backend>, app: UnixStream) -> Res {
     let syncs = SyncModule::open(backend)?;
     let gpu = GpuId(backend.device(0)?.uuid()?);
 
-    // The same size as the producer's (the library refuses different ones).
-    let mine = bufs.attr_list(&raw_attrs(SIZE, gpu))?;
+    // The same size as the producer's (the library refuses different ones),
+    // and read-only: the producer may export no less than a peer asked for.
+    let mine = bufs.attr_list(&raw_attrs(
+        SIZE,
+        gpu,
+        NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Readonly,
+    ))?;
     bufs.send_unreconciled(&[&mine], &mut ep)?;
     let obj = bufs.receive_obj(&mut ep, &[&mine], BufPerm::ReadOnly, LONG)?;
     assert_eq!(obj.size()?, SIZE);
     assert_eq!(obj.actual_perm()?, BufPerm::ReadOnly);
 
-    let wait_list = syncs.cuda_waiter_attrs(&ctx)?;
+    let wait_list = cuda_and_cpu_waiter(&syncs, &ctx)?;
     let sync = syncs.receive_obj(&mut ep, &wait_list, SyncPerm::WaitOnly, LONG)?;
     assert_eq!(sync.actual_perm()?, SyncPerm::WaitOnly);
     assert!(

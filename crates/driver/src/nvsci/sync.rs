@@ -131,8 +131,9 @@ impl SyncPerm {
     }
 }
 
-/// Every NvSciSync key the project declares (read back from conflict lists).
-const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+/// Every NvSciSync key the project describes (`SyncAttr`), read back from
+/// conflict lists (only those the loaded library knows are asked for).
+const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 9, 10, 12];
 
 impl SyncModule {
     /// Opens a module (`NvSciSyncModuleOpen`).
