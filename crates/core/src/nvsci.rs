@@ -492,22 +492,35 @@ impl BufAttr {
     /// size, alignment and per-plane layout outputs): they can be read from a reconciled list
     /// but never set, and [`BufAttrSet::set`] refuses them.
     pub fn is_output_only(&self) -> bool {
+        Self::is_output_only_key(self.key())
+    }
+
+    /// `true` for the output-only keys of [`is_output_only`](Self::is_output_only): the
+    /// library refuses to set them, and to read them from an unreconciled list.
+    pub fn is_output_only_key(key: NvSciBufAttrKey) -> bool {
+        type K = NvSciBufAttrKey;
         matches!(
-            self,
-            Self::CpuNeedSwCacheCoherency(_)
-                | Self::ActualPerm(_)
-                | Self::GpuSwNeedCacheCoherency(_)
-                | Self::ImageSize(_)
-                | Self::ImageAlignment(_)
-                | Self::PlaneBitsPerPixel(_)
-                | Self::PlaneOffset(_)
-                | Self::PlaneDatatype(_)
-                | Self::PlaneChannelCount(_)
-                | Self::PlaneSecondFieldOffset(_)
-                | Self::PlanePitch(_)
-                | Self::PlaneAlignedHeight(_)
-                | Self::PlaneAlignedSize(_)
+            key,
+            K::NvSciBufGeneralAttrKey_CpuNeedSwCacheCoherency
+                | K::NvSciBufGeneralAttrKey_ActualPerm
+                | K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency
+                | K::NvSciBufImageAttrKey_Size
+                | K::NvSciBufImageAttrKey_Alignment
+                | K::NvSciBufImageAttrKey_PlaneBitsPerPixel
+                | K::NvSciBufImageAttrKey_PlaneOffset
+                | K::NvSciBufImageAttrKey_PlaneDatatype
+                | K::NvSciBufImageAttrKey_PlaneChannelCount
+                | K::NvSciBufImageAttrKey_PlaneSecondFieldOffset
+                | K::NvSciBufImageAttrKey_PlanePitch
+                | K::NvSciBufImageAttrKey_PlaneAlignedHeight
+                | K::NvSciBufImageAttrKey_PlaneAlignedSize
         )
+    }
+
+    /// `true` for input-only keys (`RequiredPerm`): the library refuses to read them from a
+    /// reconciled list (read `ActualPerm` there).
+    pub fn is_input_only_key(key: NvSciBufAttrKey) -> bool {
+        key == NvSciBufAttrKey::NvSciBufGeneralAttrKey_RequiredPerm
     }
 
     /// One padding key (`which` is top, bottom, left or right) for every plane.

@@ -88,6 +88,18 @@ fn buffer_reconciliation_needs_equal_sizes_and_reports_type_conflicts() {
                 .unwrap(),
             Some(BufAttr::RawSize(1000))
         );
+        // Input-only keys are not in reconciled lists, output-only keys not
+        // in unreconciled ones: refused without asking the library.
+        let calls = sim.calls();
+        assert!(matches!(
+            r.get(NvSciBufAttrKey::NvSciBufGeneralAttrKey_RequiredPerm),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            a.get(NvSciBufAttrKey::NvSciBufGeneralAttrKey_ActualPerm),
+            Err(Error::Unsupported { .. })
+        ));
+        assert_eq!(sim.calls(), calls);
         let obj = r.alloc().unwrap();
         assert_eq!(obj.size().unwrap(), 1000);
         assert_eq!(obj.actual_perm().unwrap(), BufPerm::ReadWrite);

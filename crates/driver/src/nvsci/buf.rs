@@ -199,7 +199,9 @@ impl BufModule {
         ALL_KEYS
             .iter()
             .map(|k| NvSciBufAttrKey(*k))
-            .filter(|k| self.check_key(*k).is_ok() && list.is_set(*k))
+            .filter(|k| {
+                self.check_key(*k).is_ok() && !BufAttr::is_output_only_key(*k) && list.is_set(*k)
+            })
             .collect()
     }
 
@@ -254,9 +256,28 @@ impl BufModule {
     }
 }
 
-/// Reads one key of a live list (`NvSciBufAttrListGetAttrs`).
-fn get_attr(module: &BufModule, list: NvSciBufAttrList, key: K) -> Result<Option<BufAttr>, Error> {
+/// Reads one key of a live list (`NvSciBufAttrListGetAttrs`). The library
+/// refuses output-only keys on unreconciled lists and input-only keys
+/// (`RequiredPerm`) on reconciled ones: refused here first.
+fn get_attr(
+    module: &BufModule,
+    list: NvSciBufAttrList,
+    reconciled: bool,
+    key: K,
+) -> Result<Option<BufAttr>, Error> {
     module.check_key(key)?;
+    if reconciled && BufAttr::is_input_only_key(key) {
+        return Err(Error::Unsupported {
+            operation: "NvSciBufAttrListGetAttrs",
+            reason: "RequiredPerm is input-only: a reconciled list has ActualPerm instead",
+        });
+    }
+    if !reconciled && BufAttr::is_output_only_key(key) {
+        return Err(Error::Unsupported {
+            operation: "NvSciBufAttrListGetAttrs",
+            reason: "an output-only key is only in reconciled lists",
+        });
+    }
     let get = entry!(module.api(), NvSciBufAttrListGetAttrs);
     let mut pair = NvSciBufAttrKeyValuePair {
         key,
@@ -340,7 +361,7 @@ impl BufAttrList {
 
     /// The value of `key`, if set (`NvSciBufAttrListGetAttrs`).
     pub fn get(&self, key: K) -> Result<Option<BufAttr>, Error> {
-        get_attr(&self.module, self.raw, key)
+        get_attr(&self.module, self.raw, self.reconciled, key)
     }
 
     fn is_set(&self, key: K) -> bool {
@@ -541,13 +562,13 @@ impl BufObj {
     /// The value of `key` in the object's reconciled attribute list.
     pub fn attr(&self, key: K) -> Result<Option<BufAttr>, Error> {
         let list = self.raw_attr_list()?;
-        get_attr(&self.module, list, key)
+        get_attr(&self.module, list, true, key)
     }
 
     fn attrs(&self, keys: &[K]) -> Result<Vec<Option<BufAttr>>, Error> {
         let list = self.raw_attr_list()?;
         keys.iter()
-            .map(|k| get_attr(&self.module, list, *k))
+            .map(|k| get_attr(&self.module, list, true, *k))
             .collect()
     }
 
