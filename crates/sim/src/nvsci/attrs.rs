@@ -526,7 +526,7 @@ pub(crate) enum Bad {
 }
 
 fn each<const N: usize>(bytes: &[u8], what: &str) -> Result<Vec<[u8; N]>, Bad> {
-    if bytes.is_empty() || bytes.len() % N != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(N) {
         return Err(Bad::Invalid(format!(
             "{what}: length {} is not a non-zero multiple of {N}",
             bytes.len()
