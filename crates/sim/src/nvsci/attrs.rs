@@ -96,7 +96,7 @@ impl AttrListRec {
 /// append), and how the simulator lays out the formats it models.
 ///
 /// The simulator lays out only the formats whose bits per pixel the fact
-/// sheet makes certain ([`layout`]); another value inside the real enum's
+/// sheet makes certain (see `layout`); another value inside the real enum's
 /// range is refused with `NotSupported` (not simulated), a value outside it
 /// with `BadParameter` (what the real library answers for an invalid value).
 pub mod color {
