@@ -19,8 +19,8 @@
 //! `cuMemFree` is exported as `cuMemFree_v2`) is read back from the header's
 //! own rename macros, never typed by hand. The sys crate links nothing.
 
+use crate::abi;
 use crate::util::{self, flag_value, Failure, Result};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -160,10 +160,22 @@ pub const NVSCI_FUNCTIONS: &[&str] = &[
     "NvSciSyncFenceUpdateFence",
     "NvSciSyncFenceGetTimestamp",
     "NvSciSyncCheckVersionCompatibility",
+    "NvSciSyncAttrListIpcExportUnreconciled",
+    "NvSciSyncAttrListIpcExportReconciled",
+    "NvSciSyncAttrListIpcImportUnreconciled",
+    "NvSciSyncAttrListIpcImportReconciled",
+    "NvSciSyncAttrListFreeDesc",
     "NvSciIpcInit",
     "NvSciIpcDeinit",
     "NvSciIpcOpenEndpoint",
     "NvSciIpcCloseEndpoint",
+    "NvSciIpcCloseEndpointSafe",
+    "NvSciIpcResetEndpointSafe",
+    "NvSciIpcGetLinuxEventFd",
+    "NvSciIpcGetEndpointInfo",
+    "NvSciIpcGetEventSafe",
+    "NvSciIpcReadSafe",
+    "NvSciIpcWriteSafe",
 ];
 
 /// NvSci types the project needs beyond what the functions pull in.
@@ -184,6 +196,7 @@ const NVSCI_TYPES: &[&str] = &[
     "NvSciBufObjIpcExportDescriptor",
     "NvSciRmGpuId",
     "NvSciIpcEndpoint",
+    "NvSciIpcEndpointInfo",
 ];
 
 /// Where the project's own NvSci declaration header lives.
@@ -275,7 +288,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let cuda = generate_cuda(&cuda_dir, &cuda_source)?;
 
     let own_nvsci_dir = root.join("crates/sys/include");
-    let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own)?;
+    let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own, NVSCI_FUNCTIONS)?;
 
     let out_dir = options
         .against
@@ -294,8 +307,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         let mut differences = 0usize;
         if let Some(dir) = &options.nvsci_include {
-            let real = generate_nvsci(dir, NvSciHeaders::Real)?;
-            differences = compare_nvsci(&own_nvsci, &real)?;
+            differences = check_abi(&own_nvsci_dir, &own_nvsci, dir)?;
         }
         if !stale.is_empty() {
             return Err(Failure::new(format!(
@@ -305,7 +317,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         if differences > 0 {
             return Err(Failure::new(format!(
-                "{differences} difference(s) between {OWN_NVSCI_HEADER} and the real NvSci headers (listed above)"
+                "{differences} ABI difference(s) between {OWN_NVSCI_HEADER} and the real NvSci headers (listed above)"
             )));
         }
         println!(
@@ -317,7 +329,7 @@ pub fn run(args: &[String]) -> Result<()> {
     }
 
     let nvsci = match &options.nvsci_include {
-        Some(dir) => generate_nvsci(dir, NvSciHeaders::Real)?,
+        Some(dir) => generate_nvsci(dir, NvSciHeaders::Real, NVSCI_FUNCTIONS)?,
         None => own_nvsci,
     };
     util::write(&cuda_path, &cuda)?;
@@ -578,27 +590,39 @@ enum NvSciHeaders {
     Real,
 }
 
-fn generate_nvsci(include: &Path, headers: NvSciHeaders) -> Result<String> {
+/// The `#include` lines of our own NvSci header and of the real ones.
+const OWN_NVSCI_INCLUDES: &str = "#include \"tegra_interop_nvsci.h\"\n";
+const REAL_NVSCI_INCLUDES: &str =
+    "#include <nvscibuf.h>\n#include <nvscisync.h>\n#include <nvsciipc.h>\n";
+
+/// The version constants (`static const uint32_t`) of the three libraries,
+/// NvSciIpc's event bits and its endpoint-name limit (macros).
+const NVSCI_VARS: &str =
+    "NvSci(Buf|Sync|Ipc)(Major|Minor)Version|NV_SCI_IPC_EVENT_.*|NVSCIIPC_MAX_ENDPOINT_NAME";
+
+/// `functions`: the entry points to make `PFN_` types for (all of
+/// [`NVSCI_FUNCTIONS`], or those an older release has).
+fn generate_nvsci(include: &Path, headers: NvSciHeaders, functions: &[&str]) -> Result<String> {
     let (includes, source) = match headers {
         NvSciHeaders::Own => (
-            "#include \"tegra_interop_nvsci.h\"\n".to_string(),
+            OWN_NVSCI_INCLUDES,
             format!("the project's own declarations in {OWN_NVSCI_HEADER}"),
         ),
         NvSciHeaders::Real => (
-            "#include <nvscibuf.h>\n#include <nvscisync.h>\n#include <nvsciipc.h>\n".to_string(),
+            REAL_NVSCI_INCLUDES,
             format!("the NvSci headers in {}", include.display()),
         ),
     };
-    let wrapper = pfn_wrapper(&includes, NVSCI_FUNCTIONS);
+    let wrapper = pfn_wrapper(includes, functions);
     let mut b = builder("tegra_interop_nvsci_wrapper.h", &wrapper, include);
     for t in NVSCI_TYPES {
         b = b.allowlist_type(t);
     }
-    for f in NVSCI_FUNCTIONS {
+    for f in functions {
         b = b.allowlist_type(format!("PFN_{f}"));
     }
-    let types = bindgen_text(b, "the NvSci headers")?;
-    let symbols: Vec<(String, String)> = NVSCI_FUNCTIONS
+    let types = bindgen_text(b.allowlist_var(NVSCI_VARS), "the NvSci headers")?;
+    let symbols: Vec<(String, String)> = functions
         .iter()
         .map(|f| ((*f).to_string(), (*f).to_string()))
         .collect();
@@ -613,116 +637,35 @@ fn generate_nvsci(include: &Path, headers: NvSciHeaders) -> Result<String> {
     ))
 }
 
-/// Splits generated code into named items with a normalised text each.
-/// Associated constants of the enum newtypes become `Type::CONST` entries.
-fn items(text: &str) -> Result<BTreeMap<String, String>> {
-    use quote_free::tokens;
-    let file = syn::parse_file(text)
-        .map_err(|e| Failure::new(format!("cannot parse generated NvSci bindings: {e}")))?;
-    let mut map = BTreeMap::new();
-    for item in &file.items {
-        match item {
-            syn::Item::Struct(s) => {
-                map.insert(format!("struct {}", s.ident), tokens(item));
-            }
-            syn::Item::Type(t) => {
-                map.insert(format!("type {}", t.ident), tokens(item));
-            }
-            syn::Item::Const(c) => {
-                map.insert(format!("const {}", c.ident), tokens(item));
-            }
-            syn::Item::Union(u) => {
-                map.insert(format!("union {}", u.ident), tokens(item));
-            }
-            syn::Item::Mod(m) => {
-                map.insert(format!("mod {}", m.ident), tokens(item));
-            }
-            syn::Item::Impl(i) => {
-                let self_ty = quote_free::type_name(&i.self_ty);
-                for impl_item in &i.items {
-                    if let syn::ImplItem::Const(c) = impl_item {
-                        map.insert(
-                            format!("const {self_ty}::{}", c.ident),
-                            quote_free::expr_text(&c.expr),
-                        );
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(map)
-}
-
-/// Prints every difference and returns how many matter (items of ours that
-/// are missing from, or differ in, the real headers).
-fn compare_nvsci(own: &str, real: &str) -> Result<usize> {
-    let own_items = items(own)?;
-    let real_items = items(real)?;
-    let mut problems = 0;
-    for (name, own_text) in &own_items {
-        match real_items.get(name) {
-            None => {
-                problems += 1;
-                println!(
-                    "nvsci: {name}: declared by {OWN_NVSCI_HEADER}, absent from the real headers"
-                );
-            }
-            Some(real_text) if real_text != own_text => {
-                problems += 1;
-                println!("nvsci: {name}: differs\n  ours: {own_text}\n  real: {real_text}");
-            }
-            Some(_) => {}
-        }
-    }
-    let extra: Vec<&String> = real_items
-        .keys()
-        .filter(|k| !own_items.contains_key(*k))
+/// Compares the ABI of our declarations (`own_bindings`, generated from
+/// `own_dir`) with the real headers in `real_dir`; prints the report and
+/// returns the number of ABI differences.
+fn check_abi(own_dir: &Path, own_bindings: &str, real_dir: &Path) -> Result<usize> {
+    let declared = abi::Declared::from_bindings(own_bindings)?;
+    let own_names = abi::names_present(own_dir, OWN_NVSCI_INCLUDES)?;
+    let real_names = abi::names_present(real_dir, REAL_NVSCI_INCLUDES)?;
+    // bindgen needs `__typeof__(f)` to compile, so only the entry points this
+    // release declares get a `PFN_` type on the real side.
+    let functions: Vec<&str> = NVSCI_FUNCTIONS
+        .iter()
+        .copied()
+        .filter(|f| real_names.contains(*f))
         .collect();
-    for name in &extra {
-        println!("nvsci: {name}: only in the real headers (not used by tegra-interop)");
-    }
-    println!(
-        "nvsci: {} item(s) compared, {problems} difference(s), {} item(s) only in the real headers",
-        own_items.len(),
-        extra.len()
-    );
-    Ok(problems)
-}
-
-/// Token-text helpers without pulling in `quote` (syn's `Debug` output of the
-/// parsed item is stable for a pinned syn and ignores spacing/comments).
-mod quote_free {
-    pub fn tokens(item: &syn::Item) -> String {
-        let mut item = item.clone();
-        strip_attrs(&mut item);
-        format!("{item:?}")
-    }
-
-    pub fn expr_text(expr: &syn::Expr) -> String {
-        format!("{expr:?}")
-    }
-
-    pub fn type_name(ty: &syn::Type) -> String {
-        match ty {
-            syn::Type::Path(p) => p
-                .path
-                .segments
-                .last()
-                .map(|s| s.ident.to_string())
-                .unwrap_or_default(),
-            other => format!("{other:?}"),
-        }
-    }
-
-    fn strip_attrs(item: &mut syn::Item) {
-        match item {
-            syn::Item::Struct(s) => s.attrs.clear(),
-            syn::Item::Type(t) => t.attrs.clear(),
-            syn::Item::Const(c) => c.attrs.clear(),
-            syn::Item::Union(u) => u.attrs.clear(),
-            syn::Item::Mod(m) => m.attrs.clear(),
-            _ => {}
-        }
-    }
+    let real_bindings = generate_nvsci(real_dir, NvSciHeaders::Real, &functions)?;
+    let own = abi::Side::new(
+        own_dir,
+        OWN_NVSCI_INCLUDES,
+        &declared,
+        &own_names,
+        own_bindings,
+    )?;
+    let real = abi::Side::new(
+        real_dir,
+        REAL_NVSCI_INCLUDES,
+        &declared,
+        &real_names,
+        &real_bindings,
+    )?;
+    let report = abi::compare(&declared, &own, &real, &real_names);
+    Ok(report.print(&abi::versions(&real)))
 }

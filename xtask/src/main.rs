@@ -9,6 +9,7 @@
 //! reported the same way. `xtask/tests/cli.rs` checks all of this on the
 //! built binary.
 
+mod abi;
 mod codegen;
 mod cross;
 mod util;

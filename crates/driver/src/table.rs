@@ -194,6 +194,11 @@ api_struct! {
         NvSciSyncFenceUpdateFence: PFN_NvSciSyncFenceUpdateFence,
         NvSciSyncFenceGetTimestamp: PFN_NvSciSyncFenceGetTimestamp,
         NvSciSyncCheckVersionCompatibility: PFN_NvSciSyncCheckVersionCompatibility,
+        NvSciSyncAttrListIpcExportUnreconciled: PFN_NvSciSyncAttrListIpcExportUnreconciled,
+        NvSciSyncAttrListIpcExportReconciled: PFN_NvSciSyncAttrListIpcExportReconciled,
+        NvSciSyncAttrListIpcImportUnreconciled: PFN_NvSciSyncAttrListIpcImportUnreconciled,
+        NvSciSyncAttrListIpcImportReconciled: PFN_NvSciSyncAttrListIpcImportReconciled,
+        NvSciSyncAttrListFreeDesc: PFN_NvSciSyncAttrListFreeDesc,
     }
 }
 
@@ -204,6 +209,13 @@ api_struct! {
         NvSciIpcDeinit: PFN_NvSciIpcDeinit,
         NvSciIpcOpenEndpoint: PFN_NvSciIpcOpenEndpoint,
         NvSciIpcCloseEndpoint: PFN_NvSciIpcCloseEndpoint,
+        NvSciIpcCloseEndpointSafe: PFN_NvSciIpcCloseEndpointSafe,
+        NvSciIpcResetEndpointSafe: PFN_NvSciIpcResetEndpointSafe,
+        NvSciIpcGetLinuxEventFd: PFN_NvSciIpcGetLinuxEventFd,
+        NvSciIpcGetEndpointInfo: PFN_NvSciIpcGetEndpointInfo,
+        NvSciIpcGetEventSafe: PFN_NvSciIpcGetEventSafe,
+        NvSciIpcReadSafe: PFN_NvSciIpcReadSafe,
+        NvSciIpcWriteSafe: PFN_NvSciIpcWriteSafe,
     }
 }
 

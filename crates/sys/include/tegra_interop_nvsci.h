@@ -19,6 +19,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ---- library versions these declarations follow -------------------------- */
+/* DRIVE OS 6.0.10 ships NvSciBuf 2.11, NvSciSync 2.8 and NvSciIpc 1.4. A
+ * program passes these to Nv*CheckVersionCompatibility to ask whether the
+ * loaded library serves it; older releases lack some items declared here. */
+static const uint32_t NvSciBufMajorVersion = 2U;
+static const uint32_t NvSciBufMinorVersion = 11U;
+static const uint32_t NvSciSyncMajorVersion = 2U;
+static const uint32_t NvSciSyncMinorVersion = 8U;
+static const uint32_t NvSciIpcMajorVersion = 1U;
+static const uint32_t NvSciIpcMinorVersion = 4U;
+
 /* ---- status codes shared by every NvSci library -------------------------- */
 typedef enum {
     NvSciError_Success = 0x0,
@@ -49,8 +60,11 @@ typedef enum {
     NvSciError_TryItAgain = 0x201,
     NvSciError_Busy = 0x202,
     NvSciError_InterruptedCall = 0x203,
+    NvSciError_NoSuchEntry = 0x1100,
+    NvSciError_ConnectionReset = 0x1200,
     NvSciError_ReconciliationFailed = 0x10100,
     NvSciError_AttrListValidationFailed = 0x10101,
+    NvSciError_UnsupportedConfig = 0x2000001,
     NvSciError_ClearedFence = 0x2000002
 } NvSciError;
 
@@ -70,9 +84,30 @@ typedef struct { uint64_t payload[6]; } NvSciSyncFence;
 /* Wire forms used when a fence, a sync object or a buffer crosses processes. */
 typedef struct { uint64_t payload[7]; } NvSciSyncFenceIpcExportDescriptor;
 typedef struct { uint64_t payload[128]; } NvSciSyncObjIpcExportDescriptor;
-typedef struct { uint64_t data[32]; } NvSciBufObjIpcExportDescriptor;
+/* The buffer descriptor is 256 bytes with no padding and alignment 1 in every
+ * release: it is declared packed, so it may sit at any byte of a message. */
+typedef struct { uint64_t data[32]; } __attribute__((packed)) NvSciBufObjIpcExportDescriptor;
 /* GPU identity: the 16 bytes of the CUDA device UUID. */
 typedef struct { uint8_t bytes[16]; } NvSciRmGpuId;
+
+/* NvSciIpc: what an endpoint carries (frames of a fixed size, how many). */
+typedef struct NvSciIpcEndpointInfo {
+    uint32_t nframes;
+    uint32_t frame_size;
+} NvSciIpcEndpointInfo;
+
+/* NvSciIpc event bits reported by NvSciIpcGetEventSafe. */
+#define NV_SCI_IPC_EVENT_READ 0x01U
+#define NV_SCI_IPC_EVENT_WRITE 0x02U
+#define NV_SCI_IPC_EVENT_CONN_EST 0x04U
+#define NV_SCI_IPC_EVENT_CONN_RESET 0x08U
+#define NV_SCI_IPC_EVENT_WRITE_EMPTY 0x10U
+#define NV_SCI_IPC_EVENT_ASYNC_ERROR 0x20U
+/* The real headers' "connection established, all" mask is release dependent
+ * (WRITE_EMPTY joined it after DRIVE OS 5.2), so it is not declared here:
+ * compose it from the bits the loaded library knows. */
+/* Longest endpoint name, terminating zero included. */
+#define NVSCIIPC_MAX_ENDPOINT_NAME 64U
 
 /* ---- NvSciBuf attribute keys and values ----------------------------------- */
 typedef enum {
@@ -283,11 +318,40 @@ NvSciError NvSciSyncFenceUpdateFence(NvSciSyncObj syncObj, uint64_t id, uint64_t
                                      NvSciSyncFence *syncFence);
 NvSciError NvSciSyncFenceGetTimestamp(const NvSciSyncFence *syncFence, uint64_t *timestampUS);
 NvSciError NvSciSyncCheckVersionCompatibility(uint32_t majorVer, uint32_t minorVer, bool *isCompatible);
+/* Attribute lists across processes: the descriptor is allocated by the
+ * library and released with NvSciSyncAttrListFreeDesc. */
+NvSciError NvSciSyncAttrListIpcExportUnreconciled(const NvSciSyncAttrList unreconciledAttrListArray[],
+                                                  size_t unreconciledAttrListCount,
+                                                  NvSciIpcEndpoint ipcEndpoint, void **descBuf,
+                                                  size_t *descLen);
+NvSciError NvSciSyncAttrListIpcExportReconciled(const NvSciSyncAttrList reconciledAttrList,
+                                                NvSciIpcEndpoint ipcEndpoint, void **descBuf,
+                                                size_t *descLen);
+NvSciError NvSciSyncAttrListIpcImportUnreconciled(NvSciSyncModule module, NvSciIpcEndpoint ipcEndpoint,
+                                                  const void *descBuf, size_t descLen,
+                                                  NvSciSyncAttrList *importedUnreconciledAttrList);
+NvSciError NvSciSyncAttrListIpcImportReconciled(NvSciSyncModule module, NvSciIpcEndpoint ipcEndpoint,
+                                                const void *descBuf, size_t descLen,
+                                                const NvSciSyncAttrList inputUnreconciledAttrListArray[],
+                                                size_t inputUnreconciledAttrListCount,
+                                                NvSciSyncAttrList *importedReconciledAttrList);
+void NvSciSyncAttrListFreeDesc(void *descBuf);
 
-/* ---- NvSciIpc entry points (endpoint lifetime only) ----------------------- */
+/* ---- NvSciIpc entry points ------------------------------------------------ */
+/* Life cycle: Init once per process, OpenEndpoint, GetLinuxEventFd,
+ * GetEndpointInfo, ResetEndpointSafe once, then GetEventSafe before reading or
+ * writing whole frames, CloseEndpointSafe, and Deinit after the last close. */
 NvSciError NvSciIpcInit(void);
 void NvSciIpcDeinit(void);
 NvSciError NvSciIpcOpenEndpoint(const char *endpoint, NvSciIpcEndpoint *handle);
 void NvSciIpcCloseEndpoint(NvSciIpcEndpoint handle);
+NvSciError NvSciIpcCloseEndpointSafe(NvSciIpcEndpoint handle, bool clear);
+NvSciError NvSciIpcResetEndpointSafe(NvSciIpcEndpoint handle);
+NvSciError NvSciIpcGetLinuxEventFd(NvSciIpcEndpoint handle, int32_t *fd);
+NvSciError NvSciIpcGetEndpointInfo(NvSciIpcEndpoint handle, NvSciIpcEndpointInfo *info);
+NvSciError NvSciIpcGetEventSafe(NvSciIpcEndpoint handle, uint32_t *events);
+NvSciError NvSciIpcReadSafe(NvSciIpcEndpoint handle, void *buf, uint32_t size, uint32_t *bytes);
+NvSciError NvSciIpcWriteSafe(NvSciIpcEndpoint handle, const void *buf, uint32_t size,
+                             uint32_t *bytes);
 
 #endif /* TEGRA_INTEROP_NVSCI_H */

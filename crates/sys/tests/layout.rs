@@ -586,7 +586,7 @@ fn nvsci_records_match_recorded_layout() {
     assert_offsets!(nvsci::NvSciSyncFenceIpcExportDescriptor { payload @ 0 });
     assert_shape!(nvsci::NvSciSyncObjIpcExportDescriptor, size 1024, align 8);
     assert_offsets!(nvsci::NvSciSyncObjIpcExportDescriptor { payload @ 0 });
-    assert_shape!(nvsci::NvSciBufObjIpcExportDescriptor, size 256, align 8);
+    assert_shape!(nvsci::NvSciBufObjIpcExportDescriptor, size 256, align 1);
     assert_offsets!(nvsci::NvSciBufObjIpcExportDescriptor { data @ 0 });
     assert_shape!(nvsci::NvSciBufAttrKeyValuePair, size 24, align 8);
     assert_offsets!(nvsci::NvSciBufAttrKeyValuePair { key @ 0, value @ 8, len @ 16 });
@@ -597,6 +597,43 @@ fn nvsci_records_match_recorded_layout() {
     assert_eq!(size_of::<nvsci::NvSciError>(), 4);
     assert_eq!(size_of::<nvsci::NvSciIpcEndpoint>(), 8);
     assert_eq!(size_of::<nvsci::NvSciSyncAccessPerm>(), 8);
+    assert_shape!(nvsci::NvSciIpcEndpointInfo, size 8, align 4);
+    assert_offsets!(nvsci::NvSciIpcEndpointInfo { nframes @ 0, frame_size @ 4 });
+}
+
+#[test]
+fn nvsci_buffer_descriptor_is_packed_and_works_at_any_byte() {
+    // Packed (alignment 1) in every release: a descriptor read from an odd
+    // offset of a received message must survive unchanged.
+    let mut message = [0u8; 1 + 256];
+    for (i, b) in message.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let at_odd = message[1..]
+        .as_ptr()
+        .cast::<nvsci::NvSciBufObjIpcExportDescriptor>();
+    // SAFETY: 256 readable bytes; the type's alignment is 1.
+    let desc = unsafe { at_odd.read() };
+    let words = desc.data;
+    assert_eq!(words[0].to_ne_bytes(), [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert_eq!(words[31].to_ne_bytes()[7], (256 % 251) as u8);
+}
+
+#[test]
+fn nvsci_versions_are_those_of_drive_os_6_0_10() {
+    // The releases the declarations follow (nvsci-facts.md version table).
+    assert_eq!(
+        (nvsci::NvSciBufMajorVersion, nvsci::NvSciBufMinorVersion),
+        (2, 11)
+    );
+    assert_eq!(
+        (nvsci::NvSciSyncMajorVersion, nvsci::NvSciSyncMinorVersion),
+        (2, 8)
+    );
+    assert_eq!(
+        (nvsci::NvSciIpcMajorVersion, nvsci::NvSciIpcMinorVersion),
+        (1, 4)
+    );
 }
 
 #[test]

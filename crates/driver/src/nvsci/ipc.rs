@@ -338,8 +338,11 @@ impl BufModule {
             )
         })?;
         let list = BufAttrList::wrap_imported(self.clone(), list, true);
-        let mut desc = NvSciBufObjIpcExportDescriptor::default();
-        bytes_to_words("buffer descriptor", &ep.recv()?, &mut desc.data)?;
+        // The descriptor is packed (alignment 1): fill an aligned copy of its
+        // words, then move them in.
+        let mut words = [0u64; 32];
+        bytes_to_words("buffer descriptor", &ep.recv()?, &mut words)?;
+        let desc = NvSciBufObjIpcExportDescriptor { data: words };
         let mut raw: NvSciBufObj = ptr::null_mut();
         // SAFETY: a descriptor received from the peer, a live reconciled
         // list, valid out-pointer.
@@ -384,7 +387,9 @@ impl BufObj {
             export_obj(self.as_raw(), perm, ep.handle(), &mut obj_desc)
         })?;
         ep.send(&list_bytes)?;
-        ep.send(&words_to_bytes(&obj_desc.data))?;
+        // Packed descriptor: copy its words out instead of borrowing them.
+        let words = obj_desc.data;
+        ep.send(&words_to_bytes(&words))?;
         Ok(())
     }
 }

@@ -96,7 +96,7 @@ impl AttrListRec {
 /// append), and how the simulator lays out the formats it models.
 ///
 /// The simulator lays out only the formats whose bits per pixel the fact
-/// sheet makes certain ([`layout`]); another value inside the real enum's
+/// sheet makes certain (see `layout`); another value inside the real enum's
 /// range is refused with `NotSupported` (not simulated), a value outside it
 /// with `BadParameter` (what the real library answers for an invalid value).
 pub mod color {
@@ -526,7 +526,7 @@ pub(crate) enum Bad {
 }
 
 fn each<const N: usize>(bytes: &[u8], what: &str) -> Result<Vec<[u8; N]>, Bad> {
-    if bytes.is_empty() || bytes.len() % N != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(N) {
         return Err(Bad::Invalid(format!(
             "{what}: length {} is not a non-zero multiple of {N}",
             bytes.len()

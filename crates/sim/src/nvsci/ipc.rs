@@ -389,8 +389,10 @@ pub(crate) unsafe fn buf_obj_export(
         let ch = channel(c, ep)?;
         let id = new_uid();
         ch.send(id, &core.fd).map_err(|_| err::RESOURCE_ERROR)?;
-        let mut d = NvSciBufObjIpcExportDescriptor::default();
-        d.data[..4].copy_from_slice(&[BUF_TAG, id, core.size, u64::from(grant)]);
+        // The descriptor is packed: fill aligned words, then move them in.
+        let mut words = [0u64; 32];
+        words[..4].copy_from_slice(&[BUF_TAG, id, core.size, u64::from(grant)]);
+        let d = NvSciBufObjIpcExportDescriptor { data: words };
         // SAFETY: checked non-null; caller out-pointer.
         unsafe { desc.write(d) };
         Ok(())
