@@ -30,8 +30,10 @@ mod transport;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use tegra_interop::driver::device::attribute;
+use tegra_interop::driver::nvsci::{BufModule, FenceSource, SyncModule};
 use tegra_interop::driver::table::FunctionTable;
 use tegra_interop::driver::{Backend, Device};
 use tegra_interop::sys::cuda::CUDA_VERSION;
@@ -220,7 +222,35 @@ fn table_lines(out: &mut String, t: &FunctionTable) {
 }
 
 /// The report of one backend (the real driver, or the simulator).
-fn backend_section(out: &mut String, backend: &Backend) {
+/// The NvSci libraries' versions (read when a module opens) and how waiters
+/// get deterministic fences with them.
+fn nvsci_version_line(out: &mut String, backend: &Arc<Backend>) {
+    let t = backend.table();
+    if t.nvscibuf.NvSciBufModuleOpen.is_none() || t.nvscisync.NvSciSyncModuleOpen.is_none() {
+        return;
+    }
+    let value = match (BufModule::open(backend), SyncModule::open(backend)) {
+        (Ok(bufs), Ok(syncs)) => {
+            let source = match syncs.fence_source() {
+                FenceSource::Built => {
+                    "waiters build deterministic fences (NvSciSyncFenceUpdateFence)"
+                }
+                FenceSource::Received => {
+                    "waiters receive fences from the signaller (no NvSciSyncFenceUpdateFence)"
+                }
+            };
+            format!(
+                "NvSciBuf {}, NvSciSync {}; {source}",
+                bufs.version(),
+                syncs.version()
+            )
+        }
+        (Err(e), _) | (_, Err(e)) => format!("cannot open an NvSci module: {e}"),
+    };
+    line(out, "  nvsci versions", value);
+}
+
+fn backend_section(out: &mut String, backend: &Arc<Backend>) {
     let driver = backend.driver_version().ok();
     line(
         out,
@@ -235,6 +265,7 @@ fn backend_section(out: &mut String, backend: &Backend) {
     );
     device_lines(out, backend, driver);
     table_lines(out, backend.table());
+    nvsci_version_line(out, backend);
 }
 
 fn pipeline_lines(out: &mut String, jetson: probe::Verdict, gpu: probe::Verdict) {

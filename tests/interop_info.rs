@@ -137,6 +137,12 @@ fn sim_flag_adds_the_simulators_view() {
             .starts_with("cuDeviceGetNvSciSyncAttributes present and NvSci libraries loaded"),
         "{sim}"
     );
+    // The NvSci versions the simulator claims by default (DRIVE OS 6.0.10).
+    assert_eq!(
+        value(sim, "nvsci versions").unwrap(),
+        "NvSciBuf 2.11, NvSciSync 2.8; waiters build deterministic fences (NvSciSyncFenceUpdateFence)",
+        "{sim}"
+    );
     // The simulator implements every CUDA and NvSciBuf entry point the
     // project resolves.
     for lib in ["libcuda.so.1", "libnvscibuf.so.1", "libnvsciipc.so"] {

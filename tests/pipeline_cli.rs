@@ -173,7 +173,7 @@ fn sim_run_verifies_every_frame_through_nvsci() {
         assert!(o.status.success(), "{mode:?}: {out}{}", stderr(&o));
         assert!(out.contains("\"backend\": \"nvsci-sim\""), "{out}");
         assert!(
-            out.contains("\"processing\": \"sim: processing runs as a stream-ordered host function over simulated device memory\""),
+            out.contains("\"processing\": \"sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)\""),
             "{out}"
         );
         assert!(out.contains("\"verified\": true"), "{out}");
@@ -200,7 +200,7 @@ fn the_default_command_runs_the_simulator_and_says_why() {
     assert!(out.contains("; gpu: not available: "), "{out}");
     assert!(
         out.contains(
-            "sim: processing runs as a stream-ordered host function over simulated device memory"
+            "sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter"
         ),
         "{out}"
     );

@@ -165,11 +165,11 @@ pub fn run_with<R>(
                 geometry,
                 schedule,
                 opts.fault,
-                |t| {
+                |t, note| {
                     run(Opened {
                         transport: t,
                         why,
-                        note: Some(processing.describe()),
+                        note: Some(note),
                         transport_copies: false,
                     })
                 },
@@ -202,11 +202,11 @@ pub fn run_with<R>(
                 geometry,
                 schedule,
                 opts.fault,
-                |t| {
+                |t, note| {
                     run(Opened {
                         transport: t,
                         why,
-                        note: Some(processing.describe()),
+                        note: Some(note),
                         transport_copies: false,
                     })
                 },

@@ -4,8 +4,9 @@
 //! `tegra_interop::camera`) writes each frame into a ring slot, the slot's
 //! ready fence is signalled, the consumer waits on it, processes the frame in
 //! place and signals the slot free. By default (`--backend auto`) the ring
-//! is NvSciBuf buffers with NvSciSync deterministic fences and a CUDA
-//! consumer, on the real driver where it can run and on the built-in
+//! is NvSciBuf buffers with NvSciSync fences (deterministic, built by each
+//! waiter where the library has `FenceUpdateFence`, received from the
+//! signaller otherwise; the summary says which) and a CUDA consumer, on the real driver where it can run and on the built-in
 //! simulator otherwise (see `backend.rs` and `nvsci.rs`). Every frame is verified twice: the
 //! consumer checks the camera's pattern, and the producer reads the processed
 //! frame back when it reuses the slot. Any failed check gives a non-zero exit.

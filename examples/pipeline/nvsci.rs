@@ -14,15 +14,25 @@
 //! - a *free* object per slot: the consumer imports it as a signaler
 //!   semaphore, the producer waits on it from the CPU.
 //!
-//! Both objects are reconciled with `RequireDeterministicFences`, so the
-//! fence of the k-th signal is known in advance (`initial + k`, from the
-//! core's `DeterministicCounter`): the consumer builds the ready fence it
-//! waits for with `fence_for_value` instead of receiving it, and so does the
-//! producer for the free fence. The counters start from an assumed initial
-//! value of 0; every signal checks the driver's own fence value against the
-//! counter (the CPU's generated fence, the CUDA signal's filled-in fence), so
-//! a wrong assumption stops the run at the first frame instead of
-//! synchronising on the wrong values.
+//! How each side gets the fence it waits for depends on what the loaded
+//! NvSciSync offers ([`SyncModule::fence_source`], named in the summary and
+//! the JSON `note`):
+//!
+//! - *built* (NvSciSync 2.3, 2.5+: `FenceUpdateFence` exists): both objects
+//!   are reconciled with `RequireDeterministicFences`, so the fence of the
+//!   k-th signal is known in advance (`initial + k`, from the core's
+//!   `DeterministicCounter`): the consumer builds the ready fence it waits
+//!   for with `fence_for_value` instead of receiving it, and so does the
+//!   producer for the free fence. The counters start from an assumed
+//!   initial value of 0; every signal checks the driver's own fence value
+//!   against the counter (the CPU's generated fence, the CUDA signal's
+//!   filled-in fence), so a wrong assumption stops the run at the first
+//!   frame instead of synchronising on the wrong values;
+//! - *received* (NvSciSync 2.0 and the 2.4 flavour, without
+//!   `FenceUpdateFence`): the standard NvSci hand-over: the producer passes
+//!   the fence of each ready signal (`NvSciSyncObjGenerateFence`) to the
+//!   consumer, and the consumer passes the fence its CUDA signal filled in
+//!   back to the producer.
 //!
 //! Per frame the consumer queues on its CUDA stream: wait(ready fence) ->
 //! process the frame in place -> signal(free). The processing step depends
@@ -65,8 +75,8 @@ use tegra_interop::core::sys::nvsci::{
 };
 use tegra_interop::core::DeterministicCounter;
 use tegra_interop::driver::nvsci::{
-    BufModule, BufObj, CpuWaitContext, Fence, NvSciMemory, NvSciSemaphore, Signaler, SyncModule,
-    SyncObj, Timeout, Waiter,
+    BufModule, BufObj, CpuWaitContext, Fence, FenceSource, NvSciMemory, NvSciSemaphore, Signaler,
+    SyncModule, SyncObj, Timeout, Waiter,
 };
 use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
 
@@ -97,14 +107,21 @@ pub enum Processing {
 }
 
 impl Processing {
-    /// One line for the summary.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Processing::HostFnOverSimulatedDeviceMemory => {
-                "sim: processing runs as a stream-ordered host function over simulated device memory"
+    /// One line for the summary: the processing and how fences travel.
+    pub fn describe_with(self, source: FenceSource) -> &'static str {
+        use FenceSource::{Built, Received};
+        match (self, source) {
+            (Processing::HostFnOverSimulatedDeviceMemory, Built) => {
+                "sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
             }
-            Processing::CudaKernel => {
-                "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson)"
+            (Processing::HostFnOverSimulatedDeviceMemory, Received) => {
+                "sim: processing runs as a stream-ordered host function over simulated device memory; fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
+            }
+            (Processing::CudaKernel, Built) => {
+                "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson); deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
+            }
+            (Processing::CudaKernel, Received) => {
+                "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson); fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
             }
         }
     }
@@ -117,6 +134,7 @@ fn err<E: Display>(what: &'static str) -> impl FnOnce(E) -> String {
 /// The NvSci objects of the ring, allocated once (the producer's side).
 pub struct Objects {
     syncs: SyncModule,
+    source: FenceSource,
     slots: Vec<SlotObjects>,
     // Kept open for the objects' lifetime (they also hold it).
     _bufs: BufModule,
@@ -143,6 +161,8 @@ impl Objects {
         let device = backend.device(ctx.ordinal()).map_err(err("CUDA device"))?;
         let gpu = GpuId(device.uuid().map_err(err("CUDA device UUID"))?);
         let size = u64::try_from(frame_len).map_err(err("frame size"))?;
+        let source = syncs.fence_source();
+        let built = source == FenceSource::Built;
 
         let raw = || -> Result<BufAttrSet<8>, String> {
             let mut a = BufAttrSet::new();
@@ -187,12 +207,14 @@ impl Objects {
             cpu_signal.set(SyncAttr::RequiredPerm(
                 NvSciSyncAccessPerm::NvSciSyncAccessPerm_SignalOnly,
             ))?;
-            cpu_signal.set(SyncAttr::RequireDeterministicFences(true))?;
+            if built {
+                cpu_signal.set(SyncAttr::RequireDeterministicFences(true))?;
+                deterministic.set(SyncAttr::RequireDeterministicFences(true))?;
+            }
             cpu_wait.set(SyncAttr::NeedCpuAccess(true))?;
             cpu_wait.set(SyncAttr::RequiredPerm(
                 NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly,
             ))?;
-            deterministic.set(SyncAttr::RequireDeterministicFences(true))?;
             Ok::<(), tegra_interop::core::ValidationError>(())
         })()
         .map_err(err("sync attributes"))?;
@@ -239,9 +261,15 @@ impl Objects {
         }
         Ok(Objects {
             syncs,
+            source,
             slots: out,
             _bufs: bufs,
         })
+    }
+
+    /// How waiters get their fences with the loaded NvSciSync.
+    pub fn fence_source(&self) -> FenceSource {
+        self.source
     }
 
     /// The consumer's CUDA imports of the frame buffers, one per slot.
@@ -342,8 +370,12 @@ pub struct NvSciTransport<'a> {
     objects: &'a Objects,
     /// The producer's CPU address of each slot's buffer.
     cpu: Vec<NonNull<u8>>,
-    /// Counts of the ready objects' CPU signals (values only).
+    /// Counts of the ready objects' CPU signals (values only; built fences).
     ready_counters: Vec<DeterministicCounter>,
+    /// Received fences: per slot, the ready fence the producer handed over.
+    ready_fences: Vec<Option<Fence>>,
+    /// Received fences: per slot, the free fence the consumer handed back.
+    free_fences: Vec<Option<Fence>>,
     state: Vec<SlotState>,
     /// Frames queued for the consumer per slot (= free signals queued).
     uses: Vec<u64>,
@@ -418,26 +450,33 @@ impl<'a> NvSciTransport<'a> {
                 mem.map_whole()
                     .map_err(err("CUDA mapping of a frame buffer"))?,
             );
-            ready_counters.push(
-                s.ready
-                    .deterministic_counter(0)
-                    .map_err(err("ready fence counter"))?,
-            );
             waiters.push(
                 s.ready
                     .import_cuda_waiter(ctx)
                     .map_err(err("CUDA import of the ready object"))?,
             );
-            let counter = s
+            let signaler = s
                 .free
-                .deterministic_counter(0)
-                .map_err(err("free fence counter"))?;
-            signalers.push(
-                s.free
-                    .import_cuda_signaler(ctx)
-                    .and_then(|sem| sem.with_deterministic_counter(counter))
-                    .map_err(err("CUDA import of the free object"))?,
-            );
+                .import_cuda_signaler(ctx)
+                .map_err(err("CUDA import of the free object"))?;
+            if objects.source == FenceSource::Built {
+                ready_counters.push(
+                    s.ready
+                        .deterministic_counter(0)
+                        .map_err(err("ready fence counter"))?,
+                );
+                let counter = s
+                    .free
+                    .deterministic_counter(0)
+                    .map_err(err("free fence counter"))?;
+                signalers.push(
+                    signaler
+                        .with_deterministic_counter(counter)
+                        .map_err(err("CUDA import of the free object"))?,
+                );
+            } else {
+                signalers.push(signaler);
+            }
         }
         let cpu_wait = CpuWaitContext::new(&objects.syncs).map_err(err("CPU wait context"))?;
         let (done_tx, done_rx) = mpsc::channel();
@@ -451,6 +490,8 @@ impl<'a> NvSciTransport<'a> {
             objects,
             cpu,
             ready_counters,
+            ready_fences: (0..slots).map(|_| None).collect(),
+            free_fences: (0..slots).map(|_| None).collect(),
             state: vec![SlotState::Idle; slots],
             uses: vec![0; slots],
             signalled: vec![now; slots],
@@ -485,8 +526,15 @@ impl<'a> NvSciTransport<'a> {
             .map_err(|e| TransportError::new(format!("CPU cache flush of slot {slot}: {e}")))
     }
 
-    fn ready_value(&self, slot: usize, frame: u64) -> u64 {
-        self.ready_counters[slot].value_of_signal(self.schedule.ready_value(frame))
+    fn ready_value(&self, slot: usize, frame: u64) -> Result<u64, TransportError> {
+        self.ready_counters
+            .get(slot)
+            .map(|c| c.value_of_signal(self.schedule.ready_value(frame)))
+            .ok_or_else(|| TransportError::new("no ready counter: fences are received"))
+    }
+
+    fn built(&self) -> bool {
+        self.objects.source == FenceSource::Built
     }
 
     /// Queues the processing of `frame` on the stream.
@@ -670,20 +718,28 @@ impl FrameTransport for NvSciTransport<'_> {
                     )));
                 }
                 if k > 0 {
-                    let Some(counter) = self.signalers[slot].counter() else {
-                        return Err(TransportError::new("free semaphore lost its counter"));
+                    let fence = if self.built() {
+                        let Some(counter) = self.signalers[slot].counter() else {
+                            return Err(TransportError::new("free semaphore lost its counter"));
+                        };
+                        self.objects.slots[slot]
+                            .free
+                            .fence_for_value(counter.value_of_signal(k))
+                            .map_err(|e| TransportError::new(format!("free fence: {e}")))?
+                    } else {
+                        // The fence of free signal k, handed back at submit.
+                        self.free_fences[slot].take().ok_or_else(|| {
+                            TransportError::new(format!(
+                                "slot {slot}: the consumer handed back no free fence for signal {k}"
+                            ))
+                        })?
                     };
-                    let value = counter.value_of_signal(k);
-                    let fence = self.objects.slots[slot]
-                        .free
-                        .fence_for_value(value)
-                        .map_err(|e| TransportError::new(format!("free fence: {e}")))?;
                     let reached = fence
                         .wait(&mut self.cpu_wait, Timeout::After(STUCK))
                         .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
                     if !reached {
                         return Err(TransportError::new(format!(
-                            "slot {slot}: free fence value {value} not reached within {STUCK:?}"
+                            "slot {slot}: free signal {k} not reached within {STUCK:?}"
                         )));
                     }
                 }
@@ -721,24 +777,30 @@ impl FrameTransport for NvSciTransport<'_> {
         // (see the module docs on CPU caches).
         self.flush_cpu_cache(slot)?;
         let ready = &self.objects.slots[slot].ready;
-        let want = self.ready_value(slot, frame);
-        // The fence of the CPU signal about to be made, from the library;
-        // it must be the value the consumer computes on its own.
+        // The fence of the CPU signal about to be made, from the library.
         let fence = ready
             .generate_fence()
             .map_err(|e| TransportError::new(format!("ready fence: {e}")))?;
-        let got = fence
-            .extract()
-            .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
-            .map(|f| f.value);
-        if got != Some(want) {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the ready signal of frame {frame} has fence value {got:?}, the deterministic counter says {want}"
-            )));
+        if self.built() {
+            // It must be the value the consumer computes on its own.
+            let want = self.ready_value(slot, frame)?;
+            let got = fence
+                .extract()
+                .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
+                .map(|f| f.value);
+            if got != Some(want) {
+                return Err(TransportError::new(format!(
+                    "slot {slot}: the ready signal of frame {frame} has fence value {got:?}, the deterministic counter says {want}"
+                )));
+            }
         }
         ready
             .cpu_signal()
             .map_err(|e| TransportError::new(format!("CPU signal: {e}")))?;
+        if !self.built() {
+            // Handed to the consumer (the standard NvSci flow).
+            self.ready_fences[slot] = Some(fence);
+        }
         self.signalled[slot] = Instant::now();
         self.state[slot] = SlotState::Released(frame);
         Ok(())
@@ -762,14 +824,22 @@ impl FrameTransport for NvSciTransport<'_> {
                 "slot {slot} still has frame {f} uncollected; collect it before submitting frame {frame}"
             )));
         }
-        // The consumer builds the fence it waits for from the counter, on
-        // its own handle of the object: nothing is passed from the producer.
+        // Built: the consumer builds the fence it waits for from the
+        // counter, on its own handle of the object: nothing is passed from
+        // the producer. Received: the producer's fence of this frame.
         let waiter = &self.waiters[slot];
-        let value = self.ready_value(slot, frame);
-        let ready = waiter
-            .object()
-            .fence_for_value(value)
-            .map_err(|e| TransportError::new(format!("ready fence: {e}")))?;
+        let ready = if self.built() {
+            waiter
+                .object()
+                .fence_for_value(self.ready_value(slot, frame)?)
+                .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
+        } else {
+            self.ready_fences[slot].take().ok_or_else(|| {
+                TransportError::new(format!(
+                    "slot {slot}: the producer handed over no ready fence for frame {frame}"
+                ))
+            })?
+        };
         waiter
             .wait(&self.stream, &ready)
             .map_err(|e| TransportError::new(format!("CUDA wait on ready fence: {e}")))?;
@@ -785,6 +855,12 @@ impl FrameTransport for NvSciTransport<'_> {
             .map_err(|e| TransportError::new(format!("CUDA signal of free fence: {e}")))?;
         self.uses[slot] += 1;
         self.state[slot] = SlotState::Idle;
+        if !self.built() {
+            // Handed back to the producer, which waits on it before reusing
+            // the slot.
+            self.free_fences[slot] = Some(free);
+            return Ok(());
+        }
         let filled = free
             .extract()
             .map_err(|e| TransportError::new(format!("free fence: {e}")))?
@@ -845,15 +921,16 @@ pub fn with_transport<R>(
     geometry: FrameGeometry,
     schedule: FenceSchedule,
     fault: Fault,
-    f: impl FnOnce(&mut dyn FrameTransport) -> R,
+    f: impl FnOnce(&mut dyn FrameTransport, &'static str) -> R,
 ) -> Result<R, String> {
     let ctx = Context::new(Arc::clone(backend), 0).map_err(err("CUDA context"))?;
     let objects = Objects::allocate(backend, &ctx, geometry.frame_len(), schedule.slots())?;
+    let note = processing.describe_with(objects.fence_source());
     let memories = objects.import_memories(&ctx)?;
     let mut transport = NvSciTransport::new(
         name, &ctx, &objects, &memories, geometry, schedule, processing, fault,
     )?;
-    Ok(f(&mut transport))
+    Ok(f(&mut transport, note))
 }
 
 #[cfg(test)]
@@ -877,7 +954,7 @@ mod tests {
             G,
             FenceSchedule::new(slots).unwrap(),
             fault,
-            f,
+            |t, _| f(t),
         )
         .unwrap();
         assert!(sim.ledger().is_clean(), "CUDA ledger: {}", sim.ledger());
@@ -932,6 +1009,56 @@ mod tests {
     }
 
     #[test]
+    fn the_ring_runs_at_every_nvsci_release_with_built_or_received_fences() {
+        use tegra_interop_sim::NvSciRelease;
+        for release in NvSciRelease::ALL {
+            let mut cfg = SimConfig::tegra();
+            cfg.nvsci_release = release;
+            let sim = Sim::with_config(cfg).unwrap();
+            let note = with_transport(
+                &sim.backend(),
+                "nvsci-sim",
+                Processing::HostFnOverSimulatedDeviceMemory,
+                G,
+                FenceSchedule::new(2).unwrap(),
+                Fault::None,
+                |t, note| {
+                    for frame in 0..6u64 {
+                        let slot = produce(t, frame);
+                        assert_eq!(slot, (frame % 2) as usize);
+                        let c = t.wait_complete().unwrap();
+                        assert_eq!((c.frame, c.mismatches), (frame, 0), "{release}");
+                    }
+                    note
+                },
+            )
+            .unwrap();
+            let received = matches!(release, NvSciRelease::V5_2_6 | NvSciRelease::JetsonSync2_4);
+            assert_eq!(
+                note.contains("received from the signaller"),
+                received,
+                "{release}: {note}"
+            );
+            assert_eq!(
+                note.contains("built by each waiter"),
+                !received,
+                "{release}"
+            );
+            assert!(sim.ledger().is_clean(), "{release}: {}", sim.ledger());
+            assert!(
+                sim.nvsci_ledger().is_clean(),
+                "{release}: {}",
+                sim.nvsci_ledger()
+            );
+            assert!(
+                sim.diagnostics().is_empty(),
+                "{release}: {:#?}",
+                sim.diagnostics()
+            );
+        }
+    }
+
+    #[test]
     fn a_wrong_initial_fence_value_stops_the_first_frame() {
         // The ring assumes NvSciSync objects start at 0; make the first one
         // (slot 0's ready object) start at 5 instead.
@@ -944,7 +1071,7 @@ mod tests {
             G,
             FenceSchedule::new(1).unwrap(),
             Fault::None,
-            |t| {
+            |t, _| {
                 t.producer_acquire(0, 0).unwrap();
                 t.producer_release(0, 0)
             },
@@ -1011,7 +1138,7 @@ mod tests {
             G,
             FenceSchedule::new(1).unwrap(),
             Fault::None,
-            |t| {
+            |t, _| {
                 let buf = t.producer_acquire(0, 0).unwrap();
                 TestPattern::new(0, G.stride).fill(buf);
                 t.producer_release(0, 0).unwrap();
@@ -1039,7 +1166,7 @@ mod tests {
                 G,
                 FenceSchedule::new(2).unwrap(),
                 fault,
-                |_| (),
+                |_, _| (),
             )
             .unwrap_err();
             let want = match fault {
@@ -1056,9 +1183,11 @@ mod tests {
             assert!(sim.ledger().is_clean(), "{}", sim.ledger());
             assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
         }
-        assert!(Processing::CudaKernel
-            .describe()
-            .contains("never been run on a Jetson"));
+        for source in [FenceSource::Built, FenceSource::Received] {
+            assert!(Processing::CudaKernel
+                .describe_with(source)
+                .contains("never been run on a Jetson"));
+        }
     }
 
     #[test]
@@ -1077,7 +1206,7 @@ mod tests {
             G,
             FenceSchedule::new(1).unwrap(),
             Fault::None,
-            |t| {
+            |t, _| {
                 assert_eq!(flushes(), 0);
                 let buf = t.producer_acquire(0, 0).unwrap();
                 TestPattern::new(0, G.stride).fill(buf);
@@ -1099,7 +1228,7 @@ mod tests {
             G,
             FenceSchedule::new(1).unwrap(),
             Fault::None,
-            |t| {
+            |t, _| {
                 t.producer_acquire(0, 0).unwrap();
                 t.producer_release(0, 0)
             },
@@ -1121,7 +1250,7 @@ mod tests {
             G,
             FenceSchedule::new(2).unwrap(),
             Fault::None,
-            |_| (),
+            |_, _| (),
         )
         .unwrap_err();
         assert!(e.starts_with("NvSciBufModuleOpen"), "{e}");

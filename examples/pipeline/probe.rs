@@ -35,7 +35,9 @@ impl Verdict {
     }
 }
 
-/// The NvSci entry points the NvSci transport cannot do without.
+/// The NvSci entry points the NvSci transport cannot do without
+/// (`NvSciSyncFenceUpdateFence` is not among them: without it, waiters
+/// receive their fences instead of building them).
 pub const NVSCI_NEEDED: &[&str] = &[
     "NvSciBufModuleOpen",
     "NvSciBufAttrListReconcile",
@@ -47,7 +49,6 @@ pub const NVSCI_NEEDED: &[&str] = &[
     "NvSciSyncObjAlloc",
     "NvSciSyncObjSignal",
     "NvSciSyncObjGenerateFence",
-    "NvSciSyncFenceUpdateFence",
     "NvSciSyncFenceWait",
     "NvSciSyncCpuWaitContextAlloc",
 ];

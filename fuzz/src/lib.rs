@@ -507,13 +507,16 @@ fn key_and_bytes<'a>(u: &mut Unstructured<'a>, keys: &[u32]) -> Result<(u32, &'a
         u.arbitrary()?
     };
     // Mostly the widths the attributes use, sometimes anything.
-    let len = match u.int_in_range(0..=5u8)? {
+    let len = match u.int_in_range(0..=7u8)? {
         0 => 1,
         1 => 4,
         2 => 8,
         3 => 16 * u.int_in_range(1..=5usize)?,
         4 => 4 * u.int_in_range(1..=5usize)?,
-        _ => u.int_in_range(0..=80usize)?,
+        // Per-GPU cache entries (17 bytes) and compression entries (20 bytes).
+        5 => 17 * u.int_in_range(1..=5usize)?,
+        6 => 20 * u.int_in_range(1..=5usize)?,
+        _ => u.int_in_range(0..=100usize)?,
     };
     Ok((key, u.bytes(len)?))
 }
@@ -538,7 +541,8 @@ fn buf_attrs(u: &mut Unstructured<'_>) -> Result<()> {
         assert_eq!(attr.key().0, key, "decode kept the key");
         let duplicate = set.get(attr.key()).is_some();
         let full = set.len() == 8;
-        let valid = attr.validate().is_ok();
+        // Output-only keys decode (they are read back) but are never settable.
+        let valid = attr.validate().is_ok() && !attr.is_output_only();
         let before = set.len();
         match set.set(attr.clone()) {
             Ok(_) => {
@@ -592,7 +596,8 @@ fn sync_attrs(u: &mut Unstructured<'_>) -> Result<()> {
         assert_eq!(attr.key().0, key);
         let duplicate = set.get(attr.key()).is_some();
         let full = set.len() == 6;
-        let valid = attr.validate().is_ok();
+        // Output-only keys decode (they are read back) but are never settable.
+        let valid = attr.validate().is_ok() && !attr.is_output_only();
         let before = set.len();
         match set.set(attr.clone()) {
             Ok(_) => {

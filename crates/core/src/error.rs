@@ -339,6 +339,7 @@ open_codes! { NvSciError, u32, "NvSciError";
     INTERRUPTED_CALL = 0x203, "NvSciError_InterruptedCall";
     RECONCILIATION_FAILED = 0x10100, "NvSciError_ReconciliationFailed";
     ATTR_LIST_VALIDATION_FAILED = 0x10101, "NvSciError_AttrListValidationFailed";
+    UNSUPPORTED_CONFIG = 0x2000001, "NvSciError_UnsupportedConfig";
     CLEARED_FENCE = 0x2000002, "NvSciError_ClearedFence";
 }
 
@@ -374,6 +375,17 @@ impl NvSciError {
                 cause: "the participants' attribute lists conflict (e.g. sizes, layouts, or a \
                         sync list set without exactly one signaler and at least one waiter)",
                 fix: "read the conflict list returned by reconciliation and align the attributes",
+            },
+            NvSciError::UNSUPPORTED_CONFIG => Hint {
+                cause: "NvSciSync reconciliation without exactly one SignalOnly list and at \
+                        least one WaitOnly list, or with a combination the library does not \
+                        support",
+                fix: "reconcile one signaller's list with the waiters' lists",
+            },
+            NvSciError::OVERFLOW => Hint {
+                cause: "a fence id or value past the primitive's range (FenceUpdateFence: value \
+                        above u32::MAX on a 32-bit primitive)",
+                fix: "wrap values at the primitive's width (SyncObj::width / DeterministicCounter)",
             },
             NvSciError::ACCESS_DENIED => Hint {
                 cause: "the object was imported or duplicated with fewer permissions than needed",
@@ -624,6 +636,12 @@ pub enum ValidationError {
     },
     /// `cuDeviceGetNvSciSyncAttributes` needs SIGNAL, WAIT or both.
     NoNvSciSyncAttrFlags,
+    /// An output-only attribute key (computed by reconciliation, e.g. `ActualPerm`) given as
+    /// an input: the library refuses to set it.
+    OutputOnlyKey {
+        /// The raw key.
+        key: u32,
+    },
 }
 
 impl fmt::Display for ValidationError {
@@ -751,6 +769,10 @@ impl fmt::Display for ValidationError {
             E::InvalidAttrValue { key } => write!(f, "attribute {key:#x} has an invalid value"),
             E::NoNvSciSyncAttrFlags => f.write_str(
                 "cuDeviceGetNvSciSyncAttributes needs CUDA_NVSCISYNC_ATTR_SIGNAL, _WAIT or both",
+            ),
+            E::OutputOnlyKey { key } => write!(
+                f,
+                "attribute key {key:#x} is output-only (reconciliation computes it); read it from the reconciled list instead of setting it"
             ),
         }
     }

@@ -54,7 +54,10 @@ pub use memory::{
     ArrayDesc, ArrayFormat, BufferMapping, MemoryHandle, MemoryHandleKind, MemoryImport,
     MipmappedArrayMapping,
 };
-pub use nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
+pub use nvsci::{
+    BufAttr, BufAttrSet, ColorFormat, ColorStd, GpuCache, GpuCompression, GpuId, ScanType,
+    SyncAttr, SyncAttrSet,
+};
 pub use semaphore::{
     Payload, SemaphoreHandle, SemaphoreHandleKind, SemaphoreImport, SignalParams, WaitParams,
     KEYED_MUTEX_INFINITE,

@@ -47,9 +47,11 @@ pub const MAX_BUF_TYPES: usize = 4;
 /// Most primitive types one `PrimitiveInfo` attribute holds.
 pub const MAX_PRIMITIVES: usize = 5;
 
-/// A GPU's UUID as NvSci uses it (`NvSciRmGpuId`): the CUDA device UUID.
+/// A GPU's UUID as NvSci uses it (`NvSciRmGpuId`): the CUDA device UUID. Same layout as the
+/// C structure (16 bytes, alignment 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
 pub struct GpuId(pub [u8; 16]);
 
 impl GpuId {
@@ -73,6 +75,180 @@ impl From<NvSciRmGpuId> for GpuId {
     fn from(value: NvSciRmGpuId) -> Self {
         Self(value.bytes)
     }
+}
+
+/// One entry of the per-GPU cache keys `EnableGpuCache` (input) and `GpuSwNeedCacheCoherency`
+/// (output): the C record `{NvSciRmGpuId gpuId; bool cacheability}`, 17 bytes, packed
+/// (alignment 1), exactly as the library reads and writes it.
+///
+/// ```
+/// use tegra_interop_core::nvsci::{GpuCache, GpuId};
+/// assert_eq!(core::mem::size_of::<GpuCache>(), 17);
+/// assert_eq!(core::mem::align_of::<GpuCache>(), 1);
+/// let _ = GpuCache::new(GpuId([7; 16]), false);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(C)]
+pub struct GpuCache {
+    /// The GPU (also listed in `GpuId`).
+    pub gpu: GpuId,
+    /// `EnableGpuCache`: the GPU may cache the buffer; `GpuSwNeedCacheCoherency`: software
+    /// (NvSciSync barriers) must keep that GPU's cache coherent.
+    pub enabled: bool,
+}
+
+impl GpuCache {
+    /// One entry.
+    pub const fn new(gpu: GpuId, enabled: bool) -> Self {
+        Self { gpu, enabled }
+    }
+}
+
+/// A GPU compression type (`NvSciBufCompressionType`, 4 bytes): an open set, every documented
+/// value named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct CompressionType(pub u32);
+
+impl CompressionType {
+    /// No compression.
+    pub const NONE: Self = Self(0);
+    /// Generic compressible memory.
+    pub const GENERIC_COMPRESSIBLE: Self = Self(1);
+
+    /// `true` for a documented value.
+    pub const fn is_documented(self) -> bool {
+        self.0 <= 1
+    }
+}
+
+/// One entry of `EnableGpuCompression`: the C record `{NvSciRmGpuId gpuId; uint32_t
+/// compressionType}`, 20 bytes, alignment 4. The library forces `NONE` when the CPU, a non-GPU
+/// engine or several GPUs access the buffer.
+///
+/// ```
+/// use tegra_interop_core::nvsci::GpuCompression;
+/// assert_eq!(core::mem::size_of::<GpuCompression>(), 20);
+/// assert_eq!(core::mem::align_of::<GpuCompression>(), 4);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(C)]
+pub struct GpuCompression {
+    /// The GPU.
+    pub gpu: GpuId,
+    /// The compression it asks for.
+    pub kind: CompressionType,
+}
+
+impl GpuCompression {
+    /// One entry.
+    pub const fn new(gpu: GpuId, kind: CompressionType) -> Self {
+        Self { gpu, kind }
+    }
+}
+
+/// Image scan type (`NvSciBufAttrValImageScanType`, 4 bytes; key `ScanType`, mandatory for
+/// images like `Layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct ScanType(pub u32);
+
+impl ScanType {
+    /// Progressive (whole frames).
+    pub const PROGRESSIVE: Self = Self(0);
+    /// Interlaced (two fields).
+    pub const INTERLACE: Self = Self(1);
+}
+
+/// An image plane colour format (`NvSciBufAttrValColorFmt`, 4 bytes). An open set: the values
+/// below are the ones the project names (identical in every NvSci release checked); any other
+/// value is passed through for the library to judge.
+///
+/// The name lists the components from the most significant bit of a packed pixel, so
+/// [`A8B8G8R8`](Self::A8B8G8R8) has the bytes R, G, B, A in memory: the usual RGBA8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct ColorFormat(pub u32);
+
+macro_rules! color_formats {
+    ($($(#[$doc:meta])* $name:ident = $value:expr;)*) => {
+        impl ColorFormat {
+            $($(#[$doc])* pub const $name: Self = Self($value);)*
+
+            /// The name of a value the project names (`None` for any other).
+            pub const fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $($value => Some(stringify!($name)),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+color_formats! {
+    /// 8-bit Bayer, RGGB.
+    BAYER8_RGGB = 1;
+    /// 16-bit Bayer, RGGB.
+    BAYER16_RGGB = 10;
+    /// Interleaved chroma, bytes U then V (NV12's second plane).
+    U8V8 = 74;
+    /// Interleaved chroma, 16-bit U8_V8 packing.
+    U8_V8 = 75;
+    /// Interleaved chroma, bytes V then U (NV21's second plane).
+    V8U8 = 76;
+    /// Interleaved chroma, 16-bit V8_U8 packing.
+    V8_U8 = 77;
+    /// 8-bit luma.
+    Y8 = 84;
+    /// 10-bit luma.
+    Y10 = 85;
+    /// 12-bit luma.
+    Y12 = 86;
+    /// 16-bit luma.
+    Y16 = 87;
+    /// 8-bit U plane.
+    U8 = 88;
+    /// 8-bit V plane.
+    V8 = 89;
+    /// Packed AYUV, 8 bits each.
+    A8Y8U8V8 = 96;
+    /// Packed YUYV (4:2:2), 8 bits each.
+    Y8U8Y8V8 = 97;
+    /// 8-bit alpha.
+    A8 = 102;
+    /// Packed B8G8R8A8 (components named from the most significant bit).
+    B8G8R8A8 = 104;
+    /// Packed A8R8G8B8 (components named from the most significant bit).
+    A8R8G8B8 = 105;
+    /// Bytes R, G, B, A in memory: RGBA8.
+    A8B8G8R8 = 106;
+}
+
+/// An image plane colour standard (`NvSciBufAttrValColorStd`, 4 bytes). An open set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[repr(transparent)]
+pub struct ColorStd(pub u32);
+
+impl ColorStd {
+    /// sRGB.
+    pub const SRGB: Self = Self(0);
+    /// BT.601, studio (limited) range.
+    pub const REC601_SR: Self = Self(1);
+    /// BT.601, extended (full) range.
+    pub const REC601_ER: Self = Self(2);
+    /// BT.709, studio range.
+    pub const REC709_SR: Self = Self(3);
+    /// BT.709, extended range.
+    pub const REC709_ER: Self = Self(4);
+    /// BT.2020 RGB.
+    pub const REC2020_RGB: Self = Self(5);
 }
 
 /// One value per image plane (1 to [`MAX_PLANES`] entries).
@@ -111,6 +287,23 @@ fn read_bool(key: u32, bytes: &[u8]) -> Result<bool, ValidationError> {
         1 => Ok(true),
         _ => Err(ValidationError::InvalidAttrValue { key }),
     }
+}
+
+/// Reads packed 17-byte `{GpuId, bool}` entries (the bool must be 0 or 1).
+fn read_gpu_cache(
+    key: u32,
+    bytes: &[u8],
+) -> Result<heapless::Vec<GpuCache, MAX_GPUS>, ValidationError> {
+    let entries = read_array::<_, 17, MAX_GPUS>(key, bytes, |b| b)?;
+    let mut out = heapless::Vec::new();
+    for b in entries {
+        let mut gpu = [0u8; 16];
+        gpu.copy_from_slice(&b[..16]);
+        let enabled = read_bool(key, &b[16..])?;
+        out.push(GpuCache::new(GpuId(gpu), enabled))
+            .map_err(|_| ValidationError::CapacityExceeded { capacity: MAX_GPUS })?;
+    }
+    Ok(out)
 }
 
 fn read_u32(key: u32, bytes: &[u8]) -> Result<u32, ValidationError> {
@@ -181,14 +374,20 @@ pub enum BufAttr {
     EnableCpuCache(bool),
     /// `GeneralAttrKey_GpuId` (`NvSciRmGpuId[]`): the GPUs that access the buffer.
     GpuId(heapless::Vec<NvSciRmGpuId, MAX_GPUS>),
-    /// `GeneralAttrKey_CpuNeedSwCacheCoherency` (bool, output).
+    /// `GeneralAttrKey_CpuNeedSwCacheCoherency` (bool, output only).
     CpuNeedSwCacheCoherency(bool),
-    /// `GeneralAttrKey_ActualPerm` (output).
+    /// `GeneralAttrKey_ActualPerm` (output only).
     ActualPerm(NvSciBufAttrValAccessPerm),
-    /// `GeneralAttrKey_EnableGpuCache` (bool).
-    EnableGpuCache(bool),
-    /// `GeneralAttrKey_GpuSwNeedCacheCoherency` (bool, output).
-    GpuSwNeedCacheCoherency(bool),
+    /// `GeneralAttrKey_EnableGpuCache` (NvSciBuf 2.8+): one 17-byte [`GpuCache`] entry per GPU
+    /// (for an iGPU, the one also listed in `GpuId`); reconciled by AND, true by default on
+    /// Tegra.
+    EnableGpuCache(heapless::Vec<GpuCache, MAX_GPUS>),
+    /// `GeneralAttrKey_GpuSwNeedCacheCoherency` (NvSciBuf 2.8+, output only): per GPU, whether
+    /// NvSciSync barriers must keep its cache coherent.
+    GpuSwNeedCacheCoherency(heapless::Vec<GpuCache, MAX_GPUS>),
+    /// `GeneralAttrKey_EnableGpuCompression` (NvSciBuf 2.8+): one 20-byte [`GpuCompression`]
+    /// entry per GPU.
+    EnableGpuCompression(heapless::Vec<GpuCompression, MAX_GPUS>),
     /// `RawBufferAttrKey_Size` (u64, bytes; non-zero).
     RawSize(u64),
     /// `RawBufferAttrKey_Align` (u64, bytes; a power of two).
@@ -211,18 +410,18 @@ pub enum BufAttr {
     ImageAlignment(u64),
     /// `ImageAttrKey_PlaneCount` (u32, 1..=[`MAX_PLANES`]).
     PlaneCount(u32),
-    /// `ImageAttrKey_PlaneColorFormat` (raw `NvSciBufAttrValColorFmt` per plane).
-    PlaneColorFormat(Planes<u32>),
-    /// `ImageAttrKey_PlaneColorStd` (raw `NvSciBufAttrValColorStd` per plane).
-    PlaneColorStd(Planes<u32>),
+    /// `ImageAttrKey_PlaneColorFormat` ([`ColorFormat`] per plane).
+    PlaneColorFormat(Planes<ColorFormat>),
+    /// `ImageAttrKey_PlaneColorStd` ([`ColorStd`] per plane).
+    PlaneColorStd(Planes<ColorStd>),
     /// `ImageAttrKey_PlaneBaseAddrAlign` (u32 per plane).
     PlaneBaseAddrAlign(Planes<u32>),
     /// `ImageAttrKey_PlaneWidth` (u32 per plane).
     PlaneWidth(Planes<u32>),
     /// `ImageAttrKey_PlaneHeight` (u32 per plane).
     PlaneHeight(Planes<u32>),
-    /// `ImageAttrKey_ScanType` (raw `NvSciBufAttrValImageScanType`).
-    ScanType(u32),
+    /// `ImageAttrKey_ScanType` (also named `PlaneScanType`): mandatory for images.
+    ScanType(ScanType),
     /// `ImageAttrKey_PlaneBitsPerPixel` (u32 per plane, output).
     PlaneBitsPerPixel(Planes<u32>),
     /// `ImageAttrKey_PlaneOffset` (u64 per plane, output).
@@ -269,9 +468,59 @@ impl BufAttr {
         Ok(Self::PlaneHeight(planes(heights)?))
     }
 
-    /// `PlaneColorFormat` from raw `NvSciBufAttrValColorFmt` values (at most [`MAX_PLANES`]).
-    pub fn plane_color_formats(formats: &[u32]) -> Result<Self, ValidationError> {
+    /// `PlaneColorFormat` from a slice (at most [`MAX_PLANES`]).
+    pub fn plane_color_formats(formats: &[ColorFormat]) -> Result<Self, ValidationError> {
         Ok(Self::PlaneColorFormat(planes(formats)?))
+    }
+
+    /// `PlaneColorStd` from a slice (at most [`MAX_PLANES`]).
+    pub fn plane_color_stds(stds: &[ColorStd]) -> Result<Self, ValidationError> {
+        Ok(Self::PlaneColorStd(planes(stds)?))
+    }
+
+    /// `EnableGpuCache` from a slice of per-GPU entries (at most [`MAX_GPUS`]).
+    pub fn gpu_cache(entries: &[GpuCache]) -> Result<Self, ValidationError> {
+        Ok(Self::EnableGpuCache(list(entries)?))
+    }
+
+    /// `EnableGpuCompression` from a slice of per-GPU entries (at most [`MAX_GPUS`]).
+    pub fn gpu_compression(entries: &[GpuCompression]) -> Result<Self, ValidationError> {
+        Ok(Self::EnableGpuCompression(list(entries)?))
+    }
+
+    /// `true` for keys that reconciliation computes (`ActualPerm`, the coherency keys, image
+    /// size, alignment and per-plane layout outputs): they can be read from a reconciled list
+    /// but never set, and [`BufAttrSet::set`] refuses them.
+    pub fn is_output_only(&self) -> bool {
+        Self::is_output_only_key(self.key())
+    }
+
+    /// `true` for the output-only keys of [`is_output_only`](Self::is_output_only): the
+    /// library refuses to set them, and to read them from an unreconciled list.
+    pub fn is_output_only_key(key: NvSciBufAttrKey) -> bool {
+        type K = NvSciBufAttrKey;
+        matches!(
+            key,
+            K::NvSciBufGeneralAttrKey_CpuNeedSwCacheCoherency
+                | K::NvSciBufGeneralAttrKey_ActualPerm
+                | K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency
+                | K::NvSciBufImageAttrKey_Size
+                | K::NvSciBufImageAttrKey_Alignment
+                | K::NvSciBufImageAttrKey_PlaneBitsPerPixel
+                | K::NvSciBufImageAttrKey_PlaneOffset
+                | K::NvSciBufImageAttrKey_PlaneDatatype
+                | K::NvSciBufImageAttrKey_PlaneChannelCount
+                | K::NvSciBufImageAttrKey_PlaneSecondFieldOffset
+                | K::NvSciBufImageAttrKey_PlanePitch
+                | K::NvSciBufImageAttrKey_PlaneAlignedHeight
+                | K::NvSciBufImageAttrKey_PlaneAlignedSize
+        )
+    }
+
+    /// `true` for input-only keys (`RequiredPerm`): the library refuses to read them from a
+    /// reconciled list (read `ActualPerm` there).
+    pub fn is_input_only_key(key: NvSciBufAttrKey) -> bool {
+        key == NvSciBufAttrKey::NvSciBufGeneralAttrKey_RequiredPerm
     }
 
     /// One padding key (`which` is top, bottom, left or right) for every plane.
@@ -298,6 +547,7 @@ impl BufAttr {
             Self::ActualPerm(_) => K::NvSciBufGeneralAttrKey_ActualPerm,
             Self::EnableGpuCache(_) => K::NvSciBufGeneralAttrKey_EnableGpuCache,
             Self::GpuSwNeedCacheCoherency(_) => K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency,
+            Self::EnableGpuCompression(_) => K::NvSciBufGeneralAttrKey_EnableGpuCompression,
             Self::RawSize(_) => K::NvSciBufRawBufferAttrKey_Size,
             Self::RawAlign(_) => K::NvSciBufRawBufferAttrKey_Align,
             Self::Layout(_) => K::NvSciBufImageAttrKey_Layout,
@@ -337,9 +587,9 @@ impl BufAttr {
             | Self::PlaneOffset(p)
             | Self::PlaneSecondFieldOffset(p)
             | Self::PlaneAlignedSize(p) => p.len(),
-            Self::PlaneColorFormat(p)
-            | Self::PlaneColorStd(p)
-            | Self::PlaneBaseAddrAlign(p)
+            Self::PlaneColorFormat(p) => p.len(),
+            Self::PlaneColorStd(p) => p.len(),
+            Self::PlaneBaseAddrAlign(p)
             | Self::PlaneWidth(p)
             | Self::PlaneHeight(p)
             | Self::PlaneBitsPerPixel(p)
@@ -359,6 +609,15 @@ impl BufAttr {
             Self::RequiredPerm(p) => check_buf_perm(*p),
             Self::Types(t) if t.is_empty() => Err(invalid),
             Self::GpuId(g) if g.is_empty() => Err(invalid),
+            Self::EnableGpuCache(g) | Self::GpuSwNeedCacheCoherency(g) if g.is_empty() => {
+                Err(invalid)
+            }
+            Self::EnableGpuCompression(g)
+                if g.is_empty() || g.iter().any(|e| !e.kind.is_documented()) =>
+            {
+                Err(invalid)
+            }
+            Self::ScanType(t) if t.0 > 1 => Err(invalid),
             Self::RawSize(0) => Err(ValidationError::ZeroSize),
             Self::RawAlign(a) if !a.is_power_of_two() => Err(invalid),
             Self::Layout(l) if l.0 > 1 => Err(invalid),
@@ -384,9 +643,12 @@ impl BufAttr {
             Self::NeedCpuAccess(b)
             | Self::EnableCpuCache(b)
             | Self::CpuNeedSwCacheCoherency(b)
-            | Self::EnableGpuCache(b)
-            | Self::GpuSwNeedCacheCoherency(b)
             | Self::VprFlag(b) => ptr_len(b),
+            Self::EnableGpuCache(v) | Self::GpuSwNeedCacheCoherency(v) => {
+                slice_ptr_len(v.as_slice())
+            }
+            Self::EnableGpuCompression(v) => slice_ptr_len(v.as_slice()),
+            Self::ScanType(t) => ptr_len(t),
             Self::RequiredPerm(p) | Self::ActualPerm(p) => ptr_len(p),
             Self::RawSize(v)
             | Self::RawAlign(v)
@@ -394,7 +656,7 @@ impl BufAttr {
             | Self::ImageAlignment(v)
             | Self::ImageCount(v) => ptr_len(v),
             Self::Layout(l) => ptr_len(l),
-            Self::PlaneCount(v) | Self::ScanType(v) => ptr_len(v),
+            Self::PlaneCount(v) => ptr_len(v),
             Self::TopPadding(p)
             | Self::BottomPadding(p)
             | Self::LeftPadding(p)
@@ -402,9 +664,9 @@ impl BufAttr {
             | Self::PlaneOffset(p)
             | Self::PlaneSecondFieldOffset(p)
             | Self::PlaneAlignedSize(p) => slice_ptr_len(p.as_slice()),
-            Self::PlaneColorFormat(p)
-            | Self::PlaneColorStd(p)
-            | Self::PlaneBaseAddrAlign(p)
+            Self::PlaneColorFormat(p) => slice_ptr_len(p.as_slice()),
+            Self::PlaneColorStd(p) => slice_ptr_len(p.as_slice()),
+            Self::PlaneBaseAddrAlign(p)
             | Self::PlaneWidth(p)
             | Self::PlaneHeight(p)
             | Self::PlaneBitsPerPixel(p)
@@ -444,9 +706,20 @@ impl BufAttr {
             K::NvSciBufGeneralAttrKey_ActualPerm => {
                 Self::ActualPerm(NvSciBufAttrValAccessPerm(read_u32(k, bytes)?))
             }
-            K::NvSciBufGeneralAttrKey_EnableGpuCache => Self::EnableGpuCache(read_bool(k, bytes)?),
+            K::NvSciBufGeneralAttrKey_EnableGpuCache => {
+                Self::EnableGpuCache(read_gpu_cache(k, bytes)?)
+            }
             K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency => {
-                Self::GpuSwNeedCacheCoherency(read_bool(k, bytes)?)
+                Self::GpuSwNeedCacheCoherency(read_gpu_cache(k, bytes)?)
+            }
+            K::NvSciBufGeneralAttrKey_EnableGpuCompression => {
+                Self::EnableGpuCompression(read_array::<_, 20, MAX_GPUS>(k, bytes, |b| {
+                    let mut gpu = [0u8; 16];
+                    gpu.copy_from_slice(&b[..16]);
+                    let mut kind = [0u8; 4];
+                    kind.copy_from_slice(&b[16..]);
+                    GpuCompression::new(GpuId(gpu), CompressionType(u32::from_ne_bytes(kind)))
+                })?)
             }
             K::NvSciBufRawBufferAttrKey_Size => Self::RawSize(read_u64(k, bytes)?),
             K::NvSciBufRawBufferAttrKey_Align => Self::RawAlign(read_u64(k, bytes)?),
@@ -461,12 +734,20 @@ impl BufAttr {
             K::NvSciBufImageAttrKey_Size => Self::ImageSize(read_u64(k, bytes)?),
             K::NvSciBufImageAttrKey_Alignment => Self::ImageAlignment(read_u64(k, bytes)?),
             K::NvSciBufImageAttrKey_PlaneCount => Self::PlaneCount(read_u32(k, bytes)?),
-            K::NvSciBufImageAttrKey_PlaneColorFormat => Self::PlaneColorFormat(u32s(bytes)?),
-            K::NvSciBufImageAttrKey_PlaneColorStd => Self::PlaneColorStd(u32s(bytes)?),
+            K::NvSciBufImageAttrKey_PlaneColorFormat => {
+                Self::PlaneColorFormat(read_array::<_, 4, MAX_PLANES>(k, bytes, |b| {
+                    ColorFormat(u32::from_ne_bytes(b))
+                })?)
+            }
+            K::NvSciBufImageAttrKey_PlaneColorStd => {
+                Self::PlaneColorStd(read_array::<_, 4, MAX_PLANES>(k, bytes, |b| {
+                    ColorStd(u32::from_ne_bytes(b))
+                })?)
+            }
             K::NvSciBufImageAttrKey_PlaneBaseAddrAlign => Self::PlaneBaseAddrAlign(u32s(bytes)?),
             K::NvSciBufImageAttrKey_PlaneWidth => Self::PlaneWidth(u32s(bytes)?),
             K::NvSciBufImageAttrKey_PlaneHeight => Self::PlaneHeight(u32s(bytes)?),
-            K::NvSciBufImageAttrKey_ScanType => Self::ScanType(read_u32(k, bytes)?),
+            K::NvSciBufImageAttrKey_ScanType => Self::ScanType(ScanType(read_u32(k, bytes)?)),
             K::NvSciBufImageAttrKey_PlaneBitsPerPixel => Self::PlaneBitsPerPixel(u32s(bytes)?),
             K::NvSciBufImageAttrKey_PlaneOffset => Self::PlaneOffset(u64s(bytes)?),
             K::NvSciBufImageAttrKey_PlaneDatatype => Self::PlaneDatatype(u32s(bytes)?),
@@ -529,10 +810,15 @@ macro_rules! attr_set_common {
             }
         }
 
-        /// Adds `attr` after checking its value, that its key is not set yet, and the capacity.
+        /// Adds `attr` after checking its value, that it is an input (output-only keys are
+        /// refused, as the library does), that its key is not set yet (each key at most once
+        /// per list), and the capacity.
         pub fn set(&mut self, attr: $attr) -> Result<&mut Self, ValidationError> {
             attr.validate()?;
             let key = attr.key();
+            if attr.is_output_only() {
+                return Err(ValidationError::OutputOnlyKey { key: key.0 });
+            }
             if self.attrs.iter().any(|a| a.key() == key) {
                 return Err(ValidationError::DuplicateKey { key: key.0 });
             }
@@ -665,7 +951,7 @@ pub enum SyncAttr {
     NeedCpuAccess(bool),
     /// `RequiredPerm`: WaitOnly, SignalOnly or WaitSignal (Auto is refused).
     RequiredPerm(NvSciSyncAccessPerm),
-    /// `ActualPerm` (output).
+    /// `ActualPerm` (output only).
     ActualPerm(NvSciSyncAccessPerm),
     /// `WaiterContextInsensitiveFenceExports` (bool).
     WaiterContextInsensitiveFenceExports(bool),
@@ -673,9 +959,9 @@ pub enum SyncAttr {
     WaiterRequireTimestamps(bool),
     /// `RequireDeterministicFences` (bool): each signal increments the primitive by exactly 1.
     RequireDeterministicFences(bool),
-    /// `NumTimestampSlots` (u32, output).
+    /// `NumTimestampSlots` (u32, output only).
     NumTimestampSlots(u32),
-    /// `MaxPrimitiveValue` (u64, output).
+    /// `MaxPrimitiveValue` (u64, output only): `u32::MAX` or `u64::MAX`, the primitive's wrap.
     MaxPrimitiveValue(u64),
     /// `PrimitiveInfo` (`NvSciSyncAttrValPrimitiveType[]`).
     PrimitiveInfo(heapless::Vec<NvSciSyncAttrValPrimitiveType, MAX_PRIMITIVES>),
@@ -699,6 +985,16 @@ impl SyncAttr {
         types: &[NvSciSyncAttrValPrimitiveType],
     ) -> Result<Self, ValidationError> {
         Ok(Self::PrimitiveInfo(list(types)?))
+    }
+
+    /// `true` for keys that reconciliation computes (`ActualPerm`, `NumTimestampSlots`,
+    /// `MaxPrimitiveValue`): readable from a reconciled list, refused by
+    /// [`SyncAttrSet::set`].
+    pub fn is_output_only(&self) -> bool {
+        matches!(
+            self,
+            Self::ActualPerm(_) | Self::NumTimestampSlots(_) | Self::MaxPrimitiveValue(_)
+        )
     }
 
     /// The C key.

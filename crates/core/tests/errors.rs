@@ -74,6 +74,11 @@ fn facts_values_are_named() {
             "NvSciError_AttrListValidationFailed",
         ),
         (
+            NvSciError::UNSUPPORTED_CONFIG,
+            0x2000001,
+            "NvSciError_UnsupportedConfig",
+        ),
+        (
             NvSciError::CLEARED_FENCE,
             0x2000002,
             "NvSciError_ClearedFence",
@@ -83,7 +88,7 @@ fn facts_values_are_named() {
         assert_eq!(code.0, value);
         assert_eq!(code.name(), Some(name));
     }
-    assert_eq!(NvSciError::ALL_NAMED.len(), 31);
+    assert_eq!(NvSciError::ALL_NAMED.len(), 32);
 }
 
 #[test]

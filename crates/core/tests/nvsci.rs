@@ -2,13 +2,15 @@
 #![allow(clippy::unwrap_used)] // tests unwrap on purpose
 
 use tegra_interop_core::nvsci::{
-    BufAttr, BufAttrSet, GpuId, Padding, SyncAttr, SyncAttrSet, MAX_PLANES,
+    BufAttr, BufAttrSet, ColorFormat, ColorStd, CompressionType, GpuCache, GpuCompression, GpuId,
+    Padding, ScanType, SyncAttr, SyncAttrSet, MAX_PLANES,
 };
 use tegra_interop_core::sys::cuda::CUuuid;
 use tegra_interop_core::sys::nvsci::{
     NvSciBufAttrValAccessPerm, NvSciBufAttrValImageLayoutType, NvSciBufType, NvSciSyncAccessPerm,
     NvSciSyncAttrValPrimitiveType,
 };
+use tegra_interop_core::ValidationError;
 
 fn image_set() -> BufAttrSet<16> {
     let mut s = BufAttrSet::<16>::new();
@@ -22,7 +24,7 @@ fn image_set() -> BufAttrSet<16> {
     s.set(BufAttr::plane_widths(&[1920, 960]).unwrap()).unwrap();
     s.set(BufAttr::plane_heights(&[1080, 540]).unwrap())
         .unwrap();
-    s.set(BufAttr::plane_color_formats(&[1, 2]).unwrap())
+    s.set(BufAttr::plane_color_formats(&[ColorFormat::Y8, ColorFormat::U8V8]).unwrap())
         .unwrap();
     s.set(BufAttr::padding(Padding::Top, &[0, 0]).unwrap())
         .unwrap();
@@ -72,7 +74,6 @@ fn sync_set_round_trip() {
     .unwrap();
     s.set(SyncAttr::RequireDeterministicFences(true)).unwrap();
     s.set(SyncAttr::WaiterRequireTimestamps(true)).unwrap();
-    s.set(SyncAttr::NumTimestampSlots(4)).unwrap();
     s.set(
         SyncAttr::primitive_info(&[
             NvSciSyncAttrValPrimitiveType::NvSciSyncAttrValPrimitiveType_Syncpoint,
@@ -118,4 +119,102 @@ fn bool_values_must_be_zero_or_one() {
         &[0; 4 * (MAX_PLANES + 1)]
     )
     .is_err());
+}
+
+/// The bytes a lowered pair points at.
+fn value_bytes(pair: &tegra_interop_core::sys::nvsci::NvSciBufAttrKeyValuePair) -> Vec<u8> {
+    // SAFETY: the pair points into a set that is alive and unchanged in the caller.
+    unsafe { core::slice::from_raw_parts(pair.value.cast::<u8>(), pair.len) }.to_vec()
+}
+
+#[test]
+fn gpu_cache_entries_lower_to_the_packed_17_byte_records() {
+    let (a, b) = (GpuId([0xa0; 16]), GpuId([0xb1; 16]));
+    let mut s = BufAttrSet::<2>::new();
+    s.set(BufAttr::gpu_cache(&[GpuCache::new(a, true), GpuCache::new(b, false)]).unwrap())
+        .unwrap();
+    let lowered = s.lower().unwrap();
+    let pair = &lowered.as_slice()[0];
+    assert_eq!(pair.key.0, 9);
+    // The real record: {NvSciRmGpuId gpuId; bool cacheability}, packed, 17 bytes per entry.
+    let mut want = vec![0xa0; 16];
+    want.push(1);
+    want.extend_from_slice(&[0xb1; 16]);
+    want.push(0);
+    assert_eq!(value_bytes(pair), want);
+    // SAFETY: as in `value_bytes`.
+    let back = unsafe { BufAttr::decode_pair(pair) }.unwrap().unwrap();
+    assert_eq!(&back, &s.attrs()[0]);
+}
+
+#[test]
+fn gpu_compression_entries_lower_to_the_20_byte_records() {
+    let id = GpuId(core::array::from_fn(|i| i as u8));
+    let mut s = BufAttrSet::<2>::new();
+    s.set(
+        BufAttr::gpu_compression(&[GpuCompression::new(
+            id,
+            CompressionType::GENERIC_COMPRESSIBLE,
+        )])
+        .unwrap(),
+    )
+    .unwrap();
+    let lowered = s.lower().unwrap();
+    let pair = &lowered.as_slice()[0];
+    assert_eq!(pair.key.0, 11);
+    let mut want: Vec<u8> = (0..16).collect();
+    want.extend_from_slice(&1u32.to_ne_bytes());
+    assert_eq!(value_bytes(pair), want);
+    assert_eq!(pair.value as usize % 4, 0, "the records are 4-byte aligned");
+    assert!(BufAttrSet::<1>::new()
+        .set(BufAttr::gpu_compression(&[GpuCompression::new(id, CompressionType(2))]).unwrap())
+        .is_err());
+}
+
+#[test]
+fn image_enums_lower_to_their_real_values() {
+    let mut s = BufAttrSet::<4>::new();
+    s.set(BufAttr::ScanType(ScanType::PROGRESSIVE)).unwrap();
+    s.set(BufAttr::plane_color_formats(&[ColorFormat::A8B8G8R8]).unwrap())
+        .unwrap();
+    s.set(BufAttr::plane_color_stds(&[ColorStd::REC709_ER]).unwrap())
+        .unwrap();
+    let lowered = s.lower().unwrap();
+    let bytes: Vec<Vec<u8>> = lowered.as_slice().iter().map(value_bytes).collect();
+    assert_eq!(bytes[0], 0u32.to_ne_bytes());
+    assert_eq!(bytes[1], 106u32.to_ne_bytes());
+    assert_eq!(bytes[2], 4u32.to_ne_bytes());
+    assert_eq!(ColorFormat::A8B8G8R8.name(), Some("A8B8G8R8"));
+    assert_eq!(ColorFormat(9999).name(), None);
+    assert_eq!(ScanType::INTERLACE.0, 1);
+}
+
+#[test]
+fn output_only_keys_decode_but_are_not_settable() {
+    use tegra_interop_core::sys::nvsci::NvSciBufAttrKey as K;
+    let mut entry = vec![5u8; 16];
+    entry.push(1);
+    let out = BufAttr::decode(K::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency, &entry).unwrap();
+    assert_eq!(
+        out,
+        BufAttr::GpuSwNeedCacheCoherency(
+            heapless::Vec::from_slice(&[GpuCache::new(GpuId([5; 16]), true)]).unwrap()
+        )
+    );
+    assert!(out.is_output_only());
+    assert_eq!(
+        BufAttrSet::<2>::new().set(out).map(|_| ()),
+        Err(ValidationError::OutputOnlyKey { key: 10 })
+    );
+    assert_eq!(
+        SyncAttrSet::<2>::new()
+            .set(SyncAttr::MaxPrimitiveValue(u64::from(u32::MAX)))
+            .map(|_| ()),
+        Err(ValidationError::OutputOnlyKey { key: 9 })
+    );
+    // A cache entry whose bool is not 0/1, and a length that is not a multiple of 17.
+    let mut bad = vec![0u8; 16];
+    bad.push(2);
+    assert!(BufAttr::decode(K::NvSciBufGeneralAttrKey_EnableGpuCache, &bad).is_err());
+    assert!(BufAttr::decode(K::NvSciBufGeneralAttrKey_EnableGpuCache, &[1]).is_err());
 }

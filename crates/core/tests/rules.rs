@@ -9,7 +9,9 @@ use core::ptr::{null, null_mut};
 
 use tegra_interop_core::fence::MAX_STREAM_ORDERINGS;
 use tegra_interop_core::memory::MemoryHandle;
-use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, SyncAttr, SyncAttrSet, MAX_PLANES};
+use tegra_interop_core::nvsci::{
+    self, BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet, MAX_PLANES,
+};
 use tegra_interop_core::semaphore::SemaphoreHandle;
 use tegra_interop_core::sys::cuda::{
     CUextSemaphore_st, CUDA_ARRAY3D_CUBEMAP, CUDA_ARRAY3D_LAYERED, CUDA_EXTERNAL_MEMORY_BUFFER_DESC,
@@ -99,7 +101,8 @@ fn rule_table() {
     // SAFETY: as above.
     let skip_wait = unsafe { WaitParams::binary().skip_nvscibuf_memsync() };
 
-    let rows: Vec<(&str, Option<ValidationError>, ValidationError)> = vec![
+    let rows: Vec<(&str, Option<ValidationError>, ValidationError)> =
+        vec![
         // --- memory imports ---
         (
             "fd >= 0 (OPAQUE_FD; the driver says UNKNOWN)",
@@ -733,6 +736,101 @@ fn rule_table() {
             "decoded key is described",
             err(BufAttr::decode(NvSciBufAttrKey(0x30000), &[0; 4])),
             E::UnknownAttrKey { key: 0x30000 },
+        ),
+        // --- NvSci value types and output-only keys (issue 12, nvsci-facts.md header check) ---
+        (
+            "NvSciBuf output-only key ActualPerm is not settable",
+            err(BufAttrSet::<2>::new()
+                .set(BufAttr::ActualPerm(
+                    NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite,
+                ))
+                .map(|_| ())),
+            E::OutputOnlyKey { key: 7 },
+        ),
+        (
+            "NvSciBuf GpuSwNeedCacheCoherency is output-only",
+            err(BufAttrSet::<2>::new()
+                .set(BufAttr::GpuSwNeedCacheCoherency(
+                    heapless::Vec::from_slice(&[nvsci::GpuCache::new(GpuId([1; 16]), true)])
+                        .unwrap(),
+                ))
+                .map(|_| ())),
+            E::OutputOnlyKey { key: 10 },
+        ),
+        (
+            "NvSciBuf image outputs (PlanePitch) are not settable",
+            err(BufAttrSet::<2>::new()
+                .set(BufAttr::PlanePitch(heapless::Vec::from_slice(&[256]).unwrap()))
+                .map(|_| ())),
+            E::OutputOnlyKey { key: 0x20014 },
+        ),
+        (
+            "NvSciSync output-only key MaxPrimitiveValue is not settable",
+            err(SyncAttrSet::<2>::new()
+                .set(SyncAttr::MaxPrimitiveValue(u64::MAX))
+                .map(|_| ())),
+            E::OutputOnlyKey { key: 9 },
+        ),
+        (
+            "NvSciSync output-only key ActualPerm is not settable",
+            err(SyncAttrSet::<2>::new()
+                .set(SyncAttr::ActualPerm(
+                    NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly,
+                ))
+                .map(|_| ())),
+            E::OutputOnlyKey { key: 3 },
+        ),
+        (
+            "EnableGpuCache holds at least one per-GPU entry",
+            err(BufAttrSet::<2>::new()
+                .set(BufAttr::gpu_cache(&[]).unwrap())
+                .map(|_| ())),
+            E::InvalidAttrValue { key: 9 },
+        ),
+        (
+            "EnableGpuCache is per-GPU 17-byte entries, not a 1-byte bool (library: BadParameter)",
+            err(BufAttr::decode(
+                NvSciBufAttrKey::NvSciBufGeneralAttrKey_EnableGpuCache,
+                &[1],
+            )),
+            E::AttrLength { key: 9, len: 1 },
+        ),
+        (
+            "EnableGpuCompression is per-GPU 20-byte entries",
+            err(BufAttr::decode(
+                NvSciBufAttrKey::NvSciBufGeneralAttrKey_EnableGpuCompression,
+                &[0; 17],
+            )),
+            E::AttrLength { key: 11, len: 17 },
+        ),
+        (
+            "EnableGpuCompression type is None or GenericCompressible",
+            err(BufAttrSet::<2>::new()
+                .set(
+                    BufAttr::gpu_compression(&[nvsci::GpuCompression::new(
+                        GpuId([1; 16]),
+                        nvsci::CompressionType(7),
+                    )])
+                    .unwrap(),
+                )
+                .map(|_| ())),
+            E::InvalidAttrValue { key: 11 },
+        ),
+        (
+            "image ScanType is Progressive or Interlace",
+            err(BufAttrSet::<2>::new()
+                .set(BufAttr::ScanType(nvsci::ScanType(2)))
+                .map(|_| ())),
+            E::InvalidAttrValue { key: 0x2000e },
+        ),
+        (
+            "a second value for a per-GPU key is refused",
+            err(BufAttrSet::<3>::new()
+                .set(BufAttr::gpu_cache(&[nvsci::GpuCache::new(GpuId([1; 16]), true)]).unwrap())
+                .unwrap()
+                .set(BufAttr::gpu_cache(&[nvsci::GpuCache::new(GpuId([1; 16]), false)]).unwrap())
+                .map(|_| ())),
+            E::DuplicateKey { key: 9 },
         ),
         // --- flags ---
         (

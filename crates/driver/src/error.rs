@@ -93,6 +93,19 @@ pub enum Error {
         /// The `errno` it set.
         errno: i32,
     },
+    /// The loaded NvSci library's version lacks an attribute key or entry
+    /// point (for example `FenceUpdateFence` before NvSciSync 2.3, or
+    /// `PrimitiveInfo` before 2.5); refused before any call.
+    NotInLibraryVersion {
+        /// The C key or function.
+        item: &'static str,
+        /// The library.
+        library: &'static str,
+        /// The version that has it.
+        needed: &'static str,
+        /// The loaded library's version.
+        loaded: crate::nvsci::LibVersion,
+    },
     /// The operation does not apply to this kind of handle or context (for
     /// example resetting a context that is not a primary context, or a
     /// timeline signal on a binary semaphore).
@@ -131,6 +144,15 @@ impl fmt::Display for Error {
             Error::NotSupported { symbol, library } => {
                 write!(f, "{symbol} is not available ({library} lacks it or is not installed)")
             }
+            Error::NotInLibraryVersion {
+                item,
+                library,
+                needed,
+                loaded,
+            } => write!(
+                f,
+                "{item} needs {library} {needed}, the loaded one is {loaded}; use a path that does not need it (e.g. fences received from the signaller instead of built with UpdateFence) or a newer BSP"
+            ),
             Error::DriverNotFound { library, message } => {
                 write!(f, "CUDA driver not found ({library}: {message})")
             }

@@ -3,31 +3,36 @@
 //! Every test is ignored by default; on the device:
 //!
 //! ```sh
-//! cargo test -p tegra-interop-driver --test hw_jetson -- --ignored --test-threads=1
-//! # the image-plane test also needs the raw value of an RGBA8 colour format
-//! # from the BSP's nvscibuf.h (for example NvSciColor_A8B8G8R8):
-//! TEGRA_INTEROP_HW_RGBA8_COLOR=<value> cargo test -p tegra-interop-driver --test hw_jetson -- --ignored
+//! cargo test -p tegra-interop-driver --test hw_jetson -- --ignored --test-threads=1 --nocapture
 //! ```
 //!
 //! Status: written against the simulator's behaviour and the project's fact
-//! sheet; **not yet run on hardware**. Unlike the simulator flow, the
-//! initial value of the sync primitive is not assumed: a first signal is
-//! made and its fence value read back, and the deterministic counter starts
-//! there.
+//! sheet (real colour format A8B8G8R8 = 106 for RGBA8, ScanType set, equal
+//! sizes in every list); **not yet run on hardware**. The flow prints the
+//! NvSciBuf / NvSciSync versions it found and how the waiter gets its fences:
+//! built with `FenceUpdateFence` where the library has it (the initial value
+//! of the primitive is then not assumed: a first signal is made and its
+//! fence value read back, and the deterministic counter starts there), or
+//! received from the signaller where it does not (NvSciSync 2.0, the 2.4
+//! flavour).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
+use tegra_interop_core::nvsci::{
+    BufAttr, BufAttrSet, ColorFormat, GpuId, ScanType, SyncAttr, SyncAttrSet,
+};
 use tegra_interop_core::sys::cuda::{CUarray, CUmemorytype, CUDA_MEMCPY3D};
 use tegra_interop_core::sys::nvsci::{
     NvSciBufAttrKey, NvSciBufAttrValAccessPerm, NvSciBufAttrValImageLayoutType, NvSciBufType,
     NvSciSyncAccessPerm, NvSciSyncAttrKey,
 };
 use tegra_interop_core::{CuResult, DeterministicCounter};
-use tegra_interop_driver::nvsci::{BufModule, CpuWaitContext, Fence, SyncModule, Timeout};
+use tegra_interop_driver::nvsci::{
+    BufModule, CpuWaitContext, Fence, FenceSource, SyncModule, Timeout,
+};
 use tegra_interop_driver::{Backend, Context, Stream};
 
 type Res<T = ()> = Result<T, Box<dyn StdError>>;
@@ -46,21 +51,22 @@ fn backend() -> Arc<Backend> {
     b
 }
 
-fn buf_attrs(gpu: GpuId, image_color: Option<u32>) -> Res<BufAttrSet<12>> {
+fn buf_attrs(gpu: GpuId, image: bool) -> Res<BufAttrSet<12>> {
     let mut a = BufAttrSet::new();
-    match image_color {
-        None => {
+    match image {
+        false => {
             a.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer])?)?;
             a.set(BufAttr::RawSize(SIZE))?;
             a.set(BufAttr::RawAlign(4096))?;
         }
-        Some(color) => {
+        true => {
             a.set(BufAttr::types(&[NvSciBufType::NvSciBufType_Image])?)?;
             a.set(BufAttr::Layout(
                 NvSciBufAttrValImageLayoutType::NvSciBufImage_PitchLinearType,
             ))?;
+            a.set(BufAttr::ScanType(ScanType::PROGRESSIVE))?;
             a.set(BufAttr::PlaneCount(1))?;
-            a.set(BufAttr::plane_color_formats(&[color])?)?;
+            a.set(BufAttr::plane_color_formats(&[ColorFormat::A8B8G8R8])?)?;
             a.set(BufAttr::plane_widths(&[256])?)?;
             a.set(BufAttr::plane_heights(&[64])?)?;
         }
@@ -109,16 +115,23 @@ fn array_copy(
 
 /// The sample flow on the device: two contexts, one buffer (raw or image),
 /// a CUDA signaller, a CUDA waiter and a CPU waiter.
-fn flow(image_color: Option<u32>) -> Res {
+fn flow(image: bool) -> Res {
     let backend = backend();
     let producer = Context::create(Arc::clone(&backend), 0, 0)?;
     let consumer = Context::create(Arc::clone(&backend), 0, 0)?;
     let bufs = BufModule::open(&backend)?;
     let syncs = SyncModule::open(&backend)?;
     let gpu = GpuId(backend.device(0)?.uuid()?);
+    let source = syncs.fence_source();
+    println!(
+        "NvSciBuf {}, NvSciSync {}: waiter fences {}",
+        bufs.version(),
+        syncs.version(),
+        source.name()
+    );
     let (a, b) = (
-        bufs.attr_list(&buf_attrs(gpu, image_color)?)?,
-        bufs.attr_list(&buf_attrs(gpu, image_color)?)?,
+        bufs.attr_list(&buf_attrs(gpu, image)?)?,
+        bufs.attr_list(&buf_attrs(gpu, image)?)?,
     );
     let obj = bufs.reconcile_and_alloc(&[&a, &b])?;
     println!(
@@ -127,10 +140,12 @@ fn flow(image_color: Option<u32>) -> Res {
         obj.alignment()?
     );
 
-    let mut det = SyncAttrSet::<1>::new();
-    det.set(SyncAttr::RequireDeterministicFences(true))?;
     let mut sig = syncs.cuda_signaler_attrs(&producer)?;
-    sig.set(&det)?;
+    if source == FenceSource::Built {
+        let mut det = SyncAttrSet::<1>::new();
+        det.set(SyncAttr::RequireDeterministicFences(true))?;
+        sig.set(&det)?;
+    }
     let wait = syncs.cuda_waiter_attrs(&consumer)?;
     let mut cpu = SyncAttrSet::<2>::new();
     cpu.set(SyncAttr::NeedCpuAccess(true))?;
@@ -139,10 +154,11 @@ fn flow(image_color: Option<u32>) -> Res {
     ))?;
     let cpu = syncs.attr_list(&cpu)?;
     let sync = syncs.reconcile_and_alloc(&[&sig, &wait, &cpu])?;
+    // PrimitiveInfo needs NvSciSync 2.5, MaxPrimitiveValue 2.3.
     println!(
         "primitive {:?}, width {:?}",
-        sync.primitive_type()?,
-        sync.width()?
+        sync.primitive_type(),
+        sync.width()
     );
 
     let p_mem = obj.import_cuda(&producer)?;
@@ -152,35 +168,42 @@ fn flow(image_color: Option<u32>) -> Res {
     let (ps, cs) = (Stream::new(&producer)?, Stream::new(&consumer)?);
     let mut cx = CpuWaitContext::new(&syncs)?;
 
-    // Learn where the primitive stands: one signal, read its fence back.
     let mut fence = Fence::new(&syncs);
-    signaler.signal(&ps, &mut fence)?;
-    let start = fence
-        .extract()?
-        .ok_or("the first CUDA signal gave a cleared fence")?;
-    assert!(fence.wait(&mut cx, Timeout::After(Duration::from_secs(5)))?);
-    println!("first signal: id {} value {}", start.id, start.value);
-    let counter = DeterministicCounter::for_primitive(sync.primitive_type()?, start.value)?;
+    let counter = if source == FenceSource::Built {
+        // Learn where the primitive stands: one signal, read its fence back.
+        signaler.signal(&ps, &mut fence)?;
+        let start = fence
+            .extract()?
+            .ok_or("the first CUDA signal gave a cleared fence")?;
+        assert!(fence.wait(&mut cx, Timeout::After(Duration::from_secs(5)))?);
+        println!("first signal: id {} value {}", start.id, start.value);
+        Some(DeterministicCounter::new(sync.width()?, start.value)?)
+    } else {
+        None
+    };
 
-    let planes = if image_color.is_some() {
+    let planes = if image {
         obj.image_planes()?
     } else {
         Vec::new()
     };
-    let (p_arr, c_arr) = if image_color.is_some() {
+    let (p_arr, c_arr) = if image {
         (Some(p_mem.map_plane(0)?), Some(c_mem.map_plane(0)?))
     } else {
         (None, None)
     };
-    let (p_buf, c_buf) = if image_color.is_none() {
+    let (p_buf, c_buf) = if !image {
         (Some(p_mem.map_whole()?), Some(c_mem.map_whole()?))
     } else {
         (None, None)
     };
     for k in 1..=FRAMES {
-        let value = counter.value_of_signal(k);
-        let expected = sync.fence_for_value(value)?;
-        waiter.wait(&cs, &expected)?;
+        // Built: the consumer queues its wait before the producer signals.
+        let value = counter.as_ref().map(|c| c.value_of_signal(k));
+        if let Some(value) = value {
+            let expected = sync.fence_for_value(value)?;
+            waiter.wait(&cs, &expected)?;
+        }
         let data: Vec<u8> = (0..4096u64).map(|i| (i * 13 + k) as u8).collect();
         match (&p_buf, &p_arr) {
             (Some(p), _) => p.copy_from_host(0, &data)?,
@@ -192,7 +215,13 @@ fn flow(image_color: Option<u32>) -> Res {
             _ => unreachable!(),
         }
         signaler.signal(&ps, &mut fence)?;
-        assert_eq!(fence.extract()?.map(|f| f.value), Some(value), "frame {k}");
+        match value {
+            Some(value) => {
+                assert_eq!(fence.extract()?.map(|f| f.value), Some(value), "frame {k}")
+            }
+            // Received: the consumer waits on the fence the producer made.
+            None => waiter.wait(&cs, &fence.dup()?)?,
+        }
         assert!(fence.wait(&mut cx, Timeout::After(Duration::from_secs(5)))?);
         cs.synchronize()?;
         match (&c_buf, &c_arr) {
@@ -220,19 +249,13 @@ fn flow(image_color: Option<u32>) -> Res {
 #[test]
 #[ignore = "needs a Jetson (NvSci + CUDA); run with --ignored on hardware"]
 fn hw_sample_flow_raw_buffer() {
-    flow(None).unwrap();
+    flow(false).unwrap();
 }
 
 #[test]
-#[ignore = "needs a Jetson (NvSci + CUDA) and TEGRA_INTEROP_HW_RGBA8_COLOR; run with --ignored on hardware"]
+#[ignore = "needs a Jetson (NvSci + CUDA); run with --ignored on hardware"]
 fn hw_sample_flow_image_plane() {
-    let color: u32 = std::env::var("TEGRA_INTEROP_HW_RGBA8_COLOR")
-        .expect(
-            "set TEGRA_INTEROP_HW_RGBA8_COLOR to the raw value of an RGBA8 NvSciBufAttrValColorFmt",
-        )
-        .parse()
-        .expect("a decimal colour format value");
-    flow(Some(color)).unwrap();
+    flow(true).unwrap();
 }
 
 #[test]
@@ -251,11 +274,8 @@ fn hw_conflicts_and_cuda_attributes() {
         .is_some());
     let bufs = BufModule::open(&backend).unwrap();
     let gpu = GpuId(backend.device(0).unwrap().uuid().unwrap());
-    let raw = bufs.attr_list(&buf_attrs(gpu, None).unwrap()).unwrap();
-    let mut img = BufAttrSet::<2>::new();
-    img.set(BufAttr::types(&[NvSciBufType::NvSciBufType_Image]).unwrap())
-        .unwrap();
-    let img = bufs.attr_list(&img).unwrap();
+    let raw = bufs.attr_list(&buf_attrs(gpu, false).unwrap()).unwrap();
+    let img = bufs.attr_list(&buf_attrs(gpu, true).unwrap()).unwrap();
     let err = bufs.reconcile(&[&raw, &img]).unwrap_err();
     println!("raw vs image: {err}");
     assert!(

@@ -71,30 +71,56 @@ fn absent_libraries_are_a_typed_not_supported() {
 }
 
 #[test]
-fn buffer_reconciliation_takes_the_largest_size_and_reports_type_conflicts() {
+fn buffer_reconciliation_needs_equal_sizes_and_reports_type_conflicts() {
     let sim = tegra();
     {
         let m = BufModule::open(&sim.backend()).unwrap();
         let a = m
             .attr_list(&raw(1000, NvSciBufType::NvSciBufType_RawBuffer))
             .unwrap();
-        let b = m
-            .attr_list(&raw(3000, NvSciBufType::NvSciBufType_RawBuffer))
+        let same = m
+            .attr_list(&raw(1000, NvSciBufType::NvSciBufType_RawBuffer))
             .unwrap();
-        let r = m.reconcile(&[&a, &b]).unwrap();
+        let r = m.reconcile(&[&a, &same]).unwrap();
         assert!(r.is_reconciled());
         assert_eq!(
             r.get(NvSciBufAttrKey::NvSciBufRawBufferAttrKey_Size)
                 .unwrap(),
-            Some(BufAttr::RawSize(3000))
+            Some(BufAttr::RawSize(1000))
         );
+        // Input-only keys are not in reconciled lists, output-only keys not
+        // in unreconciled ones: refused without asking the library.
+        let calls = sim.calls();
+        assert!(matches!(
+            r.get(NvSciBufAttrKey::NvSciBufGeneralAttrKey_RequiredPerm),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(matches!(
+            a.get(NvSciBufAttrKey::NvSciBufGeneralAttrKey_ActualPerm),
+            Err(Error::Unsupported { .. })
+        ));
+        assert_eq!(sim.calls(), calls);
         let obj = r.alloc().unwrap();
-        assert_eq!(obj.size().unwrap(), 3000);
+        assert_eq!(obj.size().unwrap(), 1000);
         assert_eq!(obj.actual_perm().unwrap(), BufPerm::ReadWrite);
 
-        let img = m
-            .attr_list(&raw(1000, NvSciBufType::NvSciBufType_Image))
+        // Different sizes do not reconcile (the library takes no maximum).
+        let larger = m
+            .attr_list(&raw(3000, NvSciBufType::NvSciBufType_RawBuffer))
             .unwrap();
+        let err = m.reconcile(&[&a, &larger]).unwrap_err();
+        assert!(matches!(err.error, Error::NvSci { .. }), "{err}");
+        assert_eq!(
+            err.conflicts,
+            vec![NvSciBufAttrKey::NvSciBufRawBufferAttrKey_Size]
+        );
+
+        // A raw buffer and an image do not mix (only Image + Tensor may).
+        let mut image = BufAttrSet::<1>::new();
+        image
+            .set(BufAttr::types(&[NvSciBufType::NvSciBufType_Image]).unwrap())
+            .unwrap();
+        let img = m.attr_list(&image).unwrap();
         let err = m.reconcile(&[&a, &img]).unwrap_err();
         assert!(matches!(
             err.error,
@@ -156,6 +182,17 @@ fn sync_reconciliation_needs_exactly_one_signaler_and_a_waiter() {
         let s2 = cpu_list(&m, NvSciSyncAccessPerm::NvSciSyncAccessPerm_SignalOnly);
         let w = m.cuda_waiter_attrs(&ctx).unwrap();
         let err = m.reconcile(&[&s1, &s2, &w]).unwrap_err();
+        // The library's answer to a wrong set of roles: UnsupportedConfig.
+        assert!(
+            matches!(
+                err.error,
+                Error::NvSci {
+                    code: NvSciError::UNSUPPORTED_CONFIG,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert_eq!(
             err.conflicts,
             vec![NvSciSyncAttrKey::NvSciSyncAttrKey_RequiredPerm]

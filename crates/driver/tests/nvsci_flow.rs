@@ -10,7 +10,9 @@ use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
+use tegra_interop_core::nvsci::{
+    BufAttr, BufAttrSet, ColorFormat, GpuId, ScanType, SyncAttr, SyncAttrSet,
+};
 use tegra_interop_core::sys::cuda::{CUarray, CUmemorytype, CUDA_MEMCPY3D};
 use tegra_interop_core::sys::nvsci::{
     NvSciBufAttrValAccessPerm, NvSciBufAttrValImageLayoutType, NvSciBufType, NvSciSyncAccessPerm,
@@ -21,7 +23,7 @@ use tegra_interop_driver::nvsci::{
     BufModule, CpuWaitContext, Fence, FenceValue, SyncModule, Timeout,
 };
 use tegra_interop_driver::{Backend, Context, Stream};
-use tegra_interop_sim::nvsci::{color, MemsyncOp};
+use tegra_interop_sim::nvsci::MemsyncOp;
 use tegra_interop_sim::{Sim, SimConfig};
 
 type Res<T = ()> = Result<T, Box<dyn StdError>>;
@@ -54,7 +56,8 @@ fn image_attrs(gpu: GpuId) -> BufAttrSet<12> {
     ))
     .unwrap();
     a.set(BufAttr::PlaneCount(1)).unwrap();
-    a.set(BufAttr::plane_color_formats(&[color::R8G8B8A8]).unwrap())
+    a.set(BufAttr::ScanType(ScanType::PROGRESSIVE)).unwrap();
+    a.set(BufAttr::plane_color_formats(&[ColorFormat::A8B8G8R8]).unwrap())
         .unwrap();
     a.set(BufAttr::plane_widths(&[W]).unwrap()).unwrap();
     a.set(BufAttr::plane_heights(&[H]).unwrap()).unwrap();
@@ -140,10 +143,10 @@ fn sample_flow(backend: &Arc<Backend>, opts: Flow) -> Res<Vec<u64>> {
     let syncs = SyncModule::open(backend)?;
     let gpu = GpuId(backend.device(0)?.uuid()?);
 
-    // Buffers: the producer asks for more bytes than the consumer; the
-    // reconciled size is the larger one.
+    // Buffers: every list that sets the raw size sets the same one (the
+    // library refuses different sizes; it does not take the largest).
     let p_raw = bufs.attr_list(&raw_attrs(RAW_SIZE, gpu))?;
-    let c_raw = bufs.attr_list(&raw_attrs(RAW_SIZE / 2, gpu))?;
+    let c_raw = bufs.attr_list(&raw_attrs(RAW_SIZE, gpu))?;
     let raw_list = bufs.reconcile(&[&p_raw, &c_raw])?;
     let raw = raw_list.alloc()?;
     assert_eq!(raw.size()?, RAW_SIZE);
@@ -458,7 +461,9 @@ fn failure_at_every_nvsci_call_of_the_flow_leaks_nothing() {
         sim.fail_at(index, code);
         let result = sample_flow(&sim.backend(), opts);
         assert_eq!(sim.injected_failures(), 1, "call #{index} {symbol}");
-        if !VOID.contains(&symbol) {
+        // A failed version probe only makes the version read lower (or
+        // unknown, then 2.0): the flow may still run.
+        if !VOID.contains(&symbol) && !symbol.ends_with("CheckVersionCompatibility") {
             assert!(
                 result.is_err(),
                 "call #{index} {symbol} failed but the flow succeeded"

@@ -60,6 +60,7 @@ use tegra_interop_driver::{Backend, FunctionTable};
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 pub use fds::{FdAction, FdEvent};
+pub use nvsci::NvSciRelease;
 pub use shm::SemaphoreKind;
 pub use slots::SLOTS;
 
@@ -91,6 +92,10 @@ pub struct SimConfig {
     /// NvSci is present (Tegra). When false, the NvSci entry points answer
     /// like the measured discrete GPU without NvSci.
     pub nvsci: bool,
+    /// The NvSci release the simulated libraries claim to be (default
+    /// [`NvSciRelease::V6_0_10`]): keys and entry points that release lacks
+    /// are missing, as on the real library.
+    pub nvsci_release: NvSciRelease,
     /// What `cuDriverGetVersion` reports (default 12090).
     pub driver_version: i32,
     /// How long `cuStreamSynchronize` / `cuCtxSynchronize` / synchronous
@@ -115,6 +120,7 @@ impl Default for SimConfig {
             dmabuf_supported: true,
             dmabuf_import: false,
             nvsci: false,
+            nvsci_release: NvSciRelease::V6_0_10,
             driver_version: 12090,
             hang_timeout: api::DEFAULT_HANG_TIMEOUT,
             slot_wait: Duration::from_secs(60),
@@ -135,6 +141,12 @@ impl SimConfig {
     /// The same configuration with `devices` devices.
     pub fn with_devices(mut self, devices: usize) -> Self {
         self.devices = devices;
+        self
+    }
+
+    /// The same configuration claiming the NvSci release `release`.
+    pub fn with_nvsci_release(mut self, release: NvSciRelease) -> Self {
+        self.nvsci_release = release;
         self
     }
 
@@ -389,7 +401,7 @@ impl Sim {
         };
         if self.inner.config.nvsci {
             table.nvscibuf = nvsci::buf_table(self.slot);
-            table.nvscisync = nvsci::sync_table(self.slot);
+            table.nvscisync = nvsci::sync_table(self.slot, self.inner.config.nvsci_release);
             table.nvsciipc = nvsci::ipc_table(self.slot);
         }
         table

@@ -21,7 +21,7 @@ macro_rules! call {
 
 const BAD_PARAMETER: u32 = 0x100;
 const NOT_INITIALIZED: u32 = 0x24;
-const RECONCILIATION_FAILED: u32 = 0x10100;
+const UNSUPPORTED_CONFIG: u32 = 0x2000001;
 
 fn setup() -> (Sim, FunctionTable) {
     let sim = Sim::with_config(SimConfig::tegra()).unwrap();
@@ -74,8 +74,9 @@ fn without_nvsci_the_tables_are_empty() {
     assert!(t.nvsciipc.NvSciIpcInit.is_none());
     let (_, t) = setup();
     assert!(t.nvscisync.NvSciSyncFenceWait.is_some());
-    // Fence timestamps are not simulated.
-    assert!(t.nvscisync.NvSciSyncFenceGetTimestamp.is_none());
+    // GetTimestamp exists (it answers ClearedFence / BadParameter: the
+    // simulator reconciles no timestamps).
+    assert!(t.nvscisync.NvSciSyncFenceGetTimestamp.is_some());
 }
 
 #[test]
@@ -129,7 +130,7 @@ fn cuda_fills_a_fresh_sync_list_and_refuses_a_used_one() {
         BAD_PARAMETER
     );
 
-    // Two signallers: conflict on RequiredPerm, reported in the conflict list.
+    // Two signallers: UnsupportedConfig, reported in the conflict list.
     let s2 = sync_list(&t, m);
     assert_eq!(set_perm(&t, s2, 2), 0);
     let lists = [l, s2, w];
@@ -140,7 +141,7 @@ fn cuda_fills_a_fresh_sync_list_and_refuses_a_used_one() {
             NvSciSyncAttrListReconcile(lists.as_ptr(), 3, &mut out, &mut conflict)
         )
         .0,
-        RECONCILIATION_FAILED
+        UNSUPPORTED_CONFIG
     );
     assert!(out.is_null() && !conflict.is_null());
     assert!(get_u64(
@@ -157,10 +158,11 @@ fn cuda_fills_a_fresh_sync_list_and_refuses_a_used_one() {
     .is_none());
     // One signaller, one waiter: reconciled; ActualPerm is the union.
     let ok = [l, w];
+    let mut no_conflict = ptr::null_mut();
     assert_eq!(
         call!(
             t.nvscisync,
-            NvSciSyncAttrListReconcile(ok.as_ptr(), 2, &mut out, ptr::null_mut())
+            NvSciSyncAttrListReconcile(ok.as_ptr(), 2, &mut out, &mut no_conflict)
         )
         .0,
         0
@@ -224,11 +226,12 @@ fn a_module_stays_open_while_its_objects_live_and_shutdown_frees_everything() {
         0
     );
     let mut obj = ptr::null_mut();
+    let mut conflict = ptr::null_mut();
     let one = [l];
     assert_eq!(
         call!(
             t.nvscibuf,
-            NvSciBufAttrListReconcileAndObjAlloc(one.as_ptr(), 1, &mut obj, ptr::null_mut())
+            NvSciBufAttrListReconcileAndObjAlloc(one.as_ptr(), 1, &mut obj, &mut conflict)
         )
         .0,
         0

@@ -15,6 +15,7 @@ use tegra_interop_sys::nvsci::{
     NvSciBufModule, NvSciBufObj, NvSciBufType,
 };
 
+use super::version::{self, NvSciVersion};
 use super::{check, BufReconcileError, ReconcileError};
 use crate::table::NvSciBufApi;
 use crate::{entry, Backend, Context, Error, ExternalMemory, MappedArray};
@@ -24,6 +25,7 @@ type K = NvSciBufAttrKey;
 struct ModuleInner {
     backend: Arc<Backend>,
     raw: NvSciBufModule,
+    version: NvSciVersion,
 }
 
 // SAFETY: NvSciBuf modules may be used from any thread (the library
@@ -52,6 +54,7 @@ impl std::fmt::Debug for BufModule {
         f.debug_struct("BufModule")
             .field("backend", &self.0.backend.name())
             .field("raw", &self.0.raw)
+            .field("version", &self.0.version)
             .finish()
     }
 }
@@ -84,12 +87,13 @@ impl BufPerm {
     }
 }
 
-/// Every NvSciBuf key the project declares (read back from conflict lists).
+/// Every NvSciBuf key the project describes (`BufAttr`), read back from
+/// conflict lists (only those the loaded library knows are asked for).
 const ALL_KEYS: &[u32] = &[
-    0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9, 0xa, 0xb, 0x10000, 0x10001, 0x20000, 0x20001,
-    0x20002, 0x20003, 0x20004, 0x20005, 0x20006, 0x20007, 0x20008, 0x20009, 0x2000a, 0x2000b,
-    0x2000c, 0x2000d, 0x2000e, 0x2000f, 0x20010, 0x20011, 0x20012, 0x20013, 0x20014, 0x20015,
-    0x20016, 0x20017, 0x20018,
+    0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x9, 0xa, 0xb, 0x10000, 0x10001, 0x20000, 0x20001, 0x20002,
+    0x20003, 0x20004, 0x20005, 0x20006, 0x20007, 0x20008, 0x20009, 0x2000a, 0x2000b, 0x2000c,
+    0x2000d, 0x2000e, 0x2000f, 0x20010, 0x20011, 0x20012, 0x20013, 0x20014, 0x20015, 0x20016,
+    0x20017,
 ];
 
 impl BufModule {
@@ -99,15 +103,39 @@ impl BufModule {
     /// [`Error::NotSupported`] naming `libnvscibuf.so.1` when the library is
     /// absent (any machine but a Jetson / DRIVE, or a simulator without
     /// NvSci); [`Error::NvSci`] when the call fails.
+    ///
+    /// The library's version is read first (see [`version`](Self::version)).
     pub fn open(backend: &Arc<Backend>) -> Result<BufModule, Error> {
         let open = entry!(backend.table().nvscibuf, NvSciBufModuleOpen);
+        let version = version::probe(backend.table().nvscibuf.NvSciBufCheckVersionCompatibility);
         let mut raw: NvSciBufModule = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("NvSciBufModuleOpen", unsafe { open(&mut raw) })?;
         Ok(BufModule(Arc::new(ModuleInner {
             backend: Arc::clone(backend),
             raw,
+            version,
         })))
+    }
+
+    /// The loaded NvSciBuf library's version (probed with
+    /// `NvSciBufCheckVersionCompatibility` when the module was opened). The
+    /// GPU cache / coherency / compression keys need 2.8; the library is
+    /// not asked about them when it is older ([`Error::NotInLibraryVersion`]).
+    pub fn version(&self) -> NvSciVersion {
+        self.0.version
+    }
+
+    /// Refuses `key` when the loaded library does not know it.
+    pub(crate) fn check_key(&self, key: K) -> Result<(), Error> {
+        self.0.version.buf_key(key).map_err(|needed| {
+            version::too_old(
+                version::buf_key_name(key),
+                "NvSciBuf",
+                needed,
+                self.0.version,
+            )
+        })
     }
 
     pub(crate) fn api(&self) -> &NvSciBufApi {
@@ -171,7 +199,9 @@ impl BufModule {
         ALL_KEYS
             .iter()
             .map(|k| NvSciBufAttrKey(*k))
-            .filter(|k| list.is_set(*k))
+            .filter(|k| {
+                self.check_key(*k).is_ok() && !BufAttr::is_output_only_key(*k) && list.is_set(*k)
+            })
             .collect()
     }
 
@@ -226,8 +256,28 @@ impl BufModule {
     }
 }
 
-/// Reads one key of a live list (`NvSciBufAttrListGetAttrs`).
-fn get_attr(module: &BufModule, list: NvSciBufAttrList, key: K) -> Result<Option<BufAttr>, Error> {
+/// Reads one key of a live list (`NvSciBufAttrListGetAttrs`). The library
+/// refuses output-only keys on unreconciled lists and input-only keys
+/// (`RequiredPerm`) on reconciled ones: refused here first.
+fn get_attr(
+    module: &BufModule,
+    list: NvSciBufAttrList,
+    reconciled: bool,
+    key: K,
+) -> Result<Option<BufAttr>, Error> {
+    module.check_key(key)?;
+    if reconciled && BufAttr::is_input_only_key(key) {
+        return Err(Error::Unsupported {
+            operation: "NvSciBufAttrListGetAttrs",
+            reason: "RequiredPerm is input-only: a reconciled list has ActualPerm instead",
+        });
+    }
+    if !reconciled && BufAttr::is_output_only_key(key) {
+        return Err(Error::Unsupported {
+            operation: "NvSciBufAttrListGetAttrs",
+            reason: "an output-only key is only in reconciled lists",
+        });
+    }
     let get = entry!(module.api(), NvSciBufAttrListGetAttrs);
     let mut pair = NvSciBufAttrKeyValuePair {
         key,
@@ -290,7 +340,13 @@ impl BufAttrList {
     }
 
     /// Adds `attrs` (`NvSciBufAttrListSetAttrs`); checked by the core first.
+    ///
+    /// A key the loaded library does not know is refused before the call
+    /// ([`Error::NotInLibraryVersion`]).
     pub fn set<const N: usize>(&mut self, attrs: &BufAttrSet<N>) -> Result<(), Error> {
+        for attr in attrs.attrs() {
+            self.module.check_key(attr.key())?;
+        }
         let mut pairs = attrs.lower()?;
         if pairs.is_empty() {
             return Ok(());
@@ -305,7 +361,7 @@ impl BufAttrList {
 
     /// The value of `key`, if set (`NvSciBufAttrListGetAttrs`).
     pub fn get(&self, key: K) -> Result<Option<BufAttr>, Error> {
-        get_attr(&self.module, self.raw, key)
+        get_attr(&self.module, self.raw, self.reconciled, key)
     }
 
     fn is_set(&self, key: K) -> bool {
@@ -506,13 +562,13 @@ impl BufObj {
     /// The value of `key` in the object's reconciled attribute list.
     pub fn attr(&self, key: K) -> Result<Option<BufAttr>, Error> {
         let list = self.raw_attr_list()?;
-        get_attr(&self.module, list, key)
+        get_attr(&self.module, list, true, key)
     }
 
     fn attrs(&self, keys: &[K]) -> Result<Vec<Option<BufAttr>>, Error> {
         let list = self.raw_attr_list()?;
         keys.iter()
-            .map(|k| get_attr(&self.module, list, *k))
+            .map(|k| get_attr(&self.module, list, true, *k))
             .collect()
     }
 
@@ -525,19 +581,26 @@ impl BufObj {
     }
 
     /// The size in bytes, from the object's attributes: `RawBuffer Size`
-    /// or `Image Size` (the larger when both are present).
+    /// for a raw buffer, `Image Size` for an image (only the keys of the
+    /// buffer's own `Types` are read).
     pub fn size(&self) -> Result<u64, Error> {
-        let v = self.attrs(&[
-            K::NvSciBufRawBufferAttrKey_Size,
-            K::NvSciBufImageAttrKey_Size,
-        ])?;
-        let raw = match v.first() {
-            Some(Some(BufAttr::RawSize(s))) => Some(*s),
-            _ => None,
+        let types = self.types()?;
+        let has = |t: NvSciBufType| types.contains(&t);
+        let raw = if has(NvSciBufType::NvSciBufType_RawBuffer) {
+            match self.attr(K::NvSciBufRawBufferAttrKey_Size)? {
+                Some(BufAttr::RawSize(s)) => Some(s),
+                _ => None,
+            }
+        } else {
+            None
         };
-        let image = match v.get(1) {
-            Some(Some(BufAttr::ImageSize(s))) => Some(*s),
-            _ => None,
+        let image = if has(NvSciBufType::NvSciBufType_Image) {
+            match self.attr(K::NvSciBufImageAttrKey_Size)? {
+                Some(BufAttr::ImageSize(s)) => Some(s),
+                _ => None,
+            }
+        } else {
+            None
         };
         raw.max(image).ok_or_else(|| {
             missing(
@@ -547,19 +610,25 @@ impl BufObj {
         })
     }
 
-    /// The alignment in bytes (`RawBuffer Align` or `Image Alignment`).
+    /// The alignment in bytes (`RawBuffer Align` or `Image Alignment`, the
+    /// keys of the buffer's own `Types`).
     pub fn alignment(&self) -> Result<u64, Error> {
-        let v = self.attrs(&[
-            K::NvSciBufRawBufferAttrKey_Align,
-            K::NvSciBufImageAttrKey_Alignment,
-        ])?;
-        let raw = match v.first() {
-            Some(Some(BufAttr::RawAlign(a))) => Some(*a),
-            _ => None,
+        let types = self.types()?;
+        let raw = if types.contains(&NvSciBufType::NvSciBufType_RawBuffer) {
+            match self.attr(K::NvSciBufRawBufferAttrKey_Align)? {
+                Some(BufAttr::RawAlign(a)) => Some(a),
+                _ => None,
+            }
+        } else {
+            None
         };
-        let image = match v.get(1) {
-            Some(Some(BufAttr::ImageAlignment(a))) => Some(*a),
-            _ => None,
+        let image = if types.contains(&NvSciBufType::NvSciBufType_Image) {
+            match self.attr(K::NvSciBufImageAttrKey_Alignment)? {
+                Some(BufAttr::ImageAlignment(a)) => Some(a),
+                _ => None,
+            }
+        } else {
+            None
         };
         raw.max(image)
             .ok_or_else(|| missing("BufObj::alignment", "the reconciled list has no alignment"))

@@ -98,6 +98,7 @@ macro_rules! need {
 mod buf;
 mod ipc;
 mod sync;
+mod version;
 
 use std::fmt;
 use std::time::Duration;
@@ -109,9 +110,10 @@ use crate::Error;
 pub use buf::{BufAttrList, BufModule, BufObj, BufPerm, ImagePlane, NvSciMemory};
 pub use ipc::{IpcEndpoint, IpcError, NvSciIpcChannel};
 pub use sync::{
-    CanSignal, CanWait, CpuWaitContext, Fence, FenceValue, NvSciSemaphore, Role, SignalWait,
-    Signaler, SyncAttrList, SyncModule, SyncObj, SyncPerm, Waiter,
+    CanSignal, CanWait, CpuWaitContext, Fence, FenceSource, FenceValue, NvSciSemaphore, Role,
+    SignalWait, Signaler, SyncAttrList, SyncModule, SyncObj, SyncPerm, Waiter,
 };
+pub use version::{LibVersion, NvSciVersion, VersionSource};
 
 /// Turns an NvSci return code into a `Result`.
 pub(crate) fn check(

@@ -17,6 +17,7 @@ use tegra_interop_sys::nvsci::{
     NvSciSyncCpuWaitContext, NvSciSyncFence, NvSciSyncModule, NvSciSyncObj,
 };
 
+use super::version::{self, NvSciVersion};
 use super::{check, ReconcileError, SyncReconcileError, Timeout};
 use crate::semaphore::{SemaphoreSignal, SemaphoreWait, Tracking};
 use crate::table::NvSciSyncApi;
@@ -27,6 +28,7 @@ type K = NvSciSyncAttrKey;
 struct ModuleInner {
     backend: Arc<Backend>,
     raw: NvSciSyncModule,
+    version: NvSciVersion,
 }
 
 // SAFETY: NvSciSync modules may be used from any thread; the backend is
@@ -55,7 +57,30 @@ impl std::fmt::Debug for SyncModule {
         f.debug_struct("SyncModule")
             .field("backend", &self.0.backend.name())
             .field("raw", &self.0.raw)
+            .field("version", &self.0.version)
             .finish()
+    }
+}
+
+/// How a waiter gets the fence of the k-th signal of a deterministic sync
+/// object ([`SyncModule::fence_source`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FenceSource {
+    /// The waiter builds it itself with `NvSciSyncFenceUpdateFence` (id 0,
+    /// the k-th value) without receiving anything: NvSciSync 2.3 and 2.5+.
+    Built,
+    /// The signaller hands each fence to the waiter (the standard NvSci
+    /// flow): libraries without `FenceUpdateFence` (2.0, the 2.4 flavour).
+    Received,
+}
+
+impl FenceSource {
+    /// `"built"` / `"received"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FenceSource::Built => "built",
+            FenceSource::Received => "received",
+        }
     }
 }
 
@@ -106,8 +131,9 @@ impl SyncPerm {
     }
 }
 
-/// Every NvSciSync key the project declares (read back from conflict lists).
-const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+/// Every NvSciSync key the project describes (`SyncAttr`), read back from
+/// conflict lists (only those the loaded library knows are asked for).
+const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 9, 10, 12];
 
 impl SyncModule {
     /// Opens a module (`NvSciSyncModuleOpen`).
@@ -115,15 +141,65 @@ impl SyncModule {
     /// # Errors
     /// [`Error::NotSupported`] naming `libnvscisync.so.1` when the library
     /// is absent; [`Error::NvSci`] when the call fails.
+    ///
+    /// The library's version is read first (see [`version`](Self::version)).
     pub fn open(backend: &Arc<Backend>) -> Result<SyncModule, Error> {
         let open = entry!(backend.table().nvscisync, NvSciSyncModuleOpen);
+        let version = version::probe(backend.table().nvscisync.NvSciSyncCheckVersionCompatibility);
         let mut raw: NvSciSyncModule = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer.
         check("NvSciSyncModuleOpen", unsafe { open(&mut raw) })?;
         Ok(SyncModule(Arc::new(ModuleInner {
             backend: Arc::clone(backend),
             raw,
+            version,
         })))
+    }
+
+    /// The loaded NvSciSync library's version (probed with
+    /// `NvSciSyncCheckVersionCompatibility` when the module was opened).
+    /// Keys and entry points it lacks are refused with
+    /// [`Error::NotInLibraryVersion`] before any call.
+    pub fn version(&self) -> NvSciVersion {
+        self.0.version
+    }
+
+    /// How waiters get fences of deterministic objects with this library:
+    /// [`FenceSource::Built`] when it has `FenceUpdateFence` and
+    /// `FenceExtractFence` (version and symbols), else
+    /// [`FenceSource::Received`].
+    pub fn fence_source(&self) -> FenceSource {
+        if self
+            .check_extract_update("NvSciSyncFenceUpdateFence")
+            .is_ok()
+            && self.api().NvSciSyncFenceUpdateFence.is_some()
+            && self.api().NvSciSyncFenceExtractFence.is_some()
+        {
+            FenceSource::Built
+        } else {
+            FenceSource::Received
+        }
+    }
+
+    /// Refuses `key` when the loaded library does not know it.
+    pub(crate) fn check_key(&self, key: K) -> Result<(), Error> {
+        self.0.version.sync_key(key).map_err(|needed| {
+            version::too_old(
+                version::sync_key_name(key),
+                "NvSciSync",
+                needed,
+                self.0.version,
+            )
+        })
+    }
+
+    /// Refuses `FenceExtractFence` / `FenceUpdateFence` (`item`) on a
+    /// library version without them.
+    fn check_extract_update(&self, item: &'static str) -> Result<(), Error> {
+        self.0
+            .version
+            .sync_has_extract_update()
+            .map_err(|needed| version::too_old(item, "NvSciSync", needed, self.0.version))
     }
 
     pub(crate) fn api(&self) -> &NvSciSyncApi {
@@ -221,7 +297,7 @@ impl SyncModule {
         ALL_KEYS
             .iter()
             .map(|k| NvSciSyncAttrKey(*k))
-            .filter(|k| list.is_set(*k))
+            .filter(|k| self.check_key(*k).is_ok() && list.is_set(*k))
             .collect()
     }
 
@@ -284,6 +360,7 @@ fn get_attr(
     list: NvSciSyncAttrList,
     key: K,
 ) -> Result<Option<SyncAttr>, Error> {
+    module.check_key(key)?;
     let get = entry!(module.api(), NvSciSyncAttrListGetAttrs);
     let mut pair = NvSciSyncAttrKeyValuePair {
         attrKey: key,
@@ -336,8 +413,13 @@ impl SyncAttrList {
         self.reconciled
     }
 
-    /// Adds `attrs` (`NvSciSyncAttrListSetAttrs`).
+    /// Adds `attrs` (`NvSciSyncAttrListSetAttrs`). A key the loaded library
+    /// does not know is refused before the call
+    /// ([`Error::NotInLibraryVersion`]).
     pub fn set<const N: usize>(&mut self, attrs: &SyncAttrSet<N>) -> Result<(), Error> {
+        for attr in attrs.attrs() {
+            self.module.check_key(attr.key())?;
+        }
         let pairs = attrs.lower()?;
         if pairs.is_empty() {
             return Ok(());
@@ -505,9 +587,32 @@ impl SyncObj {
         }
     }
 
-    /// The counter width of the primitive (fence values wrap at it).
+    /// The counter width of the primitive (fence values wrap at it): from
+    /// `PrimitiveInfo` (NvSciSync 2.5+), else from `MaxPrimitiveValue`
+    /// (2.3: `u32::MAX` or `u64::MAX`). Libraries with neither (2.0, the
+    /// 2.4 flavour) give [`Error::NotInLibraryVersion`].
     pub fn width(&self) -> Result<PrimitiveWidth, Error> {
-        Ok(PrimitiveWidth::from_primitive_type(self.primitive_type()?)?)
+        if self
+            .module
+            .check_key(K::NvSciSyncAttrKey_PrimitiveInfo)
+            .is_ok()
+        {
+            return Ok(PrimitiveWidth::from_primitive_type(self.primitive_type()?)?);
+        }
+        match self.attr(K::NvSciSyncAttrKey_MaxPrimitiveValue)? {
+            Some(SyncAttr::MaxPrimitiveValue(v)) if v == u64::from(u32::MAX) => {
+                Ok(PrimitiveWidth::U32)
+            }
+            Some(SyncAttr::MaxPrimitiveValue(u64::MAX)) => Ok(PrimitiveWidth::U64),
+            Some(_) => Err(no_attr(
+                "SyncObj::width",
+                "MaxPrimitiveValue is neither u32::MAX nor u64::MAX",
+            )),
+            None => Err(no_attr(
+                "SyncObj::width",
+                "the reconciled list has neither PrimitiveInfo nor MaxPrimitiveValue",
+            )),
+        }
     }
 
     /// A counter of this object's signals starting at `initial_value`
@@ -524,10 +629,7 @@ impl SyncObj {
                 ))
             }
         }
-        Ok(DeterministicCounter::for_primitive(
-            self.primitive_type()?,
-            initial_value,
-        )?)
+        Ok(DeterministicCounter::new(self.width()?, initial_value)?)
     }
 
     /// The fence of the next CPU signal (`NvSciSyncObjGenerateFence`); follow
@@ -699,6 +801,8 @@ impl Fence {
     /// The primitive id and value (`NvSciSyncFenceExtractFence`); `None`
     /// for a cleared fence.
     pub fn extract(&self) -> Result<Option<FenceValue>, Error> {
+        self.module
+            .check_extract_update("NvSciSyncFenceExtractFence")?;
         let extract = entry!(self.module.api(), NvSciSyncFenceExtractFence);
         let (mut id, mut value) = (0u64, 0u64);
         // SAFETY: a valid fence and two valid out-pointers.
@@ -716,6 +820,8 @@ impl Fence {
     /// Makes this the fence of `obj`'s primitive `id` reaching `value`
     /// (`NvSciSyncFenceUpdateFence`; clears the old content first).
     pub fn update(&mut self, obj: &SyncObj, id: u64, value: u64) -> Result<(), Error> {
+        self.module
+            .check_extract_update("NvSciSyncFenceUpdateFence")?;
         let update = entry!(self.module.api(), NvSciSyncFenceUpdateFence);
         self.clear();
         // SAFETY: the object is live; the fence is cleared and writable.

@@ -1,16 +1,18 @@
-//! Simulated attribute lists: storage, the checks of `SetAttrs`, and the
-//! reconciliation rules of NvSciBuf and NvSciSync.
+//! Simulated attribute lists: storage, the simulator's own decoding of raw
+//! key/value pairs (`SetAttrs` / `GetAttrs` checks), and the reconciliation
+//! rules of NvSciBuf and NvSciSync.
 //!
 //! Values are kept as the bytes the application passed (their C layout), so
-//! `GetAttrs` can point into them. Setting a key checks its length and value
-//! with the core's typed decoders; output-only keys, keys already set and
-//! keys the simulator does not model are refused with BadParameter.
+//! `GetAttrs` can point into them. Every key, its direction (input, output,
+//! both), its value layout and its valid values come from the project's fact
+//! sheet (`nvsci-facts.md`, "Checked against the real headers") and the
+//! public header documentation; nothing here uses the core crate's decoders,
+//! so the simulator cannot agree with the code under test by construction.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use tegra_interop_core::nvsci::{BufAttr, SyncAttr};
-use tegra_interop_sys::nvsci::{NvSciBufAttrKey, NvSciSyncAttrKey};
+use super::NvSciRelease;
 
 /// Values of one attribute list, by key.
 pub(crate) type AttrMap = BTreeMap<u32, Box<[u8]>>;
@@ -35,6 +37,9 @@ pub(crate) struct AttrListRec {
     pub(crate) kind: ListKind,
     /// The object that owns it (`ObjGetAttrList`): not the application's to free.
     pub(crate) owner: Option<usize>,
+    /// Made by `AttrListCreate` (the only kind `SetAttrs` may write; imported
+    /// and appended lists are read-only).
+    pub(crate) writable: bool,
 }
 
 /// The attribute list an object hands out (`Obj*GetAttrList`, shared by
@@ -67,6 +72,7 @@ pub(crate) fn object_list(
             module,
             kind: ListKind::Reconciled(Arc::new(map)),
             owner: Some(owner),
+            writable: false,
         },
     );
     *cached = Some(list);
@@ -85,35 +91,91 @@ impl AttrListRec {
     }
 }
 
-/// The simulator's own colour-format numbering for `PlaneColorFormat`.
+/// Real `NvSciBufAttrValColorFmt` and `NvSciBufAttrValColorStd` values (the
+/// numbers are the same in every checked release; later releases only
+/// append), and how the simulator lays out the formats it models.
 ///
-/// The project's fact sheet lists no `NvSciBufAttrValColorFmt` values, so
-/// the simulator defines a few formats of its own (values that are
-/// deliberately unlike any real enum value). Code above the table never
-/// interprets colour formats: it reads `PlaneBitsPerPixel` and
-/// `PlaneChannelCount` back from the reconciled list, as on hardware.
+/// The simulator lays out only the formats whose bits per pixel the fact
+/// sheet makes certain (see `layout`); another value inside the real enum's
+/// range is refused with `NotSupported` (not simulated), a value outside it
+/// with `BadParameter` (what the real library answers for an invalid value).
 pub mod color {
-    /// One 8-bit channel (a luma plane).
-    pub const R8: u32 = 0x5153_0001;
-    /// Two 8-bit channels (an interleaved chroma plane).
-    pub const R8G8: u32 = 0x5153_0002;
-    /// Four 8-bit channels.
-    pub const R8G8B8A8: u32 = 0x5153_0003;
-    /// One 16-bit channel.
-    pub const R16: u32 = 0x5153_0004;
-    /// One 32-bit channel.
-    pub const R32: u32 = 0x5153_0005;
+    /// Bayer 8-bit RGGB.
+    pub const BAYER8_RGGB: u32 = 1;
+    /// Bayer 16-bit RGGB.
+    pub const BAYER16_RGGB: u32 = 10;
+    /// Interleaved chroma, U byte then V byte (NV12's chroma plane).
+    pub const U8V8: u32 = 74;
+    /// `NvSciColor_U8_V8` (not laid out by the simulator).
+    pub const U8_V8: u32 = 75;
+    /// Interleaved chroma, V byte then U byte (NV21's chroma plane).
+    pub const V8U8: u32 = 76;
+    /// `NvSciColor_V8_U8` (not laid out by the simulator).
+    pub const V8_U8: u32 = 77;
+    /// 8-bit luma.
+    pub const Y8: u32 = 84;
+    /// 10-bit luma in 16 bits.
+    pub const Y10: u32 = 85;
+    /// 12-bit luma in 16 bits.
+    pub const Y12: u32 = 86;
+    /// 16-bit luma.
+    pub const Y16: u32 = 87;
+    /// 8-bit U plane.
+    pub const U8: u32 = 88;
+    /// 8-bit V plane.
+    pub const V8: u32 = 89;
+    /// Packed A, Y, U, V bytes.
+    pub const A8Y8U8V8: u32 = 96;
+    /// Packed 4:2:2 Y, U, Y, V (not laid out by the simulator).
+    pub const Y8U8Y8V8: u32 = 97;
+    /// 8-bit alpha (or a single 8-bit channel).
+    pub const A8: u32 = 102;
+    /// 32-bit BGRA-family format `NvSciColor_B8G8R8A8`.
+    pub const B8G8R8A8: u32 = 104;
+    /// 32-bit format `NvSciColor_A8R8G8B8`.
+    pub const A8R8G8B8: u32 = 105;
+    /// 32-bit format `NvSciColor_A8B8G8R8`: bytes in memory R, G, B, A (the
+    /// usual RGBA8).
+    pub const A8B8G8R8: u32 = 106;
+    /// The usual RGBA8 (bytes R, G, B, A in memory): [`A8B8G8R8`].
+    pub const R8G8B8A8: u32 = A8B8G8R8;
 
-    /// Bits per pixel and channel count of a simulated colour format.
+    /// Colour standards (`NvSciBufAttrValColorStd`).
+    pub mod std {
+        /// sRGB.
+        pub const SRGB: u32 = 0;
+        /// BT.601 studio range.
+        pub const REC601_SR: u32 = 1;
+        /// BT.601 extended range.
+        pub const REC601_ER: u32 = 2;
+        /// BT.709 studio range.
+        pub const REC709_SR: u32 = 3;
+        /// BT.709 extended range.
+        pub const REC709_ER: u32 = 4;
+        /// BT.2020 RGB.
+        pub const REC2020_RGB: u32 = 5;
+    }
+
+    /// Bits per pixel and channel count of a format the simulator lays out
+    /// (`None` for every other value).
     pub fn layout(format: u32) -> Option<(u32, u8)> {
         Some(match format {
-            R8 => (8, 1),
-            R8G8 => (16, 2),
-            R8G8B8A8 => (32, 4),
-            R16 => (16, 1),
-            R32 => (32, 1),
+            BAYER8_RGGB | Y8 | U8 | V8 | A8 => (8, 1),
+            BAYER16_RGGB | Y10 | Y12 | Y16 => (16, 1),
+            U8V8 | V8U8 => (16, 2),
+            A8Y8U8V8 | B8G8R8A8 | A8R8G8B8 | A8B8G8R8 => (32, 4),
             _ => return None,
         })
+    }
+
+    /// `NvSciColor_UpperBound` of an NvSciBuf version (2.0: 117, 2.8: 149,
+    /// 2.11: 153; for 2.9, whose header was not checked, the smaller 149).
+    pub(crate) fn upper_bound(buf_version: (u32, u32)) -> u32 {
+        match buf_version {
+            (2, m) if m >= 11 => 153,
+            (2, m) if m >= 8 => 149,
+            _ => 117,
+        }
     }
 }
 
@@ -126,8 +188,10 @@ pub(crate) mod bk {
     pub(crate) const GPU_ID: u32 = 0x5;
     pub(crate) const CPU_SW_COH: u32 = 0x6;
     pub(crate) const ACTUAL_PERM: u32 = 0x7;
+    pub(crate) const VIDMEM_GPU: u32 = 0x8;
     pub(crate) const GPU_CACHE: u32 = 0x9;
     pub(crate) const GPU_SW_COH: u32 = 0xa;
+    pub(crate) const GPU_COMPRESSION: u32 = 0xb;
     pub(crate) const RAW_SIZE: u32 = 0x10000;
     pub(crate) const RAW_ALIGN: u32 = 0x10001;
     pub(crate) const LAYOUT: u32 = 0x20000;
@@ -152,23 +216,6 @@ pub(crate) mod bk {
     pub(crate) const ALIGNED_H: u32 = 0x20015;
     pub(crate) const ALIGNED_SIZE: u32 = 0x20016;
     pub(crate) const IMAGE_COUNT: u32 = 0x20017;
-
-    /// Keys only the library writes.
-    pub(crate) const OUTPUTS: &[u32] = &[
-        CPU_SW_COH,
-        ACTUAL_PERM,
-        GPU_SW_COH,
-        IMG_SIZE,
-        IMG_ALIGN,
-        BPP,
-        OFFSET,
-        DATATYPE,
-        CHANNELS,
-        SECOND_FIELD,
-        PITCH,
-        ALIGNED_H,
-        ALIGNED_SIZE,
-    ];
 }
 
 /// Sync keys (C values).
@@ -179,18 +226,58 @@ pub(crate) mod sk {
     pub(crate) const CTX_INSENSITIVE: u32 = 4;
     pub(crate) const TIMESTAMPS: u32 = 5;
     pub(crate) const DETERMINISTIC: u32 = 6;
-    pub(crate) const NUM_TS_SLOTS: u32 = 7;
     pub(crate) const MAX_VALUE: u32 = 9;
     pub(crate) const PRIMITIVE: u32 = 10;
     pub(crate) const GPU_ID: u32 = 12;
+}
 
-    /// Keys only the library writes.
-    pub(crate) const OUTPUTS: &[u32] = &[ACTUAL_PERM, NUM_TS_SLOTS, MAX_VALUE];
+/// Private keys (never valid NvSci keys, so `GetAttrs` refuses them and
+/// list IPC strips them): the endpoint an imported unreconciled part came
+/// over (u64), and in a reconciled buf list the IPC peers with the
+/// permission each was granted ((u64 endpoint, u64 perm) records).
+pub(crate) const PRIVATE_PEER: u32 = 0xffff_0001;
+pub(crate) const PRIVATE_PEERS: u32 = 0xffff_0002;
+
+/// The IPC peers of a reconciled buf list: (endpoint, granted permission).
+pub(crate) fn peers(m: &AttrMap) -> Vec<(u64, u32)> {
+    m.get(&PRIVATE_PEERS)
+        .map(|v| {
+            u64s(v)
+                .chunks_exact(2)
+                .map(|c| (c[0], c[1] as u32))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Records, in a reconciled buf map, the peers whose unreconciled lists
+/// came over an endpoint, each with the largest RequiredPerm of its lists
+/// (Readonly when none).
+pub(crate) fn record_peers(parts: &[&AttrMap], out: &mut AttrMap) {
+    let mut peers: Vec<(u64, u32)> = Vec::new();
+    for p in parts {
+        let Some(ep) = get_u64(p, PRIVATE_PEER) else {
+            continue;
+        };
+        let perm = get_u32(p, bk::REQ_PERM).unwrap_or(BUF_READONLY);
+        match peers.iter_mut().find(|(e, _)| *e == ep) {
+            Some((_, q)) => *q = (*q).max(perm),
+            None => peers.push((ep, perm)),
+        }
+    }
+    if !peers.is_empty() {
+        let flat: Vec<u64> = peers
+            .iter()
+            .flat_map(|(e, q)| [*e, u64::from(*q)])
+            .collect();
+        out.insert(PRIVATE_PEERS, enc_u64s(&flat));
+    }
 }
 
 /// Buf types.
 pub(crate) const TYPE_RAW: u32 = 1;
 pub(crate) const TYPE_IMAGE: u32 = 2;
+pub(crate) const TYPE_TENSOR: u32 = 3;
 /// Buf permissions.
 pub(crate) const BUF_READONLY: u32 = 1;
 pub(crate) const BUF_READWRITE: u32 = 3;
@@ -201,6 +288,16 @@ pub(crate) const PERM_AUTO: u64 = 1 << 63;
 /// Sync primitive types.
 pub(crate) const PRIM_SYNCPOINT: u32 = 1;
 pub(crate) const PRIM_SYSMEM_SEMAPHORE: u32 = 2;
+pub(crate) const PRIM_VIDMEM_SEMAPHORE: u32 = 3;
+pub(crate) const PRIM_SYSMEM_SEMAPHORE_64: u32 = 4;
+pub(crate) const PRIM_VIDMEM_SEMAPHORE_64: u32 = 5;
+/// `NvSciDataType` values the simulator writes (`PlaneDatatype`).
+const DATATYPE_UINT8: u32 = 3;
+const DATATYPE_UINT16: u32 = 5;
+/// Bytes of one `NvSciBufAttrValGpuCache` entry ({GpuId[16], bool}, packed).
+pub(crate) const GPU_CACHE_ENTRY: usize = 17;
+/// Bytes of one `NvSciBufAttrValGpuCompression` entry ({GpuId[16], u32}).
+pub(crate) const GPU_COMPRESSION_ENTRY: usize = 20;
 
 // ---------------------------------------------------------------- encoding
 
@@ -246,72 +343,409 @@ pub(crate) fn get_bool(m: &AttrMap, key: u32) -> bool {
     m.get(&key).is_some_and(|b| b.first() == Some(&1))
 }
 
-// ---------------------------------------------------------------- set checks
+fn gpu_id(bytes: &[u8]) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&bytes[..16]);
+    id
+}
 
-/// Why a pair cannot be set.
-pub(crate) enum SetRefusal {
-    /// Not a key the simulator models (or a wrong length / value).
-    Invalid(String),
+// ---------------------------------------------------------------- keys
+
+/// Who writes a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// Only the application (refused by `GetAttrs` on reconciled lists).
+    In,
+    /// Both.
+    InOut,
+    /// Only the library (refused by `SetAttrs`, and by NvSciBuf's
+    /// `GetAttrs` on unreconciled lists).
+    Out,
+}
+
+/// The value layout of a key, with its valid input values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Val {
+    /// `NvSciBufType[]`, each General < t < MaxValid (1..=5).
+    Types,
+    /// `bool`, one byte 0 or 1.
+    Bool,
+    /// `NvSciBufAttrValAccessPerm` (u32): Readonly 1 or ReadWrite 3.
+    BufPerm,
+    /// `NvSciRmGpuId[]` (16 bytes each, at least one).
+    GpuIds,
+    /// One `NvSciRmGpuId`.
+    GpuId,
+    /// `NvSciBufAttrValGpuCache[]`: packed 17-byte {GpuId, bool} entries.
+    GpuCache,
+    /// `NvSciBufAttrValGpuCompression[]`: 20-byte {GpuId, u32} entries;
+    /// only GenericCompressible (1) may be set (None is the library's).
+    GpuCompression,
+    /// RawBuffer Size: u64 > 0.
+    Size,
+    /// u64, a power of two.
+    Pow2U64,
+    /// `NvSciBufAttrValImageLayoutType` (u32): BlockLinear 0, PitchLinear 1.
+    Layout,
+    /// `NvSciBufAttrValImageScanType` (u32): Progressive 0, Interlace 1.
+    Scan,
+    /// u32 in 1..=3.
+    PlaneCount,
+    /// `NvSciBufAttrValColorFmt[]`.
+    ColorFormats,
+    /// `NvSciBufAttrValColorStd[]`.
+    ColorStds,
+    /// u32[], each a power of two.
+    Pow2U32s,
+    /// u32[].
+    U32s,
+    /// u64[].
+    U64s,
+    /// ImageCount: u64, exactly 1.
+    ImageCount,
+    /// NvSciSync RequiredPerm (u64): WaitOnly 1, SignalOnly 2, WaitSignal 3
+    /// (Auto never).
+    SyncPerm,
+    /// NvSciSync PrimitiveInfo: u32[] of primitive types 1..=5.
+    Primitives,
     /// A key only the library writes.
-    Output(u32),
+    Output,
 }
 
-/// Checks one buf pair for `SetAttrs`.
-pub(crate) fn check_buf_pair(key: u32, bytes: &[u8]) -> Result<(), SetRefusal> {
-    if bk::OUTPUTS.contains(&key) {
-        return Err(SetRefusal::Output(key));
+/// What the simulator knows about one key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyInfo {
+    pub(crate) name: &'static str,
+    pub(crate) dir: Dir,
+    val: Val,
+}
+
+/// The answer to "which key is this".
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Lookup {
+    /// A key the simulator models.
+    Known(KeyInfo),
+    /// A key that only a later release of the library has (the claimed
+    /// release answers like for any unknown key: BadParameter).
+    NotInRelease(&'static str),
+    /// A real key of this release that the simulator does not model.
+    NotSimulated(&'static str),
+    /// Not a key of the library.
+    Unknown,
+}
+
+const fn k(name: &'static str, dir: Dir, val: Val) -> Lookup {
+    Lookup::Known(KeyInfo { name, dir, val })
+}
+
+/// Looks up an NvSciBuf key for `release`.
+pub(crate) fn buf_key(release: NvSciRelease, key: u32) -> Lookup {
+    use Dir::*;
+    let info = match key {
+        bk::TYPES => k("Types", InOut, Val::Types),
+        bk::NEED_CPU => k("NeedCpuAccess", InOut, Val::Bool),
+        bk::REQ_PERM => k("RequiredPerm", In, Val::BufPerm),
+        bk::CPU_CACHE => k("EnableCpuCache", InOut, Val::Bool),
+        bk::GPU_ID => k("GpuId", InOut, Val::GpuIds),
+        bk::CPU_SW_COH => k("CpuNeedSwCacheCoherency", Out, Val::Output),
+        bk::ACTUAL_PERM => k("ActualPerm", Out, Val::Output),
+        bk::VIDMEM_GPU => k("VidMem_GpuId", InOut, Val::GpuId),
+        bk::GPU_CACHE => k("EnableGpuCache", InOut, Val::GpuCache),
+        bk::GPU_SW_COH => k("GpuSwNeedCacheCoherency", Out, Val::Output),
+        bk::GPU_COMPRESSION => k("EnableGpuCompression", InOut, Val::GpuCompression),
+        12 => Lookup::NotSimulated("PeerLocationInfo"),
+        13 => Lookup::NotSimulated("PeerHwEngineArray"),
+        bk::RAW_SIZE => k("RawBuffer Size", InOut, Val::Size),
+        bk::RAW_ALIGN => k("RawBuffer Align", InOut, Val::Pow2U64),
+        bk::LAYOUT => k("Image Layout", InOut, Val::Layout),
+        0x20001..=0x20004 => k("Image padding", InOut, Val::U64s),
+        bk::VPR => k("Image VprFlag", InOut, Val::Bool),
+        bk::IMG_SIZE => k("Image Size", Out, Val::Output),
+        bk::IMG_ALIGN => k("Image Alignment", Out, Val::Output),
+        bk::PLANE_COUNT => k("Image PlaneCount", InOut, Val::PlaneCount),
+        bk::COLOR_FMT => k("Image PlaneColorFormat", InOut, Val::ColorFormats),
+        bk::COLOR_STD => k("Image PlaneColorStd", InOut, Val::ColorStds),
+        bk::BASE_ALIGN => k("Image PlaneBaseAddrAlign", InOut, Val::Pow2U32s),
+        bk::WIDTH => k("Image PlaneWidth", InOut, Val::U32s),
+        bk::HEIGHT => k("Image PlaneHeight", InOut, Val::U32s),
+        bk::SCAN => k("Image ScanType", InOut, Val::Scan),
+        bk::BPP..=bk::ALIGNED_SIZE => k("Image plane output", Out, Val::Output),
+        bk::IMAGE_COUNT => k("Image ImageCount", InOut, Val::ImageCount),
+        0x20018..=0x2001f => Lookup::NotSimulated("Image SurfType and the surface-based keys"),
+        0x30000..=0x3001f => Lookup::NotSimulated("Tensor keys"),
+        0x40000..=0x4001f => Lookup::NotSimulated("Array keys"),
+        0x50000..=0x5001f => Lookup::NotSimulated("Pyramid keys"),
+        _ => Lookup::Unknown,
+    };
+    match info {
+        Lookup::Known(i)
+            if (bk::GPU_CACHE..=bk::GPU_COMPRESSION).contains(&key)
+                && release.buf_version() < (2, 8) =>
+        {
+            Lookup::NotInRelease(i.name)
+        }
+        other => other,
     }
-    let attr = BufAttr::decode(NvSciBufAttrKey(key), bytes)
-        .map_err(|e| SetRefusal::Invalid(format!("buf key {key:#x}: {e}")))?;
-    attr.validate()
-        .map_err(|e| SetRefusal::Invalid(format!("buf key {key:#x}: {e}")))
 }
 
-/// Checks one sync pair for `SetAttrs`.
-pub(crate) fn check_sync_pair(key: u32, bytes: &[u8]) -> Result<(), SetRefusal> {
-    if sk::OUTPUTS.contains(&key) {
-        return Err(SetRefusal::Output(key));
+/// Looks up an NvSciSync key for `release`.
+pub(crate) fn sync_key(release: NvSciRelease, key: u32) -> Lookup {
+    use Dir::*;
+    let info = match key {
+        sk::NEED_CPU => k("NeedCpuAccess", InOut, Val::Bool),
+        sk::REQ_PERM => k("RequiredPerm", In, Val::SyncPerm),
+        sk::ACTUAL_PERM => k("ActualPerm", Out, Val::Output),
+        sk::CTX_INSENSITIVE => k("WaiterContextInsensitiveFenceExports", InOut, Val::Bool),
+        sk::TIMESTAMPS => k("WaiterRequireTimestamps", InOut, Val::Bool),
+        sk::DETERMINISTIC => k("RequireDeterministicFences", InOut, Val::Bool),
+        7 => k("NumTimestampSlots", Out, Val::Output),
+        8 => k("NumTaskStatusSlots", Out, Val::Output),
+        sk::MAX_VALUE => k("MaxPrimitiveValue", Out, Val::Output),
+        sk::PRIMITIVE => k("PrimitiveInfo", InOut, Val::Primitives),
+        11 => Lookup::NotSimulated("PeerLocationInfo"),
+        sk::GPU_ID => k("GpuId", InOut, Val::GpuIds),
+        13 => Lookup::NotSimulated("PeerHwEngineArray"),
+        _ => Lookup::Unknown,
+    };
+    match info {
+        Lookup::Known(KeyInfo { name, .. }) | Lookup::NotSimulated(name)
+            if !release.sync_key_known(key) =>
+        {
+            Lookup::NotInRelease(name)
+        }
+        other => other,
     }
-    let attr = SyncAttr::decode(NvSciSyncAttrKey(key), bytes)
-        .map_err(|e| SetRefusal::Invalid(format!("sync key {key}: {e}")))?;
-    attr.validate()
-        .map_err(|e| SetRefusal::Invalid(format!("sync key {key}: {e}")))
 }
 
-/// Whether `key` is one `GetAttrs` may ask about.
-pub(crate) fn known_key(sync: bool, key: u32) -> bool {
-    if sync {
-        matches!(key, 1..=10 | 12)
-    } else {
-        matches!(key, 0x1..=0xb | 0x10000 | 0x10001 | 0x20000..=0x20018)
+/// Why a value cannot be set.
+pub(crate) enum Bad {
+    /// An invalid length or value (BadParameter).
+    Invalid(String),
+    /// A value of the real enum the simulator does not model (NotSupported).
+    NotSimulated(String),
+}
+
+fn each<const N: usize>(bytes: &[u8], what: &str) -> Result<Vec<[u8; N]>, Bad> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(N) {
+        return Err(Bad::Invalid(format!(
+            "{what}: length {} is not a non-zero multiple of {N}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            a
+        })
+        .collect())
+}
+
+fn one<const N: usize>(bytes: &[u8], what: &str) -> Result<[u8; N], Bad> {
+    if bytes.len() != N {
+        return Err(Bad::Invalid(format!(
+            "{what}: length {} (expected {N})",
+            bytes.len()
+        )));
+    }
+    let mut a = [0u8; N];
+    a.copy_from_slice(bytes);
+    Ok(a)
+}
+
+fn invalid(what: &str, v: impl std::fmt::Display) -> Bad {
+    Bad::Invalid(format!("{what}: invalid value {v}"))
+}
+
+/// Checks the length and value of a pair the application sets.
+pub(crate) fn check_value(release: NvSciRelease, info: &KeyInfo, bytes: &[u8]) -> Result<(), Bad> {
+    let name = info.name;
+    match info.val {
+        Val::Output => Err(Bad::Invalid(format!("{name} is written by the library"))),
+        Val::Types => {
+            for t in each::<4>(bytes, name)? {
+                let t = u32::from_ne_bytes(t);
+                if !(1..=5).contains(&t) {
+                    return Err(invalid(name, t));
+                }
+            }
+            Ok(())
+        }
+        Val::Bool => match one::<1>(bytes, name)? {
+            [0] | [1] => Ok(()),
+            [b] => Err(invalid(name, b)),
+        },
+        Val::BufPerm => match u32::from_ne_bytes(one::<4>(bytes, name)?) {
+            BUF_READONLY | BUF_READWRITE => Ok(()),
+            p => Err(invalid(name, format!("{p} (Readonly 1 or ReadWrite 3)"))),
+        },
+        Val::GpuIds => each::<16>(bytes, name).map(|_| ()),
+        Val::GpuId => one::<16>(bytes, name).map(|_| ()),
+        Val::GpuCache => {
+            for e in each::<GPU_CACHE_ENTRY>(bytes, name)? {
+                if e[16] > 1 {
+                    return Err(invalid(name, format!("cacheability byte {}", e[16])));
+                }
+            }
+            Ok(())
+        }
+        Val::GpuCompression => {
+            for e in each::<GPU_COMPRESSION_ENTRY>(bytes, name)? {
+                let t = u32::from_ne_bytes([e[16], e[17], e[18], e[19]]);
+                if t != 1 {
+                    return Err(invalid(
+                        name,
+                        format!("compression type {t} (only GenericCompressible 1 may be set; None is the library's)"),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Val::Size => match u64::from_ne_bytes(one::<8>(bytes, name)?) {
+            0 => Err(invalid(name, "0 (must be > 0)")),
+            _ => Ok(()),
+        },
+        Val::Pow2U64 => {
+            let v = u64::from_ne_bytes(one::<8>(bytes, name)?);
+            if v.is_power_of_two() {
+                Ok(())
+            } else {
+                Err(invalid(name, format!("{v} (not a power of two)")))
+            }
+        }
+        Val::Layout | Val::Scan => match u32::from_ne_bytes(one::<4>(bytes, name)?) {
+            0 | 1 => Ok(()),
+            v => Err(invalid(name, v)),
+        },
+        Val::PlaneCount => match u32::from_ne_bytes(one::<4>(bytes, name)?) {
+            1..=3 => Ok(()),
+            v => Err(invalid(name, format!("{v} (1..=3)"))),
+        },
+        Val::ColorFormats => {
+            let upper = color::upper_bound(release.buf_version());
+            for f in each::<4>(bytes, name)? {
+                let f = u32::from_ne_bytes(f);
+                if f == 0 || f >= upper {
+                    return Err(invalid(
+                        name,
+                        format!("{f} (outside the colour enum of {})", release.name()),
+                    ));
+                }
+                if color::layout(f).is_none() {
+                    return Err(Bad::NotSimulated(format!(
+                        "colour format {f}: its plane layout is not in the fact sheet, so the simulator does not lay it out (not known how the real library sizes it)"
+                    )));
+                }
+            }
+            Ok(())
+        }
+        Val::ColorStds => {
+            for s in each::<4>(bytes, name)? {
+                let s = u32::from_ne_bytes(s);
+                if s > color::std::REC2020_RGB {
+                    return Err(Bad::NotSimulated(format!(
+                        "colour standard {s} is not in the fact sheet (not known how the real library treats it)"
+                    )));
+                }
+            }
+            Ok(())
+        }
+        Val::Pow2U32s => {
+            for a in each::<4>(bytes, name)? {
+                let a = u32::from_ne_bytes(a);
+                if !a.is_power_of_two() {
+                    return Err(invalid(name, format!("{a} (not a power of two)")));
+                }
+            }
+            Ok(())
+        }
+        Val::U32s => each::<4>(bytes, name).map(|_| ()),
+        Val::U64s => each::<8>(bytes, name).map(|_| ()),
+        Val::ImageCount => match u64::from_ne_bytes(one::<8>(bytes, name)?) {
+            1 => Ok(()),
+            v => Err(invalid(name, format!("{v} (only 1 is valid)"))),
+        },
+        Val::SyncPerm => match u64::from_ne_bytes(one::<8>(bytes, name)?) {
+            1..=3 => Ok(()),
+            PERM_AUTO => Err(invalid(
+                name,
+                "Auto (only for IPC export/import, never a RequiredPerm)",
+            )),
+            p => Err(invalid(name, format!("{p:#x}"))),
+        },
+        Val::Primitives => {
+            for p in each::<4>(bytes, name)? {
+                let p = u32::from_ne_bytes(p);
+                if !(1..=5).contains(&p) {
+                    return Err(invalid(name, p));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The buf type a key belongs to (`None` for general keys).
+pub(crate) fn buf_key_type(key: u32) -> Option<u32> {
+    match key >> 16 {
+        0 => None,
+        t => Some(t),
     }
 }
 
 // ---------------------------------------------------------------- reconciliation
 
-/// Why a reconciliation failed.
-pub(crate) enum Fail {
-    /// The keys in conflict (with a value from one of the lists).
-    Conflict(AttrMap),
-    /// Something the simulator does not model.
-    Unsupported(String),
+/// What the reconciliation needs to know about the simulated machine.
+pub(crate) struct Ctx {
+    /// The GPU is a Tegra iGPU.
+    pub(crate) integrated: bool,
+    /// The UUIDs of the simulated GPUs.
+    pub(crate) gpus: Vec<[u8; 16]>,
+    pub(crate) release: NvSciRelease,
 }
 
-fn conflict(key: u32, value: Box<[u8]>) -> Fail {
+/// Why a reconciliation failed.
+pub(crate) enum Fail {
+    /// Conflicting values (ReconciliationFailed), with the keys in conflict.
+    Conflict(AttrMap, String),
+    /// NvSciSync: a signaller/waiter mismatch or an unsupported combination
+    /// (UnsupportedConfig), with the keys in conflict.
+    Unsupported(AttrMap, String),
+    /// A mandatory key unset or a value unsupported for the types involved
+    /// (BadParameter).
+    Bad(String),
+    /// Something the simulator does not model (NotSupported).
+    NotSimulated(String),
+}
+
+fn conflict(key: u32, value: Box<[u8]>, why: impl Into<String>) -> Fail {
     let mut m = AttrMap::new();
     m.insert(key, value);
-    Fail::Conflict(m)
+    Fail::Conflict(m, why.into())
+}
+
+fn unsupported(key: u32, value: Box<[u8]>, why: impl Into<String>) -> Fail {
+    let mut m = AttrMap::new();
+    m.insert(key, value);
+    Fail::Unsupported(m, why.into())
 }
 
 /// A key every list that sets it must set to the same bytes.
-fn same(parts: &[&AttrMap], key: u32, out: &mut AttrMap) -> Result<(), Fail> {
+fn same(parts: &[&AttrMap], key: u32, name: &str, out: &mut AttrMap) -> Result<(), Fail> {
     let mut seen: Option<&[u8]> = None;
     for p in parts {
         if let Some(v) = p.get(&key) {
             match seen {
                 None => seen = Some(v),
                 Some(s) if s == &**v => {}
-                Some(_) => return Err(conflict(key, v.clone())),
+                Some(_) => {
+                    return Err(conflict(
+                        key,
+                        v.clone(),
+                        format!("{name} differs between the lists (they must be equal)"),
+                    ))
+                }
             }
         }
     }
@@ -321,36 +755,23 @@ fn same(parts: &[&AttrMap], key: u32, out: &mut AttrMap) -> Result<(), Fail> {
     Ok(())
 }
 
-fn any_true(parts: &[&AttrMap], key: u32, out: &mut AttrMap) {
-    if parts.iter().any(|p| p.contains_key(&key)) {
-        out.insert(key, enc_bool(parts.iter().any(|p| get_bool(p, key))));
-    }
+fn any_true(parts: &[&AttrMap], key: u32) -> bool {
+    parts.iter().any(|p| get_bool(p, key))
 }
 
-fn gpu_union(parts: &[&AttrMap], key: u32, out: &mut AttrMap) {
+fn gpu_union(parts: &[&AttrMap], key: u32) -> Vec<[u8; 16]> {
     let mut ids: Vec<[u8; 16]> = Vec::new();
     for p in parts {
         if let Some(v) = p.get(&key) {
             for c in v.chunks_exact(16) {
-                let mut id = [0u8; 16];
-                id.copy_from_slice(c);
+                let id = gpu_id(c);
                 if !ids.contains(&id) {
                     ids.push(id);
                 }
             }
         }
     }
-    if !ids.is_empty() {
-        out.insert(key, ids.concat().into_boxed_slice());
-    }
-}
-
-fn required(parts: &[&AttrMap], key: u32, zero: Box<[u8]>) -> Result<(), Fail> {
-    if parts.iter().any(|p| p.contains_key(&key)) {
-        Ok(())
-    } else {
-        Err(conflict(key, zero))
-    }
+    ids
 }
 
 fn align_up(v: u64, a: u64) -> Option<u64> {
@@ -358,134 +779,319 @@ fn align_up(v: u64, a: u64) -> Option<u64> {
     v.checked_add(a - 1).map(|x| x / a * a)
 }
 
-/// Reconciles NvSciBuf lists (already flattened into their parts).
-///
-/// Types intersect (none in common: conflict on Types); sizes and
-/// alignments take the largest request; booleans are or-ed; permissions
-/// take the strongest request (ActualPerm); GPU ids are united; image keys
-/// must agree; the image layout (plane pitch, offsets, sizes) is computed.
-pub(crate) fn reconcile_buf(parts: &[&AttrMap]) -> Result<AttrMap, Fail> {
+fn sorted_set(v: &[u8]) -> Vec<u32> {
+    let mut t = u32s(v);
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
+/// Reconciles NvSciBuf lists (already flattened into their parts), after the
+/// header documentation: Types mandatory in every list and the same in all
+/// (only {Image, Tensor} may mix); RawBuffer Size mandatory and equal in
+/// every list that sets it; Align the largest power of two; image Layout,
+/// ScanType, PlaneCount, formats and sizes mandatory and equal; GpuId the
+/// union; ActualPerm the largest RequiredPerm, Readonly when none.
+pub(crate) fn reconcile_buf(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, Fail> {
     let mut out = AttrMap::new();
-    let mut types: Option<Vec<u32>> = None;
+    let mut types: Option<(Vec<u32>, &[u8])> = None;
+    let mut union: Vec<u32> = Vec::new();
+    let mut mixed = false;
     for p in parts {
-        if let Some(v) = p.get(&bk::TYPES) {
-            let mine = u32s(v);
-            types = Some(match types {
-                None => mine,
-                Some(t) => t.into_iter().filter(|x| mine.contains(x)).collect(),
-            });
-            if types.as_ref().is_some_and(Vec::is_empty) {
-                return Err(conflict(bk::TYPES, v.clone()));
+        let Some(v) = p.get(&bk::TYPES) else {
+            return Err(Fail::Bad(
+                "a list has no Types (mandatory in every list)".into(),
+            ));
+        };
+        let mine = sorted_set(v);
+        for t in &mine {
+            if !union.contains(t) {
+                union.push(*t);
             }
         }
+        match &types {
+            None => types = Some((mine, v)),
+            Some((t, _)) if *t == mine => {}
+            Some(_) => mixed = true,
+        }
     }
-    let Some(types) = types else {
-        return Err(conflict(bk::TYPES, enc_u32s(&[0])));
+    union.sort_unstable();
+    let Some((first, first_bytes)) = types else {
+        return Err(Fail::Bad("no lists".into()));
     };
-    if let Some(t) = types.iter().find(|t| !matches!(**t, TYPE_RAW | TYPE_IMAGE)) {
-        return Err(Fail::Unsupported(format!(
-            "NvSciBufType {t} (only RawBuffer and Image are simulated)"
+    let types = if mixed {
+        if union != [TYPE_IMAGE, TYPE_TENSOR] {
+            return Err(conflict(
+                bk::TYPES,
+                first_bytes.into(),
+                format!("the lists name different Types {union:?}; only exactly {{Image, Tensor}} may mix"),
+            ));
+        }
+        union
+    } else {
+        first
+    };
+    if types != [TYPE_RAW] && types != [TYPE_IMAGE] {
+        return Err(Fail::NotSimulated(format!(
+            "buffer Types {types:?}: the simulator models RawBuffer alone and Image alone"
         )));
     }
     out.insert(bk::TYPES, enc_u32s(&types));
-    for k in [bk::NEED_CPU, bk::CPU_CACHE, bk::GPU_CACHE, bk::VPR] {
-        any_true(parts, k, &mut out);
-    }
+    let need_cpu = any_true(parts, bk::NEED_CPU);
+    out.insert(bk::NEED_CPU, enc_bool(need_cpu));
+    out.insert(bk::CPU_CACHE, enc_bool(any_true(parts, bk::CPU_CACHE)));
     let perm = parts
         .iter()
         .filter_map(|p| get_u32(p, bk::REQ_PERM))
         .max()
-        .unwrap_or(BUF_READWRITE);
-    out.insert(bk::REQ_PERM, enc_u32s(&[perm]));
+        .unwrap_or(BUF_READONLY);
     out.insert(bk::ACTUAL_PERM, enc_u32s(&[perm]));
+    // No ISO engine is simulated, so the CPU never needs software coherency.
     out.insert(bk::CPU_SW_COH, enc_bool(false));
-    out.insert(bk::GPU_SW_COH, enc_bool(false));
-    gpu_union(parts, bk::GPU_ID, &mut out);
+    if parts.iter().any(|p| p.contains_key(&bk::VIDMEM_GPU)) {
+        return Err(Fail::NotSimulated(
+            "VidMem_GpuId (video memory) is not simulated".into(),
+        ));
+    }
+    let gpus = gpu_union(parts, bk::GPU_ID);
+    if !gpus.is_empty() {
+        out.insert(bk::GPU_ID, gpus.concat().into_boxed_slice());
+    }
+    reconcile_gpu_keys(parts, ctx, &gpus, need_cpu, &mut out)?;
 
     if types.contains(&TYPE_RAW) {
-        required(parts, bk::RAW_SIZE, enc_u64s(&[0]))?;
-        let size = parts
-            .iter()
-            .filter_map(|p| get_u64(p, bk::RAW_SIZE))
-            .max()
-            .unwrap_or(0);
+        if !parts.iter().any(|p| p.contains_key(&bk::RAW_SIZE)) {
+            return Err(Fail::Bad(
+                "RawBuffer Size is mandatory and no list sets it".into(),
+            ));
+        }
+        same(parts, bk::RAW_SIZE, "RawBuffer Size", &mut out)?;
         let align = parts
             .iter()
             .filter_map(|p| get_u64(p, bk::RAW_ALIGN))
             .max()
             .unwrap_or(1);
-        out.insert(bk::RAW_SIZE, enc_u64s(&[size]));
         out.insert(bk::RAW_ALIGN, enc_u64s(&[align]));
     }
     if types.contains(&TYPE_IMAGE) {
         reconcile_image(parts, &mut out)?;
     }
+    record_peers(parts, &mut out);
     Ok(out)
 }
 
+/// EnableGpuCache (AND per GPU, default true for a Tegra iGPU), the output
+/// GpuSwNeedCacheCoherency, and EnableGpuCompression (falls back to None).
+fn reconcile_gpu_keys(
+    parts: &[&AttrMap],
+    ctx: &Ctx,
+    gpus: &[[u8; 16]],
+    need_cpu: bool,
+    out: &mut AttrMap,
+) -> Result<(), Fail> {
+    let mut cache: Vec<bool> = gpus
+        .iter()
+        .map(|g| ctx.integrated && ctx.gpus.contains(g))
+        .collect();
+    for p in parts {
+        let Some(v) = p.get(&bk::GPU_CACHE) else {
+            continue;
+        };
+        let entries: Vec<&[u8]> = v.chunks_exact(GPU_CACHE_ENTRY).collect();
+        let bad = entries.len() != 1
+            || !ctx.integrated
+            || entries
+                .iter()
+                .any(|e| !gpus.contains(&gpu_id(e)) || !ctx.gpus.contains(&gpu_id(e)));
+        if bad {
+            return Err(conflict(
+                bk::GPU_CACHE,
+                v.clone(),
+                "EnableGpuCache must hold one entry, for an iGPU that is also in GpuId",
+            ));
+        }
+        for e in entries {
+            if let Some(i) = gpus.iter().position(|g| *g == gpu_id(e)) {
+                cache[i] &= e[16] == 1;
+            }
+        }
+    }
+    for p in parts {
+        let Some(v) = p.get(&bk::GPU_COMPRESSION) else {
+            continue;
+        };
+        for e in v.chunks_exact(GPU_COMPRESSION_ENTRY) {
+            if !gpus.contains(&gpu_id(e)) {
+                return Err(conflict(
+                    bk::GPU_COMPRESSION,
+                    v.clone(),
+                    "EnableGpuCompression names a GPU that is not in GpuId",
+                ));
+            }
+        }
+    }
+    // All lists that set compression for a GPU must agree on its type.
+    for g in gpus {
+        let mut seen: Option<&[u8]> = None;
+        for p in parts {
+            if let Some(v) = p.get(&bk::GPU_COMPRESSION) {
+                for e in v.chunks_exact(GPU_COMPRESSION_ENTRY) {
+                    if gpu_id(e) == *g {
+                        match seen {
+                            None => seen = Some(&e[16..]),
+                            Some(s) if s == &e[16..] => {}
+                            Some(_) => {
+                                return Err(conflict(
+                                    bk::GPU_COMPRESSION,
+                                    v.clone(),
+                                    "EnableGpuCompression differs between the lists for one GPU",
+                                ))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if ctx.release.buf_version() < (2, 8) || gpus.is_empty() {
+        return Ok(());
+    }
+    let any_uncached = cache.iter().any(|c| !c);
+    let mut cache_out = Vec::new();
+    let mut coherency_out = Vec::new();
+    let mut compression_out = Vec::new();
+    for (g, c) in gpus.iter().zip(&cache) {
+        cache_out.extend_from_slice(g);
+        cache_out.push(u8::from(*c));
+        coherency_out.extend_from_slice(g);
+        coherency_out.push(u8::from(*c && (any_uncached || need_cpu)));
+        compression_out.extend_from_slice(g);
+        // Whether the driver would grant compression is not known here:
+        // the documented fallback (None) is what the simulator answers.
+        compression_out.extend_from_slice(&0u32.to_ne_bytes());
+    }
+    out.insert(bk::GPU_CACHE, cache_out.into_boxed_slice());
+    out.insert(bk::GPU_SW_COH, coherency_out.into_boxed_slice());
+    out.insert(bk::GPU_COMPRESSION, compression_out.into_boxed_slice());
+    Ok(())
+}
+
 fn reconcile_image(parts: &[&AttrMap], out: &mut AttrMap) -> Result<(), Fail> {
-    for k in [bk::PLANE_COUNT, bk::COLOR_FMT, bk::WIDTH, bk::HEIGHT] {
-        required(parts, k, enc_u32s(&[0]))?;
+    for (k, name) in [
+        (bk::LAYOUT, "Image Layout"),
+        (bk::SCAN, "Image ScanType"),
+        (bk::PLANE_COUNT, "Image PlaneCount"),
+        (bk::COLOR_FMT, "Image PlaneColorFormat"),
+        (bk::WIDTH, "Image PlaneWidth"),
+        (bk::HEIGHT, "Image PlaneHeight"),
+    ] {
+        if !parts.iter().any(|p| p.contains_key(&k)) {
+            return Err(Fail::Bad(format!(
+                "{name} is mandatory for an image and no list sets it"
+            )));
+        }
     }
-    for k in [
-        bk::LAYOUT,
-        bk::PLANE_COUNT,
-        bk::COLOR_FMT,
-        bk::COLOR_STD,
-        bk::WIDTH,
-        bk::HEIGHT,
-        bk::SCAN,
-        bk::IMAGE_COUNT,
-    ]
-    .into_iter()
-    .chain(bk::TOP_PAD..=bk::RIGHT_PAD)
-    {
-        same(parts, k, out)?;
+    for (k, name) in [
+        (bk::LAYOUT, "Image Layout"),
+        (bk::SCAN, "Image ScanType"),
+        (bk::PLANE_COUNT, "Image PlaneCount"),
+        (bk::COLOR_FMT, "Image PlaneColorFormat"),
+        (bk::COLOR_STD, "Image PlaneColorStd"),
+        (bk::WIDTH, "Image PlaneWidth"),
+        (bk::HEIGHT, "Image PlaneHeight"),
+        (bk::IMAGE_COUNT, "Image ImageCount"),
+        (bk::VPR, "Image VprFlag"),
+        (bk::TOP_PAD, "Image TopPadding"),
+        (bk::TOP_PAD + 1, "Image BottomPadding"),
+        (bk::TOP_PAD + 2, "Image LeftPadding"),
+        (bk::RIGHT_PAD, "Image RightPadding"),
+    ] {
+        same(parts, k, name, out)?;
     }
-    let planes = out
-        .get(&bk::PLANE_COUNT)
-        .map(|v| u32s(v))
-        .unwrap_or_default();
-    let n = planes.first().copied().unwrap_or(0) as usize;
+    if get_u32(out, bk::SCAN) == Some(1) {
+        return Err(Fail::NotSimulated(
+            "interlaced images (ScanType Interlace) are not simulated".into(),
+        ));
+    }
+    if get_bool(out, bk::VPR) {
+        return Err(Fail::NotSimulated(
+            "protected (VPR) images are not simulated".into(),
+        ));
+    }
+    let n = get_u32(out, bk::PLANE_COUNT).unwrap_or(0) as usize;
     let formats = out.get(&bk::COLOR_FMT).map(|v| u32s(v)).unwrap_or_default();
     let widths = out.get(&bk::WIDTH).map(|v| u32s(v)).unwrap_or_default();
     let heights = out.get(&bk::HEIGHT).map(|v| u32s(v)).unwrap_or_default();
-    for (k, len) in [
-        (bk::COLOR_FMT, formats.len()),
-        (bk::WIDTH, widths.len()),
-        (bk::HEIGHT, heights.len()),
+    for (len, name) in [
+        (formats.len(), "PlaneColorFormat"),
+        (widths.len(), "PlaneWidth"),
+        (heights.len(), "PlaneHeight"),
     ] {
         if len != n {
-            return Err(conflict(k, out.get(&k).cloned().unwrap_or_default()));
+            return Err(Fail::Bad(format!(
+                "{name} has {len} entries for PlaneCount {n}"
+            )));
         }
+    }
+    for k in [
+        bk::COLOR_STD,
+        bk::TOP_PAD,
+        bk::TOP_PAD + 1,
+        bk::TOP_PAD + 2,
+        bk::RIGHT_PAD,
+    ] {
+        if let Some(v) = out.get(&k) {
+            let len = if k == bk::COLOR_STD {
+                v.len() / 4
+            } else {
+                v.len() / 8
+            };
+            if len != n {
+                return Err(Fail::Bad(format!(
+                    "image key {k:#x} has {len} entries for PlaneCount {n}"
+                )));
+            }
+        }
+    }
+    // Padding is not modelled: only zero padding is laid out.
+    for k in bk::TOP_PAD..=bk::RIGHT_PAD {
+        if out.get(&k).is_some_and(|v| u64s(v).iter().any(|p| *p != 0)) {
+            return Err(Fail::NotSimulated("image padding is not simulated".into()));
+        }
+    }
+    if widths.iter().chain(&heights).any(|d| *d == 0) {
+        return Err(Fail::Bad("a plane width or height is 0".into()));
     }
     // Plane base alignment: the largest request per plane (default 256).
     let mut base_align = vec![256u32; n];
     for p in parts {
         if let Some(v) = p.get(&bk::BASE_ALIGN) {
-            for (a, req) in base_align.iter_mut().zip(u32s(v)) {
-                *a = (*a).max(req);
+            let req = u32s(v);
+            if req.len() != n {
+                return Err(Fail::Bad(format!(
+                    "PlaneBaseAddrAlign has {} entries for PlaneCount {n}",
+                    req.len()
+                )));
+            }
+            for (a, r) in base_align.iter_mut().zip(req) {
+                *a = (*a).max(r);
             }
         }
     }
-    let image_count = out
-        .get(&bk::IMAGE_COUNT)
-        .and_then(|v| u64s(v).first().copied())
-        .unwrap_or(1)
-        .max(1);
-    let (mut bpp, mut chans, mut pitch, mut aheight, mut offset, mut asize) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut bpp, mut chans, mut dtype, mut pitch, mut aheight, mut offset, mut asize) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     let mut end = 0u64;
-    let overflow = || conflict(bk::WIDTH, enc_u32s(&widths));
+    let overflow = || Fail::Bad("the image size overflows".into());
     for i in 0..n {
         let Some((bits, ch)) = color::layout(formats[i]) else {
-            return Err(Fail::Unsupported(format!(
-                "colour format {:#x} (see tegra_interop_sim::nvsci::color)",
+            return Err(Fail::NotSimulated(format!(
+                "colour format {} is not laid out by the simulator",
                 formats[i]
             )));
         };
         // Pitch-linear rows, tightly packed; block-linear images get the
-        // same linear layout (the simulator does not tile).
+        // same linear layout (the simulator does not tile). Code above the
+        // table must read pitch, offsets and sizes back, as on hardware.
         let row = u64::from(widths[i]) * u64::from(bits) / 8;
         let p = u32::try_from(row).map_err(|_| overflow())?;
         let size = row
@@ -495,21 +1101,28 @@ fn reconcile_image(parts: &[&AttrMap], out: &mut AttrMap) -> Result<(), Fail> {
         end = off.checked_add(size).ok_or_else(overflow)?;
         bpp.push(bits);
         chans.push(ch);
+        dtype.push(if bits / u32::from(ch) == 16 {
+            DATATYPE_UINT16
+        } else {
+            DATATYPE_UINT8
+        });
         pitch.push(p);
         aheight.push(heights[i]);
         offset.push(off);
         asize.push(size);
     }
     let align = base_align.iter().copied().max().unwrap_or(1);
-    let total = end.checked_mul(image_count).ok_or_else(overflow)?;
+    out.entry(bk::IMAGE_COUNT).or_insert_with(|| enc_u64s(&[1]));
     out.insert(bk::BASE_ALIGN, enc_u32s(&base_align));
     out.insert(bk::BPP, enc_u32s(&bpp));
     out.insert(bk::CHANNELS, chans.into_boxed_slice());
+    out.insert(bk::DATATYPE, enc_u32s(&dtype));
     out.insert(bk::PITCH, enc_u32s(&pitch));
     out.insert(bk::ALIGNED_H, enc_u32s(&aheight));
     out.insert(bk::OFFSET, enc_u64s(&offset));
+    out.insert(bk::SECOND_FIELD, enc_u64s(&vec![0; n]));
     out.insert(bk::ALIGNED_SIZE, enc_u64s(&asize));
-    out.insert(bk::IMG_SIZE, enc_u64s(&[total]));
+    out.insert(bk::IMG_SIZE, enc_u64s(&[end]));
     out.insert(bk::IMG_ALIGN, enc_u64s(&[u64::from(align)]));
     Ok(())
 }
@@ -523,27 +1136,59 @@ pub(crate) fn buf_size(m: &AttrMap) -> u64 {
 
 /// Reconciles NvSciSync lists (flattened into their parts).
 ///
-/// Exactly one signaller (a part whose RequiredPerm has the signal bit) and
-/// at least one waiter (wait bit), else a conflict on RequiredPerm; a
-/// primitive every part that names primitives supports (the signaller's
-/// order first), else a conflict on PrimitiveInfo; ActualPerm is the union
-/// of the permissions; booleans are or-ed; GPU ids united.
-pub(crate) fn reconcile_sync(parts: &[&AttrMap], integrated: bool) -> Result<AttrMap, Fail> {
-    let perms: Vec<u64> = parts
-        .iter()
-        .map(|p| get_u64(p, sk::REQ_PERM).unwrap_or(0))
-        .collect();
+/// Exactly one list with the signal permission and at least one with the
+/// wait permission, else UnsupportedConfig; WaiterRequireTimestamps needs
+/// NeedCpuAccess in the same list (else UnsupportedConfig); video-memory
+/// primitives are not supported (UnsupportedConfig); the primitive is one
+/// every list accepts (the signaller's order first; a list without
+/// PrimitiveInfo accepts Syncpoint and the two sysmem semaphores), else
+/// UnsupportedConfig; MaxPrimitiveValue is u64::MAX only for the 64-bit
+/// sysmem semaphore; ActualPerm is the union; booleans are or-ed; GpuId the
+/// union.
+pub(crate) fn reconcile_sync(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, Fail> {
+    let mut perms = Vec::with_capacity(parts.len());
+    for p in parts {
+        let Some(perm) = get_u64(p, sk::REQ_PERM) else {
+            return Err(unsupported(
+                sk::REQ_PERM,
+                enc_u64s(&[0]),
+                "a list without RequiredPerm is neither signaller nor waiter (not known how the real library treats it; refused)",
+            ));
+        };
+        perms.push(perm);
+    }
     let signalers = perms.iter().filter(|p| *p & PERM_SIGNAL != 0).count();
     let waiters = perms.iter().filter(|p| *p & PERM_WAIT != 0).count();
     if signalers != 1 || waiters == 0 {
-        let value = parts
-            .iter()
-            .find_map(|p| p.get(&sk::REQ_PERM).cloned())
-            .unwrap_or_else(|| enc_u64s(&[0]));
-        return Err(conflict(sk::REQ_PERM, value));
+        return Err(unsupported(
+            sk::REQ_PERM,
+            enc_u64s(&perms),
+            format!("{signalers} signaller list(s) and {waiters} waiter list(s); exactly one signaller and at least one waiter are needed"),
+        ));
     }
-    if parts.iter().any(|p| get_bool(p, sk::TIMESTAMPS)) {
-        return Err(Fail::Unsupported(
+    for p in parts {
+        if get_bool(p, sk::TIMESTAMPS) && !get_bool(p, sk::NEED_CPU) {
+            return Err(unsupported(
+                sk::TIMESTAMPS,
+                enc_bool(true),
+                "WaiterRequireTimestamps needs NeedCpuAccess in the same list",
+            ));
+        }
+    }
+    let vidmem = |t: &u32| matches!(*t, PRIM_VIDMEM_SEMAPHORE | PRIM_VIDMEM_SEMAPHORE_64);
+    for p in parts {
+        if let Some(v) = p.get(&sk::PRIMITIVE) {
+            if u32s(v).iter().any(vidmem) {
+                return Err(unsupported(
+                    sk::PRIMITIVE,
+                    v.clone(),
+                    "video-memory semaphore primitives are not supported",
+                ));
+            }
+        }
+    }
+    if any_true(parts, sk::TIMESTAMPS) {
+        return Err(Fail::NotSimulated(
             "WaiterRequireTimestamps (fence timestamps are not simulated)".into(),
         ));
     }
@@ -551,10 +1196,18 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], integrated: bool) -> Result<Att
         .iter()
         .position(|p| *p & PERM_SIGNAL != 0)
         .and_then(|i| parts.get(i));
-    let default_order: Vec<u32> = if integrated {
-        vec![PRIM_SYNCPOINT, PRIM_SYSMEM_SEMAPHORE, 3, 4, 5]
+    let default_order: Vec<u32> = if ctx.integrated {
+        vec![
+            PRIM_SYNCPOINT,
+            PRIM_SYSMEM_SEMAPHORE,
+            PRIM_SYSMEM_SEMAPHORE_64,
+        ]
     } else {
-        vec![PRIM_SYSMEM_SEMAPHORE, 4, 3, 5, PRIM_SYNCPOINT]
+        vec![
+            PRIM_SYSMEM_SEMAPHORE,
+            PRIM_SYSMEM_SEMAPHORE_64,
+            PRIM_SYNCPOINT,
+        ]
     };
     let mut candidates = signaler
         .and_then(|p| p.get(&sk::PRIMITIVE))
@@ -565,14 +1218,22 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], integrated: bool) -> Result<Att
             let theirs = u32s(v);
             candidates.retain(|c| theirs.contains(c));
             if candidates.is_empty() {
-                return Err(conflict(sk::PRIMITIVE, v.clone()));
+                return Err(unsupported(
+                    sk::PRIMITIVE,
+                    v.clone(),
+                    "no primitive type that signaller and waiters all support",
+                ));
             }
         }
     }
     let Some(&prim) = candidates.first() else {
-        return Err(conflict(sk::PRIMITIVE, enc_u32s(&[0])));
+        return Err(unsupported(
+            sk::PRIMITIVE,
+            enc_u32s(&[0]),
+            "no primitive type",
+        ));
     };
-    let max = if prim >= 4 {
+    let max = if prim == PRIM_SYSMEM_SEMAPHORE_64 {
         u64::MAX
     } else {
         u64::from(u32::MAX)
@@ -584,10 +1245,20 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], integrated: bool) -> Result<Att
     );
     out.insert(sk::PRIMITIVE, enc_u32s(&[prim]));
     out.insert(sk::MAX_VALUE, enc_u64s(&[max]));
-    for k in [sk::NEED_CPU, sk::CTX_INSENSITIVE, sk::DETERMINISTIC] {
-        any_true(parts, k, &mut out);
+    for k in [
+        sk::NEED_CPU,
+        sk::CTX_INSENSITIVE,
+        sk::TIMESTAMPS,
+        sk::DETERMINISTIC,
+    ] {
+        if ctx.release.sync_key_known(k) {
+            out.insert(k, enc_bool(any_true(parts, k)));
+        }
     }
-    gpu_union(parts, sk::GPU_ID, &mut out);
+    let gpus = gpu_union(parts, sk::GPU_ID);
+    if !gpus.is_empty() {
+        out.insert(sk::GPU_ID, gpus.concat().into_boxed_slice());
+    }
     Ok(out)
 }
 
@@ -601,8 +1272,9 @@ pub(crate) fn serialize(parts: &[&AttrMap]) -> Vec<u8> {
     out.extend_from_slice(&WIRE_MAGIC.to_le_bytes());
     out.extend_from_slice(&(parts.len() as u32).to_le_bytes());
     for p in parts {
-        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
-        for (k, v) in p.iter() {
+        let public = p.iter().filter(|(k, _)| **k < PRIVATE_PEER);
+        out.extend_from_slice(&(public.clone().count() as u32).to_le_bytes());
+        for (k, v) in public {
             out.extend_from_slice(&k.to_le_bytes());
             out.extend_from_slice(&(v.len() as u32).to_le_bytes());
             out.extend_from_slice(v);

@@ -10,7 +10,7 @@ use tegra_interop_sys::nvsci::{
     NvSciBufObj, NvSciError,
 };
 
-use super::attrs::{self, bk, AttrListRec, AttrMap, Fail, ListKind, SetRefusal};
+use super::attrs::{self, bk, AttrListRec, AttrMap, Bad, Dir, Fail, ListKind, Lookup};
 use super::{err, new_handle, put, unknown, Kind, ModuleRec, NvSciState, R};
 use crate::instance::{self, BufObjectEntry, Call, State, Tag};
 use crate::shm::{self, Region};
@@ -141,6 +141,7 @@ pub(crate) fn create_list(c: &Call, sync: bool, module: usize) -> R<usize> {
             module,
             kind: ListKind::Unreconciled(vec![AttrMap::new()]),
             owner: None,
+            writable: true,
         },
     );
     Ok(h)
@@ -157,6 +158,7 @@ pub(crate) fn add_list(ns: &mut NvSciState, sync: bool, module: usize, kind: Lis
             module,
             kind,
             owner: None,
+            writable: false,
         },
     );
     h
@@ -206,53 +208,109 @@ pub(crate) fn attr_list_free(c: &Call, list: NvSciBufAttrList) {
     free_list(c, false, list as usize);
 }
 
-/// Sets `pairs` (key, bytes) on an unreconciled single-part list.
+/// Sets `pairs` (key, bytes) on a list made by `AttrListCreate`, after the
+/// header rules: the list is unreconciled and writable (not imported or
+/// appended), every key is a key of the claimed release, input (not
+/// output-only), set at most once (per call and per list), of a valid
+/// length and value, and (NvSciBuf) of a buffer type named by the Types
+/// already set or set in the same call. Everything is checked before
+/// anything is stored.
 pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>)>) -> R {
+    let release = c.inst.config.nvsci_release;
     let mut st = c.state();
     let ns = &mut st.nvsci;
     let Some(l) = ns.lists.get_mut(&h).filter(|l| l.sync == sync) else {
         return Err(unknown(c, ns, "attribute list", h));
     };
+    let writable = l.writable;
     let ListKind::Unreconciled(parts) = &mut l.kind else {
         c.diag(
             D::Misuse,
-            format!("SetAttrs on the reconciled or conflict list {h:#x}"),
+            format!("SetAttrs on the reconciled or conflict list {h:#x} (only unreconciled lists are writable)"),
         );
         return Err(err::BAD_PARAMETER);
     };
-    let [map] = parts.as_mut_slice() else {
+    let ([map], true) = (parts.as_mut_slice(), writable) else {
         c.diag(
             D::Misuse,
-            format!("SetAttrs on the imported multi-part list {h:#x}"),
+            format!("SetAttrs on the imported or appended list {h:#x} (read-only)"),
         );
         return Err(err::BAD_PARAMETER);
     };
+    let lib = if sync { "NvSciSync" } else { "NvSciBuf" };
     for (i, (key, bytes)) in pairs.iter().enumerate() {
-        let checked = if sync {
-            attrs::check_sync_pair(*key, bytes)
+        let found = if sync {
+            attrs::sync_key(release, *key)
         } else {
-            attrs::check_buf_pair(*key, bytes)
+            attrs::buf_key(release, *key)
         };
-        match checked {
-            Ok(()) => {}
-            Err(SetRefusal::Output(k)) => {
+        let info = match found {
+            Lookup::Known(info) => info,
+            Lookup::NotInRelease(name) => {
                 c.diag(
                     D::Misuse,
-                    format!("key {k:#x} is written by the library, not settable"),
+                    format!("{lib} key {key:#x} ({name}) does not exist in {}: refused like any unknown key", release.name()),
                 );
                 return Err(err::BAD_PARAMETER);
             }
-            Err(SetRefusal::Invalid(m)) => {
-                c.diag(D::Misuse, m);
+            Lookup::NotSimulated(name) => {
+                c.diag(
+                    D::Unimplemented,
+                    format!("{lib} key {key:#x} ({name}) is not simulated (refused; not known how the real library behaves with it here)"),
+                );
+                return Err(err::NOT_SUPPORTED);
+            }
+            Lookup::Unknown => {
+                c.diag(D::Misuse, format!("{key:#x} is not an {lib} attribute key"));
                 return Err(err::BAD_PARAMETER);
             }
+        };
+        if info.dir == Dir::Out {
+            c.diag(
+                D::Misuse,
+                format!(
+                    "{lib} key {key:#x} ({}) is output-only: the library writes it",
+                    info.name
+                ),
+            );
+            return Err(err::BAD_PARAMETER);
         }
         if map.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
             c.diag(
                 D::Misuse,
-                format!("key {key:#x} is already set on list {h:#x}"),
+                format!("{lib} key {key:#x} ({}) is already set on list {h:#x} or given twice (each key at most once per list)", info.name),
             );
             return Err(err::BAD_PARAMETER);
+        }
+        match attrs::check_value(release, &info, bytes) {
+            Ok(()) => {}
+            Err(Bad::Invalid(m)) => {
+                c.diag(D::Misuse, format!("{lib} key {key:#x}: {m}"));
+                return Err(err::BAD_PARAMETER);
+            }
+            Err(Bad::NotSimulated(m)) => {
+                c.diag(D::Unimplemented, format!("{lib} key {key:#x}: {m}"));
+                return Err(err::NOT_SUPPORTED);
+            }
+        }
+        if let (false, Some(t)) = (sync, attrs::buf_key_type(*key)) {
+            let types = map
+                .get(&bk::TYPES)
+                .map(|v| attrs::u32s(v))
+                .or_else(|| {
+                    pairs
+                        .iter()
+                        .find(|(k, _)| *k == bk::TYPES)
+                        .map(|(_, v)| attrs::u32s(v))
+                })
+                .unwrap_or_default();
+            if !types.contains(&t) {
+                c.diag(
+                    D::Misuse,
+                    format!("NvSciBuf key {key:#x} ({}) belongs to buffer type {t}, which the list's Types {types:?} (set before or in the same call) does not name", info.name),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
         }
     }
     for (key, bytes) in pairs {
@@ -298,13 +356,17 @@ pub(crate) unsafe fn attr_list_set_attrs(
 }
 
 /// Looks a list up for `GetAttrs` and answers each key with a pointer into
-/// the list's storage (NULL / 0 when not set).
+/// the list's storage (NULL / 0 when not set). Keys the claimed release
+/// lacks: BadParameter. NvSciBuf also refuses output-only keys on
+/// unreconciled lists and input-only keys on reconciled ones (header rule);
+/// NvSciSync documents no such restriction.
 pub(crate) fn lookup(
     c: &Call,
     sync: bool,
     h: usize,
     keys: &[u32],
 ) -> R<Vec<(*const c_void, usize)>> {
+    let release = c.inst.config.nvsci_release;
     let st = c.state();
     let ns = &st.nvsci;
     let Some(l) = ns.lists.get(&h).filter(|l| l.sync == sync) else {
@@ -314,10 +376,58 @@ pub(crate) fn lookup(
         c.diag(D::Misuse, format!("GetAttrs on the multi-part list {h:#x}"));
         return Err(err::BAD_PARAMETER);
     };
+    let reconciled = matches!(l.kind, ListKind::Reconciled(_));
+    let lib = if sync { "NvSciSync" } else { "NvSciBuf" };
     let mut out = Vec::with_capacity(keys.len());
     for k in keys {
-        if !attrs::known_key(sync, *k) {
-            return Err(err::BAD_PARAMETER);
+        let found = if sync {
+            attrs::sync_key(release, *k)
+        } else {
+            attrs::buf_key(release, *k)
+        };
+        match found {
+            Lookup::Known(info) if !sync && reconciled && info.dir == Dir::In => {
+                c.diag(
+                    D::Misuse,
+                    format!(
+                        "GetAttrs of the input-only key {k:#x} ({}) on a reconciled list",
+                        info.name
+                    ),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
+            Lookup::Known(info) if !sync && !reconciled && info.dir == Dir::Out => {
+                c.diag(
+                    D::Misuse,
+                    format!(
+                        "GetAttrs of the output-only key {k:#x} ({}) on an unreconciled list",
+                        info.name
+                    ),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
+            Lookup::Known(_) => {}
+            Lookup::NotInRelease(name) => {
+                c.diag(
+                    D::Misuse,
+                    format!(
+                        "{lib} key {k:#x} ({name}) does not exist in {}",
+                        release.name()
+                    ),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
+            Lookup::NotSimulated(name) => {
+                c.diag(
+                    D::Unimplemented,
+                    format!("{lib} key {k:#x} ({name}) is not simulated"),
+                );
+                return Err(err::NOT_SUPPORTED);
+            }
+            Lookup::Unknown => {
+                c.diag(D::Misuse, format!("{k:#x} is not an {lib} attribute key"));
+                return Err(err::BAD_PARAMETER);
+            }
         }
         // The bytes live in a boxed slice owned by the list (or by the
         // reconciled map shared with objects): they stay put while the
@@ -382,7 +492,14 @@ pub(crate) fn gather(
 ) -> R<(usize, Vec<AttrMap>)> {
     let mut module = None;
     let mut parts = Vec::new();
-    for h in hs {
+    for (i, h) in hs.iter().enumerate() {
+        if hs[..i].contains(h) {
+            c.diag(
+                D::Misuse,
+                format!("list {h:#x} appears twice in the reconcile input"),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
         let Some(l) = ns.lists.get(h).filter(|l| l.sync == sync) else {
             return Err(unknown(c, ns, "attribute list", *h));
         };
@@ -416,29 +533,37 @@ pub(crate) fn reconcile(
     hs: &[usize],
     conflict_out: Option<&mut usize>,
 ) -> R<(usize, Arc<AttrMap>)> {
+    let ctx = attrs::Ctx {
+        integrated: c.inst.config.integrated,
+        gpus: (0..c.inst.config.devices)
+            .map(crate::api::device_uuid)
+            .collect(),
+        release: c.inst.config.nvsci_release,
+    };
     let mut st = c.state();
-    let integrated = c.inst.config.integrated;
     let ns = &mut st.nvsci;
     let (module, parts) = gather(c, ns, sync, hs)?;
     let refs: Vec<&AttrMap> = parts.iter().collect();
     let result = if sync {
-        attrs::reconcile_sync(&refs, integrated)
+        attrs::reconcile_sync(&refs, &ctx)
     } else {
-        attrs::reconcile_buf(&refs)
+        attrs::reconcile_buf(&refs, &ctx)
     };
-    match result {
-        Ok(m) => Ok((module, Arc::new(m))),
-        Err(Fail::Conflict(m)) => {
-            if let Some(out) = conflict_out {
-                *out = add_list(ns, sync, module, ListKind::Conflict(m));
-            }
-            Err(err::RECONCILIATION_FAILED)
+    let (code, conflict, why) = match result {
+        Ok(m) => return Ok((module, Arc::new(m))),
+        Err(Fail::Conflict(m, why)) => (err::RECONCILIATION_FAILED, Some(m), why),
+        Err(Fail::Unsupported(m, why)) => (err::UNSUPPORTED_CONFIG, Some(m), why),
+        Err(Fail::Bad(why)) => (err::BAD_PARAMETER, None, why),
+        Err(Fail::NotSimulated(why)) => {
+            c.diag(D::Unimplemented, format!("not simulated: {why}"));
+            return Err(err::NOT_SUPPORTED);
         }
-        Err(Fail::Unsupported(what)) => {
-            c.diag(D::Unimplemented, format!("not simulated: {what}"));
-            Err(err::NOT_SUPPORTED)
-        }
+    };
+    c.diag(D::Misuse, format!("reconciliation refused: {why}"));
+    if let (Some(out), Some(m)) = (conflict_out, conflict) {
+        *out = add_list(ns, sync, module, ListKind::Conflict(m));
     }
+    Err(code)
 }
 
 pub(crate) unsafe fn attr_list_reconcile(
@@ -465,7 +590,8 @@ pub(crate) unsafe fn reconcile_entry(
     conflict: *mut *mut c_void,
 ) -> NvSciError {
     let r = (|| {
-        if out.is_null() {
+        if out.is_null() || conflict.is_null() {
+            // The conflict list pointer is required (non-safety builds).
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: forwarded caller array.
@@ -491,10 +617,12 @@ pub(crate) unsafe fn reconcile_entry(
     super::done(r)
 }
 
+/// An allocated object: it always gets ReadWrite (header: "allocated
+/// NvSciBufObj gets read-write permissions by default"), whatever ActualPerm
+/// the reconciled list says.
 fn new_object(c: &Call, module: usize, attrs: Arc<AttrMap>) -> R<usize> {
-    let core = alloc_core(c, Arc::clone(&attrs))?;
-    let perm = attrs::get_u32(&attrs, bk::ACTUAL_PERM).unwrap_or(attrs::BUF_READWRITE);
-    register(&mut c.state(), core, perm, module)
+    let core = alloc_core(c, attrs)?;
+    register(&mut c.state(), core, attrs::BUF_READWRITE, module)
 }
 
 pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
@@ -505,7 +633,7 @@ pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
     conflict: *mut NvSciBufAttrList,
 ) -> NvSciError {
     let r = (|| {
-        if obj.is_null() {
+        if obj.is_null() || conflict.is_null() {
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: forwarded caller array.
@@ -716,8 +844,11 @@ pub(crate) fn obj_flush_cpu_cache_range(
     }
 }
 
-pub(crate) fn check_version(_c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
-    // The simulated library is NvSciBuf 2.11 (DRIVE OS 6.0.10).
+/// `NvSciBufCheckVersionCompatibility`: compatible iff the same major
+/// version and a requested minor no newer than the claimed library's
+/// ([`crate::SimConfig::nvsci_release`]); NULL `out` -> BadParameter.
+pub(crate) fn check_version(c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+    let (lib_major, lib_minor) = c.inst.config.nvsci_release.buf_version();
     // SAFETY: forwarded caller out-pointer.
-    super::done(unsafe { put(out, major == 2 && minor <= 11) })
+    super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })
 }

@@ -75,6 +75,8 @@ pub(crate) struct Channel {
     sock: OwnedFd,
     inbox: Mutex<HashMap<u64, OwnedFd>>,
     rx: Mutex<()>,
+    /// Transfer ids already imported (a descriptor imports once).
+    claimed: Mutex<std::collections::HashSet<u64>>,
 }
 
 impl Channel {
@@ -83,6 +85,7 @@ impl Channel {
             sock,
             inbox: Mutex::new(HashMap::new()),
             rx: Mutex::new(()),
+            claimed: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -188,8 +191,25 @@ impl Channel {
         Ok((id, fd))
     }
 
-    /// Waits for the descriptor sent with `id`.
+    /// Whether the descriptor with transfer id `id` was imported already.
+    fn claimed(&self, id: u64) -> bool {
+        self.claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&id)
+    }
+
+    /// Waits for the descriptor sent with `id` (once per id).
     fn receive(&self, id: u64, limit: Option<Duration>) -> R<OwnedFd> {
+        let fd = self.receive_inner(id, limit)?;
+        self.claimed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id);
+        Ok(fd)
+    }
+
+    fn receive_inner(&self, id: u64, limit: Option<Duration>) -> R<OwnedFd> {
         let deadline = limit.and_then(|l| Instant::now().checked_add(l));
         loop {
             if let Some(fd) = self
@@ -328,16 +348,43 @@ pub(crate) unsafe fn buf_obj_export(
             };
             (Arc::clone(&rec.core), rec.perm)
         };
+        if !matches!(perm.0, attrs::BUF_READONLY | attrs::BUF_READWRITE | 4) {
+            c.diag(
+                D::Misuse,
+                format!(
+                    "export permission {} is not Readonly, ReadWrite or Auto",
+                    perm.0
+                ),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
+        channel(c, ep)?;
+        // The object goes back along the path its peers' unreconciled lists
+        // came by; the peer gets at least what it was granted.
+        let Some(&(_, granted)) = attrs::peers(&core.attrs).iter().find(|(e, _)| *e == ep) else {
+            c.diag(
+                D::Misuse,
+                format!("NvSciBuf object exported over endpoint {ep:#x}, which no unreconciled list of its reconciliation came by (import the peer's list with AttrListIpcImportUnreconciled over this endpoint before reconciling)"),
+            );
+            return Err(err::NOT_PERMITTED);
+        };
         let grant = match perm.0 {
-            4 => have,
-            p @ (attrs::BUF_READONLY | attrs::BUF_READWRITE) if p <= have => p,
-            p => {
+            4 => granted,
+            p if p > have => {
                 c.diag(
                     D::Misuse,
                     format!("cannot export permission {p} from a handle with {have}"),
                 );
                 return Err(err::BAD_PARAMETER);
             }
+            p if p < granted => {
+                c.diag(
+                    D::Misuse,
+                    format!("export permission {p} is below the {granted} the peer was granted at reconciliation"),
+                );
+                return Err(err::INVALID_OPERATION);
+            }
+            p => p,
         };
         let ch = channel(c, ep)?;
         let id = new_uid();
@@ -377,9 +424,15 @@ pub(crate) unsafe fn buf_obj_import(
             );
             return Err(err::BAD_PARAMETER);
         }
-        let limit = sync::timeout(timeout_us)?;
+        // The header says the timeout is ignored; the simulator waits for
+        // the descriptor's memory at most `hang_timeout`.
+        let _ = timeout_us;
         let ch = channel(c, ep)?;
-        let fd = ch.receive(id, limit)?;
+        if ch.claimed(id) {
+            c.diag(D::Misuse, "this NvSciBuf object descriptor was imported already (a descriptor imports once; the real library's answer is not known, refused)".into());
+            return Err(err::BAD_PARAMETER);
+        }
+        let fd = ch.receive(id, Some(c.inst.config.hang_timeout))?;
         let min = match min_perm.0 {
             attrs::BUF_READWRITE => attrs::BUF_READWRITE,
             _ => attrs::BUF_READONLY,
@@ -455,7 +508,12 @@ pub(crate) fn attr_list_export_reconciled(
     let r = (|| {
         let (_, map) = buf::reconciled(c, false, list as usize)?;
         channel(c, ep)?;
-        hand_out(c, attrs::serialize(&[&*map]), desc, len)
+        // The peer's ActualPerm: the largest RequiredPerm of its own lists.
+        let mut m = (*map).clone();
+        if let Some((_, perm)) = attrs::peers(&map).into_iter().find(|(e, _)| *e == ep) {
+            m.insert(bk::ACTUAL_PERM, attrs::enc_u32s(&[perm]));
+        }
+        hand_out(c, attrs::serialize(&[&m]), desc, len)
     })();
     super::done(r)
 }
@@ -497,6 +555,10 @@ pub(crate) unsafe fn attr_list_import_unreconciled(
         }
         channel(c, ep)?;
         live_module(c, module as usize)?;
+        let mut parts = parts;
+        for p in &mut parts {
+            p.insert(attrs::PRIVATE_PEER, attrs::enc_u64s(&[ep]));
+        }
         let h = buf::add_list(
             &mut c.state().nvsci,
             false,
@@ -544,7 +606,7 @@ pub(crate) unsafe fn attr_list_import_reconciled(
                 let t_ok = p
                     .get(&bk::TYPES)
                     .is_none_or(|v| attrs::u32s(v).iter().all(|t| types.contains(t)));
-                let s_ok = attrs::get_u64(p, bk::RAW_SIZE).is_none_or(|s| s <= size);
+                let s_ok = attrs::get_u64(p, bk::RAW_SIZE).is_none_or(|s| s == size);
                 if !(t_ok && s_ok) {
                     c.diag(
                         D::Misuse,
@@ -670,6 +732,10 @@ pub(crate) unsafe fn sync_obj_import(
         // leaves nothing behind for later imports to skip over.
         let limit = sync::timeout(timeout_us)?;
         let ch = channel(c, ep)?;
+        if ch.claimed(id) {
+            c.diag(D::Misuse, "this NvSciSync object descriptor was imported already (a descriptor imports once; the real library's answer is not known, refused)".into());
+            return Err(err::BAD_PARAMETER);
+        }
         let fd = ch.receive(id, limit)?;
         let want = if perm.0 == attrs::PERM_AUTO {
             grant

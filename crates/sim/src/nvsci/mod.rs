@@ -14,52 +14,64 @@
 //! accept them unchanged; `cuDeviceGetNvSciSyncAttributes` fills the
 //! simulator's sync attribute lists (RequiredPerm, PrimitiveInfo, GpuId).
 //!
+//! # Rules and sources
+//!
+//! The simulator is at least as strict as the real NvSciBuf / NvSciSync:
+//! every rule of the fact sheet's "Checked against the real headers"
+//! section is enforced with the documented code, decoding the raw
+//! key/value pairs itself (module `attrs`); the full table (rule, source, test)
+//! is in the crate README. A simulator claiming an older
+//! [`NvSciRelease`] lacks that release's later keys (BadParameter, like any
+//! unknown key) and entry points (table entry `None`).
+//!
 //! # Choices where the real library's answer is not known
 //!
-//! - Codes: unknown or freed handles, NULL pointers, keys set twice,
-//!   output-only keys, Auto as a RequiredPerm, SetAttrs on a reconciled
-//!   list: `BadParameter` (+ a diagnostic). Keys outside the project's
-//!   declared subset are refused (`BadParameter`).
-//! - Buf reconciliation: Types intersect (empty: conflict on Types);
-//!   RawBuffer Size and Align take the largest request; booleans are or-ed;
-//!   ActualPerm is the strongest RequiredPerm (ReadWrite when none); image
-//!   keys must agree. Only RawBuffer and Image are simulated (others:
-//!   `NotSupported`). Image planes are pitch-linear with tight rows
-//!   (block-linear is laid out the same), plane offsets aligned to
-//!   `PlaneBaseAddrAlign` (default 256); colour formats use the
-//!   simulator's own numbering ([`color`]).
-//! - Sync reconciliation: exactly one list with the signal bit and at least
-//!   one with the wait bit, else a conflict on RequiredPerm; a primitive
-//!   every list that names primitives supports (the signaller's order
-//!   first; default syncpoint on an integrated GPU, sysmem semaphore
-//!   otherwise), else a conflict on PrimitiveInfo; ActualPerm is the union.
-//!   `WaiterRequireTimestamps` is `NotSupported`. Every object counts +1 per
-//!   signal (deterministic), whether or not `RequireDeterministicFences`
-//!   was asked for; fences carry primitive id 0.
+//! Where the header documentation does not say what the real library
+//! answers, the simulator refuses (it never guesses leniently) and records
+//! a diagnostic saying so:
+//!
+//! - Unknown or freed handles (the real library panics): BadParameter + a
+//!   `UseAfterDestroy` / `UnknownHandle` diagnostic.
+//! - Real keys, types and values the simulator does not model (tensor,
+//!   array, pyramid, surface-based image keys, PeerLocationInfo,
+//!   PeerHwEngineArray, video memory, interlaced or VPR images, padding,
+//!   colour formats whose plane layout the fact sheet does not give,
+//!   timestamps, a fence on a syncpoint other than the object's own):
+//!   NotSupported + an `Unimplemented` diagnostic.
+//! - A sync list without RequiredPerm in a reconciliation: UnsupportedConfig.
+//! - A second import of the same object descriptor: BadParameter.
+//! - A CPU wait context used by two waits at once: Busy.
+//! - Image layout: pitch-linear with tight rows (block-linear is laid out
+//!   the same), plane offsets aligned to `PlaneBaseAddrAlign` (default 256);
+//!   code must read pitch, offsets and sizes back. RawBuffer Align defaults
+//!   to 1. EnableGpuCompression always reconciles to None (the documented
+//!   fallback when the driver does not grant compression).
+//! - The sync primitive when nobody names one: syncpoint first on an
+//!   integrated GPU, sysmem semaphore first otherwise; fences carry
+//!   primitive id 0 and every object counts +1 per signal (deterministic),
+//!   whether or not `RequireDeterministicFences` was asked for.
 //! - `cuDeviceGetNvSciSyncAttributes`: PrimitiveInfo `[Syncpoint]` on an
 //!   integrated GPU, `[SysmemSemaphore, SysmemSemaphorePayload64b]`
-//!   otherwise; PrimitiveInfo / GpuId already in the list are kept.
+//!   otherwise, and GpuId, written into the list whatever the claimed
+//!   release (CUDA sets them as internal attributes on older libraries).
 //! - CPU signal (`GenerateFence` + `ObjSignal`) needs signal permission and
-//!   NeedCpuAccess. A CPU wait accepts -1 and anything from
-//!   `i64::MAX / 1000` up as infinite (cut off after
-//!   `SimConfig::hang_timeout` with a `Hang` diagnostic and `Timeout`); a
-//!   wait context used by two waits at once answers `Busy`. A fence whose
-//!   object has no live handle left cannot be waited on (`BadParameter`;
-//!   the real library keeps the object alive through its fences).
+//!   NeedCpuAccess. An infinite CPU wait is cut off after
+//!   `SimConfig::hang_timeout` with a `Hang` diagnostic and `Timeout`. A
+//!   fence whose object has no live handle left cannot be waited on
+//!   (`BadParameter`; the real library keeps the object alive).
 //! - Memsync: the CUDA side records each NvSciSync signal and wait it
 //!   enqueues, and whether the skip flag was set
 //!   ([`crate::Sim::nvsci_memsync_log`]); shared memory is coherent, so
 //!   skipping changes no data here.
-//! - IPC: an exported permission may not exceed the handle's; Auto grants
-//!   the handle's own. A sync import must ask for (and its list require)
-//!   no more than was granted, a buf import gets the granted permission
-//!   and fails with `AccessDenied` below `minPermissions`. The importer's
-//!   own sync list stands in for the reconciled list NvSciSync would want
-//!   (the project's subset has no NvSciSync attribute-list IPC).
+//! - NvSciSync IPC: the function table has no NvSciSync attribute-list IPC,
+//!   so a sync import takes the importer's own list (it must ask for no
+//!   more than was granted) and the export path is not checked; the real
+//!   library wants the reconciled list from `AttrListIpcImportReconciled`.
 
 mod attrs;
 mod buf;
 mod ipc;
+mod release;
 mod slots;
 mod sync;
 
@@ -81,6 +93,7 @@ pub(crate) use slots::{buf_table, ipc_table, sync_table};
 
 pub use attrs::color;
 pub use ipc::{endpoint_pair, set_inheritable};
+pub use release::NvSciRelease;
 
 /// `NvSciError` values the simulator returns.
 pub(crate) mod err {
@@ -90,15 +103,19 @@ pub(crate) mod err {
     pub(crate) const UNKNOWN: NvSciError = NvSciError(0x1);
     pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError(0x11);
     pub(crate) const ACCESS_DENIED: NvSciError = NvSciError(0x20);
+    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError(0x21);
+    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError(0x23);
     pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError(0x24);
     pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError(0x25);
     pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);
     pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError(0x32);
     pub(crate) const BAD_PARAMETER: NvSciError = NvSciError(0x100);
+    pub(crate) const OVERFLOW: NvSciError = NvSciError(0x103);
     pub(crate) const TIMEOUT: NvSciError = NvSciError(0x200);
     pub(crate) const BUSY: NvSciError = NvSciError(0x202);
     pub(crate) const RECONCILIATION_FAILED: NvSciError = NvSciError(0x10100);
     pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError = NvSciError(0x10101);
+    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError(0x2000001);
     pub(crate) const CLEARED_FENCE: NvSciError = NvSciError(0x2000002);
 }
 

@@ -17,7 +17,7 @@ use std::panic::AssertUnwindSafe;
 use tegra_interop_driver::table::{NvSciBufApi, NvSciIpcApi, NvSciSyncApi};
 use tegra_interop_sys::nvsci::*;
 
-use super::{buf, entry_code, err, ipc, sync};
+use super::{buf, entry_code, err, ipc, sync, NvSciRelease};
 use crate::instance::Call;
 use crate::slots::SLOTS;
 use crate::DiagnosticKind;
@@ -217,6 +217,8 @@ nvsci_api! { NvSciSyncApi, sync_api, SYNC_TABLES, sync_by_slot, sync_tramp;
     void NvSciSyncFenceClear => sync::fence_clear(f: *mut NvSciSyncFence);
     ret NvSciSyncFenceExtractFence => sync::fence_extract(f: *const NvSciSyncFence, id: *mut u64, v: *mut u64);
     ret NvSciSyncFenceUpdateFence => sync::fence_update(o: NvSciSyncObj, id: u64, v: u64, f: *mut NvSciSyncFence);
+    ret NvSciSyncFenceGetTimestamp => sync::fence_get_timestamp(f: *const NvSciSyncFence, us: *mut u64);
+    ret NvSciSyncCheckVersionCompatibility => sync::check_version(major: u32, minor: u32, out: *mut bool);
 }
 
 nvsci_api! { NvSciIpcApi, ipc_api, IPC_TABLES, ipc_by_slot, ipc_tramp;
@@ -233,12 +235,18 @@ pub(crate) fn buf_table(slot: usize) -> NvSciBufApi {
         .map_or_else(NvSciBufApi::empty, |f| f())
 }
 
-/// The NvSciSync part of the table for `slot` (everything but
-/// `NvSciSyncFenceGetTimestamp`, which is not simulated).
-pub(crate) fn sync_table(slot: usize) -> NvSciSyncApi {
-    SYNC_TABLES
+/// The NvSciSync part of the table for `slot` as `release` has it:
+/// `NvSciSyncFenceExtractFence` / `NvSciSyncFenceUpdateFence` are absent
+/// (None) where that release lacks them.
+pub(crate) fn sync_table(slot: usize, release: NvSciRelease) -> NvSciSyncApi {
+    let mut t = SYNC_TABLES
         .get(slot)
-        .map_or_else(NvSciSyncApi::empty, |f| f())
+        .map_or_else(NvSciSyncApi::empty, |f| f());
+    if !release.has_fence_extract_update() {
+        t.NvSciSyncFenceExtractFence = None;
+        t.NvSciSyncFenceUpdateFence = None;
+    }
+    t
 }
 
 /// The NvSciIpc part of the table for `slot`.

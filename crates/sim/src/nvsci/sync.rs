@@ -217,7 +217,7 @@ pub(crate) unsafe fn attr_list_reconcile(
 
 fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
     let prim = attrs::get_u32(&map, sk::PRIMITIVE).unwrap_or(attrs::PRIM_SYNCPOINT);
-    let wrap32 = prim < 4;
+    let wrap32 = prim != attrs::PRIM_SYSMEM_SEMAPHORE_64;
     let perm = attrs::get_u64(&map, sk::ACTUAL_PERM).unwrap_or(0);
     let mut st = c.state();
     let initial = st.nvsci.next_sync_initial.take().unwrap_or(0);
@@ -246,7 +246,7 @@ pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
     conflict: *mut NvSciSyncAttrList,
 ) -> NvSciError {
     let r = (|| {
-        if obj.is_null() {
+        if obj.is_null() || conflict.is_null() {
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: forwarded caller array.
@@ -396,11 +396,12 @@ pub(crate) fn obj_signal(c: &Call, obj: NvSciSyncObj) -> NvSciError {
 /// The infinite timeout of `FenceWait` (and of IPC imports), in microseconds.
 pub(crate) const INFINITE_US: i64 = i64::MAX / 1000;
 
-/// A timeout in microseconds: `None` = infinite (-1 or the maximum).
+/// A timeout in microseconds: -1 or `[0, i64::MAX / 1000]`, the maximum
+/// also meaning infinite (`None`); anything else BadParameter.
 pub(crate) fn timeout(us: i64) -> R<Option<Duration>> {
-    if us == -1 || us >= INFINITE_US {
+    if us == -1 || us == INFINITE_US {
         Ok(None)
-    } else if us < 0 {
+    } else if !(0..INFINITE_US).contains(&us) {
         Err(err::BAD_PARAMETER)
     } else {
         Ok(Some(Duration::from_micros(us.unsigned_abs())))
@@ -434,6 +435,23 @@ pub(crate) unsafe fn fence_wait(
                 }
                 FenceContent::Fence(sf) => sf,
             };
+            let cpu_waiter = st.nvsci.sync_objs.values().any(|r| {
+                r.core.id == sf.object_id
+                    && r.perm & attrs::PERM_WAIT != 0
+                    && attrs::get_bool(&r.core.attrs, sk::NEED_CPU)
+            });
+            let nvsci_object = st
+                .nvsci
+                .sync_objs
+                .values()
+                .any(|r| r.core.id == sf.object_id);
+            if nvsci_object && !cpu_waiter {
+                c.diag(
+                    D::Misuse,
+                    "a CPU wait needs an object handle with wait permission whose list asked for NeedCpuAccess".into(),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
             let Some(e) = st.sync_objects.values().find(|e| e.id == sf.object_id) else {
                 c.diag(
                     D::Misuse,
@@ -473,6 +491,13 @@ pub(crate) unsafe fn fence_dup(
     dst: *mut NvSciSyncFence,
 ) -> NvSciError {
     let r = (|| {
+        if std::ptr::eq(src, dst.cast_const()) {
+            c.diag(
+                D::Misuse,
+                "FenceDup with the same fence as source and destination".into(),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
         // SAFETY: forwarded caller pointer.
         let f = unsafe { get(src) }?;
         if fence::decode(&f) == FenceContent::Garbage {
@@ -529,6 +554,11 @@ pub(crate) unsafe fn fence_extract(
     super::done(r)
 }
 
+/// `NvSciSyncFenceUpdateFence`: the output is cleared first; an id or value
+/// outside the primitive's range is Overflow (ids `[0, u32::MAX - 1]` for
+/// syncpoints, `[0, primitives - 1]` for semaphores, and the simulated
+/// objects have one primitive; values up to MaxPrimitiveValue). Deterministic
+/// fences are not required.
 pub(crate) unsafe fn fence_update(
     c: &Call,
     obj: NvSciSyncObj,
@@ -545,20 +575,35 @@ pub(crate) unsafe fn fence_update(
         let Some(rec) = st.nvsci.sync_objs.get(&h) else {
             return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
         };
-        if id != 0 {
+        // SAFETY: checked non-null; caller in/out pointer to a fence.
+        unsafe { f.write(NvSciSyncFence::default()) };
+        let prim = attrs::get_u32(&rec.core.attrs, sk::PRIMITIVE).unwrap_or(attrs::PRIM_SYNCPOINT);
+        let id_max = if prim == attrs::PRIM_SYNCPOINT {
+            u64::from(u32::MAX) - 1
+        } else {
+            0
+        };
+        if id > id_max {
             c.diag(
                 D::Misuse,
-                format!("fence id {id}: simulated objects have one primitive (id 0)"),
+                format!("fence id {id} is outside [0, {id_max}] for primitive type {prim}"),
             );
-            return Err(err::BAD_PARAMETER);
+            return Err(err::OVERFLOW);
         }
-        let max = attrs::get_u64(&rec.core.attrs, sk::MAX_VALUE).unwrap_or(u64::MAX);
+        let max = attrs::get_u64(&rec.core.attrs, sk::MAX_VALUE).unwrap_or(u64::from(u32::MAX));
         if value > max {
             c.diag(
                 D::Misuse,
                 format!("fence value {value} is above the primitive's maximum {max}"),
             );
-            return Err(err::BAD_PARAMETER);
+            return Err(err::OVERFLOW);
+        }
+        if id != 0 {
+            c.diag(
+                D::Unimplemented,
+                format!("fence id {id}: a simulated object has one syncpoint (id 0); fences on other syncpoints are not simulated"),
+            );
+            return Err(err::NOT_SUPPORTED);
         }
         // SAFETY: checked non-null; caller out-pointer.
         unsafe {
@@ -570,6 +615,43 @@ pub(crate) unsafe fn fence_update(
         Ok(())
     })();
     super::done(r)
+}
+
+/// `NvSciSyncFenceGetTimestamp`: ClearedFence for a cleared fence; any
+/// other fence has no timestamps here (the simulator refuses
+/// WaiterRequireTimestamps at reconciliation), which the header answers
+/// with BadParameter.
+pub(crate) unsafe fn fence_get_timestamp(
+    c: &Call,
+    f: *const NvSciSyncFence,
+    us: *mut u64,
+) -> NvSciError {
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let f = unsafe { get(f) }?;
+        if us.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        match fence::decode(&f) {
+            FenceContent::Cleared => Err(err::CLEARED_FENCE),
+            _ => {
+                c.diag(
+                    D::Misuse,
+                    "FenceGetTimestamp on a fence whose object did not reconcile timestamps".into(),
+                );
+                Err(err::BAD_PARAMETER)
+            }
+        }
+    })();
+    super::done(r)
+}
+
+/// `NvSciSyncCheckVersionCompatibility`: compatible iff the same major
+/// version and a requested minor no newer than the claimed library's.
+pub(crate) fn check_version(c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+    let (lib_major, lib_minor) = c.inst.config.nvsci_release.sync_version();
+    // SAFETY: forwarded caller out-pointer.
+    super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })
 }
 
 /// `cuDeviceGetNvSciSyncAttributes` (see [`super::cuda_fill_sync_attrs`]).
