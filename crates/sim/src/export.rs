@@ -48,7 +48,7 @@ pub fn memory(size: usize) -> io::Result<(OwnedFd, ExportedMemory)> {
     if size == 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let fd = shm::memfd(c"tegra-interop-sim-memory", size as u64)?;
+    let fd = shm::memfd(shm::EXPORTED_MEMORY_NAME, size as u64)?;
     let (region, ptr) = Region::map_file(fd.as_fd(), size as u64, 0, size)?;
     let keep = shm::dup(fd.as_fd())?;
     Ok((
