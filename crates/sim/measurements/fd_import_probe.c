@@ -1,5 +1,19 @@
-// Probe: which failed CUDA external-resource imports close the fd they were given.
-// Our own minimal declarations (layouts from the project's fact sheet).
+// fd_import_probe.c -- our own measurement program (tegra-interop project).
+//
+// What it measures: for cuImportExternalMemory and cuImportExternalSemaphore on
+// a real NVIDIA driver, which result code each kind of bad import gets, and
+// whether the file descriptor handed in is still open afterwards and still the
+// same file (st_dev/st_ino compared before and after) or was closed by the
+// driver. It tries fds of several kinds (/dev/null, a memfd, a regular file, a
+// pipe, a socket, a closed number) against valid and invalid descriptors (size
+// 0, unknown flag bits, reserved words, type 0 / unknown types, OPAQUE_WIN32,
+// DMABUF_FD, a huge size, no current context), and first checks that
+// kcmp(KCMP_FILE) works on the machine. It needs no CUDA headers: the few
+// descriptor layouts are declared below in our own words (from the project's
+// fact sheet), and libcuda.so.1 is opened with dlopen. Build and run:
+//   gcc -O1 -o fdprobe fd_import_probe.c -ldl && ./fdprobe
+// The output on the H200 is fd_import_probe.h200.txt next to this file; the
+// simulator (crates/sim) follows it row for row (tests/fd_import_probe.rs).
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>

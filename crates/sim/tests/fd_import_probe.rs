@@ -110,10 +110,8 @@ fn make(kind: Kind) -> Made {
         Kind::Pipe => {
             let mut ends = [-1; 2];
             // SAFETY: `ends` is an array of two ints.
-            assert_eq!(
-                unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
-                0
-            );
+            let rc = unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) };
+            assert_eq!(rc, 0);
             // SAFETY: two fresh descriptors nobody else owns.
             let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
             Made {
@@ -591,10 +589,8 @@ fn recv_fd(sock: i32) -> OwnedFd {
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = space as _;
     // SAFETY: buffers live for the call.
-    assert_eq!(
-        unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) },
-        1
-    );
+    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    assert_eq!(n, 1);
     // SAFETY: one SCM_RIGHTS message with one fd was received.
     let fd = unsafe {
         let cm = libc::CMSG_FIRSTHDR(&msg);
