@@ -870,8 +870,8 @@ enum Import {
 
 /// Each row of the H200 measurement (cuda-facts.md, second round): the
 /// import kind and the fds it was given. All answered an error there; a
-/// backend that accepts one (the simulator takes a memfd or a regular file as
-/// an `OPAQUE_FD` allocation) is held to the success rule instead.
+/// backend that accepts one is held to the success rule instead (the
+/// simulator, like the H200, refuses them all).
 const FD_ROWS: &[(Import, &[Source])] = &[
     (
         Import::MemoryOpaque,

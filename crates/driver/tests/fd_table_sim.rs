@@ -1,6 +1,7 @@
 //! fd ownership around imports, checked against the process's fd table
 //! (`/proc/self/fd`) on the simulator, which behaves like the measured H200
-//! (a failed `OPAQUE_FD` memory import closes the fd it was given).
+//! (an `OPAQUE_FD` memory import that fails after its parameters were
+//! accepted closes the fd it was given).
 //!
 //! The fd table is process-wide, so every test of this binary holds one lock:
 //! they never run at the same time as each other (and no other test binary
@@ -105,7 +106,8 @@ const SYMBOL: fn(Path) -> &'static str = |p| match p {
 /// caller's fd comes back open and the same file, the fd table is the same
 /// before and after, the simulator holds nothing and saw no double close or
 /// foreign fd; for `OPAQUE_FD` memory the simulator closed the duplicate it
-/// was handed (as the real driver does), never the caller's number.
+/// was handed (as the real driver does after an import-stage failure; not
+/// after INVALID_VALUE), never the caller's number.
 #[test]
 fn injected_failure_at_every_import_path_keeps_the_callers_fd() {
     let _g = serial();
@@ -144,7 +146,12 @@ fn injected_failure_at_every_import_path_keeps_the_callers_fd() {
                 .map(|e| e.fd)
                 .collect();
             match path {
-                Path::MemoryOpaque => {
+                // The simulator closes the duplicate of a failed OPAQUE_FD
+                // memory import only for codes that model a failure of the
+                // import itself; INVALID_VALUE (1) is a parameter failure and
+                // keeps it (H200 probe, 2026-11-23); the driver then closes
+                // its duplicate itself (the fd table check above).
+                Path::MemoryOpaque if code != 1 => {
                     assert_eq!(closed.len(), 1, "{path:?}: {:?}", sim.fd_events());
                     assert_ne!(closed[0], raw, "the caller's own number reached the driver");
                 }

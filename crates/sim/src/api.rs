@@ -1016,6 +1016,39 @@ fn close_handed(c: &Call, h: Handed) {
     }
 }
 
+/// How far a failed `OPAQUE_FD` memory import got; the measured fd effect
+/// depends on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Failed while checking the call (no current context, a bad parameter):
+    /// the H200 left the fd open (probe `fd_import_probe.c`, 2026-11-23).
+    Parameters,
+    /// The parameters were valid and the import itself failed: the H200
+    /// closed the fd (UNKNOWN for /dev/null, memfds, files, pipes, sockets).
+    Import,
+}
+
+/// The stage an injected failure models, decided by its code the way the
+/// measurement splits real failures (a choice derived from the probe):
+/// INVALID_VALUE and INVALID_CONTEXT were only ever parameter failures (fd
+/// kept); NOT_INITIALIZED / DEINITIALIZED happen before any parameter is
+/// looked at (fd kept); every other code stands for a failure of the import
+/// itself (fd closed).
+fn injected_stage(code: CUresult) -> Stage {
+    if [
+        INVALID_VALUE,
+        INVALID_CONTEXT,
+        NOT_INITIALIZED,
+        DEINITIALIZED,
+    ]
+    .contains(&code)
+    {
+        Stage::Parameters
+    } else {
+        Stage::Import
+    }
+}
+
 pub(crate) unsafe fn cu_import_external_memory(
     c: &Call,
     out: *mut CUexternalMemory,
@@ -1031,18 +1064,23 @@ pub(crate) unsafe fn cu_import_external_memory(
         Ok(d) => (d.type_.0, None),
         Err(_) => (0, None),
     };
+    let mut stage = Stage::Parameters;
     let r = match c.inst.take_injected(c.index) {
-        Some(code) => Err(code),
+        Some(code) => {
+            stage = injected_stage(code);
+            Err(code)
+        }
         // SAFETY: forwarded caller pointers.
-        None => unsafe { import_memory(c, out, desc, handed) },
+        None => unsafe { import_memory(c, out, desc, handed, &mut stage) },
     };
     if let Some(h) = handed {
         // Success: the driver owns the fd and closes it (measured).
-        // Failure of an OPAQUE_FD import: the H200 closed the fd on every
-        // failed import it was measured with (UNKNOWN); the simulator does
-        // the same on every failure, injected ones included. DMABUF_FD
-        // failures (NOT_SUPPORTED, measured) leave it open.
-        if r.is_ok() || kind == MEM_OPAQUE_FD {
+        // Failure of an OPAQUE_FD import: the H200 closed the fd only when
+        // the parameters were valid and the import itself failed; parameter
+        // errors (INVALID_VALUE) and INVALID_CONTEXT left it open (measured,
+        // probe of 2026-11-23). DMABUF_FD failures (NOT_SUPPORTED,
+        // INVALID_VALUE, measured) leave it open.
+        if r.is_ok() || (kind == MEM_OPAQUE_FD && stage == Stage::Import) {
             close_handed(c, h);
         }
     }
@@ -1056,17 +1094,23 @@ unsafe fn import_memory(
     out: *mut CUexternalMemory,
     desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
     handed: Option<Handed>,
+    stage: &mut Stage,
 ) -> R {
     {
         // SAFETY: forwarded caller pointer.
         let desc = unsafe { get(desc) }?;
         let mut st = c.state();
         init(&st)?;
+        // Measured: no current context -> INVALID_CONTEXT, checked before
+        // the fd is looked at (the fd stays open).
         let ctx = current_ctx(c, &st)?;
         if out.is_null() {
             return Err(INVALID_VALUE);
         }
         let kind = desc.type_.0;
+        // Measured for OPAQUE_FD and DMABUF_FD: size 0, an unknown flag bit,
+        // a non-zero reserved word -> INVALID_VALUE, before the kind is
+        // served (DMABUF_FD answers NOT_SUPPORTED only for valid parameters).
         if desc.size == 0
             || desc.flags & !CUDA_EXTERNAL_MEMORY_DEDICATED != 0
             || desc.reserved.iter().any(|r| *r != 0)
@@ -1075,22 +1119,27 @@ unsafe fn import_memory(
         }
         let (fd, file_len, nvscibuf) = match kind {
             MEM_OPAQUE_FD | MEM_DMABUF_FD => {
-                // Measured on the H200: every DMABUF_FD import answered
-                // NOT_SUPPORTED and left the fd open. Accepting it is an
-                // opt-in, unmeasured choice (`SimConfig::dmabuf_import`).
+                // Measured on the H200: every DMABUF_FD import with valid
+                // parameters answered NOT_SUPPORTED and left the fd open.
+                // Accepting it is an opt-in, unmeasured choice
+                // (`SimConfig::dmabuf_import`).
                 if kind == MEM_DMABUF_FD && !c.inst.config.dmabuf_import {
                     return Err(NOT_SUPPORTED);
                 }
+                // The parameters are valid: from here on a failed OPAQUE_FD
+                // import closes the fd (measured).
+                *stage = Stage::Import;
                 // SAFETY: for fd kinds the union holds the descriptor.
                 let raw = unsafe { desc.handle.fd };
                 let len = match shm::inspect_fd(raw) {
-                    // The real driver answers fd = -1 with UNKNOWN (measured).
+                    // The real driver answers fd = -1 or a closed number
+                    // with UNKNOWN (measured).
                     FdInfo::Bad => return Err(UNKNOWN),
                     FdInfo::NotAFile => {
                         c.diag(
                             D::Misuse,
                             format!(
-                                "fd {raw} is not shareable memory (not a regular file / memfd)"
+                                "fd {raw} is not exported GPU memory (not even a regular file)"
                             ),
                         );
                         // Measured for OPAQUE_FD: /dev/null, a pipe, a socket
@@ -1112,6 +1161,21 @@ unsafe fn import_memory(
                 // SAFETY: `raw` was just checked to be an open descriptor; it
                 // is only borrowed for the duplication.
                 let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+                if kind == MEM_OPAQUE_FD
+                    && !shm::is_exported_memfd(borrowed, shm::EXPORTED_MEMORY_NAME)
+                {
+                    // Measured: a memfd or a regular file that is not a GPU
+                    // allocation -> UNKNOWN, fd closed. Only memory made by
+                    // `export::memory` stands for a GPU allocation here.
+                    c.diag(
+                        D::Misuse,
+                        format!(
+                            "fd {raw} is a file but not memory exported by the simulator's exporter \
+                             (export::memory); the real driver answers UNKNOWN and closes the fd"
+                        ),
+                    );
+                    return Err(UNKNOWN);
+                }
                 let keep =
                     TrackedFd::dup(&c.inst.fds, site(c), borrowed).map_err(|_| OPERATING_SYSTEM)?;
                 (keep, len, false)
@@ -1137,9 +1201,13 @@ unsafe fn import_memory(
                 (keep, e.size, true)
             }
             2..=7 => {
+                // Measured for OPAQUE_WIN32 (2): NOT_SUPPORTED, the fd in the
+                // union untouched; the KMT and D3D kinds answer the same
+                // (chosen alike, unmeasured).
                 c.diag(D::Misuse, format!("memory handle type {kind} is a Windows handle type; not available on Linux"));
-                return Err(INVALID_VALUE);
+                return Err(NOT_SUPPORTED);
             }
+            // Measured: type 0 and an unknown type (42) -> INVALID_VALUE.
             _ => return Err(INVALID_VALUE),
         };
         if desc.size > file_len {
@@ -1516,9 +1584,12 @@ pub(crate) unsafe fn cu_import_external_semaphore(
                 (Arc::clone(&e.sem), None, source)
             }
             2..=5 | 7 | 8 | 10 => {
+                // Chosen like the measured OPAQUE_WIN32 memory import:
+                // NOT_SUPPORTED, the fd in the union untouched.
                 c.diag(D::Misuse, format!("semaphore handle type {kind} is a Windows handle type; not available on Linux"));
-                return Err(INVALID_VALUE);
+                return Err(NOT_SUPPORTED);
             }
+            // Measured: type 0 and an unknown type (42) -> INVALID_VALUE.
             _ => return Err(INVALID_VALUE),
         };
         let h = new_handle(Tag::Semaphore);
@@ -1537,8 +1608,9 @@ pub(crate) unsafe fn cu_import_external_semaphore(
     })();
     // Success: the driver owns the fd and closes it (measured). Failure:
     // the H200 left the fd open on every failed semaphore import it was
-    // measured with (UNKNOWN for /dev/null and a memfd), so the fd stays
-    // the caller's.
+    // measured with (UNKNOWN for /dev/null, a memfd, a regular file, a pipe,
+    // a socket; INVALID_VALUE for bad flags, reserved words or kinds;
+    // INVALID_CONTEXT), so the fd stays the caller's; injected failures too.
     if let (Ok(()), Some(h)) = (r, handed) {
         close_handed(c, h);
     }

@@ -6,6 +6,13 @@
 //! A semaphore is a one-page memfd holding the semaphore state, so the
 //! exporter and the simulated driver (or another process) share it.
 //!
+//! The memfds carry distinctive names (`tegra-interop-sim:exported-gpu-memory`,
+//! `tegra-interop-sim:exported-semaphore`) and are sealed against shrinking.
+//! The simulator accepts only these as `OPAQUE_FD` memory / semaphore
+//! imports (the name travels with the open file, so an fd passed to another
+//! process is still recognised): any other memfd or file is not a GPU
+//! allocation, and the real driver answers UNKNOWN for it.
+//!
 //! Each returned `OwnedFd` is the handle to import; a successful
 //! `cuImportExternalMemory` / `cuImportExternalSemaphore` consumes (closes)
 //! it, exactly like the real driver. Use `export_fd()` for another one.
@@ -48,7 +55,7 @@ pub fn memory(size: usize) -> io::Result<(OwnedFd, ExportedMemory)> {
     if size == 0 {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let fd = shm::memfd(c"tegra-interop-sim-memory", size as u64)?;
+    let fd = shm::memfd(shm::EXPORTED_MEMORY_NAME, size as u64)?;
     let (region, ptr) = Region::map_file(fd.as_fd(), size as u64, 0, size)?;
     let keep = shm::dup(fd.as_fd())?;
     Ok((

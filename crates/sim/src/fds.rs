@@ -50,8 +50,9 @@ pub enum FdAction {
     /// simulator freed everything).
     ClosedOwn,
     /// It closed the descriptor the caller handed to an import: after a
-    /// successful import, or after a failed `OPAQUE_FD` memory import (the
-    /// measured driver closes it then too).
+    /// successful import, or after an `OPAQUE_FD` memory import that failed
+    /// once its parameters were accepted (the measured driver closes it then
+    /// too; parameter errors keep it).
     ClosedCallers,
     /// It was about to close this number but the number was no longer open:
     /// someone closed it already (a double close). Not closed again;

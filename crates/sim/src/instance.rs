@@ -333,9 +333,10 @@ pub(crate) struct Control {
 }
 
 /// Entry points whose injected failures are handed to the implementation
-/// (see [`Instance::take_injected`]) instead of returning at once: a failed
-/// `OPAQUE_FD` memory import closes the fd on the real driver, injected or
-/// not.
+/// (see [`Instance::take_injected`]) instead of returning at once: an
+/// `OPAQUE_FD` memory import that fails past its parameter checks closes the
+/// fd on the real driver, so an injected failure with a code of that stage
+/// closes it too.
 const DEFERRED_INJECTION: &[&str] = &["cuImportExternalMemory"];
 
 /// One simulator.

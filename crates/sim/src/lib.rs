@@ -4,7 +4,8 @@
 //! [`Sim::new`] makes an isolated simulated driver; [`Sim::table`] (or
 //! [`Sim::backend`]) gives its C entry points. They behave like the real
 //! driver did in the project's measurements (same codes, and the same fd
-//! effects: a failed `OPAQUE_FD` memory import closes the fd it was given),
+//! effects: an `OPAQUE_FD` memory import that fails after its parameters
+//! were accepted closes the fd it was given; other failures keep it),
 //! with four differences made for testing:
 //!
 //! * where the real driver crashes (double destroy, destroy after a context
@@ -441,8 +442,12 @@ impl Sim {
     /// Makes the call with index `call_index` (0-based, see [`Sim::calls`])
     /// return `code` without doing anything else, except for what the
     /// measured driver does with an fd on failure: an injected failure of an
-    /// `OPAQUE_FD` memory import closes the fd it was handed (the H200 closed
-    /// it on every failed `OPAQUE_FD` memory import); every other import
+    /// `OPAQUE_FD` memory import closes the fd it was handed unless `code` is
+    /// INVALID_VALUE (1), INVALID_CONTEXT (201), NOT_INITIALIZED (3) or
+    /// DEINITIALIZED (4). The H200 kept the fd after parameter errors and
+    /// INVALID_CONTEXT and closed it after failures of the import itself, so
+    /// those codes stand for the first kind and every other code for the
+    /// second (a choice derived from the measurement). Every other import
     /// leaves the fd to the caller.
     pub fn fail_at(&self, call_index: u64, code: u32) {
         self.inner.lock_control().injections.push(Injection::At {

@@ -18,6 +18,32 @@ pub(crate) const SEM_FILE_LEN: usize = 4096;
 /// First word of a semaphore memfd.
 const SEM_MAGIC: u64 = u64::from_le_bytes(*b"TISIMSEM");
 
+/// The memfd name of memory made by [`crate::export::memory`]: the mark of a
+/// "GPU allocation" that an `OPAQUE_FD` memory import accepts. A name is
+/// part of the open file description, so it survives `dup` and SCM_RIGHTS
+/// passing to another process (`readlink /proc/self/fd/N` shows
+/// `/memfd:<name> (deleted)` there too).
+pub(crate) const EXPORTED_MEMORY_NAME: &CStr = c"tegra-interop-sim:exported-gpu-memory";
+/// The memfd name of an exported semaphore ([`SharedSemaphore::create`]).
+pub(crate) const EXPORTED_SEMAPHORE_NAME: &CStr = c"tegra-interop-sim:exported-semaphore";
+
+/// Whether `fd` is a memfd the simulator's exporter made under `name`: the
+/// name (read back through `/proc/self/fd`) matches and the file is sealed
+/// against shrinking, as [`memfd`] leaves it. Any other file, a memfd made
+/// by someone else, or a system without `/proc` answers `false`.
+pub(crate) fn is_exported_memfd(fd: BorrowedFd<'_>, name: &CStr) -> bool {
+    let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+        return false;
+    };
+    let want = format!("/memfd:{} (deleted)", name.to_string_lossy());
+    if target.as_os_str().as_encoded_bytes() != want.as_bytes() {
+        return false;
+    }
+    // SAFETY: plain fcntl on a descriptor the caller keeps open.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
+}
+
 /// Creates a sealed-against-shrinking memfd of `len` bytes.
 pub(crate) fn memfd(name: &CStr, len: u64) -> io::Result<OwnedFd> {
     // SAFETY: `name` is a valid NUL-terminated string; the flags are plain bits.
@@ -258,7 +284,7 @@ impl SharedSemaphore {
         kind: SemaphoreKind,
         initial: u64,
     ) -> io::Result<(OwnedFd, SharedSemaphore)> {
-        let fd = memfd(c"tegra-interop-sim-semaphore", SEM_FILE_LEN as u64)?;
+        let fd = memfd(EXPORTED_SEMAPHORE_NAME, SEM_FILE_LEN as u64)?;
         let (region, _) = Region::map_file(fd.as_fd(), SEM_FILE_LEN as u64, 0, SEM_FILE_LEN)?;
         let sem = SharedSemaphore { region, kind };
         sem.word64(8).store(kind.encode(), Ordering::Relaxed);
@@ -270,8 +296,13 @@ impl SharedSemaphore {
         Ok((fd, sem))
     }
 
-    /// Maps an existing semaphore file. `None` when the file is not one.
+    /// Maps an existing semaphore file. `None` when the file is not one
+    /// (not a memfd made by [`SharedSemaphore::create`], or without the
+    /// semaphore block).
     pub(crate) fn open(fd: BorrowedFd<'_>) -> Option<SharedSemaphore> {
+        if !is_exported_memfd(fd, EXPORTED_SEMAPHORE_NAME) {
+            return None;
+        }
         let FdInfo::File(len) = inspect_fd(fd.as_raw_fd()) else {
             return None;
         };

@@ -38,8 +38,10 @@ fn bytes_are_shared_both_ways() {
 fn successful_import_closes_the_fd_failed_opaque_import_too() {
     let c = Cu::new();
     let _ctx = c.ctx();
-    // A failed OPAQUE_FD import (bad flags) closes the fd: the H200 closed it
-    // on every failed OPAQUE_FD memory import measured.
+    // A failed OPAQUE_FD import closes the fd once the parameters were
+    // valid (measured: UNKNOWN for a file that is not a GPU allocation);
+    // a parameter error (bad flags) keeps it (measured: INVALID_VALUE,
+    // fd open).
     let (fd, _mem) = export::memory(4096).unwrap();
     let tracked = Tracked::new(fd);
     let mut d = CUDA_EXTERNAL_MEMORY_HANDLE_DESC::default();
@@ -49,7 +51,11 @@ fn successful_import_closes_the_fd_failed_opaque_import_too() {
     d.flags = 2;
     let mut m: CUexternalMemory = std::ptr::null_mut();
     assert_eq!(cu!(c.t, cuImportExternalMemory(&mut m, &d)), INVALID_VALUE);
-    assert!(!tracked.still_open());
+    assert!(tracked.still_open());
+    tracked.close();
+    let null = Tracked::new(std::fs::File::open("/dev/null").unwrap().into());
+    assert_eq!(c.import_mem_raw(1, null.raw, 4096).0, UNKNOWN);
+    assert!(!null.still_open());
     // A successful one closes it too (the driver took it), as measured.
     let (fd, _mem) = export::memory(4096).unwrap();
     let tracked = Tracked::new(fd);
@@ -59,7 +65,9 @@ fn successful_import_closes_the_fd_failed_opaque_import_too() {
     assert_eq!(c.sim.ledger().open_fds, 1);
     assert_eq!(cu!(c.t, cuDestroyExternalMemory(m)), SUCCESS);
     assert_eq!(c.sim.ledger().open_fds, 0);
-    assert!(c.sim.diagnostics().is_empty(), "{:?}", c.sim.diagnostics());
+    // The only diagnostic: /dev/null is not exported memory.
+    let d = c.sim.diagnostics();
+    assert!(d.len() == 1 && d[0].kind == DiagnosticKind::Misuse, "{d:?}");
     // The ledger saw: the caller's fd closed (failure), a duplicate made,
     // the caller's fd closed (success), the duplicate closed (destroy).
     let actions: Vec<FdAction> = c.sim.fd_events().iter().map(|e| e.action).collect();
@@ -76,12 +84,21 @@ fn successful_import_closes_the_fd_failed_opaque_import_too() {
 
 #[test]
 fn not_a_gpu_allocation_opaque_fd_is_unknown_and_closed() {
-    // Measured: /dev/null, a pipe, a socket as OPAQUE_FD -> UNKNOWN, fd closed.
+    // Measured: /dev/null, a pipe, a socket, a memfd and a regular file that
+    // are not GPU allocations, as OPAQUE_FD -> UNKNOWN, fd closed. Only
+    // memory from `export::memory` is an allocation to the simulator.
     let c = Cu::new();
     let _ctx = c.ctx();
     let null: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-    for fd in [null, a.into(), b.into()] {
+    // SAFETY: the name is a NUL-terminated literal.
+    let raw = unsafe { libc::memfd_create(c"mine".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0);
+    // SAFETY: a fresh descriptor nobody else owns.
+    let memfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    // SAFETY: resizing our own memfd.
+    assert_eq!(unsafe { libc::ftruncate(memfd.as_raw_fd(), 4096) }, 0);
+    for fd in [null, a.into(), b.into(), memfd] {
         let t = Tracked::new(fd);
         assert_eq!(c.import_mem_raw(1, t.raw, 4096).0, UNKNOWN);
         assert!(!t.still_open());
@@ -107,23 +124,24 @@ fn import_codes_match_the_measurements() {
     let _ctx = c.ctx();
     // fd -1: UNKNOWN, exactly like the real driver.
     assert_eq!(c.import_mem_raw(1, -1, 4096).0, UNKNOWN);
-    // Windows kinds on Linux, zero size, NULL NvSciBuf object.
+    // Windows kinds on Linux (measured for OPAQUE_WIN32, the others chosen
+    // alike), zero size, NULL NvSciBuf object.
     for kind in 2..=7 {
         let (fd, _m) = export::memory(64).unwrap();
         let t = Tracked::new(fd);
         assert_eq!(
             c.import_mem_raw(kind, t.raw, 64).0,
-            INVALID_VALUE,
+            NOT_SUPPORTED,
             "kind {kind}"
         );
         t.close();
     }
     let (fd, _m) = export::memory(64).unwrap();
     let t = Tracked::new(fd);
-    // Zero size on OPAQUE_FD: refused, and (like every failed OPAQUE_FD
-    // import) the fd is closed.
+    // Zero size on OPAQUE_FD: a parameter error, and the fd is kept
+    // (measured).
     assert_eq!(c.import_mem_raw(1, t.raw, 0).0, INVALID_VALUE);
-    assert!(!t.still_open());
+    t.close();
     let mut d = CUDA_EXTERNAL_MEMORY_HANDLE_DESC::default();
     d.type_ = CUexternalMemoryHandleType(8);
     d.size = 64;
