@@ -36,6 +36,7 @@
 
 mod api;
 pub mod codes;
+mod dmabuf;
 pub mod export;
 pub mod fence;
 mod instance;
