@@ -274,9 +274,17 @@ impl TimelineTracker {
             return Err(ValidationError::ReservationPending);
         }
         self.order.check(stream)?;
-        let mut reservation = self.reserve(value)?;
-        reservation.stream = Some(stream);
-        Ok(reservation)
+        if value <= self.last {
+            return Err(ValidationError::FenceNotIncreasing {
+                last: self.last,
+                requested: value,
+            });
+        }
+        self.pending = Some(value);
+        Ok(TimelineReservation {
+            value,
+            stream: Some(stream),
+        })
     }
 
     /// Reserve `last + 1`.
@@ -296,6 +304,7 @@ impl TimelineTracker {
     ///
     /// A reservation is recognised by its value: one that is not this tracker's outstanding
     /// reservation is refused with [`ValidationError::ReservationMismatch`].
+    #[inline]
     pub fn commit(&mut self, reservation: TimelineReservation) -> Result<u64, ValidationError> {
         if self.pending != Some(reservation.value) {
             return Err(ValidationError::ReservationMismatch);
