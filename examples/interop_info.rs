@@ -1,5 +1,14 @@
-//! Capability report: what this machine offers for CUDA interop, each line
-//! with the reason, and which backend the pipeline example would pick.
+//! Capability report: what this machine offers for CUDA interop, and which
+//! backend the pipeline example would pick.
+//!
+//! Every line names its evidence, one of: `probed` (tried here, e.g. the
+//! dma-buf import: export a CUDA allocation and import it back), `attribute`
+//! (a device attribute's value), `call` (what a query returned), `symbol
+//! present` / `library loaded` (the loader found it; says nothing about
+//! whether a call succeeds), `not probed` (no side-effect-free probe exists)
+//! or `measured` (a figure from the project's own runs on named hardware).
+//! Nothing is inferred: device attribute 124 (DMA_BUF_SUPPORTED) describes
+//! exporting dma-bufs and is not taken as evidence for DMABUF_FD import.
 //!
 //! ```sh
 //! cargo run --example interop_info          # this machine (the real driver)
@@ -34,8 +43,8 @@ use std::sync::Arc;
 
 use tegra_interop::driver::device::attribute;
 use tegra_interop::driver::nvsci::{BufModule, FenceSource, SyncModule};
-use tegra_interop::driver::table::FunctionTable;
-use tegra_interop::driver::{Backend, Device};
+use tegra_interop::driver::table::{FunctionTable, LoaderNotes};
+use tegra_interop::driver::{probe as driver_probe, Backend, Context, Device};
 use tegra_interop::sys::cuda::CUDA_VERSION;
 use tegra_interop_sim::{Sim, SimConfig};
 
@@ -89,7 +98,7 @@ fn attr(
     }
 }
 
-fn device_lines(out: &mut String, backend: &Backend, driver: Option<i32>) {
+fn device_lines(out: &mut String, backend: &Arc<Backend>, driver: Option<i32>) {
     let count = match backend.device_count() {
         Ok(n) => n,
         Err(e) => {
@@ -97,7 +106,7 @@ fn device_lines(out: &mut String, backend: &Backend, driver: Option<i32>) {
             return;
         }
     };
-    line(out, "devices", format!("{count} (cuDeviceGetCount)"));
+    line(out, "devices", format!("{count} (call: cuDeviceGetCount)"));
     for ordinal in 0..count {
         let dev = match backend.device(ordinal) {
             Ok(d) => d,
@@ -132,13 +141,19 @@ fn device_lines(out: &mut String, backend: &Backend, driver: Option<i32>) {
             ),
         );
         let _ = writeln!(out, "    handle kinds:");
-        let opaque = match driver {
-            Some(v) if v >= 10000 => format!(
-                "yes (OPAQUE_FD memory and semaphores: Linux, CUDA >= 10.0; driver is {})",
-                version(v)
+        let t = backend.table();
+        let opaque = match (
+            t.cuda.cuImportExternalMemory.is_some(),
+            t.cuda.cuImportExternalSemaphore.is_some(),
+        ) {
+            (true, true) => format!(
+                "entry points present (symbol present: cuImportExternalMemory, \
+                 cuImportExternalSemaphore; driver supports CUDA {}); import not probed: it \
+                 needs an exporter (Vulkan, NvSci), run the conformance suite; measured \
+                 working on an H200, driver 580.159",
+                driver.map_or_else(|| "?".into(), version)
             ),
-            Some(v) => format!("no (needs CUDA >= 10.0; driver is {})", version(v)),
-            None => "unknown (driver version unknown)".into(),
+            _ => "no (symbol missing: cuImportExternalMemory / cuImportExternalSemaphore)".into(),
         };
         line(out, "    fd (opaque)", opaque);
         line(
@@ -151,25 +166,42 @@ fn device_lines(out: &mut String, backend: &Backend, driver: Option<i32>) {
                 attribute::TIMELINE_SEMAPHORE_INTEROP_SUPPORTED,
             ),
         );
-        let dmabuf = attr(&dev, "DMA_BUF_SUPPORTED", 124, attribute::DMA_BUF_SUPPORTED);
-        let import = match driver {
-            Some(v) if v >= 13000 => "DMABUF_FD import needs CUDA >= 13.0: driver has it",
-            Some(_) => "DMABUF_FD import needs CUDA >= 13.0: this driver is older",
-            None => "DMABUF_FD import needs CUDA >= 13.0",
+        line(
+            out,
+            "    dma-buf export",
+            format!(
+                "{}; describes exporting device memory as a dma-buf, not importing one",
+                attr(&dev, "DMA_BUF_SUPPORTED", 124, attribute::DMA_BUF_SUPPORTED)
+            ),
+        );
+        // Probed whatever the version says: the driver's answer is the evidence.
+        let mut import = match Context::primary(backend.clone(), ordinal) {
+            Ok(ctx) => driver_probe::dma_buf_import(&ctx).to_string(),
+            Err(e) => format!("unknown (no probe possible: {e})"),
         };
-        line(out, "    dma-buf", format!("{dmabuf}; {import}"));
-        let t = backend.table();
+        if let Some(v) = driver.filter(|v| *v < 13000) {
+            let _ = write!(
+                import,
+                "; note: cuDriverGetVersion = {v}, and the DMABUF_FD kind is new in CUDA 13.0"
+            );
+        }
+        line(out, "    DMABUF_FD import", import);
         let libraries =
             t.nvscibuf.NvSciBufModuleOpen.is_some() && t.nvscisync.NvSciSyncModuleOpen.is_some();
         let nvsci = match (t.cuda.cuDeviceGetNvSciSyncAttributes.is_some(), libraries) {
             (true, true) => {
-                "cuDeviceGetNvSciSyncAttributes present and NvSci libraries loaded: NVSCIBUF / NVSCISYNC imports possible"
+                "cuDeviceGetNvSciSyncAttributes present and NvSci libraries loaded (symbol present, library loaded; NVSCIBUF / NVSCISYNC import not probed)".to_string()
             }
-            (true, false) => {
-                "cuDeviceGetNvSciSyncAttributes present, but no NvSci libraries: NVSCIBUF / NVSCISYNC imports are not possible (the driver answers NOT_SUPPORTED)"
-            }
+            (true, false) => format!(
+                "cuDeviceGetNvSciSyncAttributes present, but no NvSci libraries (library not loaded{}): NVSCIBUF / NVSCISYNC imports are not possible (measured on an H200: the driver answers NOT_SUPPORTED)",
+                t.nvscibuf
+                    .loader
+                    .and_then(|n| n.load_error.as_deref())
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
             (false, _) => {
-                "cuDeviceGetNvSciSyncAttributes missing: no NVSCIBUF / NVSCISYNC imports"
+                "cuDeviceGetNvSciSyncAttributes missing (symbol missing): no NVSCIBUF / NVSCISYNC imports".to_string()
             }
         };
         line(out, "    nvsci", nvsci);
@@ -181,43 +213,52 @@ fn library_line<'a>(
     library: &str,
     present: impl Iterator<Item = &'a str>,
     missing: impl Iterator<Item = &'a str>,
+    loader: Option<&LoaderNotes>,
 ) {
     let present = present.count();
     let missing: Vec<&str> = missing.collect();
     let total = present + missing.len();
-    let value = if present == 0 {
-        format!("not loaded (0/{total} symbols)")
-    } else if missing.is_empty() {
-        format!("{present}/{total} symbols present")
-    } else {
-        format!(
+    let value = match loader.and_then(|n| n.load_error.as_deref()) {
+        Some(reason) => format!("not loaded (0/{total} symbols; the loader said: {reason})"),
+        None if present == 0 => format!("not loaded (0/{total} symbols)"),
+        None if missing.is_empty() => format!("{present}/{total} symbols present"),
+        None => format!(
             "{present}/{total} symbols present; missing: {}",
             missing.join(", ")
-        )
+        ),
     };
     line(out, library, value);
 }
 
 fn table_lines(out: &mut String, t: &FunctionTable) {
     let _ = writeln!(out, "  libraries (entry points this project resolves):");
-    library_line(out, "  libcuda.so.1", t.cuda.present(), t.cuda.missing());
+    library_line(
+        out,
+        "  libcuda.so.1",
+        t.cuda.present(),
+        t.cuda.missing(),
+        t.cuda.loader,
+    );
     library_line(
         out,
         "  libnvscibuf.so.1",
         t.nvscibuf.present(),
         t.nvscibuf.missing(),
+        t.nvscibuf.loader,
     );
     library_line(
         out,
         "  libnvscisync.so.1",
         t.nvscisync.present(),
         t.nvscisync.missing(),
+        t.nvscisync.loader,
     );
     library_line(
         out,
         "  libnvsciipc.so",
         t.nvsciipc.present(),
         t.nvsciipc.missing(),
+        t.nvsciipc.loader,
     );
 }
 
@@ -240,7 +281,7 @@ fn nvsci_version_line(out: &mut String, backend: &Arc<Backend>) {
                 }
             };
             format!(
-                "NvSciBuf {}, NvSciSync {}; {source}",
+                "NvSciBuf {}, NvSciSync {} (call: Nv*CheckVersionCompatibility, probed at module open); {source}",
                 bufs.version(),
                 syncs.version()
             )
@@ -257,7 +298,7 @@ fn backend_section(out: &mut String, backend: &Arc<Backend>) {
         "CUDA driver",
         match backend.driver_version() {
             Ok(v) => format!(
-                "found; supports CUDA {} (cuDriverGetVersion = {v})",
+                "found; supports CUDA {} (call: cuDriverGetVersion = {v})",
                 version(v)
             ),
             Err(e) => format!("loaded, version unknown ({e})"),

@@ -59,6 +59,7 @@ pub const CUDA_FUNCTIONS: &[&str] = &[
     "cuStreamGetCtx",
     "cuMemAlloc",
     "cuMemFree",
+    "cuMemGetHandleForAddressRange",
     "cuMemcpyHtoD",
     "cuMemcpyDtoH",
     "cuMemsetD8",

@@ -565,7 +565,8 @@ pub enum ValidationError {
     ReservationPending,
     /// The reservation does not belong to this tracker's outstanding reservation.
     ReservationMismatch,
-    /// A deterministic semaphore is signalled from a second stream with no ordering stated.
+    /// A timeline or deterministic semaphore is signalled from a second stream with no ordering
+    /// stated.
     StreamNotOrdered {
         /// The stream asking to signal.
         stream: StreamId,
@@ -736,7 +737,7 @@ impl fmt::Display for ValidationError {
             }
             E::StreamNotOrdered { stream, last } => write!(
                 f,
-                "stream {} signals a deterministic semaphore last signalled from stream {} with no ordering stated between them",
+                "stream {} signals a semaphore (timeline or deterministic) last signalled from stream {} with no ordering stated between them: the signals may complete out of call order; state it with `order_after` (after making the streams ordered, e.g. with an event)",
                 stream.0, last.0
             ),
             E::UnknownPrimitiveType { raw } => {

@@ -34,6 +34,7 @@ use crate::error::ValidationError;
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TimelineReservation {
     value: u64,
+    stream: Option<StreamId>,
 }
 
 impl TimelineReservation {
@@ -41,17 +42,138 @@ impl TimelineReservation {
     pub fn value(&self) -> u64 {
         self.value
     }
+
+    /// The stream that will signal, if the reservation was made with
+    /// [`TimelineTracker::reserve_on`].
+    pub fn stream(&self) -> Option<StreamId> {
+        self.stream
+    }
+}
+
+/// Which streams may signal after which: the rule shared by [`TimelineTracker`] and
+/// [`DeterministicCounter`].
+///
+/// A signal from a stream other than the one that signalled last is refused with
+/// [`ValidationError::StreamNotOrdered`], unless an ordering was stated with
+/// [`order_after`](Self::order_after) or the check was turned off with the `unsafe`
+/// [`assume_streams_ordered`](Self::assume_streams_ordered). Two streams run independently:
+/// without an ordering, the later call's signal may execute first on the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamOrder {
+    last_stream: Option<StreamId>,
+    orderings: heapless::Vec<(StreamId, StreamId), MAX_STREAM_ORDERINGS>,
+    any_order: bool,
+}
+
+impl StreamOrder {
+    /// No signal seen yet, no ordering stated.
+    pub const fn new() -> Self {
+        Self {
+            last_stream: None,
+            orderings: heapless::Vec::new(),
+            any_order: false,
+        }
+    }
+
+    /// The stream that signalled last.
+    pub const fn last_stream(&self) -> Option<StreamId> {
+        self.last_stream
+    }
+
+    /// State that every signal `later` enqueues is ordered after all signals `earlier`
+    /// enqueued before it (e.g. `later` waits on an event recorded on `earlier` after its
+    /// signal, or both are the same underlying queue). The statement is yours; the core cannot
+    /// check it. At most [`MAX_STREAM_ORDERINGS`] orderings are kept.
+    pub fn order_after(
+        &mut self,
+        later: StreamId,
+        earlier: StreamId,
+    ) -> Result<(), ValidationError> {
+        // A stream is always ordered after itself; nothing to store.
+        if later == earlier || self.orderings.contains(&(later, earlier)) {
+            return Ok(());
+        }
+        self.orderings
+            .push((later, earlier))
+            .map_err(|_| ValidationError::CapacityExceeded {
+                capacity: MAX_STREAM_ORDERINGS,
+            })
+    }
+
+    /// Turn the multi-stream check off.
+    ///
+    /// # Safety
+    ///
+    /// Sound only if every stream that signals is ordered after the stream that signalled
+    /// before it. Otherwise signals can complete out of call order (see the owning tracker's
+    /// docs for what that breaks).
+    pub unsafe fn assume_streams_ordered(&mut self) {
+        self.any_order = true;
+    }
+
+    /// Whether `stream` may signal next.
+    #[inline]
+    pub fn check(&self, stream: StreamId) -> Result<(), ValidationError> {
+        match self.last_stream {
+            None => Ok(()),
+            Some(last) if last == stream || self.any_order => Ok(()),
+            Some(last) if self.orderings.contains(&(stream, last)) => Ok(()),
+            Some(last) => Err(ValidationError::StreamNotOrdered { stream, last }),
+        }
+    }
+
+    /// `stream` signalled (the enqueue succeeded).
+    #[inline]
+    fn signalled(&mut self, stream: StreamId) {
+        self.last_stream = Some(stream);
+    }
+}
+
+impl Default for StreamOrder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for StreamOrder {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "StreamOrder {{ last_stream: {}, orderings: {=usize}, any_order: {=bool} }}",
+            self.last_stream,
+            self.orderings.len(),
+            self.any_order
+        )
+    }
 }
 
 /// Tracks the values signalled on one timeline semaphore (or D3D fence): strictly increasing.
 ///
 /// The driver does not protect monotonicity (signalling 3 after 8 really moves the counter
-/// back); this tracker refuses any value that is not greater than the last committed one.
+/// back); this tracker refuses any value that is not greater than the last committed one (or
+/// the highest value [`observe`](Self::observe)d).
+///
+/// **Call order is not device order.** Signals enqueued on two streams can execute in either
+/// order: signal 5 on stream A (queued behind a wait) and 6 on stream B, and the counter can end
+/// at 5. So, like [`DeterministicCounter`], a signal from a stream other than the one that
+/// signalled last ([`reserve_on`](Self::reserve_on)) is refused with
+/// [`ValidationError::StreamNotOrdered`] unless you stated an ordering with
+/// [`order_after`](Self::order_after) (or opted out with the `unsafe`
+/// [`assume_streams_ordered`](Self::assume_streams_ordered)).
+///
+/// **What the tracker cannot see.** It knows only the signals made through it. Signals of the
+/// same semaphore made elsewhere (by the exporter, e.g. Vulkan; through another import of the
+/// same semaphore, which has its own tracker; by another process) are invisible unless you
+/// report them with [`observe`](Self::observe), and so are their positions in device order.
+/// Report a value only once it is reached (or once the signals you make through this tracker
+/// are ordered after it), and keep one tracker per semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct TimelineTracker {
     last: u64,
     pending: Option<u64>,
+    order: StreamOrder,
 }
 
 impl TimelineTracker {
@@ -60,10 +182,11 @@ impl TimelineTracker {
         Self {
             last: initial,
             pending: None,
+            order: StreamOrder::new(),
         }
     }
 
-    /// The last committed value.
+    /// The floor: the last committed or observed value. A signal must exceed it.
     pub const fn last(&self) -> u64 {
         self.last
     }
@@ -73,8 +196,55 @@ impl TimelineTracker {
         self.pending
     }
 
-    /// Reserve `value` for the next signal: it must be greater than the last committed value,
-    /// and no other reservation may be outstanding.
+    /// The stream that signalled last through [`reserve_on`](Self::reserve_on).
+    pub const fn last_stream(&self) -> Option<StreamId> {
+        self.order.last_stream()
+    }
+
+    /// Reports a value signalled outside this tracker (by the exporter, another import of the
+    /// same semaphore, another process): the floor rises to `value` if it is higher; a lower
+    /// value changes nothing. Returns the new floor.
+    ///
+    /// Refused with [`ValidationError::ReservationPending`] while a reservation is outstanding
+    /// (its value was checked against the old floor).
+    pub fn observe(&mut self, value: u64) -> Result<u64, ValidationError> {
+        if self.pending.is_some() {
+            return Err(ValidationError::ReservationPending);
+        }
+        if value > self.last {
+            self.last = value;
+        }
+        Ok(self.last)
+    }
+
+    /// State that every signal `later` enqueues runs after all signals `earlier` enqueued
+    /// before it; afterwards a signal from `later` may follow one from `earlier`. See
+    /// [`StreamOrder::order_after`].
+    pub fn order_after(
+        &mut self,
+        later: StreamId,
+        earlier: StreamId,
+    ) -> Result<(), ValidationError> {
+        self.order.order_after(later, earlier)
+    }
+
+    /// Turn the multi-stream check off for this tracker.
+    ///
+    /// # Safety
+    ///
+    /// Sound only if every stream that signals this semaphore is ordered after the stream that
+    /// signalled before it. Otherwise a smaller value can execute after a larger one and move
+    /// the device's counter back, and waiters can unblock early or never.
+    pub unsafe fn assume_streams_ordered(&mut self) {
+        // SAFETY: the caller's contract is the same as ours.
+        unsafe { self.order.assume_streams_ordered() }
+    }
+
+    /// Reserve `value` for the next signal, without saying from which stream: it must be
+    /// greater than the floor, and no other reservation may be outstanding.
+    ///
+    /// Only for callers with a single signalling queue: the stream rule is not checked here
+    /// (use [`reserve_on`](Self::reserve_on) where several streams may signal).
     pub fn reserve(&mut self, value: u64) -> Result<TimelineReservation, ValidationError> {
         if self.pending.is_some() {
             return Err(ValidationError::ReservationPending);
@@ -86,7 +256,35 @@ impl TimelineTracker {
             });
         }
         self.pending = Some(value);
-        Ok(TimelineReservation { value })
+        Ok(TimelineReservation {
+            value,
+            stream: None,
+        })
+    }
+
+    /// Reserve `value` for the next signal, enqueued on `stream`: as [`reserve`](Self::reserve),
+    /// and `stream` must be the stream that signalled last or ordered after it.
+    #[inline]
+    pub fn reserve_on(
+        &mut self,
+        stream: StreamId,
+        value: u64,
+    ) -> Result<TimelineReservation, ValidationError> {
+        if self.pending.is_some() {
+            return Err(ValidationError::ReservationPending);
+        }
+        self.order.check(stream)?;
+        if value <= self.last {
+            return Err(ValidationError::FenceNotIncreasing {
+                last: self.last,
+                requested: value,
+            });
+        }
+        self.pending = Some(value);
+        Ok(TimelineReservation {
+            value,
+            stream: Some(stream),
+        })
     }
 
     /// Reserve `last + 1`.
@@ -101,16 +299,21 @@ impl TimelineTracker {
         self.reserve(next)
     }
 
-    /// The enqueue succeeded: `reservation`'s value becomes the last value. Returns it.
+    /// The enqueue succeeded: `reservation`'s value becomes the last value (and its stream, if
+    /// it was made with [`reserve_on`](Self::reserve_on), the last signaller). Returns it.
     ///
     /// A reservation is recognised by its value: one that is not this tracker's outstanding
     /// reservation is refused with [`ValidationError::ReservationMismatch`].
+    #[inline]
     pub fn commit(&mut self, reservation: TimelineReservation) -> Result<u64, ValidationError> {
         if self.pending != Some(reservation.value) {
             return Err(ValidationError::ReservationMismatch);
         }
         self.pending = None;
         self.last = reservation.value;
+        if let Some(stream) = reservation.stream {
+            self.order.signalled(stream);
+        }
         Ok(reservation.value)
     }
 
@@ -216,9 +419,7 @@ pub struct DeterministicCounter {
     width: PrimitiveWidth,
     initial: u64,
     count: u64,
-    last_stream: Option<StreamId>,
-    orderings: heapless::Vec<(StreamId, StreamId), MAX_STREAM_ORDERINGS>,
-    any_order: bool,
+    order: StreamOrder,
     pending: Option<u64>,
 }
 
@@ -235,9 +436,7 @@ impl DeterministicCounter {
             width,
             initial: initial_value,
             count: 0,
-            last_stream: None,
-            orderings: heapless::Vec::new(),
-            any_order: false,
+            order: StreamOrder::new(),
             pending: None,
         })
     }
@@ -284,7 +483,7 @@ impl DeterministicCounter {
 
     /// The stream that signalled last.
     pub fn last_stream(&self) -> Option<StreamId> {
-        self.last_stream
+        self.order.last_stream()
     }
 
     /// State that every signal `later` enqueues is ordered after all signals `earlier` enqueued
@@ -296,15 +495,7 @@ impl DeterministicCounter {
         later: StreamId,
         earlier: StreamId,
     ) -> Result<(), ValidationError> {
-        // A stream is always ordered after itself; nothing to store.
-        if later == earlier || self.orderings.contains(&(later, earlier)) {
-            return Ok(());
-        }
-        self.orderings
-            .push((later, earlier))
-            .map_err(|_| ValidationError::CapacityExceeded {
-                capacity: MAX_STREAM_ORDERINGS,
-            })
+        self.order.order_after(later, earlier)
     }
 
     /// Turn the multi-stream check off for this counter.
@@ -315,16 +506,8 @@ impl DeterministicCounter {
     /// signalled before it (so the k-th signal really completes k-th). Otherwise a waiter built
     /// for signal k may unblock on another signal and read memory still being written.
     pub unsafe fn assume_streams_ordered(&mut self) {
-        self.any_order = true;
-    }
-
-    fn stream_allowed(&self, stream: StreamId) -> Result<(), ValidationError> {
-        match self.last_stream {
-            None => Ok(()),
-            Some(last) if last == stream || self.any_order => Ok(()),
-            Some(last) if self.orderings.contains(&(stream, last)) => Ok(()),
-            Some(last) => Err(ValidationError::StreamNotOrdered { stream, last }),
-        }
+        // SAFETY: the caller's contract is the same as ours.
+        unsafe { self.order.assume_streams_ordered() }
     }
 
     /// Reserve the next signal on `stream`.
@@ -335,7 +518,7 @@ impl DeterministicCounter {
         if self.pending.is_some() {
             return Err(ValidationError::ReservationPending);
         }
-        self.stream_allowed(stream)?;
+        self.order.check(stream)?;
         let index = self
             .count
             .checked_add(1)
@@ -359,7 +542,7 @@ impl DeterministicCounter {
         }
         self.pending = None;
         self.count = reservation.index;
-        self.last_stream = Some(reservation.stream);
+        self.order.signalled(reservation.stream);
         Ok(reservation.value)
     }
 
@@ -382,7 +565,7 @@ impl defmt::Format for DeterministicCounter {
             self.width,
             self.initial,
             self.count,
-            self.last_stream
+            self.order.last_stream()
         )
     }
 }

@@ -68,6 +68,15 @@ enum TimelineOp {
 }
 
 #[derive(Debug, Clone)]
+enum StreamedOp {
+    Reserve(u8, u64),
+    Commit,
+    Abort,
+    Order(u8, u8),
+    Observe(u64),
+}
+
+#[derive(Debug, Clone)]
 enum DetOp {
     Reserve(u8),
     Commit,
@@ -196,6 +205,71 @@ proptest! {
                 },
             }
             prop_assert_eq!(t.last(), last);
+        }
+    }
+
+    /// Timeline tracker with streams and observed values, against a model: a reservation on a
+    /// stream other than the last signaller is refused unless ordered after it; observed
+    /// values only raise the floor; the floor never goes down; every committed value exceeds
+    /// everything committed or observed before it.
+    #[test]
+    fn streamed_timeline_model(initial in 0u64..1000, ops in prop::collection::vec(prop_oneof![
+        (0u8..3, 0u64..1200).prop_map(|(s, v)| StreamedOp::Reserve(s, v)),
+        Just(StreamedOp::Commit),
+        Just(StreamedOp::Abort),
+        (0u8..3, 0u8..3).prop_map(|(a, b)| StreamedOp::Order(a, b)),
+        (0u64..1200).prop_map(StreamedOp::Observe),
+    ], 0..60)) {
+        let mut t = TimelineTracker::new(initial);
+        let mut floor = initial;
+        let mut last: Option<u8> = None;
+        let mut orders: Vec<(u8, u8)> = Vec::new();
+        let mut pending = None;
+        for op in ops {
+            match op {
+                StreamedOp::Reserve(s, v) => {
+                    let got = t.reserve_on(StreamId(u64::from(s)), v);
+                    let allowed = match last { None => true, Some(l) => l == s || orders.contains(&(s, l)) };
+                    if pending.is_some() {
+                        prop_assert_eq!(got.err(), Some(ValidationError::ReservationPending));
+                    } else if !allowed {
+                        prop_assert_eq!(got.err(), Some(ValidationError::StreamNotOrdered { stream: StreamId(u64::from(s)), last: StreamId(u64::from(last.unwrap())) }));
+                    } else if v <= floor {
+                        prop_assert_eq!(got.err(), Some(ValidationError::FenceNotIncreasing { last: floor, requested: v }));
+                    } else {
+                        let r = got.unwrap();
+                        prop_assert_eq!(r.stream(), Some(StreamId(u64::from(s))));
+                        pending = Some((r, s));
+                    }
+                }
+                StreamedOp::Commit => if let Some((r, s)) = pending.take() {
+                    let v = r.value();
+                    prop_assert!(v > floor);
+                    prop_assert_eq!(t.commit(r), Ok(v));
+                    floor = v;
+                    last = Some(s);
+                },
+                StreamedOp::Abort => if let Some((r, _)) = pending.take() {
+                    prop_assert_eq!(t.abort(r), Ok(()));
+                },
+                StreamedOp::Order(a, b) => {
+                    prop_assert_eq!(t.order_after(StreamId(u64::from(a)), StreamId(u64::from(b))), Ok(()));
+                    if a != b && !orders.contains(&(a, b)) {
+                        orders.push((a, b));
+                    }
+                }
+                StreamedOp::Observe(v) => {
+                    let got = t.observe(v);
+                    if pending.is_some() {
+                        prop_assert_eq!(got, Err(ValidationError::ReservationPending));
+                    } else {
+                        floor = floor.max(v);
+                        prop_assert_eq!(got, Ok(floor));
+                    }
+                }
+            }
+            prop_assert_eq!(t.last(), floor);
+            prop_assert_eq!(t.last_stream(), last.map(|s| StreamId(u64::from(s))));
         }
     }
 

@@ -56,6 +56,21 @@ fn rule_table() {
     let mut other_timeline = TimelineTracker::new(0);
     let foreign = TimelineTracker::new(10).reserve(11).unwrap();
     let mut max_timeline = TimelineTracker::new(u64::MAX);
+    // Timeline signalled on stream 1: stream 2 needs a stated order.
+    let mut streamed_timeline = TimelineTracker::new(0);
+    let r = streamed_timeline.reserve_on(StreamId(1), 5).unwrap();
+    streamed_timeline.commit(r).unwrap();
+    let mut timeline_orders_full = TimelineTracker::new(0);
+    for i in 0..MAX_STREAM_ORDERINGS as u64 {
+        timeline_orders_full
+            .order_after(StreamId(100 + i), StreamId(1))
+            .unwrap();
+    }
+    // The exporter reached 10 (reported with observe).
+    let mut observed_timeline = TimelineTracker::new(0);
+    observed_timeline.observe(10).unwrap();
+    let mut observe_pending = TimelineTracker::new(0);
+    let _held3 = observe_pending.reserve_on(StreamId(1), 1).unwrap();
 
     let mut det = DeterministicCounter::new(PrimitiveWidth::U32, 0).unwrap();
     let r = det.reserve(StreamId(1)).unwrap();
@@ -593,6 +608,34 @@ fn rule_table() {
             "commit only the tracker's reservation",
             err(other_timeline.commit(foreign)),
             E::ReservationMismatch,
+        ),
+        (
+            "timeline: a second stream needs a stated order (device order is not call order)",
+            err(streamed_timeline.reserve_on(StreamId(2), 6)),
+            E::StreamNotOrdered {
+                stream: StreamId(2),
+                last: StreamId(1),
+            },
+        ),
+        (
+            "timeline: stream orderings are bounded",
+            err(timeline_orders_full.order_after(StreamId(99), StreamId(1))),
+            E::CapacityExceeded {
+                capacity: MAX_STREAM_ORDERINGS,
+            },
+        ),
+        (
+            "timeline: an observed value raises the floor",
+            err(observed_timeline.reserve_on(StreamId(1), 10)),
+            E::FenceNotIncreasing {
+                last: 10,
+                requested: 10,
+            },
+        ),
+        (
+            "timeline: observe waits for the outstanding reservation",
+            err(observe_pending.observe(5)),
+            E::ReservationPending,
         ),
         // --- deterministic fences ---
         (

@@ -2,7 +2,9 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::table::{CudaApi, FunctionTable, NvSciBufApi, NvSciIpcApi, NvSciSyncApi};
+use crate::table::{
+    loader_reason, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
+};
 use crate::{check, Error};
 
 /// Where a [`Backend`]'s entry points come from.
@@ -64,13 +66,18 @@ impl Backend {
     /// `libnvsciipc.so`), and initialises CUDA (`cuInit(0)`).
     ///
     /// Each symbol is optional: one the installed driver lacks stays `None`
-    /// and calling it gives [`Error::NotSupported`]. Missing NvSci libraries
-    /// (any discrete GPU) leave all of their entries `None`.
+    /// and calling it gives [`Error::NotSupported`] with `dlsym`'s message.
+    /// Missing NvSci libraries (any discrete GPU) leave all of their entries
+    /// `None`; the loader's reason is kept (see
+    /// [`loader_notes`](Self::loader_notes)) and is part of the
+    /// `NotSupported` error of each of their entry points.
     ///
     /// # Errors
     /// [`Error::DriverNotFound`] when `libcuda.so.1` cannot be opened (no
-    /// NVIDIA driver installed); [`Error::Driver`] when `cuInit` fails (for
-    /// example no device).
+    /// NVIDIA driver installed), with the loader's reason, e.g. `CUDA driver
+    /// not found (libcuda.so.1: cannot open shared object file: No such file
+    /// or directory)`; [`Error::Driver`] when `cuInit` fails (for example no
+    /// device).
     ///
     /// ```no_run
     /// let backend = tegra_interop_driver::Backend::real()?;
@@ -80,27 +87,39 @@ impl Backend {
     pub fn real() -> Result<Arc<Backend>, Error> {
         let cuda_lib = open(CudaApi::LIBRARY).map_err(|e| Error::DriverNotFound {
             library: CudaApi::LIBRARY,
-            message: e.to_string(),
+            message: loader_reason(&e, Some(CudaApi::LIBRARY)),
         })?;
         let mut table = FunctionTable::empty();
         // SAFETY: `cuda_lib` is libcuda.so.1, the library `CudaApi` describes.
         table.cuda = unsafe { CudaApi::resolve(&cuda_lib) };
         let mut libraries = vec![cuda_lib];
-        if let Ok(lib) = open(NvSciBufApi::LIBRARY) {
-            // SAFETY: `lib` is libnvscibuf.so.1, the library `NvSciBufApi` describes.
-            table.nvscibuf = unsafe { NvSciBufApi::resolve(&lib) };
-            libraries.push(lib);
-        }
-        if let Ok(lib) = open(NvSciSyncApi::LIBRARY) {
-            // SAFETY: `lib` is libnvscisync.so.1, the library `NvSciSyncApi` describes.
-            table.nvscisync = unsafe { NvSciSyncApi::resolve(&lib) };
-            libraries.push(lib);
-        }
-        if let Ok(lib) = open(NvSciIpcApi::LIBRARY) {
-            // SAFETY: `lib` is libnvsciipc.so, the library `NvSciIpcApi` describes.
-            table.nvsciipc = unsafe { NvSciIpcApi::resolve(&lib) };
-            libraries.push(lib);
-        }
+        table.nvscibuf = match open(NvSciBufApi::LIBRARY) {
+            Ok(lib) => {
+                // SAFETY: `lib` is libnvscibuf.so.1, the library `NvSciBufApi` describes.
+                let api = unsafe { NvSciBufApi::resolve(&lib) };
+                libraries.push(lib);
+                api
+            }
+            Err(e) => NvSciBufApi::not_loaded(loader_reason(&e, None)),
+        };
+        table.nvscisync = match open(NvSciSyncApi::LIBRARY) {
+            Ok(lib) => {
+                // SAFETY: `lib` is libnvscisync.so.1, the library `NvSciSyncApi` describes.
+                let api = unsafe { NvSciSyncApi::resolve(&lib) };
+                libraries.push(lib);
+                api
+            }
+            Err(e) => NvSciSyncApi::not_loaded(loader_reason(&e, None)),
+        };
+        table.nvsciipc = match open(NvSciIpcApi::LIBRARY) {
+            Ok(lib) => {
+                // SAFETY: `lib` is libnvsciipc.so, the library `NvSciIpcApi` describes.
+                let api = unsafe { NvSciIpcApi::resolve(&lib) };
+                libraries.push(lib);
+                api
+            }
+            Err(e) => NvSciIpcApi::not_loaded(loader_reason(&e, None)),
+        };
         let backend = Arc::new(Backend {
             name: "cuda",
             kind: BackendKind::Real,
@@ -111,6 +130,24 @@ impl Backend {
         });
         backend.ensure_init()?;
         Ok(backend)
+    }
+
+    /// What the run-time loader said about each library of the table (CUDA,
+    /// NvSciBuf, NvSciSync, NvSciIpc, in that order): whether it loaded, the
+    /// loader's message if not (for example an NvSci library that is present
+    /// but fails to load), and `dlsym`'s message for every missing symbol.
+    /// Empty for backends over a table filled by someone else.
+    pub fn loader_notes(&self) -> Vec<&'static LoaderNotes> {
+        let t = &self.table;
+        [
+            t.cuda.loader,
+            t.nvscibuf.loader,
+            t.nvscisync.loader,
+            t.nvsciipc.loader,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// A backend over a table filled by someone else (the simulator, a test

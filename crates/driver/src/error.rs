@@ -29,15 +29,22 @@ pub enum Error {
     NotSupported {
         /// The C symbol that is missing.
         symbol: &'static str,
-        /// The library it should come from.
+        /// The library it should come from (the soname that was searched).
         library: &'static str,
+        /// The run-time loader's reason, where a loader filled the table
+        /// ([`crate::Backend::real`]): why the library did not load, or
+        /// `dlsym`'s message for the symbol. `None` for tables filled by
+        /// someone else (the simulator, a test double), which have no loader.
+        reason: Option<&'static str>,
     },
     /// The CUDA driver library could not be loaded at all (no NVIDIA driver
     /// installed, or not on the loader's path).
     DriverNotFound {
         /// The soname we tried (`libcuda.so.1`).
         library: &'static str,
-        /// The loader's message.
+        /// The loader's reason (`dlerror()`'s text from libloading's source
+        /// chain, without the leading soname), e.g. `cannot open shared
+        /// object file: No such file or directory`.
         message: String,
     },
     /// A CUDA driver call returned an error.
@@ -118,9 +125,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// A missing symbol of a library.
+    /// A missing symbol of a library, without a loader's reason (a table
+    /// filled by someone else).
     pub fn not_supported(symbol: &'static str, library: &'static str) -> Self {
-        Error::NotSupported { symbol, library }
+        Error::NotSupported {
+            symbol,
+            library,
+            reason: None,
+        }
     }
 
     /// The driver code, for [`Error::Driver`].
@@ -141,9 +153,21 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NotSupported { symbol, library } => {
+            Error::NotSupported {
+                symbol,
+                library,
+                reason: None,
+            } => {
                 write!(f, "{symbol} is not available ({library} lacks it or is not installed)")
             }
+            Error::NotSupported {
+                symbol,
+                library,
+                reason: Some(reason),
+            } => write!(
+                f,
+                "{symbol} is not available (searched {library}; the loader said: {reason})"
+            ),
             Error::NotInLibraryVersion {
                 item,
                 library,

@@ -64,6 +64,7 @@ pub mod error;
 mod hostfn;
 pub mod memory;
 pub mod nvsci;
+pub mod probe;
 pub mod semaphore;
 pub mod table;
 

@@ -41,6 +41,18 @@ pub enum Tracking {
 /// own context: anything else is refused before the call with
 /// [`Error::WrongContext`].
 ///
+/// **Timeline values never go backwards through this API.** A signal must
+/// exceed the tracked floor, and a signal on a stream other than the one
+/// that signalled last is refused (`StreamNotOrdered`) unless you stated,
+/// with [`order_streams`](Self::order_streams), that the new stream's work
+/// runs after the old one's: signals on two unordered streams can complete
+/// in either order (5 queued behind a wait on one stream, 6 on another: the
+/// counter can end at 5). What this crate cannot see: signals made by the
+/// exporter, by another process, or through another import of the same
+/// semaphore (each import has its own tracker). Report those with
+/// [`observe_timeline`](Self::observe_timeline), and keep one import per
+/// semaphore and context.
+///
 /// Dropping it (or [`destroy`](Self::destroy)) first waits for the context's
 /// queued work if the semaphore was ever used, since a semaphore must have no
 /// signal or wait outstanding when destroyed; a wait that never completes
@@ -203,7 +215,9 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     /// that was already signalled through this handle.
     pub fn with_timeline_initial(mut self, initial: u64) -> Result<Self, Error> {
         match &self.tracking {
-            Tracking::Timeline(t) if t.last() == 0 && t.pending().is_none() => {
+            Tracking::Timeline(t)
+                if t.last() == 0 && t.pending().is_none() && t.last_stream().is_none() =>
+            {
                 self.tracking = Tracking::Timeline(TimelineTracker::new(initial));
                 Ok(self)
             }
@@ -265,11 +279,61 @@ impl<'ctx> ExternalSemaphore<'ctx> {
         &mut self.tracking
     }
 
-    /// For a timeline: the last value signalled through this handle.
+    /// For a timeline: the floor, i.e. the last value signalled through this
+    /// handle or reported with [`observe_timeline`](Self::observe_timeline).
     pub fn last_timeline_value(&self) -> Option<u64> {
         match &self.tracking {
             Tracking::Timeline(t) => Some(t.last()),
             _ => None,
+        }
+    }
+
+    /// For a timeline: reports a value signalled outside this handle (by the
+    /// exporter, through another import of the same semaphore, by another
+    /// process). The tracked floor rises to `value` if it is higher, so a
+    /// later signal through this handle must exceed it. Returns the floor.
+    ///
+    /// The crate cannot see such signals by itself: a second import of the
+    /// same semaphore has its own tracker, and the exporter's signals never
+    /// pass through this crate. Report a value once it is reached (for
+    /// example after a wait for it on the signalling stream), not merely
+    /// submitted.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a semaphore that is not a timeline.
+    pub fn observe_timeline(&mut self, value: u64) -> Result<u64, Error> {
+        match &mut self.tracking {
+            Tracking::Timeline(t) => Ok(t.observe(value)?),
+            _ => Err(Error::Unsupported {
+                operation: "ExternalSemaphore::observe_timeline",
+                reason: "the semaphore is not a timeline semaphore",
+            }),
+        }
+    }
+
+    /// States that every signal `later` enqueues runs after all signals
+    /// `earlier` enqueued before it (for example `later` waits on an event
+    /// recorded on `earlier` after its signals). Afterwards this semaphore may
+    /// be signalled on `later` after a signal on `earlier`; without it such a
+    /// signal is refused with `StreamNotOrdered`, for timelines (a smaller
+    /// value could complete last and move the counter back) and for
+    /// deterministic NvSciSync fences (waiters would unblock at the wrong
+    /// signal). The statement is yours; the crate cannot check it.
+    ///
+    /// # Errors
+    /// [`ValidationError::CapacityExceeded`] past
+    /// [`MAX_STREAM_ORDERINGS`](tegra_interop_core::fence::MAX_STREAM_ORDERINGS)
+    /// orderings; [`Error::Unsupported`] for a semaphore without tracking
+    /// (binary, NvSciSync without a counter), where order is not checked.
+    pub fn order_streams(&mut self, later: &Stream<'_>, earlier: &Stream<'_>) -> Result<(), Error> {
+        let (later, earlier) = (later.stream_id(), earlier.stream_id());
+        match &mut self.tracking {
+            Tracking::Timeline(t) => Ok(t.order_after(later, earlier)?),
+            Tracking::Deterministic(c) => Ok(c.order_after(later, earlier)?),
+            Tracking::None => Err(Error::Unsupported {
+                operation: "ExternalSemaphore::order_streams",
+                reason: "the semaphore's signals are not tracked (binary, or NvSciSync without a counter)",
+            }),
         }
     }
 
@@ -284,7 +348,7 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     ) -> Result<Reservation, ValidationError> {
         Ok(match (&mut self.tracking, params.payload()) {
             (Tracking::Timeline(t), Payload::Fence(value)) => {
-                Reservation::Timeline(t.reserve(value)?)
+                Reservation::Timeline(t.reserve_on(stream, value)?)
             }
             (Tracking::Deterministic(c), _) => Reservation::Deterministic(c.reserve(stream)?),
             _ => Reservation::None,

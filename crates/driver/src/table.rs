@@ -27,6 +27,11 @@ macro_rules! api_struct {
                 #[doc = concat!("`", stringify!($field), "`, if the library exports it.")]
                 pub $field: $module::$pfn,
             )*
+            /// What the run-time loader said while filling this table
+            /// ([`Backend::real`](crate::Backend::real)): why the library
+            /// did not load, or why a symbol is missing. `None` for tables
+            /// filled by someone else (the simulator, a test double).
+            pub loader: Option<&'static LoaderNotes>,
         }
 
         impl $name {
@@ -35,28 +40,65 @@ macro_rules! api_struct {
 
             /// A table where every entry is missing.
             pub const fn empty() -> Self {
-                $name { $($field: None,)* }
+                $name { $($field: None,)* loader: None }
             }
 
-            /// Resolves every entry from `library`; a missing symbol stays `None`.
+            /// Resolves every entry from `library`; a missing symbol stays `None`
+            /// and the loader's reason for it is kept in [`loader`](Self::loader).
             ///
             /// # Safety
             /// `library` must be the library named by [`Self::LIBRARY`] (or one
             /// with the same C ABI): each resolved address is trusted to have
             /// the signature of its `PFN_` type.
             pub unsafe fn resolve(library: &libloading::Library) -> Self {
-                $name {
+                let mut missing = Vec::new();
+                let mut table = $name {
                     $(
                         // SAFETY: the caller guarantees the library's ABI; the
                         // symbol name comes from the same header as the type.
-                        $field: unsafe {
-                            library
-                                .get::<$module::$pfn>($module::symbols::$field.to_bytes_with_nul())
-                                .ok()
-                                .and_then(|s| *s)
+                        $field: match unsafe {
+                            library.get::<$module::$pfn>($module::symbols::$field.to_bytes_with_nul())
+                        } {
+                            Ok(symbol) => match *symbol {
+                                Some(f) => Some(f),
+                                None => {
+                                    missing.push((stringify!($field), String::from("the symbol's address is NULL")));
+                                    None
+                                }
+                            },
+                            Err(e) => {
+                                missing.push((stringify!($field), loader_reason(&e, None)));
+                                None
+                            }
                         },
                     )*
+                    loader: None,
+                };
+                table.loader = Some(intern(LoaderNotes {
+                    library: $library,
+                    load_error: None,
+                    missing,
+                }));
+                table
+            }
+
+            /// A table for a library the loader could not open: every entry
+            /// is missing, and `reason` (the loader's message) says why.
+            pub fn not_loaded(reason: String) -> Self {
+                $name {
+                    loader: Some(intern(LoaderNotes {
+                        library: $library,
+                        load_error: Some(reason),
+                        missing: Vec::new(),
+                    })),
+                    ..Self::empty()
                 }
+            }
+
+            /// The loader's reason why `symbol` is missing from this table,
+            /// if a loader filled it and gave one.
+            pub fn missing_reason(&self, symbol: &str) -> Option<&'static str> {
+                self.loader.and_then(|notes| notes.reason_for(symbol))
             }
 
             /// Names of the entries that are present.
@@ -81,6 +123,7 @@ macro_rules! api_struct {
                 f.debug_struct(stringify!($name))
                     .field("present", &present)
                     .field("missing", &missing)
+                    .field("loader", &self.loader)
                     .finish()
             }
         }
@@ -115,6 +158,7 @@ api_struct! {
         cuStreamGetCtx: PFN_cuStreamGetCtx,
         cuMemAlloc: PFN_cuMemAlloc,
         cuMemFree: PFN_cuMemFree,
+        cuMemGetHandleForAddressRange: PFN_cuMemGetHandleForAddressRange,
         cuMemcpyHtoD: PFN_cuMemcpyHtoD,
         cuMemcpyDtoH: PFN_cuMemcpyDtoH,
         cuMemsetD8: PFN_cuMemsetD8,
@@ -255,14 +299,114 @@ macro_rules! entry {
     ($api:expr, $field:ident) => {
         match $api.$field {
             Some(f) => f,
-            None => {
-                return Err($crate::Error::not_supported(
-                    stringify!($field),
-                    $crate::table::library_of(stringify!($field)),
-                ))
-            }
+            None => return Err($crate::table::missing_entry(&$api, stringify!($field))),
         }
     };
+}
+
+/// Anything that holds a table's loader notes (the four API structs).
+#[doc(hidden)]
+pub trait HasLoaderNotes {
+    /// The notes of the loader that filled the table, if any.
+    fn loader_notes(&self) -> Option<&'static LoaderNotes>;
+}
+
+macro_rules! has_loader_notes {
+    ($($name:ident),*) => {
+        $(impl HasLoaderNotes for $name {
+            fn loader_notes(&self) -> Option<&'static LoaderNotes> {
+                self.loader
+            }
+        })*
+    };
+}
+has_loader_notes!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi);
+
+impl<T: HasLoaderNotes> HasLoaderNotes for &T {
+    fn loader_notes(&self) -> Option<&'static LoaderNotes> {
+        (**self).loader_notes()
+    }
+}
+
+/// The error for an entry that `api` lacks: [`crate::Error::NotSupported`]
+/// naming the symbol, its library and, where a loader filled the table, the
+/// loader's reason (why the library did not load, or `dlsym`'s message).
+#[cold]
+#[inline(never)]
+#[doc(hidden)]
+pub fn missing_entry(api: &impl HasLoaderNotes, symbol: &'static str) -> crate::Error {
+    crate::Error::NotSupported {
+        symbol,
+        library: library_of(symbol),
+        reason: api.loader_notes().and_then(|n| n.reason_for(symbol)),
+    }
+}
+
+/// What the run-time loader said about one library while
+/// [`Backend::real`](crate::Backend::real) filled a table: whether the
+/// library loaded (and if not, the loader's message), and for each symbol
+/// it lacks, `dlsym`'s message.
+///
+/// Notes are kept for the life of the process (one per distinct outcome;
+/// loading the same library again reuses them), so errors can borrow their
+/// text as `&'static str`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoaderNotes {
+    /// The library (soname) that was searched.
+    pub library: &'static str,
+    /// `Some(message)` when the library could not be loaded at all.
+    pub load_error: Option<String>,
+    /// Symbols the library lacks, with the loader's message for each.
+    pub missing: Vec<(&'static str, String)>,
+}
+
+impl LoaderNotes {
+    /// The loader's reason why `symbol` is not available: the library's
+    /// load error, or the symbol's own `dlsym` message.
+    pub fn reason_for(&'static self, symbol: &str) -> Option<&'static str> {
+        if let Some(e) = &self.load_error {
+            return Some(e.as_str());
+        }
+        self.missing
+            .iter()
+            .find(|(name, _)| *name == symbol)
+            .map(|(_, reason)| reason.as_str())
+    }
+}
+
+/// Keeps `notes` for the life of the process, reusing an equal one already
+/// kept (so repeated loads do not grow memory).
+fn intern(notes: LoaderNotes) -> &'static LoaderNotes {
+    static KEPT: std::sync::Mutex<Vec<&'static LoaderNotes>> = std::sync::Mutex::new(Vec::new());
+    let mut kept = match KEPT.lock() {
+        Ok(k) => k,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if let Some(found) = kept.iter().find(|k| ***k == notes) {
+        return found;
+    }
+    let leaked: &'static LoaderNotes = Box::leak(Box::new(notes));
+    kept.push(leaked);
+    leaked
+}
+
+/// The loader's reason for `error`, from its source chain (`libloading`
+/// puts `dlerror()`'s text in the source; its own text is only "dlopen
+/// failed"). A leading `"{library}: "` is dropped when `library` is given,
+/// since messages that carry it show the library name already.
+pub fn loader_reason(error: &libloading::Error, library: Option<&str>) -> String {
+    let mut deepest: &dyn std::error::Error = error;
+    while let Some(source) = deepest.source() {
+        deepest = source;
+    }
+    let text = deepest.to_string();
+    match library
+        .and_then(|l| text.strip_prefix(l))
+        .and_then(|t| t.strip_prefix(": "))
+    {
+        Some(rest) => rest.to_string(),
+        None => text,
+    }
 }
 
 /// The library an entry point lives in, from its name.

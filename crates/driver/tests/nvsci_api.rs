@@ -57,7 +57,8 @@ fn absent_libraries_are_a_typed_not_supported() {
         err,
         Error::NotSupported {
             symbol: "NvSciBufModuleOpen",
-            library: "libnvscibuf.so.1"
+            library: "libnvscibuf.so.1",
+            reason: None, // a simulator's table has no loader
         }
     );
     let err = SyncModule::open(&sim.backend()).unwrap_err();

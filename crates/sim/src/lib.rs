@@ -41,6 +41,7 @@
 
 mod api;
 pub mod codes;
+mod dmabuf;
 pub mod export;
 mod fds;
 pub mod fence;

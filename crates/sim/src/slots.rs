@@ -20,7 +20,12 @@ use std::sync::{Arc, RwLock};
 use tegra_interop_driver::table::CudaApi;
 use tegra_interop_sys::cuda::*;
 
-use crate::api;
+/// The implementations the entry points dispatch to (CUDA in `api`, dma-buf
+/// export in `dmabuf`).
+mod api {
+    pub(super) use crate::api::*;
+    pub(super) use crate::dmabuf::cu_mem_get_handle_for_address_range;
+}
 use crate::codes::{DEINITIALIZED, UNKNOWN};
 use crate::instance::{Call, Instance};
 use crate::DiagnosticKind;
@@ -144,6 +149,7 @@ macro_rules! entry_points {
                 $( $field: Some(tramp::$field::<S>), )*
                 cuGetErrorName: Some(cu_get_error_name),
                 cuGetErrorString: Some(cu_get_error_string),
+                ..CudaApi::empty()
             }
         }
     };
@@ -173,6 +179,7 @@ entry_points! {
     cuStreamGetCtx => cu_stream_get_ctx(stream: CUstream, pctx: *mut CUcontext);
     cuMemAlloc => cu_mem_alloc(dptr: *mut CUdeviceptr, size: usize);
     cuMemFree => cu_mem_free(dptr: CUdeviceptr);
+    cuMemGetHandleForAddressRange => cu_mem_get_handle_for_address_range(handle: *mut c_void, dptr: CUdeviceptr, size: usize, ty: CUmemRangeHandleType, flags: core::ffi::c_ulonglong);
     cuMemcpyHtoD => cu_memcpy_htod(dst: CUdeviceptr, src: *const c_void, n: usize);
     cuMemcpyDtoH => cu_memcpy_dtoh(dst: *mut c_void, src: CUdeviceptr, n: usize);
     cuMemsetD8 => cu_memset_d8(dst: CUdeviceptr, value: c_uchar, n: usize);

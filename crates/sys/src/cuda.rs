@@ -1117,6 +1117,18 @@ impl Default for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st {
 }
 pub type CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1 = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st;
 pub type CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_v1;
+impl CUmemRangeHandleType_enum {
+    pub const CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: CUmemRangeHandleType_enum = CUmemRangeHandleType_enum(
+        1,
+    );
+    pub const CU_MEM_RANGE_HANDLE_TYPE_MAX: CUmemRangeHandleType_enum = CUmemRangeHandleType_enum(
+        2147483647,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUmemRangeHandleType_enum(pub u32);
+pub use self::CUmemRangeHandleType_enum as CUmemRangeHandleType;
 pub type PFN_cuInit = ::core::option::Option<
     unsafe extern "C" fn(arg1: ::core::ffi::c_uint) -> CUresult,
 >;
@@ -1209,6 +1221,15 @@ pub type PFN_cuMemAlloc = ::core::option::Option<
 >;
 pub type PFN_cuMemFree = ::core::option::Option<
     unsafe extern "C" fn(arg1: CUdeviceptr) -> CUresult,
+>;
+pub type PFN_cuMemGetHandleForAddressRange = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut ::core::ffi::c_void,
+        arg2: CUdeviceptr,
+        arg3: usize,
+        arg4: CUmemRangeHandleType,
+        arg5: ::core::ffi::c_ulonglong,
+    ) -> CUresult,
 >;
 pub type PFN_cuMemcpyHtoD = ::core::option::Option<
     unsafe extern "C" fn(
@@ -1362,6 +1383,8 @@ pub mod symbols {
     pub const cuMemAlloc: &::core::ffi::CStr = c"cuMemAlloc_v2";
     /// Symbol implementing `cuMemFree` (type `super::PFN_cuMemFree`).
     pub const cuMemFree: &::core::ffi::CStr = c"cuMemFree_v2";
+    /// Symbol implementing `cuMemGetHandleForAddressRange` (type `super::PFN_cuMemGetHandleForAddressRange`).
+    pub const cuMemGetHandleForAddressRange: &::core::ffi::CStr = c"cuMemGetHandleForAddressRange";
     /// Symbol implementing `cuMemcpyHtoD` (type `super::PFN_cuMemcpyHtoD`).
     pub const cuMemcpyHtoD: &::core::ffi::CStr = c"cuMemcpyHtoD_v2";
     /// Symbol implementing `cuMemcpyDtoH` (type `super::PFN_cuMemcpyDtoH`).

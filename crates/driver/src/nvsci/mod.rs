@@ -84,13 +84,7 @@ macro_rules! need {
     ($api:expr, $field:ident) => {
         match $api.$field {
             Some(f) => f,
-            None => {
-                return Err($crate::Error::not_supported(
-                    stringify!($field),
-                    $crate::table::library_of(stringify!($field)),
-                )
-                .into())
-            }
+            None => return Err($crate::table::missing_entry(&$api, stringify!($field)).into()),
         }
     };
 }
