@@ -44,10 +44,21 @@ struct VulkanConformanceExporter {
 impl VulkanConformanceExporter {
     fn new(location: MemoryLocation) -> Self {
         Self {
-            vk: Arc::new(VulkanExporter::new(cuda_uuid()).unwrap()),
+            vk: shared_vulkan(),
             location,
         }
     }
+}
+
+/// One Vulkan exporter for the whole test process. Observed on the H200
+/// (driver 580.159.04, 2026-11-23): with a fresh `VulkanExporter` (instance +
+/// device) per test, the 32nd creation in one process failed with
+/// `vkCreateInstance: ERROR_INCOMPATIBLE_DRIVER` although every earlier one
+/// had been destroyed; any run with fewer creations passed. The cause was
+/// not determined; sharing one exporter keeps the suite about CUDA.
+fn shared_vulkan() -> Arc<VulkanExporter> {
+    static VK: std::sync::OnceLock<Arc<VulkanExporter>> = std::sync::OnceLock::new();
+    Arc::clone(VK.get_or_init(|| Arc::new(VulkanExporter::new(cuda_uuid()).unwrap())))
 }
 
 struct VkMemory {
