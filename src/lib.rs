@@ -23,14 +23,6 @@ pub use tegra_interop_sys as sys;
 #[cfg(feature = "std")]
 pub use tegra_interop_driver as driver;
 
-#[cfg(feature = "camera")]
-#[cfg_attr(docsrs, doc(cfg(feature = "camera")))]
-pub mod camera;
-
-#[cfg(feature = "vulkan")]
-#[cfg_attr(docsrs, doc(cfg(feature = "vulkan")))]
-pub mod vulkan;
-
 /// True when this build targets aarch64 Linux (a Jetson's userland).
 pub const TARGET_IS_AARCH64_LINUX: bool = cfg!(tegra_aarch64_linux);
 

@@ -2,7 +2,7 @@
 //! memory and shared timeline semaphore, on its own thread, standing in for Vulkan) and the
 //! driver side (a stream of the simulated CUDA driver) each add 1 to a shared `u32` counter
 //! 10,000 times, handing over through one timeline semaphore. The same protocol runs on the
-//! real GPU with Vulkan in `tests/gpu_conformance.rs`.
+//! real GPU with Vulkan in `crates/testkit/tests/gpu_conformance.rs`.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;

@@ -25,7 +25,7 @@
 //!
 //! The same code runs on the real driver ([`Backend::real`]) and on the
 //! simulator (`tegra-interop-sim`, through [`Backend::from_table`]);
-//! [`conformance`] holds the checks both must pass.
+//! the conformance suite (`tegra-interop-testkit`, unpublished) holds the checks both must pass.
 //!
 //! ```
 //! use tegra_interop_core::{BufferMapping, SignalParams};
@@ -57,7 +57,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
-pub mod conformance;
 pub mod context;
 pub mod device;
 pub mod error;

@@ -3,8 +3,6 @@
 //! call of the main scenarios.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-mod common;
-
 use std::time::Duration;
 
 use tegra_interop_core::{

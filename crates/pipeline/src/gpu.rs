@@ -1,0 +1,1001 @@
+//! `vulkan-cuda`: the discrete-GPU transport. Vulkan is the producer's API,
+//! CUDA the consumer's; the frames and the fences are Vulkan objects that
+//! CUDA imports once.
+//!
+//! - **Frames**: one Vulkan allocation per ring slot, host-visible (host-cached
+//!   system memory where the device offers it), mapped once. The camera (the
+//!   CPU) writes each frame through that mapping. Each allocation is exported
+//!   as an opaque fd and imported into CUDA once
+//!   ([`ExternalMemory`] + [`MappedBuffer`], with the size Vulkan allocated).
+//! - **Fences**: per slot two Vulkan timeline semaphores, imported into CUDA.
+//!   *ready*: after the camera wrote the frame, the producer submits a
+//!   recorded Vulkan queue batch ([`VulkanExporter::release_host_writes`])
+//!   that makes the host's writes visible to the device (the host-to-device
+//!   memory-domain operation of a queue submission, a host-write barrier,
+//!   the buffer released to the external owner) and then signals *ready*; the
+//!   values it signals go through a core [`TimelineTracker`], and the CUDA
+//!   stream waits for exactly the tracked value. *free*: the CUDA stream
+//!   signals it after processing ([`Stream::signal`], whose driver-side
+//!   tracking returns the value); before the host touches the slot again the
+//!   producer submits the second recorded batch
+//!   ([`VulkanExporter::acquire_for_host`]), which waits for *free* on the
+//!   queue, takes the buffer back and makes the device's writes visible to
+//!   the host, and host-waits for that batch. The memory types used are
+//!   host-coherent, so the mapped range needs no explicit flush or
+//!   invalidate.
+//! - **Consumer**: one CUDA stream; per frame it waits for *ready*, runs a
+//!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
+//!   module, shared with the NvSci transport's Jetson path) that counts the
+//!   bytes that differ from [`TestPattern`] with an atomic and inverts every
+//!   byte in place (exactly [`crate::transport::process_frame`]), copies the
+//!   slot's mismatch counter into pinned host memory, signals *free* and
+//!   records an event. A completion thread waits for those events in order
+//!   and timestamps them, so a frame's finish time does not depend on when
+//!   the pipeline's loop next looks.
+//! - **Copy-based variant** ([`Mode::DeviceCopy`], the pipeline's `--copy`):
+//!   the same, except that the stream copies the frame into a device-local
+//!   CUDA buffer (a host-to-device transfer over PCIe), processes it there and
+//!   copies it back before signalling *free*. The kernel time is
+//!   [`Completion::process`]; the copies count as interop overhead. The
+//!   copies are copy kernels that use loads that refetch system memory and
+//!   write-through stores (see [`kernel::KERNEL_SOURCE`]).
+//!
+//! Everything is allocated when the transport is opened (fixed capacity): the
+//! steady state allocates nothing, on the host or on the GPU.
+//!
+//! # Why the handover goes through the Vulkan queue
+//!
+//! The first design signalled *ready* from the host (`vkSignalSemaphore`)
+//! and host-waited *free*. On the H200 (driver 580.159.04, CUDA 13.0) that
+//! verified the first use of every slot only: from the second use on, the
+//! consumer read the slot's previous contents (its own output) instead of the
+//! frame the CPU had just written. Vulkan makes host writes visible to the
+//! device only through a queue submission; a host-side signal performs no
+//! such operation, and the GPU kept stale cached lines of the system-memory
+//! allocation. With the queue batches the pipeline verifies every frame, in
+//! both modes; the old behaviour is kept as a diagnosis control
+//! ([`Handover::HostOnly`], `TEGRA_INTEROP_GPU_HANDOVER=host-only`) and still
+//! fails the same way. BENCHMARKS.md ("the discrete-GPU pipeline") has the
+//! runs and figures.
+//!
+//! [`TestPattern`]: crate::camera::TestPattern
+
+use std::fmt::Display;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
+use tegra_interop::driver::{
+    Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
+};
+use tegra_interop_testkit::vulkan::{
+    HostHandover, MemoryLocation, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
+};
+
+use crate::ring::FenceSchedule;
+use crate::transport::{Completion, FrameGeometry, FrameTransport, TransportError};
+
+use crate::kernel::{self, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+
+/// Name printed as `backend: ...`.
+pub const BACKEND_NAME: &str = "vulkan-cuda";
+
+/// How long the producer waits for a slot to be freed before giving up.
+const FREE_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the completion thread keeps waiting for a frame once the
+/// transport is being torn down.
+const TEARDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// Where the consumer processes the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The kernel works on the imported Vulkan memory in place (zero-copy).
+    ZeroCopy,
+    /// The frame is copied into a device-local CUDA buffer, processed there
+    /// and copied back (the copy-based variant, for comparison).
+    DeviceCopy,
+}
+
+impl Mode {
+    /// [`Mode::DeviceCopy`] for the pipeline's `--copy`, else zero-copy.
+    pub fn from_copy_flag(copy: bool) -> Mode {
+        if copy {
+            Mode::DeviceCopy
+        } else {
+            Mode::ZeroCopy
+        }
+    }
+}
+
+/// How the producer hands a frame to CUDA and takes the slot back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// Through Vulkan queue batches ([`VulkanExporter::release_host_writes`],
+    /// [`VulkanExporter::acquire_for_host`]): the release makes the host's
+    /// writes visible to the device before it signals *ready*, the acquire
+    /// waits for *free* on the queue and makes the device's writes visible to
+    /// the host. The default, and the only correct one.
+    Queue,
+    /// Host-side semaphore operations only (`vkSignalSemaphore` for *ready*,
+    /// `vkWaitSemaphores` for *free*): the first design, which read stale
+    /// frames on the H200. Kept as a diagnosis control, selected with
+    /// `TEGRA_INTEROP_GPU_HANDOVER=host-only`; it is expected to fail
+    /// verification.
+    HostOnly,
+}
+
+impl Handover {
+    /// The environment variable that selects the diagnosis control.
+    pub const ENV: &'static str = "TEGRA_INTEROP_GPU_HANDOVER";
+
+    /// [`Handover::Queue`] unless [`Handover::ENV`] says `host-only`
+    /// (`queue` is accepted too; anything else is an error).
+    pub fn from_env() -> Result<Handover, TransportError> {
+        match std::env::var(Self::ENV) {
+            Err(std::env::VarError::NotPresent) => Ok(Handover::Queue),
+            Ok(v) => Self::parse(&v),
+            Err(e) => Err(TransportError::new(format!("{}: {e}", Self::ENV))),
+        }
+    }
+
+    /// `queue` or `host-only`.
+    pub fn parse(value: &str) -> Result<Handover, TransportError> {
+        match value {
+            "queue" => Ok(Handover::Queue),
+            "host-only" => Ok(Handover::HostOnly),
+            v => Err(TransportError::new(format!(
+                "{}={v:?}: expected `queue` or `host-only`",
+                Self::ENV
+            ))),
+        }
+    }
+}
+
+fn err(what: &'static str) -> impl Fn(&dyn Display) -> TransportError {
+    move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
+}
+
+/// Whether the discrete-GPU transport can run here: the reason either way,
+/// in one line.
+pub fn probe() -> Result<String, String> {
+    let backend =
+        Backend::real().map_err(|e| format!("no CUDA driver ({e})").replace('\n', " "))?;
+    let device = backend
+        .device(0)
+        .map_err(|e| format!("no CUDA device ({e})"))?;
+    let name = device.name().unwrap_or_else(|_| "device 0".into());
+    if device
+        .is_integrated()
+        .map_err(|e| format!("cannot tell whether {name} is integrated ({e})"))?
+    {
+        return Err(format!(
+            "device 0 ({name}) is an integrated GPU: use the jetson backend"
+        ));
+    }
+    if !device
+        .supports_timeline_semaphore_interop()
+        .map_err(|e| format!("cannot query timeline-semaphore interop ({e})"))?
+    {
+        return Err(format!(
+            "device 0 ({name}) does not support timeline-semaphore interop"
+        ));
+    }
+    let uuid = device
+        .uuid()
+        .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
+    let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
+    kernel::nvrtc_present().map_err(|e| e.0)?;
+    Ok(format!(
+        "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
+        vk.device_info().name
+    ))
+}
+
+/// CUDA events of one slot, created once and recorded for every frame.
+struct SlotEvents {
+    /// After the stream's wait for *ready*.
+    start: CudaEvent,
+    /// Before the kernel (after the copy in, in copy mode).
+    kernel_start: CudaEvent,
+    /// After the kernel.
+    kernel_end: CudaEvent,
+    /// After everything of the frame, *free* signal included.
+    end: CudaEvent,
+}
+
+impl SlotEvents {
+    fn new(ctx: &Arc<CudaContext>) -> Result<SlotEvents, TransportError> {
+        let make = || {
+            ctx.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| err("creating a CUDA event")(&e))
+        };
+        Ok(SlotEvents {
+            start: make()?,
+            kernel_start: make()?,
+            kernel_end: make()?,
+            end: make()?,
+        })
+    }
+}
+
+/// Work for the completion thread: a submitted frame.
+struct Job {
+    slot: usize,
+    frame: u64,
+}
+
+/// A frame the completion thread saw finish.
+struct Done {
+    slot: usize,
+    frame: u64,
+    finished: Instant,
+}
+
+/// Waits, in submission order, for each frame's end event and reports when
+/// it completed.
+fn completion_loop(
+    ctx: Arc<CudaContext>,
+    events: Arc<Vec<SlotEvents>>,
+    jobs: Receiver<Job>,
+    done: SyncSender<Result<Done, TransportError>>,
+    stopping: Arc<AtomicBool>,
+) {
+    if let Err(e) = ctx.bind_to_thread() {
+        let _ = done.send(Err(err("binding the CUDA context")(&e)));
+        return;
+    }
+    while let Ok(Job { slot, frame }) = jobs.recv() {
+        let event = &events[slot].end;
+        let mut stop_seen: Option<Instant> = None;
+        let result = loop {
+            match event.try_is_complete() {
+                Ok(true) => {
+                    break Ok(Done {
+                        slot,
+                        frame,
+                        finished: Instant::now(),
+                    })
+                }
+                Ok(false) => {}
+                Err(e) => break Err(err("the consumer stream failed")(&e)),
+            }
+            if stopping.load(Ordering::Acquire) {
+                let since = *stop_seen.get_or_insert_with(Instant::now);
+                if since.elapsed() > TEARDOWN_WAIT {
+                    break Err(TransportError::new(format!(
+                        "frame {frame} in slot {slot} did not finish within {TEARDOWN_WAIT:?} of teardown"
+                    )));
+                }
+            }
+            thread::yield_now();
+        };
+        let failed = result.is_err();
+        if done.send(result).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// Mean GPU-side times per frame, from the CUDA events.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuTimes {
+    /// Frames measured.
+    pub frames: u64,
+    /// From the end of the *ready* wait to the kernel's start (the copy into
+    /// device memory in copy mode; about zero in zero-copy mode).
+    pub copy_in: Duration,
+    /// The kernel.
+    pub kernel: Duration,
+    /// From the kernel's end to the frame's end (the copy back in copy mode,
+    /// the counter read-back and the *free* signal).
+    pub tail: Duration,
+}
+
+/// The discrete-GPU transport (see the module docs). Made by
+/// [`with_transport`].
+pub struct GpuTransport<'a> {
+    geometry: FrameGeometry,
+    schedule: FenceSchedule,
+    mode: Mode,
+    location: MemoryLocation,
+    ctx: &'a Context,
+    kernel: &'a Kernel,
+    grid: u32,
+    // CUDA side; dropped first (after `Drop::drop` drained the stream).
+    free_cu: Vec<ExternalSemaphore<'a>>,
+    ready_cu: Vec<ExternalSemaphore<'a>>,
+    mapped: Vec<MappedBuffer<'a>>,
+    /// Copy mode: one device-local buffer per slot (and their addresses).
+    _device_frames: Vec<CudaSlice<u8>>,
+    device_ptrs: Vec<cu_sys::CUdeviceptr>,
+    /// One mismatch counter per slot (device, and pinned host copies).
+    counters: Counters,
+    events: Arc<Vec<SlotEvents>>,
+    stream: Stream<'a>,
+    cstream: Arc<CudaStream>,
+    // Vulkan side.
+    vk: &'a VulkanExporter,
+    handover: Handover,
+    /// Per slot: the recorded host <-> CUDA handover batches of its frame.
+    handovers: Vec<HostHandover>,
+    frames: &'a mut [VulkanMemory],
+    ready_vk: Vec<VulkanSemaphore>,
+    free_vk: Vec<VulkanSemaphore>,
+    /// Values signalled on each slot's *ready* semaphore.
+    ready_track: Vec<TimelineTracker>,
+    /// The *ready* value each slot's last submitted consumer waits for.
+    ready_awaited: Vec<u64>,
+    /// Per slot: the frame acquired by the producer, not yet released.
+    acquired: Vec<Option<u64>>,
+    /// Per slot: when its current frame was signalled ready.
+    released_at: Vec<Option<Instant>>,
+    /// Per slot: the frame submitted to the consumer, not yet collected.
+    in_flight: Vec<Option<u64>>,
+    prev_finished: Option<Instant>,
+    times: GpuTimes,
+    jobs: Option<SyncSender<Job>>,
+    done: Receiver<Result<Done, TransportError>>,
+    stopping: Arc<AtomicBool>,
+    worker: Option<JoinHandle<()>>,
+}
+
+/// Allocates one exportable host-visible Vulkan allocation per slot:
+/// host-cached memory where the device has it, else plain host-visible.
+fn allocate_frames(
+    vk: &VulkanExporter,
+    len: usize,
+    slots: usize,
+) -> Result<(Vec<VulkanMemory>, MemoryLocation), TransportError> {
+    let len = len as u64;
+    let location = match vk.allocate_memory(len, MemoryLocation::HostCached) {
+        Ok(first) => {
+            let mut frames = Vec::with_capacity(slots);
+            frames.push(first);
+            for _ in 1..slots {
+                frames.push(
+                    vk.allocate_memory(len, MemoryLocation::HostCached)
+                        .map_err(|e| err("allocating a frame buffer in Vulkan")(&e))?,
+                );
+            }
+            return Ok((frames, MemoryLocation::HostCached));
+        }
+        Err(tegra_interop_testkit::vulkan::Error::NoMemoryType { .. }) => {
+            MemoryLocation::HostVisible
+        }
+        Err(e) => return Err(err("allocating a frame buffer in Vulkan")(&e)),
+    };
+    let frames = (0..slots)
+        .map(|_| vk.allocate_memory(len, location))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err("allocating a frame buffer in Vulkan")(&e))?;
+    Ok((frames, location))
+}
+
+/// Exports `memory` and imports it into CUDA once, with the size Vulkan
+/// allocated (dedicated where Vulkan made a dedicated allocation).
+fn import_frame<'c>(
+    ctx: &'c Context,
+    memory: &VulkanMemory,
+) -> Result<ExternalMemory<'c>, TransportError> {
+    let fd = memory
+        .export_fd()
+        .map_err(|e| err("exporting a frame buffer from Vulkan")(&e))?;
+    let mut import = MemoryImport::opaque_fd(fd.as_raw_fd(), memory.size())
+        .map_err(|e| err("describing the frame import")(&e))?;
+    if memory.dedicated() {
+        import = import.dedicated();
+    }
+    ExternalMemory::import_fd(ctx, fd, import)
+        .map_err(|e| err("importing a frame buffer into CUDA")(&e.into_parts().0))
+}
+
+/// What the pipeline prints about how frames are processed.
+fn note(mode: Mode, location: MemoryLocation, handover: Handover) -> &'static str {
+    if handover == Handover::HostOnly {
+        return "DIAGNOSIS CONTROL (TEGRA_INTEROP_GPU_HANDOVER=host-only): ready is signalled and free waited for on the host only, with no Vulkan queue batch; expected to fail verification";
+    }
+    match (mode, location) {
+        (Mode::ZeroCopy, MemoryLocation::HostCached) => {
+            "zero-copy: frames live in host-cached Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
+        }
+        (Mode::ZeroCopy, _) => {
+            "zero-copy: frames live in host-visible (uncached) Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
+        }
+        (Mode::DeviceCopy, MemoryLocation::HostCached) => {
+            "copy-based: frames live in host-cached Vulkan memory; a CUDA copy kernel moves each into device memory, an NVRTC kernel checks and inverts it there, a copy kernel moves it back"
+        }
+        (Mode::DeviceCopy, _) => {
+            "copy-based: frames live in host-visible (uncached) Vulkan memory; a CUDA copy kernel moves each into device memory, an NVRTC kernel checks and inverts it there, a copy kernel moves it back"
+        }
+    }
+}
+
+/// Opens the discrete-GPU transport for `geometry` and `schedule` and runs
+/// `f` over it, with a one-line note on how frames are processed. Everything
+/// (CUDA context, Vulkan device, ring, kernel) is made before `f` runs and
+/// released, in order, after it returns; a consumer still waiting for a
+/// frame that was never released is let through first, so teardown does not
+/// hang.
+pub fn with_transport<R>(
+    geometry: FrameGeometry,
+    schedule: FenceSchedule,
+    mode: Mode,
+    f: impl FnOnce(&mut GpuTransport<'_>, &'static str) -> R,
+) -> Result<R, TransportError> {
+    let len = geometry.frame_len();
+    if len == 0 || geometry.stride == 0 {
+        return Err(TransportError::new("frames of zero bytes cannot be shared"));
+    }
+    kernel::self_check_pattern(geometry.stride, geometry.rows)?;
+    let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
+    let uuid = backend
+        .device(0)
+        .and_then(|d| d.uuid())
+        .map_err(|e| err("CUDA device 0")(&e))?;
+    let vk = VulkanExporter::new(uuid).map_err(|e| err("Vulkan")(&e))?;
+    let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
+    let cu = ctx
+        .cudarc()
+        .cloned()
+        .ok_or_else(|| TransportError::new("the CUDA context did not come from cudarc"))?;
+    let kernel = Kernel::compile(&cu)?;
+    let (mut frames, location) = allocate_frames(&vk, len, schedule.slots())?;
+    let imports = frames
+        .iter()
+        .map(|m| import_frame(&ctx, m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut transport = GpuTransport::new(
+        &ctx,
+        &cu,
+        &vk,
+        Handover::from_env()?,
+        &kernel,
+        &mut frames,
+        &imports,
+        geometry,
+        schedule,
+        mode,
+        location,
+    )?;
+    let line = note(mode, location, transport.handover);
+    let result = f(&mut transport, line);
+    transport.shut_down()?;
+    drop(transport);
+    let errors = backend.take_drop_errors();
+    if let Some(e) = errors.first() {
+        return Err(err("releasing the CUDA objects")(e));
+    }
+    Ok(result)
+}
+
+impl<'a> GpuTransport<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        ctx: &'a Context,
+        cu: &Arc<CudaContext>,
+        vk: &'a VulkanExporter,
+        handover: Handover,
+        kernel: &'a Kernel,
+        frames: &'a mut [VulkanMemory],
+        imports: &'a [ExternalMemory<'a>],
+        geometry: FrameGeometry,
+        schedule: FenceSchedule,
+        mode: Mode,
+        location: MemoryLocation,
+    ) -> Result<GpuTransport<'a>, TransportError> {
+        let slots = schedule.slots();
+        let len = geometry.frame_len();
+        let mapped = imports
+            .iter()
+            .map(|m| m.map_whole())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err("mapping a frame buffer in CUDA")(&e))?;
+        let cstream = cu
+            .new_stream()
+            .map_err(|e| err("creating the CUDA stream")(&e))?;
+        let stream = Stream::from_cudarc(ctx, Arc::clone(&cstream))
+            .map_err(|e| err("wrapping the CUDA stream")(&e))?;
+
+        let mut ready_vk = Vec::with_capacity(slots);
+        let mut free_vk = Vec::with_capacity(slots);
+        let mut ready_cu = Vec::with_capacity(slots);
+        let mut free_cu = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            let (fd, sem) = vk
+                .export_timeline_semaphore(0)
+                .map_err(|e| err("exporting a ready semaphore from Vulkan")(&e))?;
+            ready_vk.push(sem);
+            ready_cu.push(
+                ExternalSemaphore::timeline_fd(ctx, fd)
+                    .map_err(|e| err("importing a ready semaphore")(&e.into_parts().0))?,
+            );
+            let (fd, sem) = vk
+                .export_timeline_semaphore(0)
+                .map_err(|e| err("exporting a free semaphore from Vulkan")(&e))?;
+            free_vk.push(sem);
+            free_cu.push(
+                ExternalSemaphore::timeline_fd(ctx, fd)
+                    .map_err(|e| err("importing a free semaphore")(&e.into_parts().0))?,
+            );
+        }
+
+        let (device_frames, device_ptrs) = match mode {
+            Mode::ZeroCopy => (Vec::new(), Vec::new()),
+            Mode::DeviceCopy => {
+                let mut bufs = Vec::with_capacity(slots);
+                let mut ptrs = Vec::with_capacity(slots);
+                for _ in 0..slots {
+                    let b = cstream
+                        .alloc_zeros::<u8>(len)
+                        .map_err(|e| err("allocating a device frame buffer")(&e))?;
+                    ptrs.push(b.device_ptr(&cstream).0);
+                    bufs.push(b);
+                }
+                (bufs, ptrs)
+            }
+        };
+        let counters = Counters::new(cu, &cstream, slots)?;
+        let events = Arc::new(
+            (0..slots)
+                .map(|_| SlotEvents::new(cu))
+                .collect::<Result<Vec<_>, _>>()?,
+        );
+        // Every allocation above is stream-ordered: let it land before use.
+        cstream
+            .synchronize()
+            .map_err(|e| err("synchronising the CUDA stream")(&e))?;
+
+        let handovers = frames
+            .iter()
+            .map(|m| vk.host_handover(m))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err("recording the frame handover batches")(&e))?;
+
+        let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
+        let (done_tx, done_rx) = mpsc::sync_channel(slots);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let worker = {
+            let (cu, events, stopping) =
+                (Arc::clone(cu), Arc::clone(&events), Arc::clone(&stopping));
+            thread::Builder::new()
+                .name("gpu-completions".into())
+                .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
+                .map_err(|e| err("starting the completion thread")(&e))?
+        };
+        let grid = kernel::grid_for(len);
+        Ok(GpuTransport {
+            geometry,
+            schedule,
+            mode,
+            location,
+            ctx,
+            kernel,
+            grid,
+            free_cu,
+            ready_cu,
+            mapped,
+            _device_frames: device_frames,
+            device_ptrs,
+            counters,
+            events,
+            stream,
+            cstream,
+            vk,
+            handover,
+            handovers,
+            frames,
+            ready_vk,
+            free_vk,
+            ready_track: vec![TimelineTracker::new(0); slots],
+            ready_awaited: vec![0; slots],
+            acquired: vec![None; slots],
+            released_at: vec![None; slots],
+            in_flight: vec![None; slots],
+            prev_finished: None,
+            times: GpuTimes::default(),
+            jobs: Some(jobs_tx),
+            done: done_rx,
+            stopping,
+            worker: Some(worker),
+        })
+    }
+
+    /// Processing mode.
+    #[allow(dead_code)] // for tests/gpu_pipeline.rs; the pipeline prints the note instead
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Where the frame buffers live (host-cached or plain host-visible).
+    #[allow(dead_code)] // for tests/gpu_pipeline.rs
+    pub fn memory_location(&self) -> MemoryLocation {
+        self.location
+    }
+
+    /// Mean GPU-side times of the frames collected so far.
+    #[allow(dead_code)] // for tests/gpu_pipeline.rs
+    pub fn gpu_times(&self) -> GpuTimes {
+        let n = self.times.frames.max(1) as u32;
+        GpuTimes {
+            frames: self.times.frames,
+            copy_in: self.times.copy_in / n,
+            kernel: self.times.kernel / n,
+            tail: self.times.tail / n,
+        }
+    }
+
+    fn check_slot(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        if slot != self.schedule.slot(frame) {
+            return Err(TransportError::new(format!(
+                "frame {frame} belongs in slot {}, not {slot}",
+                self.schedule.slot(frame)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Queues the consumer's work for `frame` (see [`FrameTransport::consumer_submit`]).
+    fn enqueue(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let want = self.schedule.ready_value(frame);
+        self.stream
+            .wait(&self.ready_cu[slot], WaitParams::timeline(want))
+            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
+        self.ready_awaited[slot] = want;
+        let ev = &self.events[slot];
+        let record = |e: &CudaEvent| {
+            e.record(&self.cstream)
+                .map_err(|x| err("recording a CUDA event")(&x))
+        };
+        record(&ev.start)?;
+        let s = self.cstream.cu_stream();
+        let len = self.geometry.frame_len();
+        let frame_ptr = self.mapped[slot].device_ptr();
+        let work_ptr = match self.mode {
+            Mode::ZeroCopy => frame_ptr,
+            Mode::DeviceCopy => {
+                let dev = self.device_ptrs[slot];
+                // SAFETY: both ranges are `len` bytes of live allocations
+                // (the mapping of the slot's import, the slot's device
+                // buffer) that outlive the queued copy (torn down only after
+                // the stream is drained); they do not overlap.
+                unsafe {
+                    self.kernel.copy(
+                        CopyKernel::FromSystem,
+                        self.grid,
+                        s,
+                        dev,
+                        frame_ptr,
+                        len,
+                        "copying the frame into device memory",
+                    )
+                }?;
+                dev
+            }
+        };
+        record(&ev.kernel_start)?;
+        let counter = self.counters.device_ptr(slot)?;
+        // SAFETY: `s` is this transport's live stream; the slot's counter is
+        // used only by this frame's work, queued on the same stream.
+        unsafe { self.counters.clear(slot, s) }?;
+        let memory = match self.mode {
+            Mode::ZeroCopy => FrameMemory::System,
+            Mode::DeviceCopy => FrameMemory::Device,
+        };
+        let work = DeviceFrame {
+            ptr: work_ptr,
+            len,
+            stride: self.geometry.stride,
+        };
+        // SAFETY: the kernel touches `len` bytes at `work_ptr` (a live
+        // mapping or device buffer of at least that size) and the slot's
+        // counter, all torn down only after the stream is drained; on this
+        // stream nothing else touches them until the kernel ran, and the
+        // producer writes the frame again only after the free fence, which
+        // is signalled after it.
+        unsafe {
+            self.kernel
+                .check_and_invert(memory, self.grid, s, work, frame, counter)
+        }?;
+        record(&ev.kernel_end)?;
+        if self.mode == Mode::DeviceCopy {
+            // SAFETY: as for the copy in, in the other direction.
+            unsafe {
+                self.kernel.copy(
+                    CopyKernel::ToSystem,
+                    self.grid,
+                    s,
+                    frame_ptr,
+                    work_ptr,
+                    len,
+                    "copying the frame back from device memory",
+                )
+            }?;
+        }
+        // SAFETY: the host reads the slot's copy only after this frame's
+        // end event completed (in `collect`), and the next copy into it is
+        // queued only after that (a slot's frame must be collected before
+        // the slot's next frame is submitted).
+        unsafe { self.counters.copy_to_host(slot, s) }?;
+        let expect = self.schedule.free_signal_value(frame);
+        let tracked = self
+            .stream
+            .signal(&mut self.free_cu[slot], SignalParams::timeline(expect))
+            .map_err(|e| err("CUDA signal of the free fence")(&e))?;
+        if tracked != Some(expect) {
+            return Err(TransportError::new(format!(
+                "slot {slot}: the free fence is tracked at {tracked:?} after signalling {expect}"
+            )));
+        }
+        record(&ev.end)?;
+        Ok(())
+    }
+
+    /// Turns a finished frame into its completion.
+    fn collect(&mut self, d: Done) -> Result<Completion, TransportError> {
+        if self.in_flight[d.slot] != Some(d.frame) {
+            return Err(TransportError::new(format!(
+                "completion of frame {} in slot {} that was not in flight",
+                d.frame, d.slot
+            )));
+        }
+        self.in_flight[d.slot] = None;
+        let ev = &self.events[d.slot];
+        let span = |a: &CudaEvent, b: &CudaEvent| {
+            a.elapsed_ms(b)
+                .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+                .map_err(|e| err("reading CUDA event times")(&e))
+        };
+        let copy_in = span(&ev.start, &ev.kernel_start)?;
+        let process = span(&ev.kernel_start, &ev.kernel_end)?;
+        let tail = span(&ev.kernel_end, &ev.end)?;
+        self.times.frames += 1;
+        self.times.copy_in += copy_in;
+        self.times.kernel += process;
+        self.times.tail += tail;
+        // SAFETY: the frame's end event completed, so the copy of its
+        // counter into the pinned u64 (queued before the event) is done,
+        // and no other copy into it is queued until the slot's next frame.
+        let mismatches = unsafe { self.counters.read(d.slot) }?;
+        let queued = match (self.prev_finished, self.released_at[d.slot]) {
+            (Some(prev), Some(ready)) => prev.saturating_duration_since(ready),
+            _ => Duration::ZERO,
+        };
+        self.prev_finished = Some(d.finished);
+        Ok(Completion {
+            slot: d.slot,
+            frame: d.frame,
+            mismatches,
+            process,
+            queued,
+            finished: d.finished,
+        })
+    }
+
+    /// Lets every consumer still waiting for a frame that was never released
+    /// through (it then processes whatever the slot holds), waits for the
+    /// stream and stops the completion thread. Idempotent.
+    fn shut_down(&mut self) -> Result<(), TransportError> {
+        let mut first: Option<TransportError> = None;
+        for slot in 0..self.ready_vk.len() {
+            let last = self.ready_track[slot].last();
+            if self.ready_awaited[slot] > last {
+                if let Err(e) = self.ready_vk[slot].signal(self.ready_awaited[slot]) {
+                    first.get_or_insert(err("releasing a waiting consumer")(&e));
+                } else {
+                    self.ready_track[slot] = TimelineTracker::new(self.ready_awaited[slot]);
+                }
+            }
+        }
+        if first.is_none() {
+            if let Err(e) = self.stream.synchronize() {
+                first.get_or_insert(err("draining the CUDA stream")(&e));
+            }
+        }
+        self.stopping.store(true, Ordering::Release);
+        self.jobs = None;
+        if let Some(w) = self.worker.take() {
+            if w.join().is_err() {
+                first.get_or_insert(TransportError::new("the completion thread panicked"));
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for GpuTransport<'_> {
+    fn drop(&mut self) {
+        // Errors were reported by `with_transport` where it could; a drop
+        // after a failed run only needs the stream drained and the thread
+        // stopped.
+        let _ = self.shut_down();
+    }
+}
+
+impl FrameTransport for GpuTransport<'_> {
+    fn backend(&self) -> &'static str {
+        BACKEND_NAME
+    }
+
+    fn slot_count(&self) -> usize {
+        self.schedule.slots()
+    }
+
+    fn geometry(&self) -> FrameGeometry {
+        self.geometry
+    }
+
+    fn producer_acquire(&mut self, slot: usize, frame: u64) -> Result<&mut [u8], TransportError> {
+        self.check_slot(slot, frame)?;
+        let want = self.schedule.free_wait_value(frame);
+        if self.acquired[slot] != Some(frame) {
+            // Only a frame already submitted can free the slot to `want`.
+            let promised = self.free_cu[slot].last_timeline_value().unwrap_or(0);
+            if promised < want {
+                return Err(TransportError::new(format!(
+                    "slot {slot}: frame {frame} waits for its free fence to reach {want}, but the consumer was only asked to signal up to {promised}"
+                )));
+            }
+            let reached = match self.handover {
+                Handover::Queue => self.vk.acquire_for_host(
+                    &self.handovers[slot],
+                    &self.frames[slot],
+                    &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
+                    FREE_WAIT,
+                ),
+                Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
+            }
+            .map_err(|e| err("waiting for the free fence")(&e))?;
+            if !reached {
+                return Err(TransportError::new(format!(
+                    "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
+                )));
+            }
+            let value = self.free_vk[slot]
+                .value()
+                .map_err(|e| err("reading the free fence")(&e))?;
+            if value != want {
+                return Err(TransportError::new(format!(
+                    "slot {slot} free fence is {value}, producer of frame {frame} waits for {want}"
+                )));
+            }
+            self.acquired[slot] = Some(frame);
+        }
+        let len = self.geometry.frame_len();
+        // SAFETY: the slot's free fence reached the value the consumer
+        // signals after its last access to this memory (kernel, copies);
+        // the consumer's next access waits for this slot's ready fence,
+        // which only `producer_release` signals, and that takes `&mut self`,
+        // so it cannot run while the returned slice is alive.
+        let bytes = unsafe { self.frames[slot].host_bytes_mut() }
+            .map_err(|e| err("mapping the frame buffer")(&e))?;
+        bytes
+            .get_mut(..len)
+            .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))
+    }
+
+    fn producer_release(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        self.check_slot(slot, frame)?;
+        if self.acquired[slot] != Some(frame) {
+            return Err(TransportError::new(format!(
+                "release of frame {frame} in slot {slot}, which was not acquired"
+            )));
+        }
+        let value = self.schedule.ready_value(frame);
+        let tracker = &mut self.ready_track[slot];
+        let reservation = tracker.reserve(value).map_err(|e| err("ready fence")(&e))?;
+        let signalled = match self.handover {
+            Handover::Queue => self.vk.release_host_writes(
+                &self.handovers[slot],
+                &self.frames[slot],
+                &[],
+                &[SemaphoreOp::timeline(
+                    &self.ready_vk[slot],
+                    reservation.value(),
+                )],
+            ),
+            Handover::HostOnly => self.ready_vk[slot].signal(reservation.value()),
+        };
+        match signalled {
+            Ok(()) => {
+                tracker
+                    .commit(reservation)
+                    .map_err(|e| err("ready fence")(&e))?;
+            }
+            Err(e) => {
+                let _ = tracker.abort(reservation);
+                return Err(err("Vulkan signal of the ready fence")(&e));
+            }
+        }
+        self.acquired[slot] = None;
+        self.released_at[slot] = Some(Instant::now());
+        Ok(())
+    }
+
+    fn consumer_submit(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        self.check_slot(slot, frame)?;
+        if let Some(f) = self.in_flight[slot] {
+            return Err(TransportError::new(format!(
+                "slot {slot} still has frame {f} in flight; collect it before submitting frame {frame}"
+            )));
+        }
+        let want = self.schedule.ready_value(frame);
+        let last = self.ready_track[slot].last();
+        // Released (last == want) or about to be (wait before signal).
+        if last != want && last + 1 != want {
+            return Err(TransportError::new(format!(
+                "slot {slot} ready fence is at {last}; the consumer of frame {frame} would wait for {want}"
+            )));
+        }
+        if last + 1 == want {
+            self.released_at[slot] = None;
+        }
+        self.ctx
+            .bind()
+            .map_err(|e| err("binding the CUDA context")(&e))?;
+        self.enqueue(slot, frame)?;
+        self.in_flight[slot] = Some(frame);
+        self.jobs
+            .as_ref()
+            .ok_or_else(|| TransportError::new("the transport is shut down"))?
+            .send(Job { slot, frame })
+            .map_err(|_| TransportError::new("the completion thread stopped"))
+    }
+
+    fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
+        match self.done.try_recv() {
+            Ok(d) => self.collect(d?).map(Some),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => {
+                Err(TransportError::new("the completion thread stopped"))
+            }
+        }
+    }
+
+    fn wait_complete(&mut self) -> Result<Completion, TransportError> {
+        if self.in_flight.iter().all(Option::is_none) {
+            return Err(TransportError::new("no frame is in flight"));
+        }
+        let d = self
+            .done
+            .recv()
+            .map_err(|_| TransportError::new("the completion thread stopped"))??;
+        self.collect(d)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handover_values_parse() {
+        assert_eq!(Handover::parse("queue").unwrap(), Handover::Queue);
+        assert_eq!(Handover::parse("host-only").unwrap(), Handover::HostOnly);
+        let e = Handover::parse("host").unwrap_err().0;
+        assert!(e.contains(Handover::ENV) && e.contains("host-only"), "{e}");
+    }
+
+    #[test]
+    fn copy_flag_selects_the_mode() {
+        assert_eq!(Mode::from_copy_flag(false), Mode::ZeroCopy);
+        assert_eq!(Mode::from_copy_flag(true), Mode::DeviceCopy);
+    }
+
+    #[test]
+    fn probe_answers_in_one_line() {
+        let line = match probe() {
+            Ok(why) | Err(why) => why,
+        };
+        assert!(!line.is_empty() && !line.contains('\n'), "{line:?}");
+    }
+}

@@ -1,0 +1,654 @@
+//! The consumer's CUDA kernel, shared by the transports whose consumer runs
+//! on a real CUDA device:
+//!
+//! - the discrete-GPU transport (`gpu.rs`, feature `vulkan`), over imported
+//!   Vulkan memory (zero-copy) or a device-local copy of each frame;
+//! - the NvSci transport on a Jetson (`nvsci.rs`,
+//!   `Processing::CudaKernel`), over the imported NvSciBuf buffers.
+//!
+//! What is here: [`KERNEL_SOURCE`] (CUDA C, compiled when a transport opens
+//! with NVRTC through cudarc), [`Kernel`] (the compiled module and its entry
+//! points, with the launches), [`Counters`] (one mismatch counter per ring
+//! slot on the device and its copy in pinned host memory), and the host-side
+//! mirror of the kernel's test-pattern arithmetic ([`pattern_seed`],
+//! [`kernel_pattern_byte`], [`self_check_pattern`]). The kernel does exactly
+//! what `crate::transport::process_frame` does on the host: count the bytes
+//! that differ from the frame's `TestPattern` and invert every byte in place.
+//!
+//! What was verified where: the kernel source and the discrete-GPU
+//! transport's launch sequence (counter clear, kernel, counter read-back)
+//! ran on the H200 when they were still part of `gpu.rs` (BENCHMARKS.md);
+//! moving them here kept the source byte for byte and the calls in the same
+//! order, but the module as it is now has not been run on a GPU (the GPU
+//! tests are ignored where there is none). The Jetson path compiles against
+//! it and has never run on a Jetson (none is reachable from this project).
+//! The host-side pattern arithmetic is unit-tested everywhere.
+
+use std::ffi::c_void;
+use std::fmt::Display;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    result as cu_result, sys as cu_sys, CudaContext, CudaFunction, CudaModule, CudaSlice,
+    CudaStream, DevicePtr, PinnedHostSlice,
+};
+
+use crate::transport::TransportError;
+
+/// Threads per block of the kernels (a multiple of the warp size).
+pub const BLOCK: u32 = 256;
+
+/// Bytes each kernel thread handles per step (one 16-byte vector).
+pub const BYTES_PER_THREAD: usize = 16;
+
+/// The alignment the kernels' 16-byte vector accesses need at the start of
+/// a frame (checked before every launch: a misaligned frame is an error,
+/// not a faulting kernel).
+pub const FRAME_ALIGN: u64 = 16;
+
+fn check_aligned(ptr: cu_sys::CUdeviceptr, what: &'static str) -> Result<(), TransportError> {
+    if ptr.is_multiple_of(FRAME_ALIGN) {
+        Ok(())
+    } else {
+        Err(TransportError::new(format!(
+            "{what}: device address {ptr:#x} is not {FRAME_ALIGN}-byte aligned, which the kernel's vector accesses need"
+        )))
+    }
+}
+
+/// The CUDA C source the consumer compiles with NVRTC when the transport
+/// opens.
+///
+/// `check_and_invert*` do what `process_frame` does on the host: byte `i` of
+/// the frame is at `row = i / stride`, `col = i % stride`; it is compared
+/// with the test pattern of the frame (the seed bytes `s0`, `s1`, `s2` are the
+/// low three bytes of `seed`, see [`pattern_seed`]), counted when different,
+/// and inverted. Each thread handles 16 bytes at a time, a warp adds up its
+/// counts with shuffles and one lane adds them to the frame's counter with an
+/// atomic.
+///
+/// The `_sysmem` variant and the two copy kernels touch the frame with
+/// `ld.global.cv` loads (cached system-memory lines are treated as stale and
+/// fetched again) and `st.global.wt` stores (written through to system
+/// memory). On the discrete GPU they were tried while frames were still
+/// handed over with host-side semaphore operations only, and did not stop
+/// the consumer from reading stale bytes (see `gpu.rs`'s module docs and
+/// BENCHMARKS.md); the fix there was the queue handover. They are kept
+/// because they cost nothing measurable on the H200 and do not rely on
+/// cached system-memory lines, which is also why the Jetson path, whose
+/// frames are NvSciBuf buffers in the DRAM the CPU shares, uses the
+/// `_sysmem` variant (not measured on a Jetson).
+pub const KERNEL_SOURCE: &str = r#"
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+__device__ __forceinline__ u32 col_term(u64 col, u32 seed) {
+    return (((u32)col & 0xffu) ^ (seed & 0xffu)) + 7u * (u32)(col >> 8);
+}
+
+__device__ __forceinline__ u32 row_term(u64 row, u32 seed) {
+    return 3u * (((u32)row & 0xffu) ^ ((seed >> 8) & 0xffu))
+         + 5u * (u32)(row >> 8) + ((seed >> 16) & 0xffu);
+}
+
+template <bool SYS> __device__ __forceinline__ uint4 load16(const uint4 *p) {
+    if (SYS) { return __ldcv(p); } else { return *p; }
+}
+template <bool SYS> __device__ __forceinline__ void store16(uint4 *p, uint4 v) {
+    if (SYS) { __stwt(p, v); } else { *p = v; }
+}
+template <bool SYS> __device__ __forceinline__ unsigned char load1(const unsigned char *p) {
+    if (SYS) { return __ldcv(p); } else { return *p; }
+}
+template <bool SYS> __device__ __forceinline__ void store1(unsigned char *p, unsigned char v) {
+    if (SYS) { __stwt(p, v); } else { *p = v; }
+}
+
+template <bool SYS>
+__device__ __forceinline__ void check_and_invert_body(unsigned char *buf, u64 len, u64 stride,
+                                                      u32 seed, u64 *mismatches) {
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 threads = (u64)gridDim.x * blockDim.x;
+    const u64 vectors = len / 16;
+    u32 count = 0;
+    uint4 *v = (uint4 *)buf;
+    for (u64 i = tid; i < vectors; i += threads) {
+        uint4 w = load16<SYS>(v + i);
+        u32 words[4] = {w.x, w.y, w.z, w.w};
+        u64 off = i * 16;
+        u64 row = off / stride;
+        u64 col = off - row * stride;
+        u32 rt = row_term(row, seed);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            u32 word = words[k];
+            u32 out = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                u32 have = (word >> (8 * b)) & 0xffu;
+                u32 want = (col_term(col, seed) + rt) & 0xffu;
+                count += (have != want);
+                out |= ((~have) & 0xffu) << (8 * b);
+                col++;
+                if (col == stride) {
+                    col = 0;
+                    row++;
+                    rt = row_term(row, seed);
+                }
+            }
+            words[k] = out;
+        }
+        store16<SYS>(v + i, make_uint4(words[0], words[1], words[2], words[3]));
+    }
+    const u64 tail = len - vectors * 16;
+    if (tid < tail) {
+        u64 off = vectors * 16 + tid;
+        u64 row = off / stride;
+        u64 col = off - row * stride;
+        u32 have = load1<SYS>(buf + off);
+        u32 want = (col_term(col, seed) + row_term(row, seed)) & 0xffu;
+        count += (have != want);
+        store1<SYS>(buf + off, (unsigned char)(~have));
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        count += __shfl_down_sync(0xffffffffu, count, o);
+    }
+    if ((threadIdx.x & 31u) == 0 && count != 0) {
+        atomicAdd(mismatches, (u64)count);
+    }
+}
+
+/* The frame in device memory (copy-based variant). */
+extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 stride,
+                                            u32 seed, u64 *mismatches) {
+    check_and_invert_body<false>(buf, len, stride, seed, mismatches);
+}
+
+/* The frame in imported host memory (zero-copy variant). */
+extern "C" __global__ void check_and_invert_sysmem(unsigned char *buf, u64 len, u64 stride,
+                                                   u32 seed, u64 *mismatches) {
+    check_and_invert_body<true>(buf, len, stride, seed, mismatches);
+}
+
+/* Copies `len` bytes; SRC_SYS / DST_SYS say which side is imported host memory. */
+template <bool SRC_SYS, bool DST_SYS>
+__device__ __forceinline__ void copy_body(unsigned char *dst, const unsigned char *src, u64 len) {
+    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 threads = (u64)gridDim.x * blockDim.x;
+    const u64 vectors = len / 16;
+    for (u64 i = tid; i < vectors; i += threads) {
+        store16<DST_SYS>((uint4 *)dst + i, load16<SRC_SYS>((const uint4 *)src + i));
+    }
+    const u64 tail = len - vectors * 16;
+    if (tid < tail) {
+        u64 off = vectors * 16 + tid;
+        store1<DST_SYS>(dst + off, load1<SRC_SYS>(src + off));
+    }
+}
+
+extern "C" __global__ void copy_from_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
+    copy_body<true, false>(dst, src, len);
+}
+
+extern "C" __global__ void copy_to_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
+    copy_body<false, true>(dst, src, len);
+}
+"#;
+
+/// The splitmix64 finaliser that `TestPattern` uses to turn a frame index
+/// into its seed (the formula is documented on `TestPattern`).
+const fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The kernel's `seed` argument for `frame`: the pattern's seed bytes `s0`,
+/// `s1`, `s2` in its low three bytes.
+pub fn pattern_seed(frame: u64) -> u32 {
+    (splitmix64(frame) & 0x00ff_ffff) as u32
+}
+
+/// The byte the kernel expects at (`row`, `col`) for `seed`: the same
+/// arithmetic as [`KERNEL_SOURCE`], on the host (checked against
+/// `TestPattern` in the tests and once per open).
+pub fn kernel_pattern_byte(seed: u32, row: u64, col: u64) -> u8 {
+    let col_term =
+        ((col as u32 & 0xff) ^ (seed & 0xff)).wrapping_add(7u32.wrapping_mul((col >> 8) as u32));
+    let row_term = 3u32
+        .wrapping_mul((row as u32 & 0xff) ^ ((seed >> 8) & 0xff))
+        .wrapping_add(5u32.wrapping_mul((row >> 8) as u32))
+        .wrapping_add((seed >> 16) & 0xff);
+    (col_term.wrapping_add(row_term) & 0xff) as u8
+}
+
+/// Checks the kernel's pattern arithmetic against `TestPattern` for a few
+/// frames and positions; a mismatch means the kernel would report every
+/// frame as corrupt.
+pub fn self_check_pattern(stride: usize, rows: usize) -> Result<(), TransportError> {
+    use crate::camera::TestPattern;
+    for frame in [0u64, 1, 2, 255, 1 << 20, u64::MAX] {
+        let p = TestPattern::new(frame, stride);
+        let seed = pattern_seed(frame);
+        for (row, col) in [
+            (0, 0),
+            (0, stride.saturating_sub(1)),
+            (rows / 2, stride / 2),
+            (rows.saturating_sub(1), stride.saturating_sub(1)),
+            (300, 700),
+        ] {
+            if kernel_pattern_byte(seed, row as u64, col as u64) != p.byte(row, col) {
+                return Err(TransportError::new(format!(
+                    "the kernel's test-pattern arithmetic disagrees with TestPattern at frame {frame}, row {row}, column {col}"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Blocks of [`BLOCK`] threads for a frame of `len` bytes: one
+/// [`BYTES_PER_THREAD`]-byte vector per thread, at least 1 and at most
+/// 2^20 blocks (the kernels loop over the rest).
+pub fn grid_for(len: usize) -> u32 {
+    let vectors = len.div_ceil(BYTES_PER_THREAD);
+    u32::try_from(vectors.div_ceil(BLOCK as usize).clamp(1, 1 << 20)).unwrap_or(1 << 20)
+}
+
+fn err(what: &'static str) -> impl Fn(&dyn Display) -> TransportError {
+    move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
+}
+
+fn cu_call(call: &'static str, r: cu_sys::CUresult) -> Result<(), TransportError> {
+    r.result()
+        .map_err(|e| TransportError::new(format!("{call} failed: {e}")))
+}
+
+/// Whether cudarc can load NVRTC (it panics on first use when it cannot).
+pub fn nvrtc_present() -> Result<(), TransportError> {
+    // SAFETY: `is_culib_present` only tries to open the NVRTC library under
+    // its usual names; opening it runs no code of ours.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(TransportError::new(
+            "NVRTC (libnvrtc.so) was not found: install the CUDA toolkit's NVRTC or add its lib64 folder to LD_LIBRARY_PATH",
+        ))
+    }
+}
+
+/// Where the frame a check-and-invert kernel works on lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameMemory {
+    /// Device-local memory (the discrete GPU's copy-based variant):
+    /// `check_and_invert`, plain loads and stores.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+    Device,
+    /// Memory the CPU also maps (imported Vulkan host memory, NvSciBuf
+    /// buffers on a Jetson): `check_and_invert_sysmem`, loads that fetch
+    /// again and write-through stores.
+    System,
+}
+
+/// Which copy kernel (the discrete GPU's copy-based variant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+pub enum CopyKernel {
+    /// `copy_from_sysmem`: from memory the CPU maps into device memory.
+    FromSystem,
+    /// `copy_to_sysmem`: from device memory back into memory the CPU maps.
+    ToSystem,
+}
+
+/// A frame as the kernels see it: `len` bytes at device address `ptr`,
+/// lines of `stride` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceFrame {
+    /// Device address of the first byte.
+    pub ptr: cu_sys::CUdeviceptr,
+    /// Bytes in the frame.
+    pub len: usize,
+    /// Bytes per line.
+    pub stride: usize,
+}
+
+/// The NVRTC-compiled consumer kernels, loaded into one CUDA context.
+pub struct Kernel {
+    _module: Arc<CudaModule>,
+    /// `check_and_invert` (device memory).
+    device: CudaFunction,
+    /// `check_and_invert_sysmem` (memory the CPU maps).
+    sysmem: CudaFunction,
+    /// `copy_from_sysmem`.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+    copy_in: CudaFunction,
+    /// `copy_to_sysmem`.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+    copy_out: CudaFunction,
+}
+
+impl Kernel {
+    /// Compiles [`KERNEL_SOURCE`] with NVRTC and loads it into `ctx`.
+    pub fn compile(ctx: &Arc<CudaContext>) -> Result<Kernel, TransportError> {
+        nvrtc_present()?;
+        let ptx = cudarc::nvrtc::compile_ptx(KERNEL_SOURCE).map_err(|e| {
+            TransportError::new(format!(
+                "NVRTC could not compile the consumer kernel: {}",
+                format!("{e:?}").replace('\n', " ")
+            ))
+        })?;
+        let module = ctx
+            .load_module(ptx)
+            .map_err(|e| err("loading the consumer kernel")(&e))?;
+        let get = |name: &str| {
+            module
+                .load_function(name)
+                .map_err(|e| err("finding a consumer kernel")(&e))
+        };
+        Ok(Kernel {
+            device: get("check_and_invert")?,
+            sysmem: get("check_and_invert_sysmem")?,
+            copy_in: get("copy_from_sysmem")?,
+            copy_out: get("copy_to_sysmem")?,
+            _module: module,
+        })
+    }
+
+    /// Queues the check-and-invert kernel for frame number `index` on
+    /// `stream`: it adds the number of bytes that differ from the frame's
+    /// test pattern to the `u64` at `counter` and inverts every byte in
+    /// place.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the context the kernel was loaded
+    /// into, current on this thread; `frame.ptr` must be a device address of
+    /// at least `frame.len` bytes and `counter` the device address of a
+    /// `u64`, both valid until the kernel has run and not accessed by
+    /// anything else meanwhile. (Alignment is checked here.)
+    pub unsafe fn check_and_invert(
+        &self,
+        memory: FrameMemory,
+        grid: u32,
+        stream: cu_sys::CUstream,
+        frame: DeviceFrame,
+        index: u64,
+        counter: cu_sys::CUdeviceptr,
+    ) -> Result<(), TransportError> {
+        check_aligned(frame.ptr, "launching the consumer kernel")?;
+        let mut arg_buf = frame.ptr;
+        let mut arg_len = frame.len as u64;
+        let mut arg_stride = frame.stride as u64;
+        let mut arg_seed = pattern_seed(index);
+        let mut arg_counter = counter;
+        let mut params: [*mut c_void; 5] = [
+            (&mut arg_buf as *mut u64).cast(),
+            (&mut arg_len as *mut u64).cast(),
+            (&mut arg_stride as *mut u64).cast(),
+            (&mut arg_seed as *mut u32).cast(),
+            (&mut arg_counter as *mut u64).cast(),
+        ];
+        let function = match memory {
+            FrameMemory::System => &self.sysmem,
+            FrameMemory::Device => &self.device,
+        };
+        // SAFETY: the parameters match the kernels' signature
+        // `(unsigned char*, u64, u64, u32, u64*)` and point at locals that
+        // live across the call; the addresses are the caller's to keep
+        // valid (see the contract above).
+        unsafe {
+            launch(
+                function,
+                grid,
+                stream,
+                &mut params,
+                "launching the consumer kernel",
+            )
+        }
+    }
+
+    /// Queues a copy kernel: `len` bytes from `src` to `dst`; `what` names
+    /// the step in an error.
+    ///
+    /// # Safety
+    /// As for [`Kernel::check_and_invert`]; `src` and `dst` must be device
+    /// addresses of at least `len` bytes each, valid until the copy has run,
+    /// not overlapping.
+    #[allow(clippy::too_many_arguments)]
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+    pub unsafe fn copy(
+        &self,
+        which: CopyKernel,
+        grid: u32,
+        stream: cu_sys::CUstream,
+        dst: cu_sys::CUdeviceptr,
+        src: cu_sys::CUdeviceptr,
+        len: usize,
+        what: &'static str,
+    ) -> Result<(), TransportError> {
+        check_aligned(dst, what)?;
+        check_aligned(src, what)?;
+        let function = match which {
+            CopyKernel::FromSystem => &self.copy_in,
+            CopyKernel::ToSystem => &self.copy_out,
+        };
+        let (mut dst, mut src, mut len) = (dst, src, len as u64);
+        let mut params: [*mut c_void; 3] = [
+            (&mut dst as *mut u64).cast(),
+            (&mut src as *mut u64).cast(),
+            (&mut len as *mut u64).cast(),
+        ];
+        // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
+        // kernels' parameter list; the addresses are the caller's to keep
+        // valid.
+        unsafe { launch(function, grid, stream, &mut params, what) }
+    }
+}
+
+/// Launches `function` on `stream` over `grid` blocks of [`BLOCK`] threads.
+///
+/// # Safety
+/// `params` must match the kernel's parameter list (one pointer to a value
+/// of each parameter's type), and every device address among them must stay
+/// valid until the kernel has run.
+unsafe fn launch(
+    function: &CudaFunction,
+    grid: u32,
+    stream: cu_sys::CUstream,
+    params: &mut [*mut c_void],
+    what: &'static str,
+) -> Result<(), TransportError> {
+    // SAFETY: the caller's contract; the driver copies the parameter values
+    // during the call.
+    unsafe {
+        cu_result::launch_kernel(
+            function.cu_function(),
+            (grid, 1, 1),
+            (BLOCK, 1, 1),
+            0,
+            stream,
+            params,
+        )
+    }
+    .map_err(|e| err(what)(&e))
+}
+
+/// One mismatch counter per ring slot: a `u64` in device memory that the
+/// kernel adds to, and its copy in pinned host memory that the host reads
+/// once the frame is done. Allocated once, when the transport opens.
+pub struct Counters {
+    _device: CudaSlice<u64>,
+    device_ptr: cu_sys::CUdeviceptr,
+    _host: PinnedHostSlice<u64>,
+    host_ptr: NonNull<u64>,
+    slots: usize,
+}
+
+impl Counters {
+    /// Allocates `slots` counters on the device (zeroed, ordered on
+    /// `stream`: synchronise it before the first use) and their host copies.
+    pub fn new(
+        cu: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        slots: usize,
+    ) -> Result<Counters, TransportError> {
+        let device = stream
+            .alloc_zeros::<u64>(slots)
+            .map_err(|e| err("allocating the mismatch counters")(&e))?;
+        let device_ptr = device.device_ptr(stream).0;
+        // SAFETY: pinned host memory for `slots` u64 values; it is only read
+        // after a counter was copied into it (see `Counters::read`).
+        let mut host = unsafe { cu.alloc_pinned::<u64>(slots) }
+            .map_err(|e| err("allocating pinned host memory")(&e))?;
+        let host_ptr = host
+            .as_mut_ptr()
+            .ok()
+            .and_then(NonNull::new)
+            .ok_or_else(|| TransportError::new("pinned host memory has no address"))?;
+        Ok(Counters {
+            _device: device,
+            device_ptr,
+            _host: host,
+            host_ptr,
+            slots,
+        })
+    }
+
+    fn check(&self, slot: usize) -> Result<(), TransportError> {
+        if slot < self.slots {
+            Ok(())
+        } else {
+            Err(TransportError::new(format!(
+                "mismatch counter {slot} of {} requested",
+                self.slots
+            )))
+        }
+    }
+
+    /// The device address of `slot`'s counter.
+    pub fn device_ptr(&self, slot: usize) -> Result<cu_sys::CUdeviceptr, TransportError> {
+        self.check(slot)?;
+        Ok(self.device_ptr + (slot * std::mem::size_of::<u64>()) as u64)
+    }
+
+    fn host_slot(&self, slot: usize) -> Result<*mut u64, TransportError> {
+        self.check(slot)?;
+        // SAFETY: `slot` is within the `slots` values of the allocation.
+        Ok(unsafe { self.host_ptr.as_ptr().add(slot) })
+    }
+
+    /// The host address of `slot`'s copy, for a stream-ordered host function
+    /// that reads it after [`Counters::copy_to_host`] (an address, so that
+    /// the function can be sent to the driver's thread).
+    pub fn host_address(&self, slot: usize) -> Result<usize, TransportError> {
+        self.host_slot(slot).map(|p| p as usize)
+    }
+
+    /// Queues the zeroing of `slot`'s device counter on `stream`.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the counters' context; nothing else
+    /// may use the counter until the queued work ran.
+    pub unsafe fn clear(
+        &self,
+        slot: usize,
+        stream: cu_sys::CUstream,
+    ) -> Result<(), TransportError> {
+        let counter = self.device_ptr(slot)?;
+        // SAFETY: the slot's 8-byte counter inside the live counter buffer;
+        // the stream is the caller's to vouch for.
+        unsafe { cu_result::memset_d8_async(counter, 0, std::mem::size_of::<u64>(), stream) }
+            .map_err(|e| err("clearing the mismatch counter")(&e))
+    }
+
+    /// Queues the copy of `slot`'s device counter into its host copy on
+    /// `stream`.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the counters' context, current on
+    /// this thread. The host must not read `slot`'s copy until the copy ran
+    /// (see [`Counters::read`]) and must not queue another copy into it
+    /// before it read this one.
+    pub unsafe fn copy_to_host(
+        &self,
+        slot: usize,
+        stream: cu_sys::CUstream,
+    ) -> Result<(), TransportError> {
+        let counter = self.device_ptr(slot)?;
+        let host = self.host_slot(slot)?;
+        // SAFETY: the destination is the slot's u64 in pinned host memory
+        // owned by `self`; the source the slot's device counter; the caller
+        // orders the host's reads after the copy.
+        cu_call("cuMemcpyDtoHAsync", unsafe {
+            cu_sys::cuMemcpyDtoHAsync_v2(host.cast(), counter, std::mem::size_of::<u64>(), stream)
+        })
+    }
+
+    /// `slot`'s host copy.
+    ///
+    /// # Safety
+    /// The copy queued by [`Counters::copy_to_host`] for the frame wanted
+    /// must have completed (its stream passed a later event or host
+    /// function), and no other copy into this slot may be queued yet.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+    pub unsafe fn read(&self, slot: usize) -> Result<u64, TransportError> {
+        let host = self.host_slot(slot)?;
+        // SAFETY: the caller's contract; the address is the slot's u64 in
+        // the live pinned allocation.
+        Ok(unsafe { host.read_volatile() })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::camera::TestPattern;
+
+    #[test]
+    fn kernel_pattern_matches_test_pattern() {
+        for stride in [1usize, 3, 64, 300, 7680] {
+            for frame in [0u64, 1, 7, 1000, u64::MAX - 1] {
+                let p = TestPattern::new(frame, stride);
+                let seed = pattern_seed(frame);
+                for row in [0usize, 1, 255, 256, 1079, 4095] {
+                    for col in (0..stride).step_by(stride.div_ceil(97)) {
+                        assert_eq!(
+                            kernel_pattern_byte(seed, row as u64, col as u64),
+                            p.byte(row, col),
+                            "frame {frame} stride {stride} row {row} col {col}"
+                        );
+                    }
+                }
+            }
+        }
+        self_check_pattern(7680, 1080).unwrap();
+    }
+
+    #[test]
+    fn grid_covers_the_frame_within_limits() {
+        assert_eq!(grid_for(0), 1);
+        assert_eq!(grid_for(1), 1);
+        assert_eq!(grid_for(BLOCK as usize * BYTES_PER_THREAD), 1);
+        assert_eq!(grid_for(BLOCK as usize * BYTES_PER_THREAD + 1), 2);
+        // 1920x1080 RGBA8: 518400 vectors of 16 bytes, 2025 blocks.
+        assert_eq!(grid_for(1920 * 1080 * 4), 2025);
+        assert_eq!(grid_for(usize::MAX), 1 << 20);
+    }
+
+    #[test]
+    fn the_source_has_every_entry_point_the_module_loads() {
+        for name in [
+            "check_and_invert",
+            "check_and_invert_sysmem",
+            "copy_from_sysmem",
+            "copy_to_sysmem",
+        ] {
+            assert!(
+                KERNEL_SOURCE.contains(&format!("extern \"C\" __global__ void {name}(")),
+                "{name}"
+            );
+        }
+    }
+}

@@ -1,0 +1,1259 @@
+//! The NvSci transport: a ring of NvSciBuf frame buffers shared by a CPU
+//! producer (the camera) and a CUDA consumer, with two NvSciSync objects per
+//! slot carrying deterministic fences.
+//!
+//! Set-up, once per run (no frame buffer and no NvSci or CUDA object is
+//! allocated per frame; per frame only the host function's closure and its
+//! completion message are):
+//! - every slot gets one NvSciBuf raw buffer, reconciled from the CPU
+//!   producer's needs (CPU access, read-write) and the CUDA consumer's
+//!   (its GPU, read-write); the consumer imports each buffer as CUDA
+//!   memory, with the size read from the object, and maps it whole;
+//! - a *ready* object per slot: the CPU signals it (`NvSciSyncObjSignal`),
+//!   the consumer imports it as a waiter semaphore;
+//! - a *free* object per slot: the consumer imports it as a signaler
+//!   semaphore, the producer waits on it from the CPU.
+//!
+//! How each side gets the fence it waits for depends on what the loaded
+//! NvSciSync offers ([`SyncModule::fence_source`], named in the summary and
+//! the JSON `note`):
+//!
+//! - *built* (NvSciSync 2.3, 2.5+: `FenceUpdateFence` exists): both objects
+//!   are reconciled with `RequireDeterministicFences`, so the fence of the
+//!   k-th signal is known in advance (`initial + k`, from the core's
+//!   `DeterministicCounter`): the consumer builds the ready fence it waits
+//!   for with `fence_for_value` instead of receiving it, and so does the
+//!   producer for the free fence. The counters start from an assumed
+//!   initial value of 0; every signal checks the driver's own fence value
+//!   against the counter (the CPU's generated fence, the CUDA signal's
+//!   filled-in fence), so a wrong assumption stops the run at the first
+//!   frame instead of synchronising on the wrong values;
+//! - *received* (NvSciSync 2.0 and the 2.4 flavour, without
+//!   `FenceUpdateFence`): the standard NvSci hand-over: the producer passes
+//!   the fence of each ready signal (`NvSciSyncObjGenerateFence`) to the
+//!   consumer, and the consumer passes the fence its CUDA signal filled in
+//!   back to the producer.
+//!
+//! Per frame the consumer queues on its CUDA stream: wait(ready fence) ->
+//! process the frame in place -> signal(free). The processing step depends
+//! on [`Processing`]:
+//!
+//! - on the simulator ([`Processing::HostFnOverSimulatedDeviceMemory`]) it
+//!   is a stream-ordered host function (`cuLaunchHostFunc`) over the mapped
+//!   device pointer, which the simulator backs with host memory;
+//! - on the real driver, i.e. a Jetson ([`Processing::CudaKernel`]), it is
+//!   the NVRTC kernel of [`crate::kernel`] (the one the discrete-GPU
+//!   transport runs), launched on the same stream over the mapped device
+//!   pointer: it counts the bytes that differ from the test pattern into
+//!   the slot's device counter and inverts the frame in place; the counter
+//!   is copied into pinned host memory, and a host function queued after
+//!   the copy reports the frame finished (it makes no CUDA call, it only
+//!   reads that copy). CUDA events around the kernel give its time.
+//!
+//! The kernel path compiles and its set-up refuses cleanly where it cannot
+//! run (tested on the simulator), but it has never run on a Jetson: nothing
+//! here has one. The simulator path runs in CI.
+//!
+//! CPU caches: the producer calls `NvSciBufObjFlushCpuCacheRange` over the
+//! frame after writing it (before signalling *ready*) and again after the
+//! *free* fence, before it reads the consumer's output. NvSciBuf documents
+//! the flush as doing nothing unless the reconciled buffer needs software
+//! cache coherency (`CpuNeedSwCacheCoherency`); the simulator's memory is
+//! coherent. Whether, where it is needed, the flush also drops stale lines
+//! before the CPU reads what the GPU wrote is not verified here; a stale
+//! read would show as failed read-back verification, not as success.
+
+use std::fmt::Display;
+use std::ptr::NonNull;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tegra_interop::core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
+use tegra_interop::core::sys::nvsci::{
+    NvSciBufAttrValAccessPerm, NvSciBufType, NvSciSyncAccessPerm,
+};
+use tegra_interop::core::DeterministicCounter;
+use tegra_interop::driver::nvsci::{
+    BufModule, BufObj, CpuWaitContext, Fence, FenceSource, NvSciMemory, NvSciSemaphore, Signaler,
+    SyncModule, SyncObj, Timeout, Waiter,
+};
+use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
+
+use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
+
+use crate::host::Fault;
+use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::ring::FenceSchedule;
+use crate::transport::{process_frame, Completion, FrameGeometry, FrameTransport, TransportError};
+
+/// How long a CPU wait or a completion may take before the run is declared
+/// stuck (a healthy frame takes microseconds to milliseconds).
+const STUCK: Duration = Duration::from_secs(10);
+
+/// How the consumer processes a frame between its wait and its signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Processing {
+    /// Simulator only: a host function queued on the consumer's CUDA stream
+    /// (`cuLaunchHostFunc`) runs [`process_frame`] over the mapped device
+    /// pointer. Sound only where device pointers are host addresses, which
+    /// is true of the simulator and of no real GPU.
+    HostFnOverSimulatedDeviceMemory,
+    /// Real driver only (a Jetson): the NVRTC kernel of [`crate::kernel`]
+    /// on the consumer's CUDA stream, over the mapped device pointer. Needs
+    /// a context that came from cudarc (`Context::new` on
+    /// `Backend::real()`) and NVRTC; built, never run on a Jetson.
+    CudaKernel,
+}
+
+impl Processing {
+    /// One line for the summary: the processing and how fences travel.
+    pub fn describe_with(self, source: FenceSource) -> &'static str {
+        use FenceSource::{Built, Received};
+        match (self, source) {
+            (Processing::HostFnOverSimulatedDeviceMemory, Built) => {
+                "sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
+            }
+            (Processing::HostFnOverSimulatedDeviceMemory, Received) => {
+                "sim: processing runs as a stream-ordered host function over simulated device memory; fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
+            }
+            (Processing::CudaKernel, Built) => {
+                "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson); deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
+            }
+            (Processing::CudaKernel, Received) => {
+                "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson); fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
+            }
+        }
+    }
+}
+
+fn err<E: Display>(what: &'static str) -> impl FnOnce(E) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// The NvSci objects of the ring, allocated once (the producer's side).
+pub struct Objects {
+    syncs: SyncModule,
+    source: FenceSource,
+    slots: Vec<SlotObjects>,
+    // Kept open for the objects' lifetime (they also hold it).
+    _bufs: BufModule,
+}
+
+struct SlotObjects {
+    buf: BufObj,
+    ready: SyncObj,
+    free: SyncObj,
+}
+
+impl Objects {
+    /// Reconciles the producer's and the consumer's needs (consumer = CUDA
+    /// in `ctx`) and allocates `slots` buffers of at least `frame_len` bytes
+    /// and two sync objects per slot.
+    pub fn allocate(
+        backend: &Arc<Backend>,
+        ctx: &Context,
+        frame_len: usize,
+        slots: usize,
+    ) -> Result<Objects, String> {
+        let bufs = BufModule::open(backend).map_err(err("NvSciBufModuleOpen"))?;
+        let syncs = SyncModule::open(backend).map_err(err("NvSciSyncModuleOpen"))?;
+        let device = backend.device(ctx.ordinal()).map_err(err("CUDA device"))?;
+        let gpu = GpuId(device.uuid().map_err(err("CUDA device UUID"))?);
+        let size = u64::try_from(frame_len).map_err(err("frame size"))?;
+        let source = syncs.fence_source();
+        let built = source == FenceSource::Built;
+
+        let raw = || -> Result<BufAttrSet<8>, String> {
+            let mut a = BufAttrSet::new();
+            let v = "buffer attributes";
+            a.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer]).map_err(err(v))?)
+                .map_err(err(v))?;
+            a.set(BufAttr::RawSize(size)).map_err(err(v))?;
+            a.set(BufAttr::RequiredPerm(
+                NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite,
+            ))
+            .map_err(err(v))?;
+            Ok(a)
+        };
+        // The camera writes through the CPU mapping.
+        let mut producer = raw()?;
+        producer
+            .set(BufAttr::NeedCpuAccess(true))
+            .map_err(err("buffer attributes"))?;
+        producer
+            .set(BufAttr::RawAlign(4096))
+            .map_err(err("buffer attributes"))?;
+        // CUDA reads and writes it in place on its GPU.
+        let mut consumer = raw()?;
+        consumer
+            .set(BufAttr::gpu_ids(&[gpu]).map_err(err("buffer attributes"))?)
+            .map_err(err("buffer attributes"))?;
+        let p = bufs
+            .attr_list(&producer)
+            .map_err(err("NvSciBuf attribute list"))?;
+        let c = bufs
+            .attr_list(&consumer)
+            .map_err(err("NvSciBuf attribute list"))?;
+        let buf_list = bufs
+            .reconcile(&[&p, &c])
+            .map_err(err("NvSciBuf reconciliation"))?;
+
+        let mut cpu_signal = SyncAttrSet::<3>::new();
+        let mut cpu_wait = SyncAttrSet::<2>::new();
+        let mut deterministic = SyncAttrSet::<1>::new();
+        (|| {
+            cpu_signal.set(SyncAttr::NeedCpuAccess(true))?;
+            cpu_signal.set(SyncAttr::RequiredPerm(
+                NvSciSyncAccessPerm::NvSciSyncAccessPerm_SignalOnly,
+            ))?;
+            if built {
+                cpu_signal.set(SyncAttr::RequireDeterministicFences(true))?;
+                deterministic.set(SyncAttr::RequireDeterministicFences(true))?;
+            }
+            cpu_wait.set(SyncAttr::NeedCpuAccess(true))?;
+            cpu_wait.set(SyncAttr::RequiredPerm(
+                NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly,
+            ))?;
+            Ok::<(), tegra_interop::core::ValidationError>(())
+        })()
+        .map_err(err("sync attributes"))?;
+        // ready: the CPU signals, CUDA waits.
+        let ready_signal = syncs
+            .attr_list(&cpu_signal)
+            .map_err(err("NvSciSync attribute list"))?;
+        let ready_wait = syncs
+            .cuda_waiter_attrs(ctx)
+            .map_err(err("cuDeviceGetNvSciSyncAttributes (wait)"))?;
+        let ready_list = syncs
+            .reconcile(&[&ready_signal, &ready_wait])
+            .map_err(err("NvSciSync reconciliation (ready)"))?;
+        // free: CUDA signals, the CPU waits.
+        let mut free_signal = syncs
+            .cuda_signaler_attrs(ctx)
+            .map_err(err("cuDeviceGetNvSciSyncAttributes (signal)"))?;
+        free_signal
+            .set(&deterministic)
+            .map_err(err("NvSciSync attribute list"))?;
+        let free_wait = syncs
+            .attr_list(&cpu_wait)
+            .map_err(err("NvSciSync attribute list"))?;
+        let free_list = syncs
+            .reconcile(&[&free_signal, &free_wait])
+            .map_err(err("NvSciSync reconciliation (free)"))?;
+
+        let mut out = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            let buf = buf_list.alloc().map_err(err("NvSciBufObjAlloc"))?;
+            let have = buf.size().map_err(err("NvSciBuf size"))?;
+            if have < size {
+                return Err(format!(
+                    "NvSciBuf object has {have} bytes, a frame needs {size}"
+                ));
+            }
+            out.push(SlotObjects {
+                buf,
+                ready: ready_list
+                    .alloc()
+                    .map_err(err("NvSciSyncObjAlloc (ready)"))?,
+                free: free_list.alloc().map_err(err("NvSciSyncObjAlloc (free)"))?,
+            });
+        }
+        Ok(Objects {
+            syncs,
+            source,
+            slots: out,
+            _bufs: bufs,
+        })
+    }
+
+    /// How waiters get their fences with the loaded NvSciSync.
+    pub fn fence_source(&self) -> FenceSource {
+        self.source
+    }
+
+    /// The consumer's CUDA imports of the frame buffers, one per slot.
+    pub fn import_memories<'ctx>(
+        &self,
+        ctx: &'ctx Context,
+    ) -> Result<Vec<NvSciMemory<'ctx>>, String> {
+        self.slots
+            .iter()
+            .map(|s| {
+                s.buf
+                    .import_cuda(ctx)
+                    .map_err(err("CUDA import of an NvSciBuf object"))
+            })
+            .collect()
+    }
+}
+
+/// Where a slot is in the protocol (checked on every call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    /// Free for the producer's next frame (after its free fence).
+    Idle,
+    /// The producer holds it for this frame.
+    Acquired(u64),
+    /// Written and signalled ready; not yet queued for the consumer.
+    Released(u64),
+}
+
+/// Shared with the host functions: when the previous frame finished.
+type LastEnd = Arc<Mutex<Option<Instant>>>;
+
+/// Records that a frame signalled ready at `signalled` finished at `end`,
+/// and returns how long it queued behind the previous frame.
+fn queued_behind(last_end: &LastEnd, signalled: Instant, end: Instant) -> Duration {
+    let mut last = last_end.lock().unwrap_or_else(|e| e.into_inner());
+    let q = last.map_or(Duration::ZERO, |prev| {
+        prev.saturating_duration_since(signalled)
+    });
+    *last = Some(end);
+    q
+}
+
+/// The consumer's CUDA state for [`Processing::CudaKernel`].
+struct KernelPath {
+    kernel: Kernel,
+    counters: Counters,
+    /// Per slot: recorded just before and just after the kernel.
+    events: Vec<(CudaEvent, CudaEvent)>,
+    /// The consumer's stream (also wrapped in the transport's `Stream`).
+    cstream: Arc<CudaStream>,
+    grid: u32,
+    /// Per slot: the frame submitted and not yet collected (its events and
+    /// counter copy are reused by the slot's next frame).
+    uncollected: Vec<Option<u64>>,
+}
+
+impl KernelPath {
+    /// Compiles the kernel into `ctx` (which must come from cudarc) and
+    /// allocates the per-slot counters and events on a new stream.
+    fn new(ctx: &Context, geometry: FrameGeometry, slots: usize) -> Result<KernelPath, String> {
+        let cu = ctx.cudarc().cloned().ok_or(
+            "the kernel path needs a CUDA context of the real driver made through cudarc (cudarc could not load libcuda, or this is the simulator, which processes frames with a host function)",
+        )?;
+        kernel::self_check_pattern(geometry.stride, geometry.rows).map_err(|e| e.0)?;
+        let kernel = Kernel::compile(&cu).map_err(|e| e.0)?;
+        let cstream = cu.new_stream().map_err(err("CUDA stream"))?;
+        let counters = Counters::new(&cu, &cstream, slots).map_err(|e| e.0)?;
+        let event = || {
+            cu.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(err("CUDA event"))
+        };
+        let events = (0..slots)
+            .map(|_| Ok((event()?, event()?)))
+            .collect::<Result<Vec<_>, String>>()?;
+        // The counters' allocation is stream-ordered: let it land first.
+        cstream
+            .synchronize()
+            .map_err(err("synchronising the CUDA stream"))?;
+        Ok(KernelPath {
+            kernel,
+            counters,
+            events,
+            cstream,
+            grid: kernel::grid_for(geometry.frame_len()),
+            uncollected: vec![None; slots],
+        })
+    }
+}
+
+/// The NvSci transport (see the module docs).
+pub struct NvSciTransport<'a> {
+    name: &'static str,
+    geometry: FrameGeometry,
+    schedule: FenceSchedule,
+    processing: Processing,
+    fault: Fault,
+    objects: &'a Objects,
+    /// The producer's CPU address of each slot's buffer.
+    cpu: Vec<NonNull<u8>>,
+    /// Counts of the ready objects' CPU signals (values only; built fences).
+    ready_counters: Vec<DeterministicCounter>,
+    /// Received fences: per slot, the ready fence the producer handed over.
+    ready_fences: Vec<Option<Fence>>,
+    /// Received fences: per slot, the free fence the consumer handed back.
+    free_fences: Vec<Option<Fence>>,
+    state: Vec<SlotState>,
+    /// Frames queued for the consumer per slot (= free signals queued).
+    uses: Vec<u64>,
+    signalled: Vec<Instant>,
+    cpu_wait: CpuWaitContext,
+    // Consumer side: dropped after the stream has drained (see Drop).
+    mappings: Vec<MappedBuffer<'a>>,
+    waiters: Vec<NvSciSemaphore<'a, Waiter>>,
+    signalers: Vec<NvSciSemaphore<'a, Signaler>>,
+    stream: Stream<'a>,
+    /// [`Processing::CudaKernel`] only.
+    kernel: Option<KernelPath>,
+    done_tx: Sender<Completion>,
+    done_rx: Receiver<Completion>,
+    in_flight: usize,
+    last_end: LastEnd,
+}
+
+impl<'a> NvSciTransport<'a> {
+    /// Sets up the consumer on `ctx` over `objects` (whose buffers
+    /// `memories` imported into `ctx`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &'static str,
+        ctx: &'a Context,
+        objects: &'a Objects,
+        memories: &'a [NvSciMemory<'a>],
+        geometry: FrameGeometry,
+        schedule: FenceSchedule,
+        processing: Processing,
+        fault: Fault,
+    ) -> Result<Self, String> {
+        let slots = schedule.slots();
+        if objects.slots.len() != slots || memories.len() != slots {
+            return Err(format!(
+                "ring of {slots} slots over {} NvSci slots and {} imports",
+                objects.slots.len(),
+                memories.len()
+            ));
+        }
+        let (stream, kernel) = match processing {
+            Processing::HostFnOverSimulatedDeviceMemory => {
+                (Stream::new(ctx).map_err(err("CUDA stream"))?, None)
+            }
+            Processing::CudaKernel => {
+                if fault != Fault::None {
+                    return Err(format!(
+                        "fault injection ({fault:?}) is implemented by the simulator's host-function processing only, not by the CUDA kernel"
+                    ));
+                }
+                let path = KernelPath::new(ctx, geometry, slots)?;
+                let stream = Stream::from_cudarc(ctx, Arc::clone(&path.cstream))
+                    .map_err(err("CUDA stream"))?;
+                (stream, Some(path))
+            }
+        };
+        let frame_len = geometry.frame_len() as u64;
+        let mut cpu = Vec::with_capacity(slots);
+        let mut ready_counters = Vec::with_capacity(slots);
+        let mut mappings = Vec::with_capacity(slots);
+        let mut waiters = Vec::with_capacity(slots);
+        let mut signalers = Vec::with_capacity(slots);
+        for (s, mem) in objects.slots.iter().zip(memories) {
+            cpu.push(s.buf.cpu_ptr().map_err(err("NvSciBufObjGetCpuPtr"))?);
+            if mem.size() < frame_len {
+                return Err(format!(
+                    "CUDA import has {} bytes, a frame needs {frame_len}",
+                    mem.size()
+                ));
+            }
+            mappings.push(
+                mem.map_whole()
+                    .map_err(err("CUDA mapping of a frame buffer"))?,
+            );
+            waiters.push(
+                s.ready
+                    .import_cuda_waiter(ctx)
+                    .map_err(err("CUDA import of the ready object"))?,
+            );
+            let signaler = s
+                .free
+                .import_cuda_signaler(ctx)
+                .map_err(err("CUDA import of the free object"))?;
+            if objects.source == FenceSource::Built {
+                ready_counters.push(
+                    s.ready
+                        .deterministic_counter(0)
+                        .map_err(err("ready fence counter"))?,
+                );
+                let counter = s
+                    .free
+                    .deterministic_counter(0)
+                    .map_err(err("free fence counter"))?;
+                signalers.push(
+                    signaler
+                        .with_deterministic_counter(counter)
+                        .map_err(err("CUDA import of the free object"))?,
+                );
+            } else {
+                signalers.push(signaler);
+            }
+        }
+        let cpu_wait = CpuWaitContext::new(&objects.syncs).map_err(err("CPU wait context"))?;
+        let (done_tx, done_rx) = mpsc::channel();
+        let now = Instant::now();
+        Ok(NvSciTransport {
+            name,
+            geometry,
+            schedule,
+            processing,
+            fault,
+            objects,
+            cpu,
+            ready_counters,
+            ready_fences: (0..slots).map(|_| None).collect(),
+            free_fences: (0..slots).map(|_| None).collect(),
+            state: vec![SlotState::Idle; slots],
+            uses: vec![0; slots],
+            signalled: vec![now; slots],
+            cpu_wait,
+            mappings,
+            waiters,
+            signalers,
+            stream,
+            kernel,
+            done_tx,
+            done_rx,
+            in_flight: 0,
+            last_end: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    fn check_slot(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        if slot != self.schedule.slot(frame) {
+            return Err(TransportError::new(format!(
+                "frame {frame} belongs in slot {}, not {slot}",
+                self.schedule.slot(frame)
+            )));
+        }
+        Ok(())
+    }
+
+    /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
+    fn flush_cpu_cache(&self, slot: usize) -> Result<(), TransportError> {
+        self.objects.slots[slot]
+            .buf
+            .flush_cpu_cache_range(0, self.geometry.frame_len() as u64)
+            .map_err(|e| TransportError::new(format!("CPU cache flush of slot {slot}: {e}")))
+    }
+
+    fn ready_value(&self, slot: usize, frame: u64) -> Result<u64, TransportError> {
+        self.ready_counters
+            .get(slot)
+            .map(|c| c.value_of_signal(self.schedule.ready_value(frame)))
+            .ok_or_else(|| TransportError::new("no ready counter: fences are received"))
+    }
+
+    fn built(&self) -> bool {
+        self.objects.source == FenceSource::Built
+    }
+
+    /// Queues the processing of `frame` on the stream.
+    fn queue_processing(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        match self.processing {
+            Processing::HostFnOverSimulatedDeviceMemory => {
+                let ptr = self.mappings[slot].device_ptr() as usize;
+                let len = self.geometry.frame_len();
+                let stride = self.geometry.stride;
+                let fault = self.fault;
+                let signalled = self.signalled[slot];
+                let tx = self.done_tx.clone();
+                let last_end = Arc::clone(&self.last_end);
+                self.stream
+                    .launch_host_fn(move || {
+                        // SAFETY: (1) with this processing the transport
+                        // runs on the simulator, whose device pointers are
+                        // host addresses of the mapping's memory; the
+                        // mapping is `len` bytes or more (checked at set-up)
+                        // and outlives this function, because the
+                        // transport drains the stream before it unmaps (or
+                        // leaks the mappings if it cannot). (2) Nothing else
+                        // touches the bytes meanwhile: the producer writes
+                        // them only after the slot's free fence, which this
+                        // stream signals after this function returns, and
+                        // this function runs only after the ready fence.
+                        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+                        if fault == Fault::Corrupt {
+                            if let Some(b) = bytes.last_mut() {
+                                *b ^= 0x5a;
+                            }
+                        }
+                        let start = Instant::now();
+                        let mismatches = match fault {
+                            Fault::SkipProcess => 0,
+                            _ => process_frame(frame, stride, bytes),
+                        };
+                        let process = start.elapsed();
+                        let queued = queued_behind(&last_end, signalled, start + process);
+                        // The receiver is gone only when the transport is
+                        // being dropped; then nobody needs the result.
+                        let _ = tx.send(Completion {
+                            slot,
+                            frame,
+                            mismatches,
+                            process,
+                            queued,
+                            finished: Instant::now(),
+                        });
+                    })
+                    .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
+            }
+            Processing::CudaKernel => self.queue_kernel(slot, frame),
+        }
+    }
+
+    /// [`Processing::CudaKernel`]: queues the kernel over the slot's
+    /// mapping, the read-back of its mismatch counter and a host function
+    /// that reports the frame finished. Built; never run on a Jetson.
+    fn queue_kernel(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let Some(k) = &self.kernel else {
+            return Err(TransportError::new(
+                "the CUDA kernel path was not set up for this transport",
+            ));
+        };
+        let fail =
+            |what: &'static str| move |e: &dyn Display| TransportError::new(format!("{what}: {e}"));
+        // The raw launches below use the current context.
+        self.stream
+            .context()
+            .bind()
+            .map_err(|e| fail("binding the CUDA context")(&e))?;
+        let s = k.cstream.cu_stream();
+        let (before, after) = &k.events[slot];
+        before
+            .record(&k.cstream)
+            .map_err(|e| fail("recording a CUDA event")(&e))?;
+        let counter = k.counters.device_ptr(slot)?;
+        // SAFETY: `s` is the transport's live stream of the current context;
+        // the slot's counter is used only by this frame's work, queued on
+        // this stream (the slot's previous frame was collected, see
+        // `consumer_submit`).
+        unsafe { k.counters.clear(slot, s) }?;
+        let bytes = DeviceFrame {
+            ptr: self.mappings[slot].device_ptr(),
+            len: self.geometry.frame_len(),
+            stride: self.geometry.stride,
+        };
+        // SAFETY: the mapping is at least `len` bytes (checked at set-up)
+        // and stays mapped until the stream has drained (see Drop); on this
+        // stream the kernel runs after the wait for the slot's ready fence,
+        // and the producer writes the slot again only after the free fence
+        // that this stream signals after the kernel, so nothing else
+        // touches the bytes meanwhile; the counter is as above.
+        unsafe {
+            k.kernel
+                .check_and_invert(FrameMemory::System, k.grid, s, bytes, frame, counter)
+        }?;
+        after
+            .record(&k.cstream)
+            .map_err(|e| fail("recording a CUDA event")(&e))?;
+        // SAFETY: the host reads the slot's copy only in the host function
+        // queued next on this stream (so after the copy), and the slot's
+        // next copy is queued only after this frame was collected.
+        unsafe { k.counters.copy_to_host(slot, s) }?;
+        let host = k.counters.host_address(slot)?;
+        let signalled = self.signalled[slot];
+        let tx = self.done_tx.clone();
+        let last_end = Arc::clone(&self.last_end);
+        self.stream
+            .launch_host_fn(move || {
+                // SAFETY: `host` is the slot's u64 in pinned host memory,
+                // which lives until the transport has drained the stream
+                // (or is leaked with it). The copy into it was queued before
+                // this function on the same stream, so it has completed;
+                // the next copy into it is queued only after this frame was
+                // collected. Reading memory is not a CUDA call, which a host
+                // function must not make.
+                let mismatches = unsafe { (host as *const u64).read_volatile() };
+                let finished = Instant::now();
+                let queued = queued_behind(&last_end, signalled, finished);
+                // `process` is filled in from the CUDA events when the frame
+                // is collected (reading them is a CUDA call).
+                let _ = tx.send(Completion {
+                    slot,
+                    frame,
+                    mismatches,
+                    process: Duration::ZERO,
+                    queued,
+                    finished,
+                });
+            })
+            .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
+    }
+
+    /// Accounts for a completion received from the stream; on the kernel
+    /// path, fills in the kernel's time from the slot's events.
+    fn collected(&mut self, mut c: Completion) -> Result<Completion, TransportError> {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        if let Some(k) = &mut self.kernel {
+            if k.uncollected.get(c.slot).copied().flatten() != Some(c.frame) {
+                return Err(TransportError::new(format!(
+                    "completion of frame {} in slot {}, which was not in flight",
+                    c.frame, c.slot
+                )));
+            }
+            k.uncollected[c.slot] = None;
+            let (before, after) = &k.events[c.slot];
+            let ms = before
+                .elapsed_ms(after)
+                .map_err(|e| TransportError::new(format!("reading CUDA event times: {e}")))?;
+            c.process = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
+        }
+        Ok(c)
+    }
+}
+
+impl FrameTransport for NvSciTransport<'_> {
+    fn backend(&self) -> &'static str {
+        self.name
+    }
+
+    fn slot_count(&self) -> usize {
+        self.schedule.slots()
+    }
+
+    fn geometry(&self) -> FrameGeometry {
+        self.geometry
+    }
+
+    fn producer_acquire(&mut self, slot: usize, frame: u64) -> Result<&mut [u8], TransportError> {
+        self.check_slot(slot, frame)?;
+        match self.state[slot] {
+            SlotState::Acquired(f) if f == frame => {}
+            SlotState::Idle => {
+                let k = self.schedule.free_wait_value(frame);
+                if k != self.uses[slot] {
+                    return Err(TransportError::new(format!(
+                        "slot {slot} has had {} frame(s) queued; frame {frame} would wait for free signal {k}",
+                        self.uses[slot]
+                    )));
+                }
+                if k > 0 {
+                    let fence = if self.built() {
+                        let Some(counter) = self.signalers[slot].counter() else {
+                            return Err(TransportError::new("free semaphore lost its counter"));
+                        };
+                        self.objects.slots[slot]
+                            .free
+                            .fence_for_value(counter.value_of_signal(k))
+                            .map_err(|e| TransportError::new(format!("free fence: {e}")))?
+                    } else {
+                        // The fence of free signal k, handed back at submit.
+                        self.free_fences[slot].take().ok_or_else(|| {
+                            TransportError::new(format!(
+                                "slot {slot}: the consumer handed back no free fence for signal {k}"
+                            ))
+                        })?
+                    };
+                    let reached = fence
+                        .wait(&mut self.cpu_wait, Timeout::After(STUCK))
+                        .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
+                    if !reached {
+                        return Err(TransportError::new(format!(
+                            "slot {slot}: free signal {k} not reached within {STUCK:?}"
+                        )));
+                    }
+                }
+                // Before the CPU reads what the consumer wrote (see the
+                // module docs on CPU caches). The producer's own lines were
+                // written back at its release and it has not written the
+                // slot since, so this cannot overwrite the consumer's output.
+                self.flush_cpu_cache(slot)?;
+                self.state[slot] = SlotState::Acquired(frame);
+            }
+            other => {
+                return Err(TransportError::new(format!(
+                    "slot {slot} acquired for frame {frame} while {other:?}"
+                )))
+            }
+        }
+        // SAFETY: the buffer is at least `frame_len` bytes (checked at
+        // set-up) and lives as long as `self.objects`. The consumer is done
+        // with it: its free fence for the slot's previous frame was reached
+        // above (or the slot was never used). The slice borrows `self`
+        // mutably, so it ends before the next transport call.
+        Ok(unsafe {
+            std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), self.geometry.frame_len())
+        })
+    }
+
+    fn producer_release(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        self.check_slot(slot, frame)?;
+        if self.state[slot] != SlotState::Acquired(frame) {
+            return Err(TransportError::new(format!(
+                "release of slot {slot} for frame {frame}, which was not acquired"
+            )));
+        }
+        // The camera's writes reach memory before the consumer may read them
+        // (see the module docs on CPU caches).
+        self.flush_cpu_cache(slot)?;
+        let ready = &self.objects.slots[slot].ready;
+        // The fence of the CPU signal about to be made, from the library.
+        let fence = ready
+            .generate_fence()
+            .map_err(|e| TransportError::new(format!("ready fence: {e}")))?;
+        if self.built() {
+            // It must be the value the consumer computes on its own.
+            let want = self.ready_value(slot, frame)?;
+            let got = fence
+                .extract()
+                .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
+                .map(|f| f.value);
+            if got != Some(want) {
+                return Err(TransportError::new(format!(
+                    "slot {slot}: the ready signal of frame {frame} has fence value {got:?}, the deterministic counter says {want}"
+                )));
+            }
+        }
+        ready
+            .cpu_signal()
+            .map_err(|e| TransportError::new(format!("CPU signal: {e}")))?;
+        if !self.built() {
+            // Handed to the consumer (the standard NvSci flow).
+            self.ready_fences[slot] = Some(fence);
+        }
+        self.signalled[slot] = Instant::now();
+        self.state[slot] = SlotState::Released(frame);
+        Ok(())
+    }
+
+    fn consumer_submit(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        self.check_slot(slot, frame)?;
+        if self.state[slot] != SlotState::Released(frame) {
+            // Queueing a wait for a signal that may never come would stall
+            // the stream (and everything after it) for good.
+            return Err(TransportError::new(format!(
+                "consumer submit of frame {frame} in slot {slot}, which was not released"
+            )));
+        }
+        if let Some(f) = self
+            .kernel
+            .as_ref()
+            .and_then(|k| k.uncollected.get(slot).copied().flatten())
+        {
+            return Err(TransportError::new(format!(
+                "slot {slot} still has frame {f} uncollected; collect it before submitting frame {frame}"
+            )));
+        }
+        // Built: the consumer builds the fence it waits for from the
+        // counter, on its own handle of the object: nothing is passed from
+        // the producer. Received: the producer's fence of this frame.
+        let waiter = &self.waiters[slot];
+        let ready = if self.built() {
+            waiter
+                .object()
+                .fence_for_value(self.ready_value(slot, frame)?)
+                .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
+        } else {
+            self.ready_fences[slot].take().ok_or_else(|| {
+                TransportError::new(format!(
+                    "slot {slot}: the producer handed over no ready fence for frame {frame}"
+                ))
+            })?
+        };
+        waiter
+            .wait(&self.stream, &ready)
+            .map_err(|e| TransportError::new(format!("CUDA wait on ready fence: {e}")))?;
+        self.queue_processing(slot, frame)?;
+        // From here on the frame's completion will arrive.
+        self.in_flight += 1;
+        if let Some(k) = &mut self.kernel {
+            k.uncollected[slot] = Some(frame);
+        }
+        let mut free = Fence::new(&self.objects.syncs);
+        let produced = self.signalers[slot]
+            .signal(&self.stream, &mut free)
+            .map_err(|e| TransportError::new(format!("CUDA signal of free fence: {e}")))?;
+        self.uses[slot] += 1;
+        self.state[slot] = SlotState::Idle;
+        if !self.built() {
+            // Handed back to the producer, which waits on it before reusing
+            // the slot.
+            self.free_fences[slot] = Some(free);
+            return Ok(());
+        }
+        let filled = free
+            .extract()
+            .map_err(|e| TransportError::new(format!("free fence: {e}")))?
+            .map(|f| f.value);
+        if produced.is_none() || filled != produced {
+            return Err(TransportError::new(format!(
+                "slot {slot}: the driver's free fence for frame {frame} is {filled:?}, the deterministic counter says {produced:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
+        match self.done_rx.try_recv() {
+            Ok(c) => self.collected(c).map(Some),
+            Err(TryRecvError::Empty) => Ok(None),
+            Err(TryRecvError::Disconnected) => Err(TransportError::new("completion queue closed")),
+        }
+    }
+
+    fn wait_complete(&mut self) -> Result<Completion, TransportError> {
+        if self.in_flight == 0 {
+            return Err(TransportError::new("no frame is in flight"));
+        }
+        match self.done_rx.recv_timeout(STUCK) {
+            Ok(c) => self.collected(c),
+            Err(RecvTimeoutError::Timeout) => Err(TransportError::new(format!(
+                "no frame finished within {STUCK:?}: the consumer's stream is stuck"
+            ))),
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(TransportError::new("completion queue closed"))
+            }
+        }
+    }
+}
+
+impl Drop for NvSciTransport<'_> {
+    fn drop(&mut self) {
+        // Every queued wait has had its signal (submit requires a release),
+        // so the stream drains. If it cannot be drained, host functions may
+        // still touch the mappings: leak them rather than unmap under them.
+        // The same holds for the kernel path's counters, events and module.
+        if self.stream.synchronize().is_err() {
+            std::mem::forget(std::mem::take(&mut self.mappings));
+            std::mem::forget(self.kernel.take());
+        }
+    }
+}
+
+/// Runs `f` over an NvSci transport on `backend`: one CUDA context (the
+/// consumer), the ring's objects, their imports; everything is released,
+/// in order, before this returns.
+#[allow(clippy::too_many_arguments)]
+pub fn with_transport<R>(
+    backend: &Arc<Backend>,
+    name: &'static str,
+    processing: Processing,
+    geometry: FrameGeometry,
+    schedule: FenceSchedule,
+    fault: Fault,
+    f: impl FnOnce(&mut dyn FrameTransport, &'static str) -> R,
+) -> Result<R, String> {
+    let ctx = Context::new(Arc::clone(backend), 0).map_err(err("CUDA context"))?;
+    let objects = Objects::allocate(backend, &ctx, geometry.frame_len(), schedule.slots())?;
+    let note = processing.describe_with(objects.fence_source());
+    let memories = objects.import_memories(&ctx)?;
+    let mut transport = NvSciTransport::new(
+        name, &ctx, &objects, &memories, geometry, schedule, processing, fault,
+    )?;
+    Ok(f(&mut transport, note))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::camera::TestPattern;
+    use tegra_interop_sim::{Sim, SimConfig};
+
+    const G: FrameGeometry = FrameGeometry {
+        stride: 64,
+        rows: 8,
+    };
+
+    fn with<R>(slots: usize, fault: Fault, f: impl FnOnce(&mut dyn FrameTransport) -> R) -> R {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let r = with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(slots).unwrap(),
+            fault,
+            |t, _| f(t),
+        )
+        .unwrap();
+        assert!(sim.ledger().is_clean(), "CUDA ledger: {}", sim.ledger());
+        assert!(
+            sim.nvsci_ledger().is_clean(),
+            "NvSci ledger: {}",
+            sim.nvsci_ledger()
+        );
+        assert!(sim.diagnostics().is_empty(), "{:#?}", sim.diagnostics());
+        r
+    }
+
+    fn produce(t: &mut dyn FrameTransport, frame: u64) -> usize {
+        let slot = frame as usize % t.slot_count();
+        let buf = t.producer_acquire(slot, frame).unwrap();
+        TestPattern::new(frame, G.stride).fill(buf);
+        t.producer_release(slot, frame).unwrap();
+        t.consumer_submit(slot, frame).unwrap();
+        slot
+    }
+
+    #[test]
+    fn frames_round_trip_in_place_and_leave_nothing_behind() {
+        with(2, Fault::None, |t| {
+            assert_eq!(t.backend(), "nvsci-sim");
+            for frame in 0..9u64 {
+                let slot = (frame % 2) as usize;
+                let buf = t.producer_acquire(slot, frame).unwrap();
+                if frame >= 2 {
+                    // The consumer's in-place result of the slot's previous
+                    // frame, seen through the producer's CPU pointer.
+                    let prev = TestPattern::new(frame - 2, G.stride);
+                    assert_eq!(prev.first_mismatch(buf, 0xff), None, "frame {frame}");
+                }
+                TestPattern::new(frame, G.stride).fill(buf);
+                t.producer_release(slot, frame).unwrap();
+                t.consumer_submit(slot, frame).unwrap();
+                if frame % 3 == 2 {
+                    continue; // leave some in flight across iterations
+                }
+                while let Some(c) = t.try_complete().unwrap() {
+                    assert_eq!(c.mismatches, 0);
+                }
+            }
+            let mut last = None;
+            while let Ok(c) = t.wait_complete() {
+                assert_eq!(c.mismatches, 0);
+                last = Some(c.frame);
+            }
+            assert!(last.is_some_and(|f| f <= 8));
+        });
+    }
+
+    #[test]
+    fn the_ring_runs_at_every_nvsci_release_with_built_or_received_fences() {
+        use tegra_interop_sim::NvSciRelease;
+        for release in NvSciRelease::ALL {
+            let mut cfg = SimConfig::tegra();
+            cfg.nvsci_release = release;
+            let sim = Sim::with_config(cfg).unwrap();
+            let note = with_transport(
+                &sim.backend(),
+                "nvsci-sim",
+                Processing::HostFnOverSimulatedDeviceMemory,
+                G,
+                FenceSchedule::new(2).unwrap(),
+                Fault::None,
+                |t, note| {
+                    for frame in 0..6u64 {
+                        let slot = produce(t, frame);
+                        assert_eq!(slot, (frame % 2) as usize);
+                        let c = t.wait_complete().unwrap();
+                        assert_eq!((c.frame, c.mismatches), (frame, 0), "{release}");
+                    }
+                    note
+                },
+            )
+            .unwrap();
+            let received = matches!(release, NvSciRelease::V5_2_6 | NvSciRelease::JetsonSync2_4);
+            assert_eq!(
+                note.contains("received from the signaller"),
+                received,
+                "{release}: {note}"
+            );
+            assert_eq!(
+                note.contains("built by each waiter"),
+                !received,
+                "{release}"
+            );
+            assert!(sim.ledger().is_clean(), "{release}: {}", sim.ledger());
+            assert!(
+                sim.nvsci_ledger().is_clean(),
+                "{release}: {}",
+                sim.nvsci_ledger()
+            );
+            assert!(
+                sim.diagnostics().is_empty(),
+                "{release}: {:#?}",
+                sim.diagnostics()
+            );
+        }
+    }
+
+    #[test]
+    fn a_wrong_initial_fence_value_stops_the_first_frame() {
+        // The ring assumes NvSciSync objects start at 0; make the first one
+        // (slot 0's ready object) start at 5 instead.
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        sim.nvsci_set_next_sync_initial(5);
+        let e = with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(1).unwrap(),
+            Fault::None,
+            |t, _| {
+                t.producer_acquire(0, 0).unwrap();
+                t.producer_release(0, 0)
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(
+            e.0.contains("has fence value Some(6), the deterministic counter says 1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn submit_before_release_is_refused_not_queued() {
+        with(1, Fault::None, |t| {
+            let buf = t.producer_acquire(0, 0).unwrap();
+            TestPattern::new(0, G.stride).fill(buf);
+            // Out of order: submit before release is refused, not queued.
+            assert!(t.consumer_submit(0, 0).is_err());
+            t.producer_release(0, 0).unwrap();
+            t.consumer_submit(0, 0).unwrap();
+            let c = t.wait_complete().unwrap();
+            assert_eq!((c.slot, c.frame, c.mismatches), (0, 0, 0));
+            assert!(t.wait_complete().is_err(), "nothing else in flight");
+        });
+    }
+
+    #[test]
+    fn out_of_order_use_is_refused() {
+        with(2, Fault::None, |t| {
+            assert!(t.producer_acquire(1, 0).is_err(), "wrong slot");
+            assert!(t.producer_release(0, 0).is_err(), "release before acquire");
+            // Frame 2 would wait for slot 0's first free signal, never queued.
+            assert!(t.producer_acquire(0, 2).is_err());
+        });
+    }
+
+    #[test]
+    fn faults_reach_the_consumer() {
+        with(1, Fault::Corrupt, |t| {
+            produce(t, 0);
+            assert_eq!(t.wait_complete().unwrap().mismatches, 1);
+        });
+        with(1, Fault::SkipProcess, |t| {
+            produce(t, 0);
+            assert_eq!(t.wait_complete().unwrap().mismatches, 0);
+            // Not inverted: the producer sees the raw pattern again.
+            let buf = t.producer_acquire(0, 1).unwrap();
+            assert_eq!(
+                TestPattern::new(0, G.stride).first_mismatch(buf, 0xff),
+                Some(0)
+            );
+        });
+    }
+
+    #[test]
+    fn a_failing_driver_call_is_an_error_not_a_panic() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        sim.fail_symbol("cuLaunchHostFunc", 0, 1);
+        let r = with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(1).unwrap(),
+            Fault::None,
+            |t, _| {
+                let buf = t.producer_acquire(0, 0).unwrap();
+                TestPattern::new(0, G.stride).fill(buf);
+                t.producer_release(0, 0).unwrap();
+                t.consumer_submit(0, 0).map(|_| ())
+            },
+        )
+        .unwrap();
+        let e = r.unwrap_err();
+        assert!(e.0.contains("cuLaunchHostFunc"), "{e}");
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+        assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+    }
+
+    #[test]
+    fn the_kernel_path_refuses_the_simulator_and_leaves_nothing_behind() {
+        // The kernel path needs a cudarc context of the real driver; on the
+        // simulator it must refuse at set-up, in one line, not launch
+        // anything. (Its per-frame path has never run: no Jetson here.)
+        for fault in [Fault::None, Fault::Corrupt] {
+            let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+            let e = with_transport(
+                &sim.backend(),
+                "nvsci-jetson",
+                Processing::CudaKernel,
+                G,
+                FenceSchedule::new(2).unwrap(),
+                fault,
+                |_, _| (),
+            )
+            .unwrap_err();
+            let want = match fault {
+                Fault::None => "needs a CUDA context of the real driver made through cudarc",
+                _ => "fault injection (Corrupt) is implemented by the simulator's host-function processing only",
+            };
+            assert!(e.contains(want), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+            assert!(
+                !sim.call_log().contains(&"cuLaunchHostFunc"),
+                "{:?}",
+                sim.call_log()
+            );
+            assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+            assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+        }
+        for source in [FenceSource::Built, FenceSource::Received] {
+            assert!(Processing::CudaKernel
+                .describe_with(source)
+                .contains("never been run on a Jetson"));
+        }
+    }
+
+    #[test]
+    fn the_producer_flushes_cpu_caches_around_each_frame() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let flushes = || {
+            sim.call_log()
+                .iter()
+                .filter(|c| **c == "NvSciBufObjFlushCpuCacheRange")
+                .count()
+        };
+        with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(1).unwrap(),
+            Fault::None,
+            |t, _| {
+                assert_eq!(flushes(), 0);
+                let buf = t.producer_acquire(0, 0).unwrap();
+                TestPattern::new(0, G.stride).fill(buf);
+                assert_eq!(flushes(), 1, "after the free fence, before the CPU reads");
+                t.producer_release(0, 0).unwrap();
+                assert_eq!(flushes(), 2, "after the CPU wrote, before the ready signal");
+                t.consumer_submit(0, 0).unwrap();
+                assert_eq!(t.wait_complete().unwrap().mismatches, 0);
+            },
+        )
+        .unwrap();
+        // A failing flush stops the frame with the call's name.
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        sim.fail_symbol("NvSciBufObjFlushCpuCacheRange", 1, 0x100);
+        let e = with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(1).unwrap(),
+            Fault::None,
+            |t, _| {
+                t.producer_acquire(0, 0).unwrap();
+                t.producer_release(0, 0)
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+        assert!(e.0.contains("NvSciBufObjFlushCpuCacheRange"), "{e}");
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+    }
+
+    #[test]
+    fn set_up_failures_are_one_line_errors() {
+        // Without NvSci (a discrete GPU), the module cannot open.
+        let sim = Sim::new().unwrap();
+        let e = with_transport(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::HostFnOverSimulatedDeviceMemory,
+            G,
+            FenceSchedule::new(2).unwrap(),
+            Fault::None,
+            |_, _| (),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("NvSciBufModuleOpen"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}

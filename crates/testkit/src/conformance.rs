@@ -1,0 +1,1186 @@
+//! The backend conformance suite, written once for every backend.
+//!
+//! Each check takes a [`Backend`] and an [`Exporter`] (the other side of the
+//! interop: Vulkan on a GPU machine, the simulator's memfd exporter in CI)
+//! and returns `Ok(())` or a [`CheckFailure`] saying what differed. The
+//! simulator's tests and the GPU tests run the same functions, so the
+//! simulator is held to what the real driver does and vice versa.
+//!
+//! ```
+//! use tegra_interop_testkit::conformance::CHECKS;
+//!
+//! for (name, _check) in CHECKS {
+//!     assert!(!name.is_empty());
+//! }
+//! assert!(CHECKS.iter().any(|(name, _)| *name == "timeline_backwards_refused"));
+//! assert!(CHECKS.iter().any(|(name, _)| *name == "failed_imports_return_the_callers_fd"));
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tegra_interop_core::{
+    BufferMapping, MemoryImport, SemaphoreHandleKind, SignalParams, ValidationError, WaitParams,
+};
+
+use tegra_interop_driver::{
+    Backend, Context, Error, ExternalMemory, ExternalSemaphore, SemaphoreSignal, SemaphoreWait,
+    Stream,
+};
+
+/// Errors of an exporter.
+pub type ExportError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long an exporter-side wait may take before a check fails.
+pub const WAIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Memory exported by the other API, seen from that side.
+pub trait ExportedMemory {
+    /// The exported size in bytes.
+    fn size(&self) -> u64;
+    /// Writes `data` at `offset` from the exporter's side (and makes it
+    /// visible to the importer, e.g. flush / queue submit + wait).
+    fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), ExportError>;
+    /// Reads `out.len()` bytes at `offset` from the exporter's side.
+    fn read(&mut self, offset: u64, out: &mut [u8]) -> Result<(), ExportError>;
+}
+
+/// A binary semaphore exported by the other API, seen from that side.
+pub trait ExportedBinarySemaphore {
+    /// Signals it from the exporter's side.
+    fn signal(&mut self) -> Result<(), ExportError>;
+    /// Waits (and consumes the signal) from the exporter's side; `false` on
+    /// timeout.
+    fn wait(&mut self, timeout: Duration) -> Result<bool, ExportError>;
+}
+
+/// A timeline semaphore exported by the other API, seen from that side.
+pub trait ExportedTimelineSemaphore {
+    /// Sets the counter to `value` from the exporter's side.
+    fn signal(&mut self, value: u64) -> Result<(), ExportError>;
+    /// The current counter value.
+    fn value(&mut self) -> Result<u64, ExportError>;
+    /// Waits until the counter reaches `value`; `false` on timeout.
+    fn wait(&mut self, value: u64, timeout: Duration) -> Result<bool, ExportError>;
+}
+
+/// The other side of the interop: makes allocations and semaphores and
+/// exports them as file descriptors for CUDA to import.
+pub trait Exporter {
+    /// Exports `size` bytes of memory as an opaque fd.
+    fn export_memory(
+        &mut self,
+        size: u64,
+    ) -> Result<(OwnedFd, Box<dyn ExportedMemory>), ExportError>;
+    /// Exports a binary semaphore as an opaque fd.
+    fn export_binary_semaphore(
+        &mut self,
+    ) -> Result<(OwnedFd, Box<dyn ExportedBinarySemaphore>), ExportError>;
+    /// Exports a timeline semaphore starting at `initial` as an fd.
+    fn export_timeline_semaphore(
+        &mut self,
+        initial: u64,
+    ) -> Result<(OwnedFd, Box<dyn ExportedTimelineSemaphore>), ExportError>;
+}
+
+/// A check that did not hold.
+#[derive(Debug)]
+pub struct CheckFailure {
+    /// The check's name.
+    pub check: &'static str,
+    /// What went wrong.
+    pub detail: String,
+}
+
+impl fmt::Display for CheckFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "conformance check `{}` failed: {}",
+            self.check, self.detail
+        )
+    }
+}
+
+impl std::error::Error for CheckFailure {}
+
+/// Result of one check.
+pub type CheckResult = Result<(), CheckFailure>;
+
+/// A check of the suite.
+pub type Check = fn(&Arc<Backend>, &mut dyn Exporter) -> CheckResult;
+
+/// Every check, by name, in a sensible order.
+pub const CHECKS: &[(&str, Check)] = &[
+    ("import_and_map", import_and_map),
+    ("data_both_ways", data_both_ways),
+    ("binary_exporter_to_cuda", binary_exporter_to_cuda),
+    ("binary_cuda_to_exporter", binary_cuda_to_exporter),
+    ("timeline_both_directions", timeline_both_directions),
+    ("timeline_backwards_refused", timeline_backwards_refused),
+    ("batched_signal_and_wait", batched_signal_and_wait),
+    ("wait_before_signal", wait_before_signal),
+    ("teardown", teardown),
+    ("memory_validation_refusals", memory_validation_refusals),
+    (
+        "semaphore_validation_refusals",
+        semaphore_validation_refusals,
+    ),
+    ("cross_context_refused", cross_context_refused),
+    (
+        "failed_imports_return_the_callers_fd",
+        failed_imports_return_the_callers_fd,
+    ),
+    (
+        "copy_from_host_done_on_return",
+        copy_from_host_done_on_return,
+    ),
+];
+
+/// Checks that compare the process's fd table (`/proc/self/fd`) before and
+/// after: the table is process-wide, so run them where no other thread
+/// opens or closes descriptors meanwhile (one test binary, one test at a
+/// time). Not part of [`CHECKS`] / [`run_all`].
+pub const FD_TABLE_CHECKS: &[(&str, Check)] = &[(
+    "fd_table_unchanged_by_failed_imports",
+    fd_table_unchanged_by_failed_imports,
+)];
+
+/// Runs every check of [`FD_TABLE_CHECKS`]; see there for the conditions.
+pub fn run_fd_table_checks(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> Vec<CheckFailure> {
+    FD_TABLE_CHECKS
+        .iter()
+        .filter_map(|(_, check)| check(backend, exporter).err())
+        .collect()
+}
+
+/// Runs every check; returns the failures (empty when all passed).
+pub fn run_all(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> Vec<CheckFailure> {
+    CHECKS
+        .iter()
+        .filter_map(|(_, check)| check(backend, exporter).err())
+        .collect()
+}
+
+/// Attaches the check name to errors of the code under test.
+trait Ctx<T> {
+    fn during(self, check: &'static str, what: &str) -> Result<T, CheckFailure>;
+}
+
+impl<T, E: fmt::Display> Ctx<T> for Result<T, E> {
+    fn during(self, check: &'static str, what: &str) -> Result<T, CheckFailure> {
+        self.map_err(|e| CheckFailure {
+            check,
+            detail: format!("{what}: {e}"),
+        })
+    }
+}
+
+fn ensure(check: &'static str, condition: bool, detail: impl FnOnce() -> String) -> CheckResult {
+    if condition {
+        Ok(())
+    } else {
+        Err(CheckFailure {
+            check,
+            detail: detail(),
+        })
+    }
+}
+
+fn no_drop_errors(check: &'static str, backend: &Backend) -> CheckResult {
+    let errors = backend.take_drop_errors();
+    ensure(check, errors.is_empty(), || {
+        format!("errors while dropping handles: {errors:?}")
+    })
+}
+
+const SIZE: u64 = 64 * 1024;
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Import an allocation, map the whole of it and a sub-range, unmap, destroy.
+pub fn import_and_map(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "import_and_map";
+    let (fd, exported) = exporter.export_memory(SIZE).during(C, "export")?;
+    let size = exported.size();
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let memory = ExternalMemory::opaque_fd(&ctx, fd, size).during(C, "import")?;
+    ensure(C, memory.size() == size, || {
+        format!("size {} != {size}", memory.size())
+    })?;
+    let whole = memory.map_whole().during(C, "map whole")?;
+    ensure(C, whole.size() == size && whole.device_ptr() != 0, || {
+        format!("whole mapping {whole:?}")
+    })?;
+    let part = memory
+        .map_buffer(BufferMapping::new(4096, 4096))
+        .during(C, "map sub-range")?;
+    ensure(C, part.offset() == 4096 && part.size() == 4096, || {
+        format!("sub-range mapping {part:?}")
+    })?;
+    part.destroy().during(C, "unmap sub-range")?;
+    whole.destroy().during(C, "unmap whole")?;
+    memory.destroy().during(C, "destroy memory")?;
+    ctx.destroy().during(C, "destroy context")?;
+    no_drop_errors(C, backend)
+}
+
+/// Bytes written by the exporter are read by CUDA and the other way round.
+pub fn data_both_ways(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "data_both_ways";
+    let (fd, mut exported) = exporter.export_memory(SIZE).during(C, "export")?;
+    let size = exported.size();
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let memory = ExternalMemory::opaque_fd(&ctx, fd, size).during(C, "import")?;
+    let buffer = memory.map_whole().during(C, "map")?;
+
+    let theirs = pattern(1, 4096);
+    exported.write(0, &theirs).during(C, "exporter write")?;
+    let mut seen = vec![0u8; theirs.len()];
+    buffer
+        .copy_to_host(0, &mut seen)
+        .during(C, "copy to host")?;
+    ensure(C, seen == theirs, || {
+        "CUDA does not see the exporter's bytes".into()
+    })?;
+
+    let ours = pattern(77, 4096);
+    let at = size - ours.len() as u64;
+    buffer
+        .copy_from_host(at, &ours)
+        .during(C, "copy from host")?;
+    // A host-to-device copy from pageable memory may return once the source is
+    // staged, before the bytes land; the exporter reads only after the
+    // context has finished its work (seen on the H200: without this the read
+    // was sometimes stale).
+    ctx.synchronize().during(C, "synchronize")?;
+    let mut back = vec![0u8; ours.len()];
+    exported.read(at, &mut back).during(C, "exporter read")?;
+    ensure(C, back == ours, || {
+        "the exporter does not see CUDA's bytes".into()
+    })?;
+
+    let past = buffer.copy_from_host(size - 1, &[0, 0]);
+    ensure(C, matches!(past, Err(Error::OutOfBounds { .. })), || {
+        format!("a copy past the end was not refused: {past:?}")
+    })?;
+    drop(buffer);
+    drop(memory);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// The exporter signals a binary semaphore, a CUDA stream waits on it.
+pub fn binary_exporter_to_cuda(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "binary_exporter_to_cuda";
+    let (fd, mut exported) = exporter.export_binary_semaphore().during(C, "export")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let semaphore = ExternalSemaphore::binary_fd(&ctx, fd).during(C, "import")?;
+    ensure(C, semaphore.kind() == SemaphoreHandleKind::OpaqueFd, || {
+        format!("kind {:?}", semaphore.kind())
+    })?;
+    exported.signal().during(C, "exporter signal")?;
+    stream
+        .wait(&semaphore, WaitParams::binary())
+        .during(C, "wait")?;
+    stream.synchronize().during(C, "synchronize")?;
+    semaphore.destroy().during(C, "destroy semaphore")?;
+    stream.destroy().during(C, "destroy stream")?;
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// A CUDA stream signals a binary semaphore, the exporter waits on it.
+pub fn binary_cuda_to_exporter(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "binary_cuda_to_exporter";
+    let (fd, mut exported) = exporter.export_binary_semaphore().during(C, "export")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let mut semaphore = ExternalSemaphore::binary_fd(&ctx, fd).during(C, "import")?;
+    let value = stream
+        .signal(&mut semaphore, SignalParams::binary())
+        .during(C, "signal")?;
+    ensure(C, value.is_none(), || {
+        format!("binary signal returned {value:?}")
+    })?;
+    stream.synchronize().during(C, "synchronize")?;
+    let signalled = exported.wait(WAIT_TIMEOUT).during(C, "exporter wait")?;
+    ensure(C, signalled, || {
+        "the exporter never saw CUDA's signal".into()
+    })?;
+    drop(semaphore);
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Timeline values travel both ways and are tracked.
+pub fn timeline_both_directions(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "timeline_both_directions";
+    let (fd, mut exported) = exporter.export_timeline_semaphore(0).during(C, "export")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let mut semaphore = ExternalSemaphore::timeline_fd(&ctx, fd).during(C, "import")?;
+
+    let value = stream
+        .signal(&mut semaphore, SignalParams::timeline(1))
+        .during(C, "signal 1")?;
+    ensure(C, value == Some(1), || format!("signal returned {value:?}"))?;
+    let reached = exported
+        .wait(1, WAIT_TIMEOUT)
+        .during(C, "exporter wait 1")?;
+    ensure(C, reached, || "the exporter never saw value 1".into())?;
+
+    exported.signal(2).during(C, "exporter signal 2")?;
+    stream
+        .wait(&semaphore, WaitParams::timeline(2))
+        .during(C, "wait 2")?;
+    stream
+        .signal(&mut semaphore, SignalParams::timeline(3))
+        .during(C, "signal 3")?;
+    stream.synchronize().during(C, "synchronize")?;
+    let now = exported.value().during(C, "exporter value")?;
+    ensure(C, now == 3, || format!("counter is {now}, expected 3"))?;
+    ensure(C, semaphore.last_timeline_value() == Some(3), || {
+        format!("tracked {:?}", semaphore.last_timeline_value())
+    })?;
+    drop(semaphore);
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// A timeline value that does not increase is refused before the call and
+/// the counter stays where it was.
+pub fn timeline_backwards_refused(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "timeline_backwards_refused";
+    let (fd, mut exported) = exporter.export_timeline_semaphore(0).during(C, "export")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let mut semaphore = ExternalSemaphore::timeline_fd(&ctx, fd).during(C, "import")?;
+    stream
+        .signal(&mut semaphore, SignalParams::timeline(8))
+        .during(C, "signal 8")?;
+    for bad in [3, 8] {
+        let refused = stream.signal(&mut semaphore, SignalParams::timeline(bad));
+        ensure(
+            C,
+            matches!(
+                refused,
+                Err(Error::Validation(ValidationError::FenceNotIncreasing {
+                    last: 8,
+                    ..
+                }))
+            ),
+            || format!("signal {bad} after 8 gave {refused:?}"),
+        )?;
+    }
+    stream.synchronize().during(C, "synchronize")?;
+    let now = exported.value().during(C, "exporter value")?;
+    ensure(C, now == 8, || format!("counter is {now}, expected 8"))?;
+    stream
+        .signal(&mut semaphore, SignalParams::timeline(9))
+        .during(C, "signal 9")?;
+    stream.synchronize().during(C, "synchronize")?;
+    let now = exported.value().during(C, "exporter value")?;
+    ensure(C, now == 9, || format!("counter is {now}, expected 9"))?;
+    drop(semaphore);
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Several semaphores signalled and waited with one call each.
+pub fn batched_signal_and_wait(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "batched_signal_and_wait";
+    let (fd_a, mut exp_a) = exporter
+        .export_timeline_semaphore(0)
+        .during(C, "export a")?;
+    let (fd_b, mut exp_b) = exporter
+        .export_timeline_semaphore(0)
+        .during(C, "export b")?;
+    let (fd_c, mut exp_c) = exporter.export_binary_semaphore().during(C, "export c")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let mut a = ExternalSemaphore::timeline_fd(&ctx, fd_a).during(C, "import a")?;
+    let mut b = ExternalSemaphore::timeline_fd(&ctx, fd_b).during(C, "import b")?;
+    let mut c = ExternalSemaphore::binary_fd(&ctx, fd_c).during(C, "import c")?;
+
+    for frame in 1..=3u64 {
+        exp_a.signal(frame * 10).during(C, "exporter signal a")?;
+        exp_c.signal().during(C, "exporter signal c")?;
+        stream
+            .wait_batch([
+                SemaphoreWait::timeline(&a, frame * 10),
+                SemaphoreWait::binary(&c),
+            ])
+            .during(C, "wait batch")?;
+        let values = stream
+            .signal_batch([
+                SemaphoreSignal::timeline(&mut b, frame),
+                SemaphoreSignal::binary(&mut c),
+            ])
+            .during(C, "signal batch")?;
+        ensure(C, values == [Some(frame), None], || {
+            format!("frame {frame}: batch returned {values:?}")
+        })?;
+        let reached = exp_b
+            .wait(frame, WAIT_TIMEOUT)
+            .during(C, "exporter wait b")?;
+        ensure(C, reached, || {
+            format!("frame {frame}: b never reached {frame}")
+        })?;
+        let got = exp_c.wait(WAIT_TIMEOUT).during(C, "exporter wait c")?;
+        ensure(C, got, || format!("frame {frame}: c never signalled"))?;
+    }
+    // One bad entry refuses the whole batch; nothing advances.
+    let refused = stream.signal_batch([
+        SemaphoreSignal::timeline(&mut a, 100),
+        SemaphoreSignal::timeline(&mut b, 1),
+    ]);
+    ensure(
+        C,
+        matches!(
+            refused,
+            Err(Error::Validation(
+                ValidationError::FenceNotIncreasing { .. }
+            ))
+        ),
+        || format!("a batch with a backwards value gave {refused:?}"),
+    )?;
+    ensure(C, a.last_timeline_value() == Some(0), || {
+        format!(
+            "a advanced to {:?} in a refused batch",
+            a.last_timeline_value()
+        )
+    })?;
+    stream.synchronize().during(C, "synchronize")?;
+    drop((a, b, c));
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// A wait may be queued before its signal exists; the stream stays busy
+/// until the signal arrives.
+pub fn wait_before_signal(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "wait_before_signal";
+    let (fd, mut exported) = exporter.export_timeline_semaphore(0).during(C, "export")?;
+    let (out_fd, mut out) = exporter
+        .export_timeline_semaphore(0)
+        .during(C, "export out")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let semaphore = ExternalSemaphore::timeline_fd(&ctx, fd).during(C, "import")?;
+    let mut done = ExternalSemaphore::timeline_fd(&ctx, out_fd).during(C, "import out")?;
+    stream
+        .wait(&semaphore, WaitParams::timeline(5))
+        .during(C, "wait 5")?;
+    stream
+        .signal(&mut done, SignalParams::timeline(1))
+        .during(C, "signal out")?;
+    std::thread::sleep(Duration::from_millis(20));
+    let idle = stream.is_idle().during(C, "query")?;
+    ensure(C, !idle, || {
+        "the stream finished a wait nobody signalled".into()
+    })?;
+    let early = out.value().during(C, "exporter value")?;
+    ensure(C, early == 0, || {
+        format!("work after the wait ran early ({early})")
+    })?;
+    exported.signal(5).during(C, "exporter signal 5")?;
+    stream.synchronize().during(C, "synchronize")?;
+    let reached = out.wait(1, WAIT_TIMEOUT).during(C, "exporter wait out")?;
+    ensure(C, reached, || "work after the wait never ran".into())?;
+    drop((semaphore, done));
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Explicit teardown in every legal order reports success, and dropping
+/// leaves no recorded errors.
+pub fn teardown(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "teardown";
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    {
+        let (fd, _e) = exporter.export_memory(SIZE).during(C, "export")?;
+        let memory = ExternalMemory::opaque_fd(&ctx, fd, SIZE).during(C, "import")?;
+        let a = memory.map_whole().during(C, "map a")?;
+        let b = memory
+            .map_buffer(BufferMapping::new(0, 16))
+            .during(C, "map b")?;
+        a.destroy().during(C, "unmap a")?;
+        b.destroy().during(C, "unmap b")?;
+        memory.destroy().during(C, "destroy")?;
+    }
+    {
+        // Drop order: mappings first (they borrow the memory), then memory.
+        let (fd, _e) = exporter.export_memory(SIZE).during(C, "export")?;
+        let memory = ExternalMemory::opaque_fd(&ctx, fd, SIZE).during(C, "import")?;
+        let _a = memory.map_whole().during(C, "map")?;
+        let stream = Stream::new(&ctx).during(C, "stream")?;
+        let (sfd, _s) = exporter
+            .export_timeline_semaphore(0)
+            .during(C, "export sem")?;
+        let mut sem = ExternalSemaphore::timeline_fd(&ctx, sfd).during(C, "import sem")?;
+        stream
+            .signal(&mut sem, SignalParams::timeline(1))
+            .during(C, "signal")?;
+        // Dropped with the signal possibly in flight (semaphore first, then
+        // the stream): the semaphore waits for its work before destroying
+        // itself.
+    }
+    {
+        // The other order: the stream is destroyed first with the signal
+        // possibly still queued; destroying a stream does not cancel its work,
+        // and the semaphore's drop still waits for it.
+        let (sfd, _s) = exporter
+            .export_timeline_semaphore(0)
+            .during(C, "export sem")?;
+        let mut sem = ExternalSemaphore::timeline_fd(&ctx, sfd).during(C, "import sem")?;
+        let stream = Stream::new(&ctx).during(C, "stream")?;
+        stream
+            .signal(&mut sem, SignalParams::timeline(1))
+            .during(C, "signal")?;
+        stream.destroy().during(C, "destroy stream")?;
+    }
+    no_drop_errors(C, backend)?;
+    ctx.destroy().during(C, "destroy context")?;
+    no_drop_errors(C, backend)
+}
+
+/// Memory rules refused before the call, with the fd handed back.
+pub fn memory_validation_refusals(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "memory_validation_refusals";
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let (fd, _exported) = exporter.export_memory(SIZE).during(C, "export")?;
+    let raw = fd.as_raw_fd();
+
+    // fd -1 never reaches the driver (it would answer CUDA_ERROR_UNKNOWN).
+    let negative = MemoryImport::opaque_fd(-1, SIZE);
+    ensure(
+        C,
+        matches!(negative, Err(ValidationError::NegativeFd { fd: -1 })),
+        || format!("fd -1 gave {negative:?}"),
+    )?;
+
+    // Size 0: refused, fd returned open.
+    let fd = match ExternalMemory::opaque_fd(&ctx, fd, 0) {
+        Err(e) => {
+            ensure(
+                C,
+                matches!(e.error, Error::Validation(ValidationError::ZeroSize)),
+                || format!("size 0 gave {}", e.error),
+            )?;
+            e.fd
+        }
+        Ok(_) => return ensure(C, false, || "a size-0 import was accepted".into()),
+    };
+    ensure(C, fd.as_raw_fd() == raw, || {
+        "a different fd came back".into()
+    })?;
+    fd.try_clone()
+        .during(C, "the returned fd is not open")
+        .map(drop)?;
+
+    // An import description naming another fd than the one handed over.
+    let other = MemoryImport::opaque_fd(raw + 1000, SIZE).during(C, "build import")?;
+    let fd = match ExternalMemory::import_fd(&ctx, fd, other) {
+        Err(e) => {
+            ensure(
+                C,
+                matches!(
+                    e.error,
+                    Error::Validation(ValidationError::HandleKindMismatch)
+                ),
+                || format!("mismatched fd gave {}", e.error),
+            )?;
+            e.fd
+        }
+        Ok(_) => return ensure(C, false, || "a mismatched import was accepted".into()),
+    };
+
+    let memory = ExternalMemory::opaque_fd(&ctx, fd, SIZE).during(C, "import")?;
+    let past = memory.map_buffer(BufferMapping::new(SIZE - 16, 32));
+    ensure(
+        C,
+        matches!(
+            past,
+            Err(Error::Validation(ValidationError::MappingOutOfRange { .. }))
+        ),
+        || format!("a range past the end gave {past:?}"),
+    )?;
+    let empty = memory.map_buffer(BufferMapping::new(0, 0));
+    ensure(
+        C,
+        matches!(empty, Err(Error::Validation(ValidationError::ZeroSize))),
+        || format!("an empty mapping gave {empty:?}"),
+    )?;
+    let overflow = memory.map_buffer(BufferMapping::new(u64::MAX, 2));
+    ensure(
+        C,
+        matches!(
+            overflow,
+            Err(Error::Validation(ValidationError::MappingOutOfRange { .. }))
+        ),
+        || format!("an overflowing range gave {overflow:?}"),
+    )?;
+    let mut flagged = tegra_interop_sys::cuda::CUDA_EXTERNAL_MEMORY_BUFFER_DESC {
+        offset: 0,
+        size: 16,
+        flags: 1,
+        reserved: [0; 16],
+    };
+    let flags = BufferMapping::from_raw(&flagged, SIZE);
+    ensure(
+        C,
+        matches!(flags, Err(ValidationError::BufferFlagsNonZero { flags: 1 })),
+        || format!("buffer flags 1 gave {flags:?}"),
+    )?;
+    flagged.flags = 0;
+    let fine = BufferMapping::from_raw(&flagged, SIZE).during(C, "valid raw mapping")?;
+    drop((past, empty, overflow));
+    memory
+        .map_buffer(fine)
+        .during(C, "map valid")?
+        .destroy()
+        .during(C, "unmap")?;
+    drop(memory);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Semaphore rules refused before the call.
+pub fn semaphore_validation_refusals(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "semaphore_validation_refusals";
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let (bfd, _b) = exporter
+        .export_binary_semaphore()
+        .during(C, "export binary")?;
+    let (tfd, mut t) = exporter
+        .export_timeline_semaphore(0)
+        .during(C, "export timeline")?;
+    let mut binary = ExternalSemaphore::binary_fd(&ctx, bfd).during(C, "import binary")?;
+    let mut timeline = ExternalSemaphore::timeline_fd(&ctx, tfd).during(C, "import timeline")?;
+
+    let r = stream.signal(&mut binary, SignalParams::timeline(1));
+    ensure(
+        C,
+        matches!(
+            r,
+            Err(Error::Validation(
+                ValidationError::FenceValueNotSupported { .. }
+            ))
+        ),
+        || format!("a value on a binary semaphore gave {r:?}"),
+    )?;
+    let r = stream.signal(&mut timeline, SignalParams::binary());
+    ensure(
+        C,
+        matches!(
+            r,
+            Err(Error::Validation(
+                ValidationError::FenceValueRequired { .. }
+            ))
+        ),
+        || format!("no value on a timeline gave {r:?}"),
+    )?;
+    let r = stream.wait(&timeline, WaitParams::binary());
+    ensure(
+        C,
+        matches!(
+            r,
+            Err(Error::Validation(
+                ValidationError::FenceValueRequired { .. }
+            ))
+        ),
+        || format!("a wait without value on a timeline gave {r:?}"),
+    )?;
+    // SAFETY: the memsync-skip flag is refused for a timeline semaphore
+    // before any call, so nothing is skipped (the driver would answer
+    // INVALID_VALUE).
+    let skip = unsafe { SignalParams::timeline(1).skip_nvscibuf_memsync() };
+    let r = stream.signal(&mut timeline, skip);
+    ensure(
+        C,
+        matches!(
+            r,
+            Err(Error::Validation(
+                ValidationError::SemaphoreFlagsNotAllowed { .. }
+            ))
+        ),
+        || format!("memsync skip on a timeline gave {r:?}"),
+    )?;
+    let null_fence = SignalParams::nvscisync(std::ptr::null_mut());
+    let r = stream.signal(&mut timeline, null_fence);
+    ensure(C, matches!(r, Err(Error::Unsupported { .. })), || {
+        format!("raw NvSciSync parameters gave {r:?}")
+    })?;
+    let import = tegra_interop_core::SemaphoreImport::opaque_fd(-1);
+    ensure(
+        C,
+        matches!(import, Err(ValidationError::NegativeFd { fd: -1 })),
+        || format!("fd -1 gave {import:?}"),
+    )?;
+    // None of the refused signals touched the tracker or the counter.
+    ensure(C, timeline.last_timeline_value() == Some(0), || {
+        format!("tracked {:?}", timeline.last_timeline_value())
+    })?;
+    stream.synchronize().during(C, "synchronize")?;
+    let now = t.value().during(C, "exporter value")?;
+    ensure(C, now == 0, || format!("counter moved to {now}"))?;
+    drop((binary, timeline));
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// A semaphore of one context used on a stream of another is refused before
+/// the call, naming both contexts.
+pub fn cross_context_refused(backend: &Arc<Backend>, exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "cross_context_refused";
+    let a = Context::new(backend.clone(), 0).during(C, "context a")?;
+    let b = Context::create(backend.clone(), 0, 0).during(C, "context b")?;
+    let stream_b = Stream::new(&b).during(C, "stream b")?;
+    let (fd, mut exported) = exporter.export_timeline_semaphore(0).during(C, "export")?;
+    let mut semaphore = ExternalSemaphore::timeline_fd(&a, fd).during(C, "import in a")?;
+
+    let r = stream_b.signal(&mut semaphore, SignalParams::timeline(1));
+    match &r {
+        Err(
+            e @ Error::WrongContext {
+                semaphore_ctx,
+                stream_ctx,
+            },
+        ) => {
+            ensure(C, *semaphore_ctx == a.id() && *stream_ctx == b.id(), || {
+                format!("named {semaphore_ctx} / {stream_ctx}")
+            })?;
+            let text = e.to_string();
+            ensure(
+                C,
+                text.contains(&a.id().to_string()) && text.contains(&b.id().to_string()),
+                || format!("message does not name both contexts: {text}"),
+            )?;
+        }
+        other => return ensure(C, false, || format!("cross-context signal gave {other:?}")),
+    }
+    let r = stream_b.wait(&semaphore, WaitParams::timeline(1));
+    ensure(C, matches!(r, Err(Error::WrongContext { .. })), || {
+        format!("cross-context wait gave {r:?}")
+    })?;
+    ensure(C, semaphore.last_timeline_value() == Some(0), || {
+        "a refused signal advanced the tracker".into()
+    })?;
+
+    // The same semaphore on a stream of its own context works.
+    let stream_a = Stream::new(&a).during(C, "stream a")?;
+    stream_a
+        .signal(&mut semaphore, SignalParams::timeline(1))
+        .during(C, "signal in a")?;
+    stream_a.synchronize().during(C, "synchronize")?;
+    let now = exported.value().during(C, "exporter value")?;
+    ensure(C, now == 1, || format!("counter is {now}, expected 1"))?;
+    drop(semaphore);
+    drop((stream_a, stream_b));
+    drop((a, b));
+    no_drop_errors(C, backend)
+}
+
+// ------------------------------------------------------------ fd ownership
+
+/// `(st_dev, st_ino)` of the file behind `fd`, `None` if it is not open.
+fn file_id(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer; fstat on any number is harmless.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_dev, st.st_ino))
+}
+
+/// The open descriptor numbers of this process (`/proc/self/fd`), without
+/// the listing's own directory descriptor (the one that links to
+/// `/proc/<pid>/fd`; an entry closed while listing is skipped).
+fn fd_table() -> Result<BTreeSet<RawFd>, String> {
+    let dir = std::fs::read_dir("/proc/self/fd").map_err(|e| format!("/proc/self/fd: {e}"))?;
+    let mut set = BTreeSet::new();
+    for entry in dir {
+        let entry = entry.map_err(|e| format!("/proc/self/fd: {e}"))?;
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        if target.starts_with("/proc") && target.ends_with("fd") {
+            continue;
+        }
+        if let Some(n) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+            set.insert(n);
+        }
+    }
+    Ok(set)
+}
+
+/// Where the fd handed to a failing import comes from.
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    DevNull,
+    Memfd,
+    RegularFile,
+    Pipe,
+    Socket,
+    /// Memory from the exporter (a real allocation, imported as the wrong
+    /// kind: dma-buf, or a semaphore).
+    ExportedMemory,
+}
+
+/// What is imported.
+#[derive(Clone, Copy, Debug)]
+enum Import {
+    MemoryOpaque,
+    MemoryDmaBuf,
+    SemaphoreBinary,
+    SemaphoreTimeline,
+}
+
+/// Each row of the H200 measurement (cuda-facts.md, second round): the
+/// import kind and the fds it was given. All answered an error there; a
+/// backend that accepts one is held to the success rule instead (the
+/// simulator, like the H200, refuses them all).
+const FD_ROWS: &[(Import, &[Source])] = &[
+    (
+        Import::MemoryOpaque,
+        &[
+            Source::DevNull,
+            Source::Memfd,
+            Source::RegularFile,
+            Source::Pipe,
+            Source::Socket,
+        ],
+    ),
+    (
+        Import::MemoryDmaBuf,
+        &[Source::DevNull, Source::Memfd, Source::ExportedMemory],
+    ),
+    (
+        Import::SemaphoreBinary,
+        &[Source::DevNull, Source::Memfd, Source::ExportedMemory],
+    ),
+    (
+        Import::SemaphoreTimeline,
+        &[Source::DevNull, Source::Memfd, Source::ExportedMemory],
+    ),
+];
+
+fn os_err(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// The fd of a [`Source`], the other fds that must stay open with it (the
+/// other end of a pipe or socket) and the exporter's side of its memory.
+type MadeSource = (OwnedFd, Vec<OwnedFd>, Option<Box<dyn ExportedMemory>>);
+
+/// Makes the fd of `source`, plus whatever must stay alive with it.
+fn make_source(source: Source, exporter: &mut dyn Exporter) -> Result<MadeSource, String> {
+    match source {
+        Source::DevNull => std::fs::File::open("/dev/null")
+            .map(|f| (f.into(), Vec::new(), None))
+            .map_err(|e| format!("/dev/null: {e}")),
+        Source::Memfd => {
+            // SAFETY: the name is a NUL-terminated literal.
+            let fd = unsafe {
+                libc::memfd_create(c"tegra-interop-conformance".as_ptr(), libc::MFD_CLOEXEC)
+            };
+            if fd < 0 {
+                return Err(os_err("memfd_create"));
+            }
+            // SAFETY: a fresh descriptor nobody else owns.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            // SAFETY: resizing our own fresh memfd.
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), SIZE as libc::off_t) } != 0 {
+                return Err(os_err("ftruncate"));
+            }
+            Ok((fd, Vec::new(), None))
+        }
+        Source::RegularFile => {
+            let path = std::env::temp_dir().join(format!(
+                "tegra-interop-conformance-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let _ = std::fs::remove_file(&path);
+            file.set_len(SIZE)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((file.into(), Vec::new(), None))
+        }
+        Source::Pipe => {
+            let mut ends = [-1; 2];
+            // SAFETY: `ends` is a valid array of two ints.
+            if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+                return Err(os_err("pipe2"));
+            }
+            // SAFETY: two fresh descriptors nobody else owns.
+            let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+            Ok((r, vec![w], None))
+        }
+        Source::Socket => {
+            let (a, b) =
+                std::os::unix::net::UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+            Ok((a.into(), vec![b.into()], None))
+        }
+        Source::ExportedMemory => {
+            let (fd, memory) = exporter
+                .export_memory(SIZE)
+                .map_err(|e| format!("export: {e}"))?;
+            Ok((fd, Vec::new(), Some(memory)))
+        }
+    }
+}
+
+/// Imports `fd` as `import`; `Ok(None)` when it succeeded (then the import
+/// was destroyed again), `Ok(Some(fd))` with the fd handed back on failure.
+fn try_import(
+    ctx: &Context,
+    import: Import,
+    fd: OwnedFd,
+) -> Result<Option<(Error, OwnedFd)>, String> {
+    let destroyed = |r: Result<(), Error>| r.map_err(|e| format!("destroy after success: {e}"));
+    match import {
+        Import::MemoryOpaque => match ExternalMemory::opaque_fd(ctx, fd, SIZE) {
+            Ok(m) => destroyed(m.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+        Import::MemoryDmaBuf => match ExternalMemory::dma_buf_fd(ctx, fd, SIZE) {
+            Ok(m) => destroyed(m.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+        Import::SemaphoreBinary => match ExternalSemaphore::binary_fd(ctx, fd) {
+            Ok(s) => destroyed(s.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+        Import::SemaphoreTimeline => match ExternalSemaphore::timeline_fd(ctx, fd) {
+            Ok(s) => destroyed(s.destroy()).map(|()| None),
+            Err(e) => Ok(Some(e.into_parts())),
+        },
+    }
+}
+
+/// One row: after a failed import the caller's fd comes back with the same
+/// number, open, the same file and (where `kcmp` can tell) the same open
+/// file description as a reference duplicate taken before the call. With
+/// `table`, the process's fd table is the same before the row and after it.
+fn fd_row(
+    check: &'static str,
+    ctx: &Context,
+    exporter: &mut dyn Exporter,
+    import: Import,
+    source: Source,
+    table: bool,
+) -> CheckResult {
+    let row = format!("{import:?} import of {source:?}");
+    let before = if table {
+        Some(fd_table().map_err(|e| CheckFailure { check, detail: e })?)
+    } else {
+        None
+    };
+    let (fd, keep, exported) = make_source(source, exporter).map_err(|e| CheckFailure {
+        check,
+        detail: format!("{row}: {e}"),
+    })?;
+    let raw = fd.as_raw_fd();
+    let id = file_id(raw);
+    let reference = fd.try_clone().during(check, "reference duplicate")?;
+    let outcome = try_import(ctx, import, fd).map_err(|e| CheckFailure {
+        check,
+        detail: format!("{row}: {e}"),
+    })?;
+    if let Some((error, back)) = outcome {
+        ensure(check, back.as_raw_fd() == raw, || {
+            format!(
+                "{row} ({error}): fd {} came back instead of {raw}",
+                back.as_raw_fd()
+            )
+        })?;
+        let now = file_id(raw);
+        ensure(check, now.is_some(), || {
+            format!("{row} ({error}): the fd handed back ({raw}) is closed")
+        })?;
+        ensure(check, now == id, || {
+            format!("{row} ({error}): fd {raw} now refers to another file")
+        })?;
+        let same = same_description(raw, reference.as_raw_fd());
+        ensure(check, same != Some(false), || {
+            format!("{row} ({error}): fd {raw} is another open file description than before")
+        })?;
+        drop(back);
+    }
+    drop((reference, keep, exported));
+    if let Some(before) = before {
+        let after = fd_table().map_err(|e| CheckFailure { check, detail: e })?;
+        let stray: Vec<_> = after.difference(&before).collect();
+        let missing: Vec<_> = before.difference(&after).collect();
+        ensure(check, stray.is_empty() && missing.is_empty(), || {
+            format!("{row}: fd table changed: stray {stray:?}, missing {missing:?}")
+        })?;
+    }
+    no_drop_errors(check, ctx.backend())
+}
+
+fn fd_rows(
+    check: &'static str,
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+    table: bool,
+) -> CheckResult {
+    let ctx = Context::new(backend.clone(), 0).during(check, "context")?;
+    if table {
+        // The driver may open descriptors of its own on first use: run every
+        // row once before comparing tables.
+        for (import, sources) in FD_ROWS {
+            for source in *sources {
+                fd_row(check, &ctx, exporter, *import, *source, false)?;
+            }
+        }
+    }
+    for (import, sources) in FD_ROWS {
+        for source in *sources {
+            fd_row(check, &ctx, exporter, *import, *source, table)?;
+        }
+    }
+    drop(ctx);
+    no_drop_errors(check, backend)
+}
+
+/// Every import kind with every fd the H200 was measured with: after a
+/// failed import through the public API the caller's fd comes back open,
+/// with the same number, the same file and the same open file description
+/// (the real driver closes the fd it is given when an `OPAQUE_FD` memory
+/// import fails).
+pub fn failed_imports_return_the_callers_fd(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    fd_rows(
+        "failed_imports_return_the_callers_fd",
+        backend,
+        exporter,
+        false,
+    )
+}
+
+/// [`failed_imports_return_the_callers_fd`], plus: the process's fd table
+/// (`/proc/self/fd`) holds no stray and no missing entry after each row.
+/// In [`FD_TABLE_CHECKS`]: run it with no other thread touching fds.
+pub fn fd_table_unchanged_by_failed_imports(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    fd_rows(
+        "fd_table_unchanged_by_failed_imports",
+        backend,
+        exporter,
+        true,
+    )
+}
+
+/// `MappedBuffer::copy_from_host` promises the bytes are in the buffer when
+/// it returns: write with it, read at once from the exporter's side. Large
+/// enough (8 MiB) that a pageable host-to-device copy is staged in pieces.
+pub fn copy_from_host_done_on_return(
+    backend: &Arc<Backend>,
+    exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "copy_from_host_done_on_return";
+    const BIG: u64 = 8 << 20;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let (fd, mut exported) = exporter.export_memory(BIG).during(C, "export")?;
+    let size = exported.size();
+    let memory = ExternalMemory::opaque_fd(&ctx, fd, size).during(C, "import")?;
+    let buffer = memory
+        .map_buffer(BufferMapping::new(0, BIG))
+        .during(C, "map")?;
+    for round in 0..3u8 {
+        let data = pattern(round.wrapping_mul(7).wrapping_add(1), BIG as usize);
+        buffer
+            .copy_from_host(0, &data)
+            .during(C, "copy_from_host")?;
+        let mut seen = vec![0u8; BIG as usize];
+        exported.read(0, &mut seen).during(C, "exporter read")?;
+        let first_bad = data.iter().zip(&seen).position(|(a, b)| a != b);
+        ensure(C, first_bad.is_none(), || {
+            format!(
+                "round {round}: the exporter saw old bytes right after copy_from_host returned (first at byte {first_bad:?})"
+            )
+        })?;
+    }
+    drop(buffer);
+    memory.destroy().during(C, "destroy")?;
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Whether `a` and `b` are the same open file description of this process:
+/// `Some(true)`/`Some(false)` from `kcmp(KCMP_FILE)`, `None` when that cannot
+/// be asked (no kcmp, not permitted, a closed number).
+fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        const KCMP_FILE: libc::c_long = 0;
+        // SAFETY: getpid has no preconditions and touches no memory.
+        let pid = libc::c_long::from(unsafe { libc::getpid() });
+        // SAFETY: kcmp compares two descriptor numbers of our own process;
+        // no memory is passed, any number is harmless.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_kcmp,
+                pid,
+                pid,
+                KCMP_FILE,
+                libc::c_long::from(a),
+                libc::c_long::from(b),
+            )
+        };
+        match r {
+            0 => Some(true),
+            1..=3 => Some(false),
+            _ => None,
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let _ = (a, b);
+        None
+    }
+}

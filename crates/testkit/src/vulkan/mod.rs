@@ -1,0 +1,364 @@
+//! Vulkan as the exporting API, for GPU tests, examples and benchmarks (feature `vulkan`).
+//!
+//! On a discrete GPU there is no NvSci, but Vulkan can hand out the same kind of objects CUDA
+//! imports: device memory and binary/timeline semaphores as opaque POSIX file descriptors.
+//! [`VulkanExporter`] is a small, self-contained Vulkan setup built on `ash`:
+//!
+//! - the Vulkan loader is opened at run time ([`ash::Entry::load`]); a machine without one gets
+//!   [`Error::LoaderNotFound`], never a panic;
+//! - the physical device is chosen by its `deviceUUID`, which must equal the CUDA device UUID
+//!   (`cuDeviceGetUuid_v2`); enumeration order is never used;
+//! - memory ([`VulkanMemory`]) and semaphores ([`VulkanSemaphore`]) can be exported any number
+//!   of times as `OPAQUE_FD`; every export is a fresh [`OwnedFd`] that an importer consumes.
+//!   The size to import is [`VulkanMemory::size`], the real allocation size, which can be larger
+//!   than the size asked for;
+//! - the Vulkan side can act on shared objects: host reads/writes through a persistent mapping,
+//!   copies into device-local memory, queue submissions that wait for / signal semaphores, host
+//!   signal / wait / counter read of timeline semaphores, and a one-invocation compute dispatch
+//!   that adds 1 to a `u32` in shared memory ([`CounterIncrement`]);
+//! - host-visible memory that the host writes and another API reads (or the reverse) is handed
+//!   over through recorded queue batches ([`HostHandover`]): host writes reach the device only
+//!   through a queue submission, never through a host-side semaphore signal.
+//!
+//! # Lifetimes and teardown
+//! Every object keeps the device alive through an `Arc`, so the device and instance are
+//! destroyed after the last object. Each queue submission signals an internal timeline
+//! semaphore; an object remembers the last submission that used it and, when dropped, waits
+//! (bounded, [`DROP_WAIT`]) for that submission before destroying the Vulkan object. If the GPU
+//! work does not finish in time (for example a submission waits for a semaphore that nobody
+//! signals), the object is leaked instead of being destroyed while in use. Drop never panics.
+//!
+//! # The compute shader
+//! [`CounterIncrement`] uses a compute shader written directly as SPIR-V words in this file
+//! (see `INCREMENT_SPIRV`): one invocation loads the first `u32` of a storage buffer, adds 1
+//! and stores it back. It was checked with `spirv-val --target-env vulkan1.1`.
+
+mod compute;
+mod counter;
+mod exporter;
+mod handover;
+mod memory;
+mod owners;
+mod queue;
+mod semaphore;
+mod setup;
+
+pub use self::counter::*;
+pub use self::exporter::*;
+pub use self::handover::*;
+pub use self::memory::*;
+use self::owners::*;
+pub use self::semaphore::*;
+use self::setup::*;
+
+use std::ffi::{c_char, CStr};
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ash::{khr, vk};
+
+/// How long a drop waits for GPU work that still uses the object before leaking it instead.
+pub const DROP_WAIT: Duration = Duration::from_secs(10);
+
+/// How long the synchronous helpers ([`VulkanExporter::upload`], [`VulkanExporter::download`])
+/// wait for their copy to finish.
+pub const COPY_WAIT: Duration = Duration::from_secs(30);
+
+/// Vulkan 1.2, the API version the instance asks for (1.1 is the minimum accepted).
+const REQUESTED_API: u32 = vk::API_VERSION_1_2;
+
+/// Errors of the Vulkan exporter.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The Vulkan loader library could not be opened (or lacks its entry point).
+    LoaderNotFound {
+        /// What the dynamic loader said.
+        reason: String,
+    },
+    /// A Vulkan call returned an error code.
+    Vulkan {
+        /// The Vulkan command that failed.
+        call: &'static str,
+        /// Its result code.
+        result: vk::Result,
+    },
+    /// The loader or the device supports only an API version below 1.1.
+    ApiVersionTooOld {
+        /// What was found (Vulkan packed version).
+        found: u32,
+    },
+    /// No physical device has the requested UUID.
+    DeviceNotFound {
+        /// The UUID that was looked for.
+        uuid: [u8; 16],
+        /// The devices that were seen instead.
+        seen: Vec<DeviceInfo>,
+    },
+    /// The selected device lacks a device extension this exporter needs.
+    MissingExtension {
+        /// The extension name.
+        extension: &'static str,
+    },
+    /// The selected device does not support timeline semaphores.
+    TimelineSemaphoresUnsupported,
+    /// The device has no queue family with compute (and therefore transfer) support.
+    NoComputeQueue,
+    /// No memory type fits the buffer and the requested location.
+    NoMemoryType {
+        /// The location that was asked for.
+        location: MemoryLocation,
+    },
+    /// The implementation cannot export this kind of object as an opaque fd.
+    NotExportable {
+        /// What could not be exported.
+        what: &'static str,
+    },
+    /// A size of zero was asked for.
+    ZeroSize,
+    /// An access range lies (partly) outside the allocation.
+    OutOfRange {
+        /// Start of the range in bytes.
+        offset: u64,
+        /// Length of the range in bytes.
+        len: u64,
+        /// Size of the allocation.
+        size: u64,
+    },
+    /// An offset does not have the alignment the operation requires.
+    Misaligned {
+        /// The offset given.
+        offset: u64,
+        /// The alignment required.
+        alignment: u64,
+    },
+    /// Host access to memory that is not host-visible.
+    NotHostVisible,
+    /// A timeline operation on a binary semaphore.
+    NotTimeline,
+    /// An object that belongs to another [`VulkanExporter`] was passed in.
+    ForeignObject,
+    /// A [`HostHandover`] was used with memory other than the one it was recorded for.
+    HandoverMismatch,
+    /// A synchronous helper gave up waiting for its GPU work.
+    Timeout {
+        /// What was being waited for.
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LoaderNotFound { reason } => {
+                write!(
+                    f,
+                    "the Vulkan loader (libvulkan.so.1) could not be loaded: {reason}"
+                )
+            }
+            Error::Vulkan { call, result } => {
+                write!(f, "{call} failed: {result:?} ({})", result.as_raw())
+            }
+            Error::ApiVersionTooOld { found } => write!(
+                f,
+                "Vulkan {}.{} found, 1.1 or newer is needed",
+                vk::api_version_major(*found),
+                vk::api_version_minor(*found)
+            ),
+            Error::DeviceNotFound { uuid, seen } => {
+                write!(f, "no Vulkan device has UUID {}; seen:", format_uuid(uuid))?;
+                if seen.is_empty() {
+                    write!(f, " none")?;
+                }
+                for d in seen {
+                    write!(f, " [{} {}]", d.name, format_uuid(&d.device_uuid))?;
+                }
+                Ok(())
+            }
+            Error::MissingExtension { extension } => {
+                write!(f, "the Vulkan device lacks the extension {extension}")
+            }
+            Error::TimelineSemaphoresUnsupported => {
+                write!(f, "the Vulkan device does not support timeline semaphores")
+            }
+            Error::NoComputeQueue => write!(f, "the Vulkan device has no compute queue"),
+            Error::NoMemoryType { location } => {
+                write!(f, "no Vulkan memory type fits a {location:?} buffer")
+            }
+            Error::NotExportable { what } => {
+                write!(
+                    f,
+                    "the Vulkan implementation cannot export {what} as an opaque fd"
+                )
+            }
+            Error::ZeroSize => write!(f, "a size of zero bytes was asked for"),
+            Error::OutOfRange { offset, len, size } => write!(
+                f,
+                "range {offset}..{} lies outside the {size}-byte allocation",
+                offset.saturating_add(*len)
+            ),
+            Error::Misaligned { offset, alignment } => {
+                write!(f, "offset {offset} is not a multiple of {alignment}")
+            }
+            Error::NotHostVisible => write!(f, "the memory is not host-visible"),
+            Error::NotTimeline => write!(f, "the semaphore is binary, not a timeline"),
+            Error::ForeignObject => {
+                write!(f, "the object belongs to a different VulkanExporter")
+            }
+            Error::HandoverMismatch => write!(
+                f,
+                "the host handover was recorded for a different allocation"
+            ),
+            Error::Timeout { what } => write!(f, "timed out waiting for {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result alias of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> Error {
+    move |result| Error::Vulkan { call, result }
+}
+
+/// Formats a UUID as 32 lowercase hex digits in the usual 8-4-4-4-12 groups.
+pub fn format_uuid(uuid: &[u8; 16]) -> String {
+    let mut s = String::with_capacity(36);
+    for (i, b) in uuid.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// What a physical device reports about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// `deviceName`.
+    pub name: String,
+    /// `VkPhysicalDeviceIDProperties::deviceUUID` (equals the CUDA device UUID on NVIDIA).
+    pub device_uuid: [u8; 16],
+    /// `VkPhysicalDeviceIDProperties::driverUUID`.
+    pub driver_uuid: [u8; 16],
+    /// PCI vendor id.
+    pub vendor_id: u32,
+    /// Vendor-specific device id.
+    pub device_id: u32,
+    /// Packed Vulkan API version the device supports.
+    pub api_version: u32,
+    /// Packed, vendor-specific driver version.
+    pub driver_version: u32,
+    /// `VkPhysicalDeviceDriverProperties::driverName` (empty below Vulkan 1.2).
+    pub driver_name: String,
+    /// `VkPhysicalDeviceDriverProperties::driverInfo`, e.g. the driver's release number.
+    pub driver_info: String,
+    /// Extensions this exporter needs that the device lacks (empty when usable).
+    pub missing_extensions: Vec<&'static str>,
+}
+
+impl DeviceInfo {
+    /// The driver version decoded the way NVIDIA packs it (10.8.8.6 bits), as text.
+    pub fn nvidia_driver_version(&self) -> String {
+        let v = self.driver_version;
+        format!("{}.{}.{:02}", v >> 22, (v >> 14) & 0xff, (v >> 6) & 0xff)
+    }
+
+    /// The API version as `major.minor.patch`.
+    pub fn api_version_string(&self) -> String {
+        let v = self.api_version;
+        format!(
+            "{}.{}.{}",
+            vk::api_version_major(v),
+            vk::api_version_minor(v),
+            vk::api_version_patch(v)
+        )
+    }
+}
+
+impl fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (uuid {}, Vulkan {}, driver {} {})",
+            self.name,
+            format_uuid(&self.device_uuid),
+            self.api_version_string(),
+            self.driver_name,
+            self.driver_info
+        )
+    }
+}
+
+/// Where an exported allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemoryLocation {
+    /// Device-local memory that the host cannot map (a type without `HOST_VISIBLE` is
+    /// preferred). Filled with [`VulkanExporter::upload`], read with
+    /// [`VulkanExporter::download`].
+    DeviceLocal,
+    /// Host-visible, host-coherent memory, mapped for the object's whole life
+    /// ([`VulkanMemory::write`], [`VulkanMemory::read`]). A type that is not device-local
+    /// (system memory) is preferred.
+    HostVisible,
+    /// Device-local memory that the host can also map (`DEVICE_LOCAL | HOST_VISIBLE |
+    /// HOST_COHERENT`, e.g. a resizable-BAR heap), mapped like [`MemoryLocation::HostVisible`].
+    /// Not every device has such a memory type ([`Error::NoMemoryType`]).
+    DeviceLocalHostVisible,
+    /// Host-visible, host-coherent and host-cached system memory (`HOST_VISIBLE |
+    /// HOST_COHERENT | HOST_CACHED`, a type that is not device-local preferred), mapped like
+    /// [`MemoryLocation::HostVisible`]. Host reads are cached (uncached, write-combined memory
+    /// reads back at a small fraction of the speed), so this suits buffers the CPU both writes
+    /// and reads, such as camera frames checked after processing. Not every device has such a
+    /// memory type ([`Error::NoMemoryType`]).
+    HostCached,
+}
+
+impl MemoryLocation {
+    /// Whether memory at this location is mapped for host access.
+    pub fn is_host_visible(self) -> bool {
+        !matches!(self, MemoryLocation::DeviceLocal)
+    }
+}
+
+/// Binary or timeline semaphore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemaphoreKind {
+    /// A binary semaphore (CUDA: `OPAQUE_FD`).
+    Binary,
+    /// A timeline semaphore (CUDA: `TIMELINE_SEMAPHORE_FD`).
+    Timeline,
+}
+
+/// One semaphore operation of a queue submission: wait for, or signal, `value`.
+///
+/// `value` is used for timeline semaphores and ignored for binary ones.
+#[derive(Clone, Copy, Debug)]
+pub struct SemaphoreOp<'a> {
+    /// The semaphore.
+    pub semaphore: &'a VulkanSemaphore,
+    /// The timeline value (ignored for binary semaphores).
+    pub value: u64,
+}
+
+impl<'a> SemaphoreOp<'a> {
+    /// Wait for / signal `value` on a timeline semaphore.
+    pub fn timeline(semaphore: &'a VulkanSemaphore, value: u64) -> Self {
+        Self { semaphore, value }
+    }
+
+    /// Wait for / signal a binary semaphore.
+    pub fn binary(semaphore: &'a VulkanSemaphore) -> Self {
+        Self {
+            semaphore,
+            value: 0,
+        }
+    }
+}

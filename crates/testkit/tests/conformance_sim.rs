@@ -1,0 +1,68 @@
+//! The backend conformance suite against the simulator (CI). The GPU issue
+//! runs the same checks against the real driver with a Vulkan exporter.
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use tegra_interop_sim::{DiagnosticKind, Sim};
+use tegra_interop_testkit::conformance;
+use tegra_interop_testkit::sim_exporter::SimExporter;
+
+fn run(name: &str, check: conformance::Check) {
+    let sim = Sim::new().unwrap();
+    let backend = sim.backend();
+    check(&backend, &mut SimExporter).unwrap();
+    drop(backend);
+    assert!(sim.ledger().is_clean(), "leaked: {}", sim.ledger());
+    let mut diagnostics = sim.diagnostics();
+    if name == "failed_imports_return_the_callers_fd" {
+        // That check hands /dev/null, pipes and sockets to imports on purpose:
+        // the simulator reports each as misuse (what it is).
+        diagnostics.retain(|d| d.kind != DiagnosticKind::Misuse);
+    }
+    assert!(
+        diagnostics.is_empty(),
+        "simulator diagnostics: {diagnostics:#?}"
+    );
+}
+
+macro_rules! checks {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                run(stringify!($name), conformance::$name);
+            }
+        )*
+
+        #[test]
+        fn every_check_of_the_suite_is_run_here() {
+            let here = [$(stringify!($name)),*];
+            for (name, _) in conformance::CHECKS {
+                assert!(here.contains(name), "conformance check {name} is not run on the simulator");
+            }
+        }
+    };
+}
+
+checks!(
+    import_and_map,
+    data_both_ways,
+    binary_exporter_to_cuda,
+    binary_cuda_to_exporter,
+    timeline_both_directions,
+    timeline_backwards_refused,
+    batched_signal_and_wait,
+    wait_before_signal,
+    teardown,
+    memory_validation_refusals,
+    semaphore_validation_refusals,
+    cross_context_refused,
+    failed_imports_return_the_callers_fd,
+    copy_from_host_done_on_return,
+);
+
+#[test]
+fn run_all_reports_no_failures() {
+    let sim = Sim::new().unwrap();
+    let failures = conformance::run_all(&sim.backend(), &mut SimExporter);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
