@@ -61,19 +61,21 @@ pub mod conformance;
 pub mod context;
 pub mod device;
 pub mod error;
-mod hostfn;
 pub mod memory;
 pub mod nvsci;
+mod owner;
 pub mod probe;
 pub mod semaphore;
+pub mod stream;
 pub mod table;
 
 pub use backend::{Backend, BackendKind};
-pub use context::{Context, Stream};
+pub use context::Context;
 pub use device::Device;
 pub use error::{ContextId, Error, ImportError};
 pub use memory::{ExternalMemory, MappedArray, MappedBuffer};
 pub use semaphore::{ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
+pub use stream::Stream;
 pub use table::FunctionTable;
 
 pub(crate) use error::check;
