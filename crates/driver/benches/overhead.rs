@@ -144,7 +144,7 @@ fn overhead(c: &mut Criterion) {
     let ctx = Context::primary(backend.clone(), 0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
     let mut one = ExternalSemaphore::timeline_fd(&ctx, fd()).unwrap();
-    let mut eight: [ExternalSemaphore<'_>; 8] =
+    let mut eight: [ExternalSemaphore; 8] =
         std::array::from_fn(|_| ExternalSemaphore::timeline_fd(&ctx, fd()).unwrap());
 
     // The raw side: the same trivial entry points, called directly. `black_box` on the

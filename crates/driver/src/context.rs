@@ -1,41 +1,24 @@
-//! [`Context`] and [`Stream`]: where imported objects live and where work is queued.
+//! [`Context`]: where imported objects live.
 
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tegra_interop_core::{CuResult, StreamId};
-use tegra_interop_sys::cuda::{CUcontext, CUdevice, CUstream};
+#[cfg(feature = "cudarc")]
+use tegra_interop_core::CuResult;
+use tegra_interop_sys::cuda::{CUcontext, CUdevice};
 
 use crate::error::{check, ContextId};
+use crate::owner::{Owned, Release};
 use crate::table::CudaApi;
 use crate::{entry, Backend, Error};
 
-/// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy
-/// default stream.
-const CU_STREAM_NON_BLOCKING: u32 = 1;
-
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
-static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
-
-fn next_stream_id() -> StreamId {
-    StreamId(NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed))
-}
 
 fn next_id(device: i32) -> ContextId {
     ContextId {
         id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
         device,
-    }
-}
-
-/// Logs a release failure from `Drop` on the backend, unless the driver has
-/// already shut down (then the object went with it).
-pub(crate) fn drop_result(backend: &Backend, result: Result<(), Error>) {
-    if let Err(e) = result {
-        if !e.is_driver_shut_down() {
-            backend.record_drop_error(e);
-        }
     }
 }
 
@@ -51,16 +34,24 @@ enum Ownership {
 
 /// A CUDA context: the owner of every object imported into it.
 ///
-/// Handles ([`crate::ExternalMemory`], [`crate::ExternalSemaphore`],
-/// [`Stream`]) borrow their context, so a context cannot be reset
-/// ([`Context::reset`] takes `&mut self`) or destroyed
-/// ([`Context::destroy`] takes `self`) while any of them lives: the driver
-/// would crash destroying them afterwards.
+/// A `Context` is a cheap clone of a shared (`Arc`) handle, like cudarc's
+/// `Arc<CudaContext>`. Every handle made in it ([`crate::Stream`],
+/// [`crate::ExternalMemory`], [`crate::ExternalSemaphore`] and the
+/// mappings) holds a clone, so handles carry no lifetime: a program may
+/// store a context and its handles in one struct or return them from a
+/// function, and the context cannot go before them. The C context is
+/// released (retained primary: `cuDevicePrimaryCtxRelease`; created:
+/// `cuCtxDestroy`) when the last holder goes.
+///
+/// [`Context::reset`] and [`Context::destroy`] act on the C context itself,
+/// which would crash the driver when a handle of it is destroyed later: they
+/// are refused at run time with [`Error::InUse`] (naming how many other
+/// holders are alive) unless this is the only holder.
 ///
 /// Each context gets a process-unique [`ContextId`] used in error messages.
 ///
 /// ```
-/// use tegra_interop_driver::{Context, Stream};
+/// use tegra_interop_driver::{Context, Error, Stream};
 ///
 /// let sim = tegra_interop_sim::Sim::new()?;
 /// let backend = sim.backend(); // or Backend::real()?
@@ -68,33 +59,68 @@ enum Ownership {
 /// let ctx = Context::primary(backend, 0)?;
 /// let stream = Stream::new(&ctx)?;
 /// stream.synchronize()?;
+/// // The stream holds the context: destroying it now is refused.
+/// assert!(matches!(ctx.clone().destroy(), Err(Error::InUse { holders: 2, .. })));
 /// drop(stream);
 /// ctx.destroy()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[derive(Clone)]
 pub struct Context {
+    inner: Arc<Owned<ContextRes>>,
+}
+
+/// The C context and how it is released.
+struct ContextRes {
     backend: Arc<Backend>,
     raw: CUcontext,
     device: CUdevice,
     id: ContextId,
     ownership: Ownership,
-    released: bool,
 }
 
 // SAFETY: a CUDA context handle may be used from any thread (the driver API
 // is thread-safe); every call made through a `Context` first makes it current
 // on the calling thread. The backend is `Send + Sync` (plain fn pointers and
 // loaded libraries).
-unsafe impl Send for Context {}
-// SAFETY: see `Send`; `&Context` only allows calls that the driver serialises.
-unsafe impl Sync for Context {}
+unsafe impl Send for ContextRes {}
+// SAFETY: see `Send`; `&ContextRes` only allows calls that the driver
+// serialises.
+unsafe impl Sync for ContextRes {}
+
+impl Release for ContextRes {
+    fn release(&mut self) -> Result<(), Error> {
+        let api = &self.backend.table().cuda;
+        match &self.ownership {
+            Ownership::Primary => {
+                let release = entry!(api, cuDevicePrimaryCtxRelease);
+                // SAFETY: we retained this device's primary context once and
+                // release it once (`Owned`); no holder is left.
+                check("cuDevicePrimaryCtxRelease", unsafe { release(self.device) })
+            }
+            Ownership::Created => {
+                let destroy = entry!(api, cuCtxDestroy);
+                // SAFETY: we created this context and destroy it once; no
+                // holder is left.
+                check("cuCtxDestroy", unsafe { destroy(self.raw) })
+            }
+            // cudarc's `Arc` is dropped with this value.
+            #[cfg(feature = "cudarc")]
+            Ownership::Cudarc(_) => Ok(()),
+        }
+    }
+
+    fn backend(&self) -> &Backend {
+        &self.backend
+    }
+}
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("id", &self.id)
-            .field("backend", &self.backend.name())
-            .field("raw", &self.raw)
+            .field("id", &self.inner.id)
+            .field("backend", &self.inner.backend.name())
+            .field("raw", &self.inner.raw)
             .finish_non_exhaustive()
     }
 }
@@ -118,6 +144,22 @@ fn device_handle(backend: &Backend, ordinal: i32) -> Result<CUdevice, Error> {
 }
 
 impl Context {
+    fn wrap(res: ContextRes) -> Context {
+        Context {
+            inner: Arc::new(Owned::new(res)),
+        }
+    }
+
+    /// How many other values hold this context (its handles and clones).
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.inner) - 1
+    }
+
+    /// `true` when `self` and `other` are clones of one context.
+    pub fn same(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The usual context for device `ordinal`: with the real driver and the
     /// `cudarc` feature, a cudarc primary context (`CudaContext::new`);
     /// otherwise the device's primary context retained through the table.
@@ -147,14 +189,13 @@ impl Context {
         check("cuDevicePrimaryCtxRetain", unsafe {
             retain(&mut raw, device)
         })?;
-        Ok(Context {
+        Ok(Context::wrap(ContextRes {
             backend,
             raw,
             device,
             id: next_id(ordinal),
             ownership: Ownership::Primary,
-            released: false,
-        })
+        }))
     }
 
     /// Creates a new (non-primary) context on device `ordinal` with
@@ -165,14 +206,13 @@ impl Context {
         let mut raw: CUcontext = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; `device` came from cuDeviceGet.
         check("cuCtxCreate", unsafe { create(&mut raw, flags, device) })?;
-        Ok(Context {
+        Ok(Context::wrap(ContextRes {
             backend,
             raw,
             device,
             id: next_id(ordinal),
             ownership: Ownership::Created,
-            released: false,
-        })
+        }))
     }
 
     /// Wraps a cudarc context (which stays owned by cudarc; this keeps an
@@ -191,20 +231,19 @@ impl Context {
             });
         }
         let ordinal = i32::try_from(ctx.ordinal()).unwrap_or(i32::MAX);
-        Ok(Context {
+        Ok(Context::wrap(ContextRes {
             raw: ctx.cu_ctx() as CUcontext,
             device: ctx.cu_device(),
             id: next_id(ordinal),
             ownership: Ownership::Cudarc(ctx),
             backend,
-            released: false,
-        })
+        }))
     }
 
     /// The cudarc context this wraps, if it came from cudarc.
     #[cfg(feature = "cudarc")]
     pub fn cudarc(&self) -> Option<&Arc<cudarc::driver::CudaContext>> {
-        match &self.ownership {
+        match &self.inner.ownership {
             Ownership::Cudarc(ctx) => Some(ctx),
             _ => None,
         }
@@ -212,32 +251,32 @@ impl Context {
 
     /// The process-unique id used in error messages.
     pub fn id(&self) -> ContextId {
-        self.id
+        self.inner.id
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> i32 {
-        self.id.device
+        self.inner.id.device
     }
 
     /// The `CUdevice` handle.
     pub fn device(&self) -> CUdevice {
-        self.device
+        self.inner.device
     }
 
     /// The raw `CUcontext` (still owned by this value).
     pub fn as_raw(&self) -> CUcontext {
-        self.raw
+        self.inner.raw
     }
 
     /// The backend this context calls through.
     pub fn backend(&self) -> &Arc<Backend> {
-        &self.backend
+        &self.inner.backend
     }
 
     /// `true` if this is a device's primary context (retained or from cudarc).
     pub fn is_primary(&self) -> bool {
-        match &self.ownership {
+        match &self.inner.ownership {
             Ownership::Primary => true,
             Ownership::Created => false,
             #[cfg(feature = "cudarc")]
@@ -246,7 +285,7 @@ impl Context {
     }
 
     pub(crate) fn api(&self) -> &CudaApi {
-        &self.backend.table().cuda
+        &self.inner.backend.table().cuda
     }
 
     /// Makes this context current on the calling thread (`cuCtxSetCurrent`).
@@ -256,7 +295,7 @@ impl Context {
     pub fn bind(&self) -> Result<(), Error> {
         let set = entry!(self.api(), cuCtxSetCurrent);
         // SAFETY: `self.raw` is a live context (we hold it until release).
-        check("cuCtxSetCurrent", unsafe { set(self.raw) })
+        check("cuCtxSetCurrent", unsafe { set(self.inner.raw) })
     }
 
     /// Makes this context current on the calling thread unless it already
@@ -273,7 +312,7 @@ impl Context {
             // SAFETY: `current` is a valid out-pointer for the duration of
             // the call.
             check("cuCtxGetCurrent", unsafe { get(&mut current) })?;
-            if current == self.raw {
+            if current == self.inner.raw {
                 return Ok(());
             }
         }
@@ -289,240 +328,59 @@ impl Context {
     }
 
     /// Resets the device's primary context (`cuDevicePrimaryCtxReset`),
-    /// freeing everything in it. Takes `&mut self`, so no handle imported
-    /// into this context can still be alive (destroying one after a reset
-    /// crashes the real driver).
+    /// freeing everything in it.
     ///
     /// # Errors
-    /// [`Error::Unsupported`] for a context made with [`Context::create`] or
-    /// one borrowed from cudarc (others may hold objects in it).
+    /// [`Error::InUse`] while another value holds this context (a handle
+    /// imported into it, a stream, a clone): destroying that handle after
+    /// the reset would crash the real driver. [`Error::Unsupported`] for a
+    /// context made with [`Context::create`] or one borrowed from cudarc
+    /// (others may hold objects in it).
     pub fn reset(&mut self) -> Result<(), Error> {
-        if !matches!(self.ownership, Ownership::Primary) {
+        if !matches!(self.inner.ownership, Ownership::Primary) {
             return Err(Error::Unsupported {
                 operation: "Context::reset",
                 reason: "only a primary context retained with Context::primary can be reset",
             });
         }
+        self.refuse_if_held("Context::reset")?;
         let reset = entry!(self.api(), cuDevicePrimaryCtxReset);
-        // SAFETY: `self.device` is the device whose primary context we hold;
-        // `&mut self` guarantees no handle of ours refers to its objects.
-        check("cuDevicePrimaryCtxReset", unsafe { reset(self.device) })
+        // SAFETY: `self.inner.device` is the device whose primary context we
+        // hold; no other value holds this context (checked above, and
+        // `&mut self` keeps a clone from being made meanwhile).
+        check("cuDevicePrimaryCtxReset", unsafe {
+            reset(self.inner.device)
+        })
     }
 
-    fn release(&mut self) -> Result<(), Error> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        match std::mem::replace(&mut self.ownership, Ownership::Primary) {
-            Ownership::Primary => {
-                let release = entry!(self.api(), cuDevicePrimaryCtxRelease);
-                // SAFETY: we retained this device's primary context once and
-                // release it once (`released` guards against a second time).
-                check("cuDevicePrimaryCtxRelease", unsafe { release(self.device) })
-            }
-            Ownership::Created => {
-                let destroy = entry!(self.api(), cuCtxDestroy);
-                // SAFETY: we created this context and destroy it once.
-                check("cuCtxDestroy", unsafe { destroy(self.raw) })
-            }
-            #[cfg(feature = "cudarc")]
-            Ownership::Cudarc(ctx) => {
-                drop(ctx);
-                Ok(())
-            }
+    fn refuse_if_held(&self, operation: &'static str) -> Result<(), Error> {
+        match self.holders() {
+            0 => Ok(()),
+            holders => Err(Error::InUse {
+                operation,
+                ctx: self.inner.id,
+                holders,
+            }),
         }
     }
 
     /// Releases the context now and reports the driver's answer. A driver
     /// that already shut down (`DEINITIALIZED`) counts as success: the
     /// context went with it.
-    pub fn destroy(mut self) -> Result<(), Error> {
-        match self.release() {
-            Err(e) if e.is_driver_shut_down() => Ok(()),
-            other => other,
-        }
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        let result = self.release();
-        drop_result(&self.backend, result);
-    }
-}
-
-enum StreamKind {
-    Owned,
-    Default,
-    #[cfg(feature = "cudarc")]
-    Cudarc(Arc<cudarc::driver::CudaStream>),
-}
-
-/// A CUDA stream of a [`Context`]: signals and waits are queued on it.
-///
-/// Borrows its context, so the context outlives it.
-pub struct Stream<'ctx> {
-    ctx: &'ctx Context,
-    id: StreamId,
-    raw: CUstream,
-    kind: StreamKind,
-    released: bool,
-}
-
-// SAFETY: a CUstream may be used from any thread; calls bind the owning
-// context first. `&Context` is Send because Context is Sync.
-unsafe impl Send for Stream<'_> {}
-// SAFETY: the driver serialises concurrent submissions to one stream.
-unsafe impl Sync for Stream<'_> {}
-
-impl std::fmt::Debug for Stream<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stream")
-            .field("context", &self.ctx.id())
-            .field("id", &self.id)
-            .field("raw", &self.raw)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<'ctx> Stream<'ctx> {
-    /// A new non-blocking stream. For a cudarc context, cudarc makes it
-    /// (`CudaContext::new_stream`); otherwise `cuStreamCreate`.
-    pub fn new(ctx: &'ctx Context) -> Result<Stream<'ctx>, Error> {
-        #[cfg(feature = "cudarc")]
-        if let Some(c) = ctx.cudarc() {
-            let stream = c.new_stream().map_err(|e| Error::Driver {
-                call: "cudarc::driver::CudaContext::new_stream",
-                code: CuResult(e.0 as u32),
-            })?;
-            return Stream::from_cudarc(ctx, stream);
-        }
-        ctx.bind()?;
-        let create = entry!(ctx.api(), cuStreamCreate);
-        let mut raw: CUstream = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        check("cuStreamCreate", unsafe {
-            create(&mut raw, CU_STREAM_NON_BLOCKING)
-        })?;
-        Ok(Stream {
-            ctx,
-            id: next_stream_id(),
-            raw,
-            kind: StreamKind::Owned,
-            released: false,
-        })
-    }
-
-    /// The context's legacy default stream (the NULL stream). Never destroyed.
-    pub fn default_stream(ctx: &'ctx Context) -> Stream<'ctx> {
-        Stream {
-            ctx,
-            id: next_stream_id(),
-            raw: ptr::null_mut(),
-            kind: StreamKind::Default,
-            released: false,
-        }
-    }
-
-    /// Wraps a cudarc stream of `ctx`'s context (cudarc keeps owning it).
     ///
     /// # Errors
-    /// [`Error::ForeignStream`] if the stream belongs to another CUDA context.
-    #[cfg(feature = "cudarc")]
-    pub fn from_cudarc(
-        ctx: &'ctx Context,
-        stream: Arc<cudarc::driver::CudaStream>,
-    ) -> Result<Stream<'ctx>, Error> {
-        let stream_ctx = stream.context().cu_ctx() as CUcontext;
-        if stream_ctx != ctx.as_raw() {
-            return Err(Error::ForeignStream { ctx: ctx.id() });
-        }
-        Ok(Stream {
-            ctx,
-            id: next_stream_id(),
-            raw: stream.cu_stream() as CUstream,
-            kind: StreamKind::Cudarc(stream),
-            released: false,
-        })
-    }
-
-    /// The context this stream belongs to.
-    pub fn context(&self) -> &'ctx Context {
-        self.ctx
-    }
-
-    /// A process-unique id of this stream wrapper, as the core's fence
-    /// counters know it (two wrappers of one driver stream get two ids).
-    pub fn stream_id(&self) -> StreamId {
-        self.id
-    }
-
-    /// The raw `CUstream` (still owned by this value).
-    pub fn as_raw(&self) -> CUstream {
-        self.raw
-    }
-
-    /// Blocks until all queued work is done (`cuStreamSynchronize`).
-    pub fn synchronize(&self) -> Result<(), Error> {
-        self.ctx.bind()?;
-        let sync = entry!(self.ctx.api(), cuStreamSynchronize);
-        // SAFETY: `self.raw` is a live stream of the current context.
-        check("cuStreamSynchronize", unsafe { sync(self.raw) })
-    }
-
-    /// `true` when all queued work is done (`cuStreamQuery`; `NOT_READY`
-    /// means `false`).
-    pub fn is_idle(&self) -> Result<bool, Error> {
-        self.ctx.bind()?;
-        let query = entry!(self.ctx.api(), cuStreamQuery);
-        // SAFETY: `self.raw` is a live stream of the current context.
-        let code = CuResult::from(unsafe { query(self.raw) });
-        match code {
-            CuResult::SUCCESS => Ok(true),
-            CuResult::NOT_READY => Ok(false),
-            code => Err(Error::Driver {
-                call: "cuStreamQuery",
-                code,
+    /// [`Error::InUse`] while another value holds this context; nothing is
+    /// released then (this clone is dropped, and the context is released
+    /// when its last holder goes).
+    pub fn destroy(self) -> Result<(), Error> {
+        let operation = "Context::destroy";
+        match Arc::try_unwrap(self.inner) {
+            Ok(owned) => owned.destroy(),
+            Err(inner) => Err(Error::InUse {
+                operation,
+                ctx: inner.id,
+                holders: Arc::strong_count(&inner) - 1,
             }),
         }
-    }
-
-    fn release(&mut self) -> Result<(), Error> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        match std::mem::replace(&mut self.kind, StreamKind::Default) {
-            StreamKind::Owned => {
-                // Best effort: the destroy call's own answer is what counts.
-                let _ = self.ctx.bind();
-                let destroy = entry!(self.ctx.api(), cuStreamDestroy);
-                // SAFETY: we created this stream and destroy it once.
-                check("cuStreamDestroy", unsafe { destroy(self.raw) })
-            }
-            StreamKind::Default => Ok(()),
-            #[cfg(feature = "cudarc")]
-            StreamKind::Cudarc(stream) => {
-                drop(stream);
-                Ok(())
-            }
-        }
-    }
-
-    /// Destroys the stream now (queued work still completes) and reports the
-    /// driver's answer; `DEINITIALIZED` counts as success.
-    pub fn destroy(mut self) -> Result<(), Error> {
-        match self.release() {
-            Err(e) if e.is_driver_shut_down() => Ok(()),
-            other => other,
-        }
-    }
-}
-
-impl Drop for Stream<'_> {
-    fn drop(&mut self) {
-        let result = self.release();
-        drop_result(self.ctx.backend(), result);
     }
 }

@@ -71,6 +71,19 @@ pub enum Error {
         /// The context the stream belongs to.
         stream_ctx: ContextId,
     },
+    /// A context reset or destroyed, or memory destroyed, while other
+    /// handles still hold it (streams, imports, mappings, clones): the driver
+    /// would crash destroying them afterwards. Refused before the call;
+    /// nothing was released. Drop or destroy the holders first (a dropped
+    /// value is released when its last holder goes).
+    InUse {
+        /// What was to be reset or destroyed (`"Context::reset"`, ...).
+        operation: &'static str,
+        /// The context concerned.
+        ctx: ContextId,
+        /// How many other handles still hold it.
+        holders: usize,
+    },
     /// A cudarc stream that does not belong to the given context.
     ForeignStream {
         /// The context the stream was offered to.
@@ -202,6 +215,15 @@ impl fmt::Display for Error {
                 f,
                 "semaphore of {semaphore_ctx} used on a stream of {stream_ctx}; \
                  import the semaphore in the stream's context (or use a stream of {semaphore_ctx})"
+            ),
+            Error::InUse {
+                operation,
+                ctx,
+                holders,
+            } => write!(
+                f,
+                "{operation} refused: {holders} other handle(s) of {ctx} are still alive \
+                 (streams, imports, mappings or clones); drop or destroy them first"
             ),
             Error::ForeignStream { ctx } => write!(
                 f,

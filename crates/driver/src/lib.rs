@@ -14,14 +14,18 @@
 //! | [`MappedArray`] | `CUmipmappedArray` of a mapping | `cuMipmappedArrayDestroy` |
 //! | [`ExternalSemaphore`] | `CUexternalSemaphore` | `cuDestroyExternalSemaphore` |
 //!
-//! Lifetimes carry the driver's rules: a mapping borrows its memory, every
-//! handle borrows its [`Context`], and destroying or resetting a context
-//! needs it unborrowed, so use-after-destroy, double destroy and "destroy
-//! after reset" (which crash the real driver) do not compile. Every handle
-//! has an explicit `destroy(self) -> Result` and a `Drop` that never panics
-//! and treats `CUDA_ERROR_DEINITIALIZED` (driver already shut down) as
-//! "already gone"; other `Drop` failures are kept on the backend
-//! ([`Backend::take_drop_errors`]).
+//! Handles hold what they depend on, cudarc's model: a [`Context`] is a
+//! cheap clone of an `Arc`, every handle holds a clone, and a mapping holds
+//! its memory. So handles carry no lifetime (store them together, return
+//! them from functions) and cannot outlive their context. Every handle has
+//! an explicit `destroy(self) -> Result` (consuming it: use after destroy
+//! and double destroy, which crash the real driver, do not compile) and a
+//! `Drop`; both go through one release-once owner that never panics and
+//! treats `CUDA_ERROR_DEINITIALIZED` (driver already shut down) as "already
+//! gone"; other `Drop` failures are kept on the backend
+//! ([`Backend::take_drop_errors`]). Resetting or destroying a context, or
+//! destroying memory, while other handles hold it is refused at run time
+//! with [`Error::InUse`] (naming how many holders are alive).
 //!
 //! The same code runs on the real driver ([`Backend::real`]) and on the
 //! simulator (`tegra-interop-sim`, through [`Backend::from_table`]);
@@ -60,19 +64,21 @@ pub mod backend;
 pub mod context;
 pub mod device;
 pub mod error;
-mod hostfn;
 pub mod memory;
 pub mod nvsci;
+mod owner;
 pub mod probe;
 pub mod semaphore;
+pub mod stream;
 pub mod table;
 
 pub use backend::{Backend, BackendKind};
-pub use context::{Context, Stream};
+pub use context::Context;
 pub use device::Device;
 pub use error::{ContextId, Error, ImportError};
 pub use memory::{ExternalMemory, MappedArray, MappedBuffer};
 pub use semaphore::{ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
+pub use stream::Stream;
 pub use table::FunctionTable;
 
 pub(crate) use error::check;

@@ -2,15 +2,16 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
+use std::sync::Arc;
 
 use tegra_interop_core::{
     BufferMapping, MemoryHandleKind, MemoryImport, MipmappedArrayMapping, ValidationError,
 };
 use tegra_interop_sys::cuda::{CUarray, CUdeviceptr, CUexternalMemory, CUmipmappedArray};
 
-use crate::context::drop_result;
 use crate::error::check;
-use crate::{entry, Context, Error, ImportError};
+use crate::owner::{Owned, Release};
+use crate::{entry, Backend, Context, Error, ImportError};
 
 /// Refuses handle kinds this operating system cannot provide, before the
 /// driver sees them.
@@ -26,10 +27,13 @@ pub(crate) fn check_platform(kind_name: &'static str, win32: bool) -> Result<(),
 
 /// Memory imported into a [`Context`] (`cuImportExternalMemory`).
 ///
-/// It borrows its context (so the context outlives it), and its mappings
-/// borrow it (so it outlives them). Dropping it calls
-/// `cuDestroyExternalMemory`; [`ExternalMemory::destroy`] does the same and
-/// reports the result.
+/// It holds a clone of its context, and each mapping holds the memory
+/// (the driver requires mappings to be freed before the memory is used no
+/// more), so none of them carries a lifetime: memory and its mappings can be
+/// stored side by side in one struct. `cuDestroyExternalMemory` is called
+/// when the last of them goes; [`ExternalMemory::destroy`] does it now and
+/// reports the result, and is refused with [`Error::InUse`] while a mapping
+/// is alive.
 ///
 /// ```
 /// use tegra_interop_core::BufferMapping;
@@ -53,32 +57,51 @@ pub(crate) fn check_platform(kind_name: &'static str, win32: bool) -> Result<(),
 /// memory.destroy()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct ExternalMemory<'ctx> {
-    ctx: &'ctx Context,
+pub struct ExternalMemory {
+    res: Arc<Owned<MemoryRes>>,
+}
+
+/// The C import and how it is destroyed.
+struct MemoryRes {
+    ctx: Context,
     raw: CUexternalMemory,
     kind: MemoryHandleKind,
     size: u64,
-    released: bool,
 }
 
 // SAFETY: the driver's external-memory handles may be used from any thread;
 // every call binds the owning context first.
-unsafe impl Send for ExternalMemory<'_> {}
-// SAFETY: `&ExternalMemory` only allows mapping calls, which the driver
-// makes thread-safe.
-unsafe impl Sync for ExternalMemory<'_> {}
+unsafe impl Send for MemoryRes {}
+// SAFETY: `&MemoryRes` only allows mapping calls, which the driver makes
+// thread-safe.
+unsafe impl Sync for MemoryRes {}
 
-impl std::fmt::Debug for ExternalMemory<'_> {
+impl Release for MemoryRes {
+    fn release(&mut self) -> Result<(), Error> {
+        let destroy = entry!(self.ctx.api(), cuDestroyExternalMemory);
+        // Best effort: the destroy call's own answer is what counts.
+        let _ = self.ctx.bind();
+        // SAFETY: `self.raw` was imported by us and is destroyed once
+        // (`Owned`); no mapping is alive (each holds the memory).
+        check("cuDestroyExternalMemory", unsafe { destroy(self.raw) })
+    }
+
+    fn backend(&self) -> &Backend {
+        self.ctx.backend()
+    }
+}
+
+impl std::fmt::Debug for ExternalMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExternalMemory")
-            .field("context", &self.ctx.id())
-            .field("kind", &self.kind)
-            .field("size", &self.size)
+            .field("context", &self.res.ctx.id())
+            .field("kind", &self.res.kind)
+            .field("size", &self.res.size)
             .finish_non_exhaustive()
     }
 }
 
-impl<'ctx> ExternalMemory<'ctx> {
+impl ExternalMemory {
     /// Imports an fd-backed allocation described by `import` (an
     /// `OPAQUE_FD` or `DMABUF_FD` import built with the same fd number as
     /// `fd`).
@@ -90,10 +113,10 @@ impl<'ctx> ExternalMemory<'ctx> {
     /// open file description. What happened to the duplicate after a failure
     /// is counted in [`crate::error::fd_audit`].
     pub fn import_fd(
-        ctx: &'ctx Context,
+        ctx: &Context,
         fd: OwnedFd,
         import: MemoryImport,
-    ) -> Result<ExternalMemory<'ctx>, ImportError> {
+    ) -> Result<ExternalMemory, ImportError> {
         let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
         crate::error::import_consuming_fd(
             fd,
@@ -105,11 +128,7 @@ impl<'ctx> ExternalMemory<'ctx> {
 
     /// Imports `size` bytes of an opaque fd export (for example Vulkan
     /// `OPAQUE_FD`). See [`import_fd`](Self::import_fd) for fd ownership.
-    pub fn opaque_fd(
-        ctx: &'ctx Context,
-        fd: OwnedFd,
-        size: u64,
-    ) -> Result<ExternalMemory<'ctx>, ImportError> {
+    pub fn opaque_fd(ctx: &Context, fd: OwnedFd, size: u64) -> Result<ExternalMemory, ImportError> {
         match MemoryImport::opaque_fd(fd.as_raw_fd(), size) {
             Ok(import) => Self::import_fd(ctx, fd, import),
             Err(e) => Err(ImportError {
@@ -122,10 +141,10 @@ impl<'ctx> ExternalMemory<'ctx> {
     /// Imports `size` bytes of a Linux dma-buf (CUDA 13.0 and later). See
     /// [`import_fd`](Self::import_fd) for fd ownership.
     pub fn dma_buf_fd(
-        ctx: &'ctx Context,
+        ctx: &Context,
         fd: OwnedFd,
         size: u64,
-    ) -> Result<ExternalMemory<'ctx>, ImportError> {
+    ) -> Result<ExternalMemory, ImportError> {
         match MemoryImport::dma_buf_fd(fd.as_raw_fd(), size) {
             Ok(import) => Self::import_fd(ctx, fd, import),
             Err(e) => Err(ImportError {
@@ -145,16 +164,16 @@ impl<'ctx> ExternalMemory<'ctx> {
     /// valid for the duration of the call (for NvSciBuf: a live
     /// `NvSciBufObj` whose size is `import.size()`).
     pub unsafe fn import_handle(
-        ctx: &'ctx Context,
+        ctx: &Context,
         import: &MemoryImport,
-    ) -> Result<ExternalMemory<'ctx>, Error> {
+    ) -> Result<ExternalMemory, Error> {
         if import.kind().is_fd() {
             return Err(Error::Validation(ValidationError::HandleKindMismatch));
         }
         Self::import_desc(ctx, import)
     }
 
-    fn import_desc(ctx: &'ctx Context, import: &MemoryImport) -> Result<Self, Error> {
+    fn import_desc(ctx: &Context, import: &MemoryImport) -> Result<Self, Error> {
         let kind = import.kind();
         check_platform(kind.name(), kind.is_win32())?;
         let import_fn = entry!(ctx.api(), cuImportExternalMemory);
@@ -168,60 +187,74 @@ impl<'ctx> ExternalMemory<'ctx> {
             import_fn(&mut raw, import.raw())
         })?;
         Ok(ExternalMemory {
-            ctx,
-            raw,
-            kind,
-            size: import.size(),
-            released: false,
+            res: Arc::new(Owned::new(MemoryRes {
+                ctx: ctx.clone(),
+                raw,
+                kind,
+                size: import.size(),
+            })),
         })
     }
 
     /// The context it was imported in.
-    pub fn context(&self) -> &'ctx Context {
-        self.ctx
+    pub fn context(&self) -> &Context {
+        &self.res.ctx
     }
 
     /// The handle kind it was imported from.
     pub fn kind(&self) -> MemoryHandleKind {
-        self.kind
+        self.res.kind
     }
 
     /// The imported size in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        self.res.size
     }
 
     /// The raw handle (still owned by this value).
     pub fn as_raw(&self) -> CUexternalMemory {
-        self.raw
+        self.res.raw
+    }
+
+    /// How many mappings (or other holders) of this memory are alive.
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.res) - 1
+    }
+
+    /// A second handle to the same import, held by a mapping.
+    fn holder(&self) -> ExternalMemory {
+        ExternalMemory {
+            res: Arc::clone(&self.res),
+        }
     }
 
     /// Maps a byte range as a device pointer
     /// (`cuExternalMemoryGetMappedBuffer`), checked against the import size
     /// before the call.
-    pub fn map_buffer(&self, mapping: BufferMapping) -> Result<MappedBuffer<'_>, Error> {
-        let desc = mapping.lower(self.size)?;
-        let map_fn = entry!(self.ctx.api(), cuExternalMemoryGetMappedBuffer);
-        self.ctx.bind()?;
+    pub fn map_buffer(&self, mapping: BufferMapping) -> Result<MappedBuffer, Error> {
+        let desc = mapping.lower(self.res.size)?;
+        let map_fn = entry!(self.context().api(), cuExternalMemoryGetMappedBuffer);
+        self.context().bind()?;
         let mut ptr: CUdeviceptr = 0;
         // SAFETY: `ptr` is a valid out-pointer, `self.raw` is live (we hold
         // it), `desc` was built by the core (flags and reserved zero, range
         // inside the import).
         check("cuExternalMemoryGetMappedBuffer", unsafe {
-            map_fn(&mut ptr, self.raw, &desc)
+            map_fn(&mut ptr, self.res.raw, &desc)
         })?;
         Ok(MappedBuffer {
-            memory: self,
-            ptr,
-            offset: mapping.offset,
-            size: mapping.size,
-            released: false,
+            res: Owned::new(BufferRes {
+                memory: self.holder(),
+                ptr,
+                offset: mapping.offset,
+                size: mapping.size,
+            }),
         })
     }
 
     /// Maps the whole import as one buffer.
-    pub fn map_whole(&self) -> Result<MappedBuffer<'_>, Error> {
-        self.map_buffer(BufferMapping::new(0, self.size))
+    pub fn map_whole(&self) -> Result<MappedBuffer, Error> {
+        self.map_buffer(BufferMapping::new(0, self.res.size))
     }
 
     /// Maps a mipmapped array (`cuExternalMemoryGetMappedMipmappedArray`),
@@ -230,109 +263,123 @@ impl<'ctx> ExternalMemory<'ctx> {
     pub fn map_mipmapped_array(
         &self,
         mapping: MipmappedArrayMapping,
-    ) -> Result<MappedArray<'_>, Error> {
-        let desc = mapping.lower(self.kind, self.size)?;
-        let map_fn = entry!(self.ctx.api(), cuExternalMemoryGetMappedMipmappedArray);
-        self.ctx.bind()?;
+    ) -> Result<MappedArray, Error> {
+        let desc = mapping.lower(self.res.kind, self.res.size)?;
+        let map_fn = entry!(
+            self.context().api(),
+            cuExternalMemoryGetMappedMipmappedArray
+        );
+        self.context().bind()?;
         let mut raw: CUmipmappedArray = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer, `self.raw` is live, `desc`
         // was built and checked by the core.
         check("cuExternalMemoryGetMappedMipmappedArray", unsafe {
-            map_fn(&mut raw, self.raw, &desc)
+            map_fn(&mut raw, self.res.raw, &desc)
         })?;
         Ok(MappedArray {
-            memory: self,
-            raw,
-            levels: mapping.num_levels,
-            released: false,
+            res: Owned::new(ArrayRes {
+                memory: self.holder(),
+                raw,
+                levels: mapping.num_levels,
+            }),
         })
-    }
-
-    fn release(&mut self) -> Result<(), Error> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        let destroy = entry!(self.ctx.api(), cuDestroyExternalMemory);
-        // Best effort: the destroy call's own answer is what counts.
-        let _ = self.ctx.bind();
-        // SAFETY: `self.raw` was imported by us and is destroyed once
-        // (`released`); no mapping is alive (they borrow `self`).
-        check("cuDestroyExternalMemory", unsafe { destroy(self.raw) })
     }
 
     /// Destroys the import now and reports the driver's answer
     /// (`DEINITIALIZED` counts as success: the driver is gone already).
-    pub fn destroy(mut self) -> Result<(), Error> {
-        match self.release() {
-            Err(e) if e.is_driver_shut_down() => Ok(()),
-            other => other,
+    ///
+    /// # Errors
+    /// [`Error::InUse`] while a mapping of it is alive; nothing is destroyed
+    /// then (the import goes when its last mapping does).
+    pub fn destroy(self) -> Result<(), Error> {
+        let ctx = self.res.ctx.id();
+        match Arc::try_unwrap(self.res) {
+            Ok(owned) => owned.destroy(),
+            Err(res) => Err(Error::InUse {
+                operation: "ExternalMemory::destroy",
+                ctx,
+                holders: Arc::strong_count(&res) - 1,
+            }),
         }
-    }
-}
-
-impl Drop for ExternalMemory<'_> {
-    fn drop(&mut self) {
-        let result = self.release();
-        drop_result(self.ctx.backend(), result);
     }
 }
 
 /// A device pointer into imported memory (`cuExternalMemoryGetMappedBuffer`),
 /// freed with `cuMemFree` on drop.
-pub struct MappedBuffer<'mem> {
-    memory: &'mem ExternalMemory<'mem>,
+///
+/// It holds its memory (and so the context), so it can be stored next to
+/// the memory or without it.
+pub struct MappedBuffer {
+    res: Owned<BufferRes>,
+}
+
+/// The mapping and how it is freed.
+struct BufferRes {
+    memory: ExternalMemory,
     ptr: CUdeviceptr,
     offset: u64,
     size: u64,
-    released: bool,
 }
 
-// SAFETY: a device pointer is a plain address; calls bind the context first.
-unsafe impl Send for MappedBuffer<'_> {}
-// SAFETY: `&MappedBuffer` allows only driver copies, which are thread-safe.
-unsafe impl Sync for MappedBuffer<'_> {}
+impl Release for BufferRes {
+    fn release(&mut self) -> Result<(), Error> {
+        let ctx = self.memory.context();
+        let free = entry!(ctx.api(), cuMemFree);
+        let _ = ctx.bind();
+        // SAFETY: the pointer came from cuExternalMemoryGetMappedBuffer and
+        // is freed once (`Owned`), before the memory (held by this value).
+        check("cuMemFree", unsafe { free(self.ptr) })
+    }
 
-impl std::fmt::Debug for MappedBuffer<'_> {
+    fn backend(&self) -> &Backend {
+        self.memory.context().backend()
+    }
+}
+
+impl std::fmt::Debug for MappedBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MappedBuffer")
-            .field("context", &self.memory.ctx.id())
-            .field("ptr", &format_args!("{:#x}", self.ptr))
-            .field("offset", &self.offset)
-            .field("size", &self.size)
+            .field("context", &self.ctx().id())
+            .field("ptr", &format_args!("{:#x}", self.res.ptr))
+            .field("offset", &self.res.offset)
+            .field("size", &self.res.size)
             .finish_non_exhaustive()
     }
 }
 
-impl<'mem> MappedBuffer<'mem> {
+impl MappedBuffer {
+    fn ctx(&self) -> &Context {
+        self.res.memory.context()
+    }
+
     /// The device address.
     pub fn device_ptr(&self) -> CUdeviceptr {
-        self.ptr
+        self.res.ptr
     }
 
     /// Length in bytes.
     pub fn size(&self) -> u64 {
-        self.size
+        self.res.size
     }
 
     /// Offset of the mapping in the imported memory.
     pub fn offset(&self) -> u64 {
-        self.offset
+        self.res.offset
     }
 
     /// The memory it maps.
-    pub fn memory(&self) -> &'mem ExternalMemory<'mem> {
-        self.memory
+    pub fn memory(&self) -> &ExternalMemory {
+        &self.res.memory
     }
 
     fn bounds(&self, offset: u64, len: usize) -> Result<CUdeviceptr, Error> {
         let len = len as u64;
         match offset.checked_add(len) {
-            Some(end) if end <= self.size => Ok(self.ptr + offset),
+            Some(end) if end <= self.res.size => Ok(self.res.ptr + offset),
             _ => Err(Error::OutOfBounds {
                 offset,
                 len,
-                size: self.size,
+                size: self.res.size,
             }),
         }
     }
@@ -348,9 +395,9 @@ impl<'mem> MappedBuffer<'mem> {
     /// issued on, which returns when it has landed.
     pub fn copy_from_host(&self, offset: u64, src: &[u8]) -> Result<(), Error> {
         let dst = self.bounds(offset, src.len())?;
-        let copy = entry!(self.memory.ctx.api(), cuMemcpyHtoD);
-        let sync = entry!(self.memory.ctx.api(), cuStreamSynchronize);
-        self.memory.ctx.bind()?;
+        let copy = entry!(self.ctx().api(), cuMemcpyHtoD);
+        let sync = entry!(self.ctx().api(), cuStreamSynchronize);
+        self.ctx().bind()?;
         // SAFETY: `dst..dst+len` lies inside this live mapping (checked
         // above); `src` is readable for `len` bytes.
         check("cuMemcpyHtoD", unsafe {
@@ -365,8 +412,8 @@ impl<'mem> MappedBuffer<'mem> {
     /// returns when the copy is done.
     pub fn copy_to_host(&self, offset: u64, dst: &mut [u8]) -> Result<(), Error> {
         let src = self.bounds(offset, dst.len())?;
-        let copy = entry!(self.memory.ctx.api(), cuMemcpyDtoH);
-        self.memory.ctx.bind()?;
+        let copy = entry!(self.ctx().api(), cuMemcpyDtoH);
+        self.ctx().bind()?;
         // SAFETY: `src..src+len` lies inside this live mapping; `dst` is
         // writable for `len` bytes and not aliased (`&mut`).
         check("cuMemcpyDtoH", unsafe {
@@ -376,132 +423,115 @@ impl<'mem> MappedBuffer<'mem> {
 
     /// Sets every byte of the buffer to `value` (`cuMemsetD8`).
     pub fn fill(&self, value: u8) -> Result<(), Error> {
-        let len = usize::try_from(self.size).map_err(|_| Error::OutOfBounds {
+        let size = self.res.size;
+        let len = usize::try_from(size).map_err(|_| Error::OutOfBounds {
             offset: 0,
-            len: self.size,
-            size: self.size,
+            len: size,
+            size,
         })?;
-        let set = entry!(self.memory.ctx.api(), cuMemsetD8);
-        self.memory.ctx.bind()?;
+        let set = entry!(self.ctx().api(), cuMemsetD8);
+        self.ctx().bind()?;
         // SAFETY: the whole live mapping is written, nothing past it.
-        check("cuMemsetD8", unsafe { set(self.ptr, value, len) })
-    }
-
-    fn release(&mut self) -> Result<(), Error> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        let free = entry!(self.memory.ctx.api(), cuMemFree);
-        let _ = self.memory.ctx.bind();
-        // SAFETY: the pointer came from cuExternalMemoryGetMappedBuffer and
-        // is freed once (`released`).
-        check("cuMemFree", unsafe { free(self.ptr) })
+        check("cuMemsetD8", unsafe { set(self.res.ptr, value, len) })
     }
 
     /// Unmaps now (`cuMemFree`) and reports the driver's answer
     /// (`DEINITIALIZED` counts as success).
-    pub fn destroy(mut self) -> Result<(), Error> {
-        match self.release() {
-            Err(e) if e.is_driver_shut_down() => Ok(()),
-            other => other,
-        }
-    }
-}
-
-impl Drop for MappedBuffer<'_> {
-    fn drop(&mut self) {
-        let result = self.release();
-        drop_result(self.memory.ctx.backend(), result);
+    pub fn destroy(self) -> Result<(), Error> {
+        self.res.destroy()
     }
 }
 
 /// A mipmapped CUDA array over imported memory
 /// (`cuExternalMemoryGetMappedMipmappedArray`), freed with
 /// `cuMipmappedArrayDestroy` on drop.
-pub struct MappedArray<'mem> {
-    memory: &'mem ExternalMemory<'mem>,
+///
+/// It holds its memory (and so the context).
+pub struct MappedArray {
+    res: Owned<ArrayRes>,
+}
+
+/// The array and how it is destroyed.
+struct ArrayRes {
+    memory: ExternalMemory,
     raw: CUmipmappedArray,
     levels: u32,
-    released: bool,
 }
 
 // SAFETY: array handles may be used from any thread; calls bind first.
-unsafe impl Send for MappedArray<'_> {}
-// SAFETY: `&MappedArray` only queries levels, which is thread-safe.
-unsafe impl Sync for MappedArray<'_> {}
+unsafe impl Send for ArrayRes {}
+// SAFETY: `&ArrayRes` only queries levels, which is thread-safe.
+unsafe impl Sync for ArrayRes {}
 
-impl std::fmt::Debug for MappedArray<'_> {
+impl Release for ArrayRes {
+    fn release(&mut self) -> Result<(), Error> {
+        let ctx = self.memory.context();
+        let destroy = entry!(ctx.api(), cuMipmappedArrayDestroy);
+        let _ = ctx.bind();
+        // SAFETY: the array came from cuExternalMemoryGetMappedMipmappedArray
+        // and is destroyed once (`Owned`), before the memory (held by this
+        // value).
+        check("cuMipmappedArrayDestroy", unsafe { destroy(self.raw) })
+    }
+
+    fn backend(&self) -> &Backend {
+        self.memory.context().backend()
+    }
+}
+
+impl std::fmt::Debug for MappedArray {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MappedArray")
-            .field("context", &self.memory.ctx.id())
-            .field("raw", &self.raw)
-            .field("levels", &self.levels)
+            .field("context", &self.ctx().id())
+            .field("raw", &self.res.raw)
+            .field("levels", &self.res.levels)
             .finish_non_exhaustive()
     }
 }
 
-impl<'mem> MappedArray<'mem> {
+impl MappedArray {
+    fn ctx(&self) -> &Context {
+        self.res.memory.context()
+    }
+
     /// The raw mipmapped array (still owned by this value).
     pub fn as_raw(&self) -> CUmipmappedArray {
-        self.raw
+        self.res.raw
     }
 
     /// Number of mip levels.
     pub fn levels(&self) -> u32 {
-        self.levels
+        self.res.levels
     }
 
     /// The memory it maps.
-    pub fn memory(&self) -> &'mem ExternalMemory<'mem> {
-        self.memory
+    pub fn memory(&self) -> &ExternalMemory {
+        &self.res.memory
     }
 
     /// The array of mip level `level` (`cuMipmappedArrayGetLevel`); the
     /// handle stays owned by this mipmapped array.
     pub fn level(&self, level: u32) -> Result<CUarray, Error> {
-        if level >= self.levels {
+        if level >= self.res.levels {
             return Err(Error::Validation(ValidationError::IndexOutOfRange {
                 index: level as usize,
-                len: self.levels as usize,
+                len: self.res.levels as usize,
             }));
         }
-        let get = entry!(self.memory.ctx.api(), cuMipmappedArrayGetLevel);
-        self.memory.ctx.bind()?;
+        let get = entry!(self.ctx().api(), cuMipmappedArrayGetLevel);
+        self.ctx().bind()?;
         let mut array: CUarray = ptr::null_mut();
         // SAFETY: `array` is a valid out-pointer, `self.raw` is live and
         // `level` is below its level count.
         check("cuMipmappedArrayGetLevel", unsafe {
-            get(&mut array, self.raw, level)
+            get(&mut array, self.res.raw, level)
         })?;
         Ok(array)
     }
 
-    fn release(&mut self) -> Result<(), Error> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        let destroy = entry!(self.memory.ctx.api(), cuMipmappedArrayDestroy);
-        let _ = self.memory.ctx.bind();
-        // SAFETY: the array came from cuExternalMemoryGetMappedMipmappedArray
-        // and is destroyed once (`released`).
-        check("cuMipmappedArrayDestroy", unsafe { destroy(self.raw) })
-    }
-
     /// Destroys the array now (`cuMipmappedArrayDestroy`) and reports the
     /// driver's answer (`DEINITIALIZED` counts as success).
-    pub fn destroy(mut self) -> Result<(), Error> {
-        match self.release() {
-            Err(e) if e.is_driver_shut_down() => Ok(()),
-            other => other,
-        }
-    }
-}
-
-impl Drop for MappedArray<'_> {
-    fn drop(&mut self) {
-        let result = self.release();
-        drop_result(self.memory.ctx.backend(), result);
+    pub fn destroy(self) -> Result<(), Error> {
+        self.res.destroy()
     }
 }

@@ -1,24 +1,25 @@
-//! Imported external semaphores, and signalling / waiting on a [`Stream`].
+//! Imported external semaphores, and what a [`Stream`] signal or wait is
+//! made of ([`SemaphoreSignal`], [`SemaphoreWait`]; the calls are in
+//! [`crate::stream`]).
 
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::owner::{Owned, Release};
+
 use tegra_interop_core::semaphore::Payload;
 use tegra_interop_core::{
     DeterministicCounter, DeterministicReservation, SemaphoreHandleKind, SemaphoreImport,
     SignalParams, StreamId, TimelineReservation, TimelineTracker, ValidationError, WaitParams,
 };
-use tegra_interop_sys::cuda::{
-    CUexternalSemaphore, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
-};
+use tegra_interop_sys::cuda::CUexternalSemaphore;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
-use crate::context::drop_result;
 use crate::error::check;
 use crate::memory::check_platform;
-use crate::{entry, Context, Error, ImportError, Stream};
+use crate::{entry, Backend, Context, Error, ImportError, Stream};
 
 /// What the driver keeps track of for a semaphore, so values never go
 /// backwards or skip.
@@ -36,7 +37,8 @@ pub enum Tracking {
 
 /// A semaphore imported into a [`Context`] (`cuImportExternalSemaphore`).
 ///
-/// It borrows its context. Signals take `&mut` (they advance the tracked
+/// It holds a clone of its context (no lifetime: store it where you like).
+/// Signals take `&mut` (they advance the tracked
 /// value), waits take `&`. A semaphore can only be used on streams of its
 /// own context: anything else is refused before the call with
 /// [`Error::WrongContext`].
@@ -80,33 +82,62 @@ pub enum Tracking {
 /// assert_eq!(exported.value(), 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct ExternalSemaphore<'ctx> {
-    ctx: &'ctx Context,
+pub struct ExternalSemaphore {
+    res: Owned<SemaphoreRes>,
+    tracking: Tracking,
+}
+
+/// The C semaphore and how it is destroyed.
+struct SemaphoreRes {
+    ctx: Context,
     raw: CUexternalSemaphore,
     kind: SemaphoreHandleKind,
-    tracking: Tracking,
+    /// Set once a signal or wait was queued: destroying then waits for the
+    /// context's work first.
     used: AtomicBool,
-    released: bool,
 }
 
 // SAFETY: semaphore handles may be used from any thread; calls bind the
-// owning context first; the tracking state is only changed through `&mut`.
-unsafe impl Send for ExternalSemaphore<'_> {}
-// SAFETY: `&ExternalSemaphore` only enqueues waits (thread-safe in the
-// driver) and reads the tracking state.
-unsafe impl Sync for ExternalSemaphore<'_> {}
+// owning context first.
+unsafe impl Send for SemaphoreRes {}
+// SAFETY: `&SemaphoreRes` only enqueues waits (thread-safe in the driver)
+// and sets the atomic `used` flag.
+unsafe impl Sync for SemaphoreRes {}
 
-impl std::fmt::Debug for ExternalSemaphore<'_> {
+impl Release for SemaphoreRes {
+    fn release(&mut self) -> Result<(), Error> {
+        let destroy = entry!(self.ctx.api(), cuDestroyExternalSemaphore);
+        // A semaphore must have no signal/wait outstanding when destroyed:
+        // it is only ever used on streams of its own context, so waiting for
+        // the context covers them all.
+        let synced = if *self.used.get_mut() {
+            self.ctx.synchronize()
+        } else {
+            let _ = self.ctx.bind();
+            Ok(())
+        };
+        // SAFETY: `self.raw` was imported by us and is destroyed once
+        // (`Owned`); its queued work is finished (synchronised above).
+        let destroyed = check("cuDestroyExternalSemaphore", unsafe { destroy(self.raw) });
+        destroyed.and(synced)
+    }
+
+    fn backend(&self) -> &Backend {
+        self.ctx.backend()
+    }
+}
+
+impl std::fmt::Debug for ExternalSemaphore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ExternalSemaphore")
-            .field("context", &self.ctx.id())
-            .field("kind", &self.kind)
+            .field("context", &self.res.ctx.id())
+            .field("kind", &self.res.kind)
             .field("tracking", &self.tracking)
             .finish_non_exhaustive()
     }
 }
 
-impl<'ctx> ExternalSemaphore<'ctx> {
+impl ExternalSemaphore {
     /// Imports an fd semaphore described by `import` (an `OPAQUE_FD` binary
     /// or `TIMELINE_SEMAPHORE_FD` import built with the same fd number as
     /// `fd`). A timeline semaphore is tracked from value 0; use
@@ -118,10 +149,10 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     /// failure `fd` comes back inside the [`ImportError`], open and the same
     /// open file description (see [`crate::error::fd_audit`]).
     pub fn import_fd(
-        ctx: &'ctx Context,
+        ctx: &Context,
         fd: OwnedFd,
         import: SemaphoreImport,
-    ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
+    ) -> Result<ExternalSemaphore, ImportError> {
         let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
         crate::error::import_consuming_fd(
             fd,
@@ -133,10 +164,7 @@ impl<'ctx> ExternalSemaphore<'ctx> {
 
     /// Imports a binary semaphore exported as an opaque fd (Vulkan
     /// `OPAQUE_FD`). See [`import_fd`](Self::import_fd) for fd ownership.
-    pub fn binary_fd(
-        ctx: &'ctx Context,
-        fd: OwnedFd,
-    ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
+    pub fn binary_fd(ctx: &Context, fd: OwnedFd) -> Result<ExternalSemaphore, ImportError> {
         match SemaphoreImport::opaque_fd(fd.as_raw_fd()) {
             Ok(import) => Self::import_fd(ctx, fd, import),
             Err(e) => Err(ImportError {
@@ -148,10 +176,7 @@ impl<'ctx> ExternalSemaphore<'ctx> {
 
     /// Imports a timeline semaphore exported as an fd, tracked from 0. See
     /// [`import_fd`](Self::import_fd) for fd ownership.
-    pub fn timeline_fd(
-        ctx: &'ctx Context,
-        fd: OwnedFd,
-    ) -> Result<ExternalSemaphore<'ctx>, ImportError> {
+    pub fn timeline_fd(ctx: &Context, fd: OwnedFd) -> Result<ExternalSemaphore, ImportError> {
         match SemaphoreImport::timeline_fd(fd.as_raw_fd()) {
             Ok(import) => Self::import_fd(ctx, fd, import),
             Err(e) => Err(ImportError {
@@ -171,16 +196,16 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     /// of the call (for NvSciSync: a live `NvSciSyncObj` whose attribute
     /// list carries the CUDA signal and/or wait attributes).
     pub unsafe fn import_handle(
-        ctx: &'ctx Context,
+        ctx: &Context,
         import: &SemaphoreImport,
-    ) -> Result<ExternalSemaphore<'ctx>, Error> {
+    ) -> Result<ExternalSemaphore, Error> {
         if import.kind().is_fd() {
             return Err(Error::Validation(ValidationError::HandleKindMismatch));
         }
         Self::import_desc(ctx, import)
     }
 
-    fn import_desc(ctx: &'ctx Context, import: &SemaphoreImport) -> Result<Self, Error> {
+    fn import_desc(ctx: &Context, import: &SemaphoreImport) -> Result<Self, Error> {
         let kind = import.kind();
         check_platform(kind.name(), kind.is_win32())?;
         let import_fn = entry!(ctx.api(), cuImportExternalSemaphore);
@@ -198,12 +223,13 @@ impl<'ctx> ExternalSemaphore<'ctx> {
             Tracking::None
         };
         Ok(ExternalSemaphore {
-            ctx,
-            raw,
-            kind,
+            res: Owned::new(SemaphoreRes {
+                ctx: ctx.clone(),
+                raw,
+                kind,
+                used: AtomicBool::new(false),
+            }),
             tracking,
-            used: AtomicBool::new(false),
-            released: false,
         })
     }
 
@@ -243,7 +269,7 @@ impl<'ctx> ExternalSemaphore<'ctx> {
         mut self,
         counter: DeterministicCounter,
     ) -> Result<Self, Error> {
-        if !self.kind.is_nvscisync() {
+        if !self.res.kind.is_nvscisync() {
             return Err(Error::Unsupported {
                 operation: "ExternalSemaphore::with_deterministic_counter",
                 reason: "deterministic fences exist only for NvSciSync semaphores",
@@ -254,29 +280,39 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     }
 
     /// The context it was imported in.
-    pub fn context(&self) -> &'ctx Context {
-        self.ctx
+    pub fn context(&self) -> &Context {
+        &self.res.ctx
     }
 
     /// The handle kind.
     pub fn kind(&self) -> SemaphoreHandleKind {
-        self.kind
+        self.res.kind
     }
 
     /// The raw handle (still owned by this value).
     pub fn as_raw(&self) -> CUexternalSemaphore {
-        self.raw
+        self.res.raw
+    }
+
+    /// Notes that a wait was queued (written once; later waits only read
+    /// the flag, so no shared cache line is written per call).
+    #[inline]
+    pub(crate) fn mark_used(&self) {
+        if !self.res.used.load(Ordering::Relaxed) {
+            self.res.used.store(true, Ordering::Release);
+        }
+    }
+
+    /// Notes that a signal was queued (held exclusively: no atomic
+    /// operation needed).
+    #[inline]
+    pub(crate) fn mark_used_exclusive(&mut self) {
+        *self.res.get_mut().used.get_mut() = true;
     }
 
     /// What is tracked for this semaphore.
     pub fn tracking(&self) -> &Tracking {
         &self.tracking
-    }
-
-    /// The tracking state, for example to declare stream orderings on a
-    /// [`DeterministicCounter`] (`order_after`).
-    pub fn tracking_mut(&mut self) -> &mut Tracking {
-        &mut self.tracking
     }
 
     /// For a timeline: the floor, i.e. the last value signalled through this
@@ -325,7 +361,7 @@ impl<'ctx> ExternalSemaphore<'ctx> {
     /// [`MAX_STREAM_ORDERINGS`](tegra_interop_core::fence::MAX_STREAM_ORDERINGS)
     /// orderings; [`Error::Unsupported`] for a semaphore without tracking
     /// (binary, NvSciSync without a counter), where order is not checked.
-    pub fn order_streams(&mut self, later: &Stream<'_>, earlier: &Stream<'_>) -> Result<(), Error> {
+    pub fn order_streams(&mut self, later: &Stream, earlier: &Stream) -> Result<(), Error> {
         let (later, earlier) = (later.stream_id(), earlier.stream_id());
         match &mut self.tracking {
             Tracking::Timeline(t) => Ok(t.order_after(later, earlier)?),
@@ -337,11 +373,39 @@ impl<'ctx> ExternalSemaphore<'ctx> {
         }
     }
 
+    /// Turns the multi-stream check off for this semaphore's tracking
+    /// (the replacement of editing the tracker directly: the tracker itself
+    /// cannot be replaced).
+    ///
+    /// # Safety
+    /// Sound only if every stream that signals this semaphore is ordered
+    /// after the stream that signalled before it. Otherwise a timeline can
+    /// move backwards on the device, and a deterministic fence's waiter can
+    /// unblock on another signal than the one it was built for.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for a semaphore without tracking.
+    pub unsafe fn assume_streams_ordered(&mut self) -> Result<(), Error> {
+        match &mut self.tracking {
+            // SAFETY: the caller's contract is the tracker's.
+            Tracking::Timeline(t) => unsafe { t.assume_streams_ordered() },
+            // SAFETY: the caller's contract is the counter's.
+            Tracking::Deterministic(c) => unsafe { c.assume_streams_ordered() },
+            Tracking::None => {
+                return Err(Error::Unsupported {
+                    operation: "ExternalSemaphore::assume_streams_ordered",
+                    reason: "the semaphore's signals are not tracked (binary, or NvSciSync without a counter)",
+                })
+            }
+        }
+        Ok(())
+    }
+
     /// Reserves what this signal will produce in the tracking state (a
     /// timeline value, a deterministic fence), checking it against the last
     /// one; nothing to reserve for untracked semaphores.
     #[inline]
-    fn reserve(
+    pub(crate) fn reserve(
         &mut self,
         params: &SignalParams,
         stream: StreamId,
@@ -357,7 +421,10 @@ impl<'ctx> ExternalSemaphore<'ctx> {
 
     /// The enqueue succeeded: the reserved value becomes the tracked one.
     #[inline]
-    fn commit(&mut self, reservation: Reservation) -> Result<Option<u64>, ValidationError> {
+    pub(crate) fn commit(
+        &mut self,
+        reservation: Reservation,
+    ) -> Result<Option<u64>, ValidationError> {
         Ok(match (&mut self.tracking, reservation) {
             (Tracking::Timeline(t), Reservation::Timeline(r)) => Some(t.commit(r)?),
             (Tracking::Deterministic(c), Reservation::Deterministic(r)) => Some(c.commit(r)?),
@@ -370,7 +437,7 @@ impl<'ctx> ExternalSemaphore<'ctx> {
 
     /// The enqueue failed (or was not made): the tracked value stays.
     #[inline]
-    fn abort(&mut self, reservation: Reservation) -> Result<(), ValidationError> {
+    pub(crate) fn abort(&mut self, reservation: Reservation) -> Result<(), ValidationError> {
         match (&mut self.tracking, reservation) {
             (Tracking::Timeline(t), Reservation::Timeline(r)) => t.abort(r),
             (Tracking::Deterministic(c), Reservation::Deterministic(r)) => c.abort(r),
@@ -379,45 +446,14 @@ impl<'ctx> ExternalSemaphore<'ctx> {
         }
     }
 
-    fn release(&mut self) -> Result<(), Error> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        let destroy = entry!(self.ctx.api(), cuDestroyExternalSemaphore);
-        // A semaphore must have no signal/wait outstanding when destroyed:
-        // it is only ever used on streams of its own context, so waiting for
-        // the context covers them all.
-        let synced = if self.used.load(Ordering::Acquire) {
-            self.ctx.synchronize()
-        } else {
-            let _ = self.ctx.bind();
-            Ok(())
-        };
-        // SAFETY: `self.raw` was imported by us and is destroyed once
-        // (`released`); its queued work is finished (synchronised above).
-        let destroyed = check("cuDestroyExternalSemaphore", unsafe { destroy(self.raw) });
-        destroyed.and(synced)
-    }
-
     /// Destroys the semaphore now (after waiting for its queued work) and
     /// reports the driver's answer (`DEINITIALIZED` counts as success).
-    pub fn destroy(mut self) -> Result<(), Error> {
-        match self.release() {
-            Err(e) if e.is_driver_shut_down() => Ok(()),
-            other => other,
-        }
+    pub fn destroy(self) -> Result<(), Error> {
+        self.res.destroy()
     }
 }
 
-impl Drop for ExternalSemaphore<'_> {
-    fn drop(&mut self) {
-        let result = self.release();
-        drop_result(self.ctx.backend(), result);
-    }
-}
-
-enum Reservation {
+pub(crate) enum Reservation {
     None,
     Timeline(TimelineReservation),
     Deterministic(DeterministicReservation),
@@ -439,20 +475,17 @@ fn refuse_raw_nvscisync(operation: &'static str, payload: Payload) -> Result<(),
 /// NvSciSync signals borrow the `NvSciSyncFence` the driver writes, so it
 /// cannot dangle.
 #[derive(Debug)]
-pub struct SemaphoreSignal<'a, 'ctx> {
-    semaphore: &'a mut ExternalSemaphore<'ctx>,
-    params: SignalParams,
+pub struct SemaphoreSignal<'a> {
+    pub(crate) semaphore: &'a mut ExternalSemaphore,
+    pub(crate) params: SignalParams,
     _fence: PhantomData<&'a mut NvSciSyncFence>,
 }
 
-impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
+impl<'a> SemaphoreSignal<'a> {
     /// A binary, timeline or fence signal. NvSciSync parameters are refused
     /// here (use [`nvscisync`](Self::nvscisync)); the parameters are checked
     /// against the semaphore kind when the batch is submitted.
-    pub fn new(
-        semaphore: &'a mut ExternalSemaphore<'ctx>,
-        params: SignalParams,
-    ) -> Result<Self, Error> {
+    pub fn new(semaphore: &'a mut ExternalSemaphore, params: SignalParams) -> Result<Self, Error> {
         refuse_raw_nvscisync("SemaphoreSignal::new", params.payload())?;
         Ok(SemaphoreSignal {
             semaphore,
@@ -462,7 +495,7 @@ impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
     }
 
     /// Signal a binary semaphore.
-    pub fn binary(semaphore: &'a mut ExternalSemaphore<'ctx>) -> Self {
+    pub fn binary(semaphore: &'a mut ExternalSemaphore) -> Self {
         SemaphoreSignal {
             semaphore,
             params: SignalParams::binary(),
@@ -471,7 +504,7 @@ impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
     }
 
     /// Set a timeline semaphore to `value` (must exceed the last one).
-    pub fn timeline(semaphore: &'a mut ExternalSemaphore<'ctx>, value: u64) -> Self {
+    pub fn timeline(semaphore: &'a mut ExternalSemaphore, value: u64) -> Self {
         SemaphoreSignal {
             semaphore,
             params: SignalParams::timeline(value),
@@ -481,10 +514,7 @@ impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
 
     /// Signal an NvSciSync semaphore; the driver writes the resulting fence
     /// into `fence` when the signal is enqueued.
-    pub fn nvscisync(
-        semaphore: &'a mut ExternalSemaphore<'ctx>,
-        fence: &'a mut NvSciSyncFence,
-    ) -> Self {
+    pub fn nvscisync(semaphore: &'a mut ExternalSemaphore, fence: &'a mut NvSciSyncFence) -> Self {
         SemaphoreSignal {
             semaphore,
             params: SignalParams::nvscisync(fence),
@@ -501,7 +531,7 @@ impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
     /// signal may write NvSciBuf memory that a waiter reads without the
     /// driver's flush. Otherwise waiters read stale data.
     pub unsafe fn nvscisync_skip_memsync(
-        semaphore: &'a mut ExternalSemaphore<'ctx>,
+        semaphore: &'a mut ExternalSemaphore,
         fence: &'a mut NvSciSyncFence,
     ) -> Self {
         // SAFETY: the caller accepted the memsync contract above, which is
@@ -522,16 +552,16 @@ impl<'a, 'ctx> SemaphoreSignal<'a, 'ctx> {
 
 /// One wait of a batch: a semaphore and what to wait for.
 #[derive(Debug, Clone, Copy)]
-pub struct SemaphoreWait<'a, 'ctx> {
-    semaphore: &'a ExternalSemaphore<'ctx>,
-    params: WaitParams,
+pub struct SemaphoreWait<'a> {
+    pub(crate) semaphore: &'a ExternalSemaphore,
+    pub(crate) params: WaitParams,
     _fence: PhantomData<&'a NvSciSyncFence>,
 }
 
-impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
+impl<'a> SemaphoreWait<'a> {
     /// A binary, timeline or fence wait. NvSciSync parameters are refused
     /// here (use [`nvscisync`](Self::nvscisync)).
-    pub fn new(semaphore: &'a ExternalSemaphore<'ctx>, params: WaitParams) -> Result<Self, Error> {
+    pub fn new(semaphore: &'a ExternalSemaphore, params: WaitParams) -> Result<Self, Error> {
         refuse_raw_nvscisync("SemaphoreWait::new", params.payload())?;
         Ok(SemaphoreWait {
             semaphore,
@@ -541,7 +571,7 @@ impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
     }
 
     /// Wait on a binary semaphore.
-    pub fn binary(semaphore: &'a ExternalSemaphore<'ctx>) -> Self {
+    pub fn binary(semaphore: &'a ExternalSemaphore) -> Self {
         SemaphoreWait {
             semaphore,
             params: WaitParams::binary(),
@@ -550,7 +580,7 @@ impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
     }
 
     /// Wait until a timeline semaphore reaches `value`.
-    pub fn timeline(semaphore: &'a ExternalSemaphore<'ctx>, value: u64) -> Self {
+    pub fn timeline(semaphore: &'a ExternalSemaphore, value: u64) -> Self {
         SemaphoreWait {
             semaphore,
             params: WaitParams::timeline(value),
@@ -559,7 +589,7 @@ impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
     }
 
     /// Wait on an NvSciSync fence (read when the wait is enqueued).
-    pub fn nvscisync(semaphore: &'a ExternalSemaphore<'ctx>, fence: &'a NvSciSyncFence) -> Self {
+    pub fn nvscisync(semaphore: &'a ExternalSemaphore, fence: &'a NvSciSyncFence) -> Self {
         SemaphoreWait {
             semaphore,
             params: WaitParams::nvscisync(fence),
@@ -575,7 +605,7 @@ impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
     /// this wait must not read NvSciBuf memory written by the signaller
     /// through a path that needs the driver's invalidation.
     pub unsafe fn nvscisync_skip_memsync(
-        semaphore: &'a ExternalSemaphore<'ctx>,
+        semaphore: &'a ExternalSemaphore,
         fence: &'a NvSciSyncFence,
     ) -> Self {
         // SAFETY: the caller accepted the memsync contract above, which is
@@ -594,215 +624,14 @@ impl<'a, 'ctx> SemaphoreWait<'a, 'ctx> {
     }
 }
 
-/// The raw handle of a semaphore taking part in a call, refused when NULL (as
-/// the core's batches refuse it).
-#[inline]
-fn live_handle(semaphore: &ExternalSemaphore<'_>) -> Result<CUexternalSemaphore, Error> {
-    if semaphore.raw.is_null() {
-        return Err(Error::Validation(ValidationError::NullHandle));
-    }
-    Ok(semaphore.raw)
-}
-
-/// The `unsigned int` entry count of a batch of `N`.
-#[inline]
-fn batch_count<const N: usize>() -> Result<u32, Error> {
-    u32::try_from(N).map_err(|_| {
-        Error::Validation(ValidationError::CapacityExceeded {
-            capacity: u32::MAX as usize,
-        })
-    })
-}
-
-/// Aborts the reservations made so far (after a refusal or a failed call).
-/// Returns the first inconsistency found, after handling every entry.
-fn abort_all(
-    signals: &mut [SemaphoreSignal<'_, '_>],
-    reservations: &mut [Reservation],
-) -> Result<(), ValidationError> {
-    let mut first_error = Ok(());
-    for (signal, reservation) in signals.iter_mut().zip(reservations.iter_mut()) {
-        let reservation = std::mem::replace(reservation, Reservation::None);
-        if let Err(e) = signal.semaphore.abort(reservation) {
-            first_error = first_error.and(Err(e));
-        }
-    }
-    first_error
-}
-
-impl<'ctx> Stream<'ctx> {
-    #[inline]
-    fn same_context(&self, semaphore: &ExternalSemaphore<'_>) -> Result<(), Error> {
-        if semaphore.ctx.as_raw() != self.context().as_raw() {
-            return Err(self.wrong_context(semaphore));
-        }
-        Ok(())
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn wrong_context(&self, semaphore: &ExternalSemaphore<'_>) -> Error {
-        Error::WrongContext {
-            semaphore_ctx: semaphore.ctx.id(),
-            stream_ctx: self.context().id(),
-        }
-    }
-
-    /// Queues a binary, timeline or fence signal. Returns the value now
-    /// tracked for a timeline (`None` for other kinds).
-    ///
-    /// Refused before the call: a semaphore of another context
-    /// ([`Error::WrongContext`]), parameters that do not fit the kind, a
-    /// timeline value that does not exceed the last one. A failed enqueue
-    /// does not advance the tracked value.
-    #[inline]
-    pub fn signal(
-        &self,
-        semaphore: &mut ExternalSemaphore<'_>,
-        params: SignalParams,
-    ) -> Result<Option<u64>, Error> {
-        let [value] = self.signal_batch([SemaphoreSignal::new(semaphore, params)?])?;
-        Ok(value)
-    }
-
-    /// Queues a signal of an NvSciSync semaphore; the driver writes the
-    /// fence into `fence`. With a [`DeterministicCounter`] attached, returns
-    /// the fence value this signal produces.
-    #[inline]
-    pub fn signal_nvscisync(
-        &self,
-        semaphore: &mut ExternalSemaphore<'_>,
-        fence: &mut NvSciSyncFence,
-    ) -> Result<Option<u64>, Error> {
-        let [value] = self.signal_batch([SemaphoreSignal::nvscisync(semaphore, fence)])?;
-        Ok(value)
-    }
-
-    /// Queues a wait (binary, timeline or fence).
-    #[inline]
-    pub fn wait(&self, semaphore: &ExternalSemaphore<'_>, params: WaitParams) -> Result<(), Error> {
-        self.wait_batch([SemaphoreWait::new(semaphore, params)?])
-    }
-
-    /// Queues a wait on an NvSciSync fence.
-    #[inline]
-    pub fn wait_nvscisync(
-        &self,
-        semaphore: &ExternalSemaphore<'_>,
-        fence: &NvSciSyncFence,
-    ) -> Result<(), Error> {
-        self.wait_batch([SemaphoreWait::nvscisync(semaphore, fence)])
-    }
-
-    /// Queues `N` signals with one driver call
-    /// (`cuSignalExternalSemaphoresAsync`). Everything is checked before the
-    /// call (contexts, parameters, tracked values); if the call fails, no
-    /// tracked value advances. Returns, per signal, the tracked value
-    /// (timeline value or deterministic fence value).
-    #[inline]
-    pub fn signal_batch<const N: usize>(
-        &self,
-        mut signals: [SemaphoreSignal<'_, '_>; N],
-    ) -> Result<[Option<u64>; N], Error> {
-        let count = batch_count::<N>()?;
-        // The two arrays of the call, built on the stack: per entry the
-        // context, then the checks of the core's `SignalBatch::push` (NULL
-        // handle, `SignalParams::check_for` against the kind), then the
-        // parameters written in place (what the core's `lower_for` builds).
-        let mut handles: [CUexternalSemaphore; N] = [ptr::null_mut(); N];
-        let mut params = [CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); N];
-        for ((signal, handle), raw) in signals.iter().zip(&mut handles).zip(&mut params) {
-            self.same_context(signal.semaphore)?;
-            *handle = live_handle(signal.semaphore)?;
-            signal.params.lower_into(signal.semaphore.kind, raw)?;
-        }
-        let signal_fn = entry!(self.context().api(), cuSignalExternalSemaphoresAsync);
-
-        let mut reservations = [const { Reservation::None }; N];
-        for i in 0..N {
-            let signal = &mut signals[i];
-            match signal.semaphore.reserve(&signal.params, self.stream_id()) {
-                Ok(r) => reservations[i] = r,
-                Err(e) => {
-                    // Undo the reservations made so far; the error to report is `e`.
-                    let _ = abort_all(&mut signals[..i], &mut reservations[..i]);
-                    return Err(e.into());
-                }
-            }
-        }
-
-        let called = self.context().make_current().and_then(|()| {
-            // SAFETY: `handles` and `params` are two arrays of `count` entries;
-            // every handle is a live semaphore of this stream's context
-            // (borrowed for the duration of the call, context checked above);
-            // every parameter block was checked by the core against its
-            // semaphore's kind and lowered from a zeroed block; NvSciSync
-            // fence pointers come from borrows that outlive this call.
-            check("cuSignalExternalSemaphoresAsync", unsafe {
-                signal_fn(handles.as_ptr(), params.as_ptr(), count, self.as_raw())
-            })
-        });
-        if let Err(e) = called {
-            let _ = abort_all(&mut signals, &mut reservations);
-            return Err(e);
-        }
-        let mut values = [None; N];
-        let mut first_error = Ok(());
-        for ((signal, reservation), value) in
-            signals.iter_mut().zip(reservations).zip(values.iter_mut())
-        {
-            // We hold the semaphore exclusively: no atomic operation needed.
-            *signal.semaphore.used.get_mut() = true;
-            match signal.semaphore.commit(reservation) {
-                Ok(v) => *value = v,
-                Err(e) => first_error = first_error.and(Err(e)),
-            }
-        }
-        first_error?;
-        Ok(values)
-    }
-
-    /// Queues `N` waits with one driver call (`cuWaitExternalSemaphoresAsync`),
-    /// everything checked before the call.
-    #[inline]
-    pub fn wait_batch<const N: usize>(
-        &self,
-        waits: [SemaphoreWait<'_, '_>; N],
-    ) -> Result<(), Error> {
-        let count = batch_count::<N>()?;
-        // As for signals: the same per-entry checks, arrays on the stack.
-        let mut handles: [CUexternalSemaphore; N] = [ptr::null_mut(); N];
-        let mut params = [CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); N];
-        for ((wait, handle), raw) in waits.iter().zip(&mut handles).zip(&mut params) {
-            self.same_context(wait.semaphore)?;
-            *handle = live_handle(wait.semaphore)?;
-            wait.params.lower_into(wait.semaphore.kind, raw)?;
-        }
-        let wait_fn = entry!(self.context().api(), cuWaitExternalSemaphoresAsync);
-        self.context().make_current()?;
-        // SAFETY: as for signals: two arrays of `count` entries, live
-        // semaphores of this stream's context, parameter blocks checked by
-        // the core and lowered from zeroed blocks, NvSciSync fence pointers
-        // from borrows that outlive the call.
-        check("cuWaitExternalSemaphoresAsync", unsafe {
-            wait_fn(handles.as_ptr(), params.as_ptr(), count, self.as_raw())
-        })?;
-        for wait in &waits {
-            // Written once: later waits only read the flag (no shared cache
-            // line written per call).
-            if !wait.semaphore.used.load(Ordering::Relaxed) {
-                wait.semaphore.used.store(true, Ordering::Release);
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // tests may unwrap
 mod tests {
     use super::*;
     use tegra_interop_core::KEYED_MUTEX_INFINITE;
+    use tegra_interop_sys::cuda::{
+        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    };
 
     fn kinds() -> impl Iterator<Item = SemaphoreHandleKind> {
         (1..=10).map(|raw| SemaphoreHandleKind::from_raw(raw).unwrap())

@@ -1,7 +1,19 @@
-//! The lifetimes make the driver's crash cases compile errors: use after
-//! destroy, double destroy, mappings outliving their memory, handles
-//! outliving their context, and destroying or resetting a context while
-//! handles of it live.
+//! What stays a compile error now that handles hold their context (and
+//! mappings their memory) by `Arc`: every `destroy` consumes its handle, so
+//! use after destroy and double destroy (which crash the real driver) do not
+//! compile (tests/ui/).
+//!
+//! No longer compile errors, because they can no longer happen at all:
+//! a handle outliving its context, a mapping outliving its memory (each
+//! holds what it depends on; the cases `memory_outlives_context`,
+//! `stream_outlives_context` and `mapping_outlives_memory` were removed).
+//! Now run-time refusals ([`Error::InUse`], tested in `tests/holders.rs`):
+//! destroying or resetting a context while handles of it live, destroying
+//! memory while a mapping of it lives (the cases
+//! `context_destroyed_while_borrowed` and `context_reset_while_borrowed`
+//! were removed).
+//!
+//! [`Error::InUse`]: tegra_interop_driver::Error::InUse
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 #[test]

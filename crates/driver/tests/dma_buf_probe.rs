@@ -27,14 +27,13 @@ fn fd_table() -> Vec<String> {
 fn direct_dma_buf_import_answer(sim: &Sim) -> Option<CuResult> {
     let ctx = Context::primary(sim.backend(), 0).unwrap();
     let (fd, _exported) = tegra_interop_sim::export::memory(probe::DMA_BUF_PROBE_BYTES).unwrap();
-    let answer = match ExternalMemory::dma_buf_fd(&ctx, fd, probe::DMA_BUF_PROBE_BYTES as u64) {
+    match ExternalMemory::dma_buf_fd(&ctx, fd, probe::DMA_BUF_PROBE_BYTES as u64) {
         Ok(memory) => {
             memory.destroy().unwrap();
             None
         }
         Err(e) => tegra_interop_driver::Error::from(e).code(),
-    };
-    answer
+    }
 }
 
 #[test]

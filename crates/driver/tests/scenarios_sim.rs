@@ -360,10 +360,10 @@ fn timeline_initial_value_is_respected() {
 // ---------------------------------------------------------------------------
 // NvSciSync semaphores (simulated sync objects: deterministic +1 per signal).
 
-fn nvsci_semaphore<'c>(
-    ctx: &'c Context,
+fn nvsci_semaphore(
+    ctx: &Context,
     object: &tegra_interop_sim::SyncObjectHandle,
-) -> ExternalSemaphore<'c> {
+) -> ExternalSemaphore {
     let import = SemaphoreImport::nvscisync(object.as_ptr()).unwrap();
     // SAFETY: `object` is a live simulated NvSciSync object.
     unsafe { ExternalSemaphore::import_handle(ctx, &import) }.unwrap()
@@ -406,12 +406,8 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
     );
     assert_eq!(sim.calls(), calls);
     // Once ordered, it may signal; the count continues at 4.
-    match sem.tracking_mut() {
-        Tracking::Deterministic(c) => c
-            .order_after(other.stream_id(), stream.stream_id())
-            .unwrap(),
-        t => panic!("tracking {t:?}"),
-    }
+    assert!(matches!(sem.tracking(), Tracking::Deterministic(_)));
+    sem.order_streams(&other, &stream).unwrap();
     assert_eq!(
         other.signal_nvscisync(&mut sem, &mut fence).unwrap(),
         Some(4)

@@ -31,7 +31,7 @@ fn cycles() -> u64 {
         .unwrap_or(200_000)
 }
 
-fn import<'c>(ctx: &'c Context, object: &SyncObjectHandle) -> ExternalSemaphore<'c> {
+fn import(ctx: &Context, object: &SyncObjectHandle) -> ExternalSemaphore {
     let import = SemaphoreImport::nvscisync(object.as_ptr()).unwrap();
     // SAFETY: `object` is a live simulated NvSciSync object that outlives the semaphore.
     unsafe { ExternalSemaphore::import_handle(ctx, &import) }.unwrap()
@@ -58,7 +58,7 @@ fn deterministic_fences_soak_with_32_bit_wrap_and_two_ordered_streams() {
     let objects: Vec<SyncObjectHandle> = (0..LANES)
         .map(|_| sim.create_sync_object(spec).unwrap())
         .collect();
-    let mut sems: Vec<ExternalSemaphore<'_>> = objects
+    let mut sems: Vec<ExternalSemaphore> = objects
         .iter()
         .map(|o| {
             let counter = DeterministicCounter::new(PrimitiveWidth::U32, INITIAL).unwrap();
@@ -66,14 +66,9 @@ fn deterministic_fences_soak_with_32_bit_wrap_and_two_ordered_streams() {
             // The explicit ordering statements, both directions. The test keeps
             // them true: a stream signals only after it waited for the other
             // stream's previous signal of the same semaphore.
-            match sem.tracking_mut() {
-                Tracking::Deterministic(c) => {
-                    let (a, b) = (streams[0].stream_id(), streams[1].stream_id());
-                    c.order_after(b, a).unwrap();
-                    c.order_after(a, b).unwrap();
-                }
-                other => panic!("tracking {other:?}"),
-            }
+            assert!(matches!(sem.tracking(), Tracking::Deterministic(_)));
+            sem.order_streams(&streams[1], &streams[0]).unwrap();
+            sem.order_streams(&streams[0], &streams[1]).unwrap();
             sem
         })
         .collect();
@@ -84,7 +79,7 @@ fn deterministic_fences_soak_with_32_bit_wrap_and_two_ordered_streams() {
     for i in 0..iterations {
         let signaller = &streams[(i % 2) as usize];
         let waiter = &streams[((i + 1) % 2) as usize];
-        let signals: [SemaphoreSignal<'_, '_>; LANES] = {
+        let signals: [SemaphoreSignal<'_>; LANES] = {
             let mut it = sems.iter_mut().zip(fences.iter_mut());
             std::array::from_fn(|_| {
                 let (sem, fence) = it.next().unwrap();
@@ -97,7 +92,7 @@ fn deterministic_fences_soak_with_32_bit_wrap_and_two_ordered_streams() {
             // No drift: every counter produced exactly the next value, wrapped.
             assert_eq!(value, Some(expected), "iteration {i}");
         }
-        let waits: [SemaphoreWait<'_, '_>; LANES] =
+        let waits: [SemaphoreWait<'_>; LANES] =
             std::array::from_fn(|k| SemaphoreWait::nvscisync(&sems[k], &fences[k]));
         waiter.wait_batch(waits).unwrap();
         if i % SYNC_EVERY == SYNC_EVERY - 1 {

@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use tegra_interop_core::{SignalParams, ValidationError, WaitParams};
-use tegra_interop_driver::{Context, Error, ExternalSemaphore, SemaphoreSignal, Stream, Tracking};
+use tegra_interop_driver::{Context, Error, ExternalSemaphore, SemaphoreSignal, Stream};
 use tegra_interop_sim::{export, Sim};
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -82,12 +82,9 @@ fn without_the_rule_the_counter_goes_back_on_the_device() {
         let gate_sem = ExternalSemaphore::timeline_fd(&ctx, gate_fd).unwrap();
         let (fd, exported) = export::timeline_semaphore(0).unwrap();
         let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
-        match timeline.tracking_mut() {
-            // SAFETY: deliberately broken contract, to observe the hazard on
-            // the simulator (the device counter, not memory, is at stake).
-            Tracking::Timeline(t) => unsafe { t.assume_streams_ordered() },
-            other => panic!("{other:?}"),
-        }
+        // SAFETY: deliberately broken contract, to observe the hazard on
+        // the simulator (the device counter, not memory, is at stake).
+        unsafe { timeline.assume_streams_ordered() }.unwrap();
         a.wait(&gate_sem, WaitParams::timeline(1)).unwrap();
         a.signal(&mut timeline, SignalParams::timeline(5)).unwrap();
         b.signal(&mut timeline, SignalParams::timeline(6)).unwrap();

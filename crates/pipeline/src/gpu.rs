@@ -308,16 +308,16 @@ pub struct GpuTransport<'a> {
     kernel: &'a Kernel,
     grid: u32,
     // CUDA side; dropped first (after `Drop::drop` drained the stream).
-    free_cu: Vec<ExternalSemaphore<'a>>,
-    ready_cu: Vec<ExternalSemaphore<'a>>,
-    mapped: Vec<MappedBuffer<'a>>,
+    free_cu: Vec<ExternalSemaphore>,
+    ready_cu: Vec<ExternalSemaphore>,
+    mapped: Vec<MappedBuffer>,
     /// Copy mode: one device-local buffer per slot (and their addresses).
     _device_frames: Vec<CudaSlice<u8>>,
     device_ptrs: Vec<cu_sys::CUdeviceptr>,
     /// One mismatch counter per slot (device, and pinned host copies).
     counters: Counters,
     events: Arc<Vec<SlotEvents>>,
-    stream: Stream<'a>,
+    stream: Stream,
     cstream: Arc<CudaStream>,
     // Vulkan side.
     vk: &'a VulkanExporter,
@@ -379,10 +379,7 @@ fn allocate_frames(
 
 /// Exports `memory` and imports it into CUDA once, with the size Vulkan
 /// allocated (dedicated where Vulkan made a dedicated allocation).
-fn import_frame<'c>(
-    ctx: &'c Context,
-    memory: &VulkanMemory,
-) -> Result<ExternalMemory<'c>, TransportError> {
+fn import_frame(ctx: &Context, memory: &VulkanMemory) -> Result<ExternalMemory, TransportError> {
     let fd = memory
         .export_fd()
         .map_err(|e| err("exporting a frame buffer from Vulkan")(&e))?;
@@ -483,7 +480,7 @@ impl<'a> GpuTransport<'a> {
         handover: Handover,
         kernel: &'a Kernel,
         frames: &'a mut [VulkanMemory],
-        imports: &'a [ExternalMemory<'a>],
+        imports: &'a [ExternalMemory],
         geometry: FrameGeometry,
         schedule: FenceSchedule,
         mode: Mode,

@@ -273,10 +273,7 @@ impl Objects {
     }
 
     /// The consumer's CUDA imports of the frame buffers, one per slot.
-    pub fn import_memories<'ctx>(
-        &self,
-        ctx: &'ctx Context,
-    ) -> Result<Vec<NvSciMemory<'ctx>>, String> {
+    pub fn import_memories(&self, ctx: &Context) -> Result<Vec<NvSciMemory>, String> {
         self.slots
             .iter()
             .map(|s| {
@@ -382,10 +379,10 @@ pub struct NvSciTransport<'a> {
     signalled: Vec<Instant>,
     cpu_wait: CpuWaitContext,
     // Consumer side: dropped after the stream has drained (see Drop).
-    mappings: Vec<MappedBuffer<'a>>,
-    waiters: Vec<NvSciSemaphore<'a, Waiter>>,
-    signalers: Vec<NvSciSemaphore<'a, Signaler>>,
-    stream: Stream<'a>,
+    mappings: Vec<MappedBuffer>,
+    waiters: Vec<NvSciSemaphore<Waiter>>,
+    signalers: Vec<NvSciSemaphore<Signaler>>,
+    stream: Stream,
     /// [`Processing::CudaKernel`] only.
     kernel: Option<KernelPath>,
     done_tx: Sender<Completion>,
@@ -402,7 +399,7 @@ impl<'a> NvSciTransport<'a> {
         name: &'static str,
         ctx: &'a Context,
         objects: &'a Objects,
-        memories: &'a [NvSciMemory<'a>],
+        memories: &'a [NvSciMemory],
         geometry: FrameGeometry,
         schedule: FenceSchedule,
         processing: Processing,

@@ -276,7 +276,7 @@ fn main() {
         ours_sems.push(ExternalSemaphore::timeline_fd(&ctx, fd).unwrap());
     }
     let mut ours_one = ours_sems.remove(0);
-    let mut ours_eight: [ExternalSemaphore<'_>; 8] = match ours_sems.try_into() {
+    let mut ours_eight: [ExternalSemaphore; 8] = match ours_sems.try_into() {
         Ok(a) => a,
         Err(_) => unreachable!("8 semaphores were imported"),
     };

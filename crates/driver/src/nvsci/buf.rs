@@ -747,7 +747,7 @@ impl BufObj {
     /// Imports the buffer into `ctx` as CUDA external memory (`NVSCIBUF`)
     /// with the size read from the object, never from the caller. The
     /// import holds its own handle to the object ([`BufObj::dup`]).
-    pub fn import_cuda<'ctx>(&self, ctx: &'ctx Context) -> Result<NvSciMemory<'ctx>, Error> {
+    pub fn import_cuda(&self, ctx: &Context) -> Result<NvSciMemory, Error> {
         let size = self.size()?;
         let obj = self.dup()?;
         let import = MemoryImport::nvscibuf(obj.raw.cast_const().cast(), size)?;
@@ -771,12 +771,12 @@ impl Drop for BufObj {
 /// (through `Deref`, so `map_buffer` / `map_whole` work) plus its own
 /// handle to the object. Dropping it destroys the import, then frees the
 /// handle.
-pub struct NvSciMemory<'ctx> {
-    memory: ExternalMemory<'ctx>,
+pub struct NvSciMemory {
+    memory: ExternalMemory,
     obj: BufObj,
 }
 
-impl std::fmt::Debug for NvSciMemory<'_> {
+impl std::fmt::Debug for NvSciMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvSciMemory")
             .field("memory", &self.memory)
@@ -785,14 +785,14 @@ impl std::fmt::Debug for NvSciMemory<'_> {
     }
 }
 
-impl<'ctx> Deref for NvSciMemory<'ctx> {
-    type Target = ExternalMemory<'ctx>;
+impl Deref for NvSciMemory {
+    type Target = ExternalMemory;
     fn deref(&self) -> &Self::Target {
         &self.memory
     }
 }
 
-impl<'ctx> NvSciMemory<'ctx> {
+impl NvSciMemory {
     /// The object it was imported from.
     pub fn object(&self) -> &BufObj {
         &self.obj
@@ -801,7 +801,7 @@ impl<'ctx> NvSciMemory<'ctx> {
     /// Maps image plane `index` as a CUDA mipmapped array of one level,
     /// the descriptor derived from the plane's attributes
     /// ([`ImagePlane::mapping`]).
-    pub fn map_plane(&self, index: usize) -> Result<MappedArray<'_>, Error> {
+    pub fn map_plane(&self, index: usize) -> Result<MappedArray, Error> {
         let planes = self.obj.image_planes()?;
         let plane =
             planes
@@ -814,11 +814,7 @@ impl<'ctx> NvSciMemory<'ctx> {
     }
 
     /// Maps plane `index` with an explicit element format.
-    pub fn map_plane_as(
-        &self,
-        index: usize,
-        format: ArrayFormat,
-    ) -> Result<MappedArray<'_>, Error> {
+    pub fn map_plane_as(&self, index: usize, format: ArrayFormat) -> Result<MappedArray, Error> {
         let planes = self.obj.image_planes()?;
         let plane =
             planes

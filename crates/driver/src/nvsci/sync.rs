@@ -660,11 +660,11 @@ impl SyncObj {
         Ok(fence)
     }
 
-    fn import<'ctx, R: Role>(
+    fn import<R: Role>(
         &self,
-        ctx: &'ctx Context,
+        ctx: &Context,
         operation: &'static str,
-    ) -> Result<NvSciSemaphore<'ctx, R>, Error> {
+    ) -> Result<NvSciSemaphore<R>, Error> {
         let perm = self.actual_perm()?;
         if (R::SIGNALS && !perm.can_signal()) || (R::WAITS && !perm.can_wait()) {
             return Err(Error::Unsupported {
@@ -687,26 +687,20 @@ impl SyncObj {
     /// Imports the object into `ctx` as a CUDA semaphore that can only
     /// signal. Refused (before the driver sees it) when `ActualPerm` has no
     /// signal permission.
-    pub fn import_cuda_signaler<'ctx>(
-        &self,
-        ctx: &'ctx Context,
-    ) -> Result<NvSciSemaphore<'ctx, Signaler>, Error> {
+    pub fn import_cuda_signaler(&self, ctx: &Context) -> Result<NvSciSemaphore<Signaler>, Error> {
         self.import(ctx, "SyncObj::import_cuda_signaler")
     }
 
     /// Imports the object into `ctx` as a CUDA semaphore that can only wait.
-    pub fn import_cuda_waiter<'ctx>(
-        &self,
-        ctx: &'ctx Context,
-    ) -> Result<NvSciSemaphore<'ctx, Waiter>, Error> {
+    pub fn import_cuda_waiter(&self, ctx: &Context) -> Result<NvSciSemaphore<Waiter>, Error> {
         self.import(ctx, "SyncObj::import_cuda_waiter")
     }
 
     /// Imports the object as a CUDA semaphore that can signal and wait.
-    pub fn import_cuda_signal_wait<'ctx>(
+    pub fn import_cuda_signal_wait(
         &self,
-        ctx: &'ctx Context,
-    ) -> Result<NvSciSemaphore<'ctx, SignalWait>, Error> {
+        ctx: &Context,
+    ) -> Result<NvSciSemaphore<SignalWait>, Error> {
         self.import(ctx, "SyncObj::import_cuda_signal_wait")
     }
 }
@@ -958,8 +952,8 @@ impl CanWait for SignalWait {}
 /// `signal`, only `Waiter` / `SignalWait` ones have `wait`.
 ///
 /// ```compile_fail
-/// # fn f(sem: tegra_interop_driver::nvsci::NvSciSemaphore<'_, tegra_interop_driver::nvsci::Waiter>,
-/// #      stream: &tegra_interop_driver::Stream<'_>, fence: &mut tegra_interop_driver::nvsci::Fence) {
+/// # fn f(sem: tegra_interop_driver::nvsci::NvSciSemaphore<tegra_interop_driver::nvsci::Waiter>,
+/// #      stream: &tegra_interop_driver::Stream, fence: &mut tegra_interop_driver::nvsci::Fence) {
 /// let mut sem = sem;
 /// sem.signal(stream, fence); // a wait-only semaphore has no `signal`
 /// # }
@@ -967,13 +961,13 @@ impl CanWait for SignalWait {}
 ///
 /// The import holds its own handle to the object; dropping the semaphore
 /// destroys the CUDA import (after its queued work), then frees the handle.
-pub struct NvSciSemaphore<'ctx, R: Role> {
-    sem: ExternalSemaphore<'ctx>,
+pub struct NvSciSemaphore<R: Role> {
+    sem: ExternalSemaphore,
     obj: SyncObj,
     _role: PhantomData<fn() -> R>,
 }
 
-impl<R: Role> std::fmt::Debug for NvSciSemaphore<'_, R> {
+impl<R: Role> std::fmt::Debug for NvSciSemaphore<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NvSciSemaphore")
             .field("semaphore", &self.sem)
@@ -983,9 +977,9 @@ impl<R: Role> std::fmt::Debug for NvSciSemaphore<'_, R> {
     }
 }
 
-impl<'ctx, R: Role> NvSciSemaphore<'ctx, R> {
+impl<R: Role> NvSciSemaphore<R> {
     /// The CUDA semaphore.
-    pub fn semaphore(&self) -> &ExternalSemaphore<'ctx> {
+    pub fn semaphore(&self) -> &ExternalSemaphore {
         &self.sem
     }
 
@@ -1015,7 +1009,7 @@ impl<'ctx, R: Role> NvSciSemaphore<'ctx, R> {
     }
 }
 
-impl<'ctx, R: CanSignal> NvSciSemaphore<'ctx, R> {
+impl<R: CanSignal> NvSciSemaphore<R> {
     /// Counts this semaphore's signals with `counter` (for example
     /// [`SyncObj::deterministic_counter`]): every signal then returns the
     /// fence value it produces.
@@ -1039,7 +1033,7 @@ impl<'ctx, R: CanSignal> NvSciSemaphore<'ctx, R> {
     /// Queues a signal on `stream`; `fence` is cleared and then filled by
     /// the driver with the fence of this signal. Returns the fence value
     /// when a counter is attached.
-    pub fn signal(&mut self, stream: &Stream<'_>, fence: &mut Fence) -> Result<Option<u64>, Error> {
+    pub fn signal(&mut self, stream: &Stream, fence: &mut Fence) -> Result<Option<u64>, Error> {
         self.same_module(fence)?;
         fence.clear();
         stream.signal_nvscisync(&mut self.sem, fence.raw_mut())
@@ -1057,7 +1051,7 @@ impl<'ctx, R: CanSignal> NvSciSemaphore<'ctx, R> {
     /// Otherwise a waiter may read stale data.
     pub unsafe fn signal_skip_memsync(
         &mut self,
-        stream: &Stream<'_>,
+        stream: &Stream,
         fence: &mut Fence,
     ) -> Result<Option<u64>, Error> {
         self.same_module(fence)?;
@@ -1071,9 +1065,9 @@ impl<'ctx, R: CanSignal> NvSciSemaphore<'ctx, R> {
     }
 }
 
-impl<'ctx, R: CanWait> NvSciSemaphore<'ctx, R> {
+impl<R: CanWait> NvSciSemaphore<R> {
     /// Queues a wait for `fence` on `stream` (a cleared fence: no wait).
-    pub fn wait(&self, stream: &Stream<'_>, fence: &Fence) -> Result<(), Error> {
+    pub fn wait(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
         stream.wait_nvscisync(&self.sem, fence.as_raw())
     }
@@ -1088,11 +1082,7 @@ impl<'ctx, R: CanWait> NvSciSemaphore<'ctx, R> {
     /// (for example the wait only orders a write-after-read of a buffer
     /// this stream does not read). Otherwise the work after the wait may
     /// read stale data.
-    pub unsafe fn wait_skip_memsync(
-        &self,
-        stream: &Stream<'_>,
-        fence: &Fence,
-    ) -> Result<(), Error> {
+    pub unsafe fn wait_skip_memsync(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
         // SAFETY: the caller accepted the condition above.
         let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&self.sem, fence.as_raw()) };

@@ -1,11 +1,11 @@
-use tegra_interop_driver::{Backend, Context, FunctionTable, Stream};
+use tegra_interop_driver::{Backend, Context, FunctionTable};
 
 fn scenario() -> Result<(), tegra_interop_driver::Error> {
     let backend = Backend::from_table("ui", FunctionTable::empty());
     let ctx = Context::primary(backend, 0)?;
-    let stream = Stream::new(&ctx)?;
-    drop(ctx);
-    stream.synchronize()?;
+    ctx.destroy()?;
+    // Binding a destroyed context: does not compile.
+    ctx.bind()?;
     Ok(())
 }
 

@@ -7,9 +7,9 @@ fn scenario(fd: OwnedFd) -> Result<(), tegra_interop_driver::Error> {
     let ctx = Context::primary(backend, 0)?;
     let memory = ExternalMemory::opaque_fd(&ctx, fd, 4096)?;
     let buffer = memory.map_buffer(BufferMapping::new(0, 4096))?;
-    // The memory cannot be destroyed while a mapping of it lives.
-    memory.destroy()?;
-    let _ = buffer.device_ptr();
+    buffer.destroy()?;
+    // A second cuMemFree of the same pointer: does not compile.
+    buffer.destroy()?;
     Ok(())
 }
 
