@@ -4,87 +4,88 @@
 //! and NvSciSync fences order the two. Runs on the built-in simulator, so it
 //! works anywhere: `cargo run --example camera_ring`.
 //!
+//! [`CameraRing`] stores the CUDA context, the ring and its buffers and
+//! semaphores (the transport) in one struct, returned from [`open`].
 //! Exit status 0 when every frame arrived intact and was processed.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
+use tegra_interop::driver::Context;
 use tegra_interop_pipeline::camera::TestPattern;
 use tegra_interop_pipeline::host::Fault;
-use tegra_interop_pipeline::nvsci::{self, Processing};
-use tegra_interop_pipeline::ring::{FenceSchedule, InFlight, Ring};
-use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
+use tegra_interop_pipeline::nvsci::{NvSciTransport, Processing};
+use tegra_interop_pipeline::ring::{Collected, Ring};
+use tegra_interop_pipeline::transport::{Completion, FrameGeometry, FrameTransport};
 use tegra_interop_sim::{Sim, SimConfig};
 
 const FRAMES: u64 = 24;
 
-/// Drives `FRAMES` frames through `t`; returns the frames the consumer
-/// verified.
-fn drive(t: &mut dyn FrameTransport, ring: &mut Ring) -> Result<u64, String> {
-    let stride = t.geometry().stride;
-    let mut verified = 0;
-    for frame in 0..FRAMES {
-        let slot = ring.schedule().slot(frame);
-        // A full ring: wait for the consumer to hand the oldest slot back.
-        while ring.is_busy(slot) {
-            let done = t.wait_complete().map_err(|e| e.0)?;
-            ring.complete(done.slot, done.frame)?;
-            verified += u64::from(done.mismatches == 0);
-        }
-        // The camera writes its test pattern straight into the shared buffer.
-        let started = Instant::now();
-        TestPattern::new(frame, stride).fill(t.producer_acquire(slot, frame).map_err(|e| e.0)?);
-        t.producer_release(slot, frame).map_err(|e| e.0)?;
-        ring.submit(InFlight {
-            frame,
-            started,
-            write_ns: 0,
-        })?;
-        t.consumer_submit(slot, frame).map_err(|e| e.0)?;
-    }
-    while ring.in_flight() > 0 {
-        let done = t.wait_complete().map_err(|e| e.0)?;
-        ring.complete(done.slot, done.frame)?;
-        verified += u64::from(done.mismatches == 0);
-    }
-    Ok(verified)
+/// Everything a long-lived camera ring needs, in one value (fields drop in
+/// order: the transport before the context, the simulator last).
+struct CameraRing {
+    /// The NvSciBuf buffers, NvSciSync semaphores and the consumer's stream.
+    transport: NvSciTransport,
+    ring: Ring,
+    /// The consumer's context, kept for the program's own CUDA work.
+    _ctx: Context,
+    _sim: Sim,
 }
 
-/// Sets up the simulator, the ring and the NvSci transport; runs `drive`.
-fn run(fault: Fault) -> Result<u64, String> {
+/// Opens a 3-slot ring of 256 x 64 frames on a simulated Jetson.
+fn open(fault: Fault) -> Result<CameraRing, String> {
     let sim = Sim::with_config(SimConfig::tegra()).map_err(|e| e.to_string())?;
-    let backend = Arc::new(sim.backend());
+    let ctx = Context::new(sim.backend(), 0).map_err(|e| e.to_string())?;
     let geometry = FrameGeometry {
         stride: 256,
         rows: 64,
     };
-    let schedule = FenceSchedule::new(3)?;
-    let mut ring = Ring::new(schedule);
     let processing = Processing::HostFnOverSimulatedDeviceMemory;
-    nvsci::with_transport(
-        &backend,
-        "camera_ring",
-        processing,
-        geometry,
-        schedule,
-        fault,
-        |t, _| drive(t, &mut ring),
-    )?
+    let transport = NvSciTransport::new(&ctx, "camera_ring", processing, geometry, 3, fault)?;
+    Ok(CameraRing {
+        transport,
+        ring: Ring::new(3)?,
+        _ctx: ctx,
+        _sim: sim,
+    })
+}
+
+impl CameraRing {
+    /// Runs `frames` frames through the ring; returns how many the consumer
+    /// found intact.
+    fn run(&mut self, frames: u64) -> Result<u64, String> {
+        let (t, ring) = (&mut self.transport, &mut self.ring);
+        let stride = t.geometry().stride;
+        let mut verified = 0;
+        let mut count = |c: &Completion, _: &Collected| {
+            verified += u64::from(c.mismatches == 0);
+            Ok(())
+        };
+        for _ in 0..frames {
+            // A full ring: wait for the consumer to hand the oldest slot back.
+            ring.make_room(t, &mut count)?;
+            let ticket = ring.acquire()?;
+            // The camera writes its test pattern straight into the shared buffer.
+            let started = Instant::now();
+            TestPattern::new(ticket.frame(), stride).fill(t.wait_free(&ticket).map_err(|e| e.0)?);
+            t.signal_ready(&ticket).map_err(|e| e.0)?;
+            ring.release(&ticket, started, 0)?;
+            t.queue_consumer(&ticket).map_err(|e| e.0)?;
+            ring.submit(&ticket)?;
+        }
+        ring.drain(t, &mut count)?;
+        Ok(verified)
+    }
 }
 
 fn main() -> ExitCode {
-    match run(Fault::None) {
+    match open(Fault::None).and_then(|mut cam| cam.run(FRAMES)) {
         Ok(n) if n == FRAMES => {
             println!("camera_ring: {n}/{FRAMES} frames verified");
             ExitCode::SUCCESS
         }
-        Ok(n) => {
-            eprintln!("camera_ring: only {n}/{FRAMES} frames verified");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("camera_ring: {e}");
+        other => {
+            eprintln!("camera_ring: {other:?} of {FRAMES} frames verified");
             ExitCode::FAILURE
         }
     }
@@ -92,6 +93,8 @@ fn main() -> ExitCode {
 
 #[test]
 fn every_frame_arrives_and_a_damaged_one_is_caught() {
-    assert_eq!(run(Fault::None), Ok(FRAMES));
-    assert_eq!(run(Fault::Corrupt), Ok(0));
+    let mut cam = open(Fault::None).unwrap();
+    assert_eq!(cam.run(FRAMES), Ok(FRAMES));
+    assert_eq!(cam.run(FRAMES), Ok(FRAMES), "the stored ring runs on");
+    assert_eq!(open(Fault::Corrupt).and_then(|mut c| c.run(FRAMES)), Ok(0));
 }

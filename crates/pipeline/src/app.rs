@@ -24,9 +24,11 @@ use crate::camera::{
 use crate::backend::{self, Opened};
 use crate::cli::{self, Command, Options};
 use crate::report::{Progress, Report, Verification};
-use crate::ring::{InFlight, Ring};
+use crate::ring::{Collected, Ring};
 use crate::sensor::{ModelSensorBus, SyncLine};
 use crate::stats::Samples;
+#[cfg(feature = "vulkan")]
+use crate::transport::FrameTransport;
 use crate::transport::{Completion, FrameGeometry};
 
 /// The `pipeline` binary: parses the command line, runs, prints the report.
@@ -75,30 +77,17 @@ const GPU: Option<backend::GpuHook> = Some(backend::GpuHook {
 #[cfg(not(feature = "vulkan"))]
 const GPU: Option<backend::GpuHook> = None;
 
-/// Opens the discrete-GPU transport (zero-copy, or copy-based for `--copy`)
-/// and runs the pipeline's body over it.
+/// Opens the discrete-GPU transport (zero-copy, or copy-based for `--copy`).
 #[cfg(feature = "vulkan")]
 fn open_gpu(
     geometry: FrameGeometry,
-    schedule: crate::ring::FenceSchedule,
+    slots: usize,
     copy: bool,
-    why: String,
-    body: backend::Body<'_>,
-) -> Result<(), String> {
-    crate::gpu::with_transport(
-        geometry,
-        schedule,
-        crate::gpu::Mode::from_copy_flag(copy),
-        |t, note| {
-            body(Opened {
-                transport: t,
-                why,
-                note: Some(note),
-                transport_copies: true,
-            })
-        },
-    )
-    .map_err(|e| e.to_string())?
+) -> Result<(Box<dyn FrameTransport>, &'static str), String> {
+    let mode = crate::gpu::Mode::from_copy_flag(copy);
+    let t = crate::gpu::GpuTransport::open(geometry, slots, mode).map_err(|e| e.0)?;
+    let note = t.note();
+    Ok((Box::new(t), note))
 }
 
 /// Remembers when the camera finished writing and checks the frame order.
@@ -149,13 +138,14 @@ fn check_readback(v: &mut Verification, stride: usize, frame: u64, slot: usize, 
     }
 }
 
+/// Verifies and measures one collected frame.
 fn on_completion(
-    c: Completion,
-    ring: &mut Ring,
+    c: &Completion,
+    done: &Collected,
     t: &mut Timings,
     v: &mut Verification,
 ) -> Result<(), String> {
-    let rec = ring.complete(c.slot, c.frame)?;
+    let rec = done.rec;
     if c.mismatches == 0 {
         v.consumer_ok += 1;
     } else {
@@ -166,7 +156,7 @@ fn on_completion(
     }
     let latency = c.finished.saturating_duration_since(rec.started).as_nanos() as u64;
     let process = c.process.as_nanos() as u64;
-    let queued = c.queued.as_nanos() as u64;
+    let queued = done.queued.as_nanos() as u64;
     t.latency.push(latency)?;
     t.write.push(rec.write_ns)?;
     t.process.push(process)?;
@@ -186,14 +176,22 @@ fn run(opts: &Options) -> Result<Report, String> {
         stride: opts.sensor.stride(),
         rows: usize::from(opts.sensor.height),
     };
-    backend::run_with(opts, geometry, GPU, |opened| {
-        pipeline(opts, geometry, opened)
-    })
+    let mut opened = backend::open(opts, geometry, GPU)?;
+    let report = pipeline(opts, geometry, &mut opened);
+    // Released (and checked) on the error path too; the run's error wins.
+    let closed = opened.close();
+    let report = report?;
+    closed?;
+    Ok(report)
 }
 
-fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Result<Report, String> {
+fn pipeline(
+    opts: &Options,
+    geometry: FrameGeometry,
+    opened: &mut Opened,
+) -> Result<Report, String> {
     let sensor = opts.sensor;
-    let transport = opened.transport;
+    let transport = &mut *opened.transport;
     // `--copy`: the camera writes into a staging buffer that is copied into
     // the slot, unless the transport makes its own copy.
     let host_copy = opts.copy && !opened.transport_copies;
@@ -203,8 +201,7 @@ fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Resu
             transport.geometry()
         ));
     }
-    let mut ring = Ring::new(crate::ring::FenceSchedule::new(transport.slot_count())?);
-    let schedule = ring.schedule();
+    let mut ring = Ring::new(transport.slot_count())?;
 
     let mut camera = Camera::new(
         ModelSensorBus::new(regs::DEFAULT_ADDRESS),
@@ -236,18 +233,11 @@ fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Resu
     let mut first_start = None;
 
     for frame in 0..opts.frames {
-        let slot = schedule.slot(frame);
         // Collect finished frames; block only for the one holding our slot.
-        while let Some(c) = transport.try_complete().map_err(|e| e.to_string())? {
-            on_completion(c, &mut ring, &mut t, &mut v)?;
-        }
-        while ring.is_busy(slot) {
-            let c = transport.wait_complete().map_err(|e| e.to_string())?;
-            on_completion(c, &mut ring, &mut t, &mut v)?;
-        }
-        let bytes = transport
-            .producer_acquire(slot, frame)
-            .map_err(|e| e.to_string())?;
+        ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
+        let ticket = ring.acquire()?;
+        let slot = ticket.slot();
+        let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
         if let Some(prev) = ring.last_done(slot) {
             check_readback(&mut v, geometry.stride, prev, slot, bytes);
         }
@@ -268,34 +258,22 @@ fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Resu
         if host_copy {
             bytes.copy_from_slice(&staging);
         }
-        transport
-            .producer_release(slot, frame)
-            .map_err(|e| e.to_string())?;
-        transport
-            .consumer_submit(slot, frame)
-            .map_err(|e| e.to_string())?;
-        ring.submit(InFlight {
-            frame,
-            started,
-            write_ns: (written - started).as_nanos() as u64,
-        })?;
+        transport.signal_ready(&ticket).map_err(|e| e.0)?;
+        ring.release(&ticket, started, (written - started).as_nanos() as u64)?;
+        transport.queue_consumer(&ticket).map_err(|e| e.0)?;
+        ring.submit(&ticket)?;
         progress.update(frame + 1 - ring.in_flight() as u64);
     }
-    while ring.in_flight() > 0 {
-        let c = transport.wait_complete().map_err(|e| e.to_string())?;
-        on_completion(c, &mut ring, &mut t, &mut v)?;
-    }
+    ring.drain(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
     progress.update(opts.frames);
     progress.finish();
 
     // Read back the last frame of every slot, as the next frame would.
-    for slot in 0..schedule.slots() {
-        if let Some(last) = ring.last_done(slot) {
-            let next = last + schedule.slots() as u64;
-            let bytes = transport
-                .producer_acquire(slot, next)
-                .map_err(|e| e.to_string())?;
-            check_readback(&mut v, geometry.stride, last, slot, bytes);
+    for _ in 0..ring.slots() {
+        let ticket = ring.acquire()?;
+        if let Some(last) = ring.last_done(ticket.slot()) {
+            let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
+            check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
         }
     }
     let (_, pin, _) = camera.release();
@@ -308,10 +286,10 @@ fn pipeline(opts: &Options, geometry: FrameGeometry, opened: Opened<'_>) -> Resu
     let none = "no samples";
     Ok(Report {
         backend: transport.backend(),
-        why: opened.why,
+        why: opened.why.clone(),
         note: opened.note,
         frames: opts.frames,
-        ring: schedule.slots(),
+        ring: ring.slots(),
         width: sensor.width,
         height: sensor.height,
         format: format_name(sensor.format),

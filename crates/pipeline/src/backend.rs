@@ -23,16 +23,17 @@ use tegra_interop_sim::{Sim, SimConfig};
 
 use crate::cli::{BackendChoice, Options};
 use crate::host::HostReference;
-use crate::nvsci::{self, Processing};
+use crate::nvsci::{NvSciTransport, Processing};
 use crate::probe::{self, Probe, Verdict};
-use crate::ring::FenceSchedule;
+use crate::ring::MAX_SLOTS;
 use crate::transport::{FrameGeometry, FrameTransport};
 
 /// An opened transport, the reason it was chosen, and what to tell the
-/// reader about it.
-pub struct Opened<'a> {
+/// reader about it. The caller owns it; [`Opened::close`] releases it and
+/// reports what was left behind.
+pub struct Opened {
     /// The transport.
-    pub transport: &'a mut dyn FrameTransport,
+    pub transport: Box<dyn FrameTransport>,
     /// One line: why this backend.
     pub why: String,
     /// One line about how frames are processed, where it matters.
@@ -41,11 +42,58 @@ pub struct Opened<'a> {
     /// transport copies through device memory), so the camera writes into
     /// the slot directly instead of into a staging buffer.
     pub transport_copies: bool,
+    /// What to check once the transport is closed (declared after it, so
+    /// a dropped `Opened` drops the transport first).
+    after: After,
 }
 
-/// The pipeline's body, run once over the opened transport (its result is
-/// kept by the caller of [`run_with`]).
-pub type Body<'b> = &'b mut dyn FnMut(Opened<'_>) -> Result<(), String>;
+/// What [`Opened::close`] checks after the transport is released.
+enum After {
+    Nothing,
+    /// The simulator's ledgers and diagnostics.
+    Sim(Sim),
+    /// The real driver's deferred release errors.
+    Driver(Arc<Backend>),
+}
+
+impl Opened {
+    /// Closes the transport, then checks what it left: on the simulator, a
+    /// run that leaves objects behind or that the simulator flagged as a
+    /// misuse of the API fails here; on the real driver, a failed release.
+    pub fn close(self) -> Result<(), String> {
+        self.transport.close().map_err(|e| e.0)?;
+        match self.after {
+            After::Nothing => Ok(()),
+            After::Driver(backend) => match backend.take_drop_errors().first() {
+                Some(e) => Err(format!(
+                    "releasing the CUDA / NvSci objects: {}",
+                    e.to_string().replace('\n', " ")
+                )),
+                None => Ok(()),
+            },
+            After::Sim(sim) => {
+                let (ledger, nvsci_ledger) = (sim.ledger(), sim.nvsci_ledger());
+                if !ledger.is_clean() || !nvsci_ledger.is_clean() {
+                    return Err(format!(
+                        "the simulator still holds objects after the run (CUDA: {ledger}; NvSci: {nvsci_ledger})"
+                    ));
+                }
+                match sim.diagnostics().first() {
+                    Some(d) => Err(format!(
+                        "the simulator flagged a misuse of the API: {}",
+                        d.to_string().replace('\n', " ")
+                    )),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// The discrete-GPU transport's opener: geometry, slots, `--copy`; the
+/// transport and its one-line note.
+pub type GpuOpen =
+    fn(FrameGeometry, usize, bool) -> Result<(Box<dyn FrameTransport>, &'static str), String>;
 
 /// The discrete-GPU transport, passed in by a program built with it (the
 /// pipeline with `--features vulkan`); programs without it pass `None`.
@@ -53,10 +101,8 @@ pub type Body<'b> = &'b mut dyn FnMut(Opened<'_>) -> Result<(), String>;
 pub struct GpuHook {
     /// Whether it can run here (see [`probe::TransportProbe`]).
     pub probe: probe::TransportProbe,
-    /// Opens it for the geometry, the ring and `--copy`, and runs the body
-    /// over it with the given reason; everything is released before it
-    /// returns.
-    pub open: fn(FrameGeometry, FenceSchedule, bool, String, Body<'_>) -> Result<(), String>,
+    /// Opens it for the geometry, the ring's size and `--copy`.
+    pub open: GpuOpen,
 }
 
 /// The backend that will run, after `auto` is resolved.
@@ -132,100 +178,64 @@ fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, Str
     }
 }
 
-/// Opens the transport `opts.backend` asks for and runs `run` over it;
-/// everything the transport holds is released before this returns. On the
-/// simulator, a run that leaves objects behind or that the simulator flags
-/// as a misuse of the API fails here.
-pub fn run_with<R>(
+/// Opens the transport `opts.backend` asks for, with the reason; the
+/// caller owns it and closes it with [`Opened::close`].
+pub fn open(
     opts: &Options,
     geometry: FrameGeometry,
     gpu: Option<GpuHook>,
-    run: impl FnOnce(Opened<'_>) -> Result<R, String>,
-) -> Result<R, String> {
-    let schedule = FenceSchedule::new(opts.ring)?;
+) -> Result<Opened, String> {
+    if opts.ring == 0 || opts.ring > MAX_SLOTS {
+        return Err(format!(
+            "ring size {} is outside 1..={MAX_SLOTS} (the ring has a fixed capacity)",
+            opts.ring
+        ));
+    }
     let (concrete, why) = resolve(opts.backend, gpu)?;
-    match concrete {
+    let opened = |transport: Box<dyn FrameTransport>, note, transport_copies, after| Opened {
+        transport,
+        why,
+        note,
+        transport_copies,
+        after,
+    };
+    Ok(match concrete {
         Concrete::Gpu(hook) => {
-            let mut run = Some(run);
-            let mut out = None;
-            (hook.open)(geometry, schedule, opts.copy, why, &mut |opened| {
-                let run = run.take().ok_or("the pipeline body was run twice")?;
-                out = Some(run(opened)?);
-                Ok(())
-            })?;
-            out.ok_or_else(|| "the GPU transport did not run the pipeline".to_string())
+            let (t, note) = (hook.open)(geometry, opts.ring, opts.copy)?;
+            opened(t, Some(note), true, After::Nothing)
         }
         Concrete::Jetson(backend) => {
             // Built, never run on a Jetson (see `nvsci.rs`).
-            let processing = Processing::CudaKernel;
-            let result = nvsci::with_transport(
+            let t = NvSciTransport::open(
                 &backend,
                 "nvsci-jetson",
-                processing,
+                Processing::CudaKernel,
                 geometry,
-                schedule,
+                opts.ring,
                 opts.fault,
-                |t, note| {
-                    run(Opened {
-                        transport: t,
-                        why,
-                        note: Some(note),
-                        transport_copies: false,
-                    })
-                },
-            )??;
-            if let Some(e) = backend.take_drop_errors().first() {
-                return Err(format!(
-                    "releasing the CUDA / NvSci objects: {}",
-                    e.to_string().replace('\n', " ")
-                ));
-            }
-            Ok(result)
+            )?;
+            let note = Some(t.note());
+            opened(Box::new(t), note, false, After::Driver(backend))
         }
         Concrete::Host => {
-            let mut t = HostReference::new(geometry, schedule, opts.fault);
-            run(Opened {
-                transport: &mut t,
-                why,
-                note: None,
-                transport_copies: false,
-            })
+            let t = HostReference::new(geometry, opts.ring, opts.fault);
+            opened(Box::new(t), None, false, After::Nothing)
         }
         Concrete::Sim => {
             let sim = Sim::with_config(SimConfig::tegra())
                 .map_err(|e| format!("cannot start the simulator: {e}"))?;
-            let processing = Processing::HostFnOverSimulatedDeviceMemory;
-            let result = nvsci::with_transport(
+            let t = NvSciTransport::open(
                 &sim.backend(),
                 "nvsci-sim",
-                processing,
+                Processing::HostFnOverSimulatedDeviceMemory,
                 geometry,
-                schedule,
+                opts.ring,
                 opts.fault,
-                |t, note| {
-                    run(Opened {
-                        transport: t,
-                        why,
-                        note: Some(note),
-                        transport_copies: false,
-                    })
-                },
-            )??;
-            let (ledger, nvsci_ledger) = (sim.ledger(), sim.nvsci_ledger());
-            if !ledger.is_clean() || !nvsci_ledger.is_clean() {
-                return Err(format!(
-                    "the simulator still holds objects after the run (CUDA: {ledger}; NvSci: {nvsci_ledger})"
-                ));
-            }
-            if let Some(d) = sim.diagnostics().first() {
-                return Err(format!(
-                    "the simulator flagged a misuse of the API: {}",
-                    d.to_string().replace('\n', " ")
-                ));
-            }
-            Ok(result)
+            )?;
+            let note = Some(t.note());
+            opened(Box::new(t), note, false, After::Sim(sim))
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -241,7 +251,7 @@ mod tests {
                 backend: b,
                 ..Options::default()
             };
-            let e = run_with(&o, g, None, |_| Ok(())).err().unwrap();
+            let e = open(&o, g, None).err().unwrap();
             assert!(
                 e.starts_with(&format!("backend `{}` is not available: ", b.name())),
                 "{e}"
@@ -253,12 +263,10 @@ mod tests {
     #[test]
     fn auto_falls_back_to_the_simulator_and_says_why() {
         let g = FrameGeometry { stride: 4, rows: 4 };
-        let o = Options::default();
-        let (name, why) = run_with(&o, g, None, |opened| {
-            Ok((opened.transport.backend(), opened.why))
-        })
-        .unwrap();
-        assert_eq!(name, "nvsci-sim");
+        let opened = open(&Options::default(), g, None).unwrap();
+        assert_eq!(opened.transport.backend(), "nvsci-sim");
+        let why = opened.why.clone();
+        opened.close().unwrap();
         assert!(
             why.starts_with("auto: the simulator, because jetson: not available: "),
             "{why}"
@@ -268,7 +276,8 @@ mod tests {
             backend: BackendChoice::Host,
             ..Options::default()
         };
-        let name = run_with(&host, g, None, |o| Ok(o.transport.backend())).unwrap();
-        assert_eq!(name, "host-reference");
+        let opened = open(&host, g, None).unwrap();
+        assert_eq!(opened.transport.backend(), "host-reference");
+        opened.close().unwrap();
     }
 }

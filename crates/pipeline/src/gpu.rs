@@ -77,7 +77,7 @@ use tegra_interop_testkit::vulkan::{
     HostHandover, MemoryLocation, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
 
-use crate::ring::FenceSchedule;
+use crate::ring::Ticket;
 use crate::transport::{Completion, FrameGeometry, FrameTransport, TransportError};
 
 use crate::kernel::{self, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
@@ -297,19 +297,20 @@ pub struct GpuTimes {
     pub tail: Duration,
 }
 
-/// The discrete-GPU transport (see the module docs). Made by
-/// [`with_transport`].
-pub struct GpuTransport<'a> {
+/// The discrete-GPU transport (see the module docs): a value that owns its
+/// CUDA context, Vulkan device, ring and kernel ([`GpuTransport::open`]).
+/// Fields drop in order: the CUDA side (after `Drop::drop` drained the
+/// stream and stopped the completion thread), then the Vulkan side.
+pub struct GpuTransport {
     geometry: FrameGeometry,
-    schedule: FenceSchedule,
     mode: Mode,
     location: MemoryLocation,
-    ctx: &'a Context,
-    kernel: &'a Kernel,
+    note: &'static str,
     grid: u32,
-    // CUDA side; dropped first (after `Drop::drop` drained the stream).
+    // CUDA side.
     free_cu: Vec<ExternalSemaphore>,
     ready_cu: Vec<ExternalSemaphore>,
+    /// Each holds its import (and so the context).
     mapped: Vec<MappedBuffer>,
     /// Copy mode: one device-local buffer per slot (and their addresses).
     _device_frames: Vec<CudaSlice<u8>>,
@@ -319,25 +320,23 @@ pub struct GpuTransport<'a> {
     events: Arc<Vec<SlotEvents>>,
     stream: Stream,
     cstream: Arc<CudaStream>,
+    kernel: Kernel,
+    ctx: Context,
     // Vulkan side.
-    vk: &'a VulkanExporter,
     handover: Handover,
     /// Per slot: the recorded host <-> CUDA handover batches of its frame.
     handovers: Vec<HostHandover>,
-    frames: &'a mut [VulkanMemory],
+    frames: Vec<VulkanMemory>,
     ready_vk: Vec<VulkanSemaphore>,
     free_vk: Vec<VulkanSemaphore>,
+    vk: VulkanExporter,
     /// Values signalled on each slot's *ready* semaphore.
     ready_track: Vec<TimelineTracker>,
-    /// The *ready* value each slot's last submitted consumer waits for.
+    /// The *ready* value each slot's last queued consumer waits for (so a
+    /// teardown can let a consumer queued before its signal through).
     ready_awaited: Vec<u64>,
-    /// Per slot: the frame acquired by the producer, not yet released.
-    acquired: Vec<Option<u64>>,
-    /// Per slot: when its current frame was signalled ready.
-    released_at: Vec<Option<Instant>>,
-    /// Per slot: the frame submitted to the consumer, not yet collected.
-    in_flight: Vec<Option<u64>>,
-    prev_finished: Option<Instant>,
+    /// Frames queued and not yet collected (a wait with none fails at once).
+    pending: usize,
     times: GpuTimes,
     jobs: Option<SyncSender<Job>>,
     done: Receiver<Result<Done, TransportError>>,
@@ -413,90 +412,49 @@ fn note(mode: Mode, location: MemoryLocation, handover: Handover) -> &'static st
     }
 }
 
-/// Opens the discrete-GPU transport for `geometry` and `schedule` and runs
-/// `f` over it, with a one-line note on how frames are processed. Everything
-/// (CUDA context, Vulkan device, ring, kernel) is made before `f` runs and
-/// released, in order, after it returns; a consumer still waiting for a
-/// frame that was never released is let through first, so teardown does not
-/// hang.
-pub fn with_transport<R>(
-    geometry: FrameGeometry,
-    schedule: FenceSchedule,
-    mode: Mode,
-    f: impl FnOnce(&mut GpuTransport<'_>, &'static str) -> R,
-) -> Result<R, TransportError> {
-    let len = geometry.frame_len();
-    if len == 0 || geometry.stride == 0 {
-        return Err(TransportError::new("frames of zero bytes cannot be shared"));
-    }
-    kernel::self_check_pattern(geometry.stride, geometry.rows)?;
-    let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
-    let uuid = backend
-        .device(0)
-        .and_then(|d| d.uuid())
-        .map_err(|e| err("CUDA device 0")(&e))?;
-    let vk = VulkanExporter::new(uuid).map_err(|e| err("Vulkan")(&e))?;
-    let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
-    let cu = ctx
-        .cudarc()
-        .cloned()
-        .ok_or_else(|| TransportError::new("the CUDA context did not come from cudarc"))?;
-    let kernel = Kernel::compile(&cu)?;
-    let (mut frames, location) = allocate_frames(&vk, len, schedule.slots())?;
-    let imports = frames
-        .iter()
-        .map(|m| import_frame(&ctx, m))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut transport = GpuTransport::new(
-        &ctx,
-        &cu,
-        &vk,
-        Handover::from_env()?,
-        &kernel,
-        &mut frames,
-        &imports,
-        geometry,
-        schedule,
-        mode,
-        location,
-    )?;
-    let line = note(mode, location, transport.handover);
-    let result = f(&mut transport, line);
-    transport.shut_down()?;
-    drop(transport);
-    let errors = backend.take_drop_errors();
-    if let Some(e) = errors.first() {
-        return Err(err("releasing the CUDA objects")(e));
-    }
-    Ok(result)
-}
-
-impl<'a> GpuTransport<'a> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        ctx: &'a Context,
-        cu: &Arc<CudaContext>,
-        vk: &'a VulkanExporter,
-        handover: Handover,
-        kernel: &'a Kernel,
-        frames: &'a mut [VulkanMemory],
-        imports: &'a [ExternalMemory],
+impl GpuTransport {
+    /// Opens the discrete-GPU transport for `geometry` and `slots` slots:
+    /// CUDA context, Vulkan device, frames, semaphores, their imports, the
+    /// kernel and the completion thread, all made here (fixed capacity).
+    /// [`FrameTransport::close`] tears it down in order and reports errors;
+    /// a consumer still waiting for a frame that was never signalled ready is
+    /// let through first, so teardown does not hang.
+    pub fn open(
         geometry: FrameGeometry,
-        schedule: FenceSchedule,
+        slots: usize,
         mode: Mode,
-        location: MemoryLocation,
-    ) -> Result<GpuTransport<'a>, TransportError> {
-        let slots = schedule.slots();
+    ) -> Result<GpuTransport, TransportError> {
         let len = geometry.frame_len();
-        let mapped = imports
+        if len == 0 || geometry.stride == 0 {
+            return Err(TransportError::new("frames of zero bytes cannot be shared"));
+        }
+        kernel::self_check_pattern(geometry.stride, geometry.rows)?;
+        let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
+        let uuid = backend
+            .device(0)
+            .and_then(|d| d.uuid())
+            .map_err(|e| err("CUDA device 0")(&e))?;
+        let vk = VulkanExporter::new(uuid).map_err(|e| err("Vulkan")(&e))?;
+        let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
+        let cu = ctx
+            .cudarc()
+            .cloned()
+            .ok_or_else(|| TransportError::new("the CUDA context did not come from cudarc"))?;
+        let kernel = Kernel::compile(&cu)?;
+        let (frames, location) = allocate_frames(&vk, len, slots)?;
+        let handover = Handover::from_env()?;
+        let mapped = frames
             .iter()
-            .map(|m| m.map_whole())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err("mapping a frame buffer in CUDA")(&e))?;
+            .map(|m| {
+                import_frame(&ctx, m)?
+                    .map_whole()
+                    .map_err(|e| err("mapping a frame buffer in CUDA")(&e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let cstream = cu
             .new_stream()
             .map_err(|e| err("creating the CUDA stream")(&e))?;
-        let stream = Stream::from_cudarc(ctx, Arc::clone(&cstream))
+        let stream = Stream::from_cudarc(&ctx, Arc::clone(&cstream))
             .map_err(|e| err("wrapping the CUDA stream")(&e))?;
 
         let mut ready_vk = Vec::with_capacity(slots);
@@ -509,7 +467,7 @@ impl<'a> GpuTransport<'a> {
                 .map_err(|e| err("exporting a ready semaphore from Vulkan")(&e))?;
             ready_vk.push(sem);
             ready_cu.push(
-                ExternalSemaphore::timeline_fd(ctx, fd)
+                ExternalSemaphore::timeline_fd(&ctx, fd)
                     .map_err(|e| err("importing a ready semaphore")(&e.into_parts().0))?,
             );
             let (fd, sem) = vk
@@ -517,7 +475,7 @@ impl<'a> GpuTransport<'a> {
                 .map_err(|e| err("exporting a free semaphore from Vulkan")(&e))?;
             free_vk.push(sem);
             free_cu.push(
-                ExternalSemaphore::timeline_fd(ctx, fd)
+                ExternalSemaphore::timeline_fd(&ctx, fd)
                     .map_err(|e| err("importing a free semaphore")(&e.into_parts().0))?,
             );
         }
@@ -537,10 +495,10 @@ impl<'a> GpuTransport<'a> {
                 (bufs, ptrs)
             }
         };
-        let counters = Counters::new(cu, &cstream, slots)?;
+        let counters = Counters::new(&cu, &cstream, slots)?;
         let events = Arc::new(
             (0..slots)
-                .map(|_| SlotEvents::new(cu))
+                .map(|_| SlotEvents::new(&cu))
                 .collect::<Result<Vec<_>, _>>()?,
         );
         // Every allocation above is stream-ordered: let it land before use.
@@ -559,21 +517,18 @@ impl<'a> GpuTransport<'a> {
         let stopping = Arc::new(AtomicBool::new(false));
         let worker = {
             let (cu, events, stopping) =
-                (Arc::clone(cu), Arc::clone(&events), Arc::clone(&stopping));
+                (Arc::clone(&cu), Arc::clone(&events), Arc::clone(&stopping));
             thread::Builder::new()
                 .name("gpu-completions".into())
                 .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
-        let grid = kernel::grid_for(len);
         Ok(GpuTransport {
             geometry,
-            schedule,
             mode,
             location,
-            ctx,
-            kernel,
-            grid,
+            note: note(mode, location, handover),
+            grid: kernel::grid_for(len),
             free_cu,
             ready_cu,
             mapped,
@@ -583,24 +538,28 @@ impl<'a> GpuTransport<'a> {
             events,
             stream,
             cstream,
-            vk,
+            kernel,
+            ctx,
             handover,
             handovers,
             frames,
             ready_vk,
             free_vk,
+            vk,
             ready_track: vec![TimelineTracker::new(0); slots],
             ready_awaited: vec![0; slots],
-            acquired: vec![None; slots],
-            released_at: vec![None; slots],
-            in_flight: vec![None; slots],
-            prev_finished: None,
+            pending: 0,
             times: GpuTimes::default(),
             jobs: Some(jobs_tx),
             done: done_rx,
             stopping,
             worker: Some(worker),
         })
+    }
+
+    /// One line on how frames are processed (the pipeline prints it).
+    pub fn note(&self) -> &'static str {
+        self.note
     }
 
     /// Processing mode.
@@ -627,19 +586,18 @@ impl<'a> GpuTransport<'a> {
         }
     }
 
-    fn check_slot(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        if slot != self.schedule.slot(frame) {
-            return Err(TransportError::new(format!(
-                "frame {frame} belongs in slot {}, not {slot}",
-                self.schedule.slot(frame)
-            )));
+    fn check_slot(&self, t: &Ticket) -> Result<usize, TransportError> {
+        match t.slot() {
+            s if s < self.frames.len() => Ok(s),
+            s => Err(TransportError::new(format!("no slot {s}"))),
         }
-        Ok(())
     }
 
-    /// Queues the consumer's work for `frame` (see [`FrameTransport::consumer_submit`]).
-    fn enqueue(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        let want = self.schedule.ready_value(frame);
+    /// Queues the consumer's work for the ticket's frame (see
+    /// [`FrameTransport::queue_consumer`]).
+    fn enqueue(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let (slot, frame) = (t.slot(), t.frame());
+        let want = t.ready();
         self.stream
             .wait(&self.ready_cu[slot], WaitParams::timeline(want))
             .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
@@ -719,7 +677,7 @@ impl<'a> GpuTransport<'a> {
         // queued only after that (a slot's frame must be collected before
         // the slot's next frame is submitted).
         unsafe { self.counters.copy_to_host(slot, s) }?;
-        let expect = self.schedule.free_signal_value(frame);
+        let expect = t.free_signal();
         let tracked = self
             .stream
             .signal(&mut self.free_cu[slot], SignalParams::timeline(expect))
@@ -735,13 +693,7 @@ impl<'a> GpuTransport<'a> {
 
     /// Turns a finished frame into its completion.
     fn collect(&mut self, d: Done) -> Result<Completion, TransportError> {
-        if self.in_flight[d.slot] != Some(d.frame) {
-            return Err(TransportError::new(format!(
-                "completion of frame {} in slot {} that was not in flight",
-                d.frame, d.slot
-            )));
-        }
-        self.in_flight[d.slot] = None;
+        self.pending = self.pending.saturating_sub(1);
         let ev = &self.events[d.slot];
         let span = |a: &CudaEvent, b: &CudaEvent| {
             a.elapsed_ms(b)
@@ -759,17 +711,11 @@ impl<'a> GpuTransport<'a> {
         // counter into the pinned u64 (queued before the event) is done,
         // and no other copy into it is queued until the slot's next frame.
         let mismatches = unsafe { self.counters.read(d.slot) }?;
-        let queued = match (self.prev_finished, self.released_at[d.slot]) {
-            (Some(prev), Some(ready)) => prev.saturating_duration_since(ready),
-            _ => Duration::ZERO,
-        };
-        self.prev_finished = Some(d.finished);
         Ok(Completion {
             slot: d.slot,
             frame: d.frame,
             mismatches,
             process,
-            queued,
             finished: d.finished,
         })
     }
@@ -808,69 +754,51 @@ impl<'a> GpuTransport<'a> {
     }
 }
 
-impl Drop for GpuTransport<'_> {
+impl Drop for GpuTransport {
     fn drop(&mut self) {
-        // Errors were reported by `with_transport` where it could; a drop
+        // Errors were reported by `close` where it was called; a drop
         // after a failed run only needs the stream drained and the thread
         // stopped.
         let _ = self.shut_down();
     }
 }
 
-impl FrameTransport for GpuTransport<'_> {
+impl FrameTransport for GpuTransport {
     fn backend(&self) -> &'static str {
         BACKEND_NAME
     }
 
     fn slot_count(&self) -> usize {
-        self.schedule.slots()
+        self.frames.len()
     }
 
     fn geometry(&self) -> FrameGeometry {
         self.geometry
     }
 
-    fn producer_acquire(&mut self, slot: usize, frame: u64) -> Result<&mut [u8], TransportError> {
-        self.check_slot(slot, frame)?;
-        let want = self.schedule.free_wait_value(frame);
-        if self.acquired[slot] != Some(frame) {
-            // Only a frame already submitted can free the slot to `want`.
-            let promised = self.free_cu[slot].last_timeline_value().unwrap_or(0);
-            if promised < want {
-                return Err(TransportError::new(format!(
-                    "slot {slot}: frame {frame} waits for its free fence to reach {want}, but the consumer was only asked to signal up to {promised}"
-                )));
-            }
-            let reached = match self.handover {
-                Handover::Queue => self.vk.acquire_for_host(
-                    &self.handovers[slot],
-                    &self.frames[slot],
-                    &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
-                    FREE_WAIT,
-                ),
-                Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
-            }
-            .map_err(|e| err("waiting for the free fence")(&e))?;
-            if !reached {
-                return Err(TransportError::new(format!(
-                    "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
-                )));
-            }
-            let value = self.free_vk[slot]
-                .value()
-                .map_err(|e| err("reading the free fence")(&e))?;
-            if value != want {
-                return Err(TransportError::new(format!(
-                    "slot {slot} free fence is {value}, producer of frame {frame} waits for {want}"
-                )));
-            }
-            self.acquired[slot] = Some(frame);
+    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
+        let slot = self.check_slot(t)?;
+        let want = t.free_wait();
+        let reached = match self.handover {
+            Handover::Queue => self.vk.acquire_for_host(
+                &self.handovers[slot],
+                &self.frames[slot],
+                &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
+                FREE_WAIT,
+            ),
+            Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
+        }
+        .map_err(|e| err("waiting for the free fence")(&e))?;
+        if !reached {
+            return Err(TransportError::new(format!(
+                "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
+            )));
         }
         let len = self.geometry.frame_len();
         // SAFETY: the slot's free fence reached the value the consumer
         // signals after its last access to this memory (kernel, copies);
         // the consumer's next access waits for this slot's ready fence,
-        // which only `producer_release` signals, and that takes `&mut self`,
+        // which only `signal_ready` signals, and that takes `&mut self`,
         // so it cannot run while the returned slice is alive.
         let bytes = unsafe { self.frames[slot].host_bytes_mut() }
             .map_err(|e| err("mapping the frame buffer")(&e))?;
@@ -879,16 +807,12 @@ impl FrameTransport for GpuTransport<'_> {
             .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))
     }
 
-    fn producer_release(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        self.check_slot(slot, frame)?;
-        if self.acquired[slot] != Some(frame) {
-            return Err(TransportError::new(format!(
-                "release of frame {frame} in slot {slot}, which was not acquired"
-            )));
-        }
-        let value = self.schedule.ready_value(frame);
+    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let slot = self.check_slot(t)?;
         let tracker = &mut self.ready_track[slot];
-        let reservation = tracker.reserve(value).map_err(|e| err("ready fence")(&e))?;
+        let reservation = tracker
+            .reserve(t.ready())
+            .map_err(|e| err("ready fence")(&e))?;
         let signalled = match self.handover {
             Handover::Queue => self.vk.release_host_writes(
                 &self.handovers[slot],
@@ -902,48 +826,33 @@ impl FrameTransport for GpuTransport<'_> {
             Handover::HostOnly => self.ready_vk[slot].signal(reservation.value()),
         };
         match signalled {
-            Ok(()) => {
-                tracker
-                    .commit(reservation)
-                    .map_err(|e| err("ready fence")(&e))?;
-            }
+            Ok(()) => tracker
+                .commit(reservation)
+                .map(|_| ())
+                .map_err(|e| err("ready fence")(&e)),
             Err(e) => {
                 let _ = tracker.abort(reservation);
-                return Err(err("Vulkan signal of the ready fence")(&e));
+                Err(err("Vulkan signal of the ready fence")(&e))
             }
         }
-        self.acquired[slot] = None;
-        self.released_at[slot] = Some(Instant::now());
-        Ok(())
     }
 
-    fn consumer_submit(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        self.check_slot(slot, frame)?;
-        if let Some(f) = self.in_flight[slot] {
-            return Err(TransportError::new(format!(
-                "slot {slot} still has frame {f} in flight; collect it before submitting frame {frame}"
-            )));
-        }
-        let want = self.schedule.ready_value(frame);
-        let last = self.ready_track[slot].last();
-        // Released (last == want) or about to be (wait before signal).
-        if last != want && last + 1 != want {
-            return Err(TransportError::new(format!(
-                "slot {slot} ready fence is at {last}; the consumer of frame {frame} would wait for {want}"
-            )));
-        }
-        if last + 1 == want {
-            self.released_at[slot] = None;
-        }
+    fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        // A consumer may be queued before its ready signal (wait before
+        // signal): the stream waits on the GPU until the producer signals.
+        let slot = self.check_slot(t)?;
         self.ctx
             .bind()
             .map_err(|e| err("binding the CUDA context")(&e))?;
-        self.enqueue(slot, frame)?;
-        self.in_flight[slot] = Some(frame);
+        self.enqueue(t)?;
+        self.pending += 1;
         self.jobs
             .as_ref()
             .ok_or_else(|| TransportError::new("the transport is shut down"))?
-            .send(Job { slot, frame })
+            .send(Job {
+                slot,
+                frame: t.frame(),
+            })
             .map_err(|_| TransportError::new("the completion thread stopped"))
     }
 
@@ -958,7 +867,7 @@ impl FrameTransport for GpuTransport<'_> {
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        if self.in_flight.iter().all(Option::is_none) {
+        if self.pending == 0 {
             return Err(TransportError::new("no frame is in flight"));
         }
         let d = self
@@ -966,6 +875,16 @@ impl FrameTransport for GpuTransport<'_> {
             .recv()
             .map_err(|_| TransportError::new("the completion thread stopped"))??;
         self.collect(d)
+    }
+
+    fn close(mut self: Box<Self>) -> Result<(), TransportError> {
+        let backend = Arc::clone(self.ctx.backend());
+        self.shut_down()?;
+        drop(self);
+        match backend.take_drop_errors().first() {
+            Some(e) => Err(err("releasing the CUDA objects")(e)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -6,15 +6,15 @@
 //!
 //! Each slot's buffer is allocated once and its ownership moves between the
 //! producer and a consumer thread (a pointer move, never a copy of the frame).
-//! Each move carries the fence value of the [`FenceSchedule`], and the
+//! Each move carries the fence value the [`Ticket`] names, and the
 //! receiving side checks it is exactly the value it waits for, as a
 //! deterministic fence would.
 
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::ring::FenceSchedule;
+use crate::ring::Ticket;
 use crate::transport::{process_frame, Completion, FrameGeometry, FrameTransport, TransportError};
 
 /// A deliberate defect, so tests can show that verification catches it.
@@ -32,21 +32,20 @@ pub enum Fault {
 struct Token {
     value: u64,
     bytes: Box<[u8]>,
-    /// When the producer signalled the ready fence (for the queueing figure).
-    signalled: Instant,
 }
 
-/// Work for the consumer thread.
+/// Work for the consumer thread: a ticket's slot, frame and fence values.
 struct Job {
     slot: usize,
     frame: u64,
+    ready: u64,
+    free: u64,
 }
 
 /// The host-only reference transport (see the module docs).
 pub struct HostReference {
     geometry: FrameGeometry,
-    schedule: FenceSchedule,
-    /// Buffers currently owned by the producer (acquired, not released).
+    /// Buffers currently owned by the producer (waited for, not signalled).
     held: Vec<Option<Box<[u8]>>>,
     /// Per slot, the *free* fence: buffers handed back by the consumer.
     free_rx: Vec<Receiver<Token>>,
@@ -58,9 +57,8 @@ pub struct HostReference {
 }
 
 impl HostReference {
-    /// Allocates `schedule.slots()` buffers and starts the consumer thread.
-    pub fn new(geometry: FrameGeometry, schedule: FenceSchedule, fault: Fault) -> Self {
-        let slots = schedule.slots();
+    /// Allocates `slots` buffers and starts the consumer thread.
+    pub fn new(geometry: FrameGeometry, slots: usize, fault: Fault) -> Self {
         let mut free_rx = Vec::with_capacity(slots);
         let mut free_tx = Vec::with_capacity(slots);
         let mut ready_tx = Vec::with_capacity(slots);
@@ -72,11 +70,7 @@ impl HostReference {
             let bytes = vec![0u8; geometry.frame_len()].into_boxed_slice();
             // Nothing is in flight yet: the free fence starts at 0.
             // The receiver is alive, so this send cannot fail.
-            let _ = ftx.send(Token {
-                value: 0,
-                bytes,
-                signalled: Instant::now(),
-            });
+            let _ = ftx.send(Token { value: 0, bytes });
             free_rx.push(frx);
             free_tx.push(ftx);
             ready_tx.push(rtx);
@@ -86,13 +80,10 @@ impl HostReference {
         // At most `slots` frames are in flight, so at most that many results wait.
         let (done_tx, done) = mpsc::sync_channel(slots);
         let worker = thread::spawn(move || {
-            consumer_loop(
-                geometry, schedule, fault, jobs_rx, ready_rx, free_tx, done_tx,
-            )
+            consumer_loop(geometry, fault, jobs_rx, ready_rx, free_tx, done_tx)
         });
         HostReference {
             geometry,
-            schedule,
             held: (0..slots).map(|_| None).collect(),
             free_rx,
             ready_tx,
@@ -101,36 +92,29 @@ impl HostReference {
             worker: Some(worker),
         }
     }
-
-    fn check_slot(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        if slot != self.schedule.slot(frame) {
-            return Err(TransportError::new(format!(
-                "frame {frame} belongs in slot {}, not {slot}",
-                self.schedule.slot(frame)
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// The consumer thread: per job, wait on the slot's ready fence, check its
 /// value, process in place, signal the slot's free fence, report.
 fn consumer_loop(
     geometry: FrameGeometry,
-    schedule: FenceSchedule,
     fault: Fault,
     jobs: Receiver<Job>,
     ready: Vec<Receiver<Token>>,
     free: Vec<SyncSender<Token>>,
     done: SyncSender<Result<Completion, TransportError>>,
 ) {
-    let mut prev_end: Option<Instant> = None;
-    while let Ok(Job { slot, frame }) = jobs.recv() {
+    while let Ok(Job {
+        slot,
+        frame,
+        ready: want,
+        free: next,
+    }) = jobs.recv()
+    {
         let result = (|| {
             let Ok(mut token) = ready[slot].recv() else {
                 return Err(TransportError::new("producer side of the ring is gone"));
             };
-            let want = schedule.ready_value(frame);
             if token.value != want {
                 return Err(TransportError::new(format!(
                     "slot {slot} ready fence is {}, consumer of frame {frame} waits for {want}",
@@ -148,12 +132,7 @@ fn consumer_loop(
                 _ => process_frame(frame, geometry.stride, &mut token.bytes),
             };
             let process = t.elapsed();
-            // Ready before the previous frame was done: it queued until then.
-            let queued = prev_end.map_or(Duration::ZERO, |end| {
-                end.saturating_duration_since(token.signalled)
-            });
-            prev_end = Some(t + process);
-            token.value = schedule.free_signal_value(frame);
+            token.value = next;
             free[slot]
                 .send(token)
                 .map_err(|_| TransportError::new("producer side of the ring is gone"))?;
@@ -162,7 +141,6 @@ fn consumer_loop(
                 frame,
                 mismatches,
                 process,
-                queued,
                 finished: Instant::now(),
             })
         })();
@@ -179,25 +157,29 @@ impl FrameTransport for HostReference {
     }
 
     fn slot_count(&self) -> usize {
-        self.schedule.slots()
+        self.held.len()
     }
 
     fn geometry(&self) -> FrameGeometry {
         self.geometry
     }
 
-    fn producer_acquire(&mut self, slot: usize, frame: u64) -> Result<&mut [u8], TransportError> {
-        self.check_slot(slot, frame)?;
-        let held = &mut self.held[slot];
+    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
+        let slot = t.slot();
+        let held = self
+            .held
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::new(format!("no slot {slot}")))?;
         if held.is_none() {
             let token = self.free_rx[slot]
                 .recv()
                 .map_err(|_| TransportError::new("consumer thread stopped"))?;
-            let want = self.schedule.free_wait_value(frame);
-            if token.value != want {
+            if token.value != t.free_wait() {
                 return Err(TransportError::new(format!(
-                    "slot {slot} free fence is {}, producer of frame {frame} waits for {want}",
-                    token.value
+                    "slot {slot} free fence is {}, producer of frame {} waits for {}",
+                    token.value,
+                    t.frame(),
+                    t.free_wait()
                 )));
             }
             *held = Some(token.bytes);
@@ -208,26 +190,36 @@ impl FrameTransport for HostReference {
         }
     }
 
-    fn producer_release(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        self.check_slot(slot, frame)?;
-        let bytes = self.held[slot].take().ok_or_else(|| {
-            TransportError::new(format!("release of slot {slot} that was not acquired"))
-        })?;
+    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let slot = t.slot();
+        let bytes = self
+            .held
+            .get_mut(slot)
+            .and_then(Option::take)
+            .ok_or_else(|| {
+                TransportError::new(format!(
+                    "ready signal of slot {slot}, which was not waited for"
+                ))
+            })?;
         let token = Token {
-            value: self.schedule.ready_value(frame),
+            value: t.ready(),
             bytes,
-            signalled: Instant::now(),
         };
         self.ready_tx[slot]
             .send(token)
             .map_err(|_| TransportError::new("consumer thread stopped"))
     }
 
-    fn consumer_submit(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        self.check_slot(slot, frame)?;
+    fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let job = Job {
+            slot: t.slot(),
+            frame: t.frame(),
+            ready: t.ready(),
+            free: t.free_signal(),
+        };
         self.jobs
             .as_ref()
-            .and_then(|j| j.send(Job { slot, frame }).ok())
+            .and_then(|j| j.send(job).ok())
             .ok_or_else(|| TransportError::new("consumer thread stopped"))
     }
 
@@ -265,30 +257,40 @@ impl Drop for HostReference {
 mod tests {
     use super::*;
     use crate::camera::TestPattern;
+    use crate::ring::Ring;
 
-    fn transport(slots: usize, fault: Fault) -> HostReference {
+    fn transport(slots: usize, fault: Fault) -> (HostReference, Ring) {
         let g = FrameGeometry {
             stride: 64,
             rows: 8,
         };
-        HostReference::new(g, FenceSchedule::new(slots).unwrap(), fault)
+        (
+            HostReference::new(g, slots, fault),
+            Ring::new(slots).unwrap(),
+        )
     }
 
-    fn produce(t: &mut HostReference, frame: u64) -> usize {
-        let slot = frame as usize % t.slot_count();
-        let buf = t.producer_acquire(slot, frame).unwrap();
-        TestPattern::new(frame, 64).fill(buf);
-        t.producer_release(slot, frame).unwrap();
-        t.consumer_submit(slot, frame).unwrap();
-        slot
+    /// One frame through the ring: wait, write the pattern, signal, queue.
+    fn produce(t: &mut HostReference, ring: &mut Ring) -> Ticket {
+        let ticket = ring.acquire().unwrap();
+        TestPattern::new(ticket.frame(), 64).fill(t.wait_free(&ticket).unwrap());
+        t.signal_ready(&ticket).unwrap();
+        ring.release(&ticket, Instant::now(), 0).unwrap();
+        t.queue_consumer(&ticket).unwrap();
+        ring.submit(&ticket).unwrap();
+        ticket
     }
 
     #[test]
     fn frames_round_trip_through_the_ring() {
-        let mut t = transport(2, Fault::None);
+        let (mut t, mut ring) = transport(2, Fault::None);
         for frame in 0..8u64 {
-            let slot = (frame % 2) as usize;
-            let buf = t.producer_acquire(slot, frame).unwrap();
+            let ticket = ring.acquire().unwrap();
+            assert_eq!(
+                (ticket.frame(), ticket.slot()),
+                (frame, (frame % 2) as usize)
+            );
+            let buf = t.wait_free(&ticket).unwrap();
             if frame >= 2 {
                 // The producer sees the consumer's in-place result of the
                 // slot's previous frame.
@@ -296,43 +298,62 @@ mod tests {
                 assert_eq!(prev.first_mismatch(buf, 0xff), None);
             }
             TestPattern::new(frame, 64).fill(buf);
-            t.producer_release(slot, frame).unwrap();
-            t.consumer_submit(slot, frame).unwrap();
+            t.signal_ready(&ticket).unwrap();
+            ring.release(&ticket, Instant::now(), 0).unwrap();
+            t.queue_consumer(&ticket).unwrap();
+            ring.submit(&ticket).unwrap();
             let c = t.wait_complete().unwrap();
-            assert_eq!((c.slot, c.frame, c.mismatches), (slot, frame, 0));
+            assert_eq!((c.slot, c.frame, c.mismatches), (ticket.slot(), frame, 0));
+            ring.complete(&c).unwrap();
         }
         assert!(t.try_complete().unwrap().is_none());
     }
 
     #[test]
     fn skipped_processing_leaves_the_frame_uninverted() {
-        let mut t = transport(1, Fault::SkipProcess);
-        produce(&mut t, 0);
-        assert_eq!(t.wait_complete().unwrap().mismatches, 0);
-        let buf = t.producer_acquire(0, 1).unwrap();
+        let (mut t, mut ring) = transport(1, Fault::SkipProcess);
+        produce(&mut t, &mut ring);
+        ring.drain(&mut t, |c, _| {
+            assert_eq!(c.mismatches, 0);
+            Ok(())
+        })
+        .unwrap();
+        let next = ring.acquire().unwrap();
+        let buf = t.wait_free(&next).unwrap();
         assert_eq!(TestPattern::new(0, 64).first_mismatch(buf, 0xff), Some(0));
     }
 
     #[test]
-    fn out_of_order_use_is_refused() {
-        let mut t = transport(2, Fault::None);
-        assert!(t.producer_acquire(1, 0).is_err(), "wrong slot");
-        assert!(t.producer_release(0, 0).is_err(), "release before acquire");
-        // Frame 2 would wait on slot 0's free fence value 1; the slot is at 0.
-        assert!(t.producer_acquire(0, 2).is_err());
+    fn a_fence_value_other_than_the_ticket_is_refused() {
+        // Two rings over one transport: the second hands out frame 0 again
+        // for a slot whose free fence is already at 1.
+        let (mut t, mut ring) = transport(1, Fault::None);
+        produce(&mut t, &mut ring);
+        ring.drain(&mut t, |_, _| Ok(())).unwrap();
+        let stale = Ring::new(1).unwrap().acquire().unwrap();
+        let e = t.wait_free(&stale).unwrap_err();
+        assert!(
+            e.0.contains("free fence is 1") && e.0.contains("waits for 0"),
+            "{e}"
+        );
+        // A ready signal without the wait is refused, not sent.
+        let mut fresh = Ring::new(1).unwrap();
+        let (mut t, _) = transport(1, Fault::None);
+        assert!(t.signal_ready(&fresh.acquire().unwrap()).is_err());
     }
 
     #[test]
     fn corruption_is_counted_by_the_consumer() {
-        let mut t = transport(1, Fault::Corrupt);
-        produce(&mut t, 0);
+        let (mut t, mut ring) = transport(1, Fault::Corrupt);
+        produce(&mut t, &mut ring);
         assert_eq!(t.wait_complete().unwrap().mismatches, 1);
     }
 
     #[test]
     fn drop_with_work_pending_does_not_hang() {
-        let mut t = transport(2, Fault::None);
-        t.consumer_submit(0, 0).unwrap(); // submitted, never released
+        let (mut t, mut ring) = transport(2, Fault::None);
+        let ticket = ring.acquire().unwrap();
+        t.queue_consumer(&ticket).unwrap(); // queued, never signalled ready
         drop(t);
     }
 }

@@ -66,7 +66,7 @@
 use std::fmt::Display;
 use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tegra_interop::core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
@@ -84,7 +84,7 @@ use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
 
 use crate::host::Fault;
 use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
-use crate::ring::FenceSchedule;
+use crate::ring::Ticket;
 use crate::transport::{process_frame, Completion, FrameGeometry, FrameTransport, TransportError};
 
 /// How long a CPU wait or a completion may take before the run is declared
@@ -285,31 +285,6 @@ impl Objects {
     }
 }
 
-/// Where a slot is in the protocol (checked on every call).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SlotState {
-    /// Free for the producer's next frame (after its free fence).
-    Idle,
-    /// The producer holds it for this frame.
-    Acquired(u64),
-    /// Written and signalled ready; not yet queued for the consumer.
-    Released(u64),
-}
-
-/// Shared with the host functions: when the previous frame finished.
-type LastEnd = Arc<Mutex<Option<Instant>>>;
-
-/// Records that a frame signalled ready at `signalled` finished at `end`,
-/// and returns how long it queued behind the previous frame.
-fn queued_behind(last_end: &LastEnd, signalled: Instant, end: Instant) -> Duration {
-    let mut last = last_end.lock().unwrap_or_else(|e| e.into_inner());
-    let q = last.map_or(Duration::ZERO, |prev| {
-        prev.saturating_duration_since(signalled)
-    });
-    *last = Some(end);
-    q
-}
-
 /// The consumer's CUDA state for [`Processing::CudaKernel`].
 struct KernelPath {
     kernel: Kernel,
@@ -319,9 +294,6 @@ struct KernelPath {
     /// The consumer's stream (also wrapped in the transport's `Stream`).
     cstream: Arc<CudaStream>,
     grid: u32,
-    /// Per slot: the frame submitted and not yet collected (its events and
-    /// counter copy are reused by the slot's next frame).
-    uncollected: Vec<Option<u64>>,
 }
 
 impl KernelPath {
@@ -352,19 +324,18 @@ impl KernelPath {
             events,
             cstream,
             grid: kernel::grid_for(geometry.frame_len()),
-            uncollected: vec![None; slots],
         })
     }
 }
 
-/// The NvSci transport (see the module docs).
-pub struct NvSciTransport<'a> {
+/// The NvSci transport (see the module docs): a value that owns its CUDA
+/// context, its NvSci objects and their imports ([`NvSciTransport::open`]).
+pub struct NvSciTransport {
     name: &'static str,
+    note: &'static str,
     geometry: FrameGeometry,
-    schedule: FenceSchedule,
     processing: Processing,
     fault: Fault,
-    objects: &'a Objects,
     /// The producer's CPU address of each slot's buffer.
     cpu: Vec<NonNull<u8>>,
     /// Counts of the ready objects' CPU signals (values only; built fences).
@@ -373,10 +344,9 @@ pub struct NvSciTransport<'a> {
     ready_fences: Vec<Option<Fence>>,
     /// Received fences: per slot, the free fence the consumer handed back.
     free_fences: Vec<Option<Fence>>,
-    state: Vec<SlotState>,
-    /// Frames queued for the consumer per slot (= free signals queued).
-    uses: Vec<u64>,
-    signalled: Vec<Instant>,
+    /// Per slot: how many ready signals the CPU made (the fence's count, so
+    /// a consumer is never queued to wait for a signal not yet made).
+    ready_signalled: Vec<u64>,
     cpu_wait: CpuWaitContext,
     // Consumer side: dropped after the stream has drained (see Drop).
     mappings: Vec<MappedBuffer>,
@@ -387,32 +357,45 @@ pub struct NvSciTransport<'a> {
     kernel: Option<KernelPath>,
     done_tx: Sender<Completion>,
     done_rx: Receiver<Completion>,
+    /// Completions queued and not yet collected (so a wait with none
+    /// queued fails at once instead of timing out).
     in_flight: usize,
-    last_end: LastEnd,
+    // Dropped last: the imports (the mappings hold theirs too), the NvSci
+    // objects, the consumer's context.
+    _memories: Vec<NvSciMemory>,
+    objects: Objects,
+    _ctx: Context,
 }
 
-impl<'a> NvSciTransport<'a> {
-    /// Sets up the consumer on `ctx` over `objects` (whose buffers
-    /// `memories` imported into `ctx`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
+impl NvSciTransport {
+    /// Opens the transport on `backend`: one CUDA context (the consumer) on
+    /// device 0, the ring's NvSci objects for `slots` slots, their CUDA
+    /// imports, the consumer's stream. `name` is printed as the backend.
+    pub fn open(
+        backend: &Arc<Backend>,
         name: &'static str,
-        ctx: &'a Context,
-        objects: &'a Objects,
-        memories: &'a [NvSciMemory],
-        geometry: FrameGeometry,
-        schedule: FenceSchedule,
         processing: Processing,
+        geometry: FrameGeometry,
+        slots: usize,
         fault: Fault,
     ) -> Result<Self, String> {
-        let slots = schedule.slots();
-        if objects.slots.len() != slots || memories.len() != slots {
-            return Err(format!(
-                "ring of {slots} slots over {} NvSci slots and {} imports",
-                objects.slots.len(),
-                memories.len()
-            ));
-        }
+        let ctx = Context::new(Arc::clone(backend), 0).map_err(err("CUDA context"))?;
+        Self::new(&ctx, name, processing, geometry, slots, fault)
+    }
+
+    /// Opens the transport with `ctx` as the consumer's context (the
+    /// transport keeps a clone of it; so may the caller, for its own work).
+    pub fn new(
+        ctx: &Context,
+        name: &'static str,
+        processing: Processing,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, String> {
+        let backend = ctx.backend();
+        let objects = Objects::allocate(backend, ctx, geometry.frame_len(), slots)?;
+        let memories = objects.import_memories(ctx)?;
         let (stream, kernel) = match processing {
             Processing::HostFnOverSimulatedDeviceMemory => {
                 (Stream::new(ctx).map_err(err("CUDA stream"))?, None)
@@ -435,7 +418,7 @@ impl<'a> NvSciTransport<'a> {
         let mut mappings = Vec::with_capacity(slots);
         let mut waiters = Vec::with_capacity(slots);
         let mut signalers = Vec::with_capacity(slots);
-        for (s, mem) in objects.slots.iter().zip(memories) {
+        for (s, mem) in objects.slots.iter().zip(&memories) {
             cpu.push(s.buf.cpu_ptr().map_err(err("NvSciBufObjGetCpuPtr"))?);
             if mem.size() < frame_len {
                 return Err(format!(
@@ -477,21 +460,17 @@ impl<'a> NvSciTransport<'a> {
         }
         let cpu_wait = CpuWaitContext::new(&objects.syncs).map_err(err("CPU wait context"))?;
         let (done_tx, done_rx) = mpsc::channel();
-        let now = Instant::now();
         Ok(NvSciTransport {
             name,
+            note: processing.describe_with(objects.fence_source()),
             geometry,
-            schedule,
             processing,
             fault,
-            objects,
             cpu,
             ready_counters,
             ready_fences: (0..slots).map(|_| None).collect(),
             free_fences: (0..slots).map(|_| None).collect(),
-            state: vec![SlotState::Idle; slots],
-            uses: vec![0; slots],
-            signalled: vec![now; slots],
+            ready_signalled: vec![0; slots],
             cpu_wait,
             mappings,
             waiters,
@@ -501,18 +480,16 @@ impl<'a> NvSciTransport<'a> {
             done_tx,
             done_rx,
             in_flight: 0,
-            last_end: Arc::new(Mutex::new(None)),
+            _memories: memories,
+            objects,
+            _ctx: ctx.clone(),
         })
     }
 
-    fn check_slot(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        if slot != self.schedule.slot(frame) {
-            return Err(TransportError::new(format!(
-                "frame {frame} belongs in slot {}, not {slot}",
-                self.schedule.slot(frame)
-            )));
-        }
-        Ok(())
+    /// One line for the summary: how frames are processed and how fences
+    /// travel with the loaded NvSciSync.
+    pub fn note(&self) -> &'static str {
+        self.note
     }
 
     /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
@@ -523,10 +500,11 @@ impl<'a> NvSciTransport<'a> {
             .map_err(|e| TransportError::new(format!("CPU cache flush of slot {slot}: {e}")))
     }
 
-    fn ready_value(&self, slot: usize, frame: u64) -> Result<u64, TransportError> {
+    /// The ready object's fence value of the ticket's ready signal.
+    fn ready_value(&self, t: &Ticket) -> Result<u64, TransportError> {
         self.ready_counters
-            .get(slot)
-            .map(|c| c.value_of_signal(self.schedule.ready_value(frame)))
+            .get(t.slot())
+            .map(|c| c.value_of_signal(t.ready()))
             .ok_or_else(|| TransportError::new("no ready counter: fences are received"))
     }
 
@@ -536,15 +514,13 @@ impl<'a> NvSciTransport<'a> {
 
     /// Queues the processing of `frame` on the stream.
     fn queue_processing(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let tx = self.done_tx.clone();
         match self.processing {
             Processing::HostFnOverSimulatedDeviceMemory => {
                 let ptr = self.mappings[slot].device_ptr() as usize;
                 let len = self.geometry.frame_len();
                 let stride = self.geometry.stride;
                 let fault = self.fault;
-                let signalled = self.signalled[slot];
-                let tx = self.done_tx.clone();
-                let last_end = Arc::clone(&self.last_end);
                 self.stream
                     .launch_host_fn(move || {
                         // SAFETY: (1) with this processing the transport
@@ -570,7 +546,6 @@ impl<'a> NvSciTransport<'a> {
                             _ => process_frame(frame, stride, bytes),
                         };
                         let process = start.elapsed();
-                        let queued = queued_behind(&last_end, signalled, start + process);
                         // The receiver is gone only when the transport is
                         // being dropped; then nobody needs the result.
                         let _ = tx.send(Completion {
@@ -578,20 +553,24 @@ impl<'a> NvSciTransport<'a> {
                             frame,
                             mismatches,
                             process,
-                            queued,
                             finished: Instant::now(),
                         });
                     })
                     .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
             }
-            Processing::CudaKernel => self.queue_kernel(slot, frame),
+            Processing::CudaKernel => self.queue_kernel(slot, frame, tx),
         }
     }
 
     /// [`Processing::CudaKernel`]: queues the kernel over the slot's
     /// mapping, the read-back of its mismatch counter and a host function
     /// that reports the frame finished. Built; never run on a Jetson.
-    fn queue_kernel(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+    fn queue_kernel(
+        &self,
+        slot: usize,
+        frame: u64,
+        tx: Sender<Completion>,
+    ) -> Result<(), TransportError> {
         let Some(k) = &self.kernel else {
             return Err(TransportError::new(
                 "the CUDA kernel path was not set up for this transport",
@@ -612,8 +591,8 @@ impl<'a> NvSciTransport<'a> {
         let counter = k.counters.device_ptr(slot)?;
         // SAFETY: `s` is the transport's live stream of the current context;
         // the slot's counter is used only by this frame's work, queued on
-        // this stream (the slot's previous frame was collected, see
-        // `consumer_submit`).
+        // this stream (the ring collects the slot's previous frame before it
+        // hands out the slot again).
         unsafe { k.counters.clear(slot, s) }?;
         let bytes = DeviceFrame {
             ptr: self.mappings[slot].device_ptr(),
@@ -638,9 +617,6 @@ impl<'a> NvSciTransport<'a> {
         // next copy is queued only after this frame was collected.
         unsafe { k.counters.copy_to_host(slot, s) }?;
         let host = k.counters.host_address(slot)?;
-        let signalled = self.signalled[slot];
-        let tx = self.done_tx.clone();
-        let last_end = Arc::clone(&self.last_end);
         self.stream
             .launch_host_fn(move || {
                 // SAFETY: `host` is the slot's u64 in pinned host memory,
@@ -652,7 +628,6 @@ impl<'a> NvSciTransport<'a> {
                 // function must not make.
                 let mismatches = unsafe { (host as *const u64).read_volatile() };
                 let finished = Instant::now();
-                let queued = queued_behind(&last_end, signalled, finished);
                 // `process` is filled in from the CUDA events when the frame
                 // is collected (reading them is a CUDA call).
                 let _ = tx.send(Completion {
@@ -660,7 +635,6 @@ impl<'a> NvSciTransport<'a> {
                     frame,
                     mismatches,
                     process: Duration::ZERO,
-                    queued,
                     finished,
                 });
             })
@@ -671,14 +645,7 @@ impl<'a> NvSciTransport<'a> {
     /// path, fills in the kernel's time from the slot's events.
     fn collected(&mut self, mut c: Completion) -> Result<Completion, TransportError> {
         self.in_flight = self.in_flight.saturating_sub(1);
-        if let Some(k) = &mut self.kernel {
-            if k.uncollected.get(c.slot).copied().flatten() != Some(c.frame) {
-                return Err(TransportError::new(format!(
-                    "completion of frame {} in slot {}, which was not in flight",
-                    c.frame, c.slot
-                )));
-            }
-            k.uncollected[c.slot] = None;
+        if let Some(k) = &self.kernel {
             let (before, after) = &k.events[c.slot];
             let ms = before
                 .elapsed_ms(after)
@@ -689,70 +656,55 @@ impl<'a> NvSciTransport<'a> {
     }
 }
 
-impl FrameTransport for NvSciTransport<'_> {
+impl FrameTransport for NvSciTransport {
     fn backend(&self) -> &'static str {
         self.name
     }
 
     fn slot_count(&self) -> usize {
-        self.schedule.slots()
+        self.cpu.len()
     }
 
     fn geometry(&self) -> FrameGeometry {
         self.geometry
     }
 
-    fn producer_acquire(&mut self, slot: usize, frame: u64) -> Result<&mut [u8], TransportError> {
-        self.check_slot(slot, frame)?;
-        match self.state[slot] {
-            SlotState::Acquired(f) if f == frame => {}
-            SlotState::Idle => {
-                let k = self.schedule.free_wait_value(frame);
-                if k != self.uses[slot] {
-                    return Err(TransportError::new(format!(
-                        "slot {slot} has had {} frame(s) queued; frame {frame} would wait for free signal {k}",
-                        self.uses[slot]
-                    )));
-                }
-                if k > 0 {
-                    let fence = if self.built() {
-                        let Some(counter) = self.signalers[slot].counter() else {
-                            return Err(TransportError::new("free semaphore lost its counter"));
-                        };
-                        self.objects.slots[slot]
-                            .free
-                            .fence_for_value(counter.value_of_signal(k))
-                            .map_err(|e| TransportError::new(format!("free fence: {e}")))?
-                    } else {
-                        // The fence of free signal k, handed back at submit.
-                        self.free_fences[slot].take().ok_or_else(|| {
-                            TransportError::new(format!(
-                                "slot {slot}: the consumer handed back no free fence for signal {k}"
-                            ))
-                        })?
-                    };
-                    let reached = fence
-                        .wait(&mut self.cpu_wait, Timeout::After(STUCK))
-                        .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
-                    if !reached {
-                        return Err(TransportError::new(format!(
-                            "slot {slot}: free signal {k} not reached within {STUCK:?}"
-                        )));
-                    }
-                }
-                // Before the CPU reads what the consumer wrote (see the
-                // module docs on CPU caches). The producer's own lines were
-                // written back at its release and it has not written the
-                // slot since, so this cannot overwrite the consumer's output.
-                self.flush_cpu_cache(slot)?;
-                self.state[slot] = SlotState::Acquired(frame);
-            }
-            other => {
+    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
+        let (slot, k) = (t.slot(), t.free_wait());
+        if slot >= self.cpu.len() {
+            return Err(TransportError::new(format!("no slot {slot}")));
+        }
+        if k > 0 {
+            let fence = if self.built() {
+                let Some(counter) = self.signalers[slot].counter() else {
+                    return Err(TransportError::new("free semaphore lost its counter"));
+                };
+                self.objects.slots[slot]
+                    .free
+                    .fence_for_value(counter.value_of_signal(k))
+                    .map_err(|e| TransportError::new(format!("free fence: {e}")))?
+            } else {
+                // The fence of free signal k, handed back at queue_consumer.
+                self.free_fences[slot].take().ok_or_else(|| {
+                    TransportError::new(format!(
+                        "slot {slot}: the consumer handed back no free fence for signal {k}"
+                    ))
+                })?
+            };
+            let reached = fence
+                .wait(&mut self.cpu_wait, Timeout::After(STUCK))
+                .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
+            if !reached {
                 return Err(TransportError::new(format!(
-                    "slot {slot} acquired for frame {frame} while {other:?}"
-                )))
+                    "slot {slot}: free signal {k} not reached within {STUCK:?}"
+                )));
             }
         }
+        // Before the CPU reads what the consumer wrote (see the module docs
+        // on CPU caches). The producer's own lines were written back at its
+        // ready signal and it has not written the slot since, so this cannot
+        // overwrite the consumer's output.
+        self.flush_cpu_cache(slot)?;
         // SAFETY: the buffer is at least `frame_len` bytes (checked at
         // set-up) and lives as long as `self.objects`. The consumer is done
         // with it: its free fence for the slot's previous frame was reached
@@ -763,12 +715,10 @@ impl FrameTransport for NvSciTransport<'_> {
         })
     }
 
-    fn producer_release(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        self.check_slot(slot, frame)?;
-        if self.state[slot] != SlotState::Acquired(frame) {
-            return Err(TransportError::new(format!(
-                "release of slot {slot} for frame {frame}, which was not acquired"
-            )));
+    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let slot = t.slot();
+        if slot >= self.cpu.len() {
+            return Err(TransportError::new(format!("no slot {slot}")));
         }
         // The camera's writes reach memory before the consumer may read them
         // (see the module docs on CPU caches).
@@ -780,45 +730,39 @@ impl FrameTransport for NvSciTransport<'_> {
             .map_err(|e| TransportError::new(format!("ready fence: {e}")))?;
         if self.built() {
             // It must be the value the consumer computes on its own.
-            let want = self.ready_value(slot, frame)?;
+            let want = self.ready_value(t)?;
             let got = fence
                 .extract()
                 .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
                 .map(|f| f.value);
             if got != Some(want) {
                 return Err(TransportError::new(format!(
-                    "slot {slot}: the ready signal of frame {frame} has fence value {got:?}, the deterministic counter says {want}"
+                    "slot {slot}: the ready signal of frame {} has fence value {got:?}, the deterministic counter says {want}",
+                    t.frame()
                 )));
             }
         }
         ready
             .cpu_signal()
             .map_err(|e| TransportError::new(format!("CPU signal: {e}")))?;
+        self.ready_signalled[slot] = t.ready();
         if !self.built() {
             // Handed to the consumer (the standard NvSci flow).
             self.ready_fences[slot] = Some(fence);
         }
-        self.signalled[slot] = Instant::now();
-        self.state[slot] = SlotState::Released(frame);
         Ok(())
     }
 
-    fn consumer_submit(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        self.check_slot(slot, frame)?;
-        if self.state[slot] != SlotState::Released(frame) {
-            // Queueing a wait for a signal that may never come would stall
-            // the stream (and everything after it) for good.
-            return Err(TransportError::new(format!(
-                "consumer submit of frame {frame} in slot {slot}, which was not released"
-            )));
+    fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let (slot, frame) = (t.slot(), t.frame());
+        if slot >= self.cpu.len() {
+            return Err(TransportError::new(format!("no slot {slot}")));
         }
-        if let Some(f) = self
-            .kernel
-            .as_ref()
-            .and_then(|k| k.uncollected.get(slot).copied().flatten())
-        {
+        // Queueing a wait for a signal that may never come would stall the
+        // stream (and everything after it) for good: refused.
+        if self.ready_signalled[slot] < t.ready() {
             return Err(TransportError::new(format!(
-                "slot {slot} still has frame {f} uncollected; collect it before submitting frame {frame}"
+                "consumer of frame {frame} in slot {slot} queued before its ready signal"
             )));
         }
         // Built: the consumer builds the fence it waits for from the
@@ -828,7 +772,7 @@ impl FrameTransport for NvSciTransport<'_> {
         let ready = if self.built() {
             waiter
                 .object()
-                .fence_for_value(self.ready_value(slot, frame)?)
+                .fence_for_value(self.ready_value(t)?)
                 .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
         } else {
             self.ready_fences[slot].take().ok_or_else(|| {
@@ -843,15 +787,10 @@ impl FrameTransport for NvSciTransport<'_> {
         self.queue_processing(slot, frame)?;
         // From here on the frame's completion will arrive.
         self.in_flight += 1;
-        if let Some(k) = &mut self.kernel {
-            k.uncollected[slot] = Some(frame);
-        }
         let mut free = Fence::new(&self.objects.syncs);
         let produced = self.signalers[slot]
             .signal(&self.stream, &mut free)
             .map_err(|e| TransportError::new(format!("CUDA signal of free fence: {e}")))?;
-        self.uses[slot] += 1;
-        self.state[slot] = SlotState::Idle;
         if !self.built() {
             // Handed back to the producer, which waits on it before reusing
             // the slot.
@@ -894,10 +833,10 @@ impl FrameTransport for NvSciTransport<'_> {
     }
 }
 
-impl Drop for NvSciTransport<'_> {
+impl Drop for NvSciTransport {
     fn drop(&mut self) {
-        // Every queued wait has had its signal (submit requires a release),
-        // so the stream drains. If it cannot be drained, host functions may
+        // Every queued wait has had its signal (`queue_consumer` refuses
+        // one before it), so the stream drains. If it cannot be drained, host functions may
         // still touch the mappings: leak them rather than unmap under them.
         // The same holds for the kernel path's counters, events and module.
         if self.stream.synchronize().is_err() {
@@ -907,34 +846,12 @@ impl Drop for NvSciTransport<'_> {
     }
 }
 
-/// Runs `f` over an NvSci transport on `backend`: one CUDA context (the
-/// consumer), the ring's objects, their imports; everything is released,
-/// in order, before this returns.
-#[allow(clippy::too_many_arguments)]
-pub fn with_transport<R>(
-    backend: &Arc<Backend>,
-    name: &'static str,
-    processing: Processing,
-    geometry: FrameGeometry,
-    schedule: FenceSchedule,
-    fault: Fault,
-    f: impl FnOnce(&mut dyn FrameTransport, &'static str) -> R,
-) -> Result<R, String> {
-    let ctx = Context::new(Arc::clone(backend), 0).map_err(err("CUDA context"))?;
-    let objects = Objects::allocate(backend, &ctx, geometry.frame_len(), schedule.slots())?;
-    let note = processing.describe_with(objects.fence_source());
-    let memories = objects.import_memories(&ctx)?;
-    let mut transport = NvSciTransport::new(
-        name, &ctx, &objects, &memories, geometry, schedule, processing, fault,
-    )?;
-    Ok(f(&mut transport, note))
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::camera::TestPattern;
+    use crate::ring::Ring;
     use tegra_interop_sim::{Sim, SimConfig};
 
     const G: FrameGeometry = FrameGeometry {
@@ -942,18 +859,32 @@ mod tests {
         rows: 8,
     };
 
-    fn with<R>(slots: usize, fault: Fault, f: impl FnOnce(&mut dyn FrameTransport) -> R) -> R {
+    fn open_on(
+        sim: &Sim,
+        processing: Processing,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<NvSciTransport, String> {
+        NvSciTransport::open(&sim.backend(), "nvsci-sim", processing, G, slots, fault)
+    }
+
+    /// Runs `f` over a transport and a ring on a fresh simulator, then
+    /// checks that nothing was left behind and nothing was flagged.
+    fn with<R>(
+        slots: usize,
+        fault: Fault,
+        f: impl FnOnce(&mut NvSciTransport, &mut Ring) -> R,
+    ) -> R {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let r = with_transport(
-            &sim.backend(),
-            "nvsci-sim",
+        let mut t = open_on(
+            &sim,
             Processing::HostFnOverSimulatedDeviceMemory,
-            G,
-            FenceSchedule::new(slots).unwrap(),
+            slots,
             fault,
-            |t, _| f(t),
         )
         .unwrap();
+        let r = f(&mut t, &mut Ring::new(slots).unwrap());
+        drop(t);
         assert!(sim.ledger().is_clean(), "CUDA ledger: {}", sim.ledger());
         assert!(
             sim.nvsci_ledger().is_clean(),
@@ -964,22 +895,37 @@ mod tests {
         r
     }
 
-    fn produce(t: &mut dyn FrameTransport, frame: u64) -> usize {
-        let slot = frame as usize % t.slot_count();
-        let buf = t.producer_acquire(slot, frame).unwrap();
-        TestPattern::new(frame, G.stride).fill(buf);
-        t.producer_release(slot, frame).unwrap();
-        t.consumer_submit(slot, frame).unwrap();
-        slot
+    /// Wait, write the pattern, signal ready (the ring's first two moves).
+    fn write(t: &mut NvSciTransport, ring: &mut Ring) -> Result<Ticket, TransportError> {
+        let ticket = ring.acquire().map_err(TransportError)?;
+        TestPattern::new(ticket.frame(), G.stride).fill(t.wait_free(&ticket)?);
+        t.signal_ready(&ticket)?;
+        ring.release(&ticket, Instant::now(), 0)
+            .map_err(TransportError)?;
+        Ok(ticket)
+    }
+
+    /// One whole frame: write, then queue the consumer.
+    fn produce(t: &mut NvSciTransport, ring: &mut Ring) -> Ticket {
+        let ticket = write(t, ring).unwrap();
+        t.queue_consumer(&ticket).unwrap();
+        ring.submit(&ticket).unwrap();
+        ticket
     }
 
     #[test]
     fn frames_round_trip_in_place_and_leave_nothing_behind() {
-        with(2, Fault::None, |t| {
+        with(2, Fault::None, |t, ring| {
             assert_eq!(t.backend(), "nvsci-sim");
+            let mut last = None;
             for frame in 0..9u64 {
-                let slot = (frame % 2) as usize;
-                let buf = t.producer_acquire(slot, frame).unwrap();
+                ring.make_room(t, |c, _| {
+                    assert_eq!(c.mismatches, 0);
+                    Ok(())
+                })
+                .unwrap();
+                let ticket = ring.acquire().unwrap();
+                let buf = t.wait_free(&ticket).unwrap();
                 if frame >= 2 {
                     // The consumer's in-place result of the slot's previous
                     // frame, seen through the producer's CPU pointer.
@@ -987,21 +933,19 @@ mod tests {
                     assert_eq!(prev.first_mismatch(buf, 0xff), None, "frame {frame}");
                 }
                 TestPattern::new(frame, G.stride).fill(buf);
-                t.producer_release(slot, frame).unwrap();
-                t.consumer_submit(slot, frame).unwrap();
-                if frame % 3 == 2 {
-                    continue; // leave some in flight across iterations
-                }
-                while let Some(c) = t.try_complete().unwrap() {
-                    assert_eq!(c.mismatches, 0);
-                }
+                t.signal_ready(&ticket).unwrap();
+                ring.release(&ticket, Instant::now(), 0).unwrap();
+                t.queue_consumer(&ticket).unwrap();
+                ring.submit(&ticket).unwrap();
             }
-            let mut last = None;
-            while let Ok(c) = t.wait_complete() {
+            ring.drain(t, |c, _| {
                 assert_eq!(c.mismatches, 0);
                 last = Some(c.frame);
-            }
-            assert!(last.is_some_and(|f| f <= 8));
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(last, Some(8));
+            assert!(t.wait_complete().is_err(), "nothing else in flight");
         });
     }
 
@@ -1012,24 +956,23 @@ mod tests {
             let mut cfg = SimConfig::tegra();
             cfg.nvsci_release = release;
             let sim = Sim::with_config(cfg).unwrap();
-            let note = with_transport(
-                &sim.backend(),
-                "nvsci-sim",
+            let mut t = open_on(
+                &sim,
                 Processing::HostFnOverSimulatedDeviceMemory,
-                G,
-                FenceSchedule::new(2).unwrap(),
+                2,
                 Fault::None,
-                |t, note| {
-                    for frame in 0..6u64 {
-                        let slot = produce(t, frame);
-                        assert_eq!(slot, (frame % 2) as usize);
-                        let c = t.wait_complete().unwrap();
-                        assert_eq!((c.frame, c.mismatches), (frame, 0), "{release}");
-                    }
-                    note
-                },
             )
             .unwrap();
+            let mut ring = Ring::new(2).unwrap();
+            for frame in 0..6u64 {
+                let ticket = produce(&mut t, &mut ring);
+                assert_eq!(ticket.slot(), (frame % 2) as usize);
+                let c = t.wait_complete().unwrap();
+                assert_eq!((c.frame, c.mismatches), (frame, 0), "{release}");
+                ring.complete(&c).unwrap();
+            }
+            let note = t.note();
+            drop(t);
             let received = matches!(release, NvSciRelease::V5_2_6 | NvSciRelease::JetsonSync2_4);
             assert_eq!(
                 note.contains("received from the signaller"),
@@ -1061,20 +1004,14 @@ mod tests {
         // (slot 0's ready object) start at 5 instead.
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
         sim.nvsci_set_next_sync_initial(5);
-        let e = with_transport(
-            &sim.backend(),
-            "nvsci-sim",
+        let mut t = open_on(
+            &sim,
             Processing::HostFnOverSimulatedDeviceMemory,
-            G,
-            FenceSchedule::new(1).unwrap(),
+            1,
             Fault::None,
-            |t, _| {
-                t.producer_acquire(0, 0).unwrap();
-                t.producer_release(0, 0)
-            },
         )
-        .unwrap()
-        .unwrap_err();
+        .unwrap();
+        let e = write(&mut t, &mut Ring::new(1).unwrap()).unwrap_err();
         assert!(
             e.0.contains("has fence value Some(6), the deterministic counter says 1"),
             "{e}"
@@ -1082,41 +1019,38 @@ mod tests {
     }
 
     #[test]
-    fn submit_before_release_is_refused_not_queued() {
-        with(1, Fault::None, |t| {
-            let buf = t.producer_acquire(0, 0).unwrap();
-            TestPattern::new(0, G.stride).fill(buf);
-            // Out of order: submit before release is refused, not queued.
-            assert!(t.consumer_submit(0, 0).is_err());
-            t.producer_release(0, 0).unwrap();
-            t.consumer_submit(0, 0).unwrap();
+    fn a_consumer_queued_before_the_ready_signal_is_refused_not_queued() {
+        with(1, Fault::None, |t, ring| {
+            let ticket = ring.acquire().unwrap();
+            TestPattern::new(0, G.stride).fill(t.wait_free(&ticket).unwrap());
+            // Out of order: queued before the ready signal is refused.
+            let e = t.queue_consumer(&ticket).unwrap_err();
+            assert!(e.0.contains("before its ready signal"), "{e}");
+            t.signal_ready(&ticket).unwrap();
+            ring.release(&ticket, Instant::now(), 0).unwrap();
+            t.queue_consumer(&ticket).unwrap();
+            ring.submit(&ticket).unwrap();
             let c = t.wait_complete().unwrap();
             assert_eq!((c.slot, c.frame, c.mismatches), (0, 0, 0));
+            ring.complete(&c).unwrap();
             assert!(t.wait_complete().is_err(), "nothing else in flight");
         });
     }
 
     #[test]
-    fn out_of_order_use_is_refused() {
-        with(2, Fault::None, |t| {
-            assert!(t.producer_acquire(1, 0).is_err(), "wrong slot");
-            assert!(t.producer_release(0, 0).is_err(), "release before acquire");
-            // Frame 2 would wait for slot 0's first free signal, never queued.
-            assert!(t.producer_acquire(0, 2).is_err());
-        });
-    }
-
-    #[test]
     fn faults_reach_the_consumer() {
-        with(1, Fault::Corrupt, |t| {
-            produce(t, 0);
+        with(1, Fault::Corrupt, |t, ring| {
+            produce(t, ring);
             assert_eq!(t.wait_complete().unwrap().mismatches, 1);
         });
-        with(1, Fault::SkipProcess, |t| {
-            produce(t, 0);
-            assert_eq!(t.wait_complete().unwrap().mismatches, 0);
+        with(1, Fault::SkipProcess, |t, ring| {
+            produce(t, ring);
+            let c = t.wait_complete().unwrap();
+            assert_eq!(c.mismatches, 0);
+            ring.complete(&c).unwrap();
             // Not inverted: the producer sees the raw pattern again.
-            let buf = t.producer_acquire(0, 1).unwrap();
+            let next = ring.acquire().unwrap();
+            let buf = t.wait_free(&next).unwrap();
             assert_eq!(
                 TestPattern::new(0, G.stride).first_mismatch(buf, 0xff),
                 Some(0)
@@ -1128,23 +1062,17 @@ mod tests {
     fn a_failing_driver_call_is_an_error_not_a_panic() {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
         sim.fail_symbol("cuLaunchHostFunc", 0, 1);
-        let r = with_transport(
-            &sim.backend(),
-            "nvsci-sim",
+        let mut t = open_on(
+            &sim,
             Processing::HostFnOverSimulatedDeviceMemory,
-            G,
-            FenceSchedule::new(1).unwrap(),
+            1,
             Fault::None,
-            |t, _| {
-                let buf = t.producer_acquire(0, 0).unwrap();
-                TestPattern::new(0, G.stride).fill(buf);
-                t.producer_release(0, 0).unwrap();
-                t.consumer_submit(0, 0).map(|_| ())
-            },
         )
         .unwrap();
-        let e = r.unwrap_err();
+        let ticket = write(&mut t, &mut Ring::new(1).unwrap()).unwrap();
+        let e = t.queue_consumer(&ticket).unwrap_err();
         assert!(e.0.contains("cuLaunchHostFunc"), "{e}");
+        drop(t);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
         assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
     }
@@ -1156,16 +1084,16 @@ mod tests {
         // anything. (Its per-frame path has never run: no Jetson here.)
         for fault in [Fault::None, Fault::Corrupt] {
             let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-            let e = with_transport(
+            let e = NvSciTransport::open(
                 &sim.backend(),
                 "nvsci-jetson",
                 Processing::CudaKernel,
                 G,
-                FenceSchedule::new(2).unwrap(),
+                2,
                 fault,
-                |_, _| (),
             )
-            .unwrap_err();
+            .err()
+            .unwrap();
             let want = match fault {
                 Fault::None => "needs a CUDA context of the real driver made through cudarc",
                 _ => "fault injection (Corrupt) is implemented by the simulator's host-function processing only",
@@ -1196,43 +1124,36 @@ mod tests {
                 .filter(|c| **c == "NvSciBufObjFlushCpuCacheRange")
                 .count()
         };
-        with_transport(
-            &sim.backend(),
-            "nvsci-sim",
+        let mut t = open_on(
+            &sim,
             Processing::HostFnOverSimulatedDeviceMemory,
-            G,
-            FenceSchedule::new(1).unwrap(),
+            1,
             Fault::None,
-            |t, _| {
-                assert_eq!(flushes(), 0);
-                let buf = t.producer_acquire(0, 0).unwrap();
-                TestPattern::new(0, G.stride).fill(buf);
-                assert_eq!(flushes(), 1, "after the free fence, before the CPU reads");
-                t.producer_release(0, 0).unwrap();
-                assert_eq!(flushes(), 2, "after the CPU wrote, before the ready signal");
-                t.consumer_submit(0, 0).unwrap();
-                assert_eq!(t.wait_complete().unwrap().mismatches, 0);
-            },
         )
         .unwrap();
+        let mut ring = Ring::new(1).unwrap();
+        assert_eq!(flushes(), 0);
+        let ticket = ring.acquire().unwrap();
+        TestPattern::new(0, G.stride).fill(t.wait_free(&ticket).unwrap());
+        assert_eq!(flushes(), 1, "after the free fence, before the CPU reads");
+        t.signal_ready(&ticket).unwrap();
+        assert_eq!(flushes(), 2, "after the CPU wrote, before the ready signal");
+        t.queue_consumer(&ticket).unwrap();
+        assert_eq!(t.wait_complete().unwrap().mismatches, 0);
+        drop(t);
         // A failing flush stops the frame with the call's name.
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
         sim.fail_symbol("NvSciBufObjFlushCpuCacheRange", 1, 0x100);
-        let e = with_transport(
-            &sim.backend(),
-            "nvsci-sim",
+        let mut t = open_on(
+            &sim,
             Processing::HostFnOverSimulatedDeviceMemory,
-            G,
-            FenceSchedule::new(1).unwrap(),
+            1,
             Fault::None,
-            |t, _| {
-                t.producer_acquire(0, 0).unwrap();
-                t.producer_release(0, 0)
-            },
         )
-        .unwrap()
-        .unwrap_err();
+        .unwrap();
+        let e = write(&mut t, &mut Ring::new(1).unwrap()).unwrap_err();
         assert!(e.0.contains("NvSciBufObjFlushCpuCacheRange"), "{e}");
+        drop(t);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }
 
@@ -1240,16 +1161,14 @@ mod tests {
     fn set_up_failures_are_one_line_errors() {
         // Without NvSci (a discrete GPU), the module cannot open.
         let sim = Sim::new().unwrap();
-        let e = with_transport(
-            &sim.backend(),
-            "nvsci-sim",
+        let e = open_on(
+            &sim,
             Processing::HostFnOverSimulatedDeviceMemory,
-            G,
-            FenceSchedule::new(2).unwrap(),
+            2,
             Fault::None,
-            |_, _| (),
         )
-        .unwrap_err();
+        .err()
+        .unwrap();
         assert!(e.starts_with("NvSciBufModuleOpen"), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }

@@ -1,63 +1,92 @@
-//! Ring-of-slots bookkeeping: which slot a frame uses, the deterministic
-//! fence values, and which frame is in flight in each slot. Fixed capacity,
-//! no allocation.
+//! The ring of slots and its one per-slot state machine.
+//!
+//! A [`Ring`] of `n` slots decides, once per frame, which slot the frame
+//! uses and which fence values the two sides wait for and signal, and hands
+//! them out as a [`Ticket`]. A transport ([`crate::transport`]) only does
+//! the interop a ticket names (wait, write, signal); it keeps no per-slot
+//! progress of its own. Fixed capacity, no allocation.
+//!
+//! # The slot protocol
+//!
+//! Frame `f` uses slot `f % n`; it is that slot's `k`-th use, `k = f / n`.
+//! Each slot has two deterministic fences: *ready* (the producer signals,
+//! the consumer waits) and *free* (the consumer signals, the producer
+//! waits). The ticket of frame `f` carries:
+//!
+//! - [`Ticket::free_wait`] = `k`: the producer writes only once the slot's
+//!   *free* fence reached `k` (the consumer finished the slot's previous
+//!   frame; 0 for a first use, which waits for nothing);
+//! - [`Ticket::ready`] = `k + 1`: the producer signals *ready* to it after
+//!   writing, and the consumer waits for it;
+//! - [`Ticket::free_signal`] = `k + 1`: the consumer signals *free* to it
+//!   after processing.
+//!
+//! Each slot is in one [`SlotState`]; only the ring moves it, and the
+//! caller (the program that drives the ring) tells it when:
+//!
+//! | from       | to         | ring call                  | after the transport's |
+//! |------------|------------|----------------------------|-----------------------|
+//! | `Free`     | `Writing`  | [`Ring::acquire`] (ticket) | (before) `wait_free`: wait *free* >= `free_wait`, get the bytes |
+//! | `Writing`  | `Ready`    | [`Ring::release`]          | `signal_ready`: signal *ready* = `ready` |
+//! | `Ready`    | `InFlight` | [`Ring::submit`]           | `queue_consumer`: wait *ready*, process, signal *free* = `free_signal` |
+//! | `InFlight` | `Free`     | [`Ring::complete`]         | `try_complete` / `wait_complete` returned the frame |
+//!
+//! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
+//! always collected before the slot is written again, and every value a
+//! transport waits for has been (or is being) signalled.
+//! [`Ring::make_room`] and [`Ring::drain`] collect completions for the
+//! caller.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use crate::transport::{Completion, FrameTransport};
 
 /// Most slots a ring may have (the ring is a fixed-size array).
 pub const MAX_SLOTS: usize = 8;
 
-/// Slot and fence values for each frame of a ring of `slots` slots.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FenceSchedule {
-    slots: usize,
+/// One frame's use of one slot, as the ring handed it out: the slot, the
+/// frame and the fence values of the protocol (see the module docs).
+/// Only [`Ring::acquire`] makes one; it is neither `Clone` nor `Copy`, so
+/// a frame has exactly one.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Ticket {
+    slot: usize,
+    frame: u64,
+    use_index: u64,
 }
 
-impl FenceSchedule {
-    /// A schedule for `slots` slots, `1..=MAX_SLOTS`.
-    pub fn new(slots: usize) -> Result<Self, String> {
-        if slots == 0 || slots > MAX_SLOTS {
-            return Err(format!(
-                "ring size {slots} is outside 1..={MAX_SLOTS} (the ring has a fixed capacity)"
-            ));
-        }
-        Ok(FenceSchedule { slots })
+impl Ticket {
+    /// The slot the frame uses.
+    pub fn slot(&self) -> usize {
+        self.slot
     }
 
-    /// Number of slots.
-    pub fn slots(&self) -> usize {
-        self.slots
+    /// The frame index.
+    pub fn frame(&self) -> u64 {
+        self.frame
     }
 
-    /// Slot that `frame` uses.
-    pub fn slot(&self, frame: u64) -> usize {
-        (frame % self.slots as u64) as usize
+    /// The value of the slot's *free* fence the producer waits for before it
+    /// writes (the number of the slot's earlier frames; 0: wait for nothing).
+    pub fn free_wait(&self) -> u64 {
+        self.use_index
     }
 
-    /// How many frames used `frame`'s slot before it.
-    fn use_count(&self, frame: u64) -> u64 {
-        frame / self.slots as u64
+    /// The value of the slot's *ready* fence: signalled by the producer once
+    /// the frame is written, waited for by the consumer.
+    pub fn ready(&self) -> u64 {
+        self.use_index + 1
     }
 
-    /// Value of the slot's *free* fence the producer waits for before writing
-    /// `frame` (0 for a slot's first use).
-    pub fn free_wait_value(&self, frame: u64) -> u64 {
-        self.use_count(frame)
-    }
-
-    /// Value of the slot's *ready* fence signalled once `frame` is written,
-    /// and waited for by the consumer.
-    pub fn ready_value(&self, frame: u64) -> u64 {
-        self.use_count(frame) + 1
-    }
-
-    /// Value of the slot's *free* fence signalled once `frame` is processed.
-    pub fn free_signal_value(&self, frame: u64) -> u64 {
-        self.use_count(frame) + 1
+    /// The value of the slot's *free* fence the consumer signals once it has
+    /// processed the frame.
+    pub fn free_signal(&self) -> u64 {
+        self.use_index + 1
     }
 }
 
-/// What the pipeline remembers about a frame between submit and completion.
+/// What the ring remembers about a frame between its write and its
+/// completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InFlight {
     /// Frame index.
@@ -67,88 +96,209 @@ pub struct InFlight {
     /// Nanoseconds the producer took to write it (camera, plus the copy in
     /// `--copy` mode).
     pub write_ns: u64,
+    /// When the producer signalled it ready.
+    pub signalled: Instant,
 }
 
-/// Per-slot state of the ring.
+/// Where a slot is in the protocol (see the module docs for the moves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotState {
+    /// The consumer is done with it (or it was never used): the next frame
+    /// of the slot may be acquired.
+    Free,
+    /// The producer holds it to write this frame.
+    Writing(u64),
+    /// Written and signalled ready; the consumer is not queued yet.
+    Ready(InFlight),
+    /// The consumer is queued for it; its completion is not collected yet.
+    InFlight(InFlight),
+}
+
+/// A collected frame: what the ring recorded for it, and how long it
+/// waited, already signalled ready, for the consumer to finish the frame
+/// before it (queueing, not interop cost).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Collected {
+    /// What was recorded at [`Ring::release`].
+    pub rec: InFlight,
+    /// From its ready signal to the previous frame's finish (zero if the
+    /// previous frame had finished by then).
+    pub queued: Duration,
+}
+
+/// The ring: which slot each frame uses, its fence values and the one state
+/// machine of every slot.
 #[derive(Debug)]
 pub struct Ring {
-    schedule: FenceSchedule,
-    in_flight: [Option<InFlight>; MAX_SLOTS],
+    slots: usize,
+    next_frame: u64,
+    state: [SlotState; MAX_SLOTS],
     last_done: [Option<u64>; MAX_SLOTS],
+    last_finished: Option<Instant>,
 }
 
 impl Ring {
-    /// An empty ring.
-    pub fn new(schedule: FenceSchedule) -> Self {
-        Ring {
-            schedule,
-            in_flight: [None; MAX_SLOTS],
+    /// An empty ring of `slots` slots, `1..=MAX_SLOTS`; its first frame is 0.
+    pub fn new(slots: usize) -> Result<Ring, String> {
+        if slots == 0 || slots > MAX_SLOTS {
+            return Err(format!(
+                "ring size {slots} is outside 1..={MAX_SLOTS} (the ring has a fixed capacity)"
+            ));
+        }
+        Ok(Ring {
+            slots,
+            next_frame: 0,
+            state: [SlotState::Free; MAX_SLOTS],
             last_done: [None; MAX_SLOTS],
-        }
+            last_finished: None,
+        })
     }
 
-    /// The fence schedule.
-    pub fn schedule(&self) -> FenceSchedule {
-        self.schedule
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots
     }
 
-    /// Whether `slot` holds a submitted frame that has not completed.
-    pub fn is_busy(&self, slot: usize) -> bool {
-        self.in_flight.get(slot).is_some_and(Option::is_some)
+    /// The frame the next [`Ring::acquire`] hands out.
+    pub fn next_frame(&self) -> u64 {
+        self.next_frame
     }
 
-    /// Number of frames submitted and not completed.
+    /// The slot the next [`Ring::acquire`] hands out.
+    pub fn next_slot(&self) -> usize {
+        (self.next_frame % self.slots as u64) as usize
+    }
+
+    /// Where `slot` is in the protocol (`None` past the ring's end).
+    pub fn state(&self, slot: usize) -> Option<SlotState> {
+        self.state[..self.slots].get(slot).copied()
+    }
+
+    /// Number of frames whose consumer is queued and not collected.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.iter().filter(|s| s.is_some()).count()
+        self.state[..self.slots]
+            .iter()
+            .filter(|s| matches!(s, SlotState::InFlight(_)))
+            .count()
     }
 
-    /// Records that `rec.frame` was submitted in its slot.
-    pub fn submit(&mut self, rec: InFlight) -> Result<usize, String> {
-        let slot = self.schedule.slot(rec.frame);
-        match &mut self.in_flight[slot] {
-            Some(old) => Err(format!(
-                "slot {slot} still holds frame {} when frame {} was submitted",
-                old.frame, rec.frame
-            )),
-            free => {
-                *free = Some(rec);
-                Ok(slot)
-            }
-        }
-    }
-
-    /// Records that `frame` completed in `slot`; returns what was recorded at
-    /// submit. Fails if that is not the frame in flight there.
-    pub fn complete(&mut self, slot: usize, frame: u64) -> Result<InFlight, String> {
-        let entry = self
-            .in_flight
-            .get_mut(slot)
-            .filter(|_| slot < self.schedule.slots)
-            .ok_or_else(|| {
-                format!(
-                    "completion names slot {slot}, the ring has {} slots",
-                    self.schedule.slots
-                )
-            })?;
-        match *entry {
-            Some(rec) if rec.frame == frame => {
-                *entry = None;
-                self.last_done[slot] = Some(frame);
-                Ok(rec)
-            }
-            Some(rec) => Err(format!(
-                "completion for frame {frame} in slot {slot}, but frame {} is in flight there",
-                rec.frame
-            )),
-            None => Err(format!(
-                "completion for frame {frame} in slot {slot}, which has nothing in flight"
-            )),
-        }
-    }
-
-    /// The last frame that completed in `slot`, if any.
+    /// The last frame collected in `slot`, if any.
     pub fn last_done(&self, slot: usize) -> Option<u64> {
-        self.last_done.get(slot).copied().flatten()
+        self.last_done[..self.slots].get(slot).copied().flatten()
+    }
+
+    /// `Free -> Writing`: the ticket of the next frame. Refused unless its
+    /// slot is free (collect the slot's frame first: [`Ring::make_room`]).
+    pub fn acquire(&mut self) -> Result<Ticket, String> {
+        let frame = self.next_frame;
+        let slot = self.next_slot();
+        match self.state[slot] {
+            SlotState::Free => {}
+            other => {
+                return Err(format!(
+                    "frame {frame} needs slot {slot}, which is {other:?}; collect its frame first"
+                ))
+            }
+        }
+        self.state[slot] = SlotState::Writing(frame);
+        self.next_frame += 1;
+        Ok(Ticket {
+            slot,
+            frame,
+            use_index: frame / self.slots as u64,
+        })
+    }
+
+    fn expect(&self, t: &Ticket, what: &str, ok: bool) -> Result<(), String> {
+        if ok {
+            return Ok(());
+        }
+        Err(format!(
+            "{what} of frame {} in slot {}, which is {:?}",
+            t.frame,
+            t.slot,
+            self.state(t.slot)
+        ))
+    }
+
+    /// `Writing -> Ready`: the frame was written (from `started`, taking
+    /// `write_ns`) and the transport signalled its ready fence.
+    pub fn release(&mut self, t: &Ticket, started: Instant, write_ns: u64) -> Result<(), String> {
+        let ok = self.state(t.slot) == Some(SlotState::Writing(t.frame));
+        self.expect(t, "release", ok)?;
+        self.state[t.slot] = SlotState::Ready(InFlight {
+            frame: t.frame,
+            started,
+            write_ns,
+            signalled: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// `Ready -> InFlight`: the transport queued the consumer for the frame.
+    pub fn submit(&mut self, t: &Ticket) -> Result<(), String> {
+        match self.state(t.slot) {
+            Some(SlotState::Ready(rec)) if rec.frame == t.frame => {
+                self.state[t.slot] = SlotState::InFlight(rec);
+                Ok(())
+            }
+            _ => self.expect(t, "submit", false),
+        }
+    }
+
+    /// `InFlight -> Free`: the transport reported `c` finished. Refused
+    /// unless `c` names the frame in flight in its slot.
+    pub fn complete(&mut self, c: &Completion) -> Result<Collected, String> {
+        let (slot, frame) = (c.slot, c.frame);
+        match self.state(slot) {
+            Some(SlotState::InFlight(rec)) if rec.frame == frame => {
+                self.state[slot] = SlotState::Free;
+                self.last_done[slot] = Some(frame);
+                let queued = self.last_finished.map_or(Duration::ZERO, |prev| {
+                    prev.saturating_duration_since(rec.signalled)
+                });
+                self.last_finished = Some(c.finished);
+                Ok(Collected { rec, queued })
+            }
+            None => Err(format!(
+                "completion names slot {slot}, the ring has {} slots",
+                self.slots
+            )),
+            Some(other) => Err(format!(
+                "completion for frame {frame} in slot {slot}, which is {other:?}"
+            )),
+        }
+    }
+
+    /// Collects every finished frame without blocking, then blocks until
+    /// the next frame's slot is free; calls `each` per collected frame.
+    pub fn make_room<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        mut each: impl FnMut(&Completion, &Collected) -> Result<(), String>,
+    ) -> Result<(), String> {
+        while let Some(c) = t.try_complete().map_err(|e| e.0)? {
+            each(&c, &self.complete(&c)?)?;
+        }
+        while matches!(self.state[self.next_slot()], SlotState::InFlight(_)) {
+            let c = t.wait_complete().map_err(|e| e.0)?;
+            each(&c, &self.complete(&c)?)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until every frame in flight is collected; calls `each` per
+    /// collected frame.
+    pub fn drain<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        mut each: impl FnMut(&Completion, &Collected) -> Result<(), String>,
+    ) -> Result<(), String> {
+        while self.in_flight() > 0 {
+            let c = t.wait_complete().map_err(|e| e.0)?;
+            each(&c, &self.complete(&c)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -157,54 +307,97 @@ impl Ring {
 mod tests {
     use super::*;
 
-    fn rec(frame: u64) -> InFlight {
-        InFlight {
-            frame,
-            started: Instant::now(),
-            write_ns: 0,
+    fn done(t: &Ticket) -> Completion {
+        Completion {
+            slot: t.slot,
+            frame: t.frame,
+            mismatches: 0,
+            process: Duration::ZERO,
+            finished: Instant::now(),
         }
     }
 
-    #[test]
-    fn schedule_rejects_zero_and_oversized_rings() {
-        assert!(FenceSchedule::new(0).is_err());
-        assert!(FenceSchedule::new(MAX_SLOTS + 1).is_err());
-        assert_eq!(FenceSchedule::new(MAX_SLOTS).unwrap().slots(), MAX_SLOTS);
+    fn write(ring: &mut Ring) -> Ticket {
+        let t = ring.acquire().unwrap();
+        ring.release(&t, Instant::now(), 0).unwrap();
+        ring.submit(&t).unwrap();
+        t
     }
 
     #[test]
-    fn fence_values_are_deterministic_per_slot() {
-        let s = FenceSchedule::new(3).unwrap();
-        let slots: Vec<usize> = (0..7).map(|f| s.slot(f)).collect();
-        assert_eq!(slots, [0, 1, 2, 0, 1, 2, 0]);
-        // Slot 1 is used by frames 1, 4, 7: ready 1, 2, 3.
+    fn rejects_zero_and_oversized_rings() {
+        assert!(Ring::new(0).is_err());
+        assert!(Ring::new(MAX_SLOTS + 1).is_err());
+        assert_eq!(Ring::new(MAX_SLOTS).unwrap().slots(), MAX_SLOTS);
+    }
+
+    #[test]
+    fn tickets_carry_the_deterministic_fence_values() {
+        let mut ring = Ring::new(3).unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            let t = write(&mut ring);
+            seen.push((t.slot(), t.free_wait(), t.ready(), t.free_signal()));
+            ring.complete(&done(&t)).unwrap();
+        }
+        // Slot 1 is used by frames 1 and 4: ready 1 then 2; frame 4 waits
+        // for the free value frame 1 signalled.
         assert_eq!(
-            [1, 4, 7].map(|f| s.ready_value(f)),
-            [1, 2, 3],
-            "ready values"
+            seen,
+            [
+                (0, 0, 1, 1),
+                (1, 0, 1, 1),
+                (2, 0, 1, 1),
+                (0, 1, 2, 2),
+                (1, 1, 2, 2),
+                (2, 1, 2, 2),
+                (0, 2, 3, 3)
+            ]
         );
-        // Frame 4 waits for slot 1's free fence to reach 1 (frame 1 processed).
-        assert_eq!(s.free_wait_value(4), s.free_signal_value(1));
-        assert_eq!(s.free_wait_value(1), 0);
     }
 
     #[test]
-    fn ring_tracks_in_flight_frames_per_slot() {
-        let mut ring = Ring::new(FenceSchedule::new(2).unwrap());
-        assert_eq!(ring.submit(rec(0)).unwrap(), 0);
-        assert_eq!(ring.submit(rec(1)).unwrap(), 1);
+    fn every_move_is_checked() {
+        let mut ring = Ring::new(2).unwrap();
+        let t0 = ring.acquire().unwrap();
+        assert_eq!(ring.state(0), Some(SlotState::Writing(0)));
+        assert!(ring.submit(&t0).is_err(), "submit before release");
+        assert!(ring.complete(&done(&t0)).is_err(), "complete while writing");
+        ring.release(&t0, Instant::now(), 0).unwrap();
+        assert!(
+            ring.release(&t0, Instant::now(), 0).is_err(),
+            "released twice"
+        );
+        ring.submit(&t0).unwrap();
+        assert!(ring.submit(&t0).is_err(), "submitted twice");
+        let t1 = write(&mut ring);
         assert_eq!(ring.in_flight(), 2);
-        // Frame 2 needs slot 0, which is still busy.
-        assert!(ring.is_busy(0));
-        assert!(ring.submit(rec(2)).is_err());
+        // Frame 2 needs slot 0, which is still in flight.
+        assert!(ring.acquire().is_err());
         // Completions must name the frame in flight in that slot.
-        assert!(ring.complete(0, 1).is_err());
-        assert!(ring.complete(5, 0).is_err());
-        assert_eq!(ring.complete(0, 0).unwrap().frame, 0);
-        assert!(ring.complete(0, 0).is_err(), "double completion");
+        let mut wrong = done(&t1);
+        wrong.slot = 0;
+        assert!(ring.complete(&wrong).is_err());
+        wrong.slot = 5;
+        assert!(ring.complete(&wrong).is_err());
+        assert_eq!(ring.complete(&done(&t0)).unwrap().rec.frame, 0);
+        assert!(ring.complete(&done(&t0)).is_err(), "double completion");
         assert_eq!(ring.last_done(0), Some(0));
         assert_eq!(ring.last_done(1), None);
-        assert_eq!(ring.submit(rec(2)).unwrap(), 0);
-        assert_eq!(ring.in_flight(), 2);
+        assert_eq!(ring.acquire().unwrap().slot(), 0);
+        assert_eq!(ring.state(9), None);
+    }
+
+    #[test]
+    fn queueing_is_measured_against_the_previous_finish() {
+        let mut ring = Ring::new(2).unwrap();
+        let a = write(&mut ring);
+        let b = write(&mut ring);
+        let late = Instant::now() + Duration::from_millis(5);
+        let mut c = done(&a);
+        c.finished = late;
+        assert_eq!(ring.complete(&c).unwrap().queued, Duration::ZERO);
+        // `b` was ready before `a` finished: it queued behind it.
+        assert!(ring.complete(&done(&b)).unwrap().queued >= Duration::from_millis(4));
     }
 }

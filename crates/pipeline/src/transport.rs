@@ -2,33 +2,33 @@
 //!
 //! A transport owns a ring of `slot_count()` frame buffers shared by a
 //! producer (the camera, on the host) and a consumer (CUDA, or a host thread
-//! in the reference transport), and one pair of deterministic fences per slot:
+//! in the reference transport), and one pair of deterministic fences per slot
+//! (*ready*, *free*). It only does interop: each call gets the
+//! [`Ticket`] that [`crate::ring::Ring`] handed out, which names the slot, the
+//! frame and the fence values, and the ring keeps the one per-slot state
+//! machine (see [`crate::ring`] for the protocol and who moves a slot).
+//! Per frame, on one thread:
 //!
-//! - *ready*: the producer signals value `n + 1` when it has written the
-//!   slot's n-th frame (`n = frame / slot_count`); the consumer waits for it.
-//! - *free*: the consumer signals value `n + 1` when it has processed that
-//!   frame; the producer waits for value `n` before writing frame `frame`.
-//!
-//! [`crate::ring::FenceSchedule`] computes these values. Per frame the
-//! pipeline calls, in this order and on one thread:
-//!
-//! 1. [`FrameTransport::producer_acquire`]: wait for *free*, get the bytes;
+//! 1. [`FrameTransport::wait_free`]: wait until the slot's *free* fence
+//!    reached [`Ticket::free_wait`], get the bytes;
 //! 2. the camera writes the frame into those bytes;
-//! 3. [`FrameTransport::producer_release`]: signal *ready*;
-//! 4. [`FrameTransport::consumer_submit`]: have the consumer wait for *ready*,
-//!    run [`process_frame`] in place, signal *free* (may return before it ran);
+//! 3. [`FrameTransport::signal_ready`]: signal *ready* = [`Ticket::ready`];
+//! 4. [`FrameTransport::queue_consumer`]: have the consumer wait for *ready*,
+//!    run [`process_frame`] in place, signal *free* =
+//!    [`Ticket::free_signal`] (may return before it ran);
 //! 5. [`FrameTransport::try_complete`] / [`FrameTransport::wait_complete`]:
-//!    collect finished frames, in submission order. A transport buffers at
-//!    most `slot_count()` of them, so the caller collects the completion of a
-//!    slot's frame before acquiring that slot again.
+//!    collect finished frames, in submission order.
 //!
 //! A transport never copies a frame between the producer and the consumer; the
-//! pipeline's `--copy` mode adds a copy on top, for comparison.
+//! pipeline's `--copy` mode adds a copy on top, for comparison. A transport is
+//! a value its caller owns (store it, return it); [`FrameTransport::close`]
+//! tears it down and reports what a drop could only swallow.
 
 use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::camera::TestPattern;
+use crate::ring::Ticket;
 
 /// Layout of one frame: `rows` lines of `stride` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,10 +57,6 @@ pub struct Completion {
     pub mismatches: u64,
     /// Time the consumer spent in [`process_frame`] (after its wait).
     pub process: Duration,
-    /// Time the frame, already signalled ready, waited for the consumer to
-    /// finish earlier frames (queueing, not interop cost); zero where a
-    /// transport cannot tell.
-    pub queued: Duration,
     /// When the frame was known to be finished on the host.
     pub finished: Instant,
 }
@@ -85,7 +81,9 @@ impl fmt::Display for TransportError {
 impl std::error::Error for TransportError {}
 
 /// A ring of shared frame buffers plus the fences between producer and
-/// consumer (see the module docs for the protocol).
+/// consumer (see the module docs for the protocol). It does what a
+/// [`Ticket`] says and keeps no per-slot progress: calling it out of the
+/// ring's order is the caller's bug (a wait may then time out).
 pub trait FrameTransport {
     /// Name printed as `backend: ...` (e.g. `host-reference`).
     fn backend(&self) -> &'static str;
@@ -93,19 +91,26 @@ pub trait FrameTransport {
     fn slot_count(&self) -> usize;
     /// Layout of every frame.
     fn geometry(&self) -> FrameGeometry;
-    /// Waits until `slot` is free for `frame` (the consumer finished the
-    /// slot's previous frame) and returns its bytes (`frame_len` long), which
+    /// Waits until the ticket's slot is free for its frame (*free* reached
+    /// [`Ticket::free_wait`]) and returns its bytes (`frame_len` long), which
     /// still hold the processed previous frame.
-    fn producer_acquire(&mut self, slot: usize, frame: u64) -> Result<&mut [u8], TransportError>;
-    /// Signals that `frame` is completely written into `slot`.
-    fn producer_release(&mut self, slot: usize, frame: u64) -> Result<(), TransportError>;
-    /// Queues the consumer for `frame` in `slot`: wait on the ready fence,
-    /// [`process_frame`] in place, signal the slot free.
-    fn consumer_submit(&mut self, slot: usize, frame: u64) -> Result<(), TransportError>;
+    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError>;
+    /// Signals the slot's *ready* fence to [`Ticket::ready`]: the frame is
+    /// completely written.
+    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError>;
+    /// Queues the consumer for the ticket's frame: wait for *ready*,
+    /// [`process_frame`] in place, signal *free* to [`Ticket::free_signal`].
+    fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError>;
     /// The oldest finished frame, if one has finished.
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError>;
-    /// Waits for the oldest submitted frame to finish.
+    /// Waits for the oldest queued frame to finish.
     fn wait_complete(&mut self) -> Result<Completion, TransportError>;
+    /// Tears the transport down (consumer drained, objects released) and
+    /// reports the first error a drop would have had to swallow.
+    fn close(self: Box<Self>) -> Result<(), TransportError> {
+        drop(self);
+        Ok(())
+    }
 }
 
 /// The consumer's work, which every backend must do identically (a CUDA

@@ -1,6 +1,6 @@
 //! The pipeline's discrete-GPU transport (`tegra_interop_pipeline::gpu`: Vulkan
 //! frames and timeline semaphores imported into CUDA, an NVRTC kernel as the
-//! consumer) driven directly through the `FrameTransport` protocol, in both
+//! consumer) driven directly through the ring's tickets, in both
 //! modes (zero-copy and copy-based).
 //!
 //! The tests that need a GPU are `#[ignore]`d: run them on the GPU machine
@@ -13,35 +13,38 @@ use std::time::Instant;
 use tegra_interop_pipeline::camera::TestPattern;
 
 use tegra_interop_pipeline::gpu::{self, GpuTransport, Mode};
-use tegra_interop_pipeline::ring::FenceSchedule;
+use tegra_interop_pipeline::ring::{Ring, Ticket};
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 
+/// Opens the transport and a ring of `slots`, runs `f`, closes it.
 fn with<R>(
     geometry: FrameGeometry,
     slots: usize,
     mode: Mode,
-    f: impl FnOnce(&mut GpuTransport<'_>) -> R,
+    f: impl FnOnce(&mut GpuTransport, &mut Ring) -> R,
 ) -> R {
-    let schedule = FenceSchedule::new(slots).unwrap();
-    gpu::with_transport(geometry, schedule, mode, |t, note| {
-        assert!(!note.is_empty() && !note.contains('\n'));
-        f(t)
-    })
-    .unwrap()
+    let mut t = GpuTransport::open(geometry, slots, mode).unwrap();
+    assert!(!t.note().is_empty() && !t.note().contains('\n'));
+    let r = f(&mut t, &mut Ring::new(slots).unwrap());
+    Box::new(t).close().unwrap();
+    r
 }
 
-/// Acquire, write the pattern (optionally damaged), release, submit.
-fn produce(t: &mut dyn FrameTransport, frame: u64, damage: Option<usize>) -> usize {
+/// Wait for the slot, write the pattern (optionally damaged), signal
+/// ready, queue the consumer; the ring moves the slot along.
+fn produce(t: &mut GpuTransport, ring: &mut Ring, damage: Option<usize>) -> Ticket {
     let g = t.geometry();
-    let slot = (frame % t.slot_count() as u64) as usize;
-    let buf = t.producer_acquire(slot, frame).unwrap();
-    TestPattern::new(frame, g.stride).fill(buf);
+    let ticket = ring.acquire().unwrap();
+    let buf = t.wait_free(&ticket).unwrap();
+    TestPattern::new(ticket.frame(), g.stride).fill(buf);
     if let Some(at) = damage {
         buf[at] ^= 0x24;
     }
-    t.producer_release(slot, frame).unwrap();
-    t.consumer_submit(slot, frame).unwrap();
-    slot
+    t.signal_ready(&ticket).unwrap();
+    ring.release(&ticket, Instant::now(), 0).unwrap();
+    t.queue_consumer(&ticket).unwrap();
+    ring.submit(&ticket).unwrap();
+    ticket
 }
 
 #[test]
@@ -61,7 +64,7 @@ fn frames_round_trip_in_both_modes() {
     for mode in [Mode::ZeroCopy, Mode::DeviceCopy] {
         for (stride, rows) in [(1920 * 4, 1080), (301, 7), (17, 1)] {
             let g = FrameGeometry { stride, rows };
-            with(g, 3, mode, |t| {
+            with(g, 3, mode, |t, ring| {
                 assert_eq!(t.mode(), mode);
                 let frames = 24u64;
                 for frame in 0..frames {
@@ -72,7 +75,13 @@ fn frames_round_trip_in_both_modes() {
                         assert_eq!(c.slot, slot);
                         let want = if (frame - 3) % 5 == 1 { 2 } else { 0 };
                         assert_eq!(c.mismatches, want, "frame {} ({mode:?}, {g:?})", c.frame);
-                        let buf = t.producer_acquire(slot, frame).unwrap();
+                        ring.complete(&c).unwrap();
+                    }
+                    let ticket = ring.acquire().unwrap();
+                    assert_eq!((ticket.frame(), ticket.slot()), (frame, slot));
+                    let buf = t.wait_free(&ticket).unwrap();
+                    if frame >= 3 {
+                        let want = if (frame - 3) % 5 == 1 { 2 } else { 0 };
                         let p = TestPattern::new(frame - 3, stride);
                         let first = p.first_mismatch(buf, 0xff);
                         if want == 0 {
@@ -82,22 +91,22 @@ fn frames_round_trip_in_both_modes() {
                             assert!(first.is_some());
                         }
                     }
-                    let damage = (frame % 5 == 1).then_some(0);
-                    let g_len = g.frame_len();
-                    let buf = t.producer_acquire(slot, frame).unwrap();
                     TestPattern::new(frame, stride).fill(buf);
-                    if damage.is_some() {
+                    if frame % 5 == 1 {
                         buf[0] ^= 0x24;
-                        buf[g_len - 1] ^= 0x81;
+                        buf[g.frame_len() - 1] ^= 0x81;
                     }
-                    t.producer_release(slot, frame).unwrap();
-                    t.consumer_submit(slot, frame).unwrap();
+                    t.signal_ready(&ticket).unwrap();
+                    ring.release(&ticket, Instant::now(), 0).unwrap();
+                    t.queue_consumer(&ticket).unwrap();
+                    ring.submit(&ticket).unwrap();
                 }
-                for _ in 0..3 {
-                    let c = t.wait_complete().unwrap();
+                ring.drain(t, |c, _| {
                     let want = if c.frame % 5 == 1 { 2 } else { 0 };
                     assert_eq!(c.mismatches, want);
-                }
+                    Ok(())
+                })
+                .unwrap();
                 assert!(t.try_complete().unwrap().is_none());
                 let times = t.gpu_times();
                 assert_eq!(times.frames, frames);
@@ -115,7 +124,7 @@ fn frames_round_trip_in_both_modes() {
 }
 
 /// The consumer is queued before the producer signals (wait before signal);
-/// it must not run before the release.
+/// it must not run before the ready signal.
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn consumer_waits_for_the_release() {
@@ -123,21 +132,22 @@ fn consumer_waits_for_the_release() {
         stride: 256,
         rows: 64,
     };
-    with(g, 2, Mode::ZeroCopy, |t| {
-        let buf = t.producer_acquire(0, 0).unwrap();
-        TestPattern::new(0, 256).fill(buf);
-        t.consumer_submit(0, 0).unwrap();
+    with(g, 2, Mode::ZeroCopy, |t, ring| {
+        let ticket = ring.acquire().unwrap();
+        TestPattern::new(0, 256).fill(t.wait_free(&ticket).unwrap());
+        t.queue_consumer(&ticket).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(t.try_complete().unwrap().is_none(), "ran before release");
         let released = Instant::now();
-        t.producer_release(0, 0).unwrap();
+        t.signal_ready(&ticket).unwrap();
         let c = t.wait_complete().unwrap();
         assert_eq!(c.mismatches, 0);
         assert!(c.finished >= released);
     });
 }
 
-/// Misuse is refused with a message, never a hang or a panic.
+/// Misuse is refused with a message, never a hang or a panic: the ring
+/// refuses out-of-order moves, the transport a wait with nothing queued.
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn out_of_order_use_is_refused() {
@@ -145,20 +155,21 @@ fn out_of_order_use_is_refused() {
         stride: 64,
         rows: 4,
     };
-    with(g, 2, Mode::DeviceCopy, |t| {
-        assert!(t.producer_acquire(1, 0).is_err(), "wrong slot");
-        assert!(t.producer_release(0, 0).is_err(), "release before acquire");
-        // Frame 2 waits for slot 0 to be freed by frame 0, never submitted.
-        assert!(t.producer_acquire(0, 2).is_err());
+    with(g, 1, Mode::DeviceCopy, |t, ring| {
         assert!(t.wait_complete().is_err(), "nothing in flight");
-        produce(t, 0, None);
-        assert!(t.consumer_submit(0, 0).is_err(), "submitted twice");
-        assert_eq!(t.wait_complete().unwrap().mismatches, 0);
+        let first = produce(t, ring, None);
+        assert!(ring.submit(&first).is_err(), "submitted twice");
+        // Frame 1 needs slot 0, still in flight.
+        assert!(ring.acquire().is_err());
+        let c = t.wait_complete().unwrap();
+        assert_eq!(c.mismatches, 0);
+        ring.complete(&c).unwrap();
+        assert!(ring.complete(&c).is_err(), "collected twice");
     });
 }
 
-/// A consumer left waiting for a frame that is never released does not
-/// hang the teardown.
+/// A consumer left waiting for a frame that is never signalled ready does
+/// not hang the teardown.
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn teardown_with_a_waiting_consumer_does_not_hang() {
@@ -167,10 +178,11 @@ fn teardown_with_a_waiting_consumer_does_not_hang() {
         rows: 4,
     };
     let t0 = Instant::now();
-    with(g, 2, Mode::ZeroCopy, |t| {
-        produce(t, 0, None);
-        let _ = t.producer_acquire(1, 1).unwrap();
-        t.consumer_submit(1, 1).unwrap(); // never released
+    with(g, 2, Mode::ZeroCopy, |t, ring| {
+        produce(t, ring, None);
+        let second = ring.acquire().unwrap();
+        let _ = t.wait_free(&second).unwrap();
+        t.queue_consumer(&second).unwrap(); // never signalled ready
     });
     assert!(t0.elapsed().as_secs() < 30);
 }
