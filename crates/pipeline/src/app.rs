@@ -235,33 +235,28 @@ fn pipeline(
     for frame in 0..opts.frames {
         // Collect finished frames; block only for the one holding our slot.
         ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
-        let ticket = ring.acquire()?;
-        let slot = ticket.slot();
-        let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
-        if let Some(prev) = ring.last_done(slot) {
-            check_readback(&mut v, geometry.stride, prev, slot, bytes);
-        }
-
-        let started = Instant::now();
-        first_start.get_or_insert(started);
-        let mut sink = WriteDone {
-            expected_index: frame,
-            at: None,
-        };
-        let target: &mut [u8] = if host_copy { &mut staging } else { bytes };
-        camera
-            .capture(target, &mut sink)
-            .map_err(|e| e.to_string())?;
-        let written = sink
-            .at
-            .ok_or("camera returned without signalling the frame")?;
-        if host_copy {
-            bytes.copy_from_slice(&staging);
-        }
-        transport.signal_ready(&ticket).map_err(|e| e.0)?;
-        ring.release(&ticket, started, (written - started).as_nanos() as u64)?;
-        transport.queue_consumer(&ticket).map_err(|e| e.0)?;
-        ring.submit(&ticket)?;
+        ring.produce(transport, |ticket, bytes| {
+            if let Some(prev) = ticket.previous_frame() {
+                check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
+            }
+            let started = Instant::now();
+            first_start.get_or_insert(started);
+            let mut sink = WriteDone {
+                expected_index: frame,
+                at: None,
+            };
+            let target: &mut [u8] = if host_copy { &mut staging } else { bytes };
+            camera
+                .capture(target, &mut sink)
+                .map_err(|e| e.to_string())?;
+            let written = sink
+                .at
+                .ok_or("camera returned without signalling the frame")?;
+            if host_copy {
+                bytes.copy_from_slice(&staging);
+            }
+            Ok((started, (written - started).as_nanos() as u64))
+        })?;
         progress.update(frame + 1 - ring.in_flight() as u64);
     }
     ring.drain(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
@@ -271,7 +266,7 @@ fn pipeline(
     // Read back the last frame of every slot, as the next frame would.
     for _ in 0..ring.slots() {
         let ticket = ring.acquire()?;
-        if let Some(last) = ring.last_done(ticket.slot()) {
+        if let Some(last) = ticket.previous_frame() {
             let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
             check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
         }

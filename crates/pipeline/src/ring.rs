@@ -53,6 +53,7 @@ pub struct Ticket {
     slot: usize,
     frame: u64,
     use_index: u64,
+    previous: Option<u64>,
 }
 
 impl Ticket {
@@ -64,6 +65,13 @@ impl Ticket {
     /// The frame index.
     pub fn frame(&self) -> u64 {
         self.frame
+    }
+
+    /// The slot's previous frame, whose processed bytes the slot holds when
+    /// the producer gets it (`None` for the slot's first use). The ring
+    /// hands out a ticket only once that frame is collected.
+    pub fn previous_frame(&self) -> Option<u64> {
+        self.previous
     }
 
     /// The value of the slot's *free* fence the producer waits for before it
@@ -206,6 +214,7 @@ impl Ring {
             slot,
             frame,
             use_index: frame / self.slots as u64,
+            previous: frame.checked_sub(self.slots as u64),
         })
     }
 
@@ -268,6 +277,25 @@ impl Ring {
                 "completion for frame {frame} in slot {slot}, which is {other:?}"
             )),
         }
+    }
+
+    /// One frame through the producer's half of the protocol: acquire its
+    /// ticket, have `t` wait for the slot, let `write` fill the bytes
+    /// (it returns when it started writing and how many nanoseconds it
+    /// took), signal ready, queue the consumer. Returns the frame's ticket
+    /// (already submitted). Call [`Ring::make_room`] first.
+    pub fn produce<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        write: impl FnOnce(&Ticket, &mut [u8]) -> Result<(Instant, u64), String>,
+    ) -> Result<Ticket, String> {
+        let ticket = self.acquire()?;
+        let (started, write_ns) = write(&ticket, t.wait_free(&ticket).map_err(|e| e.0)?)?;
+        t.signal_ready(&ticket).map_err(|e| e.0)?;
+        self.release(&ticket, started, write_ns)?;
+        t.queue_consumer(&ticket).map_err(|e| e.0)?;
+        self.submit(&ticket)?;
+        Ok(ticket)
     }
 
     /// Collects every finished frame without blocking, then blocks until
@@ -338,6 +366,7 @@ mod tests {
         for _ in 0..7 {
             let t = write(&mut ring);
             seen.push((t.slot(), t.free_wait(), t.ready(), t.free_signal()));
+            assert_eq!(t.previous_frame(), t.frame().checked_sub(3));
             ring.complete(&done(&t)).unwrap();
         }
         // Slot 1 is used by frames 1 and 4: ready 1 then 2; frame 4 waits
