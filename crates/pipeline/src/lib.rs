@@ -5,14 +5,52 @@
 //!
 //! - [`camera`]: the camera sensor model over `embedded-hal` 1.0 traits
 //!   (no alloc), which writes the frames; [`sensor`] is its simulated bus.
-//! - [`ring`]: the ring of slots and its fence schedule; [`transport`]: the
-//!   interface a transport implements, with [`host`] (host reference),
-//!   [`nvsci`] (NvSciBuf/NvSciSync + CUDA, on a Jetson or the simulator) and
-//!   `gpu` (feature `vulkan`: Vulkan producer, CUDA kernel consumer);
-//!   [`kernel`] is the CUDA consumer kernel both GPU transports launch.
+//! - [`ring`]: the ring of slots, the one per-slot state machine, and the
+//!   [`ring::Ticket`] it hands out per frame; [`transport`]: the interface a
+//!   transport implements (interop only: wait, write, signal), with [`host`]
+//!   (host reference), [`nvsci`] (NvSciBuf/NvSciSync + CUDA, on a Jetson or
+//!   the simulator) and `gpu` (feature `vulkan`: Vulkan producer, CUDA
+//!   kernel consumer); [`kernel`] is the CUDA consumer kernel both GPU
+//!   transports launch.
 //! - [`backend`] and [`probe`]: which transport runs here and why;
 //!   [`cli`], [`report`], [`stats`], [`app`]: the `pipeline` program;
 //!   [`info`]: the `interop_info` capability report.
+//!
+//! # The slot protocol
+//!
+//! A ring of `n` slots; frame `f` uses slot `f % n` for the slot's
+//! `k = f / n`-th time. Each slot has a frame buffer and two deterministic
+//! fences: *ready* (producer signals, consumer waits) and *free* (consumer
+//! signals, producer waits). The [`ring::Ring`] alone keeps where each
+//! slot is and computes the values; a transport gets them in a
+//! [`ring::Ticket`] (`free_wait = k`, `ready = k + 1`, `free_signal = k + 1`)
+//! and keeps no per-slot progress.
+//!
+//! ```text
+//!            Ring::acquire            Ring::release           Ring::submit
+//!   Free ------------------> Writing ---------------> Ready --------------> InFlight
+//!    ^   (then wait_free:             (after signal_ready:    (after queue_consumer:  |
+//!    |    free >= free_wait,           ready = ready)          consumer waits ready,  |
+//!    |    producer writes)                                     processes, signals     |
+//!    |                                                         free = free_signal)    |
+//!    +------------------------------------------------------------------------------+
+//!                  Ring::complete (a completion from try_complete / wait_complete)
+//! ```
+//!
+//! The program that drives the ring (the producer's thread) makes every
+//! move; the consumer side (a CUDA stream, or the host reference's thread)
+//! only signals *free*, which the transport reports as a completion.
+//! [`ring::Ring::acquire`] refuses a slot that is not `Free`, so a slot is
+//! written again only after its frame was collected, and every fence value
+//! a side waits for has been, or is being, signalled.
+//! [`ring::Ring::make_room`], [`ring::Ring::produce`] and
+//! [`ring::Ring::drain`] do the usual loop; examples/camera_ring.rs in the
+//! repository is a whole program on them.
+//!
+//! Transports are values the caller owns (store them, return them):
+//! [`nvsci::NvSciTransport::open`] / [`nvsci::NvSciTransport::new`],
+//! [`host::HostReference::new`], `gpu::GpuTransport::open`;
+//! [`transport::FrameTransport::close`] tears one down and reports errors.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod app;
