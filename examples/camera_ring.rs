@@ -83,9 +83,10 @@ fn main() -> ExitCode {
 }
 
 #[test]
-fn every_frame_arrives_and_a_damaged_one_is_caught() {
-    let mut cam = open(Fault::None).unwrap();
+fn every_frame_arrives_and_a_damaged_one_is_caught() -> Result<(), String> {
+    let mut cam = open(Fault::None)?;
     assert_eq!(cam.run(FRAMES), Ok(FRAMES));
     assert_eq!(cam.run(FRAMES), Ok(FRAMES), "the stored ring runs on");
     assert_eq!(open(Fault::Corrupt).and_then(|mut c| c.run(FRAMES)), Ok(0));
+    Ok(())
 }
