@@ -39,9 +39,8 @@
 //! where the real driver's answer is unknown.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod api;
 pub mod codes;
-mod dmabuf;
+mod cuda;
 pub mod export;
 mod fds;
 pub mod fence;
@@ -50,16 +49,21 @@ pub mod nvsci;
 mod shm;
 mod slots;
 mod stream;
+mod trampolines;
 
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
+#[cfg(feature = "driver")]
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tegra_interop_driver::{Backend, FunctionTable};
+#[cfg(feature = "driver")]
+use tegra_interop_driver::Backend;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
+pub use tegra_interop_sys::table::FunctionTable;
 
 pub use fds::{FdAction, FdEvent};
 pub use nvsci::NvSciRelease;
@@ -124,7 +128,7 @@ impl Default for SimConfig {
             nvsci: false,
             nvsci_release: NvSciRelease::V6_0_10,
             driver_version: 12090,
-            hang_timeout: api::DEFAULT_HANG_TIMEOUT,
+            hang_timeout: cuda::DEFAULT_HANG_TIMEOUT,
             slot_wait: Duration::from_secs(60),
         }
     }
@@ -312,8 +316,10 @@ impl fmt::Display for Diagnostic {
 
 /// Slots whose `Sim` was dropped while a backend made from it was still
 /// alive: they stay taken (answering DEINITIALIZED) until that backend goes.
+#[cfg(feature = "driver")]
 static ZOMBIES: Mutex<Vec<(usize, Arc<Backend>)>> = Mutex::new(Vec::new());
 
+#[cfg(feature = "driver")]
 fn reap_zombies() {
     let mut z = ZOMBIES.lock().unwrap_or_else(|e| e.into_inner());
     z.retain(|(slot, b)| {
@@ -331,6 +337,7 @@ fn reap_zombies() {
 pub struct Sim {
     inner: Arc<Instance>,
     slot: usize,
+    #[cfg(feature = "driver")]
     backend: OnceLock<Arc<Backend>>,
 }
 
@@ -363,11 +370,13 @@ impl Sim {
         let deadline = Instant::now().checked_add(config.slot_wait);
         let inner = Arc::new(Instance::new(config));
         loop {
+            #[cfg(feature = "driver")]
             reap_zombies();
             if let Some(slot) = slots::claim(&inner) {
                 return Ok(Sim {
                     inner,
                     slot,
+                    #[cfg(feature = "driver")]
                     backend: OnceLock::new(),
                 });
             }
@@ -411,11 +420,19 @@ impl Sim {
 
     /// A driver backend over [`Sim::table`] (the same one on every call).
     ///
+    /// Only with the feature `driver`: the simulator itself depends on
+    /// `tegra-interop-sys` alone (it is the driver's test double, so it must
+    /// not need the crate it tests); the feature is the convenience the
+    /// driver's and the facade's tests enable (their dev-dependency on this
+    /// crate names it). Without it, `Backend::from_table("sim", sim.table())`
+    /// does the same, minus the slot keep-alive described below.
+    ///
     /// If the `Sim` is dropped while clones of the backend are alive, the
     /// simulator shuts down (every call answers DEINITIALIZED, as the real
     /// driver does after its exit handlers ran) and its slot stays reserved
     /// until the last clone is gone, so stale calls never reach another
     /// simulator.
+    #[cfg(feature = "driver")]
     pub fn backend(&self) -> Arc<Backend> {
         Arc::clone(
             self.backend
@@ -581,20 +598,17 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        let in_use = self.backend.take().filter(|b| Arc::strong_count(b) > 1);
-        match in_use {
-            Some(b) => {
-                self.inner.shutdown();
-                ZOMBIES
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((self.slot, b));
-            }
-            None => {
-                slots::release(self.slot);
-                self.inner.shutdown();
-            }
+        #[cfg(feature = "driver")]
+        if let Some(b) = self.backend.take().filter(|b| Arc::strong_count(b) > 1) {
+            self.inner.shutdown();
+            ZOMBIES
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.slot, b));
+            return;
         }
+        slots::release(self.slot);
+        self.inner.shutdown();
     }
 }
 

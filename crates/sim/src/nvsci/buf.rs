@@ -88,7 +88,7 @@ pub(crate) fn alloc_core(c: &Call, attrs: Arc<AttrMap>) -> R<Arc<BufCore>> {
     Ok(Arc::new(BufCore::new(fd, size, attrs)?))
 }
 
-pub(crate) fn module_open(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
+pub(crate) fn NvSciBufModuleOpen(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
     let h = new_handle(Kind::BufModule);
     // SAFETY: forwarded caller out-pointer.
     let r = unsafe { put(out, h as NvSciBufModule) };
@@ -122,7 +122,7 @@ pub(crate) fn close_module(c: &Call, sync: bool, m: usize) {
     }
 }
 
-pub(crate) fn module_close(c: &Call, m: NvSciBufModule) {
+pub(crate) fn NvSciBufModuleClose(c: &Call, m: NvSciBufModule) {
     close_module(c, false, m as usize);
 }
 
@@ -164,7 +164,7 @@ pub(crate) fn add_list(ns: &mut NvSciState, sync: bool, module: usize, kind: Lis
     h
 }
 
-pub(crate) fn attr_list_create(
+pub(crate) fn NvSciBufAttrListCreate(
     c: &Call,
     module: NvSciBufModule,
     out: *mut NvSciBufAttrList,
@@ -204,7 +204,7 @@ pub(crate) fn free_list(c: &Call, sync: bool, h: usize) {
     }
 }
 
-pub(crate) fn attr_list_free(c: &Call, list: NvSciBufAttrList) {
+pub(crate) fn NvSciBufAttrListFree(c: &Call, list: NvSciBufAttrList) {
     free_list(c, false, list as usize);
 }
 
@@ -344,7 +344,7 @@ unsafe fn read_buf_pairs(
     Ok(out)
 }
 
-pub(crate) unsafe fn attr_list_set_attrs(
+pub(crate) unsafe fn NvSciBufAttrListSetAttrs(
     c: &Call,
     list: NvSciBufAttrList,
     pairs: *mut NvSciBufAttrKeyValuePair,
@@ -440,7 +440,7 @@ pub(crate) fn lookup(
     Ok(out)
 }
 
-pub(crate) unsafe fn attr_list_get_attrs(
+pub(crate) unsafe fn NvSciBufAttrListGetAttrs(
     c: &Call,
     list: NvSciBufAttrList,
     pairs: *mut NvSciBufAttrKeyValuePair,
@@ -536,7 +536,7 @@ pub(crate) fn reconcile(
     let ctx = attrs::Ctx {
         integrated: c.inst.config.integrated,
         gpus: (0..c.inst.config.devices)
-            .map(crate::api::device_uuid)
+            .map(crate::cuda::device_uuid)
             .collect(),
         release: c.inst.config.nvsci_release,
     };
@@ -566,7 +566,7 @@ pub(crate) fn reconcile(
     Err(code)
 }
 
-pub(crate) unsafe fn attr_list_reconcile(
+pub(crate) unsafe fn NvSciBufAttrListReconcile(
     c: &Call,
     lists: *const NvSciBufAttrList,
     n: usize,
@@ -625,7 +625,7 @@ fn new_object(c: &Call, module: usize, attrs: Arc<AttrMap>) -> R<usize> {
     register(&mut c.state(), core, attrs::BUF_READWRITE, module)
 }
 
-pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
+pub(crate) unsafe fn NvSciBufAttrListReconcileAndObjAlloc(
     c: &Call,
     lists: *const NvSciBufAttrList,
     n: usize,
@@ -672,7 +672,11 @@ pub(crate) fn reconciled(c: &Call, sync: bool, h: usize) -> R<(usize, Arc<AttrMa
     }
 }
 
-pub(crate) fn obj_alloc(c: &Call, list: NvSciBufAttrList, obj: *mut NvSciBufObj) -> NvSciError {
+pub(crate) fn NvSciBufObjAlloc(
+    c: &Call,
+    list: NvSciBufAttrList,
+    obj: *mut NvSciBufObj,
+) -> NvSciError {
     let r = (|| {
         if obj.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -715,11 +719,11 @@ fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: *mut NvSciBufObj) -> R
     Ok(())
 }
 
-pub(crate) fn obj_dup(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufObj) -> NvSciError {
+pub(crate) fn NvSciBufObjDup(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufObj) -> NvSciError {
     super::done(dup_with(c, obj as usize, None, out))
 }
 
-pub(crate) fn obj_dup_with_reduce_perm(
+pub(crate) fn NvSciBufObjDupWithReducePerm(
     c: &Call,
     obj: NvSciBufObj,
     perm: NvSciBufAttrValAccessPerm,
@@ -728,7 +732,7 @@ pub(crate) fn obj_dup_with_reduce_perm(
     super::done(dup_with(c, obj as usize, Some(perm.0), out))
 }
 
-pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
+pub(crate) fn NvSciBufObjFree(c: &Call, obj: NvSciBufObj) {
     let h = obj as usize;
     let mut st = c.state();
     match st.nvsci.buf_objs.remove(&h) {
@@ -753,7 +757,7 @@ pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
     }
 }
 
-pub(crate) fn obj_get_attr_list(
+pub(crate) fn NvSciBufObjGetAttrList(
     c: &Call,
     obj: NvSciBufObj,
     out: *mut NvSciBufAttrList,
@@ -806,7 +810,11 @@ fn cpu_ptr(c: &Call, obj: usize, write: bool) -> R<usize> {
     Ok(rec.core.ptr)
 }
 
-pub(crate) fn obj_get_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *mut c_void) -> NvSciError {
+pub(crate) fn NvSciBufObjGetCpuPtr(
+    c: &Call,
+    obj: NvSciBufObj,
+    out: *mut *mut c_void,
+) -> NvSciError {
     let r = cpu_ptr(c, obj as usize, true).and_then(|p| {
         // SAFETY: forwarded caller out-pointer.
         unsafe { put(out, p as *mut c_void) }
@@ -814,7 +822,7 @@ pub(crate) fn obj_get_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *mut c_void)
     super::done(r)
 }
 
-pub(crate) fn obj_get_const_cpu_ptr(
+pub(crate) fn NvSciBufObjGetConstCpuPtr(
     c: &Call,
     obj: NvSciBufObj,
     out: *mut *const c_void,
@@ -826,7 +834,7 @@ pub(crate) fn obj_get_const_cpu_ptr(
     super::done(r)
 }
 
-pub(crate) fn obj_flush_cpu_cache_range(
+pub(crate) fn NvSciBufObjFlushCpuCacheRange(
     c: &Call,
     obj: NvSciBufObj,
     offset: u64,
@@ -847,7 +855,12 @@ pub(crate) fn obj_flush_cpu_cache_range(
 /// `NvSciBufCheckVersionCompatibility`: compatible iff the same major
 /// version and a requested minor no newer than the claimed library's
 /// ([`crate::SimConfig::nvsci_release`]); NULL `out` -> BadParameter.
-pub(crate) fn check_version(c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+pub(crate) fn NvSciBufCheckVersionCompatibility(
+    c: &Call,
+    major: u32,
+    minor: u32,
+    out: *mut bool,
+) -> NvSciError {
     let (lib_major, lib_minor) = c.inst.config.nvsci_release.buf_version();
     // SAFETY: forwarded caller out-pointer.
     super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })

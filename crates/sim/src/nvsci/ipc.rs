@@ -259,12 +259,12 @@ pub(crate) struct OpenEndpoint {
 
 static NEXT_ENDPOINT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-pub(crate) fn init(c: &Call) -> NvSciError {
+pub(crate) fn NvSciIpcInit(c: &Call) -> NvSciError {
     c.state().nvsci.ipc_inits += 1;
     err::SUCCESS
 }
 
-pub(crate) fn deinit(c: &Call) {
+pub(crate) fn NvSciIpcDeinit(c: &Call) {
     let mut st = c.state();
     if st.nvsci.ipc_inits == 0 {
         c.diag(D::Misuse, "NvSciIpcDeinit without NvSciIpcInit".into());
@@ -273,7 +273,7 @@ pub(crate) fn deinit(c: &Call) {
     }
 }
 
-pub(crate) unsafe fn open_endpoint(
+pub(crate) unsafe fn NvSciIpcOpenEndpoint(
     c: &Call,
     name: *const c_char,
     out: *mut NvSciIpcEndpoint,
@@ -310,7 +310,7 @@ pub(crate) unsafe fn open_endpoint(
     super::done(r)
 }
 
-pub(crate) fn close_endpoint(c: &Call, h: NvSciIpcEndpoint) {
+pub(crate) fn NvSciIpcCloseEndpoint(c: &Call, h: NvSciIpcEndpoint) {
     if c.state().nvsci.endpoints.remove(&h).is_none() {
         c.diag(D::Misuse, format!("endpoint {h:#x} is not open"));
     }
@@ -329,7 +329,7 @@ fn channel(c: &Call, ep: NvSciIpcEndpoint) -> R<Arc<Channel>> {
 
 // ---------------------------------------------------------------- buffers
 
-pub(crate) unsafe fn buf_obj_export(
+pub(crate) unsafe fn NvSciBufObjIpcExport(
     c: &Call,
     obj: NvSciBufObj,
     perm: NvSciBufAttrValAccessPerm,
@@ -400,7 +400,7 @@ pub(crate) unsafe fn buf_obj_export(
     super::done(r)
 }
 
-pub(crate) unsafe fn buf_obj_import(
+pub(crate) unsafe fn NvSciBufObjIpcImport(
     c: &Call,
     ep: NvSciIpcEndpoint,
     desc: *const NvSciBufObjIpcExportDescriptor,
@@ -475,7 +475,7 @@ fn hand_out(c: &Call, bytes: Vec<u8>, desc: *mut *mut c_void, len: *mut usize) -
     Ok(())
 }
 
-pub(crate) unsafe fn attr_list_export_unreconciled(
+pub(crate) unsafe fn NvSciBufAttrListIpcExportUnreconciled(
     c: &Call,
     lists: *const NvSciBufAttrList,
     n: usize,
@@ -498,7 +498,7 @@ pub(crate) unsafe fn attr_list_export_unreconciled(
     super::done(r)
 }
 
-pub(crate) fn attr_list_export_reconciled(
+pub(crate) fn NvSciBufAttrListIpcExportReconciled(
     c: &Call,
     list: NvSciBufAttrList,
     ep: NvSciIpcEndpoint,
@@ -539,7 +539,7 @@ fn live_module(c: &Call, m: usize) -> R {
     }
 }
 
-pub(crate) unsafe fn attr_list_import_unreconciled(
+pub(crate) unsafe fn NvSciBufAttrListIpcImportUnreconciled(
     c: &Call,
     module: NvSciBufModule,
     ep: NvSciIpcEndpoint,
@@ -573,7 +573,7 @@ pub(crate) unsafe fn attr_list_import_unreconciled(
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn attr_list_import_reconciled(
+pub(crate) unsafe fn NvSciBufAttrListIpcImportReconciled(
     c: &Call,
     module: NvSciBufModule,
     ep: NvSciIpcEndpoint,
@@ -630,7 +630,7 @@ pub(crate) unsafe fn attr_list_import_reconciled(
     super::done(r)
 }
 
-pub(crate) fn attr_list_free_desc(c: &Call, desc: *mut c_void) {
+pub(crate) fn NvSciBufAttrListFreeDesc(c: &Call, desc: *mut c_void) {
     let p = desc as usize;
     if c.state().nvsci.descriptors.remove(&p) {
         // SAFETY: `p` came from our own malloc in `hand_out` and is freed once.
@@ -645,7 +645,7 @@ pub(crate) fn attr_list_free_desc(c: &Call, desc: *mut c_void) {
 
 // ---------------------------------------------------------------- sync objects and fences
 
-pub(crate) unsafe fn sync_obj_export(
+pub(crate) unsafe fn NvSciSyncObjIpcExport(
     c: &Call,
     obj: NvSciSyncObj,
     perm: NvSciSyncAccessPerm,
@@ -698,7 +698,7 @@ pub(crate) unsafe fn sync_obj_export(
     super::done(r)
 }
 
-pub(crate) unsafe fn sync_obj_import(
+pub(crate) unsafe fn NvSciSyncObjIpcImport(
     c: &Call,
     ep: NvSciIpcEndpoint,
     desc: *const NvSciSyncObjIpcExportDescriptor,
@@ -777,7 +777,7 @@ pub(crate) unsafe fn sync_obj_import(
     super::done(r)
 }
 
-pub(crate) unsafe fn export_fence(
+pub(crate) unsafe fn NvSciSyncIpcExportFence(
     c: &Call,
     f: *const NvSciSyncFence,
     ep: NvSciIpcEndpoint,
@@ -819,7 +819,7 @@ pub(crate) unsafe fn export_fence(
     super::done(r)
 }
 
-pub(crate) unsafe fn import_fence(
+pub(crate) unsafe fn NvSciSyncIpcImportFence(
     c: &Call,
     obj: NvSciSyncObj,
     desc: *const NvSciSyncFenceIpcExportDescriptor,

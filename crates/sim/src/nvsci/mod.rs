@@ -69,10 +69,16 @@
 //!   library wants the reconciled list from `AttrListIpcImportReconciled`.
 
 mod attrs;
+// Entry-point bodies carry their C names: the generated trampolines find them by name.
+#[allow(non_snake_case)]
 mod buf;
+// Entry-point bodies carry their C names: the generated trampolines find them by name.
+#[allow(non_snake_case)]
 mod ipc;
 mod release;
 mod slots;
+// Entry-point bodies carry their C names: the generated trampolines find them by name.
+#[allow(non_snake_case)]
 mod sync;
 
 use std::collections::{HashMap, HashSet};
@@ -89,7 +95,15 @@ use crate::instance::Call;
 use crate::{codes, DiagnosticKind};
 
 pub(crate) use attrs::AttrListRec;
-pub(crate) use slots::{buf_table, ipc_table, sync_table};
+pub(crate) use slots::{buf_table, ipc_table, run_ret, run_void, sync_table};
+
+/// The bodies of the NvSci entry points, each under its C name (the
+/// generated trampolines find them here).
+pub(crate) mod bodies {
+    pub(crate) use super::buf::*;
+    pub(crate) use super::ipc::*;
+    pub(crate) use super::sync::*;
+}
 
 pub use attrs::color;
 pub use ipc::{endpoint_pair, set_inheritable};

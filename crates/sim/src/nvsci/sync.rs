@@ -69,7 +69,7 @@ pub(crate) fn new_fence_id() -> u64 {
     instance::new_handle(Tag::SyncObject)
 }
 
-pub(crate) fn module_open(c: &Call, out: *mut NvSciSyncModule) -> NvSciError {
+pub(crate) fn NvSciSyncModuleOpen(c: &Call, out: *mut NvSciSyncModule) -> NvSciError {
     let h = new_handle(Kind::SyncModule);
     // SAFETY: forwarded caller out-pointer.
     let r = unsafe { put(out, h as NvSciSyncModule) };
@@ -79,11 +79,11 @@ pub(crate) fn module_open(c: &Call, out: *mut NvSciSyncModule) -> NvSciError {
     super::done(r)
 }
 
-pub(crate) fn module_close(c: &Call, m: NvSciSyncModule) {
+pub(crate) fn NvSciSyncModuleClose(c: &Call, m: NvSciSyncModule) {
     buf::close_module(c, true, m as usize);
 }
 
-pub(crate) fn cpu_wait_context_alloc(
+pub(crate) fn NvSciSyncCpuWaitContextAlloc(
     c: &Call,
     module: NvSciSyncModule,
     out: *mut NvSciSyncCpuWaitContext,
@@ -110,7 +110,7 @@ pub(crate) fn cpu_wait_context_alloc(
     err::SUCCESS
 }
 
-pub(crate) fn cpu_wait_context_free(c: &Call, ctx: NvSciSyncCpuWaitContext) {
+pub(crate) fn NvSciSyncCpuWaitContextFree(c: &Call, ctx: NvSciSyncCpuWaitContext) {
     let h = ctx as usize;
     let mut st = c.state();
     let ns = &mut st.nvsci;
@@ -131,7 +131,7 @@ pub(crate) fn cpu_wait_context_free(c: &Call, ctx: NvSciSyncCpuWaitContext) {
     }
 }
 
-pub(crate) fn attr_list_create(
+pub(crate) fn NvSciSyncAttrListCreate(
     c: &Call,
     module: NvSciSyncModule,
     out: *mut NvSciSyncAttrList,
@@ -146,11 +146,11 @@ pub(crate) fn attr_list_create(
     super::done(r)
 }
 
-pub(crate) fn attr_list_free(c: &Call, list: NvSciSyncAttrList) {
+pub(crate) fn NvSciSyncAttrListFree(c: &Call, list: NvSciSyncAttrList) {
     buf::free_list(c, true, list as usize);
 }
 
-pub(crate) unsafe fn attr_list_set_attrs(
+pub(crate) unsafe fn NvSciSyncAttrListSetAttrs(
     c: &Call,
     list: NvSciSyncAttrList,
     pairs: *const NvSciSyncAttrKeyValuePair,
@@ -176,7 +176,7 @@ pub(crate) unsafe fn attr_list_set_attrs(
     super::done(r)
 }
 
-pub(crate) unsafe fn attr_list_get_attrs(
+pub(crate) unsafe fn NvSciSyncAttrListGetAttrs(
     c: &Call,
     list: NvSciSyncAttrList,
     pairs: *mut NvSciSyncAttrKeyValuePair,
@@ -204,7 +204,7 @@ pub(crate) unsafe fn attr_list_get_attrs(
     super::done(r)
 }
 
-pub(crate) unsafe fn attr_list_reconcile(
+pub(crate) unsafe fn NvSciSyncAttrListReconcile(
     c: &Call,
     lists: *const NvSciSyncAttrList,
     n: usize,
@@ -238,7 +238,7 @@ fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
     Ok(register(&mut st, core, perm, module))
 }
 
-pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
+pub(crate) unsafe fn NvSciSyncAttrListReconcileAndObjAlloc(
     c: &Call,
     lists: *const NvSciSyncAttrList,
     n: usize,
@@ -267,7 +267,11 @@ pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
     super::done(r)
 }
 
-pub(crate) fn obj_alloc(c: &Call, list: NvSciSyncAttrList, obj: *mut NvSciSyncObj) -> NvSciError {
+pub(crate) fn NvSciSyncObjAlloc(
+    c: &Call,
+    list: NvSciSyncAttrList,
+    obj: *mut NvSciSyncObj,
+) -> NvSciError {
     let r = (|| {
         if obj.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -281,7 +285,7 @@ pub(crate) fn obj_alloc(c: &Call, list: NvSciSyncAttrList, obj: *mut NvSciSyncOb
     super::done(r)
 }
 
-pub(crate) fn obj_dup(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncObj) -> NvSciError {
+pub(crate) fn NvSciSyncObjDup(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncObj) -> NvSciError {
     let h = obj as usize;
     if out.is_null() {
         return err::BAD_PARAMETER;
@@ -297,7 +301,7 @@ pub(crate) fn obj_dup(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncObj) -> Nv
     err::SUCCESS
 }
 
-pub(crate) fn obj_free(c: &Call, obj: NvSciSyncObj) {
+pub(crate) fn NvSciSyncObjFree(c: &Call, obj: NvSciSyncObj) {
     let h = obj as usize;
     let mut st = c.state();
     match st.nvsci.sync_objs.remove(&h) {
@@ -322,7 +326,7 @@ pub(crate) fn obj_free(c: &Call, obj: NvSciSyncObj) {
     }
 }
 
-pub(crate) fn obj_get_attr_list(
+pub(crate) fn NvSciSyncObjGetAttrList(
     c: &Call,
     obj: NvSciSyncObj,
     out: *mut NvSciSyncAttrList,
@@ -366,7 +370,7 @@ fn cpu_signaler(c: &Call, h: usize) -> R<Arc<SyncCore>> {
     Ok(Arc::clone(&rec.core))
 }
 
-pub(crate) fn obj_generate_fence(
+pub(crate) fn NvSciSyncObjGenerateFence(
     c: &Call,
     obj: NvSciSyncObj,
     out: *mut NvSciSyncFence,
@@ -387,7 +391,7 @@ pub(crate) fn obj_generate_fence(
     super::done(r)
 }
 
-pub(crate) fn obj_signal(c: &Call, obj: NvSciSyncObj) -> NvSciError {
+pub(crate) fn NvSciSyncObjSignal(c: &Call, obj: NvSciSyncObj) -> NvSciError {
     super::done(cpu_signaler(c, obj as usize).map(|core| {
         core.sem.increment();
     }))
@@ -408,7 +412,7 @@ pub(crate) fn timeout(us: i64) -> R<Option<Duration>> {
     }
 }
 
-pub(crate) unsafe fn fence_wait(
+pub(crate) unsafe fn NvSciSyncFenceWait(
     c: &Call,
     f: *const NvSciSyncFence,
     ctx: NvSciSyncCpuWaitContext,
@@ -485,7 +489,7 @@ pub(crate) unsafe fn fence_wait(
     super::done(r)
 }
 
-pub(crate) unsafe fn fence_dup(
+pub(crate) unsafe fn NvSciSyncFenceDup(
     c: &Call,
     src: *const NvSciSyncFence,
     dst: *mut NvSciSyncFence,
@@ -513,14 +517,14 @@ pub(crate) unsafe fn fence_dup(
     super::done(r)
 }
 
-pub(crate) unsafe fn fence_clear(_c: &Call, f: *mut NvSciSyncFence) {
+pub(crate) unsafe fn NvSciSyncFenceClear(_c: &Call, f: *mut NvSciSyncFence) {
     if !f.is_null() {
         // SAFETY: non-null caller pointer to a fence.
         unsafe { f.write(NvSciSyncFence::default()) };
     }
 }
 
-pub(crate) unsafe fn fence_extract(
+pub(crate) unsafe fn NvSciSyncFenceExtractFence(
     c: &Call,
     f: *const NvSciSyncFence,
     id: *mut u64,
@@ -559,7 +563,7 @@ pub(crate) unsafe fn fence_extract(
 /// syncpoints, `[0, primitives - 1]` for semaphores, and the simulated
 /// objects have one primitive; values up to MaxPrimitiveValue). Deterministic
 /// fences are not required.
-pub(crate) unsafe fn fence_update(
+pub(crate) unsafe fn NvSciSyncFenceUpdateFence(
     c: &Call,
     obj: NvSciSyncObj,
     id: u64,
@@ -621,7 +625,7 @@ pub(crate) unsafe fn fence_update(
 /// other fence has no timestamps here (the simulator refuses
 /// WaiterRequireTimestamps at reconciliation), which the header answers
 /// with BadParameter.
-pub(crate) unsafe fn fence_get_timestamp(
+pub(crate) unsafe fn NvSciSyncFenceGetTimestamp(
     c: &Call,
     f: *const NvSciSyncFence,
     us: *mut u64,
@@ -648,7 +652,12 @@ pub(crate) unsafe fn fence_get_timestamp(
 
 /// `NvSciSyncCheckVersionCompatibility`: compatible iff the same major
 /// version and a requested minor no newer than the claimed library's.
-pub(crate) fn check_version(c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+pub(crate) fn NvSciSyncCheckVersionCompatibility(
+    c: &Call,
+    major: u32,
+    minor: u32,
+    out: *mut bool,
+) -> NvSciError {
     let (lib_major, lib_minor) = c.inst.config.nvsci_release.sync_version();
     // SAFETY: forwarded caller out-pointer.
     super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })
@@ -703,6 +712,6 @@ pub(crate) fn cuda_fill(c: &Call, list: usize, dev: CUdevice, flags: i32) -> CUr
     map.entry(sk::PRIMITIVE)
         .or_insert_with(|| attrs::enc_u32s(prims));
     map.entry(sk::GPU_ID)
-        .or_insert_with(|| crate::api::device_uuid(d).to_vec().into_boxed_slice());
+        .or_insert_with(|| crate::cuda::device_uuid(d).to_vec().into_boxed_slice());
     codes::SUCCESS
 }
