@@ -179,56 +179,66 @@ pub mod color {
     }
 }
 
-/// Buf keys (C values).
+/// Buf keys (C values, from the generated bindings).
 pub(crate) mod bk {
-    pub(crate) const TYPES: u32 = 0x1;
-    pub(crate) const NEED_CPU: u32 = 0x2;
-    pub(crate) const REQ_PERM: u32 = 0x3;
-    pub(crate) const CPU_CACHE: u32 = 0x4;
-    pub(crate) const GPU_ID: u32 = 0x5;
-    pub(crate) const CPU_SW_COH: u32 = 0x6;
-    pub(crate) const ACTUAL_PERM: u32 = 0x7;
-    pub(crate) const VIDMEM_GPU: u32 = 0x8;
-    pub(crate) const GPU_CACHE: u32 = 0x9;
-    pub(crate) const GPU_SW_COH: u32 = 0xa;
-    pub(crate) const GPU_COMPRESSION: u32 = 0xb;
-    pub(crate) const RAW_SIZE: u32 = 0x10000;
-    pub(crate) const RAW_ALIGN: u32 = 0x10001;
-    pub(crate) const LAYOUT: u32 = 0x20000;
-    pub(crate) const TOP_PAD: u32 = 0x20001;
-    pub(crate) const RIGHT_PAD: u32 = 0x20004;
-    pub(crate) const VPR: u32 = 0x20005;
-    pub(crate) const IMG_SIZE: u32 = 0x20006;
-    pub(crate) const IMG_ALIGN: u32 = 0x20007;
-    pub(crate) const PLANE_COUNT: u32 = 0x20008;
-    pub(crate) const COLOR_FMT: u32 = 0x20009;
-    pub(crate) const COLOR_STD: u32 = 0x2000a;
-    pub(crate) const BASE_ALIGN: u32 = 0x2000b;
-    pub(crate) const WIDTH: u32 = 0x2000c;
-    pub(crate) const HEIGHT: u32 = 0x2000d;
-    pub(crate) const SCAN: u32 = 0x2000e;
-    pub(crate) const BPP: u32 = 0x2000f;
-    pub(crate) const OFFSET: u32 = 0x20010;
-    pub(crate) const DATATYPE: u32 = 0x20011;
-    pub(crate) const CHANNELS: u32 = 0x20012;
-    pub(crate) const SECOND_FIELD: u32 = 0x20013;
-    pub(crate) const PITCH: u32 = 0x20014;
-    pub(crate) const ALIGNED_H: u32 = 0x20015;
-    pub(crate) const ALIGNED_SIZE: u32 = 0x20016;
-    pub(crate) const IMAGE_COUNT: u32 = 0x20017;
+    use tegra_interop_sys::nvsci::NvSciBufAttrKey;
+
+    pub(crate) const TYPES: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_Types.0;
+    pub(crate) const NEED_CPU: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_NeedCpuAccess.0;
+    pub(crate) const REQ_PERM: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_RequiredPerm.0;
+    pub(crate) const CPU_CACHE: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_EnableCpuCache.0;
+    pub(crate) const GPU_ID: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_GpuId.0;
+    pub(crate) const CPU_SW_COH: u32 =
+        NvSciBufAttrKey::NvSciBufGeneralAttrKey_CpuNeedSwCacheCoherency.0;
+    pub(crate) const ACTUAL_PERM: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_ActualPerm.0;
+    pub(crate) const VIDMEM_GPU: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_VidMem_GpuId.0;
+    pub(crate) const GPU_CACHE: u32 = NvSciBufAttrKey::NvSciBufGeneralAttrKey_EnableGpuCache.0;
+    pub(crate) const GPU_SW_COH: u32 =
+        NvSciBufAttrKey::NvSciBufGeneralAttrKey_GpuSwNeedCacheCoherency.0;
+    pub(crate) const GPU_COMPRESSION: u32 =
+        NvSciBufAttrKey::NvSciBufGeneralAttrKey_EnableGpuCompression.0;
+    pub(crate) const RAW_SIZE: u32 = NvSciBufAttrKey::NvSciBufRawBufferAttrKey_Size.0;
+    pub(crate) const RAW_ALIGN: u32 = NvSciBufAttrKey::NvSciBufRawBufferAttrKey_Align.0;
+    pub(crate) const LAYOUT: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_Layout.0;
+    pub(crate) const TOP_PAD: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_TopPadding.0;
+    pub(crate) const RIGHT_PAD: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_RightPadding.0;
+    pub(crate) const VPR: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_VprFlag.0;
+    pub(crate) const IMG_SIZE: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_Size.0;
+    pub(crate) const IMG_ALIGN: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_Alignment.0;
+    pub(crate) const PLANE_COUNT: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneCount.0;
+    pub(crate) const COLOR_FMT: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneColorFormat.0;
+    pub(crate) const COLOR_STD: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneColorStd.0;
+    pub(crate) const BASE_ALIGN: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneBaseAddrAlign.0;
+    pub(crate) const WIDTH: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneWidth.0;
+    pub(crate) const HEIGHT: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneHeight.0;
+    pub(crate) const SCAN: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_ScanType.0;
+    pub(crate) const BPP: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneBitsPerPixel.0;
+    pub(crate) const OFFSET: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneOffset.0;
+    pub(crate) const DATATYPE: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneDatatype.0;
+    pub(crate) const CHANNELS: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneChannelCount.0;
+    pub(crate) const SECOND_FIELD: u32 =
+        NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneSecondFieldOffset.0;
+    pub(crate) const PITCH: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlanePitch.0;
+    pub(crate) const ALIGNED_H: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneAlignedHeight.0;
+    pub(crate) const ALIGNED_SIZE: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_PlaneAlignedSize.0;
+    pub(crate) const IMAGE_COUNT: u32 = NvSciBufAttrKey::NvSciBufImageAttrKey_ImageCount.0;
 }
 
-/// Sync keys (C values).
+/// Sync keys (C values, from the generated bindings).
 pub(crate) mod sk {
-    pub(crate) const NEED_CPU: u32 = 1;
-    pub(crate) const REQ_PERM: u32 = 2;
-    pub(crate) const ACTUAL_PERM: u32 = 3;
-    pub(crate) const CTX_INSENSITIVE: u32 = 4;
-    pub(crate) const TIMESTAMPS: u32 = 5;
-    pub(crate) const DETERMINISTIC: u32 = 6;
-    pub(crate) const MAX_VALUE: u32 = 9;
-    pub(crate) const PRIMITIVE: u32 = 10;
-    pub(crate) const GPU_ID: u32 = 12;
+    use tegra_interop_sys::nvsci::NvSciSyncAttrKey;
+
+    pub(crate) const NEED_CPU: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_NeedCpuAccess.0;
+    pub(crate) const REQ_PERM: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_RequiredPerm.0;
+    pub(crate) const ACTUAL_PERM: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_ActualPerm.0;
+    pub(crate) const CTX_INSENSITIVE: u32 =
+        NvSciSyncAttrKey::NvSciSyncAttrKey_WaiterContextInsensitiveFenceExports.0;
+    pub(crate) const TIMESTAMPS: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_WaiterRequireTimestamps.0;
+    pub(crate) const DETERMINISTIC: u32 =
+        NvSciSyncAttrKey::NvSciSyncAttrKey_RequireDeterministicFences.0;
+    pub(crate) const MAX_VALUE: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_MaxPrimitiveValue.0;
+    pub(crate) const PRIMITIVE: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_PrimitiveInfo.0;
+    pub(crate) const GPU_ID: u32 = NvSciSyncAttrKey::NvSciSyncAttrKey_GpuId.0;
 }
 
 /// Private keys (never valid NvSci keys, so `GetAttrs` refuses them and
@@ -458,7 +468,7 @@ pub(crate) fn buf_key(release: NvSciRelease, key: u32) -> Lookup {
         bk::RAW_SIZE => k("RawBuffer Size", InOut, Val::Size),
         bk::RAW_ALIGN => k("RawBuffer Align", InOut, Val::Pow2U64),
         bk::LAYOUT => k("Image Layout", InOut, Val::Layout),
-        0x20001..=0x20004 => k("Image padding", InOut, Val::U64s),
+        bk::TOP_PAD..=bk::RIGHT_PAD => k("Image padding", InOut, Val::U64s),
         bk::VPR => k("Image VprFlag", InOut, Val::Bool),
         bk::IMG_SIZE => k("Image Size", Out, Val::Output),
         bk::IMG_ALIGN => k("Image Alignment", Out, Val::Output),

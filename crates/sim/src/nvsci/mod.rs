@@ -109,28 +109,30 @@ pub use attrs::color;
 pub use ipc::{endpoint_pair, set_inheritable};
 pub use release::NvSciRelease;
 
-/// `NvSciError` values the simulator returns.
+/// `NvSciError` values the simulator returns (named by the generated bindings).
 pub(crate) mod err {
     use tegra_interop_sys::nvsci::NvSciError;
 
-    pub(crate) const SUCCESS: NvSciError = NvSciError(0);
-    pub(crate) const UNKNOWN: NvSciError = NvSciError(0x1);
-    pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError(0x11);
-    pub(crate) const ACCESS_DENIED: NvSciError = NvSciError(0x20);
-    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError(0x21);
-    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError(0x23);
-    pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError(0x24);
-    pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError(0x25);
-    pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);
-    pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError(0x32);
-    pub(crate) const BAD_PARAMETER: NvSciError = NvSciError(0x100);
-    pub(crate) const OVERFLOW: NvSciError = NvSciError(0x103);
-    pub(crate) const TIMEOUT: NvSciError = NvSciError(0x200);
-    pub(crate) const BUSY: NvSciError = NvSciError(0x202);
-    pub(crate) const RECONCILIATION_FAILED: NvSciError = NvSciError(0x10100);
-    pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError = NvSciError(0x10101);
-    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError(0x2000001);
-    pub(crate) const CLEARED_FENCE: NvSciError = NvSciError(0x2000002);
+    pub(crate) const SUCCESS: NvSciError = NvSciError::NvSciError_Success;
+    pub(crate) const UNKNOWN: NvSciError = NvSciError::NvSciError_Unknown;
+    pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError::NvSciError_NotSupported;
+    pub(crate) const ACCESS_DENIED: NvSciError = NvSciError::NvSciError_AccessDenied;
+    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError::NvSciError_NotPermitted;
+    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError::NvSciError_InvalidOperation;
+    pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError::NvSciError_NotInitialized;
+    pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError::NvSciError_AlreadyInUse;
+    pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError::NvSciError_InsufficientMemory;
+    pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError::NvSciError_ResourceError;
+    pub(crate) const BAD_PARAMETER: NvSciError = NvSciError::NvSciError_BadParameter;
+    pub(crate) const OVERFLOW: NvSciError = NvSciError::NvSciError_Overflow;
+    pub(crate) const TIMEOUT: NvSciError = NvSciError::NvSciError_Timeout;
+    pub(crate) const BUSY: NvSciError = NvSciError::NvSciError_Busy;
+    pub(crate) const RECONCILIATION_FAILED: NvSciError =
+        NvSciError::NvSciError_ReconciliationFailed;
+    pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError =
+        NvSciError::NvSciError_AttrListValidationFailed;
+    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError::NvSciError_UnsupportedConfig;
+    pub(crate) const CLEARED_FENCE: NvSciError = NvSciError::NvSciError_ClearedFence;
 }
 
 pub(crate) type R<T = ()> = Result<T, NvSciError>;
