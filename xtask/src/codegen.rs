@@ -109,9 +109,9 @@ const CUDA_VARS: &str = "CUDA_VERSION|CUDA_EXTERNAL_MEMORY_DEDICATED|\
 CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC|CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC|\
 CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT";
 
-/// NvSci entry points are not listed here: they are every prototype declared
-/// in [`OWN_NVSCI_HEADER`], in declaration order ([`nvsci_functions`]), so
-/// adding one is: declare it there, write the simulator's body.
+// NvSci entry points are not listed here: they are every prototype declared
+// in `OWN_NVSCI_HEADER`, in declaration order (`nvsci_functions`), so adding
+// one is: declare it there, write the simulator's body.
 
 /// NvSci types the project needs beyond what the functions pull in.
 const NVSCI_TYPES: &[&str] = &[
