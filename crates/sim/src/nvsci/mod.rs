@@ -75,6 +75,7 @@ mod buf;
 // Entry-point bodies carry their C names: the generated trampolines find them by name.
 #[allow(non_snake_case)]
 mod ipc;
+mod list;
 mod release;
 mod slots;
 // Entry-point bodies carry their C names: the generated trampolines find them by name.

@@ -1,6 +1,10 @@
 //! NvSciSync entry points: sync objects over the simulator's shared
 //! deterministic semaphores, fences, CPU signal and CPU wait.
 
+mod fences;
+
+pub(crate) use self::fences::*;
+
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use tegra_interop_sys::nvsci::{
 };
 
 use super::attrs::{self, sk, AttrMap, ListKind};
-use super::{buf, err, get, new_handle, put, unknown, Kind, ModuleRec, WaitCtxRec, R};
+use super::{err, get, list, new_handle, put, unknown, Kind, ModuleRec, WaitCtxRec, R};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::{self, Call, State, SyncObjectEntry, Tag};
 use crate::shm::{SemaphoreKind, SharedSemaphore, WaitEnd};
@@ -80,7 +84,7 @@ pub(crate) fn NvSciSyncModuleOpen(c: &Call, out: *mut NvSciSyncModule) -> NvSciE
 }
 
 pub(crate) fn NvSciSyncModuleClose(c: &Call, m: NvSciSyncModule) {
-    buf::close_module(c, true, m as usize);
+    list::close_module(c, true, m as usize);
 }
 
 pub(crate) fn NvSciSyncCpuWaitContextAlloc(
@@ -139,7 +143,7 @@ pub(crate) fn NvSciSyncAttrListCreate(
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
-    let r = buf::create_list(c, true, module as usize).and_then(|h| {
+    let r = list::create_list(c, true, module as usize).and_then(|h| {
         // SAFETY: checked non-null; caller out-pointer.
         unsafe { put(out, h as NvSciSyncAttrList) }
     });
@@ -147,7 +151,7 @@ pub(crate) fn NvSciSyncAttrListCreate(
 }
 
 pub(crate) fn NvSciSyncAttrListFree(c: &Call, list: NvSciSyncAttrList) {
-    buf::free_list(c, true, list as usize);
+    list::free_list(c, true, list as usize);
 }
 
 pub(crate) unsafe fn NvSciSyncAttrListSetAttrs(
@@ -171,7 +175,7 @@ pub(crate) unsafe fn NvSciSyncAttrListSetAttrs(
             let bytes = unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) };
             v.push((p.attrKey.0, bytes.to_vec()));
         }
-        buf::set_pairs(c, true, list as usize, v)
+        list::set_pairs(c, true, list as usize, v)
     })();
     super::done(r)
 }
@@ -191,7 +195,7 @@ pub(crate) unsafe fn NvSciSyncAttrListGetAttrs(
             // SAFETY: the caller passes `n` pairs.
             keys.push(unsafe { (*pairs.add(i)).attrKey.0 });
         }
-        let found = buf::lookup(c, true, list as usize, &keys)?;
+        let found = list::lookup(c, true, list as usize, &keys)?;
         for (i, (value, len)) in found.into_iter().enumerate() {
             // SAFETY: the caller passes `n` writable pairs.
             unsafe {
@@ -212,7 +216,7 @@ pub(crate) unsafe fn NvSciSyncAttrListReconcile(
     conflict: *mut NvSciSyncAttrList,
 ) -> NvSciError {
     // SAFETY: forwarded caller array/pointers.
-    unsafe { buf::reconcile_entry(c, true, lists.cast(), n, out.cast(), conflict.cast()) }
+    unsafe { list::reconcile_entry(c, true, lists.cast(), n, out.cast(), conflict.cast()) }
 }
 
 fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
@@ -250,10 +254,10 @@ pub(crate) unsafe fn NvSciSyncAttrListReconcileAndObjAlloc(
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: forwarded caller array.
-        let hs = unsafe { buf::handles(lists.cast::<*mut std::ffi::c_void>(), n) }?;
+        let hs = unsafe { list::handles(lists.cast::<*mut std::ffi::c_void>(), n) }?;
         let mut conflict_h = 0usize;
         let want = !conflict.is_null();
-        let res = buf::reconcile(c, true, &hs, want.then_some(&mut conflict_h));
+        let res = list::reconcile(c, true, &hs, want.then_some(&mut conflict_h));
         if want {
             // SAFETY: non-null caller out-pointer.
             unsafe { conflict.write(conflict_h as NvSciSyncAttrList) };
@@ -276,7 +280,7 @@ pub(crate) fn NvSciSyncObjAlloc(
         if obj.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        let (module, map) = buf::reconciled(c, true, list as usize)?;
+        let (module, map) = list::reconciled(c, true, list as usize)?;
         let h = new_object(c, module, map)?;
         // SAFETY: checked non-null; caller out-pointer.
         unsafe { obj.write(h as NvSciSyncObj) };
@@ -352,302 +356,6 @@ pub(crate) fn NvSciSyncObjGetAttrList(
     // SAFETY: checked non-null; caller out-pointer.
     unsafe { out.write(list as NvSciSyncAttrList) };
     err::SUCCESS
-}
-
-/// The core of a handle that may signal from the CPU.
-fn cpu_signaler(c: &Call, h: usize) -> R<Arc<SyncCore>> {
-    let st = c.state();
-    let Some(rec) = st.nvsci.sync_objs.get(&h) else {
-        return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
-    };
-    if rec.perm & attrs::PERM_SIGNAL == 0 || !attrs::get_bool(&rec.core.attrs, sk::NEED_CPU) {
-        c.diag(
-            D::Misuse,
-            format!("object {h:#x}: a CPU signal needs signal permission and NeedCpuAccess"),
-        );
-        return Err(err::BAD_PARAMETER);
-    }
-    Ok(Arc::clone(&rec.core))
-}
-
-pub(crate) fn NvSciSyncObjGenerateFence(
-    c: &Call,
-    obj: NvSciSyncObj,
-    out: *mut NvSciSyncFence,
-) -> NvSciError {
-    if out.is_null() {
-        return err::BAD_PARAMETER;
-    }
-    let r = cpu_signaler(c, obj as usize).map(|core| {
-        let value = core.sem.reserve_next();
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe {
-            out.write(fence::encode(SimFence {
-                object_id: core.id,
-                value,
-            }))
-        };
-    });
-    super::done(r)
-}
-
-pub(crate) fn NvSciSyncObjSignal(c: &Call, obj: NvSciSyncObj) -> NvSciError {
-    super::done(cpu_signaler(c, obj as usize).map(|core| {
-        core.sem.increment();
-    }))
-}
-
-/// The infinite timeout of `FenceWait` (and of IPC imports), in microseconds.
-pub(crate) const INFINITE_US: i64 = i64::MAX / 1000;
-
-/// A timeout in microseconds: -1 or `[0, i64::MAX / 1000]`, the maximum
-/// also meaning infinite (`None`); anything else BadParameter.
-pub(crate) fn timeout(us: i64) -> R<Option<Duration>> {
-    if us == -1 || us == INFINITE_US {
-        Ok(None)
-    } else if !(0..INFINITE_US).contains(&us) {
-        Err(err::BAD_PARAMETER)
-    } else {
-        Ok(Some(Duration::from_micros(us.unsigned_abs())))
-    }
-}
-
-pub(crate) unsafe fn NvSciSyncFenceWait(
-    c: &Call,
-    f: *const NvSciSyncFence,
-    ctx: NvSciSyncCpuWaitContext,
-    timeout_us: i64,
-) -> NvSciError {
-    let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
-        let limit = timeout(timeout_us)?;
-        let (sem, busy, target) = {
-            let st = c.state();
-            let Some(w) = st.nvsci.wait_contexts.get(&(ctx as usize)) else {
-                return Err(unknown(c, &st.nvsci, "CPU wait context", ctx as usize));
-            };
-            let busy = Arc::clone(&w.busy);
-            let sf = match fence::decode(&f) {
-                FenceContent::Cleared => return Ok(()),
-                FenceContent::Garbage => {
-                    c.diag(
-                        D::Misuse,
-                        "NvSciSyncFence holds bytes the simulator did not write".into(),
-                    );
-                    return Err(err::BAD_PARAMETER);
-                }
-                FenceContent::Fence(sf) => sf,
-            };
-            let cpu_waiter = st.nvsci.sync_objs.values().any(|r| {
-                r.core.id == sf.object_id
-                    && r.perm & attrs::PERM_WAIT != 0
-                    && attrs::get_bool(&r.core.attrs, sk::NEED_CPU)
-            });
-            let nvsci_object = st
-                .nvsci
-                .sync_objs
-                .values()
-                .any(|r| r.core.id == sf.object_id);
-            if nvsci_object && !cpu_waiter {
-                c.diag(
-                    D::Misuse,
-                    "a CPU wait needs an object handle with wait permission whose list asked for NeedCpuAccess".into(),
-                );
-                return Err(err::BAD_PARAMETER);
-            }
-            let Some(e) = st.sync_objects.values().find(|e| e.id == sf.object_id) else {
-                c.diag(
-                    D::Misuse,
-                    format!("fence of sync object {} waited on after every handle of the object was freed (the real library keeps the object alive while fences refer to it; the simulator does not)", sf.object_id),
-                );
-                return Err(err::BAD_PARAMETER);
-            };
-            (Arc::clone(&e.sem), busy, sf.value)
-        };
-        if busy.swap(true, Ordering::AcqRel) {
-            c.diag(
-                D::Misuse,
-                "a CPU wait context used by two waits at once (it is not for concurrent use)"
-                    .into(),
-            );
-            return Err(err::BUSY);
-        }
-        let hang = c.inst.config.hang_timeout;
-        let deadline = Instant::now().checked_add(limit.unwrap_or(hang));
-        let end = sem.wait(target, deadline, &|| false);
-        busy.store(false, Ordering::Release);
-        match (end, limit) {
-            (WaitEnd::Reached, _) => Ok(()),
-            (_, Some(_)) => Err(err::TIMEOUT),
-            (_, None) => {
-                c.diag(D::Hang, format!("an infinite CPU wait on fence value {target} was still waiting after {hang:?}"));
-                Err(err::TIMEOUT)
-            }
-        }
-    })();
-    super::done(r)
-}
-
-pub(crate) unsafe fn NvSciSyncFenceDup(
-    c: &Call,
-    src: *const NvSciSyncFence,
-    dst: *mut NvSciSyncFence,
-) -> NvSciError {
-    let r = (|| {
-        if std::ptr::eq(src, dst.cast_const()) {
-            c.diag(
-                D::Misuse,
-                "FenceDup with the same fence as source and destination".into(),
-            );
-            return Err(err::BAD_PARAMETER);
-        }
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(src) }?;
-        if fence::decode(&f) == FenceContent::Garbage {
-            c.diag(
-                D::Misuse,
-                "NvSciSyncFence holds bytes the simulator did not write".into(),
-            );
-            return Err(err::BAD_PARAMETER);
-        }
-        // SAFETY: forwarded caller out-pointer.
-        unsafe { put(dst, f) }
-    })();
-    super::done(r)
-}
-
-pub(crate) unsafe fn NvSciSyncFenceClear(_c: &Call, f: *mut NvSciSyncFence) {
-    if !f.is_null() {
-        // SAFETY: non-null caller pointer to a fence.
-        unsafe { f.write(NvSciSyncFence::default()) };
-    }
-}
-
-pub(crate) unsafe fn NvSciSyncFenceExtractFence(
-    c: &Call,
-    f: *const NvSciSyncFence,
-    id: *mut u64,
-    value: *mut u64,
-) -> NvSciError {
-    let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
-        if id.is_null() || value.is_null() {
-            return Err(err::BAD_PARAMETER);
-        }
-        match fence::decode(&f) {
-            FenceContent::Cleared => Err(err::CLEARED_FENCE),
-            FenceContent::Garbage => {
-                c.diag(
-                    D::Misuse,
-                    "NvSciSyncFence holds bytes the simulator did not write".into(),
-                );
-                Err(err::BAD_PARAMETER)
-            }
-            FenceContent::Fence(sf) => {
-                // SAFETY: both checked non-null; caller out-pointers.
-                unsafe {
-                    id.write(0);
-                    value.write(sf.value);
-                }
-                Ok(())
-            }
-        }
-    })();
-    super::done(r)
-}
-
-/// `NvSciSyncFenceUpdateFence`: the output is cleared first; an id or value
-/// outside the primitive's range is Overflow (ids `[0, u32::MAX - 1]` for
-/// syncpoints, `[0, primitives - 1]` for semaphores, and the simulated
-/// objects have one primitive; values up to MaxPrimitiveValue). Deterministic
-/// fences are not required.
-pub(crate) unsafe fn NvSciSyncFenceUpdateFence(
-    c: &Call,
-    obj: NvSciSyncObj,
-    id: u64,
-    value: u64,
-    f: *mut NvSciSyncFence,
-) -> NvSciError {
-    let h = obj as usize;
-    let r = (|| {
-        if f.is_null() {
-            return Err(err::BAD_PARAMETER);
-        }
-        let st = c.state();
-        let Some(rec) = st.nvsci.sync_objs.get(&h) else {
-            return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
-        };
-        // SAFETY: checked non-null; caller in/out pointer to a fence.
-        unsafe { f.write(NvSciSyncFence::default()) };
-        let prim = attrs::get_u32(&rec.core.attrs, sk::PRIMITIVE).unwrap_or(attrs::PRIM_SYNCPOINT);
-        let id_max = if prim == attrs::PRIM_SYNCPOINT {
-            u64::from(u32::MAX) - 1
-        } else {
-            0
-        };
-        if id > id_max {
-            c.diag(
-                D::Misuse,
-                format!("fence id {id} is outside [0, {id_max}] for primitive type {prim}"),
-            );
-            return Err(err::OVERFLOW);
-        }
-        let max = attrs::get_u64(&rec.core.attrs, sk::MAX_VALUE).unwrap_or(u64::from(u32::MAX));
-        if value > max {
-            c.diag(
-                D::Misuse,
-                format!("fence value {value} is above the primitive's maximum {max}"),
-            );
-            return Err(err::OVERFLOW);
-        }
-        if id != 0 {
-            c.diag(
-                D::Unimplemented,
-                format!("fence id {id}: a simulated object has one syncpoint (id 0); fences on other syncpoints are not simulated"),
-            );
-            return Err(err::NOT_SUPPORTED);
-        }
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe {
-            f.write(fence::encode(SimFence {
-                object_id: rec.core.id,
-                value,
-            }))
-        };
-        Ok(())
-    })();
-    super::done(r)
-}
-
-/// `NvSciSyncFenceGetTimestamp`: ClearedFence for a cleared fence; any
-/// other fence has no timestamps here (the simulator refuses
-/// WaiterRequireTimestamps at reconciliation), which the header answers
-/// with BadParameter.
-pub(crate) unsafe fn NvSciSyncFenceGetTimestamp(
-    c: &Call,
-    f: *const NvSciSyncFence,
-    us: *mut u64,
-) -> NvSciError {
-    let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
-        if us.is_null() {
-            return Err(err::BAD_PARAMETER);
-        }
-        match fence::decode(&f) {
-            FenceContent::Cleared => Err(err::CLEARED_FENCE),
-            _ => {
-                c.diag(
-                    D::Misuse,
-                    "FenceGetTimestamp on a fence whose object did not reconcile timestamps".into(),
-                );
-                Err(err::BAD_PARAMETER)
-            }
-        }
-    })();
-    super::done(r)
 }
 
 /// `NvSciSyncCheckVersionCompatibility`: compatible iff the same major
