@@ -1,6 +1,8 @@
 //! The `CUresult` codes the simulator returns, and their names and messages
 //! for `cuGetErrorName` / `cuGetErrorString`.
 
+#![deny(unsafe_code)]
+
 use core::ffi::CStr;
 use tegra_interop_sys::cuda::CUresult;
 

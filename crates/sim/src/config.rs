@@ -1,5 +1,7 @@
 //! The machine a simulator models (`SimConfig`) and why one could not be made (`SimError`).
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 /// What the simulated machine looks like.

@@ -39,6 +39,7 @@
 //! where the real driver's answer is unknown.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod cmem;
 pub mod codes;
 mod config;
 mod cuda;

@@ -1,5 +1,7 @@
 //! Simulated NvSci objects made directly by a test (`Sim::sync_object`, `Sim::buf_object`).
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 /// Permissions and counter width of a simulated NvSciSync object.

@@ -1,5 +1,7 @@
 //! What a simulator reports: its `Ledger` and its `Diagnostic`s.
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 /// What the simulator holds right now. All zero after a correct teardown.

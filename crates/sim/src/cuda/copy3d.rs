@@ -153,9 +153,7 @@ pub(crate) unsafe fn cuMemcpy3D(c: &Call, p: *const CUDA_MEMCPY3D) -> CUresult {
                 // SAFETY: device and array sides were bounds-checked against
                 // live mappings (kept alive by the held lock); host sides are
                 // the caller's memory described by its own pitch/height.
-                unsafe {
-                    core::ptr::copy((src.base + so) as *const u8, (dst.base + dof) as *mut u8, w)
-                };
+                unsafe { cmem::copy((src.base + so) as *const u8, (dst.base + dof) as *mut u8, w) };
             }
         }
         Ok(())

@@ -67,8 +67,8 @@ pub(crate) unsafe fn cuDeviceGetName(
         // SAFETY: the caller provides `len` writable bytes at `name`; we
         // write `n + 1 <= len` of them.
         unsafe {
-            core::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), name, n);
-            name.add(n).write(0);
+            cmem::copy_to(name.cast::<u8>(), &s.as_bytes()[..n]);
+            cmem::write_at(name, n, 0);
         }
         Ok(())
     })();

@@ -104,7 +104,7 @@ pub(crate) unsafe fn cuMemcpyHtoD(
         device_range(c, &st, dst, n)?;
         // SAFETY: the destination range lies in a live mapping (checked, and
         // kept alive by the held lock); the source is the caller's `n` bytes.
-        unsafe { core::ptr::copy(src.cast::<u8>(), dst as usize as *mut u8, n) };
+        unsafe { cmem::copy(src.cast::<u8>(), dst as usize as *mut u8, n) };
         Ok(())
     })();
     done(r)
@@ -128,7 +128,7 @@ pub(crate) unsafe fn cuMemcpyDtoH(
         device_range(c, &st, src, n)?;
         // SAFETY: the source range lies in a live mapping (checked, kept
         // alive by the held lock); the destination is the caller's buffer.
-        unsafe { core::ptr::copy(src as usize as *const u8, dst.cast::<u8>(), n) };
+        unsafe { cmem::copy(src as usize as *const u8, dst.cast::<u8>(), n) };
         Ok(())
     })();
     done(r)
@@ -143,7 +143,7 @@ pub(crate) unsafe fn cuMemsetD8(c: &Call, dst: CUdeviceptr, v: u8, n: usize) -> 
         let st = c.state();
         device_range(c, &st, dst, n)?;
         // SAFETY: the range lies in a live mapping (checked, lock held).
-        unsafe { core::ptr::write_bytes(dst as usize as *mut u8, v, n) };
+        unsafe { cmem::fill(dst as usize as *mut u8, v, n) };
         Ok(())
     })();
     done(r)

@@ -37,6 +37,7 @@ use std::time::Duration;
 use tegra_interop_sys::cuda::*;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
+use crate::cmem;
 use crate::codes::{self, *};
 use crate::fds::{checked_close, file_id, FileId, Site, TrackedFd};
 use crate::fence::{self, FenceContent, SimFence};
@@ -59,12 +60,10 @@ pub(super) fn done(r: R) -> CUresult {
 /// # Safety
 /// `p` must be NULL or valid for a write of `T`.
 pub(super) unsafe fn put<T>(p: *mut T, v: T) -> R {
-    if p.is_null() {
-        return Err(INVALID_VALUE);
-    }
-    // SAFETY: non-null, and valid for writes by the caller's contract.
-    unsafe { p.write(v) };
-    Ok(())
+    // SAFETY: forwarded contract.
+    unsafe { cmem::write(p, v) }
+        .then_some(())
+        .ok_or(INVALID_VALUE)
 }
 
 /// Reads a caller in-pointer, refusing NULL.
@@ -72,11 +71,8 @@ pub(super) unsafe fn put<T>(p: *mut T, v: T) -> R {
 /// # Safety
 /// `p` must be NULL or valid for a read of `T`.
 pub(super) unsafe fn get<T: Copy>(p: *const T) -> R<T> {
-    if p.is_null() {
-        return Err(INVALID_VALUE);
-    }
-    // SAFETY: non-null, and valid for reads by the caller's contract.
-    Ok(unsafe { p.read() })
+    // SAFETY: forwarded contract.
+    unsafe { cmem::read(p) }.ok_or(INVALID_VALUE)
 }
 
 pub(super) fn init(st: &State) -> R {

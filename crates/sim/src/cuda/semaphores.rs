@@ -171,7 +171,7 @@ pub(super) unsafe fn batch_semaphores(
     let mut v = Vec::with_capacity(n);
     for i in 0..n {
         // SAFETY: the caller passes `n` handles at `sems`.
-        let h = unsafe { sems.add(i).read() } as usize as u64;
+        let h = unsafe { cmem::read_at(sems, i) } as usize as u64;
         let Some(s) = st.semaphores.get(&h) else {
             return Err(not_live(
                 c,
@@ -251,7 +251,7 @@ pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
         let mut memsync = Vec::new();
         for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
             // SAFETY: the caller passes `n` parameter blocks at `params`.
-            let p = unsafe { params.add(i).read() };
+            let p = unsafe { cmem::read_at(params, i) };
             if p.reserved.iter().any(|r| *r != 0) || p.params.reserved.iter().any(|r| *r != 0) {
                 return Err(INVALID_VALUE);
             }
@@ -337,7 +337,7 @@ pub(crate) unsafe fn cuWaitExternalSemaphoresAsync(
         let mut memsync = Vec::new();
         for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
             // SAFETY: the caller passes `n` parameter blocks at `params`.
-            let p = unsafe { params.add(i).read() };
+            let p = unsafe { cmem::read_at(params, i) };
             if p.reserved.iter().any(|r| *r != 0) || p.params.reserved.iter().any(|r| *r != 0) {
                 return Err(INVALID_VALUE);
             }

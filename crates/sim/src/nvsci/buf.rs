@@ -123,31 +123,6 @@ pub(crate) fn NvSciBufAttrListFree(c: &Call, list: NvSciBufAttrList) {
     free_list(c, false, list as usize);
 }
 
-/// Reads `n` pairs' keys and value bytes.
-///
-/// # Safety
-/// `pairs` must point at `n` pairs whose values point at `len` readable bytes.
-unsafe fn read_buf_pairs(
-    pairs: *const NvSciBufAttrKeyValuePair,
-    n: usize,
-) -> R<Vec<(u32, Vec<u8>)>> {
-    if pairs.is_null() || n == 0 {
-        return Err(err::BAD_PARAMETER);
-    }
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: the caller passes `n` pairs.
-        let p = unsafe { pairs.add(i).read() };
-        if p.value.is_null() || p.len == 0 {
-            return Err(err::BAD_PARAMETER);
-        }
-        // SAFETY: the pair's value points at `len` readable bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) };
-        out.push((p.key.0, bytes.to_vec()));
-    }
-    Ok(out)
-}
-
 pub(crate) unsafe fn NvSciBufAttrListSetAttrs(
     c: &Call,
     list: NvSciBufAttrList,
@@ -155,7 +130,7 @@ pub(crate) unsafe fn NvSciBufAttrListSetAttrs(
     n: usize,
 ) -> NvSciError {
     // SAFETY: forwarded caller array.
-    let r = unsafe { read_buf_pairs(pairs, n) }.and_then(|p| set_pairs(c, false, list as usize, p));
+    let r = unsafe { read_pairs(pairs, n) }.and_then(|p| set_pairs(c, false, list as usize, p));
     super::done(r)
 }
 
@@ -165,25 +140,8 @@ pub(crate) unsafe fn NvSciBufAttrListGetAttrs(
     pairs: *mut NvSciBufAttrKeyValuePair,
     n: usize,
 ) -> NvSciError {
-    let r = (|| {
-        if pairs.is_null() || n == 0 {
-            return Err(err::BAD_PARAMETER);
-        }
-        let mut keys = Vec::with_capacity(n);
-        for i in 0..n {
-            // SAFETY: the caller passes `n` pairs.
-            keys.push(unsafe { (*pairs.add(i)).key.0 });
-        }
-        let found = lookup(c, false, list as usize, &keys)?;
-        for (i, (value, len)) in found.into_iter().enumerate() {
-            // SAFETY: the caller passes `n` writable pairs.
-            unsafe {
-                (*pairs.add(i)).value = value;
-                (*pairs.add(i)).len = len;
-            }
-        }
-        Ok(())
-    })();
+    // SAFETY: forwarded caller array.
+    let r = unsafe { get_pairs(pairs, n, |keys| lookup(c, false, list as usize, keys)) };
     super::done(r)
 }
 

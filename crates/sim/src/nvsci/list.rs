@@ -6,10 +6,11 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use tegra_interop_sys::nvsci::NvSciError;
+use tegra_interop_sys::nvsci::{NvSciBufAttrKeyValuePair, NvSciError, NvSciSyncAttrKeyValuePair};
 
 use super::attrs::{self, bk, AttrListRec, AttrMap, Bad, Dir, Fail, ListKind, Lookup};
 use super::{err, new_handle, unknown, Kind, NvSciState, R};
+use crate::cmem;
 use crate::instance::Call;
 use crate::DiagnosticKind as D;
 
@@ -306,7 +307,7 @@ pub(crate) unsafe fn handles<T>(lists: *const *mut T, n: usize) -> R<Vec<usize>>
     }
     // SAFETY: the caller passes `n` handles.
     Ok((0..n)
-        .map(|i| unsafe { lists.add(i).read() } as usize)
+        .map(|i| unsafe { cmem::read_at(lists, i) } as usize)
         .collect())
 }
 
@@ -450,4 +451,97 @@ pub(crate) fn reconciled(c: &Call, sync: bool, h: usize) -> R<(usize, Arc<AttrMa
         }
         None => Err(unknown(c, ns, "attribute list", h)),
     }
+}
+
+/// The C key/value pair of either half (`NvSciBufAttrKeyValuePair`,
+/// `NvSciSyncAttrKeyValuePair`): the same record with a different key type.
+pub(crate) trait KeyValuePair: Copy {
+    /// The key's C value.
+    fn key(&self) -> u32;
+    /// The value pointer and length.
+    fn value(&self) -> (*const c_void, usize);
+    /// Sets the value pointer and length (read back by GetAttrs).
+    fn set_value(&mut self, value: *const c_void, len: usize);
+}
+
+impl KeyValuePair for NvSciBufAttrKeyValuePair {
+    fn key(&self) -> u32 {
+        self.key.0
+    }
+    fn value(&self) -> (*const c_void, usize) {
+        (self.value, self.len)
+    }
+    fn set_value(&mut self, value: *const c_void, len: usize) {
+        self.value = value;
+        self.len = len;
+    }
+}
+
+impl KeyValuePair for NvSciSyncAttrKeyValuePair {
+    fn key(&self) -> u32 {
+        self.attrKey.0
+    }
+    fn value(&self) -> (*const c_void, usize) {
+        (self.value, self.len)
+    }
+    fn set_value(&mut self, value: *const c_void, len: usize) {
+        self.value = value;
+        self.len = len;
+    }
+}
+
+/// Reads `n` pairs' keys and value bytes (SetAttrs of either half).
+///
+/// # Safety
+/// `pairs` is NULL or points at `n` pairs whose values point at `len`
+/// readable bytes.
+pub(crate) unsafe fn read_pairs<P: KeyValuePair>(
+    pairs: *const P,
+    n: usize,
+) -> R<Vec<(u32, Vec<u8>)>> {
+    if pairs.is_null() || n == 0 {
+        return Err(err::BAD_PARAMETER);
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller passes `n` pairs.
+        let p = unsafe { cmem::read_at(pairs, i) };
+        let (value, len) = p.value();
+        if value.is_null() || len == 0 {
+            return Err(err::BAD_PARAMETER);
+        }
+        // SAFETY: the pair's value points at `len` readable bytes.
+        let bytes = unsafe { cmem::bytes(value.cast::<u8>(), len) };
+        out.push((p.key(), bytes.to_vec()));
+    }
+    Ok(out)
+}
+
+/// GetAttrs of either half: reads the `n` keys, asks `lookup` for their
+/// values and writes them back into the pairs.
+///
+/// # Safety
+/// `pairs` is NULL or points at `n` readable and writable pairs.
+pub(crate) unsafe fn get_pairs<P: KeyValuePair>(
+    pairs: *mut P,
+    n: usize,
+    lookup: impl FnOnce(&[u32]) -> R<Vec<(*const c_void, usize)>>,
+) -> R {
+    if pairs.is_null() || n == 0 {
+        return Err(err::BAD_PARAMETER);
+    }
+    let mut keys = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller passes `n` pairs.
+        keys.push(unsafe { cmem::read_at(pairs, i) }.key());
+    }
+    let found = lookup(&keys)?;
+    for (i, (value, len)) in found.into_iter().enumerate() {
+        // SAFETY: the caller passes `n` writable pairs (`found` has one per key).
+        let mut p = unsafe { cmem::read_at(pairs, i) };
+        p.set_value(value, len);
+        // SAFETY: as above.
+        unsafe { cmem::write_at(pairs, i, p) };
+    }
+    Ok(())
 }

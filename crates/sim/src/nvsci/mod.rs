@@ -150,12 +150,10 @@ pub(crate) fn done(r: R) -> NvSciError {
 /// # Safety
 /// `p` must be NULL or valid for a write of `T`.
 pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R {
-    if p.is_null() {
-        return Err(err::BAD_PARAMETER);
-    }
-    // SAFETY: non-null, and valid for writes by the caller's contract.
-    unsafe { p.write(v) };
-    Ok(())
+    // SAFETY: forwarded contract.
+    unsafe { crate::cmem::write(p, v) }
+        .then_some(())
+        .ok_or(err::BAD_PARAMETER)
 }
 
 /// Reads a caller in-pointer, refusing NULL.
@@ -163,11 +161,8 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R {
 /// # Safety
 /// `p` must be NULL or valid for a read of `T`.
 pub(crate) unsafe fn get<T: Copy>(p: *const T) -> R<T> {
-    if p.is_null() {
-        return Err(err::BAD_PARAMETER);
-    }
-    // SAFETY: non-null, and valid for reads by the caller's contract.
-    Ok(unsafe { p.read() })
+    // SAFETY: forwarded contract.
+    unsafe { crate::cmem::read(p) }.ok_or(err::BAD_PARAMETER)
 }
 
 /// Kinds of NvSci handles, in the upper bits of their values (a namespace of

@@ -9,6 +9,8 @@
 //! an injected failure aimed at one of them is consumed and ignored.
 //! Panics are caught (`NvSciError_Unknown` plus an `Internal` diagnostic).
 
+#![deny(unsafe_code)]
+
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 

@@ -1,5 +1,7 @@
 //! Reconciliation of the Image keys (layout, planes, padding, pitch and sizes).
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 pub(super) fn reconcile_image(parts: &[&AttrMap], out: &mut AttrMap) -> Result<(), Fail> {

@@ -1,5 +1,7 @@
 //! Encoding helpers, the key tables of both halves (direction, value shape, release gating) and value checks.
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 pub(crate) fn enc_u32s(v: &[u32]) -> Box<[u8]> {

@@ -9,6 +9,8 @@
 //! public header documentation; nothing here uses the core crate's decoders,
 //! so the simulator cannot agree with the code under test by construction.
 
+#![deny(unsafe_code)]
+
 mod image;
 mod keys;
 mod reconcile;

@@ -1,5 +1,7 @@
 //! Reconciliation of buf and sync lists: the rules per key, conflicts and unsupported combinations.
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 /// What the reconciliation needs to know about the simulated machine.

@@ -1,5 +1,7 @@
 //! The wire form of exported attribute lists.
 
+#![deny(unsafe_code)]
+
 use super::*;
 
 pub(super) const WIRE_MAGIC: u32 = u32::from_le_bytes(*b"TSAL");

@@ -200,7 +200,7 @@ pub(super) unsafe fn parse(desc: *const c_void, len: usize) -> R<Vec<AttrMap>> {
         return Err(err::BAD_PARAMETER);
     }
     // SAFETY: the caller passes `len` readable bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) };
+    let bytes = unsafe { crate::cmem::bytes(desc.cast::<u8>(), len) };
     attrs::deserialize(bytes).ok_or(err::BAD_PARAMETER)
 }
 

@@ -16,7 +16,7 @@ pub(crate) use self::buffers::*;
 pub(crate) use self::fences::*;
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_void};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
@@ -289,7 +289,7 @@ pub(crate) unsafe fn NvSciIpcOpenEndpoint(
             return Err(err::BAD_PARAMETER);
         }
         // SAFETY: the caller passes a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(name) }
+        let name = unsafe { crate::cmem::c_str(name) }
             .to_string_lossy()
             .into_owned();
         let mut st = c.state();

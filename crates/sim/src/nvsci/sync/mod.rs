@@ -160,23 +160,9 @@ pub(crate) unsafe fn NvSciSyncAttrListSetAttrs(
     pairs: *const NvSciSyncAttrKeyValuePair,
     n: usize,
 ) -> NvSciError {
-    let r = (|| {
-        if pairs.is_null() || n == 0 {
-            return Err(err::BAD_PARAMETER);
-        }
-        let mut v = Vec::with_capacity(n);
-        for i in 0..n {
-            // SAFETY: the caller passes `n` pairs.
-            let p = unsafe { pairs.add(i).read() };
-            if p.value.is_null() || p.len == 0 {
-                return Err(err::BAD_PARAMETER);
-            }
-            // SAFETY: the pair's value points at `len` readable bytes.
-            let bytes = unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) };
-            v.push((p.attrKey.0, bytes.to_vec()));
-        }
-        list::set_pairs(c, true, list as usize, v)
-    })();
+    // SAFETY: forwarded caller array.
+    let r = unsafe { list::read_pairs(pairs, n) }
+        .and_then(|v| list::set_pairs(c, true, list as usize, v));
     super::done(r)
 }
 
@@ -186,25 +172,8 @@ pub(crate) unsafe fn NvSciSyncAttrListGetAttrs(
     pairs: *mut NvSciSyncAttrKeyValuePair,
     n: usize,
 ) -> NvSciError {
-    let r = (|| {
-        if pairs.is_null() || n == 0 {
-            return Err(err::BAD_PARAMETER);
-        }
-        let mut keys = Vec::with_capacity(n);
-        for i in 0..n {
-            // SAFETY: the caller passes `n` pairs.
-            keys.push(unsafe { (*pairs.add(i)).attrKey.0 });
-        }
-        let found = list::lookup(c, true, list as usize, &keys)?;
-        for (i, (value, len)) in found.into_iter().enumerate() {
-            // SAFETY: the caller passes `n` writable pairs.
-            unsafe {
-                (*pairs.add(i)).value = value;
-                (*pairs.add(i)).len = len;
-            }
-        }
-        Ok(())
-    })();
+    // SAFETY: forwarded caller array.
+    let r = unsafe { list::get_pairs(pairs, n, |keys| list::lookup(c, true, list as usize, keys)) };
     super::done(r)
 }
 
