@@ -2,7 +2,7 @@
 //! simulated CUDA driver for tests without a GPU.
 //!
 //! [`Sim::new`] makes an isolated simulated driver; [`Sim::table`] (or
-//! [`Sim::backend`]) gives its C entry points. They behave like the real
+//! `Sim::backend`, feature `driver`) gives its C entry points. They behave like the real
 //! driver did in the project's measurements (same codes, and the same fd
 //! effects: an `OPAQUE_FD` memory import that fails after its parameters
 //! were accepted closes the fd it was given; other failures keep it),
@@ -169,7 +169,7 @@ impl Sim {
     ///
     /// The pointers stay bound to this simulator's slot: do not call them
     /// after the `Sim` is dropped (they answer DEINITIALIZED while the slot
-    /// is free, but a later `Sim` may reuse the slot). [`Sim::backend`]
+    /// is free, but a later `Sim` may reuse the slot). `Sim::backend`
     /// does not have this problem.
     pub fn table(&self) -> FunctionTable {
         let mut table = FunctionTable {
