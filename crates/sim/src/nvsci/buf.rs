@@ -44,15 +44,8 @@ impl BufCore {
     }
 }
 
-/// One `NvSciBufObj` handle.
-pub(crate) struct BufObjRec {
-    pub(crate) core: Arc<BufCore>,
-    /// This handle's permission (Readonly 1 / ReadWrite 3).
-    pub(crate) perm: u32,
-    pub(crate) module: usize,
-    /// The list `ObjGetAttrList` handed out (owned by the object).
-    pub(crate) list: Option<usize>,
-}
+/// One `NvSciBufObj` handle; its permission is Readonly 1 / ReadWrite 3.
+pub(crate) type BufObjRec = super::ObjRec<BufCore, u32>;
 
 /// Registers a new handle for `core` (also in the CUDA side's registry).
 pub(crate) fn register(st: &mut State, core: Arc<BufCore>, perm: u32, module: usize) -> R<usize> {

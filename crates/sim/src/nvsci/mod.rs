@@ -361,6 +361,35 @@ impl NvSciState {
 }
 
 /// Reports a handle the NvSci part does not know and returns BAD_PARAMETER.
+/// One object handle of either half: NvSciBuf handles are
+/// `ObjRec<BufCore, u32>`, NvSciSync handles `ObjRec<SyncCore, u64>` (the
+/// same record over each half's object and permission type).
+pub(crate) struct ObjRec<C, P> {
+    /// The object this handle refers to (shared by its duplicates).
+    pub(crate) core: Arc<C>,
+    /// This handle's permission.
+    pub(crate) perm: P,
+    /// The module the object was made with.
+    pub(crate) module: usize,
+    /// The list `ObjGetAttrList` handed out (owned by the object).
+    pub(crate) list: Option<usize>,
+}
+
+/// The object and permission of handle `h` in the registry `pick` selects,
+/// or the unknown-handle answer (naming `what`) of either half.
+pub(crate) fn core_and_perm<C, P: Copy>(
+    c: &Call,
+    pick: fn(&NvSciState) -> &HashMap<usize, ObjRec<C, P>>,
+    what: &str,
+    h: usize,
+) -> R<(Arc<C>, P)> {
+    let st = c.state();
+    let Some(rec) = pick(&st.nvsci).get(&h) else {
+        return Err(unknown(c, &st.nvsci, what, h));
+    };
+    Ok((Arc::clone(&rec.core), rec.perm))
+}
+
 pub(crate) fn unknown(c: &Call, st: &NvSciState, what: &str, h: usize) -> NvSciError {
     if st.gone.contains(&h) {
         c.diag(

@@ -14,13 +14,7 @@ pub(crate) unsafe fn NvSciBufObjIpcExport(
         if desc.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        let (core, have) = {
-            let st = c.state();
-            let Some(rec) = st.nvsci.buf_objs.get(&h) else {
-                return Err(unknown(c, &st.nvsci, "NvSciBuf object", h));
-            };
-            (Arc::clone(&rec.core), rec.perm)
-        };
+        let (core, have) = core_and_perm(c, |ns| &ns.buf_objs, "NvSciBuf object", h)?;
         if !matches!(perm.0, attrs::BUF_READONLY | attrs::BUF_READWRITE | 4) {
             c.diag(
                 D::Misuse,

@@ -14,13 +14,7 @@ pub(crate) unsafe fn NvSciSyncObjIpcExport(
         if desc.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        let (core, have) = {
-            let st = c.state();
-            let Some(rec) = st.nvsci.sync_objs.get(&h) else {
-                return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
-            };
-            (Arc::clone(&rec.core), rec.perm)
-        };
+        let (core, have) = core_and_perm(c, |ns| &ns.sync_objs, "NvSciSync object", h)?;
         let grant = match perm.0 {
             attrs::PERM_AUTO => have,
             p @ 1..=3 if p & !have == 0 => p,

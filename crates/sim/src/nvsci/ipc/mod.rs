@@ -32,7 +32,7 @@ use tegra_interop_sys::nvsci::{
 use super::attrs::{self, bk, sk, AttrMap, ListKind};
 use super::buf::{self, BufCore};
 use super::sync::{self, SyncCore};
-use super::{err, get, list, new_uid, unknown, R};
+use super::{core_and_perm, err, get, list, new_uid, unknown, R};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::Call;
 use crate::shm::{SemaphoreKind, SharedSemaphore};

@@ -34,14 +34,8 @@ pub(crate) struct SyncCore {
     pub(crate) attrs: Arc<AttrMap>,
 }
 
-/// One `NvSciSyncObj` handle.
-pub(crate) struct SyncObjRec {
-    pub(crate) core: Arc<SyncCore>,
-    /// This handle's permissions (wait 1 | signal 2).
-    pub(crate) perm: u64,
-    pub(crate) module: usize,
-    pub(crate) list: Option<usize>,
-}
+/// One `NvSciSyncObj` handle; its permissions are wait 1 | signal 2.
+pub(crate) type SyncObjRec = super::ObjRec<SyncCore, u64>;
 
 /// Registers a handle for `core` (also in the CUDA side's registry).
 pub(crate) fn register(st: &mut State, core: Arc<SyncCore>, perm: u64, module: usize) -> usize {
