@@ -405,9 +405,10 @@ pub const MAX_STREAM_ORDERINGS: usize = 8;
 /// waiter can build it (`NvSciSyncFenceUpdateFence(obj, 0, value)`) before the signal is even
 /// enqueued.
 ///
-/// **The initial value is an assumption you supply.** What a CUDA-signalled primitive starts
-/// at has not been verified on hardware by this project: read it back on the device (e.g.
-/// `NvSciSyncFenceExtractFence` on a first generated fence) rather than assuming 0.
+/// **The initial value is learned, not assumed.** What a CUDA-signalled primitive starts at is
+/// stated nowhere: read a fence of a known signal back (`NvSciSyncFenceExtractFence`) and pass
+/// it to [`learn`](Self::learn). The std driver does this itself (its NvSciSync semaphores learn
+/// from their first signal's fence).
 ///
 /// **One stream at a time.** Signalling from several streams makes waiters unblock at the
 /// wrong signal unless the streams are ordered; a signal from a stream other than the last
@@ -508,6 +509,22 @@ impl DeterministicCounter {
     pub unsafe fn assume_streams_ordered(&mut self) {
         // SAFETY: the caller's contract is the same as ours.
         unsafe { self.order.assume_streams_ordered() }
+    }
+
+    /// Learn the initial value from an observation: signal `k` (counted from the initial value,
+    /// k = 0 being the initial value itself) produced `value`, as read back from a fence of that
+    /// signal (`NvSciSyncFenceExtractFence` on the fence the driver filled in or the library
+    /// generated). Afterwards `value_of_signal(k) == value`; the signal count, the stream order
+    /// and a pending reservation are kept. Returns the learned initial value.
+    ///
+    /// This is how the initial value of a CUDA-signalled primitive, stated nowhere, is obtained
+    /// at run time instead of assumed.
+    pub fn learn(&mut self, k: u64, value: u64) -> Result<u64, ValidationError> {
+        if value > self.width.max_value() {
+            return Err(ValidationError::FenceValueTooWide { value });
+        }
+        self.initial = self.width.wrap(value.wrapping_sub(self.width.wrap(k)));
+        Ok(self.initial)
     }
 
     /// Reserve the next signal on `stream`.

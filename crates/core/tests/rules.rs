@@ -1067,3 +1067,32 @@ fn deterministic_second_stream_allowed_once_ordered() {
     let r = det.reserve(StreamId(1)).unwrap();
     assert_eq!(det.commit(r), Ok(3));
 }
+
+#[test]
+fn deterministic_counter_learns_its_initial_value() {
+    // A 32-bit primitive that started just below the wrap: the first signal read back as
+    // u32::MAX, so the second produces 0.
+    let mut det = DeterministicCounter::new(PrimitiveWidth::U32, 0).unwrap();
+    let r = det.reserve(StreamId(1)).unwrap();
+    det.commit(r).unwrap();
+    assert_eq!(
+        det.learn(1, u64::from(u32::MAX)),
+        Ok(u64::from(u32::MAX) - 1)
+    );
+    assert_eq!(det.current_value(), u64::from(u32::MAX));
+    assert_eq!(det.next_signal_value(), 0);
+    // The stream rule survives learning.
+    assert!(det.reserve(StreamId(2)).is_err());
+    // Learning from signal 0 (the current value) wraps backwards correctly too.
+    let mut early = DeterministicCounter::new(PrimitiveWidth::U32, 9).unwrap();
+    assert_eq!(early.learn(3, 1), Ok(u64::from(u32::MAX) - 1));
+    assert_eq!(early.value_of_signal(3), 1);
+    // A value wider than the primitive is refused and changes nothing.
+    assert_eq!(
+        det.learn(1, 1 << 32),
+        Err(ValidationError::FenceValueTooWide { value: 1 << 32 })
+    );
+    assert_eq!(det.current_value(), u64::from(u32::MAX));
+    let mut wide = DeterministicCounter::new(PrimitiveWidth::U64, 0).unwrap();
+    assert_eq!(wide.learn(2, 1), Ok(u64::MAX));
+}

@@ -258,10 +258,12 @@ impl ExternalSemaphore {
         }
     }
 
-    /// Tracks the signals of an NvSciSync semaphore with deterministic fences:
-    /// every signal returns the fence value it will produce, and signals from
-    /// a second stream are refused unless ordered (see
-    /// [`DeterministicCounter`]).
+    /// Tracks the signals of an NvSciSync semaphore imported from a raw
+    /// handle with deterministic fences: every signal returns the fence value
+    /// it will produce, and signals from a second stream are refused unless
+    /// ordered (see [`DeterministicCounter`]). The counter's initial value is
+    /// yours to learn ([`DeterministicCounter::learn`] from a fence read
+    /// back); [`crate::nvsci::SyncObj`]'s imports do all of this themselves.
     ///
     /// # Errors
     /// [`Error::Unsupported`] for a semaphore that is not NvSciSync.
@@ -308,6 +310,14 @@ impl ExternalSemaphore {
     #[inline]
     pub(crate) fn mark_used_exclusive(&mut self) {
         *self.res.get_mut().used.get_mut() = true;
+    }
+
+    /// The deterministic counter, for learning its initial value.
+    pub(crate) fn deterministic_mut(&mut self) -> Option<&mut DeterministicCounter> {
+        match &mut self.tracking {
+            Tracking::Deterministic(c) => Some(c),
+            _ => None,
+        }
     }
 
     /// What is tracked for this semaphore.

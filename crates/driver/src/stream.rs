@@ -15,9 +15,9 @@ use tegra_interop_sys::cuda::{
     CUexternalSemaphore, CUstream, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
     CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
 };
-use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 use crate::error::check;
+use crate::nvsci::{CanSignal, CanWait, Fence, NvSciSemaphore};
 use crate::owner::{Owned, Release};
 use crate::semaphore::Reservation;
 use crate::{entry, Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
@@ -279,17 +279,15 @@ impl Stream {
         Ok(value)
     }
 
-    /// Queues a signal of an NvSciSync semaphore; the driver writes the
-    /// fence into `fence`. With a [`DeterministicCounter`] attached, returns
-    /// the fence value this signal produces.
+    /// Queues a signal of an NvSciSync semaphore and returns the fence the
+    /// driver wrote for it (see [`NvSciSemaphore::signal`], which learns the
+    /// deterministic counter kept inside the semaphore).
     #[inline]
-    pub fn signal_nvscisync(
+    pub fn signal_nvscisync<R: CanSignal>(
         &self,
-        semaphore: &mut ExternalSemaphore,
-        fence: &mut NvSciSyncFence,
-    ) -> Result<Option<u64>, Error> {
-        let [value] = self.signal_batch([SemaphoreSignal::nvscisync(semaphore, fence)])?;
-        Ok(value)
+        semaphore: &mut NvSciSemaphore<R>,
+    ) -> Result<Fence, Error> {
+        semaphore.signal(self)
     }
 
     /// Queues a wait (binary, timeline or fence).
@@ -298,14 +296,14 @@ impl Stream {
         self.wait_batch([SemaphoreWait::new(semaphore, params)?])
     }
 
-    /// Queues a wait on an NvSciSync fence.
+    /// Queues a wait for an NvSciSync fence (see [`NvSciSemaphore::wait`]).
     #[inline]
-    pub fn wait_nvscisync(
+    pub fn wait_nvscisync<R: CanWait>(
         &self,
-        semaphore: &ExternalSemaphore,
-        fence: &NvSciSyncFence,
+        semaphore: &NvSciSemaphore<R>,
+        fence: &Fence,
     ) -> Result<(), Error> {
-        self.wait_batch([SemaphoreWait::nvscisync(semaphore, fence)])
+        semaphore.wait(self, fence)
     }
 
     /// Queues `N` signals with one driver call

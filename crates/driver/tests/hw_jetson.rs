@@ -29,10 +29,8 @@ use tegra_interop_core::sys::nvsci::{
     NvSciBufAttrKey, NvSciBufAttrValAccessPerm, NvSciBufAttrValImageLayoutType, NvSciBufType,
     NvSciSyncAccessPerm, NvSciSyncAttrKey,
 };
-use tegra_interop_core::{CuResult, DeterministicCounter};
-use tegra_interop_driver::nvsci::{
-    BufModule, CpuWaitContext, Fence, FenceSource, SyncModule, Timeout,
-};
+use tegra_interop_core::CuResult;
+use tegra_interop_driver::nvsci::{BufModule, CpuWaitContext, FenceSource, SyncModule, Timeout};
 use tegra_interop_driver::{Backend, Context, Stream};
 
 type Res<T = ()> = Result<T, Box<dyn StdError>>;
@@ -168,16 +166,18 @@ fn flow(image: bool) -> Res {
     let (ps, cs) = (Stream::new(&producer)?, Stream::new(&consumer)?);
     let mut cx = CpuWaitContext::new(&syncs)?;
 
-    let mut fence = Fence::new(&syncs);
     let counter = if source == FenceSource::Built {
-        // Learn where the primitive stands: one signal, read its fence back.
-        signaler.signal(&ps, &mut fence)?;
+        // The semaphore learns where the primitive stands from its first
+        // signal's fence.
+        let fence = signaler.signal(&ps)?;
         let start = fence
             .extract()?
             .ok_or("the first CUDA signal gave a cleared fence")?;
         assert!(fence.wait(&mut cx, Timeout::After(Duration::from_secs(5)))?);
         println!("first signal: id {} value {}", start.id, start.value);
-        Some(DeterministicCounter::new(sync.width()?, start.value)?)
+        let counter = signaler.counter().ok_or("no counter learned")?.clone();
+        assert_eq!(counter.current_value(), start.value);
+        Some(counter)
     } else {
         None
     };
@@ -199,7 +199,7 @@ fn flow(image: bool) -> Res {
     };
     for k in 1..=FRAMES {
         // Built: the consumer queues its wait before the producer signals.
-        let value = counter.as_ref().map(|c| c.value_of_signal(k));
+        let value = counter.as_ref().map(|c| c.value_of_signal(k + 1));
         if let Some(value) = value {
             let expected = sync.fence_for_value(value)?;
             waiter.wait(&cs, &expected)?;
@@ -214,7 +214,7 @@ fn flow(image: bool) -> Res {
             }
             _ => unreachable!(),
         }
-        signaler.signal(&ps, &mut fence)?;
+        let fence = signaler.signal(&ps)?;
         match value {
             Some(value) => {
                 assert_eq!(fence.extract()?.map(|f| f.value), Some(value), "frame {k}")

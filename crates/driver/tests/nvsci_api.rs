@@ -212,7 +212,7 @@ fn sync_reconciliation_needs_exactly_one_signaler_and_a_waiter() {
             tegra_interop_core::PrimitiveWidth::U32
         );
         // No RequireDeterministicFences: no counter.
-        assert!(obj.deterministic_counter(0).is_err());
+        assert!(!obj.is_deterministic().unwrap());
         // A list that already has RequiredPerm cannot take CUDA's attributes.
         let mut again = cpu_list(&m, NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly);
         let e = again
@@ -260,14 +260,18 @@ fn fences_cpu_signal_and_cpu_wait_with_timeouts() {
         assert_eq!(cleared.extract().unwrap(), None);
         assert!(cleared.wait(&mut cx, Timeout::Infinite).unwrap());
 
-        let counter = obj.deterministic_counter(0).unwrap();
+        // The counter is learned from the first fence (the library's fence
+        // of the next CPU signal), never assumed.
+        let first = obj.generate_fence().unwrap();
+        assert_eq!(first.extract().unwrap().map(|v| v.value), Some(1));
+        let counter = obj.counter_from_fence(1, &first).unwrap();
+        assert_eq!(counter.initial_value(), 0);
+        assert!(obj.counter_from_fence(1, &cleared).is_err());
         let second = obj.fence_for_value(counter.value_of_signal(2)).unwrap();
         let start = Instant::now();
         assert!(!second.wait(&mut cx, Duration::from_millis(30)).unwrap());
         assert!(start.elapsed() >= Duration::from_millis(25));
 
-        let first = obj.generate_fence().unwrap();
-        assert_eq!(first.extract().unwrap().map(|v| v.value), Some(1));
         let copy = first.dup().unwrap();
         obj.cpu_signal().unwrap();
         assert!(copy.wait(&mut cx, Timeout::Infinite).unwrap());

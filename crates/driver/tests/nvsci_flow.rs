@@ -180,13 +180,15 @@ fn sample_flow(backend: &Arc<Backend>, opts: Flow) -> Res<Vec<u64>> {
     ))?;
     let cpu = syncs.attr_list(&cpu)?;
     let sync = syncs.reconcile_and_alloc(&[&sig, &wait, &cpu])?;
-    let counter = sync.deterministic_counter(opts.initial)?;
     let expect_width = if opts.prim64 {
         PrimitiveWidth::U64
     } else {
         PrimitiveWidth::U32
     };
-    assert_eq!(counter.width(), expect_width);
+    assert_eq!(sync.width()?, expect_width);
+    // What the simulator's primitive starts at, known to this test only: the
+    // semaphore must learn it.
+    let truth = tegra_interop_core::DeterministicCounter::new(expect_width, opts.initial)?;
 
     // CUDA imports in both contexts.
     let p_mem = raw.import_cuda(&producer)?;
@@ -198,9 +200,11 @@ fn sample_flow(backend: &Arc<Backend>, opts: Flow) -> Res<Vec<u64>> {
     let c_img_mem = image.import_cuda(&consumer)?;
     let p_arr = p_img_mem.map_plane(0)?;
     let c_arr = c_img_mem.map_plane(0)?;
-    let mut signaler = sync
-        .import_cuda_signaler(&producer)?
-        .with_deterministic_counter(sync.deterministic_counter(opts.initial)?)?;
+    let mut signaler = sync.import_cuda_signaler(&producer)?;
+    assert!(
+        signaler.counter().is_none(),
+        "nothing learned before a signal"
+    );
     let waiter = sync.import_cuda_waiter(&consumer)?;
     let ps = Stream::new(&producer)?;
     let cs = Stream::new(&consumer)?;
@@ -209,21 +213,35 @@ fn sample_flow(backend: &Arc<Backend>, opts: Flow) -> Res<Vec<u64>> {
     let row = W as usize * 4;
     let mut values = Vec::new();
     for k in 1..=opts.frames {
-        // The consumer builds the fence of the k-th signal and queues its
-        // wait before the producer has written or signalled anything.
-        let value = counter.value_of_signal(k);
-        let expected = sync.fence_for_value(value)?;
-        if opts.skip_memsync {
-            // SAFETY: (test) the simulator's memory is coherent; the test
-            // only checks that the flag reaches the driver.
-            unsafe { waiter.wait_skip_memsync(&cs, &expected)? };
-        } else {
-            waiter.wait(&cs, &expected)?;
-        }
-        assert!(
-            !cs.is_idle()?,
-            "the wait for frame {k} completed before its signal"
-        );
+        let queue_wait = |fence: &Fence| {
+            if opts.skip_memsync {
+                // SAFETY: (test) the simulator's memory is coherent; the test
+                // only checks that the flag reaches the driver.
+                unsafe { waiter.wait_skip_memsync(&cs, fence) }
+            } else {
+                waiter.wait(&cs, fence)
+            }
+        };
+        // From frame 2 on, the consumer builds the fence of the k-th signal
+        // from the learned counter and queues its wait before the producer
+        // has written or signalled anything; frame 1's fence is received.
+        let value = truth.value_of_signal(k);
+        let built = match signaler.counter() {
+            Some(counter) => {
+                assert_eq!(counter.value_of_signal(k), value, "frame {k}");
+                let expected = sync.fence_for_value(value)?;
+                queue_wait(&expected)?;
+                assert!(
+                    !cs.is_idle()?,
+                    "the wait for frame {k} completed before its signal"
+                );
+                true
+            }
+            None => {
+                assert_eq!(k, 1, "the counter is learned from the first signal");
+                false
+            }
+        };
 
         let frame = vec![k as u8; 256];
         p_buf.copy_from_host(0, &frame)?;
@@ -238,15 +256,20 @@ fn sample_flow(backend: &Arc<Backend>, opts: Flow) -> Res<Vec<u64>> {
             row,
             H as usize,
         )?;
-        let mut fence = Fence::new(&syncs);
-        let produced = if opts.skip_memsync {
+        let fence = if opts.skip_memsync {
             // SAFETY: (test) as above.
-            unsafe { signaler.signal_skip_memsync(&ps, &mut fence)? }
+            unsafe { signaler.signal_skip_memsync(&ps)? }
         } else {
-            signaler.signal(&ps, &mut fence)?
+            signaler.signal(&ps)?
         };
-        assert_eq!(produced, Some(value));
         assert_eq!(fence.extract()?, Some(FenceValue { id: 0, value }));
+        // (An injected ExtractFence failure leaves the counter unlearned:
+        // reported as an error here, not a panic.)
+        let learned = signaler.counter().ok_or("the counter was not learned")?;
+        assert_eq!(learned.current_value(), value);
+        if !built {
+            queue_wait(&fence)?;
+        }
         assert!(fence.wait(&mut cpu_wait, Timeout::After(Duration::from_secs(10)))?);
         values.push(value);
 
@@ -393,14 +416,17 @@ fn a_wait_for_frame_two_does_not_wake_on_frame_one() {
             Stream::new(&producer).unwrap(),
             Stream::new(&consumer).unwrap(),
         );
-        let counter = sync.deterministic_counter(0).unwrap();
+        // Frame 0 teaches the signaller its counter.
+        let first = signaler.signal(&ps).unwrap();
+        waiter.wait(&cs, &first).unwrap();
+        cs.synchronize().unwrap();
+        let counter = signaler.counter().unwrap().clone();
 
         // The consumer wants frame 2 and says so first.
-        let second = sync.fence_for_value(counter.value_of_signal(2)).unwrap();
+        let second = sync.fence_for_value(counter.value_of_signal(3)).unwrap();
         waiter.wait(&cs, &second).unwrap();
-        let mut fence = Fence::new(&syncs);
         p_buf.copy_from_host(0, b"one").unwrap();
-        signaler.signal(&ps, &mut fence).unwrap();
+        signaler.signal(&ps).unwrap();
         ps.synchronize().unwrap();
         std::thread::sleep(Duration::from_millis(50));
         assert!(
@@ -408,7 +434,7 @@ fn a_wait_for_frame_two_does_not_wake_on_frame_one() {
             "the wait for frame 2 woke on frame 1"
         );
         p_buf.copy_from_host(0, b"two").unwrap();
-        signaler.signal(&ps, &mut fence).unwrap();
+        signaler.signal(&ps).unwrap();
         cs.synchronize().unwrap();
         let mut seen = [0u8; 3];
         c_buf.copy_to_host(0, &mut seen).unwrap();

@@ -24,8 +24,8 @@ use std::time::Duration;
 use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
 use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm, NvSciBufType};
 use tegra_interop_driver::nvsci::{
-    BufModule, BufPerm, CpuWaitContext, Fence, FenceSource, IpcEndpoint, NvSciIpcChannel,
-    SyncAttrList, SyncModule, SyncPerm, Timeout,
+    BufModule, BufPerm, CpuWaitContext, FenceSource, IpcEndpoint, NvSciIpcChannel, SyncAttrList,
+    SyncModule, SyncPerm, Timeout,
 };
 use tegra_interop_driver::{Backend, Context, Stream};
 use tegra_interop_sim::nvsci::{endpoint_pair, set_inheritable};
@@ -116,8 +116,7 @@ fn producer(backend: &Arc<Backend>, app: UnixStream) -> Res {
         // The consumer has queued its wait for frame k already.
         expect(&mut ep, &format!("ready {k}"))?;
         buf.copy_from_host(0, &frame(k))?;
-        let mut fence = Fence::new(&syncs);
-        signaler.signal(&stream, &mut fence)?;
+        let fence = signaler.signal(&stream)?;
         fence.send(&mut ep)?;
         expect(&mut ep, &format!("ack {k}"))?;
     }
@@ -161,10 +160,9 @@ fn consumer(backend: &Arc<Backend>, app: UnixStream) -> Res {
         syncs.version(),
         source.name()
     );
-    let counter = match source {
-        FenceSource::Built => Some(sync.deterministic_counter(0)?),
-        FenceSource::Received => None,
-    };
+    // Built: learned from the first fence received (the initial value is
+    // stated nowhere), then the consumer builds the fences itself.
+    let mut counter: Option<tegra_interop_core::DeterministicCounter> = None;
     let mut cx = CpuWaitContext::new(&syncs)?;
     for k in 1..=FRAMES {
         if let Some(counter) = &counter {
@@ -183,8 +181,14 @@ fn consumer(backend: &Arc<Backend>, app: UnixStream) -> Res {
                 fence.extract()?.map(|v| v.value),
                 Some(counter.value_of_signal(k))
             ),
-            // Received: the GPU waits on the fence the producer sent.
-            None => waiter.wait(&stream, &fence)?,
+            // Received (and, with built fences, the first frame): the GPU
+            // waits on the fence the producer sent.
+            None => {
+                waiter.wait(&stream, &fence)?;
+                if source == FenceSource::Built {
+                    counter = Some(sync.counter_from_fence(k, &fence)?);
+                }
+            }
         }
         // A CPU wait on the other process's signal (futex on shared memory).
         assert!(fence.wait(&mut cx, LONG)?, "frame {k}: CPU wait timed out");

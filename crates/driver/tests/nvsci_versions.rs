@@ -18,9 +18,7 @@ use tegra_interop_core::sys::nvsci::{
     NvSciBufAttrValAccessPerm, NvSciBufAttrValImageLayoutType, NvSciBufType,
     NvSciSyncAttrValPrimitiveType,
 };
-use tegra_interop_driver::nvsci::{
-    BufModule, Fence, FenceSource, LibVersion, SyncModule, VersionSource,
-};
+use tegra_interop_driver::nvsci::{BufModule, FenceSource, LibVersion, SyncModule, VersionSource};
 use tegra_interop_driver::{Context, Error, Stream};
 use tegra_interop_sim::{NvSciRelease, Sim, SimConfig};
 
@@ -150,18 +148,30 @@ fn flow(sim: &Sim, release: NvSciRelease) -> Res<FenceSource> {
     let source = syncs.fence_source();
     match source {
         FenceSource::Built => {
-            // The waiter builds the fence of the k-th signal and queues
-            // its wait before anything is signalled.
-            let counter = sync.deterministic_counter(0)?;
+            // Signal 1's fence is received; it teaches the signaller its
+            // counter. From then on the waiter builds the fence of the k-th
+            // signal and queues its wait before anything is signalled.
             for k in 1..=FRAMES {
-                let value = counter.value_of_signal(k);
-                let expected = sync.fence_for_value(value)?;
-                waiter.wait(&cs, &expected)?;
-                assert!(!cs.is_idle()?, "frame {k}: the wait completed early");
+                let expected = match signaler.counter() {
+                    Some(counter) => {
+                        let expected = sync.fence_for_value(counter.value_of_signal(k))?;
+                        waiter.wait(&cs, &expected)?;
+                        assert!(!cs.is_idle()?, "frame {k}: the wait completed early");
+                        Some(expected)
+                    }
+                    None => None,
+                };
+                assert_eq!(
+                    expected.is_none(),
+                    k == 1,
+                    "frame {k}: counter learned once"
+                );
                 p_buf.copy_from_host(0, &[k as u8; 64])?;
-                let mut fence = Fence::new(&syncs);
-                signaler.signal(&ps, &mut fence)?;
-                assert_eq!(fence.extract()?.map(|f| f.value), Some(value));
+                let fence = signaler.signal(&ps)?;
+                match expected {
+                    Some(expected) => assert_eq!(fence.extract()?, expected.extract()?),
+                    None => waiter.wait(&cs, &fence)?,
+                }
                 cs.synchronize()?;
                 let mut seen = [0u8; 64];
                 c_buf.copy_to_host(0, &mut seen)?;
@@ -176,12 +186,12 @@ fn flow(sim: &Sim, release: NvSciRelease) -> Res<FenceSource> {
                 // The 2.4 flavour: deterministic, but the primitive's width
                 // is not readable (no MaxPrimitiveValue, no PrimitiveInfo);
                 // the keys it has (RequireDeterministicFences) are read.
-                assert_refusal(sync.deterministic_counter(0), "2.");
+                assert_refusal(sync.width(), "2.");
             }
             for k in 1..=FRAMES {
                 p_buf.copy_from_host(0, &[k as u8; 64])?;
-                let mut fence = Fence::new(&syncs);
-                signaler.signal(&ps, &mut fence)?;
+                let fence = signaler.signal(&ps)?;
+                assert!(signaler.counter().is_none(), "fences cannot be read back");
                 assert!(!fence.is_cleared(), "frame {k}: the signal made no fence");
                 assert_refused(sim, || fence.extract(), "2.3");
                 let received = fence.dup()?;

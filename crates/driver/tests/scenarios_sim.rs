@@ -384,7 +384,10 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
 
     for expected in 1..=3u64 {
         let mut fence = zero_fence();
-        let value = stream.signal_nvscisync(&mut sem, &mut fence).unwrap();
+        let value = stream
+            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
+            .map(|[v]| v)
+            .unwrap();
         assert_eq!(value, Some(expected));
         match fence::decode(&fence) {
             fence::FenceContent::Fence(f) => assert_eq!(f.value, expected),
@@ -396,7 +399,10 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
     // A second stream without a stated ordering is refused before the call.
     let calls = sim.calls();
     let mut fence = zero_fence();
-    let err = other.signal_nvscisync(&mut sem, &mut fence).unwrap_err();
+    let err = other
+        .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
+        .map(|[v]| v)
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -409,7 +415,10 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
     assert!(matches!(sem.tracking(), Tracking::Deterministic(_)));
     sem.order_streams(&other, &stream).unwrap();
     assert_eq!(
-        other.signal_nvscisync(&mut sem, &mut fence).unwrap(),
+        other
+            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
+            .map(|[v]| v)
+            .unwrap(),
         Some(4)
     );
     other.synchronize().unwrap();
@@ -437,7 +446,9 @@ fn nvscisync_wait_and_batched_mixed_kinds() {
 
     // Wait before the producer signals (deterministic fence built ahead).
     let ready = producer.cpu_signal();
-    stream.wait_nvscisync(&wait_sem, &ready).unwrap();
+    stream
+        .wait_batch([SemaphoreWait::nvscisync(&wait_sem, &ready)])
+        .unwrap();
     stream.synchronize().unwrap();
 
     let mut done = zero_fence();
@@ -489,11 +500,17 @@ fn deterministic_counters_wrap_at_32_bits() {
         .unwrap();
     let mut fence = zero_fence();
     assert_eq!(
-        stream.signal_nvscisync(&mut sem, &mut fence).unwrap(),
+        stream
+            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
+            .map(|[v]| v)
+            .unwrap(),
         Some(u64::from(u32::MAX))
     );
     assert_eq!(
-        stream.signal_nvscisync(&mut sem, &mut fence).unwrap(),
+        stream
+            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
+            .map(|[v]| v)
+            .unwrap(),
         Some(0)
     );
     stream.synchronize().unwrap();

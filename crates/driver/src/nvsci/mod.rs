@@ -23,8 +23,8 @@
 //! ```
 //! use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId};
 //! use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm, NvSciBufType};
-//! use tegra_interop_core::{nvsci::{SyncAttr, SyncAttrSet}, DeterministicCounter};
-//! use tegra_interop_driver::nvsci::{BufModule, Fence, SyncModule};
+//! use tegra_interop_core::nvsci::{SyncAttr, SyncAttrSet};
+//! use tegra_interop_driver::nvsci::{BufModule, SyncModule};
 //! use tegra_interop_driver::{Context, Stream};
 //! use tegra_interop_sim::{Sim, SimConfig};
 //!
@@ -61,20 +61,27 @@
 //! let waiter = sync.import_cuda_waiter(&consumer)?;
 //! let (ps, cs) = (Stream::new(&producer)?, Stream::new(&consumer)?);
 //!
-//! // The consumer builds the fence of the producer's first signal and
-//! // queues its wait before the producer has signalled anything.
-//! let counter = sync.deterministic_counter(0)?;
-//! let expected = sync.fence_for_value(counter.value_of_signal(1))?;
-//! waiter.wait(&cs, &expected)?;
-//!
+//! // Frame 1: the producer's signal returns its fence, handed to the consumer.
 //! out_buf.copy_from_host(0, b"frame 1")?;
-//! let mut fence = Fence::new(&syncs);
-//! signaler.signal(&ps, &mut fence)?;
+//! let fence = ps.signal_nvscisync(&mut signaler)?;
+//! cs.wait_nvscisync(&waiter, &fence)?;
 //! cs.synchronize()?;
 //! let mut seen = [0u8; 7];
 //! in_buf.copy_to_host(0, &mut seen)?;
 //! assert_eq!(&seen, b"frame 1");
-//! assert_eq!(fence.extract()?.map(|f| f.value), Some(1));
+//!
+//! // The first signal taught the semaphore its counter (the initial value
+//! // is read back, never assumed): the consumer can now build the fence of
+//! // signal 2 itself and queue its wait before the producer signals.
+//! let counter = signaler.counter().ok_or("no deterministic counter")?;
+//! let expected = sync.fence_for_value(counter.value_of_signal(2))?;
+//! waiter.wait(&cs, &expected)?;
+//! out_buf.copy_from_host(0, b"frame 2")?;
+//! let second = signaler.signal(&ps)?;
+//! cs.synchronize()?;
+//! in_buf.copy_to_host(0, &mut seen)?;
+//! assert_eq!(&seen, b"frame 2");
+//! assert_eq!(second.extract()?, expected.extract()?);
 //! # drop((out_buf, in_buf));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

@@ -615,21 +615,51 @@ impl SyncObj {
         }
     }
 
-    /// A counter of this object's signals starting at `initial_value`
-    /// (what the primitive holds before the first counted signal: see
-    /// [`DeterministicCounter`] on verifying it). Refused unless the object
-    /// was reconciled with `RequireDeterministicFences`.
-    pub fn deterministic_counter(&self, initial_value: u64) -> Result<DeterministicCounter, Error> {
-        match self.attr(K::NvSciSyncAttrKey_RequireDeterministicFences)? {
-            Some(SyncAttr::RequireDeterministicFences(true)) => {}
-            _ => {
-                return Err(no_attr(
-                    "SyncObj::deterministic_counter",
-                    "the object was not reconciled with RequireDeterministicFences",
-                ))
-            }
+    /// Whether the object was reconciled with `RequireDeterministicFences`
+    /// (`false` on a library that does not know the key).
+    pub fn is_deterministic(&self) -> Result<bool, Error> {
+        if self
+            .module
+            .check_key(K::NvSciSyncAttrKey_RequireDeterministicFences)
+            .is_err()
+        {
+            return Ok(false);
         }
-        Ok(DeterministicCounter::new(self.width()?, initial_value)?)
+        Ok(matches!(
+            self.attr(K::NvSciSyncAttrKey_RequireDeterministicFences)?,
+            Some(SyncAttr::RequireDeterministicFences(true))
+        ))
+    }
+
+    /// A counter of this object's signals, learned from a fence: `fence` is
+    /// the fence of signal `k` (the library's generated fence of a CPU
+    /// signal, or one received from the signaller), read back with
+    /// `NvSciSyncFenceExtractFence`. This is how a waiter that builds
+    /// fences ([`FenceSource::Built`]) learns the initial value, which is
+    /// stated nowhere; a CUDA signaller's [`NvSciSemaphore`] learns its own
+    /// counter from its first signal.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] unless the object was reconciled with
+    /// `RequireDeterministicFences`, or for a cleared fence; a library
+    /// without `FenceExtractFence` gives [`Error::NotInLibraryVersion`]
+    /// (fences are then received, and no counter is needed).
+    pub fn counter_from_fence(&self, k: u64, fence: &Fence) -> Result<DeterministicCounter, Error> {
+        if !self.is_deterministic()? {
+            return Err(no_attr(
+                "SyncObj::counter_from_fence",
+                "the object was not reconciled with RequireDeterministicFences",
+            ));
+        }
+        let Some(seen) = fence.extract()? else {
+            return Err(no_attr(
+                "SyncObj::counter_from_fence",
+                "the fence is cleared: pass the fence of a signal",
+            ));
+        };
+        let mut counter = DeterministicCounter::new(self.width()?, 0)?;
+        counter.learn(k, seen.value)?;
+        Ok(counter)
     }
 
     /// The fence of the next CPU signal (`NvSciSyncObjGenerateFence`); follow
@@ -672,14 +702,45 @@ impl SyncObj {
                 reason: "the object's ActualPerm does not allow this role",
             });
         }
+        // A signaller of a deterministic object counts its signals (the
+        // second-stream rule applies from the first signal); the counter's
+        // initial value is learned from the first signal's fence where the
+        // library can read fences back, else it stays unread (fences are
+        // then received, and values are never reported).
+        let counter = if R::SIGNALS && self.is_deterministic()? {
+            let readable = self.module.fence_source() == FenceSource::Built;
+            let width = if readable {
+                self.width()?
+            } else {
+                // The width is unknown on such libraries; the counter's
+                // values are never read, only its stream rule.
+                self.width().unwrap_or(PrimitiveWidth::U64)
+            };
+            let learn = if readable {
+                Learn::Pending
+            } else {
+                Learn::Unreadable
+            };
+            Some((DeterministicCounter::new(width, 0)?, learn))
+        } else {
+            None
+        };
         let obj = self.dup()?;
         let import = SemaphoreImport::nvscisync(obj.raw.cast_const().cast())?;
         // SAFETY: `obj` is a live NvSciSyncObj (kept by the returned value)
         // whose permission allows the role (checked above).
-        let sem = unsafe { ExternalSemaphore::import_handle(ctx, &import) }?;
+        let mut sem = unsafe { ExternalSemaphore::import_handle(ctx, &import) }?;
+        let learn = match counter {
+            Some((counter, learn)) => {
+                sem = sem.with_deterministic_counter(counter)?;
+                learn
+            }
+            None => Learn::NotCounted,
+        };
         Ok(NvSciSemaphore {
             sem,
             obj,
+            learn,
             _role: PhantomData,
         })
     }
@@ -953,18 +1014,41 @@ impl CanWait for SignalWait {}
 ///
 /// ```compile_fail
 /// # fn f(sem: tegra_interop_driver::nvsci::NvSciSemaphore<tegra_interop_driver::nvsci::Waiter>,
-/// #      stream: &tegra_interop_driver::Stream, fence: &mut tegra_interop_driver::nvsci::Fence) {
+/// #      stream: &tegra_interop_driver::Stream) {
 /// let mut sem = sem;
-/// sem.signal(stream, fence); // a wait-only semaphore has no `signal`
+/// sem.signal(stream); // a wait-only semaphore has no `signal`
 /// # }
 /// ```
+///
+/// Signals return the fence they produce; waits take `&Fence`. A signaller
+/// of an object reconciled with `RequireDeterministicFences` keeps its
+/// [`DeterministicCounter`] inside: signals from a second stream are
+/// refused unless ordered ([`order_streams`](Self::order_streams)), and the
+/// counter's initial value (stated nowhere for a CUDA-signalled primitive)
+/// is learned from the first signal's fence, after which
+/// [`counter`](Self::counter) tells the value of any signal.
 ///
 /// The import holds its own handle to the object; dropping the semaphore
 /// destroys the CUDA import (after its queued work), then frees the handle.
 pub struct NvSciSemaphore<R: Role> {
     sem: ExternalSemaphore,
     obj: SyncObj,
+    learn: Learn,
     _role: PhantomData<fn() -> R>,
+}
+
+/// Where a signaller's deterministic counter stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Learn {
+    /// Not deterministic, or a waiter: no counter.
+    NotCounted,
+    /// Counted; the initial value is read back from the next signal's fence.
+    Pending,
+    /// Counted and learned: values are true.
+    Learned,
+    /// Counted for the stream rule only: the library cannot read fences
+    /// back (fences are received), so values are never reported.
+    Unreadable,
 }
 
 impl<R: Role> std::fmt::Debug for NvSciSemaphore<R> {
@@ -973,6 +1057,7 @@ impl<R: Role> std::fmt::Debug for NvSciSemaphore<R> {
             .field("semaphore", &self.sem)
             .field("signals", &R::SIGNALS)
             .field("waits", &R::WAITS)
+            .field("counter", &self.learn)
             .finish()
     }
 }
@@ -1010,33 +1095,35 @@ impl<R: Role> NvSciSemaphore<R> {
 }
 
 impl<R: CanSignal> NvSciSemaphore<R> {
-    /// Counts this semaphore's signals with `counter` (for example
-    /// [`SyncObj::deterministic_counter`]): every signal then returns the
-    /// fence value it produces.
-    pub fn with_deterministic_counter(self, counter: DeterministicCounter) -> Result<Self, Error> {
-        let NvSciSemaphore { sem, obj, _role } = self;
-        Ok(NvSciSemaphore {
-            sem: sem.with_deterministic_counter(counter)?,
-            obj,
-            _role,
-        })
-    }
-
-    /// The counter attached with [`with_deterministic_counter`](Self::with_deterministic_counter).
+    /// The deterministic counter of this signaller, once its initial value
+    /// was learned (after the first signal, on libraries that can read
+    /// fences back); `None` before, for objects without deterministic
+    /// fences, and where fences are received ([`FenceSource::Received`]).
     pub fn counter(&self) -> Option<&DeterministicCounter> {
-        match self.sem.tracking() {
-            Tracking::Deterministic(c) => Some(c),
+        match (self.learn, self.sem.tracking()) {
+            (Learn::Learned, Tracking::Deterministic(c)) => Some(c),
             _ => None,
         }
     }
 
-    /// Queues a signal on `stream`; `fence` is cleared and then filled by
-    /// the driver with the fence of this signal. Returns the fence value
-    /// when a counter is attached.
-    pub fn signal(&mut self, stream: &Stream, fence: &mut Fence) -> Result<Option<u64>, Error> {
-        self.same_module(fence)?;
-        fence.clear();
-        stream.signal_nvscisync(&mut self.sem, fence.raw_mut())
+    /// States that `later`'s signals run after `earlier`'s (see
+    /// [`ExternalSemaphore::order_streams`]): needed before signalling a
+    /// deterministic object from a second stream.
+    pub fn order_streams(&mut self, later: &Stream, earlier: &Stream) -> Result<(), Error> {
+        self.sem.order_streams(later, earlier)
+    }
+
+    /// Queues a signal on `stream` and returns the fence the driver wrote
+    /// for it (wait on it, hand it to another process, or read its value).
+    /// The first successful signal of a deterministic object teaches the
+    /// counter its initial value (see [`counter`](Self::counter)); if the
+    /// fence cannot be read back then, the signal still stands and the next
+    /// signal tries again.
+    pub fn signal(&mut self, stream: &Stream) -> Result<Fence, Error> {
+        let mut fence = Fence::new(&self.obj.module);
+        stream.signal_batch([SemaphoreSignal::nvscisync(&mut self.sem, fence.raw_mut())])?;
+        self.learn_from(&fence);
+        Ok(fence)
     }
 
     /// [`signal`](Self::signal) without the NvSciBuf memory synchronisation
@@ -1049,19 +1136,32 @@ impl<R: CanSignal> NvSciSemaphore<R> {
     /// was made coherent by other means (for example the reader only uses
     /// the fence to know it may overwrite a buffer it has finished reading).
     /// Otherwise a waiter may read stale data.
-    pub unsafe fn signal_skip_memsync(
-        &mut self,
-        stream: &Stream,
-        fence: &mut Fence,
-    ) -> Result<Option<u64>, Error> {
-        self.same_module(fence)?;
-        fence.clear();
+    pub unsafe fn signal_skip_memsync(&mut self, stream: &Stream) -> Result<Fence, Error> {
+        let mut fence = Fence::new(&self.obj.module);
         // SAFETY: the caller accepted the condition above, which is the
         // contract of the driver's and the core's opt-in.
         let signal =
             unsafe { SemaphoreSignal::nvscisync_skip_memsync(&mut self.sem, fence.raw_mut()) };
-        let [value] = stream.signal_batch([signal])?;
-        Ok(value)
+        stream.signal_batch([signal])?;
+        self.learn_from(&fence);
+        Ok(fence)
+    }
+
+    /// After a successful signal whose fence is `fence`: learn the
+    /// counter's initial value if it is still pending.
+    fn learn_from(&mut self, fence: &Fence) {
+        if self.learn != Learn::Pending {
+            return;
+        }
+        let Ok(Some(seen)) = fence.extract() else {
+            return;
+        };
+        if let Some(counter) = self.sem.deterministic_mut() {
+            let k = counter.signal_count();
+            if counter.learn(k, seen.value).is_ok() {
+                self.learn = Learn::Learned;
+            }
+        }
     }
 }
 
@@ -1069,7 +1169,7 @@ impl<R: CanWait> NvSciSemaphore<R> {
     /// Queues a wait for `fence` on `stream` (a cleared fence: no wait).
     pub fn wait(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
-        stream.wait_nvscisync(&self.sem, fence.as_raw())
+        stream.wait_batch([SemaphoreWait::nvscisync(&self.sem, fence.as_raw())])
     }
 
     /// [`wait`](Self::wait) without the NvSciBuf memory synchronisation
