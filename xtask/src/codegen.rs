@@ -20,6 +20,7 @@
 //! own rename macros, never typed by hand. The sys crate links nothing.
 
 use crate::abi;
+use crate::lists;
 use crate::util::{self, flag_value, Failure, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,76 +109,9 @@ const CUDA_VARS: &str = "CUDA_VERSION|CUDA_EXTERNAL_MEMORY_DEDICATED|\
 CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC|CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC|\
 CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT";
 
-/// NvSci entry points the project resolves at run time.
-pub const NVSCI_FUNCTIONS: &[&str] = &[
-    "NvSciBufModuleOpen",
-    "NvSciBufModuleClose",
-    "NvSciBufAttrListCreate",
-    "NvSciBufAttrListFree",
-    "NvSciBufAttrListSetAttrs",
-    "NvSciBufAttrListGetAttrs",
-    "NvSciBufAttrListReconcile",
-    "NvSciBufAttrListReconcileAndObjAlloc",
-    "NvSciBufObjAlloc",
-    "NvSciBufObjDup",
-    "NvSciBufObjDupWithReducePerm",
-    "NvSciBufObjFree",
-    "NvSciBufObjGetAttrList",
-    "NvSciBufObjGetCpuPtr",
-    "NvSciBufObjGetConstCpuPtr",
-    "NvSciBufObjFlushCpuCacheRange",
-    "NvSciBufObjIpcExport",
-    "NvSciBufObjIpcImport",
-    "NvSciBufAttrListIpcExportUnreconciled",
-    "NvSciBufAttrListIpcExportReconciled",
-    "NvSciBufAttrListIpcImportUnreconciled",
-    "NvSciBufAttrListIpcImportReconciled",
-    "NvSciBufAttrListFreeDesc",
-    "NvSciBufCheckVersionCompatibility",
-    "NvSciSyncModuleOpen",
-    "NvSciSyncModuleClose",
-    "NvSciSyncCpuWaitContextAlloc",
-    "NvSciSyncCpuWaitContextFree",
-    "NvSciSyncAttrListCreate",
-    "NvSciSyncAttrListFree",
-    "NvSciSyncAttrListSetAttrs",
-    "NvSciSyncAttrListGetAttrs",
-    "NvSciSyncAttrListReconcile",
-    "NvSciSyncAttrListReconcileAndObjAlloc",
-    "NvSciSyncObjAlloc",
-    "NvSciSyncObjDup",
-    "NvSciSyncObjFree",
-    "NvSciSyncObjGetAttrList",
-    "NvSciSyncObjIpcExport",
-    "NvSciSyncObjIpcImport",
-    "NvSciSyncIpcExportFence",
-    "NvSciSyncIpcImportFence",
-    "NvSciSyncObjGenerateFence",
-    "NvSciSyncObjSignal",
-    "NvSciSyncFenceWait",
-    "NvSciSyncFenceDup",
-    "NvSciSyncFenceClear",
-    "NvSciSyncFenceExtractFence",
-    "NvSciSyncFenceUpdateFence",
-    "NvSciSyncFenceGetTimestamp",
-    "NvSciSyncCheckVersionCompatibility",
-    "NvSciSyncAttrListIpcExportUnreconciled",
-    "NvSciSyncAttrListIpcExportReconciled",
-    "NvSciSyncAttrListIpcImportUnreconciled",
-    "NvSciSyncAttrListIpcImportReconciled",
-    "NvSciSyncAttrListFreeDesc",
-    "NvSciIpcInit",
-    "NvSciIpcDeinit",
-    "NvSciIpcOpenEndpoint",
-    "NvSciIpcCloseEndpoint",
-    "NvSciIpcCloseEndpointSafe",
-    "NvSciIpcResetEndpointSafe",
-    "NvSciIpcGetLinuxEventFd",
-    "NvSciIpcGetEndpointInfo",
-    "NvSciIpcGetEventSafe",
-    "NvSciIpcReadSafe",
-    "NvSciIpcWriteSafe",
-];
+// NvSci entry points are not listed here: they are every prototype declared
+// in `OWN_NVSCI_HEADER`, in declaration order (`nvsci_functions`), so adding
+// one is: declare it there, write the simulator's body.
 
 /// NvSci types the project needs beyond what the functions pull in.
 const NVSCI_TYPES: &[&str] = &[
@@ -269,8 +203,9 @@ pub fn run(args: &[String]) -> Result<()> {
         require_file(&dir.join("nvscisync.h"), "--nvsci-include")?;
     }
     if let Some(dir) = &options.against {
-        require_file(&dir.join("cuda.rs"), "--against")?;
-        require_file(&dir.join("nvsci.rs"), "--against")?;
+        for file in GENERATED {
+            require_file(&dir.join(file), "--against")?;
+        }
     }
 
     let cuda_dir = match &options.cuda_include {
@@ -289,7 +224,10 @@ pub fn run(args: &[String]) -> Result<()> {
     let cuda = generate_cuda(&cuda_dir, &cuda_source)?;
 
     let own_nvsci_dir = root.join("crates/sys/include");
-    let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own, NVSCI_FUNCTIONS)?;
+    let nvsci_names = nvsci_functions(&own_nvsci_dir)?;
+    let nvsci_functions: Vec<&str> = nvsci_names.iter().map(String::as_str).collect();
+    let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own, &nvsci_functions)?;
+    let lists = generate_lists(&cuda, &own_nvsci, &nvsci_functions)?;
 
     let out_dir = options
         .against
@@ -297,10 +235,15 @@ pub fn run(args: &[String]) -> Result<()> {
         .unwrap_or_else(|| root.join("crates/sys/src"));
     let cuda_path = out_dir.join("cuda.rs");
     let nvsci_path = out_dir.join("nvsci.rs");
+    let lists_path = out_dir.join("lists.rs");
 
     if options.check {
         let mut stale = Vec::new();
-        for (path, fresh) in [(&cuda_path, &cuda), (&nvsci_path, &own_nvsci)] {
+        for (path, fresh) in [
+            (&cuda_path, &cuda),
+            (&nvsci_path, &own_nvsci),
+            (&lists_path, &lists),
+        ] {
             let committed = std::fs::read_to_string(path).unwrap_or_default();
             if committed != *fresh {
                 stale.push(relative(&root, path));
@@ -308,7 +251,7 @@ pub fn run(args: &[String]) -> Result<()> {
         }
         let mut differences = 0usize;
         if let Some(dir) = &options.nvsci_include {
-            differences = check_abi(&own_nvsci_dir, &own_nvsci, dir)?;
+            differences = check_abi(&own_nvsci_dir, &own_nvsci, dir, &nvsci_functions)?;
         }
         if !stale.is_empty() {
             return Err(Failure::new(format!(
@@ -322,23 +265,26 @@ pub fn run(args: &[String]) -> Result<()> {
             )));
         }
         println!(
-            "codegen --check: {} and {} are up to date",
+            "codegen --check: {}, {} and {} are up to date",
             relative(&root, &cuda_path),
-            relative(&root, &nvsci_path)
+            relative(&root, &nvsci_path),
+            relative(&root, &lists_path)
         );
         return Ok(());
     }
 
     let nvsci = match &options.nvsci_include {
-        Some(dir) => generate_nvsci(dir, NvSciHeaders::Real, NVSCI_FUNCTIONS)?,
+        Some(dir) => generate_nvsci(dir, NvSciHeaders::Real, &nvsci_functions)?,
         None => own_nvsci,
     };
     util::write(&cuda_path, &cuda)?;
     util::write(&nvsci_path, &nvsci)?;
+    util::write(&lists_path, &lists)?;
     println!(
-        "codegen: wrote {} and {}",
+        "codegen: wrote {}, {} and {}",
         relative(&root, &cuda_path),
-        relative(&root, &nvsci_path)
+        relative(&root, &nvsci_path),
+        relative(&root, &lists_path)
     );
     Ok(())
 }
@@ -602,7 +548,7 @@ const NVSCI_VARS: &str =
     "NvSci(Buf|Sync|Ipc)(Major|Minor)Version|NV_SCI_IPC_EVENT_.*|NVSCIIPC_MAX_ENDPOINT_NAME";
 
 /// `functions`: the entry points to make `PFN_` types for (all of
-/// [`NVSCI_FUNCTIONS`], or those an older release has).
+/// [`nvsci_functions`], or those an older release has).
 fn generate_nvsci(include: &Path, headers: NvSciHeaders, functions: &[&str]) -> Result<String> {
     let (includes, source) = match headers {
         NvSciHeaders::Own => (
@@ -641,13 +587,18 @@ fn generate_nvsci(include: &Path, headers: NvSciHeaders, functions: &[&str]) -> 
 /// Compares the ABI of our declarations (`own_bindings`, generated from
 /// `own_dir`) with the real headers in `real_dir`; prints the report and
 /// returns the number of ABI differences.
-fn check_abi(own_dir: &Path, own_bindings: &str, real_dir: &Path) -> Result<usize> {
+fn check_abi(
+    own_dir: &Path,
+    own_bindings: &str,
+    real_dir: &Path,
+    nvsci_functions: &[&str],
+) -> Result<usize> {
     let declared = abi::Declared::from_bindings(own_bindings)?;
     let own_names = abi::names_present(own_dir, OWN_NVSCI_INCLUDES)?;
     let real_names = abi::names_present(real_dir, REAL_NVSCI_INCLUDES)?;
     // bindgen needs `__typeof__(f)` to compile, so only the entry points this
     // release declares get a `PFN_` type on the real side.
-    let functions: Vec<&str> = NVSCI_FUNCTIONS
+    let functions: Vec<&str> = nvsci_functions
         .iter()
         .copied()
         .filter(|f| real_names.contains(*f))
@@ -669,4 +620,76 @@ fn check_abi(own_dir: &Path, own_bindings: &str, real_dir: &Path) -> Result<usiz
     )?;
     let report = abi::compare(&declared, &own, &real, &real_names);
     Ok(report.print(&abi::versions(&real)))
+}
+
+/// The files `cargo xtask codegen` writes into `crates/sys/src`.
+const GENERATED: [&str; 3] = ["cuda.rs", "nvsci.rs", "lists.rs"];
+
+/// Every NvSci entry point: the functions [`OWN_NVSCI_HEADER`] declares, in
+/// declaration order.
+fn nvsci_functions(own_dir: &Path) -> Result<Vec<String>> {
+    let b = builder("tegra_interop_nvsci_wrapper.h", OWN_NVSCI_INCLUDES, own_dir)
+        .allowlist_function("NvSci.*");
+    let text = bindgen_text(b, "the NvSci declarations (function list)")?;
+    let names = lists::declared_functions(&text)?;
+    if names.is_empty() {
+        return Err(Failure::new(format!(
+            "{OWN_NVSCI_HEADER} declares no NvSci function"
+        )));
+    }
+    Ok(names)
+}
+
+/// The text of `crates/sys/src/lists.rs` from the freshly generated bindings.
+fn generate_lists(cuda: &str, nvsci: &str, nvsci_functions: &[&str]) -> Result<String> {
+    let cuda_entries = lists::entries(cuda, "cuda", CUDA_FUNCTIONS)?;
+    let group = |prefix: &str| -> Vec<&str> {
+        nvsci_functions
+            .iter()
+            .copied()
+            .filter(|f| f.starts_with(prefix))
+            .collect()
+    };
+    let buf = lists::entries(nvsci, "nvsci", &group("NvSciBuf"))?;
+    let sync = lists::entries(nvsci, "nvsci", &group("NvSciSync"))?;
+    let ipc = lists::entries(nvsci, "nvsci", &group("NvSciIpc"))?;
+    let grouped = buf.len() + sync.len() + ipc.len();
+    if grouped != nvsci_functions.len() {
+        return Err(Failure::new(format!(
+            "{OWN_NVSCI_HEADER}: every function must start with NvSciBuf, NvSciSync or NvSciIpc"
+        )));
+    }
+    let apis = [
+        lists::Api {
+            name: "CudaApi",
+            module: "cuda",
+            library: "libcuda.so.1",
+            macro_name: "cuda_entry_points",
+            entries: &cuda_entries,
+        },
+        lists::Api {
+            name: "NvSciBufApi",
+            module: "nvsci",
+            library: "libnvscibuf.so.1",
+            macro_name: "nvscibuf_entry_points",
+            entries: &buf,
+        },
+        lists::Api {
+            name: "NvSciSyncApi",
+            module: "nvsci",
+            library: "libnvscisync.so.1",
+            macro_name: "nvscisync_entry_points",
+            entries: &sync,
+        },
+        lists::Api {
+            name: "NvSciIpcApi",
+            module: "nvsci",
+            library: "libnvsciipc.so",
+            macro_name: "nvsciipc_entry_points",
+            entries: &ipc,
+        },
+    ];
+    let cuda_codes = lists::codes(cuda, "cudaError_enum", &["CUDA_ERROR_", "CUDA_"])?;
+    let nvsci_codes = lists::codes(nvsci, "NvSciError", &["NvSciError_"])?;
+    Ok(lists::render_file(&apis, &cuda_codes, &nvsci_codes))
 }

@@ -12,6 +12,7 @@
 mod abi;
 mod codegen;
 mod cross;
+mod lists;
 mod util;
 
 use std::process::ExitCode;

@@ -87,7 +87,7 @@ fn repo() -> PathBuf {
 /// Copies the committed generated files into a fresh directory.
 fn copy_of_generated(name: &str) -> PathBuf {
     let dir = temp_dir(name);
-    for file in ["cuda.rs", "nvsci.rs"] {
+    for file in ["cuda.rs", "nvsci.rs", "lists.rs"] {
         std::fs::copy(repo().join("crates/sys/src").join(file), dir.join(file)).unwrap();
     }
     dir

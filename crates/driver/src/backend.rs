@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::table::{
     loader_reason, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
+    Resolve as _,
 };
 use crate::{check, Error};
 

@@ -7,58 +7,48 @@
 //! outside Tegra, or every NvSci symbol on a discrete GPU) is `None`, and
 //! calling it yields [`crate::Error::NotSupported`] naming the symbol.
 //!
-//! The field names are the C API names; their types are the generated
-//! `PFN_*` types of `tegra-interop-sys`; the symbol each one resolves to is
-//! the generated `symbols::*` constant (for example `cuMemFree` resolves
-//! `cuMemFree_v2`).
-#![allow(non_snake_case)]
+//! The structs live in `tegra-interop-sys` (built from its generated
+//! entry-point lists); this module adds what needs std: the loader
+//! ([`Resolve`], generated from the same lists), its notes, and the
+//! [`crate::Error::NotSupported`] for a missing entry. The field names are
+//! the C API names; their types are the generated `PFN_*` types; the symbol
+//! each one resolves to is the generated `symbols::*` constant (for example
+//! `cuMemFree` resolves `cuMemFree_v2`).
 
-use tegra_interop_sys::{cuda, nvsci};
+pub use tegra_interop_sys::table::{
+    library_of, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
+};
 
-macro_rules! api_struct {
+/// Filling a table from a loaded library: the four API structs of
+/// `tegra-interop-sys`, resolved entry by entry from their generated lists.
+pub trait Resolve: Sized {
+    /// Resolves every entry from `library`; a missing symbol stays `None`
+    /// and the loader's reason for it is kept in the struct's `loader` notes.
+    ///
+    /// # Safety
+    /// `library` must be the library named by the struct's `LIBRARY` (or one
+    /// with the same C ABI): each resolved address is trusted to have the
+    /// signature of its `PFN_` type.
+    unsafe fn resolve(library: &libloading::Library) -> Self;
+
+    /// A table for a library the loader could not open: every entry is
+    /// missing, and `reason` (the loader's message) says why.
+    fn not_loaded(reason: String) -> Self;
+}
+
+macro_rules! resolve_impl {
     (
-        $(#[$meta:meta])*
-        $name:ident, $module:ident, $library:literal { $($field:ident: $pfn:ident,)* }
+        [] $name:ident $library:literal
+        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Default)]
-        pub struct $name {
-            $(
-                #[doc = concat!("`", stringify!($field), "`, if the library exports it.")]
-                pub $field: $module::$pfn,
-            )*
-            /// What the run-time loader said while filling this table
-            /// ([`Backend::real`](crate::Backend::real)): why the library
-            /// did not load, or why a symbol is missing. `None` for tables
-            /// filled by someone else (the simulator, a test double).
-            pub loader: Option<&'static LoaderNotes>,
-        }
-
-        impl $name {
-            /// The library (soname) these entry points live in.
-            pub const LIBRARY: &'static str = $library;
-
-            /// A table where every entry is missing.
-            pub const fn empty() -> Self {
-                $name { $($field: None,)* loader: None }
-            }
-
-            /// Resolves every entry from `library`; a missing symbol stays `None`
-            /// and the loader's reason for it is kept in [`loader`](Self::loader).
-            ///
-            /// # Safety
-            /// `library` must be the library named by [`Self::LIBRARY`] (or one
-            /// with the same C ABI): each resolved address is trusted to have
-            /// the signature of its `PFN_` type.
-            pub unsafe fn resolve(library: &libloading::Library) -> Self {
+        impl Resolve for $name {
+            unsafe fn resolve(library: &libloading::Library) -> Self {
                 let mut missing = Vec::new();
                 let mut table = $name {
                     $(
                         // SAFETY: the caller guarantees the library's ABI; the
                         // symbol name comes from the same header as the type.
-                        $field: match unsafe {
-                            library.get::<$module::$pfn>($module::symbols::$field.to_bytes_with_nul())
-                        } {
+                        $field: match unsafe { library.get::<$pfn>($sym.to_bytes_with_nul()) } {
                             Ok(symbol) => match *symbol {
                                 Some(f) => Some(f),
                                 None => {
@@ -72,221 +62,26 @@ macro_rules! api_struct {
                             }
                         },
                     )*
-                    loader: None,
+                    ..$name::empty()
                 };
-                table.loader = Some(intern(LoaderNotes {
-                    library: $library,
-                    load_error: None,
-                    missing,
-                }));
+                table.loader = Some(intern($library, None, missing));
                 table
             }
 
-            /// A table for a library the loader could not open: every entry
-            /// is missing, and `reason` (the loader's message) says why.
-            pub fn not_loaded(reason: String) -> Self {
+            fn not_loaded(reason: String) -> Self {
                 $name {
-                    loader: Some(intern(LoaderNotes {
-                        library: $library,
-                        load_error: Some(reason),
-                        missing: Vec::new(),
-                    })),
+                    loader: Some(intern($library, Some(reason), Vec::new())),
                     ..Self::empty()
                 }
-            }
-
-            /// The loader's reason why `symbol` is missing from this table,
-            /// if a loader filled it and gave one.
-            pub fn missing_reason(&self, symbol: &str) -> Option<&'static str> {
-                self.loader.and_then(|notes| notes.reason_for(symbol))
-            }
-
-            /// Names of the entries that are present.
-            pub fn present(&self) -> impl Iterator<Item = &'static str> + '_ {
-                [$((stringify!($field), self.$field.is_some()),)*]
-                    .into_iter()
-                    .filter_map(|(n, p)| p.then_some(n))
-            }
-
-            /// Names of the entries that are missing.
-            pub fn missing(&self) -> impl Iterator<Item = &'static str> + '_ {
-                [$((stringify!($field), self.$field.is_some()),)*]
-                    .into_iter()
-                    .filter_map(|(n, p)| (!p).then_some(n))
-            }
-        }
-
-        impl core::fmt::Debug for $name {
-            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-                let present = self.present().count();
-                let missing = self.missing().count();
-                f.debug_struct(stringify!($name))
-                    .field("present", &present)
-                    .field("missing", &missing)
-                    .field("loader", &self.loader)
-                    .finish()
             }
         }
     };
 }
 
-api_struct! {
-    /// CUDA driver entry points (`libcuda.so.1`).
-    CudaApi, cuda, "libcuda.so.1" {
-        cuInit: PFN_cuInit,
-        cuDriverGetVersion: PFN_cuDriverGetVersion,
-        cuGetErrorName: PFN_cuGetErrorName,
-        cuGetErrorString: PFN_cuGetErrorString,
-        cuDeviceGetCount: PFN_cuDeviceGetCount,
-        cuDeviceGet: PFN_cuDeviceGet,
-        cuDeviceGetName: PFN_cuDeviceGetName,
-        cuDeviceGetUuid_v2: PFN_cuDeviceGetUuid_v2,
-        cuDeviceGetAttribute: PFN_cuDeviceGetAttribute,
-        cuDevicePrimaryCtxRetain: PFN_cuDevicePrimaryCtxRetain,
-        cuDevicePrimaryCtxRelease: PFN_cuDevicePrimaryCtxRelease,
-        cuDevicePrimaryCtxReset: PFN_cuDevicePrimaryCtxReset,
-        cuCtxCreate: PFN_cuCtxCreate,
-        cuCtxDestroy: PFN_cuCtxDestroy,
-        cuCtxSetCurrent: PFN_cuCtxSetCurrent,
-        cuCtxGetCurrent: PFN_cuCtxGetCurrent,
-        cuCtxGetDevice: PFN_cuCtxGetDevice,
-        cuCtxSynchronize: PFN_cuCtxSynchronize,
-        cuStreamCreate: PFN_cuStreamCreate,
-        cuStreamDestroy: PFN_cuStreamDestroy,
-        cuStreamSynchronize: PFN_cuStreamSynchronize,
-        cuStreamQuery: PFN_cuStreamQuery,
-        cuStreamGetCtx: PFN_cuStreamGetCtx,
-        cuMemAlloc: PFN_cuMemAlloc,
-        cuMemFree: PFN_cuMemFree,
-        cuMemGetHandleForAddressRange: PFN_cuMemGetHandleForAddressRange,
-        cuMemcpyHtoD: PFN_cuMemcpyHtoD,
-        cuMemcpyDtoH: PFN_cuMemcpyDtoH,
-        cuMemsetD8: PFN_cuMemsetD8,
-        cuMemcpy3D: PFN_cuMemcpy3D,
-        cuMipmappedArrayDestroy: PFN_cuMipmappedArrayDestroy,
-        cuMipmappedArrayGetLevel: PFN_cuMipmappedArrayGetLevel,
-        cuImportExternalMemory: PFN_cuImportExternalMemory,
-        cuExternalMemoryGetMappedBuffer: PFN_cuExternalMemoryGetMappedBuffer,
-        cuExternalMemoryGetMappedMipmappedArray: PFN_cuExternalMemoryGetMappedMipmappedArray,
-        cuDestroyExternalMemory: PFN_cuDestroyExternalMemory,
-        cuImportExternalSemaphore: PFN_cuImportExternalSemaphore,
-        cuSignalExternalSemaphoresAsync: PFN_cuSignalExternalSemaphoresAsync,
-        cuWaitExternalSemaphoresAsync: PFN_cuWaitExternalSemaphoresAsync,
-        cuDestroyExternalSemaphore: PFN_cuDestroyExternalSemaphore,
-        cuDeviceGetNvSciSyncAttributes: PFN_cuDeviceGetNvSciSyncAttributes,
-        cuLaunchHostFunc: PFN_cuLaunchHostFunc,
-    }
-}
-
-api_struct! {
-    /// NvSciBuf entry points (`libnvscibuf.so.1`).
-    NvSciBufApi, nvsci, "libnvscibuf.so.1" {
-        NvSciBufModuleOpen: PFN_NvSciBufModuleOpen,
-        NvSciBufModuleClose: PFN_NvSciBufModuleClose,
-        NvSciBufAttrListCreate: PFN_NvSciBufAttrListCreate,
-        NvSciBufAttrListFree: PFN_NvSciBufAttrListFree,
-        NvSciBufAttrListSetAttrs: PFN_NvSciBufAttrListSetAttrs,
-        NvSciBufAttrListGetAttrs: PFN_NvSciBufAttrListGetAttrs,
-        NvSciBufAttrListReconcile: PFN_NvSciBufAttrListReconcile,
-        NvSciBufAttrListReconcileAndObjAlloc: PFN_NvSciBufAttrListReconcileAndObjAlloc,
-        NvSciBufObjAlloc: PFN_NvSciBufObjAlloc,
-        NvSciBufObjDup: PFN_NvSciBufObjDup,
-        NvSciBufObjDupWithReducePerm: PFN_NvSciBufObjDupWithReducePerm,
-        NvSciBufObjFree: PFN_NvSciBufObjFree,
-        NvSciBufObjGetAttrList: PFN_NvSciBufObjGetAttrList,
-        NvSciBufObjGetCpuPtr: PFN_NvSciBufObjGetCpuPtr,
-        NvSciBufObjGetConstCpuPtr: PFN_NvSciBufObjGetConstCpuPtr,
-        NvSciBufObjFlushCpuCacheRange: PFN_NvSciBufObjFlushCpuCacheRange,
-        NvSciBufObjIpcExport: PFN_NvSciBufObjIpcExport,
-        NvSciBufObjIpcImport: PFN_NvSciBufObjIpcImport,
-        NvSciBufAttrListIpcExportUnreconciled: PFN_NvSciBufAttrListIpcExportUnreconciled,
-        NvSciBufAttrListIpcExportReconciled: PFN_NvSciBufAttrListIpcExportReconciled,
-        NvSciBufAttrListIpcImportUnreconciled: PFN_NvSciBufAttrListIpcImportUnreconciled,
-        NvSciBufAttrListIpcImportReconciled: PFN_NvSciBufAttrListIpcImportReconciled,
-        NvSciBufAttrListFreeDesc: PFN_NvSciBufAttrListFreeDesc,
-        NvSciBufCheckVersionCompatibility: PFN_NvSciBufCheckVersionCompatibility,
-    }
-}
-
-api_struct! {
-    /// NvSciSync entry points (`libnvscisync.so.1`).
-    NvSciSyncApi, nvsci, "libnvscisync.so.1" {
-        NvSciSyncModuleOpen: PFN_NvSciSyncModuleOpen,
-        NvSciSyncModuleClose: PFN_NvSciSyncModuleClose,
-        NvSciSyncCpuWaitContextAlloc: PFN_NvSciSyncCpuWaitContextAlloc,
-        NvSciSyncCpuWaitContextFree: PFN_NvSciSyncCpuWaitContextFree,
-        NvSciSyncAttrListCreate: PFN_NvSciSyncAttrListCreate,
-        NvSciSyncAttrListFree: PFN_NvSciSyncAttrListFree,
-        NvSciSyncAttrListSetAttrs: PFN_NvSciSyncAttrListSetAttrs,
-        NvSciSyncAttrListGetAttrs: PFN_NvSciSyncAttrListGetAttrs,
-        NvSciSyncAttrListReconcile: PFN_NvSciSyncAttrListReconcile,
-        NvSciSyncAttrListReconcileAndObjAlloc: PFN_NvSciSyncAttrListReconcileAndObjAlloc,
-        NvSciSyncObjAlloc: PFN_NvSciSyncObjAlloc,
-        NvSciSyncObjDup: PFN_NvSciSyncObjDup,
-        NvSciSyncObjFree: PFN_NvSciSyncObjFree,
-        NvSciSyncObjGetAttrList: PFN_NvSciSyncObjGetAttrList,
-        NvSciSyncObjIpcExport: PFN_NvSciSyncObjIpcExport,
-        NvSciSyncObjIpcImport: PFN_NvSciSyncObjIpcImport,
-        NvSciSyncIpcExportFence: PFN_NvSciSyncIpcExportFence,
-        NvSciSyncIpcImportFence: PFN_NvSciSyncIpcImportFence,
-        NvSciSyncObjGenerateFence: PFN_NvSciSyncObjGenerateFence,
-        NvSciSyncObjSignal: PFN_NvSciSyncObjSignal,
-        NvSciSyncFenceWait: PFN_NvSciSyncFenceWait,
-        NvSciSyncFenceDup: PFN_NvSciSyncFenceDup,
-        NvSciSyncFenceClear: PFN_NvSciSyncFenceClear,
-        NvSciSyncFenceExtractFence: PFN_NvSciSyncFenceExtractFence,
-        NvSciSyncFenceUpdateFence: PFN_NvSciSyncFenceUpdateFence,
-        NvSciSyncFenceGetTimestamp: PFN_NvSciSyncFenceGetTimestamp,
-        NvSciSyncCheckVersionCompatibility: PFN_NvSciSyncCheckVersionCompatibility,
-        NvSciSyncAttrListIpcExportUnreconciled: PFN_NvSciSyncAttrListIpcExportUnreconciled,
-        NvSciSyncAttrListIpcExportReconciled: PFN_NvSciSyncAttrListIpcExportReconciled,
-        NvSciSyncAttrListIpcImportUnreconciled: PFN_NvSciSyncAttrListIpcImportUnreconciled,
-        NvSciSyncAttrListIpcImportReconciled: PFN_NvSciSyncAttrListIpcImportReconciled,
-        NvSciSyncAttrListFreeDesc: PFN_NvSciSyncAttrListFreeDesc,
-    }
-}
-
-api_struct! {
-    /// NvSciIpc entry points (`libnvsciipc.so`).
-    NvSciIpcApi, nvsci, "libnvsciipc.so" {
-        NvSciIpcInit: PFN_NvSciIpcInit,
-        NvSciIpcDeinit: PFN_NvSciIpcDeinit,
-        NvSciIpcOpenEndpoint: PFN_NvSciIpcOpenEndpoint,
-        NvSciIpcCloseEndpoint: PFN_NvSciIpcCloseEndpoint,
-        NvSciIpcCloseEndpointSafe: PFN_NvSciIpcCloseEndpointSafe,
-        NvSciIpcResetEndpointSafe: PFN_NvSciIpcResetEndpointSafe,
-        NvSciIpcGetLinuxEventFd: PFN_NvSciIpcGetLinuxEventFd,
-        NvSciIpcGetEndpointInfo: PFN_NvSciIpcGetEndpointInfo,
-        NvSciIpcGetEventSafe: PFN_NvSciIpcGetEventSafe,
-        NvSciIpcReadSafe: PFN_NvSciIpcReadSafe,
-        NvSciIpcWriteSafe: PFN_NvSciIpcWriteSafe,
-    }
-}
-
-/// The whole seam: every C entry point the project calls.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FunctionTable {
-    /// CUDA driver API.
-    pub cuda: CudaApi,
-    /// NvSciBuf.
-    pub nvscibuf: NvSciBufApi,
-    /// NvSciSync.
-    pub nvscisync: NvSciSyncApi,
-    /// NvSciIpc.
-    pub nvsciipc: NvSciIpcApi,
-}
-
-impl FunctionTable {
-    /// A table where every entry is missing.
-    pub const fn empty() -> Self {
-        FunctionTable {
-            cuda: CudaApi::empty(),
-            nvscibuf: NvSciBufApi::empty(),
-            nvscisync: NvSciSyncApi::empty(),
-            nvsciipc: NvSciIpcApi::empty(),
-        }
-    }
-}
+tegra_interop_sys::cuda_entry_points!(resolve_impl);
+tegra_interop_sys::nvscibuf_entry_points!(resolve_impl);
+tegra_interop_sys::nvscisync_entry_points!(resolve_impl);
+tegra_interop_sys::nvsciipc_entry_points!(resolve_impl);
 
 /// Takes a function out of a table, or returns [`crate::Error::NotSupported`]
 /// naming the symbol and its library.
@@ -342,50 +137,40 @@ pub fn missing_entry(api: &impl HasLoaderNotes, symbol: &'static str) -> crate::
     }
 }
 
-/// What the run-time loader said about one library while
-/// [`Backend::real`](crate::Backend::real) filled a table: whether the
-/// library loaded (and if not, the loader's message), and for each symbol
-/// it lacks, `dlsym`'s message.
-///
-/// Notes are kept for the life of the process (one per distinct outcome;
-/// loading the same library again reuses them), so errors can borrow their
-/// text as `&'static str`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoaderNotes {
-    /// The library (soname) that was searched.
-    pub library: &'static str,
-    /// `Some(message)` when the library could not be loaded at all.
-    pub load_error: Option<String>,
-    /// Symbols the library lacks, with the loader's message for each.
-    pub missing: Vec<(&'static str, String)>,
-}
-
-impl LoaderNotes {
-    /// The loader's reason why `symbol` is not available: the library's
-    /// load error, or the symbol's own `dlsym` message.
-    pub fn reason_for(&'static self, symbol: &str) -> Option<&'static str> {
-        if let Some(e) = &self.load_error {
-            return Some(e.as_str());
-        }
-        self.missing
-            .iter()
-            .find(|(name, _)| *name == symbol)
-            .map(|(_, reason)| reason.as_str())
-    }
-}
-
-/// Keeps `notes` for the life of the process, reusing an equal one already
-/// kept (so repeated loads do not grow memory).
-fn intern(notes: LoaderNotes) -> &'static LoaderNotes {
+/// Keeps one loader outcome for the life of the process, reusing an equal one
+/// already kept (so repeated loads do not grow memory).
+fn intern(
+    library: &'static str,
+    load_error: Option<String>,
+    missing: Vec<(&'static str, String)>,
+) -> &'static LoaderNotes {
     static KEPT: std::sync::Mutex<Vec<&'static LoaderNotes>> = std::sync::Mutex::new(Vec::new());
     let mut kept = match KEPT.lock() {
         Ok(k) => k,
         Err(poisoned) => poisoned.into_inner(),
     };
-    if let Some(found) = kept.iter().find(|k| ***k == notes) {
+    let same = |k: &LoaderNotes| {
+        k.library == library
+            && k.load_error == load_error.as_deref()
+            && k.missing.len() == missing.len()
+            && k.missing
+                .iter()
+                .zip(&missing)
+                .all(|(a, b)| a.0 == b.0 && a.1 == b.1)
+    };
+    if let Some(found) = kept.iter().find(|k| same(k)) {
         return found;
     }
-    let leaked: &'static LoaderNotes = Box::leak(Box::new(notes));
+    let load_error: Option<&'static str> = load_error.map(|e| &*Box::leak(e.into_boxed_str()));
+    let missing: Vec<(&'static str, &'static str)> = missing
+        .into_iter()
+        .map(|(name, reason)| (name, &*Box::leak(reason.into_boxed_str())))
+        .collect();
+    let leaked: &'static LoaderNotes = Box::leak(Box::new(LoaderNotes {
+        library,
+        load_error,
+        missing: Box::leak(missing.into_boxed_slice()),
+    }));
     kept.push(leaked);
     leaked
 }
@@ -406,18 +191,5 @@ pub fn loader_reason(error: &libloading::Error, library: Option<&str>) -> String
     {
         Some(rest) => rest.to_string(),
         None => text,
-    }
-}
-
-/// The library an entry point lives in, from its name.
-pub fn library_of(symbol: &str) -> &'static str {
-    if symbol.starts_with("NvSciBuf") {
-        NvSciBufApi::LIBRARY
-    } else if symbol.starts_with("NvSciSync") {
-        NvSciSyncApi::LIBRARY
-    } else if symbol.starts_with("NvSciIpc") {
-        NvSciIpcApi::LIBRARY
-    } else {
-        CudaApi::LIBRARY
     }
 }

@@ -83,7 +83,7 @@ fn real_backend_reports_a_missing_driver_as_a_typed_error() {
 /// them. Uses the C library (present on every Linux) as the "library".
 #[test]
 fn missing_symbols_and_libraries_keep_the_loaders_reason() {
-    use tegra_interop_driver::table::{CudaApi, NvSciSyncApi};
+    use tegra_interop_driver::table::{CudaApi, NvSciSyncApi, Resolve as _};
     use tegra_interop_driver::{Context, FunctionTable};
 
     // SAFETY: the C library is already loaded in this process; opening it

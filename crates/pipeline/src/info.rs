@@ -181,7 +181,7 @@ fn device_lines(out: &mut String, backend: &Arc<Backend>, driver: Option<i32>) {
                 "cuDeviceGetNvSciSyncAttributes present, but no NvSci libraries (library not loaded{}): NVSCIBUF / NVSCISYNC imports are not possible (measured on an H200: the driver answers NOT_SUPPORTED)",
                 t.nvscibuf
                     .loader
-                    .and_then(|n| n.load_error.as_deref())
+                    .and_then(|n| n.load_error)
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default()
             ),
@@ -203,7 +203,7 @@ fn library_line<'a>(
     let present = present.count();
     let missing: Vec<&str> = missing.collect();
     let total = present + missing.len();
-    let value = match loader.and_then(|n| n.load_error.as_deref()) {
+    let value = match loader.and_then(|n| n.load_error) {
         Some(reason) => format!("not loaded (0/{total} symbols; the loader said: {reason})"),
         None if present == 0 => format!("not loaded (0/{total} symbols)"),
         None if missing.is_empty() => format!("{present}/{total} symbols present"),

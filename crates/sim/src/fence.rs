@@ -14,6 +14,8 @@
 //!
 //! An all-zero fence is "cleared": waiting on it completes at once.
 
+#![deny(unsafe_code)]
+
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 /// Marker in word 0 of a fence the simulator wrote.

@@ -2,6 +2,8 @@
 //! diagnostics. The C entry points reach it through its slot (see
 //! `slots`), the Rust API through [`crate::Sim`].
 
+#![deny(unsafe_code)]
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;

@@ -2,7 +2,7 @@
 //! simulated CUDA driver for tests without a GPU.
 //!
 //! [`Sim::new`] makes an isolated simulated driver; [`Sim::table`] (or
-//! [`Sim::backend`]) gives its C entry points. They behave like the real
+//! `Sim::backend`, feature `driver`) gives its C entry points. They behave like the real
 //! driver did in the project's measurements (same codes, and the same fd
 //! effects: an `OPAQUE_FD` memory import that fails after its parameters
 //! were accepted closes the fd it was given; other failures keep it),
@@ -39,281 +39,53 @@
 //! where the real driver's answer is unknown.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod api;
+mod cmem;
 pub mod codes;
-mod dmabuf;
+mod config;
+mod cuda;
 pub mod export;
 mod fds;
 pub mod fence;
 mod instance;
 pub mod nvsci;
+mod objects;
+mod report;
 mod shm;
 mod slots;
 mod stream;
+mod trampolines;
 
 use std::ffi::c_void;
 use std::fmt;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
+#[cfg(feature = "driver")]
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use tegra_interop_driver::{Backend, FunctionTable};
+#[cfg(feature = "driver")]
+use tegra_interop_driver::Backend;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
+pub use tegra_interop_sys::table::FunctionTable;
 
+pub use config::*;
 pub use fds::{FdAction, FdEvent};
 pub use nvsci::NvSciRelease;
+pub use objects::*;
+pub use report::*;
 pub use shm::SemaphoreKind;
 pub use slots::SLOTS;
 
 use instance::{BufObjectEntry, Injection, Instance, SyncObjectEntry, Tag};
 use shm::{SharedSemaphore, WaitEnd};
 
-/// What the simulated machine looks like.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SimConfig {
-    /// Number of devices (default 1).
-    pub devices: usize,
-    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`: a Tegra-like integrated GPU.
-    pub integrated: bool,
-    /// `CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED`; when
-    /// false, `TIMELINE_SEMAPHORE_FD` imports fail with NOT_SUPPORTED.
-    pub timeline_supported: bool,
-    /// What `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (124) reports. On the
-    /// H200 it is 1 (measured), and it describes *exporting* dma-bufs
-    /// (`cuMemGetHandleForAddressRange`); it says nothing about importing
-    /// them (see `dmabuf_import`).
-    pub dmabuf_supported: bool,
-    /// Whether `DMABUF_FD` memory imports are accepted. Default false, as
-    /// measured on the H200: every `DMABUF_FD` import answered NOT_SUPPORTED
-    /// (801) and left the fd open, even for a dma-buf CUDA exported itself.
-    /// `true` is a chosen, unmeasured behaviour (a platform where the
-    /// import works; memfd stands in for the dma-buf).
-    pub dmabuf_import: bool,
-    /// NvSci is present (Tegra). When false, the NvSci entry points answer
-    /// like the measured discrete GPU without NvSci.
-    pub nvsci: bool,
-    /// The NvSci release the simulated libraries claim to be (default
-    /// [`NvSciRelease::V6_0_10`]): keys and entry points that release lacks
-    /// are missing, as on the real library.
-    pub nvsci_release: NvSciRelease,
-    /// What `cuDriverGetVersion` reports (default 12090).
-    pub driver_version: i32,
-    /// How long `cuStreamSynchronize` / `cuCtxSynchronize` / synchronous
-    /// copies wait before they give up with `CUDA_ERROR_TIMEOUT` and a
-    /// [`DiagnosticKind::Hang`] diagnostic (the real driver would block
-    /// forever). Default 30 s.
-    pub hang_timeout: Duration,
-    /// How long [`Sim::with_config`] waits for a free slot when all
-    /// [`SLOTS`] are in use. Default 60 s.
-    pub slot_wait: Duration,
-}
-
-impl Default for SimConfig {
-    /// The measured machine: one discrete GPU, timeline semaphores
-    /// supported, dma-buf export reported (attribute 124 = 1) but
-    /// `DMABUF_FD` import not supported, no NvSci.
-    fn default() -> Self {
-        SimConfig {
-            devices: 1,
-            integrated: false,
-            timeline_supported: true,
-            dmabuf_supported: true,
-            dmabuf_import: false,
-            nvsci: false,
-            nvsci_release: NvSciRelease::V6_0_10,
-            driver_version: 12090,
-            hang_timeout: api::DEFAULT_HANG_TIMEOUT,
-            slot_wait: Duration::from_secs(60),
-        }
-    }
-}
-
-impl SimConfig {
-    /// A Jetson-like machine: one integrated GPU with NvSci.
-    pub fn tegra() -> Self {
-        SimConfig {
-            integrated: true,
-            nvsci: true,
-            ..SimConfig::default()
-        }
-    }
-
-    /// The same configuration with `devices` devices.
-    pub fn with_devices(mut self, devices: usize) -> Self {
-        self.devices = devices;
-        self
-    }
-
-    /// The same configuration claiming the NvSci release `release`.
-    pub fn with_nvsci_release(mut self, release: NvSciRelease) -> Self {
-        self.nvsci_release = release;
-        self
-    }
-
-    /// The same configuration with another hang timeout.
-    pub fn with_hang_timeout(mut self, timeout: Duration) -> Self {
-        self.hang_timeout = timeout;
-        self
-    }
-}
-
-/// Why a simulator could not be made.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum SimError {
-    /// All [`SLOTS`] instance slots stayed in use for the configured wait.
-    NoFreeSlot {
-        /// The number of slots.
-        slots: usize,
-    },
-}
-
-impl fmt::Display for SimError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SimError::NoFreeSlot { slots } => write!(
-                f,
-                "all {slots} simulator slots are in use (drop unused Sims, or fewer tests in parallel)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SimError {}
-
-/// What the simulator holds right now. All zero after a correct teardown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Ledger {
-    /// Contexts made with `cuCtxCreate` and not destroyed.
-    pub live_contexts: usize,
-    /// Outstanding `cuDevicePrimaryCtxRetain` references (all devices).
-    pub primary_context_refs: usize,
-    /// Streams made with `cuStreamCreate` and not destroyed.
-    pub live_streams: usize,
-    /// Imported external memories not destroyed.
-    pub live_memories: usize,
-    /// Mapped buffers (not yet `cuMemFree`d) plus mapped mipmapped arrays
-    /// (not yet `cuMipmappedArrayDestroy`ed).
-    pub live_mappings: usize,
-    /// `cuMemAlloc` allocations not freed.
-    pub live_allocations: usize,
-    /// Imported external semaphores not destroyed.
-    pub live_semaphores: usize,
-    /// File descriptors the simulator holds for imported objects (it owns
-    /// them from a successful import until the destroy).
-    pub open_fds: usize,
-    /// Stream work enqueued and not finished (destroyed streams included).
-    pub pending_work: usize,
-}
-
-impl Ledger {
-    /// Nothing live, nothing held, nothing pending.
-    pub fn is_clean(&self) -> bool {
-        *self == Ledger::default()
-    }
-}
-
-impl fmt::Display for Ledger {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, fds {}, pending work {}",
-            self.live_contexts,
-            self.primary_context_refs,
-            self.live_streams,
-            self.live_memories,
-            self.live_mappings,
-            self.live_allocations,
-            self.live_semaphores,
-            self.open_fds,
-            self.pending_work
-        )
-    }
-}
-
-/// What kind of problem a [`Diagnostic`] reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DiagnosticKind {
-    /// An object destroyed (or freed) a second time. Real driver: crash.
-    DoubleDestroy,
-    /// An object used after it was destroyed.
-    UseAfterDestroy,
-    /// An object used (or destroyed) after its context was destroyed, reset
-    /// or released. Destroying it crashes the real driver.
-    UseAfterContextLoss,
-    /// A handle this simulator never made (foreign, corrupt, another Sim's).
-    UnknownHandle,
-    /// A semaphore used on a stream of another context.
-    CrossContext,
-    /// An import declares more bytes than the exporter allocated (the real
-    /// driver accepts it), or a mapping reaches past the real bytes.
-    ImportSizeMismatch,
-    /// A semaphore destroyed while signals/waits on it were still queued.
-    OutstandingWork,
-    /// A copy past the end of an allocation.
-    OutOfBounds,
-    /// A synchronisation waited longer than [`SimConfig::hang_timeout`].
-    Hang,
-    /// Other misuse of the API.
-    Misuse,
-    /// A descriptor the simulator was about to close (its own duplicate, or
-    /// the one an import takes) was already closed by someone else: a
-    /// double close somewhere (on a real system the second close closes
-    /// whatever reused the number). The simulator does not close it again.
-    DoubleClose,
-    /// A descriptor number the simulator was about to close now refers to
-    /// another file than the one it was given (closed by someone else and
-    /// reused): a foreign fd. The simulator leaves it alone.
-    ForeignFd,
-    /// Something the simulator does not model.
-    Unimplemented,
-    /// A bug or resource failure inside the simulator itself.
-    Internal,
-}
-
-impl DiagnosticKind {
-    /// Whether the real driver would crash (or corrupt memory) here.
-    pub fn real_driver_would_crash(self) -> bool {
-        matches!(
-            self,
-            DiagnosticKind::DoubleDestroy | DiagnosticKind::UseAfterContextLoss
-        )
-    }
-}
-
-/// One recorded problem.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Diagnostic {
-    /// Index of the call (as counted by [`Sim::calls`]) that hit it.
-    pub call_index: Option<u64>,
-    /// The entry point.
-    pub symbol: &'static str,
-    /// What kind of problem.
-    pub kind: DiagnosticKind,
-    /// Human-readable details.
-    pub message: String,
-}
-
-impl fmt::Display for Diagnostic {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.call_index {
-            Some(i) => write!(
-                f,
-                "call #{i} {}: {:?}: {}",
-                self.symbol, self.kind, self.message
-            ),
-            None => write!(f, "{}: {:?}: {}", self.symbol, self.kind, self.message),
-        }
-    }
-}
-
 /// Slots whose `Sim` was dropped while a backend made from it was still
 /// alive: they stay taken (answering DEINITIALIZED) until that backend goes.
+#[cfg(feature = "driver")]
 static ZOMBIES: Mutex<Vec<(usize, Arc<Backend>)>> = Mutex::new(Vec::new());
 
+#[cfg(feature = "driver")]
 fn reap_zombies() {
     let mut z = ZOMBIES.lock().unwrap_or_else(|e| e.into_inner());
     z.retain(|(slot, b)| {
@@ -331,6 +103,7 @@ fn reap_zombies() {
 pub struct Sim {
     inner: Arc<Instance>,
     slot: usize,
+    #[cfg(feature = "driver")]
     backend: OnceLock<Arc<Backend>>,
 }
 
@@ -363,11 +136,13 @@ impl Sim {
         let deadline = Instant::now().checked_add(config.slot_wait);
         let inner = Arc::new(Instance::new(config));
         loop {
+            #[cfg(feature = "driver")]
             reap_zombies();
             if let Some(slot) = slots::claim(&inner) {
                 return Ok(Sim {
                     inner,
                     slot,
+                    #[cfg(feature = "driver")]
                     backend: OnceLock::new(),
                 });
             }
@@ -394,7 +169,7 @@ impl Sim {
     ///
     /// The pointers stay bound to this simulator's slot: do not call them
     /// after the `Sim` is dropped (they answer DEINITIALIZED while the slot
-    /// is free, but a later `Sim` may reuse the slot). [`Sim::backend`]
+    /// is free, but a later `Sim` may reuse the slot). `Sim::backend`
     /// does not have this problem.
     pub fn table(&self) -> FunctionTable {
         let mut table = FunctionTable {
@@ -411,11 +186,19 @@ impl Sim {
 
     /// A driver backend over [`Sim::table`] (the same one on every call).
     ///
+    /// Only with the feature `driver`: the simulator itself depends on
+    /// `tegra-interop-sys` alone (it is the driver's test double, so it must
+    /// not need the crate it tests); the feature is the convenience the
+    /// driver's and the facade's tests enable (their dev-dependency on this
+    /// crate names it). Without it, `Backend::from_table("sim", sim.table())`
+    /// does the same, minus the slot keep-alive described below.
+    ///
     /// If the `Sim` is dropped while clones of the backend are alive, the
     /// simulator shuts down (every call answers DEINITIALIZED, as the real
     /// driver does after its exit handlers ran) and its slot stays reserved
     /// until the last clone is gone, so stale calls never reach another
     /// simulator.
+    #[cfg(feature = "driver")]
     pub fn backend(&self) -> Arc<Backend> {
         Arc::clone(
             self.backend
@@ -581,146 +364,16 @@ impl Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
-        let in_use = self.backend.take().filter(|b| Arc::strong_count(b) > 1);
-        match in_use {
-            Some(b) => {
-                self.inner.shutdown();
-                ZOMBIES
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push((self.slot, b));
-            }
-            None => {
-                slots::release(self.slot);
-                self.inner.shutdown();
-            }
+        #[cfg(feature = "driver")]
+        if let Some(b) = self.backend.take().filter(|b| Arc::strong_count(b) > 1) {
+            self.inner.shutdown();
+            ZOMBIES
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.slot, b));
+            return;
         }
-    }
-}
-
-/// Permissions and counter width of a simulated NvSciSync object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SyncObjectSpec {
-    /// CUDA may signal it (attribute list made with `CUDA_NVSCISYNC_ATTR_SIGNAL`).
-    pub can_signal: bool,
-    /// CUDA may wait on it (`CUDA_NVSCISYNC_ATTR_WAIT`).
-    pub can_wait: bool,
-    /// The counter is a 32-bit one that wraps (the usual syncpoint).
-    pub wrap32: bool,
-    /// Starting counter value.
-    pub initial: u64,
-}
-
-impl Default for SyncObjectSpec {
-    /// Signal and wait allowed, 32-bit wrapping counter starting at 0.
-    fn default() -> Self {
-        SyncObjectSpec {
-            can_signal: true,
-            can_wait: true,
-            wrap32: true,
-            initial: 0,
-        }
-    }
-}
-
-/// A simulated NvSciSync object (deterministic fences: +1 per signal).
-/// Dropping it unregisters it; semaphores imported from it keep working.
-pub struct SyncObjectHandle {
-    inst: Arc<Instance>,
-    ptr: usize,
-    id: u64,
-    sem: Arc<SharedSemaphore>,
-}
-
-impl fmt::Debug for SyncObjectHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SyncObjectHandle")
-            .field("id", &self.id)
-            .field("value", &self.value())
-            .finish()
-    }
-}
-
-impl SyncObjectHandle {
-    /// The `NvSciSyncObj` value to put into the import descriptor.
-    pub fn as_ptr(&self) -> *mut c_void {
-        self.ptr as *mut c_void
-    }
-
-    /// The id written into this object's fences (see [`fence`]).
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// The current counter.
-    pub fn value(&self) -> u64 {
-        self.sem.value()
-    }
-
-    /// Signals from the CPU (+1), returning the fence of that signal.
-    pub fn cpu_signal(&self) -> NvSciSyncFence {
-        let value = self.sem.reserve_next();
-        self.sem.increment();
-        fence::encode(fence::SimFence {
-            object_id: self.id,
-            value,
-        })
-    }
-
-    /// Whether `fence` (of this object) has been reached; a cleared fence
-    /// is always reached; a foreign or garbage one never.
-    pub fn is_reached(&self, f: &NvSciSyncFence) -> bool {
-        match fence::decode(f) {
-            fence::FenceContent::Cleared => true,
-            fence::FenceContent::Fence(sf) if sf.object_id == self.id => self.sem.reached(sf.value),
-            _ => false,
-        }
-    }
-
-    /// Waits up to `timeout` for `fence`; `false` on timeout or when the
-    /// fence is not one of this object.
-    pub fn cpu_wait(&self, f: &NvSciSyncFence, timeout: Duration) -> bool {
-        match fence::decode(f) {
-            fence::FenceContent::Cleared => true,
-            fence::FenceContent::Fence(sf) if sf.object_id == self.id => {
-                let deadline = Instant::now().checked_add(timeout);
-                self.sem.wait(sf.value, deadline, &|| false) == WaitEnd::Reached
-            }
-            _ => false,
-        }
-    }
-}
-
-impl Drop for SyncObjectHandle {
-    fn drop(&mut self) {
-        self.inst.lock_state().sync_objects.remove(&self.ptr);
-    }
-}
-
-/// A simulated NvSciBuf object. Dropping it unregisters it; memory imported
-/// from it keeps working.
-pub struct BufObjectHandle {
-    inst: Arc<Instance>,
-    ptr: usize,
-}
-
-impl fmt::Debug for BufObjectHandle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BufObjectHandle")
-            .field("ptr", &self.ptr)
-            .finish()
-    }
-}
-
-impl BufObjectHandle {
-    /// The `NvSciBufObj` value to put into the import descriptor.
-    pub fn as_ptr(&self) -> *const c_void {
-        self.ptr as *const c_void
-    }
-}
-
-impl Drop for BufObjectHandle {
-    fn drop(&mut self) {
-        self.inst.lock_state().buf_objects.remove(&self.ptr);
+        slots::release(self.slot);
+        self.inner.shutdown();
     }
 }

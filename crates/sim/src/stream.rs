@@ -1,6 +1,8 @@
 //! Simulated streams: one worker thread per stream runs the enqueued work
 //! in order, asynchronously to the caller.
 
+#![deny(unsafe_code)]
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

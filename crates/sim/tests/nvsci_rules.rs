@@ -6,8 +6,8 @@
 use std::ffi::c_void;
 use std::ptr;
 
-use tegra_interop_driver::FunctionTable;
 use tegra_interop_sim::nvsci::{color, endpoint_pair};
+use tegra_interop_sim::FunctionTable;
 use tegra_interop_sim::{DiagnosticKind, NvSciRelease, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 

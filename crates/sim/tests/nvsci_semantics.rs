@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::ptr;
 
-use tegra_interop_driver::FunctionTable;
+use tegra_interop_sim::FunctionTable;
 use tegra_interop_sim::{DiagnosticKind, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 

@@ -1,7 +1,12 @@
-//! Generated FFI layouts and fn-pointer types for tegra-interop.
+//! Generated FFI layouts and fn-pointer types for tegra-interop, and the
+//! function table built from the generated entry-point lists.
 #![no_std]
 
 #[rustfmt::skip]
 pub mod cuda;
 #[rustfmt::skip]
 pub mod nvsci;
+#[rustfmt::skip]
+#[macro_use]
+pub mod lists;
+pub mod table;

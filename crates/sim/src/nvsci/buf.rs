@@ -10,11 +10,13 @@ use tegra_interop_sys::nvsci::{
     NvSciBufObj, NvSciError,
 };
 
-use super::attrs::{self, bk, AttrListRec, AttrMap, Bad, Dir, Fail, ListKind, Lookup};
-use super::{err, new_handle, put, unknown, Kind, ModuleRec, NvSciState, R};
+use super::attrs::{self, bk, AttrMap};
+use super::{err, new_handle, put, unknown, Kind, ModuleRec, R};
 use crate::instance::{self, BufObjectEntry, Call, State, Tag};
 use crate::shm::{self, Region};
 use crate::DiagnosticKind as D;
+
+use super::list::*;
 
 /// The memory behind one or more object handles.
 pub(crate) struct BufCore {
@@ -42,15 +44,8 @@ impl BufCore {
     }
 }
 
-/// One `NvSciBufObj` handle.
-pub(crate) struct BufObjRec {
-    pub(crate) core: Arc<BufCore>,
-    /// This handle's permission (Readonly 1 / ReadWrite 3).
-    pub(crate) perm: u32,
-    pub(crate) module: usize,
-    /// The list `ObjGetAttrList` handed out (owned by the object).
-    pub(crate) list: Option<usize>,
-}
+/// One `NvSciBufObj` handle; its permission is Readonly 1 / ReadWrite 3.
+pub(crate) type BufObjRec = super::ObjRec<BufCore, u32>;
 
 /// Registers a new handle for `core` (also in the CUDA side's registry).
 pub(crate) fn register(st: &mut State, core: Arc<BufCore>, perm: u32, module: usize) -> R<usize> {
@@ -88,7 +83,7 @@ pub(crate) fn alloc_core(c: &Call, attrs: Arc<AttrMap>) -> R<Arc<BufCore>> {
     Ok(Arc::new(BufCore::new(fd, size, attrs)?))
 }
 
-pub(crate) fn module_open(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
+pub(crate) fn NvSciBufModuleOpen(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
     let h = new_handle(Kind::BufModule);
     // SAFETY: forwarded caller out-pointer.
     let r = unsafe { put(out, h as NvSciBufModule) };
@@ -98,73 +93,11 @@ pub(crate) fn module_open(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
     super::done(r)
 }
 
-/// Closes a buf or sync module.
-pub(crate) fn close_module(c: &Call, sync: bool, m: usize) {
-    let mut st = c.state();
-    let ns = &mut st.nvsci;
-    let map = if sync {
-        &mut ns.sync_modules
-    } else {
-        &mut ns.buf_modules
-    };
-    match map.get_mut(&m) {
-        Some(rec) if !rec.closed => {
-            rec.closed = true;
-            if rec.users == 0 {
-                map.remove(&m);
-            }
-            ns.gone.insert(m);
-        }
-        Some(_) => c.diag(D::DoubleDestroy, format!("module {m:#x} closed twice")),
-        None => {
-            let _ = unknown(c, ns, "module", m);
-        }
-    }
-}
-
-pub(crate) fn module_close(c: &Call, m: NvSciBufModule) {
+pub(crate) fn NvSciBufModuleClose(c: &Call, m: NvSciBufModule) {
     close_module(c, false, m as usize);
 }
 
-/// Creates an empty unreconciled list of a buf or sync module.
-pub(crate) fn create_list(c: &Call, sync: bool, module: usize) -> R<usize> {
-    let mut st = c.state();
-    let ns = &mut st.nvsci;
-    if ns.retain_module(sync, module).is_err() {
-        return Err(unknown(c, ns, "module", module));
-    }
-    let h = new_handle(if sync { Kind::SyncList } else { Kind::BufList });
-    ns.lists.insert(
-        h,
-        AttrListRec {
-            sync,
-            module,
-            kind: ListKind::Unreconciled(vec![AttrMap::new()]),
-            owner: None,
-            writable: true,
-        },
-    );
-    Ok(h)
-}
-
-/// Adds a finished list (reconciled, conflict or imported) to `module`.
-pub(crate) fn add_list(ns: &mut NvSciState, sync: bool, module: usize, kind: ListKind) -> usize {
-    let h = new_handle(if sync { Kind::SyncList } else { Kind::BufList });
-    ns.add_module_user(sync, module);
-    ns.lists.insert(
-        h,
-        AttrListRec {
-            sync,
-            module,
-            kind,
-            owner: None,
-            writable: false,
-        },
-    );
-    h
-}
-
-pub(crate) fn attr_list_create(
+pub(crate) fn NvSciBufAttrListCreate(
     c: &Call,
     module: NvSciBufModule,
     out: *mut NvSciBufAttrList,
@@ -179,394 +112,33 @@ pub(crate) fn attr_list_create(
     super::done(r)
 }
 
-/// Frees a buf or sync list.
-pub(crate) fn free_list(c: &Call, sync: bool, h: usize) {
-    let mut st = c.state();
-    let ns = &mut st.nvsci;
-    match ns.lists.get(&h) {
-        Some(l) if l.sync == sync && l.owner.is_some() => c.diag(
-            D::Misuse,
-            format!("attribute list {h:#x} belongs to its object (ObjGetAttrList); it is freed with the object"),
-        ),
-        Some(l) if l.sync == sync => {
-            let module = l.module;
-            ns.lists.remove(&h);
-            ns.gone.insert(h);
-            ns.release_module(sync, module);
-        }
-        _ => {
-            if ns.gone.contains(&h) {
-                c.diag(D::DoubleDestroy, format!("attribute list {h:#x} freed twice"));
-            } else {
-                let _ = unknown(c, ns, "attribute list", h);
-            }
-        }
-    }
-}
-
-pub(crate) fn attr_list_free(c: &Call, list: NvSciBufAttrList) {
+pub(crate) fn NvSciBufAttrListFree(c: &Call, list: NvSciBufAttrList) {
     free_list(c, false, list as usize);
 }
 
-/// Sets `pairs` (key, bytes) on a list made by `AttrListCreate`, after the
-/// header rules: the list is unreconciled and writable (not imported or
-/// appended), every key is a key of the claimed release, input (not
-/// output-only), set at most once (per call and per list), of a valid
-/// length and value, and (NvSciBuf) of a buffer type named by the Types
-/// already set or set in the same call. Everything is checked before
-/// anything is stored.
-pub(crate) fn set_pairs(c: &Call, sync: bool, h: usize, pairs: Vec<(u32, Vec<u8>)>) -> R {
-    let release = c.inst.config.nvsci_release;
-    let mut st = c.state();
-    let ns = &mut st.nvsci;
-    let Some(l) = ns.lists.get_mut(&h).filter(|l| l.sync == sync) else {
-        return Err(unknown(c, ns, "attribute list", h));
-    };
-    let writable = l.writable;
-    let ListKind::Unreconciled(parts) = &mut l.kind else {
-        c.diag(
-            D::Misuse,
-            format!("SetAttrs on the reconciled or conflict list {h:#x} (only unreconciled lists are writable)"),
-        );
-        return Err(err::BAD_PARAMETER);
-    };
-    let ([map], true) = (parts.as_mut_slice(), writable) else {
-        c.diag(
-            D::Misuse,
-            format!("SetAttrs on the imported or appended list {h:#x} (read-only)"),
-        );
-        return Err(err::BAD_PARAMETER);
-    };
-    let lib = if sync { "NvSciSync" } else { "NvSciBuf" };
-    for (i, (key, bytes)) in pairs.iter().enumerate() {
-        let found = if sync {
-            attrs::sync_key(release, *key)
-        } else {
-            attrs::buf_key(release, *key)
-        };
-        let info = match found {
-            Lookup::Known(info) => info,
-            Lookup::NotInRelease(name) => {
-                c.diag(
-                    D::Misuse,
-                    format!("{lib} key {key:#x} ({name}) does not exist in {}: refused like any unknown key", release.name()),
-                );
-                return Err(err::BAD_PARAMETER);
-            }
-            Lookup::NotSimulated(name) => {
-                c.diag(
-                    D::Unimplemented,
-                    format!("{lib} key {key:#x} ({name}) is not simulated (refused; not known how the real library behaves with it here)"),
-                );
-                return Err(err::NOT_SUPPORTED);
-            }
-            Lookup::Unknown => {
-                c.diag(D::Misuse, format!("{key:#x} is not an {lib} attribute key"));
-                return Err(err::BAD_PARAMETER);
-            }
-        };
-        if info.dir == Dir::Out {
-            c.diag(
-                D::Misuse,
-                format!(
-                    "{lib} key {key:#x} ({}) is output-only: the library writes it",
-                    info.name
-                ),
-            );
-            return Err(err::BAD_PARAMETER);
-        }
-        if map.contains_key(key) || pairs[..i].iter().any(|(k, _)| k == key) {
-            c.diag(
-                D::Misuse,
-                format!("{lib} key {key:#x} ({}) is already set on list {h:#x} or given twice (each key at most once per list)", info.name),
-            );
-            return Err(err::BAD_PARAMETER);
-        }
-        match attrs::check_value(release, &info, bytes) {
-            Ok(()) => {}
-            Err(Bad::Invalid(m)) => {
-                c.diag(D::Misuse, format!("{lib} key {key:#x}: {m}"));
-                return Err(err::BAD_PARAMETER);
-            }
-            Err(Bad::NotSimulated(m)) => {
-                c.diag(D::Unimplemented, format!("{lib} key {key:#x}: {m}"));
-                return Err(err::NOT_SUPPORTED);
-            }
-        }
-        if let (false, Some(t)) = (sync, attrs::buf_key_type(*key)) {
-            let types = map
-                .get(&bk::TYPES)
-                .map(|v| attrs::u32s(v))
-                .or_else(|| {
-                    pairs
-                        .iter()
-                        .find(|(k, _)| *k == bk::TYPES)
-                        .map(|(_, v)| attrs::u32s(v))
-                })
-                .unwrap_or_default();
-            if !types.contains(&t) {
-                c.diag(
-                    D::Misuse,
-                    format!("NvSciBuf key {key:#x} ({}) belongs to buffer type {t}, which the list's Types {types:?} (set before or in the same call) does not name", info.name),
-                );
-                return Err(err::BAD_PARAMETER);
-            }
-        }
-    }
-    for (key, bytes) in pairs {
-        map.insert(key, bytes.into_boxed_slice());
-    }
-    Ok(())
-}
-
-/// Reads `n` pairs' keys and value bytes.
-///
-/// # Safety
-/// `pairs` must point at `n` pairs whose values point at `len` readable bytes.
-unsafe fn read_buf_pairs(
-    pairs: *const NvSciBufAttrKeyValuePair,
-    n: usize,
-) -> R<Vec<(u32, Vec<u8>)>> {
-    if pairs.is_null() || n == 0 {
-        return Err(err::BAD_PARAMETER);
-    }
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: the caller passes `n` pairs.
-        let p = unsafe { pairs.add(i).read() };
-        if p.value.is_null() || p.len == 0 {
-            return Err(err::BAD_PARAMETER);
-        }
-        // SAFETY: the pair's value points at `len` readable bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) };
-        out.push((p.key.0, bytes.to_vec()));
-    }
-    Ok(out)
-}
-
-pub(crate) unsafe fn attr_list_set_attrs(
+pub(crate) unsafe fn NvSciBufAttrListSetAttrs(
     c: &Call,
     list: NvSciBufAttrList,
     pairs: *mut NvSciBufAttrKeyValuePair,
     n: usize,
 ) -> NvSciError {
     // SAFETY: forwarded caller array.
-    let r = unsafe { read_buf_pairs(pairs, n) }.and_then(|p| set_pairs(c, false, list as usize, p));
+    let r = unsafe { read_pairs(pairs, n) }.and_then(|p| set_pairs(c, false, list as usize, p));
     super::done(r)
 }
 
-/// Looks a list up for `GetAttrs` and answers each key with a pointer into
-/// the list's storage (NULL / 0 when not set). Keys the claimed release
-/// lacks: BadParameter. NvSciBuf also refuses output-only keys on
-/// unreconciled lists and input-only keys on reconciled ones (header rule);
-/// NvSciSync documents no such restriction.
-pub(crate) fn lookup(
-    c: &Call,
-    sync: bool,
-    h: usize,
-    keys: &[u32],
-) -> R<Vec<(*const c_void, usize)>> {
-    let release = c.inst.config.nvsci_release;
-    let st = c.state();
-    let ns = &st.nvsci;
-    let Some(l) = ns.lists.get(&h).filter(|l| l.sync == sync) else {
-        return Err(unknown(c, ns, "attribute list", h));
-    };
-    let Some(map) = l.readable() else {
-        c.diag(D::Misuse, format!("GetAttrs on the multi-part list {h:#x}"));
-        return Err(err::BAD_PARAMETER);
-    };
-    let reconciled = matches!(l.kind, ListKind::Reconciled(_));
-    let lib = if sync { "NvSciSync" } else { "NvSciBuf" };
-    let mut out = Vec::with_capacity(keys.len());
-    for k in keys {
-        let found = if sync {
-            attrs::sync_key(release, *k)
-        } else {
-            attrs::buf_key(release, *k)
-        };
-        match found {
-            Lookup::Known(info) if !sync && reconciled && info.dir == Dir::In => {
-                c.diag(
-                    D::Misuse,
-                    format!(
-                        "GetAttrs of the input-only key {k:#x} ({}) on a reconciled list",
-                        info.name
-                    ),
-                );
-                return Err(err::BAD_PARAMETER);
-            }
-            Lookup::Known(info) if !sync && !reconciled && info.dir == Dir::Out => {
-                c.diag(
-                    D::Misuse,
-                    format!(
-                        "GetAttrs of the output-only key {k:#x} ({}) on an unreconciled list",
-                        info.name
-                    ),
-                );
-                return Err(err::BAD_PARAMETER);
-            }
-            Lookup::Known(_) => {}
-            Lookup::NotInRelease(name) => {
-                c.diag(
-                    D::Misuse,
-                    format!(
-                        "{lib} key {k:#x} ({name}) does not exist in {}",
-                        release.name()
-                    ),
-                );
-                return Err(err::BAD_PARAMETER);
-            }
-            Lookup::NotSimulated(name) => {
-                c.diag(
-                    D::Unimplemented,
-                    format!("{lib} key {k:#x} ({name}) is not simulated"),
-                );
-                return Err(err::NOT_SUPPORTED);
-            }
-            Lookup::Unknown => {
-                c.diag(D::Misuse, format!("{k:#x} is not an {lib} attribute key"));
-                return Err(err::BAD_PARAMETER);
-            }
-        }
-        // The bytes live in a boxed slice owned by the list (or by the
-        // reconciled map shared with objects): they stay put while the
-        // list lives and is not modified, as GetAttrs promises.
-        out.push(match map.get(k) {
-            Some(v) => (v.as_ptr().cast::<c_void>(), v.len()),
-            None => (std::ptr::null(), 0),
-        });
-    }
-    Ok(out)
-}
-
-pub(crate) unsafe fn attr_list_get_attrs(
+pub(crate) unsafe fn NvSciBufAttrListGetAttrs(
     c: &Call,
     list: NvSciBufAttrList,
     pairs: *mut NvSciBufAttrKeyValuePair,
     n: usize,
 ) -> NvSciError {
-    let r = (|| {
-        if pairs.is_null() || n == 0 {
-            return Err(err::BAD_PARAMETER);
-        }
-        let mut keys = Vec::with_capacity(n);
-        for i in 0..n {
-            // SAFETY: the caller passes `n` pairs.
-            keys.push(unsafe { (*pairs.add(i)).key.0 });
-        }
-        let found = lookup(c, false, list as usize, &keys)?;
-        for (i, (value, len)) in found.into_iter().enumerate() {
-            // SAFETY: the caller passes `n` writable pairs.
-            unsafe {
-                (*pairs.add(i)).value = value;
-                (*pairs.add(i)).len = len;
-            }
-        }
-        Ok(())
-    })();
+    // SAFETY: forwarded caller array.
+    let r = unsafe { get_pairs(pairs, n, |keys| lookup(c, false, list as usize, keys)) };
     super::done(r)
 }
 
-/// Reads a handle array.
-///
-/// # Safety
-/// `lists` must point at `n` handles.
-pub(crate) unsafe fn handles<T>(lists: *const *mut T, n: usize) -> R<Vec<usize>> {
-    if lists.is_null() || n == 0 {
-        return Err(err::BAD_PARAMETER);
-    }
-    // SAFETY: the caller passes `n` handles.
-    Ok((0..n)
-        .map(|i| unsafe { lists.add(i).read() } as usize)
-        .collect())
-}
-
-/// Checks that `hs` are unreconciled lists of one module and returns the
-/// module and every part.
-pub(crate) fn gather(
-    c: &Call,
-    ns: &NvSciState,
-    sync: bool,
-    hs: &[usize],
-) -> R<(usize, Vec<AttrMap>)> {
-    let mut module = None;
-    let mut parts = Vec::new();
-    for (i, h) in hs.iter().enumerate() {
-        if hs[..i].contains(h) {
-            c.diag(
-                D::Misuse,
-                format!("list {h:#x} appears twice in the reconcile input"),
-            );
-            return Err(err::BAD_PARAMETER);
-        }
-        let Some(l) = ns.lists.get(h).filter(|l| l.sync == sync) else {
-            return Err(unknown(c, ns, "attribute list", *h));
-        };
-        let ListKind::Unreconciled(p) = &l.kind else {
-            c.diag(
-                D::Misuse,
-                format!(
-                    "list {h:#x} is not unreconciled; reconcile takes the participants' own lists"
-                ),
-            );
-            return Err(err::BAD_PARAMETER);
-        };
-        if module.is_some_and(|m| m != l.module) {
-            c.diag(
-                D::Misuse,
-                "lists of different modules reconciled together".into(),
-            );
-            return Err(err::BAD_PARAMETER);
-        }
-        module = Some(l.module);
-        parts.extend(p.iter().cloned());
-    }
-    module.map(|m| (m, parts)).ok_or(err::BAD_PARAMETER)
-}
-
-/// The outcome of a reconciliation attempt: the reconciled map and module,
-/// or the code, having created the conflict list if asked for.
-pub(crate) fn reconcile(
-    c: &Call,
-    sync: bool,
-    hs: &[usize],
-    conflict_out: Option<&mut usize>,
-) -> R<(usize, Arc<AttrMap>)> {
-    let ctx = attrs::Ctx {
-        integrated: c.inst.config.integrated,
-        gpus: (0..c.inst.config.devices)
-            .map(crate::api::device_uuid)
-            .collect(),
-        release: c.inst.config.nvsci_release,
-    };
-    let mut st = c.state();
-    let ns = &mut st.nvsci;
-    let (module, parts) = gather(c, ns, sync, hs)?;
-    let refs: Vec<&AttrMap> = parts.iter().collect();
-    let result = if sync {
-        attrs::reconcile_sync(&refs, &ctx)
-    } else {
-        attrs::reconcile_buf(&refs, &ctx)
-    };
-    let (code, conflict, why) = match result {
-        Ok(m) => return Ok((module, Arc::new(m))),
-        Err(Fail::Conflict(m, why)) => (err::RECONCILIATION_FAILED, Some(m), why),
-        Err(Fail::Unsupported(m, why)) => (err::UNSUPPORTED_CONFIG, Some(m), why),
-        Err(Fail::Bad(why)) => (err::BAD_PARAMETER, None, why),
-        Err(Fail::NotSimulated(why)) => {
-            c.diag(D::Unimplemented, format!("not simulated: {why}"));
-            return Err(err::NOT_SUPPORTED);
-        }
-    };
-    c.diag(D::Misuse, format!("reconciliation refused: {why}"));
-    if let (Some(out), Some(m)) = (conflict_out, conflict) {
-        *out = add_list(ns, sync, module, ListKind::Conflict(m));
-    }
-    Err(code)
-}
-
-pub(crate) unsafe fn attr_list_reconcile(
+pub(crate) unsafe fn NvSciBufAttrListReconcile(
     c: &Call,
     lists: *const NvSciBufAttrList,
     n: usize,
@@ -577,46 +149,6 @@ pub(crate) unsafe fn attr_list_reconcile(
     unsafe { reconcile_entry(c, false, lists.cast(), n, out.cast(), conflict.cast()) }
 }
 
-/// `AttrListReconcile` for buf and sync lists.
-///
-/// # Safety
-/// `lists` points at `n` handles; `out` / `conflict` are NULL or writable.
-pub(crate) unsafe fn reconcile_entry(
-    c: &Call,
-    sync: bool,
-    lists: *const *mut c_void,
-    n: usize,
-    out: *mut *mut c_void,
-    conflict: *mut *mut c_void,
-) -> NvSciError {
-    let r = (|| {
-        if out.is_null() || conflict.is_null() {
-            // The conflict list pointer is required (non-safety builds).
-            return Err(err::BAD_PARAMETER);
-        }
-        // SAFETY: forwarded caller array.
-        let hs = unsafe { handles(lists, n) }?;
-        let mut conflict_h = 0usize;
-        let want_conflict = !conflict.is_null();
-        let res = reconcile(c, sync, &hs, want_conflict.then_some(&mut conflict_h));
-        if want_conflict {
-            // SAFETY: non-null caller out-pointer.
-            unsafe { conflict.write(conflict_h as *mut c_void) };
-        }
-        let (module, map) = res?;
-        let h = add_list(
-            &mut c.state().nvsci,
-            sync,
-            module,
-            ListKind::Reconciled(map),
-        );
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { out.write(h as *mut c_void) };
-        Ok(())
-    })();
-    super::done(r)
-}
-
 /// An allocated object: it always gets ReadWrite (header: "allocated
 /// NvSciBufObj gets read-write permissions by default"), whatever ActualPerm
 /// the reconciled list says.
@@ -625,7 +157,7 @@ fn new_object(c: &Call, module: usize, attrs: Arc<AttrMap>) -> R<usize> {
     register(&mut c.state(), core, attrs::BUF_READWRITE, module)
 }
 
-pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
+pub(crate) unsafe fn NvSciBufAttrListReconcileAndObjAlloc(
     c: &Call,
     lists: *const NvSciBufAttrList,
     n: usize,
@@ -654,25 +186,11 @@ pub(crate) unsafe fn attr_list_reconcile_and_obj_alloc(
     super::done(r)
 }
 
-/// The reconciled map and module of a reconciled list.
-pub(crate) fn reconciled(c: &Call, sync: bool, h: usize) -> R<(usize, Arc<AttrMap>)> {
-    let st = c.state();
-    let ns = &st.nvsci;
-    match ns.lists.get(&h).filter(|l| l.sync == sync) {
-        Some(AttrListRec {
-            kind: ListKind::Reconciled(m),
-            module,
-            ..
-        }) => Ok((*module, Arc::clone(m))),
-        Some(_) => {
-            c.diag(D::Misuse, format!("list {h:#x} is not a reconciled list"));
-            Err(err::BAD_PARAMETER)
-        }
-        None => Err(unknown(c, ns, "attribute list", h)),
-    }
-}
-
-pub(crate) fn obj_alloc(c: &Call, list: NvSciBufAttrList, obj: *mut NvSciBufObj) -> NvSciError {
+pub(crate) fn NvSciBufObjAlloc(
+    c: &Call,
+    list: NvSciBufAttrList,
+    obj: *mut NvSciBufObj,
+) -> NvSciError {
     let r = (|| {
         if obj.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -715,11 +233,11 @@ fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: *mut NvSciBufObj) -> R
     Ok(())
 }
 
-pub(crate) fn obj_dup(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufObj) -> NvSciError {
+pub(crate) fn NvSciBufObjDup(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufObj) -> NvSciError {
     super::done(dup_with(c, obj as usize, None, out))
 }
 
-pub(crate) fn obj_dup_with_reduce_perm(
+pub(crate) fn NvSciBufObjDupWithReducePerm(
     c: &Call,
     obj: NvSciBufObj,
     perm: NvSciBufAttrValAccessPerm,
@@ -728,7 +246,7 @@ pub(crate) fn obj_dup_with_reduce_perm(
     super::done(dup_with(c, obj as usize, Some(perm.0), out))
 }
 
-pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
+pub(crate) fn NvSciBufObjFree(c: &Call, obj: NvSciBufObj) {
     let h = obj as usize;
     let mut st = c.state();
     match st.nvsci.buf_objs.remove(&h) {
@@ -753,7 +271,7 @@ pub(crate) fn obj_free(c: &Call, obj: NvSciBufObj) {
     }
 }
 
-pub(crate) fn obj_get_attr_list(
+pub(crate) fn NvSciBufObjGetAttrList(
     c: &Call,
     obj: NvSciBufObj,
     out: *mut NvSciBufAttrList,
@@ -806,7 +324,11 @@ fn cpu_ptr(c: &Call, obj: usize, write: bool) -> R<usize> {
     Ok(rec.core.ptr)
 }
 
-pub(crate) fn obj_get_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *mut c_void) -> NvSciError {
+pub(crate) fn NvSciBufObjGetCpuPtr(
+    c: &Call,
+    obj: NvSciBufObj,
+    out: *mut *mut c_void,
+) -> NvSciError {
     let r = cpu_ptr(c, obj as usize, true).and_then(|p| {
         // SAFETY: forwarded caller out-pointer.
         unsafe { put(out, p as *mut c_void) }
@@ -814,7 +336,7 @@ pub(crate) fn obj_get_cpu_ptr(c: &Call, obj: NvSciBufObj, out: *mut *mut c_void)
     super::done(r)
 }
 
-pub(crate) fn obj_get_const_cpu_ptr(
+pub(crate) fn NvSciBufObjGetConstCpuPtr(
     c: &Call,
     obj: NvSciBufObj,
     out: *mut *const c_void,
@@ -826,7 +348,7 @@ pub(crate) fn obj_get_const_cpu_ptr(
     super::done(r)
 }
 
-pub(crate) fn obj_flush_cpu_cache_range(
+pub(crate) fn NvSciBufObjFlushCpuCacheRange(
     c: &Call,
     obj: NvSciBufObj,
     offset: u64,
@@ -847,7 +369,12 @@ pub(crate) fn obj_flush_cpu_cache_range(
 /// `NvSciBufCheckVersionCompatibility`: compatible iff the same major
 /// version and a requested minor no newer than the claimed library's
 /// ([`crate::SimConfig::nvsci_release`]); NULL `out` -> BadParameter.
-pub(crate) fn check_version(c: &Call, major: u32, minor: u32, out: *mut bool) -> NvSciError {
+pub(crate) fn NvSciBufCheckVersionCompatibility(
+    c: &Call,
+    major: u32,
+    minor: u32,
+    out: *mut bool,
+) -> NvSciError {
     let (lib_major, lib_minor) = c.inst.config.nvsci_release.buf_version();
     // SAFETY: forwarded caller out-pointer.
     super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })

@@ -69,10 +69,17 @@
 //!   library wants the reconciled list from `AttrListIpcImportReconciled`.
 
 mod attrs;
+// Entry-point bodies carry their C names: the generated trampolines find them by name.
+#[allow(non_snake_case)]
 mod buf;
+// Entry-point bodies carry their C names: the generated trampolines find them by name.
+#[allow(non_snake_case)]
 mod ipc;
+mod list;
 mod release;
 mod slots;
+// Entry-point bodies carry their C names: the generated trampolines find them by name.
+#[allow(non_snake_case)]
 mod sync;
 
 use std::collections::{HashMap, HashSet};
@@ -89,34 +96,44 @@ use crate::instance::Call;
 use crate::{codes, DiagnosticKind};
 
 pub(crate) use attrs::AttrListRec;
-pub(crate) use slots::{buf_table, ipc_table, sync_table};
+pub(crate) use slots::{buf_table, ipc_table, run_ret, run_void, sync_table};
+
+/// The bodies of the NvSci entry points, each under its C name (the
+/// generated trampolines find them here).
+pub(crate) mod bodies {
+    pub(crate) use super::buf::*;
+    pub(crate) use super::ipc::*;
+    pub(crate) use super::sync::*;
+}
 
 pub use attrs::color;
 pub use ipc::{endpoint_pair, set_inheritable};
 pub use release::NvSciRelease;
 
-/// `NvSciError` values the simulator returns.
+/// `NvSciError` values the simulator returns (named by the generated bindings).
 pub(crate) mod err {
     use tegra_interop_sys::nvsci::NvSciError;
 
-    pub(crate) const SUCCESS: NvSciError = NvSciError(0);
-    pub(crate) const UNKNOWN: NvSciError = NvSciError(0x1);
-    pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError(0x11);
-    pub(crate) const ACCESS_DENIED: NvSciError = NvSciError(0x20);
-    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError(0x21);
-    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError(0x23);
-    pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError(0x24);
-    pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError(0x25);
-    pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError(0x30);
-    pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError(0x32);
-    pub(crate) const BAD_PARAMETER: NvSciError = NvSciError(0x100);
-    pub(crate) const OVERFLOW: NvSciError = NvSciError(0x103);
-    pub(crate) const TIMEOUT: NvSciError = NvSciError(0x200);
-    pub(crate) const BUSY: NvSciError = NvSciError(0x202);
-    pub(crate) const RECONCILIATION_FAILED: NvSciError = NvSciError(0x10100);
-    pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError = NvSciError(0x10101);
-    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError(0x2000001);
-    pub(crate) const CLEARED_FENCE: NvSciError = NvSciError(0x2000002);
+    pub(crate) const SUCCESS: NvSciError = NvSciError::NvSciError_Success;
+    pub(crate) const UNKNOWN: NvSciError = NvSciError::NvSciError_Unknown;
+    pub(crate) const NOT_SUPPORTED: NvSciError = NvSciError::NvSciError_NotSupported;
+    pub(crate) const ACCESS_DENIED: NvSciError = NvSciError::NvSciError_AccessDenied;
+    pub(crate) const NOT_PERMITTED: NvSciError = NvSciError::NvSciError_NotPermitted;
+    pub(crate) const INVALID_OPERATION: NvSciError = NvSciError::NvSciError_InvalidOperation;
+    pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError::NvSciError_NotInitialized;
+    pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError::NvSciError_AlreadyInUse;
+    pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError::NvSciError_InsufficientMemory;
+    pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError::NvSciError_ResourceError;
+    pub(crate) const BAD_PARAMETER: NvSciError = NvSciError::NvSciError_BadParameter;
+    pub(crate) const OVERFLOW: NvSciError = NvSciError::NvSciError_Overflow;
+    pub(crate) const TIMEOUT: NvSciError = NvSciError::NvSciError_Timeout;
+    pub(crate) const BUSY: NvSciError = NvSciError::NvSciError_Busy;
+    pub(crate) const RECONCILIATION_FAILED: NvSciError =
+        NvSciError::NvSciError_ReconciliationFailed;
+    pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError =
+        NvSciError::NvSciError_AttrListValidationFailed;
+    pub(crate) const UNSUPPORTED_CONFIG: NvSciError = NvSciError::NvSciError_UnsupportedConfig;
+    pub(crate) const CLEARED_FENCE: NvSciError = NvSciError::NvSciError_ClearedFence;
 }
 
 pub(crate) type R<T = ()> = Result<T, NvSciError>;
@@ -133,12 +150,10 @@ pub(crate) fn done(r: R) -> NvSciError {
 /// # Safety
 /// `p` must be NULL or valid for a write of `T`.
 pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R {
-    if p.is_null() {
-        return Err(err::BAD_PARAMETER);
-    }
-    // SAFETY: non-null, and valid for writes by the caller's contract.
-    unsafe { p.write(v) };
-    Ok(())
+    // SAFETY: forwarded contract.
+    unsafe { crate::cmem::write(p, v) }
+        .then_some(())
+        .ok_or(err::BAD_PARAMETER)
 }
 
 /// Reads a caller in-pointer, refusing NULL.
@@ -146,11 +161,8 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R {
 /// # Safety
 /// `p` must be NULL or valid for a read of `T`.
 pub(crate) unsafe fn get<T: Copy>(p: *const T) -> R<T> {
-    if p.is_null() {
-        return Err(err::BAD_PARAMETER);
-    }
-    // SAFETY: non-null, and valid for reads by the caller's contract.
-    Ok(unsafe { p.read() })
+    // SAFETY: forwarded contract.
+    unsafe { crate::cmem::read(p) }.ok_or(err::BAD_PARAMETER)
 }
 
 /// Kinds of NvSci handles, in the upper bits of their values (a namespace of
@@ -349,6 +361,35 @@ impl NvSciState {
 }
 
 /// Reports a handle the NvSci part does not know and returns BAD_PARAMETER.
+/// One object handle of either half: NvSciBuf handles are
+/// `ObjRec<BufCore, u32>`, NvSciSync handles `ObjRec<SyncCore, u64>` (the
+/// same record over each half's object and permission type).
+pub(crate) struct ObjRec<C, P> {
+    /// The object this handle refers to (shared by its duplicates).
+    pub(crate) core: Arc<C>,
+    /// This handle's permission.
+    pub(crate) perm: P,
+    /// The module the object was made with.
+    pub(crate) module: usize,
+    /// The list `ObjGetAttrList` handed out (owned by the object).
+    pub(crate) list: Option<usize>,
+}
+
+/// The object and permission of handle `h` in the registry `pick` selects,
+/// or the unknown-handle answer (naming `what`) of either half.
+pub(crate) fn core_and_perm<C, P: Copy>(
+    c: &Call,
+    pick: fn(&NvSciState) -> &HashMap<usize, ObjRec<C, P>>,
+    what: &str,
+    h: usize,
+) -> R<(Arc<C>, P)> {
+    let st = c.state();
+    let Some(rec) = pick(&st.nvsci).get(&h) else {
+        return Err(unknown(c, &st.nvsci, what, h));
+    };
+    Ok((Arc::clone(&rec.core), rec.perm))
+}
+
 pub(crate) fn unknown(c: &Call, st: &NvSciState, what: &str, h: usize) -> NvSciError {
     if st.gone.contains(&h) {
         c.diag(

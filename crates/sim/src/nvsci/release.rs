@@ -5,6 +5,8 @@
 //! sync keys and entry points that appeared later are unknown to it, and its
 //! `Nv*CheckVersionCompatibility` answer for its own versions.
 
+#![deny(unsafe_code)]
+
 /// An NvSci release the simulator can claim to be (see
 /// [`SimConfig::nvsci_release`](crate::SimConfig::nvsci_release)).
 ///

@@ -3,9 +3,9 @@
 
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd, RawFd};
 
-pub use tegra_interop_driver::table::CudaApi;
 pub use tegra_interop_sim::{export, DiagnosticKind, FdAction, Sim, SimConfig};
 pub use tegra_interop_sys::cuda::*;
+pub use tegra_interop_sys::table::CudaApi;
 
 /// Calls a table entry and gives the raw code as u32.
 #[macro_export]

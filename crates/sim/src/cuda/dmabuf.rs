@@ -41,7 +41,7 @@ fn page_size() -> u64 {
 ///
 /// # Safety
 /// `handle` must be NULL or valid for writing a C `int` (the fd).
-pub(crate) unsafe fn cu_mem_get_handle_for_address_range(
+pub(crate) unsafe fn cuMemGetHandleForAddressRange(
     c: &Call,
     handle: *mut c_void,
     dptr: CUdeviceptr,

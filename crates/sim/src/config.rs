@@ -1,0 +1,119 @@
+//! The machine a simulator models (`SimConfig`) and why one could not be made (`SimError`).
+
+#![deny(unsafe_code)]
+
+use super::*;
+
+/// What the simulated machine looks like.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimConfig {
+    /// Number of devices (default 1).
+    pub devices: usize,
+    /// `CU_DEVICE_ATTRIBUTE_INTEGRATED`: a Tegra-like integrated GPU.
+    pub integrated: bool,
+    /// `CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED`; when
+    /// false, `TIMELINE_SEMAPHORE_FD` imports fail with NOT_SUPPORTED.
+    pub timeline_supported: bool,
+    /// What `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (124) reports. On the
+    /// H200 it is 1 (measured), and it describes *exporting* dma-bufs
+    /// (`cuMemGetHandleForAddressRange`); it says nothing about importing
+    /// them (see `dmabuf_import`).
+    pub dmabuf_supported: bool,
+    /// Whether `DMABUF_FD` memory imports are accepted. Default false, as
+    /// measured on the H200: every `DMABUF_FD` import answered NOT_SUPPORTED
+    /// (801) and left the fd open, even for a dma-buf CUDA exported itself.
+    /// `true` is a chosen, unmeasured behaviour (a platform where the
+    /// import works; memfd stands in for the dma-buf).
+    pub dmabuf_import: bool,
+    /// NvSci is present (Tegra). When false, the NvSci entry points answer
+    /// like the measured discrete GPU without NvSci.
+    pub nvsci: bool,
+    /// The NvSci release the simulated libraries claim to be (default
+    /// [`NvSciRelease::V6_0_10`]): keys and entry points that release lacks
+    /// are missing, as on the real library.
+    pub nvsci_release: NvSciRelease,
+    /// What `cuDriverGetVersion` reports (default 12090).
+    pub driver_version: i32,
+    /// How long `cuStreamSynchronize` / `cuCtxSynchronize` / synchronous
+    /// copies wait before they give up with `CUDA_ERROR_TIMEOUT` and a
+    /// [`DiagnosticKind::Hang`] diagnostic (the real driver would block
+    /// forever). Default 30 s.
+    pub hang_timeout: Duration,
+    /// How long [`Sim::with_config`] waits for a free slot when all
+    /// [`SLOTS`] are in use. Default 60 s.
+    pub slot_wait: Duration,
+}
+
+impl Default for SimConfig {
+    /// The measured machine: one discrete GPU, timeline semaphores
+    /// supported, dma-buf export reported (attribute 124 = 1) but
+    /// `DMABUF_FD` import not supported, no NvSci.
+    fn default() -> Self {
+        SimConfig {
+            devices: 1,
+            integrated: false,
+            timeline_supported: true,
+            dmabuf_supported: true,
+            dmabuf_import: false,
+            nvsci: false,
+            nvsci_release: NvSciRelease::V6_0_10,
+            driver_version: 12090,
+            hang_timeout: cuda::DEFAULT_HANG_TIMEOUT,
+            slot_wait: Duration::from_secs(60),
+        }
+    }
+}
+
+impl SimConfig {
+    /// A Jetson-like machine: one integrated GPU with NvSci.
+    pub fn tegra() -> Self {
+        SimConfig {
+            integrated: true,
+            nvsci: true,
+            ..SimConfig::default()
+        }
+    }
+
+    /// The same configuration with `devices` devices.
+    pub fn with_devices(mut self, devices: usize) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// The same configuration claiming the NvSci release `release`.
+    pub fn with_nvsci_release(mut self, release: NvSciRelease) -> Self {
+        self.nvsci_release = release;
+        self
+    }
+
+    /// The same configuration with another hang timeout.
+    pub fn with_hang_timeout(mut self, timeout: Duration) -> Self {
+        self.hang_timeout = timeout;
+        self
+    }
+}
+
+/// Why a simulator could not be made.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SimError {
+    /// All [`SLOTS`] instance slots stayed in use for the configured wait.
+    NoFreeSlot {
+        /// The number of slots.
+        slots: usize,
+    },
+}
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimError::NoFreeSlot { slots } => write!(
+                f,
+                "all {slots} simulator slots are in use (drop unused Sims, or fewer tests in parallel)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}

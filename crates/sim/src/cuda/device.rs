@@ -1,0 +1,146 @@
+//! Initialisation and device queries.
+
+use super::*;
+
+pub(crate) unsafe fn cuInit(c: &Call, flags: c_uint) -> CUresult {
+    if flags != 0 {
+        return INVALID_VALUE;
+    }
+    if c.inst.config.devices == 0 {
+        return NO_DEVICE;
+    }
+    c.state().initialized = true;
+    SUCCESS
+}
+
+pub(crate) unsafe fn cuDriverGetVersion(c: &Call, v: *mut c_int) -> CUresult {
+    // SAFETY: forwarded caller pointer.
+    done(unsafe { put(v, c.inst.config.driver_version) })
+}
+
+pub(crate) unsafe fn cuDeviceGetCount(c: &Call, n: *mut c_int) -> CUresult {
+    let r = (|| {
+        init(&c.state())?;
+        let n_dev = c_int::try_from(c.inst.config.devices).unwrap_or(c_int::MAX);
+        // SAFETY: forwarded caller pointer.
+        unsafe { put(n, n_dev) }
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuDeviceGet(c: &Call, out: *mut CUdevice, ordinal: c_int) -> CUresult {
+    let r = (|| {
+        init(&c.state())?;
+        device(c, ordinal)?;
+        // SAFETY: forwarded caller pointer.
+        unsafe { put(out, ordinal) }
+    })();
+    done(r)
+}
+
+pub(super) fn device_name(c: &Call, d: usize) -> String {
+    if c.inst.config.integrated {
+        format!("tegra-interop-sim integrated GPU {d}")
+    } else {
+        format!("tegra-interop-sim discrete GPU {d}")
+    }
+}
+
+pub(crate) unsafe fn cuDeviceGetName(
+    c: &Call,
+    name: *mut c_char,
+    len: c_int,
+    dev: CUdevice,
+) -> CUresult {
+    let r = (|| {
+        init(&c.state())?;
+        let d = device(c, dev)?;
+        let cap = usize::try_from(len)
+            .ok()
+            .filter(|l| *l > 0)
+            .ok_or(INVALID_VALUE)?;
+        if name.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        let s = device_name(c, d);
+        let n = s.len().min(cap - 1);
+        // SAFETY: the caller provides `len` writable bytes at `name`; we
+        // write `n + 1 <= len` of them.
+        unsafe {
+            cmem::copy_to(name.cast::<u8>(), &s.as_bytes()[..n]);
+            cmem::write_at(name, n, 0);
+        }
+        Ok(())
+    })();
+    done(r)
+}
+
+/// A stable fake UUID per device ordinal.
+pub(crate) fn device_uuid(d: usize) -> [u8; 16] {
+    let mut b = *b"TISIM-GPU-UUID\0\0";
+    b[14] = (d >> 8) as u8;
+    b[15] = d as u8;
+    b
+}
+
+pub(crate) unsafe fn cuDeviceGetUuid_v2(c: &Call, out: *mut CUuuid, dev: CUdevice) -> CUresult {
+    let r = (|| {
+        init(&c.state())?;
+        let d = device(c, dev)?;
+        let bytes = device_uuid(d).map(|b| b as c_char);
+        // SAFETY: forwarded caller pointer.
+        unsafe { put(out, CUuuid { bytes }) }
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuDeviceGetAttribute(
+    c: &Call,
+    out: *mut c_int,
+    attr: CUdevice_attribute,
+    dev: CUdevice,
+) -> CUresult {
+    let r = (|| {
+        init(&c.state())?;
+        device(c, dev)?;
+        let cfg = &c.inst.config;
+        let v = match attr.0 {
+            0 => return Err(INVALID_VALUE),
+            1 => 1024, // max threads per block
+            10 => 32,  // warp size
+            16 => {
+                if cfg.integrated {
+                    16
+                } else {
+                    132
+                }
+            } // multiprocessors
+            18 => cfg.integrated as c_int, // INTEGRATED
+            19 => 1,   // can map host memory
+            41 => 1,   // unified addressing
+            75 => {
+                if cfg.integrated {
+                    8
+                } else {
+                    9
+                }
+            } // compute capability major
+            76 => {
+                if cfg.integrated {
+                    7
+                } else {
+                    0
+                }
+            } // compute capability minor
+            103 => 1,  // POSIX fd handles supported
+            104 | 105 => 0, // Win32 handles
+            114 => cfg.timeline_supported as c_int, // TIMELINE_SEMAPHORE_INTEROP_SUPPORTED
+            124 => cfg.dmabuf_supported as c_int, // DMA_BUF_SUPPORTED
+            a if a < CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX.0 => 0,
+            _ => return Err(INVALID_VALUE),
+        };
+        // SAFETY: forwarded caller pointer.
+        unsafe { put(out, v) }
+    })();
+    done(r)
+}

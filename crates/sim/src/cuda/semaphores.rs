@@ -1,0 +1,474 @@
+//! External semaphores: import, signal/wait batches, destroy; NvSciSync attributes.
+
+use super::*;
+
+pub(super) const SEM_OPAQUE_FD: u32 = 1;
+pub(super) const SEM_NVSCISYNC: u32 = 6;
+pub(super) const SEM_TIMELINE_FD: u32 = 9;
+
+pub(crate) unsafe fn cuImportExternalSemaphore(
+    c: &Call,
+    out: *mut CUexternalSemaphore,
+    desc: *const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
+) -> CUresult {
+    // Which fd the call was handed, read before anything can fail.
+    // SAFETY: forwarded caller pointer (NULL is allowed and checked).
+    let handed = match unsafe { get(desc) } {
+        Ok(d) if d.type_.0 == SEM_OPAQUE_FD || d.type_.0 == SEM_TIMELINE_FD => {
+            // SAFETY: for fd kinds the union holds the descriptor.
+            Handed::at(unsafe { d.handle.fd })
+        }
+        _ => None,
+    };
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let desc = unsafe { get(desc) }?;
+        let mut st = c.state();
+        init(&st)?;
+        let ctx = current_ctx(c, &st)?;
+        if out.is_null() || desc.flags != 0 || desc.reserved.iter().any(|r| *r != 0) {
+            return Err(INVALID_VALUE);
+        }
+        let kind = desc.type_.0;
+        let (sem, fd, source) = match kind {
+            SEM_OPAQUE_FD | SEM_TIMELINE_FD => {
+                if kind == SEM_TIMELINE_FD && !c.inst.config.timeline_supported {
+                    return Err(NOT_SUPPORTED);
+                }
+                // SAFETY: for fd kinds the union holds the descriptor.
+                let raw = unsafe { desc.handle.fd };
+                match shm::inspect_fd(raw) {
+                    FdInfo::Bad => return Err(UNKNOWN),
+                    FdInfo::NotAFile => {
+                        c.diag(
+                            D::Misuse,
+                            format!("fd {raw} is not a semaphore exported by the simulator"),
+                        );
+                        // Measured (/dev/null): UNKNOWN, fd left open.
+                        return Err(UNKNOWN);
+                    }
+                    FdInfo::File(_) => {}
+                }
+                // SAFETY: `raw` is an open descriptor (checked); only borrowed.
+                let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+                let Some(sem) = SharedSemaphore::open(borrowed) else {
+                    c.diag(
+                        D::Misuse,
+                        format!("fd {raw} is not a semaphore exported by the simulator"),
+                    );
+                    // Measured (a memfd): UNKNOWN, fd left open.
+                    return Err(UNKNOWN);
+                };
+                let want = if kind == SEM_OPAQUE_FD {
+                    SemaphoreKind::Binary
+                } else {
+                    SemaphoreKind::Timeline
+                };
+                if sem.kind() != want {
+                    c.diag(
+                        D::Misuse,
+                        format!("fd {raw} holds a {:?} semaphore but was imported as handle type {kind}", sem.kind()),
+                    );
+                    return Err(INVALID_VALUE);
+                }
+                if handed.map(|h| h.fd) != Some(raw) {
+                    // Closed or swapped by another thread meanwhile: refuse.
+                    return Err(UNKNOWN);
+                }
+                let keep =
+                    TrackedFd::dup(&c.inst.fds, site(c), borrowed).map_err(|_| OPERATING_SYSTEM)?;
+                let source = if kind == SEM_OPAQUE_FD {
+                    SemSource::OpaqueFd
+                } else {
+                    SemSource::TimelineFd
+                };
+                (Arc::new(sem), Some(keep), source)
+            }
+            SEM_NVSCISYNC => {
+                // SAFETY: for NVSCISYNC the union holds the object pointer.
+                let obj = unsafe { desc.handle.nvSciSyncObj } as usize;
+                if obj == 0 {
+                    return Err(INVALID_VALUE);
+                }
+                let Some(e) = st.sync_objects.get(&obj) else {
+                    if !c.inst.config.nvsci {
+                        return Err(NOT_SUPPORTED);
+                    }
+                    c.diag(
+                        D::UnknownHandle,
+                        format!("{obj:#x} is not an NvSciSync object of this simulator"),
+                    );
+                    return Err(INVALID_VALUE);
+                };
+                let source = SemSource::NvSciSync {
+                    object_id: e.id,
+                    can_signal: e.can_signal,
+                    can_wait: e.can_wait,
+                };
+                (Arc::clone(&e.sem), None, source)
+            }
+            2..=5 | 7 | 8 | 10 => {
+                // Chosen like the measured OPAQUE_WIN32 memory import:
+                // NOT_SUPPORTED, the fd in the union untouched.
+                c.diag(D::Misuse, format!("semaphore handle type {kind} is a Windows handle type; not available on Linux"));
+                return Err(NOT_SUPPORTED);
+            }
+            // Measured: type 0 and an unknown type (42) -> INVALID_VALUE.
+            _ => return Err(INVALID_VALUE),
+        };
+        let h = new_handle(Tag::Semaphore);
+        st.semaphores.insert(
+            h,
+            SemObj {
+                ctx,
+                sem,
+                _fd: fd,
+                source,
+                outstanding: Arc::new(AtomicUsize::new(0)),
+            },
+        );
+        // SAFETY: checked non-null; caller pointer.
+        unsafe { put(out, h as usize as CUexternalSemaphore) }
+    })();
+    // Success: the driver owns the fd and closes it (measured). Failure:
+    // the H200 left the fd open on every failed semaphore import it was
+    // measured with (UNKNOWN for /dev/null, a memfd, a regular file, a pipe,
+    // a socket; INVALID_VALUE for bad flags, reserved words or kinds;
+    // INVALID_CONTEXT), so the fd stays the caller's; injected failures too.
+    if let (Ok(()), Some(h)) = (r, handed) {
+        close_handed(c, h);
+    }
+    done(r)
+}
+
+/// What one element of a signal or wait batch does on the stream.
+pub(super) enum Op {
+    SignalBinary,
+    SignalTimeline(u64),
+    SignalDeterministic,
+    WaitBinary,
+    WaitValue(u64),
+    Nothing,
+}
+
+/// A batch element: handle, shared state, kind, outstanding-work counter.
+type Resolved = (u64, Arc<SharedSemaphore>, SemSource, Arc<AtomicUsize>);
+
+/// Resolves the semaphores of a batch against the stream's context.
+///
+/// # Safety
+/// `sems` must be NULL or point at `n` handles.
+pub(super) unsafe fn batch_semaphores(
+    c: &Call,
+    st: &State,
+    sems: *const CUexternalSemaphore,
+    n: usize,
+    ctx: u64,
+) -> R<Vec<Resolved>> {
+    if sems.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    let mut v = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: the caller passes `n` handles at `sems`.
+        let h = unsafe { cmem::read_at(sems, i) } as usize as u64;
+        let Some(s) = st.semaphores.get(&h) else {
+            return Err(not_live(
+                c,
+                st,
+                "external semaphore",
+                h,
+                false,
+                INVALID_VALUE,
+            ));
+        };
+        if s.ctx != ctx {
+            // Measured: the real driver says INVALID_VALUE and nothing else.
+            c.diag(
+                D::CrossContext,
+                format!(
+                    "semaphore {h:#x} belongs to context {:#x} but the stream to context {ctx:#x}",
+                    s.ctx
+                ),
+            );
+            return Err(INVALID_VALUE);
+        }
+        v.push((h, Arc::clone(&s.sem), s.source, Arc::clone(&s.outstanding)));
+    }
+    Ok(v)
+}
+
+pub(super) fn enqueue_ops(
+    core: &StreamCore,
+    ops: Vec<(Arc<SharedSemaphore>, Op, Arc<AtomicUsize>)>,
+) {
+    for (_, _, out) in &ops {
+        out.fetch_add(1, Ordering::AcqRel);
+    }
+    core.enqueue(Box::new(move |sc: &StreamCore| {
+        for (sem, op, outstanding) in ops {
+            match op {
+                Op::SignalBinary => sem.signal_binary(),
+                Op::SignalTimeline(v) => sem.store(v),
+                Op::SignalDeterministic => {
+                    sem.increment();
+                }
+                Op::WaitBinary => {
+                    let _ = sem.wait(1, None, &|| sc.cancelled());
+                }
+                Op::WaitValue(v) => {
+                    let _: WaitEnd = sem.wait(v, None, &|| sc.cancelled());
+                }
+                Op::Nothing => {}
+            }
+            outstanding.fetch_sub(1, Ordering::AcqRel);
+        }
+    }));
+}
+
+pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
+    c: &Call,
+    sems: *const CUexternalSemaphore,
+    params: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    n: c_uint,
+    stream: CUstream,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let n = n as usize;
+        let (ctx, core) = resolve_stream(c, &mut st, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if params.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: forwarded caller pointer with `n` elements.
+        let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
+        // Validate the whole batch before anything is enqueued or written.
+        let mut plan = Vec::with_capacity(n);
+        let mut memsync = Vec::new();
+        for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
+            // SAFETY: the caller passes `n` parameter blocks at `params`.
+            let p = unsafe { cmem::read_at(params, i) };
+            if p.reserved.iter().any(|r| *r != 0) || p.params.reserved.iter().any(|r| *r != 0) {
+                return Err(INVALID_VALUE);
+            }
+            let op = match source {
+                SemSource::OpaqueFd | SemSource::TimelineFd if p.flags != 0 => {
+                    return Err(INVALID_VALUE)
+                }
+                SemSource::OpaqueFd => (Op::SignalBinary, None),
+                SemSource::TimelineFd => (Op::SignalTimeline(p.params.fence.value), None),
+                SemSource::NvSciSync {
+                    object_id,
+                    can_signal,
+                    ..
+                } => {
+                    if p.flags & !CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC != 0 {
+                        return Err(INVALID_VALUE);
+                    }
+                    if !can_signal {
+                        c.diag(
+                            D::Misuse,
+                            format!(
+                                "semaphore {h:#x}: its NvSciSync object has no signal permission"
+                            ),
+                        );
+                        return Err(NOT_SUPPORTED);
+                    }
+                    // SAFETY: reading the pointer member of a plain union.
+                    let f = unsafe { p.params.nvSciSync.fence }.cast::<NvSciSyncFence>();
+                    if f.is_null() {
+                        return Err(INVALID_VALUE);
+                    }
+                    memsync.push((object_id, p.flags != 0));
+                    (Op::SignalDeterministic, Some((f, object_id)))
+                }
+            };
+            plan.push((sem, op, outstanding));
+        }
+        for (object_id, skipped) in memsync {
+            crate::nvsci::record_memsync(
+                &mut st,
+                crate::nvsci::MemsyncOp::Signal,
+                object_id,
+                skipped,
+            );
+        }
+        let mut ops = Vec::with_capacity(n);
+        for (sem, (op, fence_out), outstanding) in plan {
+            if let Some((f, object_id)) = fence_out {
+                let value = sem.reserve_next();
+                // SAFETY: the caller's fence pointer (non-null, checked) must
+                // point at a writable NvSciSyncFence; the driver overwrites it.
+                unsafe { f.write(fence::encode(SimFence { object_id, value })) };
+            }
+            ops.push((sem, op, outstanding));
+        }
+        enqueue_ops(&core, ops);
+        Ok(())
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuWaitExternalSemaphoresAsync(
+    c: &Call,
+    sems: *const CUexternalSemaphore,
+    params: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    n: c_uint,
+    stream: CUstream,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let n = n as usize;
+        let (ctx, core) = resolve_stream(c, &mut st, stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if params.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        // SAFETY: forwarded caller pointer with `n` elements.
+        let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
+        let mut ops = Vec::with_capacity(n);
+        let mut memsync = Vec::new();
+        for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
+            // SAFETY: the caller passes `n` parameter blocks at `params`.
+            let p = unsafe { cmem::read_at(params, i) };
+            if p.reserved.iter().any(|r| *r != 0) || p.params.reserved.iter().any(|r| *r != 0) {
+                return Err(INVALID_VALUE);
+            }
+            let op = match source {
+                SemSource::OpaqueFd | SemSource::TimelineFd if p.flags != 0 => {
+                    return Err(INVALID_VALUE)
+                }
+                SemSource::OpaqueFd => Op::WaitBinary,
+                SemSource::TimelineFd => Op::WaitValue(p.params.fence.value),
+                SemSource::NvSciSync {
+                    object_id,
+                    can_wait,
+                    ..
+                } => {
+                    if p.flags & !CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC != 0 {
+                        return Err(INVALID_VALUE);
+                    }
+                    if !can_wait {
+                        c.diag(
+                            D::Misuse,
+                            format!(
+                                "semaphore {h:#x}: its NvSciSync object has no wait permission"
+                            ),
+                        );
+                        return Err(NOT_SUPPORTED);
+                    }
+                    // SAFETY: reading the pointer member of a plain union.
+                    let f = unsafe { p.params.nvSciSync.fence }
+                        .cast::<NvSciSyncFence>()
+                        .cast_const();
+                    // SAFETY: the caller's fence pointer must point at a
+                    // readable NvSciSyncFence (NULL is refused).
+                    let fence = unsafe { get(f) }?;
+                    memsync.push((object_id, p.flags != 0));
+                    match fence::decode(&fence) {
+                        FenceContent::Cleared => Op::Nothing,
+                        FenceContent::Fence(sf) if sf.object_id == object_id => {
+                            Op::WaitValue(sf.value)
+                        }
+                        FenceContent::Fence(sf) => {
+                            c.diag(
+                                D::Misuse,
+                                format!("fence of sync object {} waited on through semaphore {h:#x} of object {object_id}", sf.object_id),
+                            );
+                            return Err(INVALID_VALUE);
+                        }
+                        FenceContent::Garbage => {
+                            c.diag(
+                                D::Misuse,
+                                "NvSciSyncFence holds bytes the simulator did not write".into(),
+                            );
+                            return Err(INVALID_VALUE);
+                        }
+                    }
+                }
+            };
+            ops.push((sem, op, outstanding));
+        }
+        for (object_id, skipped) in memsync {
+            crate::nvsci::record_memsync(
+                &mut st,
+                crate::nvsci::MemsyncOp::Wait,
+                object_id,
+                skipped,
+            );
+        }
+        enqueue_ops(&core, ops);
+        Ok(())
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuDestroyExternalSemaphore(c: &Call, s: CUexternalSemaphore) -> CUresult {
+    let h = s as usize as u64;
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        if h == 0 {
+            return Err(INVALID_VALUE);
+        }
+        match st.semaphores.remove(&h) {
+            Some(obj) => {
+                let n = obj.outstanding.load(Ordering::Acquire);
+                if n > 0 {
+                    c.diag(
+                        D::OutstandingWork,
+                        format!("semaphore {h:#x} destroyed with {n} signal/wait operation(s) still queued on a stream"),
+                    );
+                }
+                st.gone.insert(h, GoneWhy::Destroyed);
+                Ok(())
+            }
+            None => Err(not_live(
+                c,
+                &st,
+                "external semaphore",
+                h,
+                true,
+                INVALID_VALUE,
+            )),
+        }
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuDeviceGetNvSciSyncAttributes(
+    c: &Call,
+    list: *mut c_void,
+    dev: CUdevice,
+    flags: c_int,
+) -> CUresult {
+    let r = (|| {
+        init(&c.state())?;
+        device(c, dev)?;
+        if !c.inst.config.nvsci {
+            // Measured on a discrete GPU without NvSci.
+            return Err(if list.is_null() {
+                INVALID_HANDLE
+            } else {
+                NOT_SUPPORTED
+            });
+        }
+        if list.is_null() || !(1..=3).contains(&flags) {
+            return Err(INVALID_VALUE);
+        }
+        let code = crate::nvsci::cuda_fill_sync_attrs(c, list, dev, flags);
+        if code == SUCCESS {
+            Ok(())
+        } else {
+            Err(code)
+        }
+    })();
+    done(r)
+}

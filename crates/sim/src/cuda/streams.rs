@@ -1,0 +1,151 @@
+//! Streams and host functions.
+
+use super::*;
+
+pub(super) fn start_worker(c: &Call, ctx: u64) -> R<Worker> {
+    Worker::start(format!("tisim{}-stream-{ctx:x}", c.inst.id)).map_err(|e| {
+        c.diag(D::Internal, format!("cannot start a stream thread: {e}"));
+        OUT_OF_MEMORY
+    })
+}
+
+/// Resolves a stream argument (NULL and the legacy/per-thread pseudo
+/// handles mean the current context's NULL stream).
+pub(super) fn resolve_stream(c: &Call, st: &mut State, s: CUstream) -> R<(u64, Arc<StreamCore>)> {
+    let h = s as usize as u64;
+    if h <= 2 {
+        let ctx = current_ctx(c, st)?;
+        if let std::collections::hash_map::Entry::Vacant(e) = st.null_streams.entry(ctx) {
+            e.insert(start_worker(c, ctx)?);
+        }
+        let core = st
+            .null_streams
+            .get(&ctx)
+            .map(|w| Arc::clone(&w.core))
+            .ok_or(INVALID_HANDLE)?;
+        return Ok((ctx, core));
+    }
+    match st.streams.get(&h) {
+        Some(x) => Ok((x.ctx, Arc::clone(&x.worker.core))),
+        None => Err(not_live(c, st, "stream", h, false, INVALID_HANDLE)),
+    }
+}
+
+pub(crate) unsafe fn cuStreamCreate(c: &Call, out: *mut CUstream, flags: c_uint) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let ctx = current_ctx(c, &st)?;
+        if out.is_null() || flags & !1 != 0 {
+            return Err(INVALID_VALUE);
+        }
+        st.reap();
+        let worker = start_worker(c, ctx)?;
+        let h = new_handle(Tag::Stream);
+        st.streams.insert(
+            h,
+            StreamObj {
+                ctx,
+                blocking: flags & 1 == 0,
+                worker,
+            },
+        );
+        // SAFETY: checked non-null; caller pointer.
+        unsafe { put(out, h as usize as CUstream) }
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuStreamDestroy(c: &Call, s: CUstream) -> CUresult {
+    let h = s as usize as u64;
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        match st.streams.remove(&h) {
+            Some(obj) => {
+                // Like the real driver: returns at once, queued work still runs.
+                obj.worker.core.close();
+                st.retired.push((obj.ctx, obj.worker));
+                st.gone.insert(h, GoneWhy::Destroyed);
+                st.reap();
+                Ok(())
+            }
+            None => Err(not_live(c, &st, "stream", h, true, INVALID_HANDLE)),
+        }
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuStreamSynchronize(c: &Call, s: CUstream) -> CUresult {
+    let r = (|| {
+        let cores = {
+            let mut st = c.state();
+            init(&st)?;
+            let (ctx, core) = resolve_stream(c, &mut st, s)?;
+            if (s as usize) <= 2 {
+                blocking_cores(&st, ctx)
+            } else {
+                vec![core]
+            }
+        };
+        wait_cores(c, cores, "cuStreamSynchronize")
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuStreamQuery(c: &Call, s: CUstream) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let (_, core) = resolve_stream(c, &mut st, s)?;
+        if core.pending() == 0 {
+            Ok(())
+        } else {
+            Err(NOT_READY)
+        }
+    })();
+    done(r)
+}
+
+pub(crate) unsafe fn cuStreamGetCtx(c: &Call, s: CUstream, out: *mut CUcontext) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let (ctx, _) = resolve_stream(c, &mut st, s)?;
+        // SAFETY: forwarded caller pointer.
+        unsafe { put(out, ctx as usize as CUcontext) }
+    })();
+    done(r)
+}
+
+/// `cuLaunchHostFunc`: queues a call of `f(user)` on the stream's worker,
+/// after the work queued before it and before the work queued after it
+/// (as the real driver runs host functions in stream order on a driver
+/// thread). Work dropped by a stream teardown never calls `f`.
+pub(crate) unsafe fn cuLaunchHostFunc(
+    c: &Call,
+    s: CUstream,
+    f: CUhostFn,
+    user: *mut c_void,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let (_, core) = resolve_stream(c, &mut st, s)?;
+        let Some(f) = f else {
+            return Err(INVALID_VALUE);
+        };
+        // The pointer travels to the worker thread as a number: what it
+        // points at is the caller's business, as with the real driver.
+        let user = user as usize;
+        core.enqueue(Box::new(move |sc: &StreamCore| {
+            if !sc.cancelled() {
+                // SAFETY: the caller of cuLaunchHostFunc owes that `f` may be
+                // called once with `user` from another thread.
+                unsafe { f(user as *mut c_void) };
+            }
+        }));
+        Ok(())
+    })();
+    done(r)
+}

@@ -1,0 +1,209 @@
+//! NvSciSync over IPC: sync objects and fences exported and imported.
+
+use super::*;
+
+pub(crate) unsafe fn NvSciSyncObjIpcExport(
+    c: &Call,
+    obj: NvSciSyncObj,
+    perm: NvSciSyncAccessPerm,
+    ep: NvSciIpcEndpoint,
+    desc: *mut NvSciSyncObjIpcExportDescriptor,
+) -> NvSciError {
+    let h = obj as usize;
+    let r = (|| {
+        if desc.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        let (core, have) = core_and_perm(c, |ns| &ns.sync_objs, "NvSciSync object", h)?;
+        let grant = match perm.0 {
+            attrs::PERM_AUTO => have,
+            p @ 1..=3 if p & !have == 0 => p,
+            p => {
+                c.diag(
+                    D::Misuse,
+                    format!("cannot export permission {p:#x} from a handle with {have:#x}"),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
+        };
+        let ch = channel(c, ep)?;
+        let id = new_uid();
+        ch.send(id, &core.sem_fd).map_err(|_| err::RESOURCE_ERROR)?;
+        let a = &core.attrs;
+        let mut d = NvSciSyncObjIpcExportDescriptor::default();
+        d.payload[..9].copy_from_slice(&[
+            SYNC_TAG,
+            id,
+            core.uid,
+            grant,
+            u64::from(attrs::get_u32(a, sk::PRIMITIVE).unwrap_or(attrs::PRIM_SYNCPOINT)),
+            attrs::get_u64(a, sk::MAX_VALUE).unwrap_or(u64::from(u32::MAX)),
+            u64::from(attrs::get_bool(a, sk::NEED_CPU)),
+            u64::from(attrs::get_bool(a, sk::DETERMINISTIC)),
+            u64::from(attrs::get_bool(a, sk::CTX_INSENSITIVE)),
+        ]);
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { desc.write(d) };
+        Ok(())
+    })();
+    super::super::done(r)
+}
+
+pub(crate) unsafe fn NvSciSyncObjIpcImport(
+    c: &Call,
+    ep: NvSciIpcEndpoint,
+    desc: *const NvSciSyncObjIpcExportDescriptor,
+    list: NvSciSyncAttrList,
+    perm: NvSciSyncAccessPerm,
+    timeout_us: i64,
+    out: *mut NvSciSyncObj,
+) -> NvSciError {
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let d = unsafe { get(desc) }?;
+        let p = d.payload;
+        if out.is_null() || p[0] != SYNC_TAG {
+            return Err(err::BAD_PARAMETER);
+        }
+        let (id, uid, grant) = (p[1], p[2], p[3]);
+        // The importer's own list: its RequiredPerm must be granted.
+        let (module, required) = {
+            let st = c.state();
+            let ns = &st.nvsci;
+            let Some(l) = ns.lists.get(&(list as usize)).filter(|l| l.sync) else {
+                return Err(unknown(c, ns, "attribute list", list as usize));
+            };
+            let required = l
+                .readable()
+                .and_then(|m| attrs::get_u64(m, sk::REQ_PERM))
+                .unwrap_or(0);
+            (l.module, required)
+        };
+        // Take the descriptor off the socket first, so a refused import
+        // leaves nothing behind for later imports to skip over.
+        let limit = sync::timeout(timeout_us)?;
+        let ch = channel(c, ep)?;
+        if ch.claimed(id) {
+            c.diag(D::Misuse, "this NvSciSync object descriptor was imported already (a descriptor imports once; the real library's answer is not known, refused)".into());
+            return Err(err::BAD_PARAMETER);
+        }
+        let fd = ch.receive(id, limit)?;
+        let want = if perm.0 == attrs::PERM_AUTO {
+            grant
+        } else {
+            perm.0
+        };
+        if want & !grant != 0 || required & !grant != 0 || want == 0 {
+            c.diag(
+                D::Misuse,
+                format!("the exporter granted {grant:#x}; the importer asks for {want:#x} (its list requires {required:#x})"),
+            );
+            return Err(err::ACCESS_DENIED);
+        }
+        let Some(sem) = SharedSemaphore::open(std::os::fd::AsFd::as_fd(&fd)) else {
+            return Err(err::BAD_PARAMETER);
+        };
+        if !matches!(sem.kind(), SemaphoreKind::Deterministic { .. }) {
+            return Err(err::BAD_PARAMETER);
+        }
+        let mut m = AttrMap::new();
+        m.insert(sk::ACTUAL_PERM, attrs::enc_u64s(&[want]));
+        m.insert(sk::PRIMITIVE, attrs::enc_u32s(&[p[4] as u32]));
+        m.insert(sk::MAX_VALUE, attrs::enc_u64s(&[p[5]]));
+        m.insert(sk::NEED_CPU, attrs::enc_bool(p[6] != 0));
+        m.insert(sk::DETERMINISTIC, attrs::enc_bool(p[7] != 0));
+        m.insert(sk::CTX_INSENSITIVE, attrs::enc_bool(p[8] != 0));
+        let core = Arc::new(SyncCore {
+            id: sync::new_fence_id(),
+            uid,
+            sem: Arc::new(sem),
+            sem_fd: fd,
+            attrs: Arc::new(m),
+        });
+        let h = sync::register(&mut c.state(), core, want, module);
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { out.write(h as NvSciSyncObj) };
+        Ok(())
+    })();
+    super::super::done(r)
+}
+
+pub(crate) unsafe fn NvSciSyncIpcExportFence(
+    c: &Call,
+    f: *const NvSciSyncFence,
+    ep: NvSciIpcEndpoint,
+    desc: *mut NvSciSyncFenceIpcExportDescriptor,
+) -> NvSciError {
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let f = unsafe { get(f) }?;
+        if desc.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        channel(c, ep)?;
+        let d = match fence::decode(&f) {
+            FenceContent::Cleared => NvSciSyncFenceIpcExportDescriptor::default(),
+            FenceContent::Garbage => return Err(err::BAD_PARAMETER),
+            FenceContent::Fence(sf) => {
+                let st = c.state();
+                let Some(rec) = st
+                    .nvsci
+                    .sync_objs
+                    .values()
+                    .find(|r| r.core.id == sf.object_id)
+                else {
+                    c.diag(
+                        D::Misuse,
+                        "fence of an object that has no NvSciSync handle here".into(),
+                    );
+                    return Err(err::BAD_PARAMETER);
+                };
+                NvSciSyncFenceIpcExportDescriptor {
+                    payload: [FENCE_TAG, rec.core.uid, sf.value, 0, 0, 0, 0],
+                }
+            }
+        };
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { desc.write(d) };
+        Ok(())
+    })();
+    super::super::done(r)
+}
+
+pub(crate) unsafe fn NvSciSyncIpcImportFence(
+    c: &Call,
+    obj: NvSciSyncObj,
+    desc: *const NvSciSyncFenceIpcExportDescriptor,
+    f: *mut NvSciSyncFence,
+) -> NvSciError {
+    let h = obj as usize;
+    let r = (|| {
+        // SAFETY: forwarded caller pointer.
+        let d = unsafe { get(desc) }?;
+        if f.is_null() {
+            return Err(err::BAD_PARAMETER);
+        }
+        let st = c.state();
+        let Some(rec) = st.nvsci.sync_objs.get(&h) else {
+            return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
+        };
+        let fence = if d.payload.iter().all(|w| *w == 0) {
+            NvSciSyncFence::default()
+        } else if d.payload[0] == FENCE_TAG && d.payload[1] == rec.core.uid {
+            fence::encode(SimFence {
+                object_id: rec.core.id,
+                value: d.payload[2],
+            })
+        } else {
+            c.diag(
+                D::Misuse,
+                "the fence descriptor belongs to another sync object".into(),
+            );
+            return Err(err::BAD_PARAMETER);
+        };
+        // SAFETY: checked non-null; caller out-pointer.
+        unsafe { f.write(fence) };
+        Ok(())
+    })();
+    super::super::done(r)
+}
