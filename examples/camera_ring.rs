@@ -6,7 +6,6 @@
 //!
 //! [`CameraRing`] stores the CUDA context, the ring and its buffers and
 //! semaphores (the transport) in one struct, returned from [`open`].
-//! Exit status 0 when every frame arrived intact and was processed.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -40,8 +39,8 @@ fn open(fault: Fault) -> Result<CameraRing, String> {
         stride: 256,
         rows: 64,
     };
-    let processing = Processing::HostFnOverSimulatedDeviceMemory;
-    let transport = NvSciTransport::new(&ctx, "camera_ring", processing, geometry, 3, fault)?;
+    let sim_fn = Processing::HostFnOverSimulatedDeviceMemory;
+    let transport = NvSciTransport::new(&ctx, "camera_ring", sim_fn, geometry, 3, fault)?;
     Ok(CameraRing {
         transport,
         ring: Ring::new(3)?,
@@ -51,8 +50,7 @@ fn open(fault: Fault) -> Result<CameraRing, String> {
 }
 
 impl CameraRing {
-    /// Runs `frames` frames through the ring; returns how many the consumer
-    /// found intact.
+    /// Runs `frames` frames; returns how many the consumer found intact.
     fn run(&mut self, frames: u64) -> Result<u64, String> {
         let (t, ring) = (&mut self.transport, &mut self.ring);
         let stride = t.geometry().stride;
