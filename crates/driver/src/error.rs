@@ -364,7 +364,24 @@ fn errno() -> i32 {
 /// Whether `a` and `b` are the same open file description of this process:
 /// `Some(true)`/`Some(false)` from `kcmp(KCMP_FILE)`, `None` when that cannot
 /// be asked (no kcmp, not permitted, a closed number, Miri).
-pub(crate) fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
+///
+/// This is the test the imports use before closing a duplicate they handed
+/// to the driver; it is public so that tests and callers can check an fd
+/// handed back by [`ImportError`] against a reference duplicate of their own.
+///
+/// ```
+/// use std::os::fd::AsRawFd;
+/// let file = std::fs::File::open("/dev/null")?;
+/// let copy = file.try_clone()?; // dup: the same open file description
+/// let other = std::fs::File::open("/dev/null")?; // a new description
+/// use tegra_interop_driver::error::same_description;
+/// if let Some(same) = same_description(file.as_raw_fd(), copy.as_raw_fd()) {
+///     assert!(same);
+///     assert_eq!(same_description(file.as_raw_fd(), other.as_raw_fd()), Some(false));
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
     if cfg!(miri) {
         // Miri does not implement the kcmp system call.
         return None;

@@ -1040,7 +1040,7 @@ fn fd_row(
         ensure(check, now == id, || {
             format!("{row} ({error}): fd {raw} now refers to another file")
         })?;
-        let same = same_description(raw, reference.as_raw_fd());
+        let same = tegra_interop_driver::error::same_description(raw, reference.as_raw_fd());
         ensure(check, same != Some(false), || {
             format!("{row} ({error}): fd {raw} is another open file description than before")
         })?;
@@ -1151,36 +1151,3 @@ pub fn copy_from_host_done_on_return(
     no_drop_errors(C, backend)
 }
 
-/// Whether `a` and `b` are the same open file description of this process:
-/// `Some(true)`/`Some(false)` from `kcmp(KCMP_FILE)`, `None` when that cannot
-/// be asked (no kcmp, not permitted, a closed number).
-fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        const KCMP_FILE: libc::c_long = 0;
-        // SAFETY: getpid has no preconditions and touches no memory.
-        let pid = libc::c_long::from(unsafe { libc::getpid() });
-        // SAFETY: kcmp compares two descriptor numbers of our own process;
-        // no memory is passed, any number is harmless.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_kcmp,
-                pid,
-                pid,
-                KCMP_FILE,
-                libc::c_long::from(a),
-                libc::c_long::from(b),
-            )
-        };
-        match r {
-            0 => Some(true),
-            1..=3 => Some(false),
-            _ => None,
-        }
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = (a, b);
-        None
-    }
-}
