@@ -62,6 +62,8 @@
 
 pub mod backend;
 pub mod context;
+#[cfg(feature = "cudarc")]
+pub mod cudarc_slice;
 pub mod device;
 pub mod error;
 pub mod memory;

@@ -1150,4 +1150,3 @@ pub fn copy_from_host_done_on_return(
     drop(ctx);
     no_drop_errors(C, backend)
 }
-
