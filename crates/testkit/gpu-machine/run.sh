@@ -1,0 +1,23 @@
+#!/bin/bash
+# On the GPU machine (device tool, carry [".gl", ".gpu/DIR"]), from the repository root:
+#   BENCH=1 bash crates/testkit/gpu-machine/run.sh DIR
+# .gl holds the Vulkan/EGL loader packages (see the BENCHMARKS.md recipe).
+set -u
+for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
+mkdir -p /tmp/nvrtc; ln -sf /usr/local/cuda/lib64/libnvrtc.so.13 /tmp/nvrtc/libnvrtc.so
+export LD_LIBRARY_PATH=/tmp/nvrtc:/usr/local/cuda/lib64
+B=./.gpu/$1
+L=$OUT/log.txt
+{
+echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version --format=csv
+for t in gpu_conformance gpu_vulkan gpu_cudarc gpu_pipeline real_backend ${EXTRA:-}; do
+  echo "== $t"; $B/$t --include-ignored --test-threads 1 2>&1 | grep -vE "^test .* ok$" | tail -40
+done
+echo "== interop_info"; $B/interop_info 2>&1 | grep -E "DMABUF|dma-buf|auto picks|gpu  "
+P="$B/pipeline --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet"
+echo "== pipeline gpu zero-copy"; $P 2>&1 | tail -9
+echo "== pipeline gpu copy"; $P --copy 2>&1 | tail -9
+echo "== pipeline gpu json"; $P --json 2>&1 | tail -3 > $OUT/pipeline_gpu.json; head -c 600 $OUT/pipeline_gpu.json; echo
+[ "${BENCH:-1}" = 1 ] && { echo "== gpu_bench"; timeout 240 $B/gpu_bench "$OUT/gpu_bench.md" > /dev/null 2>&1; grep -E "^\| |Goals|Frame loop" $OUT/gpu_bench.md | head -30; }
+} > $L 2>&1
+tail -c 11500 $L
