@@ -244,41 +244,43 @@ pub(super) trait BatchParams: Copy {
     fn permitted(can_signal: bool, can_wait: bool) -> bool;
 }
 
-impl BatchParams for CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS {
-    const SKIP_MEMSYNC: u32 = CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC;
-    const MEMSYNC: crate::nvsci::MemsyncOp = crate::nvsci::MemsyncOp::Signal;
-    const VERB: &'static str = "signal";
-    fn flags(&self) -> u32 {
-        self.flags
-    }
-    fn reserved_clear(&self) -> bool {
-        self.reserved
-            .iter()
-            .chain(&self.params.reserved)
-            .all(|r| *r == 0)
-    }
-    fn permitted(can_signal: bool, _can_wait: bool) -> bool {
-        can_signal
-    }
+/// Implements `BatchParams` for one direction's parameter block.
+macro_rules! batch_params {
+    ($block:ty, $skip:expr, $memsync:ident, $verb:literal, |$s:ident, $w:ident| $permitted:expr) => {
+        impl BatchParams for $block {
+            const SKIP_MEMSYNC: u32 = $skip;
+            const MEMSYNC: crate::nvsci::MemsyncOp = crate::nvsci::MemsyncOp::$memsync;
+            const VERB: &'static str = $verb;
+            fn flags(&self) -> u32 {
+                self.flags
+            }
+            fn reserved_clear(&self) -> bool {
+                self.reserved
+                    .iter()
+                    .chain(&self.params.reserved)
+                    .all(|r| *r == 0)
+            }
+            fn permitted($s: bool, $w: bool) -> bool {
+                $permitted
+            }
+        }
+    };
 }
 
-impl BatchParams for CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS {
-    const SKIP_MEMSYNC: u32 = CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC;
-    const MEMSYNC: crate::nvsci::MemsyncOp = crate::nvsci::MemsyncOp::Wait;
-    const VERB: &'static str = "wait";
-    fn flags(&self) -> u32 {
-        self.flags
-    }
-    fn reserved_clear(&self) -> bool {
-        self.reserved
-            .iter()
-            .chain(&self.params.reserved)
-            .all(|r| *r == 0)
-    }
-    fn permitted(_can_signal: bool, can_wait: bool) -> bool {
-        can_wait
-    }
-}
+batch_params!(
+    CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC,
+    Signal,
+    "signal",
+    |can_signal, _can_wait| can_signal
+);
+batch_params!(
+    CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC,
+    Wait,
+    "wait",
+    |_can_signal, can_wait| can_wait
+);
 
 /// A batch element's semaphore kind, after the checks both directions share.
 #[derive(Clone, Copy)]
