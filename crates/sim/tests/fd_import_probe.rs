@@ -154,6 +154,16 @@ fn assert_open_same(c: &Cu, m: Made, what: &str) {
     m.fd.close();
 }
 
+/// A fresh fd of each of `kinds`, imported by `row`, gives `want` and stays open and
+/// unchanged (the probe's `open-same`).
+fn each_kind_keeps_fd(c: &Cu, kinds: &[Kind], want: u32, row: impl Fn(&Made) -> u32) {
+    for &kind in kinds {
+        let m = make(kind);
+        assert_eq!(row(&m), want, "{kind:?}");
+        assert_open_same(c, m, &format!("{kind:?}"));
+    }
+}
+
 /// The probe's `closed`: the import closed it (exactly once).
 fn assert_closed(c: &Cu, m: &Made, what: &str) {
     assert!(!m.fd.still_open(), "{what}: fd still open");
@@ -245,15 +255,9 @@ fn mem_opaque_fd_size_4096_of_any_non_gpu_fd_is_unknown_and_closed() {
 #[test]
 fn mem_opaque_fd_size_0_is_invalid_value_and_keeps_the_fd() {
     let c = ctx_cu();
-    for kind in [Kind::DevNull, Kind::Memfd] {
-        let m = make(kind);
-        assert_eq!(
-            mem_row(&c, OPAQUE_FD, &m, 0, 0, false),
-            INVALID_VALUE,
-            "{kind:?}"
-        );
-        assert_open_same(&c, m, &format!("{kind:?}"));
-    }
+    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_VALUE, |m| {
+        mem_row(&c, OPAQUE_FD, m, 0, 0, false)
+    });
     // The same for the simulator's own exported memory.
     let (fd, _mem) = export::memory(4096).unwrap();
     let m = Made::of(fd);
@@ -265,15 +269,9 @@ fn mem_opaque_fd_size_0_is_invalid_value_and_keeps_the_fd() {
 #[test]
 fn mem_opaque_fd_unknown_flag_is_invalid_value_and_keeps_the_fd() {
     let c = ctx_cu();
-    for kind in [Kind::DevNull, Kind::Memfd] {
-        let m = make(kind);
-        assert_eq!(
-            mem_row(&c, OPAQUE_FD, &m, 4096, 2, false),
-            INVALID_VALUE,
-            "{kind:?}"
-        );
-        assert_open_same(&c, m, &format!("{kind:?}"));
-    }
+    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_VALUE, |m| {
+        mem_row(&c, OPAQUE_FD, m, 4096, 2, false)
+    });
     clean(&c);
 }
 
@@ -301,15 +299,9 @@ fn mem_opaque_fd_dedicated_flag_is_valid_so_devnull_is_unknown_and_closed() {
 #[test]
 fn mem_opaque_fd_reserved_word_is_invalid_value_and_keeps_the_fd() {
     let c = ctx_cu();
-    for kind in [Kind::DevNull, Kind::Memfd] {
-        let m = make(kind);
-        assert_eq!(
-            mem_row(&c, OPAQUE_FD, &m, 4096, 0, true),
-            INVALID_VALUE,
-            "{kind:?}"
-        );
-        assert_open_same(&c, m, &format!("{kind:?}"));
-    }
+    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_VALUE, |m| {
+        mem_row(&c, OPAQUE_FD, m, 4096, 0, true)
+    });
     clean(&c);
 }
 
@@ -373,15 +365,9 @@ fn mem_opaque_fd_huge_size_of_a_memfd_is_unknown_and_closed() {
 fn mem_opaque_fd_without_a_current_context_is_invalid_context_and_keeps_the_fd() {
     let c = ctx_cu();
     assert_eq!(cu!(c.t, cuCtxSetCurrent(std::ptr::null_mut())), SUCCESS);
-    for kind in [Kind::DevNull, Kind::Memfd] {
-        let m = make(kind);
-        assert_eq!(
-            mem_row(&c, OPAQUE_FD, &m, 4096, 0, false),
-            INVALID_CONTEXT,
-            "{kind:?}"
-        );
-        assert_open_same(&c, m, &format!("{kind:?}"));
-    }
+    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_CONTEXT, |m| {
+        mem_row(&c, OPAQUE_FD, m, 4096, 0, false)
+    });
     // Exported memory too: the context is checked before the fd.
     let (fd, _mem) = export::memory(4096).unwrap();
     let m = Made::of(fd);

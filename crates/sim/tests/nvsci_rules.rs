@@ -11,15 +11,10 @@ use tegra_interop_sim::FunctionTable;
 use tegra_interop_sim::{DiagnosticKind, NvSciRelease, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
-macro_rules! call {
-    ($api:expr, $f:ident ( $($a:expr),* $(,)? )) => {{
-        let f = $api.$f.expect(concat!(stringify!($f), " missing from the table"));
-        // SAFETY: test code passes arguments that satisfy the C contract.
-        #[allow(clippy::macro_metavars_in_unsafe)]
-        let r = unsafe { f($($a),*) };
-        r
-    }};
-}
+#[path = "common/nvsci.rs"]
+#[macro_use]
+mod nvsci_common;
+use nvsci_common::*;
 
 const OK: u32 = 0;
 const NOT_SUPPORTED: u32 = 0x11;
@@ -85,10 +80,7 @@ fn first_u32(b: &[u8]) -> u32 {
 }
 
 fn setup_with(release: NvSciRelease) -> (Sim, FunctionTable) {
-    let sim = Sim::with_config(SimConfig::tegra().with_nvsci_release(release)).unwrap();
-    let t = sim.table();
-    assert_eq!(call!(t.cuda, cuInit(0)).0, 0);
-    (sim, t)
+    setup_with_config(SimConfig::tegra().with_nvsci_release(release))
 }
 fn setup() -> (Sim, FunctionTable) {
     setup_with(NvSciRelease::V6_0_10)
@@ -107,14 +99,11 @@ fn blist(t: &FunctionTable, m: NvSciBufModule) -> NvSciBufAttrList {
     l
 }
 fn bset(t: &FunctionTable, l: NvSciBufAttrList, pairs: &[(u32, Vec<u8>)]) -> u32 {
-    let mut raw: Vec<NvSciBufAttrKeyValuePair> = pairs
-        .iter()
-        .map(|(k, v)| NvSciBufAttrKeyValuePair {
-            key: NvSciBufAttrKey(*k),
-            value: v.as_ptr().cast(),
-            len: v.len(),
-        })
-        .collect();
+    let mut raw = kv_pairs(pairs, |k, value, len| NvSciBufAttrKeyValuePair {
+        key: NvSciBufAttrKey(k),
+        value,
+        len,
+    });
     call!(
         t.nvscibuf,
         NvSciBufAttrListSetAttrs(l, raw.as_mut_ptr(), raw.len())
@@ -127,30 +116,17 @@ fn bget(t: &FunctionTable, l: NvSciBufAttrList, key: u32) -> Result<Option<Vec<u
         value: ptr::null(),
         len: 0,
     };
-    let r = call!(t.nvscibuf, NvSciBufAttrListGetAttrs(l, &mut p, 1)).0;
-    if r != 0 {
-        return Err(r);
+    match call!(t.nvscibuf, NvSciBufAttrListGetAttrs(l, &mut p, 1)).0 {
+        0 => Ok(value_copy(p.value, p.len)),
+        r => Err(r),
     }
-    if p.value.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: GetAttrs reported `len` readable bytes.
-    Ok(Some(
-        unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) }.to_vec(),
-    ))
 }
 /// Reconciles: (code, reconciled, conflict).
 fn brec(
     t: &FunctionTable,
     lists: &[NvSciBufAttrList],
 ) -> (u32, NvSciBufAttrList, NvSciBufAttrList) {
-    let (mut out, mut conflict) = (ptr::null_mut(), ptr::null_mut());
-    let r = call!(
-        t.nvscibuf,
-        NvSciBufAttrListReconcile(lists.as_ptr(), lists.len(), &mut out, &mut conflict)
-    )
-    .0;
-    (r, out, conflict)
+    reconcile(t.nvscibuf.NvSciBufAttrListReconcile, lists)
 }
 fn raw_list(t: &FunctionTable, m: NvSciBufModule, size: u64) -> NvSciBufAttrList {
     let l = blist(t, m);
@@ -956,14 +932,11 @@ fn slist(
     (sset(t, l, pairs), l)
 }
 fn sset(t: &FunctionTable, l: NvSciSyncAttrList, pairs: &[(u32, Vec<u8>)]) -> u32 {
-    let raw: Vec<NvSciSyncAttrKeyValuePair> = pairs
-        .iter()
-        .map(|(k, v)| NvSciSyncAttrKeyValuePair {
-            attrKey: NvSciSyncAttrKey(*k),
-            value: v.as_ptr().cast(),
-            len: v.len(),
-        })
-        .collect();
+    let raw = kv_pairs(pairs, |k, value, len| NvSciSyncAttrKeyValuePair {
+        attrKey: NvSciSyncAttrKey(k),
+        value,
+        len,
+    });
     call!(
         t.nvscisync,
         NvSciSyncAttrListSetAttrs(l, raw.as_ptr(), raw.len())
@@ -976,29 +949,16 @@ fn sget(t: &FunctionTable, l: NvSciSyncAttrList, key: u32) -> Result<Option<Vec<
         value: ptr::null(),
         len: 0,
     };
-    let r = call!(t.nvscisync, NvSciSyncAttrListGetAttrs(l, &mut p, 1)).0;
-    if r != 0 {
-        return Err(r);
+    match call!(t.nvscisync, NvSciSyncAttrListGetAttrs(l, &mut p, 1)).0 {
+        0 => Ok(value_copy(p.value, p.len)),
+        r => Err(r),
     }
-    if p.value.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: GetAttrs reported `len` readable bytes.
-    Ok(Some(
-        unsafe { std::slice::from_raw_parts(p.value.cast::<u8>(), p.len) }.to_vec(),
-    ))
 }
 fn srec(
     t: &FunctionTable,
     lists: &[NvSciSyncAttrList],
 ) -> (u32, NvSciSyncAttrList, NvSciSyncAttrList) {
-    let (mut out, mut conflict) = (ptr::null_mut(), ptr::null_mut());
-    let r = call!(
-        t.nvscisync,
-        NvSciSyncAttrListReconcile(lists.as_ptr(), lists.len(), &mut out, &mut conflict)
-    )
-    .0;
-    (r, out, conflict)
+    reconcile(t.nvscisync.NvSciSyncAttrListReconcile, lists)
 }
 fn cpu_pair(
     t: &FunctionTable,

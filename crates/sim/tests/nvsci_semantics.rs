@@ -8,26 +8,17 @@ use tegra_interop_sim::FunctionTable;
 use tegra_interop_sim::{DiagnosticKind, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
-/// Calls a table entry and gives the raw code.
-macro_rules! call {
-    ($api:expr, $f:ident ( $($a:expr),* $(,)? )) => {{
-        let f = $api.$f.expect(concat!(stringify!($f), " missing from the table"));
-        // SAFETY: test code passes arguments that satisfy the C contract.
-        #[allow(clippy::macro_metavars_in_unsafe)]
-        let r = unsafe { f($($a),*) };
-        r
-    }};
-}
+#[path = "common/nvsci.rs"]
+#[macro_use]
+mod nvsci_common;
+use nvsci_common::*;
 
 const BAD_PARAMETER: u32 = 0x100;
 const NOT_INITIALIZED: u32 = 0x24;
 const UNSUPPORTED_CONFIG: u32 = 0x2000001;
 
 fn setup() -> (Sim, FunctionTable) {
-    let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-    let t = sim.table();
-    assert_eq!(call!(t.cuda, cuInit(0)).0, 0);
-    (sim, t)
+    setup_with_config(SimConfig::tegra())
 }
 
 fn sync_list(t: &FunctionTable, m: NvSciSyncModule) -> NvSciSyncAttrList {
@@ -55,12 +46,8 @@ fn get_u64(t: &FunctionTable, l: NvSciSyncAttrList, key: NvSciSyncAttrKey) -> Op
         call!(t.nvscisync, NvSciSyncAttrListGetAttrs(l, &mut pair, 1)).0,
         0
     );
-    if pair.value.is_null() {
-        return None;
-    }
+    let bytes = value_copy(pair.value, pair.len)?;
     let mut b = [0u8; 8];
-    // SAFETY: GetAttrs reported `len` readable bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(pair.value.cast::<u8>(), pair.len) };
     b[..bytes.len().min(8)].copy_from_slice(&bytes[..bytes.len().min(8)]);
     Some(u64::from_ne_bytes(b))
 }

@@ -244,6 +244,200 @@ fn machine_line(cu: &RawCuda, vk: &VulkanExporter) -> String {
     )
 }
 
+/// Our side of the per-call semaphore rows: our stream and semaphores, and the values our
+/// signals reach next.
+struct OursSems<'a> {
+    stream: &'a Stream,
+    one: &'a mut ExternalSemaphore,
+    eight: &'a mut [ExternalSemaphore; 8],
+    value: u64,
+    batch_value: u64,
+}
+
+impl<'o> OursSems<'o> {
+    /// `BLOCK` signals of `one`, each to the next value.
+    fn signal(&mut self) -> Sample {
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                self.value += 1;
+                self.stream
+                    .signal(self.one, SignalParams::timeline(self.value))
+                    .unwrap();
+            }
+        })
+    }
+
+    /// `BLOCK` waits on `one` for the value 1 (already reached).
+    fn wait(&mut self) -> Sample {
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                self.stream.wait(self.one, WaitParams::timeline(1)).unwrap();
+            }
+        })
+    }
+
+    /// `BLOCK` batched signals of `eight`, each to the next value.
+    fn signal_batch(&mut self) -> Sample {
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                self.batch_value += 1;
+                let v = self.batch_value;
+                self.stream
+                    .signal_batch(
+                        self.eight
+                            .each_mut()
+                            .map(|sem| SemaphoreSignal::timeline(sem, v)),
+                    )
+                    .unwrap();
+            }
+        })
+    }
+
+    /// `BLOCK` batched waits on `eight` for the value 1 (already reached).
+    fn wait_batch(&mut self) -> Sample {
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                self.stream
+                    .wait_batch(
+                        self.eight
+                            .each_ref()
+                            .map(|sem| SemaphoreWait::timeline(sem, 1)),
+                    )
+                    .unwrap();
+            }
+        })
+    }
+}
+
+/// The raw side of the per-call semaphore rows: bare driver calls on the same stream, with
+/// semaphores of its own and the values its signals reach next (cells, so that two closures of
+/// one row can both signal the same counter).
+struct RawSems<'a> {
+    cu: &'a RawCuda,
+    s: sys::CUstream,
+    one: sys::CUexternalSemaphore,
+    eight: [sys::CUexternalSemaphore; 8],
+    value: std::cell::Cell<u64>,
+    batch_value: std::cell::Cell<u64>,
+}
+
+impl<'r> RawSems<'r> {
+    /// `BLOCK` signals of `one`, each to the next value, each after `bind()`.
+    fn signal<B: Fn()>(&self, bind: &B) -> Sample {
+        let f = self.cu.f;
+        let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                let v = self.value.get() + 1;
+                self.value.set(v);
+                p.params.fence.value = v;
+                bind();
+                // SAFETY: a live imported semaphore, one parameter block, a live stream.
+                let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&self.one, &p, 1, self.s) };
+                ok(self.cu, "cuSignalExternalSemaphoresAsync", r);
+            }
+        })
+    }
+
+    /// `BLOCK` waits on `one` for the value 1 (already reached), each after `bind()`.
+    fn wait<B: Fn()>(&self, bind: &B) -> Sample {
+        let f = self.cu.f;
+        let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+        p.params.fence.value = 1;
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                bind();
+                // SAFETY: a live imported semaphore, one parameter block, a live stream.
+                let r = unsafe { (f.cuWaitExternalSemaphoresAsync)(&self.one, &p, 1, self.s) };
+                ok(self.cu, "cuWaitExternalSemaphoresAsync", r);
+            }
+        })
+    }
+
+    /// `BLOCK` batched signals of `eight`, each to the next value, each after `bind()`.
+    fn signal_batch<B: Fn()>(&self, bind: &B) -> Sample {
+        let f = self.cu.f;
+        let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); 8];
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                let v = self.batch_value.get() + 1;
+                self.batch_value.set(v);
+                for q in &mut p {
+                    q.params.fence.value = v;
+                }
+                bind();
+                // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
+                let r = unsafe {
+                    (f.cuSignalExternalSemaphoresAsync)(self.eight.as_ptr(), p.as_ptr(), 8, self.s)
+                };
+                ok(self.cu, "cuSignalExternalSemaphoresAsync", r);
+            }
+        })
+    }
+
+    /// `BLOCK` batched waits on `eight` for the value 1 (already reached), each after `bind()`.
+    fn wait_batch<B: Fn()>(&self, bind: &B) -> Sample {
+        let f = self.cu.f;
+        let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); 8];
+        for q in &mut p {
+            q.params.fence.value = 1;
+        }
+        timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                bind();
+                // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
+                let r = unsafe {
+                    (f.cuWaitExternalSemaphoresAsync)(self.eight.as_ptr(), p.as_ptr(), 8, self.s)
+                };
+                ok(self.cu, "cuWaitExternalSemaphoresAsync", r);
+            }
+        })
+    }
+}
+
+/// The four per-call semaphore rows (signal, wait, batched signal, batched wait, named by
+/// `names`), `blocks` recorded blocks each; the raw side calls `bind` before each call (a no-op
+/// closure for the plain rows; monomorphised, so it costs nothing there) and both sides
+/// synchronise the stream with `sync` after each block, outside the timed region.
+fn semaphore_rows<'o, 'r, B: Fn()>(
+    names: [&str; 4],
+    blocks: usize,
+    ours: &mut OursSems<'o>,
+    raw: &RawSems<'r>,
+    bind: &B,
+    sync: &impl Fn(),
+) -> [Row; 4] {
+    type OursFn<'o> = fn(&mut OursSems<'o>) -> Sample;
+    type RawFn<'r, B> = fn(&RawSems<'r>, &B) -> Sample;
+    let cases: [(OursFn<'o>, RawFn<'r, B>); 4] = [
+        (OursSems::signal, RawSems::signal::<B>),
+        (OursSems::wait, RawSems::wait::<B>),
+        (OursSems::signal_batch, RawSems::signal_batch::<B>),
+        (OursSems::wait_batch, RawSems::wait_batch::<B>),
+    ];
+    let mut k = 0;
+    names.map(|name| {
+        let (ours_block, raw_block) = cases[k];
+        k += 1;
+        let [row] = compare(
+            [name],
+            WARM_BLOCKS,
+            blocks,
+            || {
+                let sample = ours_block(ours);
+                sync();
+                [sample]
+            },
+            || {
+                let sample = raw_block(raw, bind);
+                sync();
+                [sample]
+            },
+        );
+        row
+    })
+}
+
 fn main() {
     let out_path = std::env::args().nth(1);
 
@@ -287,164 +481,50 @@ fn main() {
         vk_sems.push(sem);
         raw_sems.push(cu.import_semaphore_fd(fd, true).unwrap());
     }
-    let raw_one = raw_sems[0];
-    let raw_eight: [sys::CUexternalSemaphore; 8] = raw_sems[1..9].try_into().unwrap();
-    // Both sides signal increasing values, starting above the host-signalled 1.
-    let mut ours_value = 1u64;
-    let mut ours_batch_value = 1u64;
-    let mut raw_value = 1u64;
-    let mut raw_batch_value = 1u64;
+    let mut ours = OursSems {
+        stream: &stream,
+        one: &mut ours_one,
+        eight: &mut ours_eight,
+        value: 1,
+        batch_value: 1,
+    };
+    let raw = RawSems {
+        cu: &cu,
+        s,
+        one: raw_sems[0],
+        eight: raw_sems[1..9].try_into().unwrap(),
+        value: std::cell::Cell::new(1),
+        batch_value: std::cell::Cell::new(1),
+    };
 
     let mut rows: Vec<Row> = Vec::new();
 
-    // -- signal --
-    let [row] = compare(
-        ["`Stream::signal` (timeline)"],
-        WARM_BLOCKS,
+    // -- signal, wait, batched signal (8), batched wait (8) --
+    rows.extend(semaphore_rows(
+        [
+            "`Stream::signal` (timeline)",
+            "`Stream::wait` (timeline, value reached)",
+            "`Stream::signal_batch` (8 timelines, one call)",
+            "`Stream::wait_batch` (8 timelines, one call)",
+        ],
         BLOCKS,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    ours_value += 1;
-                    stream
-                        .signal(&mut ours_one, SignalParams::timeline(ours_value))
-                        .unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    raw_value += 1;
-                    p.params.fence.value = raw_value;
-                    // SAFETY: a live imported semaphore, one parameter block, a live stream.
-                    let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
-                    ok(&cu, "cuSignalExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
-
-    // -- wait --
-    let [row] = compare(
-        ["`Stream::wait` (timeline, value reached)"],
-        WARM_BLOCKS,
-        BLOCKS,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    stream.wait(&ours_one, WaitParams::timeline(1)).unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
-            p.params.fence.value = 1;
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    // SAFETY: a live imported semaphore, one parameter block, a live stream.
-                    let r = unsafe { (f.cuWaitExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
-                    ok(&cu, "cuWaitExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
-
-    // -- batched signal (8) --
-    let [row] = compare(
-        ["`Stream::signal_batch` (8 timelines, one call)"],
-        WARM_BLOCKS,
-        BLOCKS,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    ours_batch_value += 1;
-                    let v = ours_batch_value;
-                    stream
-                        .signal_batch(
-                            ours_eight
-                                .each_mut()
-                                .map(|sem| SemaphoreSignal::timeline(sem, v)),
-                        )
-                        .unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); 8];
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    raw_batch_value += 1;
-                    for q in &mut p {
-                        q.params.fence.value = raw_batch_value;
-                    }
-                    // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
-                    let r = unsafe {
-                        (f.cuSignalExternalSemaphoresAsync)(raw_eight.as_ptr(), p.as_ptr(), 8, s)
-                    };
-                    ok(&cu, "cuSignalExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
-
-    // -- batched wait (8) --
-    let [row] = compare(
-        ["`Stream::wait_batch` (8 timelines, one call)"],
-        WARM_BLOCKS,
-        BLOCKS,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    stream
-                        .wait_batch(
-                            ours_eight
-                                .each_ref()
-                                .map(|sem| SemaphoreWait::timeline(sem, 1)),
-                        )
-                        .unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); 8];
-            for q in &mut p {
-                q.params.fence.value = 1;
-            }
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
-                    let r = unsafe {
-                        (f.cuWaitExternalSemaphoresAsync)(raw_eight.as_ptr(), p.as_ptr(), 8, s)
-                    };
-                    ok(&cu, "cuWaitExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
+        &mut ours,
+        &raw,
+        &|| {},
+        &sync,
+    ));
 
     // -- what our calls add: cuCtxSetCurrent (every call of ours makes its context current) --
+    let c = ctx.as_raw();
+    let raw_set_current = || {
+        [timed(BLOCK, || {
+            for _ in 0..BLOCK {
+                // SAFETY: a live context.
+                let r = unsafe { (f.cuCtxSetCurrent)(c) };
+                ok(&cu, "cuCtxSetCurrent", r);
+            }
+        })]
+    };
     let [row] = compare(
         ["(diagnosis) `Context::bind` vs raw `cuCtxSetCurrent`"],
         WARM_BLOCKS,
@@ -456,16 +536,7 @@ fn main() {
                 }
             })]
         },
-        || {
-            let c = ctx.as_raw();
-            [timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    // SAFETY: a live context.
-                    let r = unsafe { (f.cuCtxSetCurrent)(c) };
-                    ok(&cu, "cuCtxSetCurrent", r);
-                }
-            })]
-        },
+        raw_set_current,
     );
     rows.push(row);
 
@@ -475,7 +546,6 @@ fn main() {
         WARM_BLOCKS,
         BLOCKS / 4,
         || {
-            let c = ctx.as_raw();
             [timed(BLOCK, || {
                 for _ in 0..BLOCK {
                     let mut cur: sys::CUcontext = std::ptr::null_mut();
@@ -486,219 +556,58 @@ fn main() {
                 }
             })]
         },
-        || {
-            let c = ctx.as_raw();
-            [timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    // SAFETY: a live context.
-                    let r = unsafe { (f.cuCtxSetCurrent)(c) };
-                    ok(&cu, "cuCtxSetCurrent", r);
-                }
-            })]
-        },
+        raw_set_current,
     );
     rows.push(row);
 
     // -- ours against raw calls that also make the context current first: what ours adds
     //    beyond the bind --
-    let c = ctx.as_raw();
-    let [row] = compare(
-        ["(diagnosis) `Stream::signal` vs raw `cuCtxSetCurrent` + signal"],
-        WARM_BLOCKS,
+    rows.extend(semaphore_rows(
+        [
+            "(diagnosis) `Stream::signal` vs raw `cuCtxSetCurrent` + signal",
+            "(diagnosis) `Stream::wait` vs raw `cuCtxSetCurrent` + wait",
+            "(diagnosis) `Stream::signal_batch` (8) vs raw `cuCtxSetCurrent` + signal (8)",
+            "(diagnosis) `Stream::wait_batch` (8) vs raw `cuCtxSetCurrent` + wait (8)",
+        ],
         BLOCKS / 2,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    ours_value += 1;
-                    stream
-                        .signal(&mut ours_one, SignalParams::timeline(ours_value))
-                        .unwrap();
-                }
-            });
-            sync();
-            [sample]
+        &mut ours,
+        &raw,
+        &|| {
+            // SAFETY: a live context.
+            ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
         },
-        || {
-            let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    raw_value += 1;
-                    p.params.fence.value = raw_value;
-                    // SAFETY: a live context.
-                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
-                    // SAFETY: a live imported semaphore, one parameter block, a live stream.
-                    let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
-                    ok(&cu, "cuSignalExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
-    let [row] = compare(
-        ["(diagnosis) `Stream::wait` vs raw `cuCtxSetCurrent` + wait"],
-        WARM_BLOCKS,
-        BLOCKS / 2,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    stream.wait(&ours_one, WaitParams::timeline(1)).unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
-            p.params.fence.value = 1;
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    // SAFETY: a live context.
-                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
-                    // SAFETY: a live imported semaphore, one parameter block, a live stream.
-                    let r = unsafe { (f.cuWaitExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
-                    ok(&cu, "cuWaitExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
-    let [row] = compare(
-        ["(diagnosis) `Stream::signal_batch` (8) vs raw `cuCtxSetCurrent` + signal (8)"],
-        WARM_BLOCKS,
-        BLOCKS / 2,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    ours_batch_value += 1;
-                    let v = ours_batch_value;
-                    stream
-                        .signal_batch(
-                            ours_eight
-                                .each_mut()
-                                .map(|sem| SemaphoreSignal::timeline(sem, v)),
-                        )
-                        .unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); 8];
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    raw_batch_value += 1;
-                    for q in &mut p {
-                        q.params.fence.value = raw_batch_value;
-                    }
-                    // SAFETY: a live context.
-                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
-                    // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
-                    let r = unsafe {
-                        (f.cuSignalExternalSemaphoresAsync)(raw_eight.as_ptr(), p.as_ptr(), 8, s)
-                    };
-                    ok(&cu, "cuSignalExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
-    let [row] = compare(
-        ["(diagnosis) `Stream::wait_batch` (8) vs raw `cuCtxSetCurrent` + wait (8)"],
-        WARM_BLOCKS,
-        BLOCKS / 2,
-        || {
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    stream
-                        .wait_batch(
-                            ours_eight
-                                .each_ref()
-                                .map(|sem| SemaphoreWait::timeline(sem, 1)),
-                        )
-                        .unwrap();
-                }
-            });
-            sync();
-            [sample]
-        },
-        || {
-            let mut p = [sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); 8];
-            for q in &mut p {
-                q.params.fence.value = 1;
-            }
-            let sample = timed(BLOCK, || {
-                for _ in 0..BLOCK {
-                    // SAFETY: a live context.
-                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
-                    // SAFETY: 8 live imported semaphores and 8 parameter blocks, a live stream.
-                    let r = unsafe {
-                        (f.cuWaitExternalSemaphoresAsync)(raw_eight.as_ptr(), p.as_ptr(), 8, s)
-                    };
-                    ok(&cu, "cuWaitExternalSemaphoresAsync", r);
-                }
-            });
-            sync();
-            [sample]
-        },
-    );
-    rows.push(row);
+        &sync,
+    ));
 
     // -- does an explicit stream need its context current? --
     let (experiment, other_ctx, foreign_signal_ok) = context_experiment(&cu, &vk, c, s);
-    // Both sides signal the same semaphore, alternately: one increasing counter.
-    let shared_value = std::cell::Cell::new(raw_value);
+    // Both sides signal the same raw semaphore, alternately: one increasing counter.
     if foreign_signal_ok {
         let [row] = compare(
             ["(diagnosis) raw signal with another context current vs with its own current"],
             WARM_BLOCKS,
             BLOCKS / 4,
             || {
-                let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
                 // SAFETY: a live context (created by the experiment).
                 ok(&cu, "cuCtxSetCurrent", unsafe {
                     (f.cuCtxSetCurrent)(other_ctx)
                 });
-                let sample = timed(BLOCK, || {
-                    for _ in 0..BLOCK {
-                        shared_value.set(shared_value.get() + 1);
-                        p.params.fence.value = shared_value.get();
-                        // SAFETY: a live imported semaphore, one parameter block, a live stream.
-                        let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
-                        ok(&cu, "cuSignalExternalSemaphoresAsync", r);
-                    }
-                });
+                let sample = raw.signal(&|| {});
                 // SAFETY: a live context.
                 ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
                 sync();
                 [sample]
             },
             || {
-                let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
-                let sample = timed(BLOCK, || {
-                    for _ in 0..BLOCK {
-                        shared_value.set(shared_value.get() + 1);
-                        p.params.fence.value = shared_value.get();
-                        // SAFETY: a live imported semaphore, one parameter block, a live stream.
-                        let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&raw_one, &p, 1, s) };
-                        ok(&cu, "cuSignalExternalSemaphoresAsync", r);
-                    }
-                });
+                let sample = raw.signal(&|| {});
                 sync();
                 [sample]
             },
         );
         rows.push(row);
     }
-    raw_value = shared_value.get();
     // The value of the last raw signal must have arrived in Vulkan.
-    assert!(vk_sems[9].wait(raw_value, WAIT).unwrap());
+    assert!(vk_sems[9].wait(raw.value.get(), WAIT).unwrap());
     // SAFETY: the context made by the experiment; nothing of ours lives in it; it is not
     // current (the bench's own context is).
     ok(&cu, "cuCtxDestroy", unsafe { (f.cuCtxDestroy)(other_ctx) });

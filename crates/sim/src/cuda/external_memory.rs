@@ -258,6 +258,28 @@ pub(super) unsafe fn import_memory(
     }
 }
 
+/// What both mappings of an import check first, in this order: the descriptor is readable,
+/// the driver initialised, a context current, `out` non-NULL. Returns the descriptor and the
+/// locked state.
+///
+/// # Safety
+/// `desc` must be NULL or point at a readable descriptor.
+unsafe fn open_mapping<'c, D: Copy, O>(
+    c: &'c Call,
+    out: *mut O,
+    desc: *const D,
+) -> R<(D, std::sync::MutexGuard<'c, State>)> {
+    // SAFETY: forwarded caller pointer (NULL is refused).
+    let desc = unsafe { get(desc) }?;
+    let st = c.state();
+    init(&st)?;
+    current_ctx(c, &st)?;
+    if out.is_null() {
+        return Err(INVALID_VALUE);
+    }
+    Ok((desc, st))
+}
+
 pub(crate) unsafe fn cuExternalMemoryGetMappedBuffer(
     c: &Call,
     out: *mut CUdeviceptr,
@@ -266,14 +288,8 @@ pub(crate) unsafe fn cuExternalMemoryGetMappedBuffer(
 ) -> CUresult {
     let h = ext as usize as u64;
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let desc = unsafe { get(desc) }?;
-        let mut st = c.state();
-        init(&st)?;
-        current_ctx(c, &st)?;
-        if out.is_null() {
-            return Err(INVALID_VALUE);
-        }
+        // SAFETY: forwarded caller pointers.
+        let (desc, mut st) = unsafe { open_mapping(c, out, desc) }?;
         let Some(mem) = st.memories.get(&h) else {
             return Err(not_live(c, &st, "external memory", h, false, INVALID_VALUE));
         };
@@ -331,14 +347,8 @@ pub(crate) unsafe fn cuExternalMemoryGetMappedMipmappedArray(
 ) -> CUresult {
     let h = ext as usize as u64;
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let desc = unsafe { get(desc) }?;
-        let mut st = c.state();
-        init(&st)?;
-        current_ctx(c, &st)?;
-        if out.is_null() {
-            return Err(INVALID_VALUE);
-        }
+        // SAFETY: forwarded caller pointers.
+        let (desc, mut st) = unsafe { open_mapping(c, out, desc) }?;
         let Some(mem) = st.memories.get(&h) else {
             return Err(not_live(c, &st, "external memory", h, false, INVALID_VALUE));
         };

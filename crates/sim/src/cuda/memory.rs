@@ -86,28 +86,43 @@ pub(crate) unsafe fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
     done(r)
 }
 
-pub(crate) unsafe fn cuMemcpyHtoD(
+/// What the synchronous host<->device copies share: the legacy stream synchronises, nothing
+/// happens for `n == 0`, a NULL host pointer is refused, the device range must lie in one live
+/// allocation; then `copy` runs with the state lock held (keeping that allocation alive).
+fn sync_copy(
     c: &Call,
-    dst: CUdeviceptr,
-    src: *const c_void,
+    host: *const c_void,
+    device: CUdeviceptr,
     n: usize,
+    copy: impl FnOnce(),
 ) -> CUresult {
     let r = (|| {
         legacy_sync(c)?;
         if n == 0 {
             return Ok(());
         }
-        if src.is_null() {
+        if host.is_null() {
             return Err(INVALID_VALUE);
         }
         let st = c.state();
-        device_range(c, &st, dst, n)?;
-        // SAFETY: the destination range lies in a live mapping (checked, and
-        // kept alive by the held lock); the source is the caller's `n` bytes.
-        unsafe { cmem::copy(src.cast::<u8>(), dst as usize as *mut u8, n) };
+        device_range(c, &st, device, n)?;
+        copy();
         Ok(())
     })();
     done(r)
+}
+
+pub(crate) unsafe fn cuMemcpyHtoD(
+    c: &Call,
+    dst: CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> CUresult {
+    sync_copy(c, src, dst, n, || {
+        // SAFETY: the destination range lies in a live mapping (checked, and
+        // kept alive by the held lock); the source is the caller's `n` bytes.
+        unsafe { cmem::copy(src.cast::<u8>(), dst as usize as *mut u8, n) };
+    })
 }
 
 pub(crate) unsafe fn cuMemcpyDtoH(
@@ -116,22 +131,11 @@ pub(crate) unsafe fn cuMemcpyDtoH(
     src: CUdeviceptr,
     n: usize,
 ) -> CUresult {
-    let r = (|| {
-        legacy_sync(c)?;
-        if n == 0 {
-            return Ok(());
-        }
-        if dst.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        let st = c.state();
-        device_range(c, &st, src, n)?;
+    sync_copy(c, dst.cast_const(), src, n, || {
         // SAFETY: the source range lies in a live mapping (checked, kept
         // alive by the held lock); the destination is the caller's buffer.
         unsafe { cmem::copy(src as usize as *const u8, dst.cast::<u8>(), n) };
-        Ok(())
-    })();
-    done(r)
+    })
 }
 
 pub(crate) unsafe fn cuMemsetD8(c: &Call, dst: CUdeviceptr, v: u8, n: usize) -> CUresult {

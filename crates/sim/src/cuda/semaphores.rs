@@ -226,12 +226,93 @@ pub(super) fn enqueue_ops(
     }));
 }
 
-pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
+/// What the signal and wait parameter blocks share, so that one function checks a batch of
+/// either (`run_batch`).
+pub(super) trait BatchParams: Copy {
+    /// The only flag the driver accepts, and only for NvSciSync semaphores: skip the NvSciBuf
+    /// memory synchronisation.
+    const SKIP_MEMSYNC: u32;
+    /// The memory synchronisation a batch element on an NvSciSync semaphore performs.
+    const MEMSYNC: crate::nvsci::MemsyncOp;
+    /// "signal" or "wait", for the permission diagnostic.
+    const VERB: &'static str;
+    /// The block's flags word.
+    fn flags(&self) -> u32;
+    /// Whether every reserved word (outer and inner) is zero.
+    fn reserved_clear(&self) -> bool;
+    /// Whether an NvSciSync object with these permissions allows this direction.
+    fn permitted(can_signal: bool, can_wait: bool) -> bool;
+}
+
+/// Implements `BatchParams` for one direction's parameter block.
+macro_rules! batch_params {
+    ($block:ty, $skip:expr, $memsync:ident, $verb:literal, |$s:ident, $w:ident| $permitted:expr) => {
+        impl BatchParams for $block {
+            const SKIP_MEMSYNC: u32 = $skip;
+            const MEMSYNC: crate::nvsci::MemsyncOp = crate::nvsci::MemsyncOp::$memsync;
+            const VERB: &'static str = $verb;
+            fn flags(&self) -> u32 {
+                self.flags
+            }
+            fn reserved_clear(&self) -> bool {
+                self.reserved
+                    .iter()
+                    .chain(&self.params.reserved)
+                    .all(|r| *r == 0)
+            }
+            fn permitted($s: bool, $w: bool) -> bool {
+                $permitted
+            }
+        }
+    };
+}
+
+batch_params!(
+    CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC,
+    Signal,
+    "signal",
+    |can_signal, _can_wait| can_signal
+);
+batch_params!(
+    CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC,
+    Wait,
+    "wait",
+    |_can_signal, can_wait| can_wait
+);
+
+/// A batch element's semaphore kind, after the checks both directions share.
+#[derive(Clone, Copy)]
+enum Checked {
+    /// An opaque-fd (binary) semaphore.
+    Binary,
+    /// A timeline-fd semaphore.
+    Timeline,
+    /// An NvSciSync semaphore with the permission the direction needs, of this object.
+    NvSciSync(u64),
+}
+
+/// A batch element as its direction plans it: semaphore, plan, outstanding-work counter.
+type Planned<T> = (Arc<SharedSemaphore>, T, Arc<AtomicUsize>);
+
+/// The frame of `cuSignalExternalSemaphoresAsync` and `cuWaitExternalSemaphoresAsync`: resolves
+/// the stream and the semaphores, checks every parameter block (reserved words, flags, the
+/// NvSciSync permission) and lets `plan` map each element to its direction's plan, all before
+/// anything is recorded, written or enqueued; then records the NvSciBuf memory
+/// synchronisations, lets `finish` turn the plans into stream operations (writing what the
+/// call hands back) and enqueues them.
+///
+/// # Safety
+/// `sems` and `params` must each be NULL or point at `n` elements.
+unsafe fn run_batch<P: BatchParams, T>(
     c: &Call,
     sems: *const CUexternalSemaphore,
-    params: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    params: *const P,
     n: c_uint,
     stream: CUstream,
+    mut plan: impl FnMut(u64, &P, Checked) -> R<T>,
+    finish: impl FnOnce(Vec<Planned<T>>) -> Vec<Planned<Op>>,
 ) -> CUresult {
     let r = (|| {
         let mut st = c.state();
@@ -247,58 +328,80 @@ pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
         // SAFETY: forwarded caller pointer with `n` elements.
         let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
         // Validate the whole batch before anything is enqueued or written.
-        let mut plan = Vec::with_capacity(n);
+        let mut planned = Vec::with_capacity(n);
         let mut memsync = Vec::new();
         for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
             // SAFETY: the caller passes `n` parameter blocks at `params`.
             let p = unsafe { cmem::read_at(params, i) };
-            if p.reserved.iter().any(|r| *r != 0) || p.params.reserved.iter().any(|r| *r != 0) {
+            if !p.reserved_clear() {
                 return Err(INVALID_VALUE);
             }
-            let op = match source {
-                SemSource::OpaqueFd | SemSource::TimelineFd if p.flags != 0 => {
+            let checked = match source {
+                SemSource::OpaqueFd | SemSource::TimelineFd if p.flags() != 0 => {
                     return Err(INVALID_VALUE)
                 }
-                SemSource::OpaqueFd => (Op::SignalBinary, None),
-                SemSource::TimelineFd => (Op::SignalTimeline(p.params.fence.value), None),
+                SemSource::OpaqueFd => Checked::Binary,
+                SemSource::TimelineFd => Checked::Timeline,
                 SemSource::NvSciSync {
                     object_id,
                     can_signal,
-                    ..
+                    can_wait,
                 } => {
-                    if p.flags & !CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC != 0 {
+                    if p.flags() & !P::SKIP_MEMSYNC != 0 {
                         return Err(INVALID_VALUE);
                     }
-                    if !can_signal {
+                    if !P::permitted(can_signal, can_wait) {
                         c.diag(
                             D::Misuse,
                             format!(
-                                "semaphore {h:#x}: its NvSciSync object has no signal permission"
+                                "semaphore {h:#x}: its NvSciSync object has no {} permission",
+                                P::VERB
                             ),
                         );
                         return Err(NOT_SUPPORTED);
                     }
-                    // SAFETY: reading the pointer member of a plain union.
-                    let f = unsafe { p.params.nvSciSync.fence }.cast::<NvSciSyncFence>();
-                    if f.is_null() {
-                        return Err(INVALID_VALUE);
-                    }
-                    memsync.push((object_id, p.flags != 0));
-                    (Op::SignalDeterministic, Some((f, object_id)))
+                    memsync.push((object_id, p.flags() != 0));
+                    Checked::NvSciSync(object_id)
                 }
             };
-            plan.push((sem, op, outstanding));
+            planned.push((sem, plan(h, &p, checked)?, outstanding));
         }
         for (object_id, skipped) in memsync {
-            crate::nvsci::record_memsync(
-                &mut st,
-                crate::nvsci::MemsyncOp::Signal,
-                object_id,
-                skipped,
-            );
+            crate::nvsci::record_memsync(&mut st, P::MEMSYNC, object_id, skipped);
         }
-        let mut ops = Vec::with_capacity(n);
-        for (sem, (op, fence_out), outstanding) in plan {
+        enqueue_ops(&core, finish(planned));
+        Ok(())
+    })();
+    done(r)
+}
+
+/// A signal's plan: its operation and, for NvSciSync, the caller's fence to write and the object.
+type SignalPlan = (Op, Option<(*mut NvSciSyncFence, u64)>);
+
+pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
+    c: &Call,
+    sems: *const CUexternalSemaphore,
+    params: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    n: c_uint,
+    stream: CUstream,
+) -> CUresult {
+    let plan = |_h: u64, p: &CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, checked: Checked| {
+        Ok(match checked {
+            Checked::Binary => (Op::SignalBinary, None),
+            Checked::Timeline => (Op::SignalTimeline(p.params.fence.value), None),
+            Checked::NvSciSync(object_id) => {
+                // SAFETY: reading the pointer member of a plain union.
+                let f = unsafe { p.params.nvSciSync.fence }.cast::<NvSciSyncFence>();
+                if f.is_null() {
+                    return Err(INVALID_VALUE);
+                }
+                (Op::SignalDeterministic, Some((f, object_id)))
+            }
+        })
+    };
+    let finish = |planned: Vec<Planned<SignalPlan>>| {
+        let mut ops = Vec::with_capacity(planned.len());
+        for (sem, (op, fence_out), outstanding) in planned {
             if let Some((f, object_id)) = fence_out {
                 let value = sem.reserve_next();
                 // SAFETY: the caller's fence pointer (non-null, checked) must
@@ -307,10 +410,10 @@ pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
             }
             ops.push((sem, op, outstanding));
         }
-        enqueue_ops(&core, ops);
-        Ok(())
-    })();
-    done(r)
+        ops
+    };
+    // SAFETY: forwarded caller pointers with `n` elements each.
+    unsafe { run_batch(c, sems, params, n, stream, plan, finish) }
 }
 
 pub(crate) unsafe fn cuWaitExternalSemaphoresAsync(
@@ -320,94 +423,41 @@ pub(crate) unsafe fn cuWaitExternalSemaphoresAsync(
     n: c_uint,
     stream: CUstream,
 ) -> CUresult {
-    let r = (|| {
-        let mut st = c.state();
-        init(&st)?;
-        let n = n as usize;
-        let (ctx, core) = resolve_stream(c, &mut st, stream)?;
-        if n == 0 {
-            return Ok(());
-        }
-        if params.is_null() {
-            return Err(INVALID_VALUE);
-        }
-        // SAFETY: forwarded caller pointer with `n` elements.
-        let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
-        let mut ops = Vec::with_capacity(n);
-        let mut memsync = Vec::new();
-        for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
-            // SAFETY: the caller passes `n` parameter blocks at `params`.
-            let p = unsafe { cmem::read_at(params, i) };
-            if p.reserved.iter().any(|r| *r != 0) || p.params.reserved.iter().any(|r| *r != 0) {
-                return Err(INVALID_VALUE);
-            }
-            let op = match source {
-                SemSource::OpaqueFd | SemSource::TimelineFd if p.flags != 0 => {
-                    return Err(INVALID_VALUE)
-                }
-                SemSource::OpaqueFd => Op::WaitBinary,
-                SemSource::TimelineFd => Op::WaitValue(p.params.fence.value),
-                SemSource::NvSciSync {
-                    object_id,
-                    can_wait,
-                    ..
-                } => {
-                    if p.flags & !CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC != 0 {
-                        return Err(INVALID_VALUE);
-                    }
-                    if !can_wait {
+    let plan = |h: u64, p: &CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, checked: Checked| {
+        Ok(match checked {
+            Checked::Binary => Op::WaitBinary,
+            Checked::Timeline => Op::WaitValue(p.params.fence.value),
+            Checked::NvSciSync(object_id) => {
+                // SAFETY: reading the pointer member of a plain union.
+                let f = unsafe { p.params.nvSciSync.fence }
+                    .cast::<NvSciSyncFence>()
+                    .cast_const();
+                // SAFETY: the caller's fence pointer must point at a
+                // readable NvSciSyncFence (NULL is refused).
+                let fence = unsafe { get(f) }?;
+                match fence::decode(&fence) {
+                    FenceContent::Cleared => Op::Nothing,
+                    FenceContent::Fence(sf) if sf.object_id == object_id => Op::WaitValue(sf.value),
+                    FenceContent::Fence(sf) => {
                         c.diag(
                             D::Misuse,
-                            format!(
-                                "semaphore {h:#x}: its NvSciSync object has no wait permission"
-                            ),
+                            format!("fence of sync object {} waited on through semaphore {h:#x} of object {object_id}", sf.object_id),
                         );
-                        return Err(NOT_SUPPORTED);
+                        return Err(INVALID_VALUE);
                     }
-                    // SAFETY: reading the pointer member of a plain union.
-                    let f = unsafe { p.params.nvSciSync.fence }
-                        .cast::<NvSciSyncFence>()
-                        .cast_const();
-                    // SAFETY: the caller's fence pointer must point at a
-                    // readable NvSciSyncFence (NULL is refused).
-                    let fence = unsafe { get(f) }?;
-                    memsync.push((object_id, p.flags != 0));
-                    match fence::decode(&fence) {
-                        FenceContent::Cleared => Op::Nothing,
-                        FenceContent::Fence(sf) if sf.object_id == object_id => {
-                            Op::WaitValue(sf.value)
-                        }
-                        FenceContent::Fence(sf) => {
-                            c.diag(
-                                D::Misuse,
-                                format!("fence of sync object {} waited on through semaphore {h:#x} of object {object_id}", sf.object_id),
-                            );
-                            return Err(INVALID_VALUE);
-                        }
-                        FenceContent::Garbage => {
-                            c.diag(
-                                D::Misuse,
-                                "NvSciSyncFence holds bytes the simulator did not write".into(),
-                            );
-                            return Err(INVALID_VALUE);
-                        }
+                    FenceContent::Garbage => {
+                        c.diag(
+                            D::Misuse,
+                            "NvSciSyncFence holds bytes the simulator did not write".into(),
+                        );
+                        return Err(INVALID_VALUE);
                     }
                 }
-            };
-            ops.push((sem, op, outstanding));
-        }
-        for (object_id, skipped) in memsync {
-            crate::nvsci::record_memsync(
-                &mut st,
-                crate::nvsci::MemsyncOp::Wait,
-                object_id,
-                skipped,
-            );
-        }
-        enqueue_ops(&core, ops);
-        Ok(())
-    })();
-    done(r)
+            }
+        })
+    };
+    // SAFETY: forwarded caller pointers with `n` elements each.
+    unsafe { run_batch(c, sems, params, n, stream, plan, |planned| planned) }
 }
 
 pub(crate) unsafe fn cuDestroyExternalSemaphore(c: &Call, s: CUexternalSemaphore) -> CUresult {

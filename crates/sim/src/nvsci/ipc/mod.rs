@@ -100,39 +100,28 @@ impl Channel {
         let mut header = [0u8; 16];
         header[..8].copy_from_slice(&MSG_MAGIC.to_le_bytes());
         header[8..].copy_from_slice(&id.to_le_bytes());
-        let mut iov = libc::iovec {
-            iov_base: header.as_mut_ptr().cast(),
-            iov_len: header.len(),
-        };
-        // SAFETY: CMSG_SPACE is a pure size computation.
-        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-        let mut control = vec![0u8; space];
-        // SAFETY: an all-zero msghdr is a valid value of this plain C struct.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: `msg` describes `control`, which has room for one header
-        // carrying one descriptor; CMSG_FIRSTHDR / CMSG_DATA stay inside it.
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            if cmsg.is_null() {
-                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        with_msghdr(&mut header, |msg| {
+            // SAFETY: `msg` describes a control buffer with room for one header
+            // carrying one descriptor; CMSG_FIRSTHDR / CMSG_DATA stay inside it.
+            unsafe {
+                let cmsg = libc::CMSG_FIRSTHDR(msg);
+                if cmsg.is_null() {
+                    return Err(io::Error::from_raw_os_error(libc::EINVAL));
+                }
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+                libc::CMSG_DATA(cmsg)
+                    .cast::<libc::c_int>()
+                    .write_unaligned(fd.as_raw_fd());
             }
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-            libc::CMSG_DATA(cmsg)
-                .cast::<libc::c_int>()
-                .write_unaligned(fd.as_raw_fd());
-        }
-        // SAFETY: `msg` points at live buffers for the duration of the call.
-        let n = unsafe { libc::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+            // SAFETY: `msg` points at live buffers for the duration of the call.
+            let n = unsafe { libc::sendmsg(self.sock.as_raw_fd(), msg, libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
     }
 
     /// Receives one message: its id and descriptor.
@@ -155,39 +144,31 @@ impl Channel {
             return Err(err::RESOURCE_ERROR);
         }
         let mut header = [0u8; 16];
-        let mut iov = libc::iovec {
-            iov_base: header.as_mut_ptr().cast(),
-            iov_len: header.len(),
-        };
-        // SAFETY: pure size computation.
-        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-        let mut control = vec![0u8; space];
-        // SAFETY: an all-zero msghdr is a valid value.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-        // SAFETY: `msg` points at live buffers; received descriptors are
-        // close-on-exec.
-        let n = unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n <= 0 {
-            // 0: the peer closed its end.
-            return Err(err::RESOURCE_ERROR);
-        }
-        let mut got = None;
-        // SAFETY: walking the control buffer the kernel filled, with the
-        // libc macros that stay inside `msg_controllen`.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-            while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                    let raw = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
-                    got = Some(OwnedFd::from_raw_fd(raw));
-                }
-                cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        let (n, got) = with_msghdr(&mut header, |msg| {
+            // SAFETY: `msg` points at live buffers; received descriptors are
+            // close-on-exec.
+            let n = unsafe { libc::recvmsg(self.sock.as_raw_fd(), msg, libc::MSG_CMSG_CLOEXEC) };
+            if n <= 0 {
+                // 0: the peer closed its end.
+                return Err(err::RESOURCE_ERROR);
             }
-        }
+            let mut got = None;
+            // SAFETY: walking the control buffer the kernel filled, with the
+            // libc macros that stay inside `msg_controllen`.
+            unsafe {
+                let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+                while !cmsg.is_null() {
+                    if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                        && (*cmsg).cmsg_type == libc::SCM_RIGHTS
+                    {
+                        let raw = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
+                        got = Some(OwnedFd::from_raw_fd(raw));
+                    }
+                    cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+                }
+            }
+            Ok((n, got))
+        })?;
         let fd = got.ok_or(err::RESOURCE_ERROR)?;
         let magic = u64::from_le_bytes(header[..8].try_into().map_err(|_| err::RESOURCE_ERROR)?);
         if n != 16 || magic != MSG_MAGIC {
@@ -336,3 +317,23 @@ fn channel(c: &Call, ep: NvSciIpcEndpoint) -> R<Arc<Channel>> {
 // ---------------------------------------------------------------- buffers
 
 // ---------------------------------------------------------------- sync objects and fences
+
+/// Runs `f` with a message header whose one data buffer is `header` and whose control buffer
+/// has room for one message carrying one descriptor: the frame `sendmsg` and `recvmsg` of a
+/// channel share.
+fn with_msghdr<T>(header: &mut [u8; 16], f: impl FnOnce(&mut libc::msghdr) -> T) -> T {
+    let mut iov = libc::iovec {
+        iov_base: header.as_mut_ptr().cast(),
+        iov_len: header.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: an all-zero msghdr is a valid value of this plain C struct.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    f(&mut msg)
+}

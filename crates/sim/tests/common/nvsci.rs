@@ -1,0 +1,63 @@
+//! Raw C-level helpers shared by the NvSci tests (`nvsci_rules.rs`, `nvsci_semantics.rs`):
+//! the table-call macro, the set-up, and the parts of the buf and sync attribute helpers that
+//! differ only in the pair and list types.
+#![allow(dead_code)]
+
+use std::ffi::c_void;
+
+use tegra_interop_sim::{FunctionTable, Sim, SimConfig};
+use tegra_interop_sys::nvsci::NvSciError;
+
+/// Calls a table entry and gives the raw code.
+macro_rules! call {
+    ($api:expr, $f:ident ( $($a:expr),* $(,)? )) => {{
+        let f = $api.$f.expect(concat!(stringify!($f), " missing from the table"));
+        // SAFETY: test code passes arguments that satisfy the C contract.
+        #[allow(clippy::macro_metavars_in_unsafe)]
+        let r = unsafe { f($($a),*) };
+        r
+    }};
+}
+
+/// A simulator with `cfg` and its tables, CUDA initialised.
+pub fn setup_with_config(cfg: SimConfig) -> (Sim, FunctionTable) {
+    let sim = Sim::with_config(cfg).unwrap();
+    let t = sim.table();
+    assert_eq!(call!(t.cuda, cuInit(0)).0, 0);
+    (sim, t)
+}
+
+/// The raw key/value pairs of a SetAttrs call, each made by `make(key, value, len)` from
+/// `pairs` (which must outlive the call).
+pub fn kv_pairs<P>(
+    pairs: &[(u32, Vec<u8>)],
+    make: impl Fn(u32, *const c_void, usize) -> P,
+) -> Vec<P> {
+    pairs
+        .iter()
+        .map(|(k, v)| make(*k, v.as_ptr().cast(), v.len()))
+        .collect()
+}
+
+/// A copy of the `len` bytes a GetAttrs call reported at `value`; `None` for a NULL value
+/// (the key is not set).
+pub fn value_copy(value: *const c_void, len: usize) -> Option<Vec<u8>> {
+    if value.is_null() {
+        return None;
+    }
+    // SAFETY: GetAttrs reported `len` readable bytes at the non-null `value`.
+    Some(unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) }.to_vec())
+}
+
+/// A reconcile entry point of either library (buf or sync lists).
+pub type ReconcileFn<T> =
+    Option<unsafe extern "C" fn(*const *mut T, usize, *mut *mut T, *mut *mut T) -> NvSciError>;
+
+/// Reconciles `lists` with `f`: (code, reconciled, conflict).
+pub fn reconcile<T>(f: ReconcileFn<T>, lists: &[*mut T]) -> (u32, *mut T, *mut T) {
+    let f = f.expect("reconcile missing from the table");
+    let (mut out, mut conflict) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: `lists` holds `lists.len()` list handles; both out pointers are valid.
+    let r = unsafe { f(lists.as_ptr(), lists.len(), &mut out, &mut conflict) };
+    (r.0, out, conflict)
+}
