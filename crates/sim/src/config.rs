@@ -40,6 +40,10 @@ pub struct SimConfig {
     /// [`DiagnosticKind::Hang`] diagnostic (the real driver would block
     /// forever). Default 30 s.
     pub hang_timeout: Duration,
+    /// The NvSciIpc configuration file `NvSciIpcInit` reads, in the BSP's
+    /// format (`INTER_PROCESS <ep_a> <ep_b> <nframes> <frame_size>` lines).
+    /// `None` (the default) reads `/etc/nvsciipc.cfg`, as the BSP does.
+    pub nvsciipc_config: Option<std::path::PathBuf>,
     /// How long [`Sim::with_config`] waits for a free slot when all
     /// [`SLOTS`] are in use. Default 60 s.
     pub slot_wait: Duration,
@@ -60,6 +64,7 @@ impl Default for SimConfig {
             nvsci_release: NvSciRelease::V6_0_10,
             driver_version: 12090,
             hang_timeout: cuda::DEFAULT_HANG_TIMEOUT,
+            nvsciipc_config: None,
             slot_wait: Duration::from_secs(60),
         }
     }
@@ -84,6 +89,13 @@ impl SimConfig {
     /// The same configuration claiming the NvSci release `release`.
     pub fn with_nvsci_release(mut self, release: NvSciRelease) -> Self {
         self.nvsci_release = release;
+        self
+    }
+
+    /// The same configuration reading its NvSciIpc endpoints from `path`
+    /// (a file in the BSP's `nvsciipc.cfg` format).
+    pub fn with_nvsciipc_config(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.nvsciipc_config = Some(path.into());
         self
     }
 

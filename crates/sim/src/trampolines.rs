@@ -108,34 +108,8 @@ macro_rules! cuda_not_provided {
     ($field:ident => $($x:tt)*) => { $($x)* };
 }
 
-/// NvSciBuf: the simulator provides every declared entry point.
+/// NvSci (buf, sync, ipc): the simulator provides every declared entry point.
 macro_rules! all_provided {
-    ($field:ident => $($x:tt)*) => { $($x)* };
-}
-
-/// NvSciSync entry points the simulator does not provide: the attribute-list
-/// IPC of NvSciSync (only NvSciBuf's is simulated); the table leaves them
-/// `None` rather than guess.
-macro_rules! nvscisync_not_provided {
-    (NvSciSyncAttrListIpcExportUnreconciled => $($x:tt)*) => {};
-    (NvSciSyncAttrListIpcExportReconciled => $($x:tt)*) => {};
-    (NvSciSyncAttrListIpcImportUnreconciled => $($x:tt)*) => {};
-    (NvSciSyncAttrListIpcImportReconciled => $($x:tt)*) => {};
-    (NvSciSyncAttrListFreeDesc => $($x:tt)*) => {};
-    ($field:ident => $($x:tt)*) => { $($x)* };
-}
-
-/// NvSciIpc entry points the simulator does not provide: their behaviour
-/// was neither measured nor needed, so the table leaves them `None` (as a
-/// library without them would) rather than guess.
-macro_rules! nvsciipc_not_provided {
-    (NvSciIpcCloseEndpointSafe => $($x:tt)*) => {};
-    (NvSciIpcResetEndpointSafe => $($x:tt)*) => {};
-    (NvSciIpcGetLinuxEventFd => $($x:tt)*) => {};
-    (NvSciIpcGetEndpointInfo => $($x:tt)*) => {};
-    (NvSciIpcGetEventSafe => $($x:tt)*) => {};
-    (NvSciIpcReadSafe => $($x:tt)*) => {};
-    (NvSciIpcWriteSafe => $($x:tt)*) => {};
     ($field:ident => $($x:tt)*) => { $($x)* };
 }
 
@@ -163,7 +137,7 @@ pub(crate) mod nvscisync {
     use super::*;
     use crate::nvsci::bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvscisync_entry_points!(trampolines_of nvscisync_not_provided);
+    tegra_interop_sys::nvscisync_entry_points!(trampolines_of all_provided);
 }
 
 /// NvSciIpc.
@@ -172,7 +146,7 @@ pub(crate) mod nvsciipc {
     use super::*;
     use crate::nvsci::bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvsciipc_entry_points!(trampolines_of nvsciipc_not_provided);
+    tegra_interop_sys::nvsciipc_entry_points!(trampolines_of all_provided);
 }
 
 /// The CUDA part of the table for `slot` (without the shared lookups).

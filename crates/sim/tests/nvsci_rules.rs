@@ -6,7 +6,7 @@
 use std::ffi::c_void;
 use std::ptr;
 
-use tegra_interop_sim::nvsci::{color, endpoint_pair};
+use tegra_interop_sim::nvsci::{color, IpcConfigFile};
 use tegra_interop_sim::FunctionTable;
 use tegra_interop_sim::{DiagnosticKind, NvSciRelease, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
@@ -217,10 +217,8 @@ fn buf_setattrs_key_buffer_type_must_be_in_types() {
 
 #[test]
 fn buf_setattrs_imported_lists_are_read_only() {
-    let (_sim, t) = setup();
-    let (a, b) = endpoint_pair().unwrap();
-    _sim.nvsci_register_endpoint("a", a);
-    _sim.nvsci_register_endpoint("b", b);
+    let cfg = IpcConfigFile::inter_process(&[("a", "b", 16, 4096)]).unwrap();
+    let (_sim, t) = setup_with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path()));
     assert_eq!(call!(t.nvsciipc, NvSciIpcInit()).0, 0);
     let (mut ea, mut eb) = (0u64, 0u64);
     assert_eq!(
@@ -670,28 +668,22 @@ fn buf_flush_cpu_cache_range_needs_len_and_bounds() {
     );
 }
 
-/// Two simulators (the two processes) connected by an endpoint pair.
+/// Two simulators (the two processes) connected by an established endpoint pair.
 struct Peers {
     a: (Sim, FunctionTable, u64),
     b: (Sim, FunctionTable, u64),
+    _cfg: IpcConfigFile,
 }
 fn peers() -> Peers {
-    let (x, y) = endpoint_pair().unwrap();
-    let mk = |name: &str, sock| {
-        let (sim, t) = setup();
-        sim.nvsci_register_endpoint(name, sock);
-        assert_eq!(call!(t.nvsciipc, NvSciIpcInit()).0, 0);
-        let mut ep = 0u64;
-        let cname = std::ffi::CString::new(name).unwrap();
-        assert_eq!(
-            call!(t.nvsciipc, NvSciIpcOpenEndpoint(cname.as_ptr(), &mut ep)).0,
-            0
-        );
-        (sim, t, ep)
-    };
+    let cfg = IpcConfigFile::inter_process(&[("a", "b", 16, 4096)]).unwrap();
+    let mk = || setup_with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path()));
+    let (sa, ta) = mk();
+    let (sb, tb) = mk();
+    let (ea, eb) = connect_endpoints(&ta, &tb, "a", "b");
     Peers {
-        a: mk("a", x),
-        b: mk("b", y),
+        a: (sa, ta, ea),
+        b: (sb, tb, eb),
+        _cfg: cfg,
     }
 }
 

@@ -12,11 +12,10 @@
 //! importer asks for, and the imported handle's `ActualPerm` is checked
 //! again here ([`IpcError::BufPermission`] / [`IpcError::SyncPermission`]).
 
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io;
 use std::ptr;
-use std::sync::Arc;
 
 use tegra_interop_sys::nvsci::{
     NvSciBufAttrList, NvSciBufAttrValAccessPerm, NvSciBufObj, NvSciBufObjIpcExportDescriptor,
@@ -27,7 +26,7 @@ use tegra_interop_sys::nvsci::{
 use super::buf::{BufAttrList, BufModule, BufObj, BufPerm};
 use super::sync::{Fence, SyncAttrList, SyncModule, SyncObj, SyncPerm};
 use super::{check, Timeout};
-use crate::{Backend, Error};
+use crate::Error;
 
 /// One end of an NvSciIpc connection: the endpoint handle NvSci exports and
 /// imports are bound to, plus a channel for the descriptor bytes.
@@ -35,9 +34,9 @@ pub trait IpcEndpoint {
     /// The `NvSciIpcEndpoint` handle.
     fn handle(&self) -> NvSciIpcEndpoint;
     /// Sends one message to the peer.
-    fn send(&mut self, message: &[u8]) -> io::Result<()>;
+    fn send(&mut self, message: &[u8]) -> Result<(), IpcError>;
     /// Receives the peer's next message.
-    fn recv(&mut self) -> io::Result<Vec<u8>>;
+    fn recv(&mut self) -> Result<Vec<u8>, IpcError>;
 }
 
 /// Why an IPC transfer failed.
@@ -71,6 +70,38 @@ pub enum IpcError {
         /// What the importer required.
         required: SyncPerm,
     },
+    /// The connection was reset: the peer closed its endpoint, reset it, or
+    /// its process ended. Close this endpoint; a new connection needs a new
+    /// open on both sides.
+    ConnectionReset {
+        /// The local endpoint's name.
+        endpoint: String,
+    },
+    /// The peer did not answer in time.
+    Timeout {
+        /// The local endpoint's name.
+        endpoint: String,
+        /// How long was waited.
+        waited: std::time::Duration,
+    },
+    /// A message larger than this side accepts was sent or announced.
+    TooLarge {
+        /// Its length in bytes.
+        len: usize,
+        /// The most accepted.
+        max: usize,
+    },
+    /// The peer sent something that is not a well-formed message of this
+    /// protocol (garbage, frames out of order, a truncated message).
+    Malformed(&'static str),
+    /// The endpoint's frames are too small for this channel's frame header:
+    /// configure a larger `frame_size` for the pair.
+    FrameTooSmall {
+        /// The configured frame size.
+        frame_size: u32,
+        /// The least this channel needs.
+        needed: usize,
+    },
 }
 
 impl fmt::Display for IpcError {
@@ -96,6 +127,22 @@ impl fmt::Display for IpcError {
                 f,
                 "the imported sync object grants {granted:?}, the importer requires {required:?}"
             ),
+            IpcError::ConnectionReset { endpoint } => write!(
+                f,
+                "NvSciIpc endpoint {endpoint:?}: the connection was reset (the peer closed or reset its endpoint, or its process ended); close this endpoint and open both ends again"
+            ),
+            IpcError::Timeout { endpoint, waited } => write!(
+                f,
+                "NvSciIpc endpoint {endpoint:?}: no answer from the peer within {waited:?} (is the peer process running and using the paired endpoint name?)"
+            ),
+            IpcError::TooLarge { len, max } => {
+                write!(f, "a message of {len} bytes; at most {max} are accepted")
+            }
+            IpcError::Malformed(what) => write!(f, "the peer sent {what}"),
+            IpcError::FrameTooSmall { frame_size, needed } => write!(
+                f,
+                "the endpoint's frames hold {frame_size} bytes; this channel needs at least {needed} (configure a larger frame_size for the pair)"
+            ),
         }
     }
 }
@@ -119,111 +166,6 @@ impl From<Error> for IpcError {
 impl From<io::Error> for IpcError {
     fn from(value: io::Error) -> Self {
         IpcError::Transport(value)
-    }
-}
-
-/// Largest message [`NvSciIpcChannel`] accepts (attribute-list descriptors
-/// are the biggest, a few kilobytes).
-const MAX_MESSAGE: usize = 16 << 20;
-
-/// A named NvSciIpc endpoint (`NvSciIpcOpenEndpoint`, after
-/// `NvSciIpcInit`) whose descriptor messages travel over `transport`,
-/// length-prefixed. Dropping it closes the endpoint and calls
-/// `NvSciIpcDeinit`.
-///
-/// The project's NvSciIpc subset covers the endpoint's lifetime only
-/// (`NvSciIpcRead` / `NvSciIpcWrite` are not in the function table), so the
-/// bytes go over a transport of the application's choice.
-pub struct NvSciIpcChannel<T> {
-    backend: Arc<Backend>,
-    handle: NvSciIpcEndpoint,
-    transport: T,
-}
-
-impl<T> fmt::Debug for NvSciIpcChannel<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NvSciIpcChannel")
-            .field("handle", &self.handle)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<T: Read + Write> NvSciIpcChannel<T> {
-    /// Opens the endpoint `name` (as configured for NvSciIpc; in the
-    /// simulator, as registered with `Sim::nvsci_register_endpoint`).
-    pub fn open(backend: &Arc<Backend>, name: &str, transport: T) -> Result<Self, Error> {
-        let api = &backend.table().nvsciipc;
-        let init = need!(api, NvSciIpcInit);
-        let open = need!(api, NvSciIpcOpenEndpoint);
-        let deinit = need!(api, NvSciIpcDeinit);
-        let name = CString::new(name).map_err(|_| Error::Unsupported {
-            operation: "NvSciIpcChannel::open",
-            reason: "the endpoint name contains a NUL byte",
-        })?;
-        // SAFETY: no arguments; balanced by NvSciIpcDeinit below or in Drop.
-        check("NvSciIpcInit", unsafe { init() })?;
-        let mut handle: NvSciIpcEndpoint = 0;
-        // SAFETY: a NUL-terminated name and a valid out-pointer.
-        if let Err(e) = check("NvSciIpcOpenEndpoint", unsafe {
-            open(name.as_ptr(), &mut handle)
-        }) {
-            // SAFETY: balances the successful NvSciIpcInit above.
-            unsafe { deinit() };
-            return Err(e);
-        }
-        Ok(NvSciIpcChannel {
-            backend: Arc::clone(backend),
-            handle,
-            transport,
-        })
-    }
-
-    /// The transport.
-    pub fn transport(&mut self) -> &mut T {
-        &mut self.transport
-    }
-}
-
-impl<T> Drop for NvSciIpcChannel<T> {
-    fn drop(&mut self) {
-        let api = &self.backend.table().nvsciipc;
-        if let Some(close) = api.NvSciIpcCloseEndpoint {
-            // SAFETY: opened by us, closed once.
-            unsafe { close(self.handle) };
-        }
-        if let Some(deinit) = api.NvSciIpcDeinit {
-            // SAFETY: balances our NvSciIpcInit.
-            unsafe { deinit() };
-        }
-    }
-}
-
-impl<T: Read + Write> IpcEndpoint for NvSciIpcChannel<T> {
-    fn handle(&self) -> NvSciIpcEndpoint {
-        self.handle
-    }
-
-    fn send(&mut self, message: &[u8]) -> io::Result<()> {
-        let len = u32::try_from(message.len())
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "message too long"))?;
-        self.transport.write_all(&len.to_le_bytes())?;
-        self.transport.write_all(message)?;
-        self.transport.flush()
-    }
-
-    fn recv(&mut self) -> io::Result<Vec<u8>> {
-        let mut len = [0u8; 4];
-        self.transport.read_exact(&mut len)?;
-        let len = u32::from_le_bytes(len) as usize;
-        if len > MAX_MESSAGE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "message too long",
-            ));
-        }
-        let mut buf = vec![0u8; len];
-        self.transport.read_exact(&mut buf)?;
-        Ok(buf)
     }
 }
 

@@ -12,7 +12,7 @@
 //! | [`CpuWaitContext`] | `NvSciSyncCpuWaitContext` | `NvSciSyncCpuWaitContextFree` |
 //! | [`NvSciMemory`] | `CUexternalMemory` of an `NvSciBufObj` | `cuDestroyExternalMemory` |
 //! | [`NvSciSemaphore`] | `CUexternalSemaphore` of an `NvSciSyncObj` | `cuDestroyExternalSemaphore` |
-//! | [`NvSciIpcChannel`] | `NvSciIpcEndpoint` | `NvSciIpcCloseEndpoint` |
+//! | [`NvSciIpc`] | `NvSciIpcEndpoint` (and the process's `NvSciIpcInit`) | `NvSciIpcCloseEndpointSafe` (the last one: `NvSciIpcDeinit`) |
 //!
 //! Modules are reference counted: every list, object, fence and wait
 //! context holds its module, which is closed when the last of them goes.
@@ -97,6 +97,7 @@ macro_rules! need {
 }
 
 mod buf;
+mod endpoint;
 mod ipc;
 mod sync;
 mod version;
@@ -109,7 +110,8 @@ use tegra_interop_core::NvSciError;
 use crate::Error;
 
 pub use buf::{BufAttrList, BufModule, BufObj, BufPerm, ImagePlane, NvSciMemory};
-pub use ipc::{IpcEndpoint, IpcError, NvSciIpcChannel};
+pub use endpoint::{EndpointInfo, NvSciIpc, MAX_MESSAGE};
+pub use ipc::{IpcEndpoint, IpcError};
 pub use sync::{
     CanSignal, CanWait, CpuWaitContext, Fence, FenceSource, FenceValue, NvSciSemaphore, Role,
     SignalWait, Signaler, SyncAttrList, SyncModule, SyncObj, SyncPerm, Waiter,

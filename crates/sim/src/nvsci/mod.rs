@@ -85,7 +85,6 @@ mod sync;
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_void;
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -107,7 +106,7 @@ pub(crate) mod bodies {
 }
 
 pub use attrs::color;
-pub use ipc::{endpoint_pair, set_inheritable};
+pub use ipc::IpcConfigFile;
 pub use release::NvSciRelease;
 
 /// `NvSciError` values the simulator returns (named by the generated bindings).
@@ -121,13 +120,15 @@ pub(crate) mod err {
     pub(crate) const NOT_PERMITTED: NvSciError = NvSciError::NvSciError_NotPermitted;
     pub(crate) const INVALID_OPERATION: NvSciError = NvSciError::NvSciError_InvalidOperation;
     pub(crate) const NOT_INITIALIZED: NvSciError = NvSciError::NvSciError_NotInitialized;
-    pub(crate) const ALREADY_IN_USE: NvSciError = NvSciError::NvSciError_AlreadyInUse;
     pub(crate) const INSUFFICIENT_MEMORY: NvSciError = NvSciError::NvSciError_InsufficientMemory;
     pub(crate) const RESOURCE_ERROR: NvSciError = NvSciError::NvSciError_ResourceError;
     pub(crate) const BAD_PARAMETER: NvSciError = NvSciError::NvSciError_BadParameter;
     pub(crate) const OVERFLOW: NvSciError = NvSciError::NvSciError_Overflow;
     pub(crate) const TIMEOUT: NvSciError = NvSciError::NvSciError_Timeout;
     pub(crate) const BUSY: NvSciError = NvSciError::NvSciError_Busy;
+    pub(crate) const INVALID_STATE: NvSciError = NvSciError::NvSciError_InvalidState;
+    pub(crate) const NO_SUCH_ENTRY: NvSciError = NvSciError::NvSciError_NoSuchEntry;
+    pub(crate) const CONNECTION_RESET: NvSciError = NvSciError::NvSciError_ConnectionReset;
     pub(crate) const RECONCILIATION_FAILED: NvSciError =
         NvSciError::NvSciError_ReconciliationFailed;
     pub(crate) const ATTR_LIST_VALIDATION_FAILED: NvSciError =
@@ -289,10 +290,11 @@ pub(crate) struct NvSciState {
     pub(crate) buf_objs: HashMap<usize, buf::BufObjRec>,
     pub(crate) sync_objs: HashMap<usize, sync::SyncObjRec>,
     pub(crate) wait_contexts: HashMap<usize, WaitCtxRec>,
-    pub(crate) registered: HashMap<String, Arc<ipc::Channel>>,
-    pub(crate) endpoints: HashMap<u64, ipc::OpenEndpoint>,
-    pub(crate) descriptors: HashSet<usize>,
-    pub(crate) ipc_inits: usize,
+    /// NvSciIpc: the configuration, open endpoints.
+    pub(crate) ipc: ipc::IpcState,
+    /// Attribute-list descriptors handed out and not freed: address ->
+    /// whether NvSciSync (true) or NvSciBuf made it.
+    pub(crate) descriptors: HashMap<usize, bool>,
     pub(crate) memsync: Vec<MemsyncEvent>,
     pub(crate) next_sync_initial: Option<u64>,
     /// Handles that were live once (for use-after-free diagnostics).
@@ -307,9 +309,9 @@ impl NvSciState {
             buf_objects: self.buf_objs.len(),
             sync_objects: self.sync_objs.len(),
             cpu_wait_contexts: self.wait_contexts.len(),
-            open_endpoints: self.endpoints.len(),
+            open_endpoints: self.ipc.open_count(),
             export_descriptors: self.descriptors.len(),
-            ipc_inits: self.ipc_inits,
+            ipc_inits: usize::from(self.ipc.initialized()),
         }
     }
 
@@ -465,18 +467,5 @@ impl crate::Sim {
     /// whether its NvSciBuf memory synchronisation ran.
     pub fn nvsci_memsync_log(&self) -> Vec<MemsyncEvent> {
         self.inner.lock_state().nvsci.memsync.clone()
-    }
-
-    /// Registers `socket` (a connected `AF_UNIX` `SOCK_SEQPACKET` socket, one
-    /// end of [`endpoint_pair`]) under the endpoint name `name`:
-    /// `NvSciIpcOpenEndpoint(name)` then opens it. The peer (another
-    /// process, or another simulator in this process) registers the other
-    /// end under its own name. Replaces an earlier registration of `name`.
-    pub fn nvsci_register_endpoint(&self, name: &str, socket: OwnedFd) {
-        self.inner
-            .lock_state()
-            .nvsci
-            .registered
-            .insert(name.to_owned(), Arc::new(ipc::Channel::new(socket)));
     }
 }

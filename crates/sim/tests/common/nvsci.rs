@@ -61,3 +61,31 @@ pub fn reconcile<T>(f: ReconcileFn<T>, lists: &[*mut T]) -> (u32, *mut T, *mut T
     let r = unsafe { f(lists.as_ptr(), lists.len(), &mut out, &mut conflict) };
     (r.0, out, conflict)
 }
+
+/// Initialises NvSciIpc in both tables, opens `a` in `ta` and `b` in `tb`, runs the init
+/// sequence (event fd, reset) and waits until both report CONN_EST: (handle a, handle b).
+pub fn connect_endpoints(ta: &FunctionTable, tb: &FunctionTable, a: &str, b: &str) -> (u64, u64) {
+    let open = |t: &FunctionTable, name: &str| {
+        assert_eq!(call!(t.nvsciipc, NvSciIpcInit()).0, 0);
+        let c = std::ffi::CString::new(name).unwrap();
+        let mut h = 0u64;
+        assert_eq!(call!(t.nvsciipc, NvSciIpcOpenEndpoint(c.as_ptr(), &mut h)).0, 0);
+        let mut fd = -1;
+        assert_eq!(call!(t.nvsciipc, NvSciIpcGetLinuxEventFd(h, &mut fd)).0, 0);
+        assert_eq!(call!(t.nvsciipc, NvSciIpcResetEndpointSafe(h)).0, 0);
+        h
+    };
+    let (ha, hb) = (open(ta, a), open(tb, b));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let (mut ea, mut eb) = (0u32, 0u32);
+    while (ea | eb) & 0x4 == 0 || ea & eb & 0x4 == 0 {
+        let (mut x, mut y) = (0u32, 0u32);
+        assert_eq!(call!(ta.nvsciipc, NvSciIpcGetEventSafe(ha, &mut x)).0, 0);
+        assert_eq!(call!(tb.nvsciipc, NvSciIpcGetEventSafe(hb, &mut y)).0, 0);
+        ea |= x;
+        eb |= y;
+        assert!(std::time::Instant::now() < deadline, "no CONN_EST");
+        std::thread::yield_now();
+    }
+    (ha, hb)
+}

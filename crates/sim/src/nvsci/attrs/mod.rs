@@ -260,38 +260,37 @@ pub(crate) mod sk {
 pub(crate) const PRIVATE_PEER: u32 = 0xffff_0001;
 pub(crate) const PRIVATE_PEERS: u32 = 0xffff_0002;
 
-/// The IPC peers of a reconciled buf list: (endpoint, granted permission).
-pub(crate) fn peers(m: &AttrMap) -> Vec<(u64, u32)> {
+/// The IPC peers of a reconciled list: (endpoint, granted permission: a
+/// buf `NvSciBufAttrValAccessPerm` or sync `NvSciSyncAccessPerm` bits).
+pub(crate) fn peers(m: &AttrMap) -> Vec<(u64, u64)> {
     m.get(&PRIVATE_PEERS)
-        .map(|v| {
-            u64s(v)
-                .chunks_exact(2)
-                .map(|c| (c[0], c[1] as u32))
-                .collect()
-        })
+        .map(|v| u64s(v).chunks_exact(2).map(|c| (c[0], c[1])).collect())
         .unwrap_or_default()
 }
 
-/// Records, in a reconciled buf map, the peers whose unreconciled lists
-/// came over an endpoint, each with the largest RequiredPerm of its lists
-/// (Readonly when none).
-pub(crate) fn record_peers(parts: &[&AttrMap], out: &mut AttrMap) {
-    let mut peers: Vec<(u64, u32)> = Vec::new();
+/// Records, in a reconciled map, the peers whose unreconciled lists came
+/// over an endpoint, each with what its lists required: for buf lists the
+/// largest RequiredPerm (Readonly when none), for sync lists the union of
+/// the RequiredPerm bits.
+pub(crate) fn record_peers(sync: bool, parts: &[&AttrMap], out: &mut AttrMap) {
+    let mut peers: Vec<(u64, u64)> = Vec::new();
     for p in parts {
         let Some(ep) = get_u64(p, PRIVATE_PEER) else {
             continue;
         };
-        let perm = get_u32(p, bk::REQ_PERM).unwrap_or(BUF_READONLY);
+        let perm = if sync {
+            get_u64(p, sk::REQ_PERM).unwrap_or(0)
+        } else {
+            u64::from(get_u32(p, bk::REQ_PERM).unwrap_or(BUF_READONLY))
+        };
         match peers.iter_mut().find(|(e, _)| *e == ep) {
+            Some((_, q)) if sync => *q |= perm,
             Some((_, q)) => *q = (*q).max(perm),
             None => peers.push((ep, perm)),
         }
     }
     if !peers.is_empty() {
-        let flat: Vec<u64> = peers
-            .iter()
-            .flat_map(|(e, q)| [*e, u64::from(*q)])
-            .collect();
+        let flat: Vec<u64> = peers.iter().flat_map(|(e, q)| [*e, *q]).collect();
         out.insert(PRIVATE_PEERS, enc_u64s(&flat));
     }
 }

@@ -189,7 +189,7 @@ pub(crate) fn reconcile_buf(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, Fa
     if types.contains(&TYPE_IMAGE) {
         reconcile_image(parts, &mut out)?;
     }
-    record_peers(parts, &mut out);
+    record_peers(false, parts, &mut out);
     Ok(out)
 }
 
@@ -421,5 +421,6 @@ pub(crate) fn reconcile_sync(parts: &[&AttrMap], ctx: &Ctx) -> Result<AttrMap, F
     if !gpus.is_empty() {
         out.insert(sk::GPU_ID, gpus.concat().into_boxed_slice());
     }
+    record_peers(true, parts, &mut out);
     Ok(out)
 }

@@ -15,20 +15,30 @@ pub(crate) unsafe fn NvSciSyncObjIpcExport(
             return Err(err::BAD_PARAMETER);
         }
         let (core, have) = core_and_perm(c, |ns| &ns.sync_objs, "NvSciSync object", h)?;
+        let e = endpoint(c, ep)?;
+        // The object goes back along the path its waiters' unreconciled
+        // lists came by (nvscisync.h: the IPC topology rule).
+        let Some(&(_, asked)) = attrs::peers(&core.attrs).iter().find(|(x, _)| *x == ep) else {
+            c.diag(
+                D::Misuse,
+                format!("NvSciSync object exported over endpoint {ep:#x}, which no unreconciled list of its reconciliation came by (import the peer's list with NvSciSyncAttrListIpcImportUnreconciled over this endpoint before reconciling)"),
+            );
+            return Err(err::NOT_PERMITTED);
+        };
         let grant = match perm.0 {
+            attrs::PERM_AUTO if asked != 0 && asked & !have == 0 => asked,
             attrs::PERM_AUTO => have,
-            p @ 1..=3 if p & !have == 0 => p,
+            p @ 1..=3 if p & !have == 0 && asked & !p == 0 => p,
             p => {
                 c.diag(
                     D::Misuse,
-                    format!("cannot export permission {p:#x} from a handle with {have:#x}"),
+                    format!("cannot export permission {p:#x} from a handle with {have:#x} to a peer that required {asked:#x} (the real library's answer is not known; refused)"),
                 );
                 return Err(err::BAD_PARAMETER);
             }
         };
-        let ch = channel(c, ep)?;
         let id = new_uid();
-        ch.send(id, &core.sem_fd).map_err(|_| err::RESOURCE_ERROR)?;
+        e.send_object(c, id, &core.sem_fd)?;
         let a = &core.attrs;
         let mut d = NvSciSyncObjIpcExportDescriptor::default();
         d.payload[..9].copy_from_slice(&[
@@ -66,28 +76,38 @@ pub(crate) unsafe fn NvSciSyncObjIpcImport(
             return Err(err::BAD_PARAMETER);
         }
         let (id, uid, grant) = (p[1], p[2], p[3]);
-        // The importer's own list: its RequiredPerm must be granted.
+        // The list must be the reconciled one the signaller exported
+        // (NvSciSyncAttrListIpcImportReconciled); its ActualPerm is what
+        // this side asked for.
         let (module, required) = {
             let st = c.state();
             let ns = &st.nvsci;
-            let Some(l) = ns.lists.get(&(list as usize)).filter(|l| l.sync) else {
-                return Err(unknown(c, ns, "attribute list", list as usize));
-            };
-            let required = l
-                .readable()
-                .and_then(|m| attrs::get_u64(m, sk::REQ_PERM))
-                .unwrap_or(0);
-            (l.module, required)
+            match ns.lists.get(&(list as usize)).filter(|l| l.sync) {
+                Some(l) => match &l.kind {
+                    ListKind::Reconciled(m) => {
+                        (l.module, attrs::get_u64(m, sk::ACTUAL_PERM).unwrap_or(0))
+                    }
+                    _ => {
+                        drop(st);
+                        c.diag(
+                            D::Misuse,
+                            "NvSciSyncObjIpcImport needs the reconciled list from NvSciSyncAttrListIpcImportReconciled, not an unreconciled list".into(),
+                        );
+                        return Err(err::BAD_PARAMETER);
+                    }
+                },
+                None => return Err(unknown(c, ns, "attribute list", list as usize)),
+            }
         };
         // Take the descriptor off the socket first, so a refused import
         // leaves nothing behind for later imports to skip over.
         let limit = sync::timeout(timeout_us)?;
-        let ch = channel(c, ep)?;
-        if ch.claimed(id) {
+        let e = endpoint(c, ep)?;
+        if e.claimed(id) {
             c.diag(D::Misuse, "this NvSciSync object descriptor was imported already (a descriptor imports once; the real library's answer is not known, refused)".into());
             return Err(err::BAD_PARAMETER);
         }
-        let fd = ch.receive(id, limit)?;
+        let fd = e.receive_object(id, limit)?;
         let want = if perm.0 == attrs::PERM_AUTO {
             grant
         } else {
@@ -140,7 +160,7 @@ pub(crate) unsafe fn NvSciSyncIpcExportFence(
         if desc.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        channel(c, ep)?;
+        endpoint(c, ep)?;
         let d = match fence::decode(&f) {
             FenceContent::Cleared => NvSciSyncFenceIpcExportDescriptor::default(),
             FenceContent::Garbage => return Err(err::BAD_PARAMETER),
