@@ -789,3 +789,70 @@ fn counter(u: &mut Unstructured<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+// ------------------------------------------------------------ ipc frames --
+
+/// The message codec of NvSciIpc channels (`tegra_interop_core::ipc`): an
+/// untrusted peer's frames never panic the receiver, never yield bytes
+/// outside the frame or beyond the announced length, never let a message
+/// exceed the receiver's limit; and every message survives the round trip
+/// through frames of any size.
+pub fn ipc_frames(data: &[u8]) {
+    let mut u = Unstructured::new(data);
+    let _ = ipc_frames_inner(&mut u);
+}
+
+fn ipc_frames_inner(u: &mut Unstructured<'_>) -> Result<()> {
+    use tegra_interop_core::ipc::{Assembly, FrameHeader, Frames, FRAME_HEADER_LEN};
+
+    // Round trip.
+    let frame_size = u.int_in_range(FRAME_HEADER_LEN + 1..=FRAME_HEADER_LEN + 64)?;
+    let len = u.int_in_range(0..=300usize)?;
+    let message: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+    let seq: u32 = u.arbitrary()?;
+    let mut assembly = Assembly::new(seq, 300);
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; frame_size];
+    for f in Frames::new(&message, seq, frame_size) {
+        buf.fill(0xa5);
+        let n = f.write_to(&mut buf).expect("frame_size holds a frame");
+        assert!(n <= frame_size);
+        // Channels deliver whole frames: the padding travels too.
+        let c = assembly.accept(&buf).expect("our own frames are accepted");
+        assert_eq!(c.offset, got.len());
+        got.extend_from_slice(c.bytes);
+    }
+    assert!(assembly.is_complete());
+    assert_eq!(got, message);
+
+    // Untrusted frames: garbage, forged headers, replays.
+    let max = u.int_in_range(0..=4096u32)?;
+    let mut a = Assembly::new(u.arbitrary()?, max);
+    let mut received = 0usize;
+    for _ in 0..u.int_in_range(0..=16u8)? {
+        let frame: Vec<u8> = if u.arbitrary()? {
+            let h = FrameHeader {
+                seq: u.arbitrary()?,
+                total: u.int_in_range(0..=8192u32)?,
+                offset: u.int_in_range(0..=8192u32)?,
+            };
+            let mut f = h.encode().to_vec();
+            let extra = u.int_in_range(0..=64usize)?;
+            f.extend(u.bytes(extra)?);
+            f
+        } else {
+            let n = u.int_in_range(0..=96usize)?;
+            u.bytes(n)?.to_vec()
+        };
+        if let Ok(c) = a.accept(&frame) {
+            assert!(c.total as u64 <= u64::from(max), "a message above the limit");
+            assert_eq!(c.offset, received, "a chunk that does not continue the message");
+            assert!(c.offset + c.bytes.len() <= c.total, "bytes beyond the announced length");
+            let payload = &frame[FRAME_HEADER_LEN..];
+            assert!(c.bytes.len() <= payload.len());
+            assert_eq!(c.bytes, &payload[..c.bytes.len()], "bytes from outside the frame");
+            received += c.bytes.len();
+        }
+    }
+    Ok(())
+}

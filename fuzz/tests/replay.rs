@@ -40,3 +40,8 @@ fn attr_lowering_corpus() {
 fn fence_trackers_corpus() {
     replay("fence_trackers", tegra_interop_fuzz::fence_trackers);
 }
+
+#[test]
+fn ipc_frames_corpus() {
+    replay("ipc_frames", tegra_interop_fuzz::ipc_frames);
+}

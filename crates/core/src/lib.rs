@@ -39,6 +39,7 @@ pub mod batch;
 pub mod error;
 pub mod fence;
 pub mod flags;
+pub mod ipc;
 pub mod memory;
 pub mod nvsci;
 pub mod semaphore;

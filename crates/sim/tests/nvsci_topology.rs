@@ -42,7 +42,11 @@ fn list(t: &FunctionTable, m: NvSciSyncModule, perm: u64) -> NvSciSyncAttrList {
         len,
     });
     assert_eq!(
-        call!(t.nvscisync, NvSciSyncAttrListSetAttrs(l, raw.as_ptr(), raw.len())).0,
+        call!(
+            t.nvscisync,
+            NvSciSyncAttrListSetAttrs(l, raw.as_ptr(), raw.len())
+        )
+        .0,
         OK
     );
     l
@@ -63,8 +67,18 @@ fn sides() -> (Side, Side, IpcConfigFile) {
     let (ea, eb) = connect_endpoints(&ta, &tb, "a", "b");
     let (ma, mb) = (module(&ta), module(&tb));
     (
-        Side { _sim: sa, t: ta, ep: ea, m: ma },
-        Side { _sim: sb, t: tb, ep: eb, m: mb },
+        Side {
+            _sim: sa,
+            t: ta,
+            ep: ea,
+            m: ma,
+        },
+        Side {
+            _sim: sb,
+            t: tb,
+            ep: eb,
+            m: mb,
+        },
         cfg,
     )
 }
@@ -107,7 +121,10 @@ fn waiter_list_to_signaller(a: &Side, b: &Side, wl: NvSciSyncAttrList) -> NvSciS
     imported
 }
 
-fn reconcile_alloc(t: &FunctionTable, lists: &[NvSciSyncAttrList]) -> (NvSciSyncAttrList, NvSciSyncObj) {
+fn reconcile_alloc(
+    t: &FunctionTable,
+    lists: &[NvSciSyncAttrList],
+) -> (NvSciSyncAttrList, NvSciSyncObj) {
     let (r, rec, _) = reconcile(t.nvscisync.NvSciSyncAttrListReconcile, lists);
     assert_eq!(r, OK);
     let mut o = ptr::null_mut();
@@ -124,7 +141,11 @@ fn reconciled_to_waiter(
 ) -> Result<NvSciSyncAttrList, u32> {
     let (mut d, mut n) = (ptr::null_mut(), 0usize);
     assert_eq!(
-        call!(a.t.nvscisync, NvSciSyncAttrListIpcExportReconciled(rec, a.ep, &mut d, &mut n)).0,
+        call!(
+            a.t.nvscisync,
+            NvSciSyncAttrListIpcExportReconciled(rec, a.ep, &mut d, &mut n)
+        )
+        .0,
         OK
     );
     let bytes = take(d, n, |d| call!(a.t.nvscisync, NvSciSyncAttrListFreeDesc(d)));
@@ -141,7 +162,8 @@ fn reconciled_to_waiter(
             &mut out
         )
     )
-    .0 {
+    .0
+    {
         OK => Ok(out),
         e => Err(e),
     }
@@ -149,7 +171,12 @@ fn reconciled_to_waiter(
 
 fn export(a: &Side, o: NvSciSyncObj, perm: u64) -> Result<NvSciSyncObjIpcExportDescriptor, u32> {
     let mut d = NvSciSyncObjIpcExportDescriptor::default();
-    match call!(a.t.nvscisync, NvSciSyncObjIpcExport(o, NvSciSyncAccessPerm(perm), a.ep, &mut d)).0 {
+    match call!(
+        a.t.nvscisync,
+        NvSciSyncObjIpcExport(o, NvSciSyncAccessPerm(perm), a.ep, &mut d)
+    )
+    .0
+    {
         OK => Ok(d),
         e => Err(e),
     }
@@ -166,7 +193,8 @@ fn import(
         b.t.nvscisync,
         NvSciSyncObjIpcImport(b.ep, d, l, NvSciSyncAccessPerm(perm), 5_000_000, &mut o)
     )
-    .0 {
+    .0
+    {
         OK => Ok(o),
         e => Err(e),
     }
@@ -185,7 +213,11 @@ fn the_documented_sequence_works() {
     // The waiter's handle waits: a CPU signal on a, seen through b's object.
     assert!(!bo.is_null());
     assert_eq!(call!(a.t.nvscisync, NvSciSyncObjSignal(o)).0, OK);
-    assert_eq!(import(&b, &d, brec, AUTO), Err(BAD_PARAMETER), "a descriptor imports once");
+    assert_eq!(
+        import(&b, &d, brec, AUTO),
+        Err(BAD_PARAMETER),
+        "a descriptor imports once"
+    );
 }
 
 #[test]
@@ -207,12 +239,23 @@ fn the_import_needs_the_reconciled_list_and_at_most_the_granted_permission() {
     let (rec, o) = reconcile_alloc(&a.t, &[sl, imported]);
     // A list asking to signal is not satisfied by what the waiter was granted.
     let greedy = list(&b.t, b.m, SIGNAL);
-    assert_eq!(reconciled_to_waiter(&a, &b, rec, &[greedy]), Err(VALIDATION_FAILED));
+    assert_eq!(
+        reconciled_to_waiter(&a, &b, rec, &[greedy]),
+        Err(VALIDATION_FAILED)
+    );
     let brec = reconciled_to_waiter(&a, &b, rec, &[wl]).unwrap();
     let d = export(&a, o, AUTO).unwrap();
-    assert_eq!(import(&b, &d, wl, WAIT), Err(BAD_PARAMETER), "its own unreconciled list");
+    assert_eq!(
+        import(&b, &d, wl, WAIT),
+        Err(BAD_PARAMETER),
+        "its own unreconciled list"
+    );
     let d2 = export(&a, o, AUTO).unwrap();
-    assert_eq!(import(&b, &d2, brec, SIGNAL), Err(ACCESS_DENIED), "more than was granted");
+    assert_eq!(
+        import(&b, &d2, brec, SIGNAL),
+        Err(ACCESS_DENIED),
+        "more than was granted"
+    );
     let d3 = export(&a, o, WAIT).unwrap();
     assert!(import(&b, &d3, brec, WAIT).is_ok());
 }
@@ -231,11 +274,9 @@ fn each_library_frees_only_its_own_descriptors() {
         OK
     );
     call!(b.t.nvscibuf, NvSciBufAttrListFreeDesc(d));
-    assert!(b
-        ._sim
-        .take_diagnostics()
-        .iter()
-        .any(|x| x.message.contains("not a descriptor this library handed out")));
+    assert!(b._sim.take_diagnostics().iter().any(|x| x
+        .message
+        .contains("not a descriptor this library handed out")));
     assert_eq!(b._sim.nvsci_ledger().export_descriptors, 1);
     call!(b.t.nvscisync, NvSciSyncAttrListFreeDesc(d));
     assert_eq!(b._sim.nvsci_ledger().export_descriptors, 0);

@@ -88,7 +88,8 @@ fn read(t: &FunctionTable, h: u64, size: u32) -> Result<Vec<u8>, u32> {
         t.nvsciipc,
         NvSciIpcReadSafe(h, buf.as_mut_ptr().cast::<c_void>(), size, &mut n)
     )
-    .0 {
+    .0
+    {
         OK => {
             buf.truncate(n as usize);
             Ok(buf)
@@ -117,7 +118,10 @@ fn wait_for(t: &FunctionTable, h: u64, want: u32) -> u32 {
         if seen & want == want {
             break;
         }
-        assert!(Instant::now() < deadline, "events {seen:#x}, waiting for {want:#x}");
+        assert!(
+            Instant::now() < deadline,
+            "events {seen:#x}, waiting for {want:#x}"
+        );
         poll_fd(fd, 50);
     }
     seen
@@ -139,7 +143,10 @@ fn established(cfg: &IpcConfigFile) -> [(Sim, FunctionTable, u64); 2] {
     assert_eq!(init(&tb), OK);
     let ha = ready(&ta, "a");
     let hb = ready(&tb, "b");
-    assert_eq!(wait_for(&ta, ha, CONN_EST) & (WRITE | WRITE_EMPTY), WRITE | WRITE_EMPTY);
+    assert_eq!(
+        wait_for(&ta, ha, CONN_EST) & (WRITE | WRITE_EMPTY),
+        WRITE | WRITE_EMPTY
+    );
     wait_for(&tb, hb, CONN_EST);
     [(sa, ta, ha), (sb, tb, hb)]
 }
@@ -172,10 +179,16 @@ fn init_reads_the_configuration_file() {
     assert_eq!(open(&t, &long), Err(BAD_PARAMETER));
     let h = open(&t, "a").unwrap();
     let mut info = NvSciIpcEndpointInfo::default();
-    assert_eq!(call!(t.nvsciipc, NvSciIpcGetEndpointInfo(h, &mut info)).0, OK);
+    assert_eq!(
+        call!(t.nvsciipc, NvSciIpcGetEndpointInfo(h, &mut info)).0,
+        OK
+    );
     assert_eq!((info.nframes, info.frame_size), (4, 64));
     assert_eq!(call!(t.nvsciipc, NvSciIpcCloseEndpointSafe(h, false)).0, OK);
-    assert_eq!(call!(t.nvsciipc, NvSciIpcCloseEndpointSafe(h, false)).0, BAD_PARAMETER);
+    assert_eq!(
+        call!(t.nvsciipc, NvSciIpcCloseEndpointSafe(h, false)).0,
+        BAD_PARAMETER
+    );
     call!(t.nvsciipc, NvSciIpcDeinit());
     assert!(s.nvsci_ledger().is_clean(), "{}", s.nvsci_ledger());
 }
@@ -207,7 +220,10 @@ fn an_endpoint_open_anywhere_is_busy() {
     assert_eq!(open(&t2, "a"), Err(BUSY), "another simulator (process)");
     assert_eq!(call!(t.nvsciipc, NvSciIpcCloseEndpointSafe(h, false)).0, OK);
     let h2 = open(&t2, "a").expect("free again once closed");
-    assert_eq!(call!(t2.nvsciipc, NvSciIpcCloseEndpointSafe(h2, false)).0, OK);
+    assert_eq!(
+        call!(t2.nvsciipc, NvSciIpcCloseEndpointSafe(h2, false)).0,
+        OK
+    );
     // A different file has endpoints of its own.
     let other = pair(4, 64);
     let (_s3, t3) = sim(&other);
@@ -227,7 +243,11 @@ fn the_life_cycle_preconditions_are_enforced() {
     assert_eq!(read(&t, h, 8), Err(INVALID_STATE), "read before reset");
     event_fd(&t, h);
     assert_eq!(reset(&t, h), OK);
-    assert_eq!(reset(&t, h), INVALID_STATE, "a second reset before the connection");
+    assert_eq!(
+        reset(&t, h),
+        INVALID_STATE,
+        "a second reset before the connection"
+    );
     // No peer yet: nothing established, frames refused with ConnectionReset.
     assert_eq!(events(&t, h), Ok(0));
     assert_eq!(write(&t, h, b"x"), CONNECTION_RESET);
@@ -244,11 +264,19 @@ fn frames_have_the_configured_size_and_count() {
     assert_eq!(events(&ta, a), Ok(WRITE | WRITE_EMPTY));
     assert_eq!(read(&tb, b, 16), Err(INSUFFICIENT_MEMORY), "empty channel");
     assert_eq!(write(&ta, a, &[]), BAD_PARAMETER, "size 0");
-    assert_eq!(write(&ta, a, &[0u8; 17]), BAD_PARAMETER, "larger than a frame");
+    assert_eq!(
+        write(&ta, a, &[0u8; 17]),
+        BAD_PARAMETER,
+        "larger than a frame"
+    );
     assert_eq!(write(&ta, a, b"abc"), OK);
     assert_eq!(events(&ta, a), Ok(WRITE), "one frame in flight: not empty");
     assert_eq!(write(&ta, a, b"defg"), OK);
-    assert_eq!(write(&ta, a, b"h"), INSUFFICIENT_MEMORY, "nframes unread: full");
+    assert_eq!(
+        write(&ta, a, b"h"),
+        INSUFFICIENT_MEMORY,
+        "nframes unread: full"
+    );
     assert_eq!(events(&ta, a), Ok(0));
     assert_eq!(wait_for(&tb, b, READ) & READ, READ);
     assert_eq!(read(&tb, b, 17), Err(BAD_PARAMETER), "larger than a frame");
@@ -285,7 +313,10 @@ fn a_closed_peer_resets_the_connection() {
     let cfg = pair(4, 64);
     let [(_sa, ta, a), (sb, tb, b)] = established(&cfg);
     assert_eq!(write(&ta, a, b"last"), OK);
-    assert_eq!(call!(ta.nvsciipc, NvSciIpcCloseEndpointSafe(a, false)).0, OK);
+    assert_eq!(
+        call!(ta.nvsciipc, NvSciIpcCloseEndpointSafe(a, false)).0,
+        OK
+    );
     // Frames that arrived stay readable until the reset is reported.
     let mut last = b"last".to_vec();
     last.resize(64, 0);
@@ -307,8 +338,16 @@ fn a_closed_peer_resets_the_connection() {
 fn the_de_init_reset_notifies_the_peer() {
     let cfg = pair(4, 64);
     let [(_sa, ta, a), (_sb, tb, b)] = established(&cfg);
-    assert_eq!(reset(&ta, a), OK, "the de-init reset of an established endpoint");
-    assert_eq!(events(&ta, a), Err(INVALID_STATE), "no events after the de-init reset");
+    assert_eq!(
+        reset(&ta, a),
+        OK,
+        "the de-init reset of an established endpoint"
+    );
+    assert_eq!(
+        events(&ta, a),
+        Err(INVALID_STATE),
+        "no events after the de-init reset"
+    );
     assert_eq!(write(&ta, a, b"x"), CONNECTION_RESET);
     wait_for(&tb, b, CONN_RESET);
     assert_eq!(write(&tb, b, b"x"), CONNECTION_RESET);
@@ -379,7 +418,12 @@ fn child_process() {
 
 fn spawn_child(mode: &str, cfg: &IpcConfigFile) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_process", "--include-ignored", "--nocapture"])
+        .args([
+            "--exact",
+            "child_process",
+            "--include-ignored",
+            "--nocapture",
+        ])
         .env(CHILD_ENV, format!("{mode}:{}", cfg.path().display()))
         .spawn()
         .unwrap()

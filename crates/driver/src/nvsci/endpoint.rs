@@ -11,30 +11,27 @@
 //! (`NvSciIpcCloseEndpointSafe`), and the last endpoint of the process
 //! calls `NvSciIpcDeinit`.
 //!
-//! Messages larger than a frame are split: each frame carries a 16-byte
-//! header (`"TIMF"`, message sequence number, total length, offset) and a
-//! chunk. The receiver trusts nothing: a frame that is not ours, out of
-//! order, of another message, or announcing more than [`MAX_MESSAGE`] bytes
-//! is a typed [`IpcError`], never a panic or an unbounded allocation.
+//! Messages larger than a frame are split into frames by the core's
+//! [`tegra_interop_core::ipc`] codec. The receiver trusts nothing: a frame
+//! that is not ours, out of order, of another message, or announcing more
+//! than [`MAX_MESSAGE`] bytes is a typed [`IpcError`], never a panic or an
+//! unbounded allocation.
 
 use std::ffi::CString;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tegra_interop_core::ipc::{Assembly, FrameError, Frames, FRAME_HEADER_LEN};
 use tegra_interop_sys::nvsci::{NvSciIpcEndpoint as RawEndpoint, NvSciIpcEndpointInfo};
 
-use super::ipc::{IpcEndpoint, IpcError};
 use super::check;
+use super::ipc::{IpcEndpoint, IpcError};
 use crate::{Backend, Error};
 
 /// The largest message [`NvSciIpc`] sends or accepts (attribute-list
 /// descriptors, the largest messages of the NvSci flows, are kilobytes).
 pub const MAX_MESSAGE: usize = 1 << 20;
-
-/// Bytes of the header each frame carries.
-const FRAME_HEADER: usize = 16;
-const FRAME_MAGIC: u32 = u32::from_le_bytes(*b"TIMF");
 
 /// `NV_SCI_IPC_EVENT_*` (nvsciipc.h).
 const EV_READ: u32 = 0x01;
@@ -118,8 +115,6 @@ pub struct NvSciIpc {
     timeout: Duration,
     next_send: u32,
     next_recv: u32,
-    /// Frames of a message not yet complete: (sequence, total, bytes).
-    partial: Option<(u32, usize, Vec<u8>)>,
     /// Dropped after the endpoint closed (field order).
     _init: InitGuard,
 }
@@ -143,7 +138,11 @@ impl NvSciIpc {
     /// [`IpcError::Timeout`] when the peer does not come, and
     /// [`IpcError::FrameTooSmall`] for a channel whose frames cannot hold
     /// this channel's frame header. Nothing stays open on an error.
-    pub fn open(backend: &Arc<Backend>, name: &str, timeout: Duration) -> Result<NvSciIpc, IpcError> {
+    pub fn open(
+        backend: &Arc<Backend>,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<NvSciIpc, IpcError> {
         let api = &backend.table().nvsciipc;
         let open = need!(api, NvSciIpcOpenEndpoint);
         let get_fd = need!(api, NvSciIpcGetLinuxEventFd);
@@ -160,7 +159,9 @@ impl NvSciIpc {
         let init = InitGuard::acquire(backend)?;
         let mut handle: RawEndpoint = 0;
         // SAFETY: a NUL-terminated name and a valid out-pointer.
-        check("NvSciIpcOpenEndpoint", unsafe { open(cname.as_ptr(), &mut handle) })?;
+        check("NvSciIpcOpenEndpoint", unsafe {
+            open(cname.as_ptr(), &mut handle)
+        })?;
         // From here on the endpoint is ours: `ep` closes it on every path.
         let mut ep = NvSciIpc {
             backend: Arc::clone(backend),
@@ -174,22 +175,25 @@ impl NvSciIpc {
             timeout,
             next_send: 0,
             next_recv: 0,
-            partial: None,
             _init: init,
         };
         // SAFETY: an open endpoint and a valid out-pointer.
-        check("NvSciIpcGetLinuxEventFd", unsafe { get_fd(handle, &mut ep.event_fd) })?;
+        check("NvSciIpcGetLinuxEventFd", unsafe {
+            get_fd(handle, &mut ep.event_fd)
+        })?;
         let mut info = NvSciIpcEndpointInfo::default();
         // SAFETY: an open endpoint and a valid out-pointer.
-        check("NvSciIpcGetEndpointInfo", unsafe { get_info(handle, &mut info) })?;
+        check("NvSciIpcGetEndpointInfo", unsafe {
+            get_info(handle, &mut info)
+        })?;
         ep.info = EndpointInfo {
             nframes: info.nframes,
             frame_size: info.frame_size,
         };
-        if (info.frame_size as usize) <= FRAME_HEADER {
+        if (info.frame_size as usize) <= FRAME_HEADER_LEN {
             return Err(IpcError::FrameTooSmall {
                 frame_size: info.frame_size,
-                needed: FRAME_HEADER + 1,
+                needed: FRAME_HEADER_LEN + 1,
             });
         }
         // SAFETY: an open endpoint whose event fd was asked for; once.
@@ -305,73 +309,14 @@ fn failed(call: &'static str, code: tegra_interop_sys::nvsci::NvSciError) -> Ipc
     })
 }
 
-fn word(b: &[u8], i: usize) -> u32 {
-    let mut w = [0u8; 4];
-    if let Some(s) = b.get(i * 4..i * 4 + 4) {
-        w.copy_from_slice(s);
-    }
-    u32::from_le_bytes(w)
-}
-
-/// Checks one received frame against the message in progress and appends
-/// its chunk; `Some(message)` when complete. Public to the crate for the
-/// fuzz target's sake.
-pub(crate) fn accept_frame(
-    frame: &[u8],
-    expected_seq: u32,
-    partial: &mut Option<(u32, usize, Vec<u8>)>,
-) -> Result<Option<Vec<u8>>, IpcError> {
-    if frame.len() <= FRAME_HEADER {
-        return Err(IpcError::Malformed("a frame shorter than its header"));
-    }
-    if word(frame, 0) != FRAME_MAGIC {
-        return Err(IpcError::Malformed("a frame that is not a message frame"));
-    }
-    let (seq, total, offset) = (word(frame, 1), word(frame, 2) as usize, word(frame, 3) as usize);
-    if total > MAX_MESSAGE {
-        return Err(IpcError::TooLarge {
-            len: total,
-            max: MAX_MESSAGE,
-        });
-    }
-    if seq != expected_seq {
-        return Err(IpcError::Malformed("a frame of another message (out of order)"));
-    }
-    let cap = frame.len() - FRAME_HEADER;
-    match partial {
-        None if offset == 0 => *partial = Some((seq, total, Vec::with_capacity(total))),
-        Some((s, t, got)) if *s == seq && *t == total && got.len() == offset => {}
-        _ => return Err(IpcError::Malformed("a frame at the wrong offset (out of order)")),
-    }
-    let Some((_, _, got)) = partial.as_mut() else {
-        return Err(IpcError::Malformed("no message in progress"));
-    };
-    let chunk = cap.min(total - offset);
-    got.extend_from_slice(&frame[FRAME_HEADER..FRAME_HEADER + chunk]);
-    if got.len() == total {
-        return Ok(partial.take().map(|(_, _, m)| m));
-    }
-    Ok(None)
-}
-
-/// The frames of `message` with sequence number `seq`, `frame_size` bytes
-/// each (the last one may be shorter).
-pub(crate) fn frames(message: &[u8], seq: u32, frame_size: usize) -> Vec<Vec<u8>> {
-    let cap = frame_size.saturating_sub(FRAME_HEADER).max(1);
-    let total = message.len() as u32;
-    let mut out = Vec::new();
-    let mut offset = 0usize;
-    loop {
-        let chunk = cap.min(message.len() - offset);
-        let mut f = Vec::with_capacity(FRAME_HEADER + chunk);
-        for w in [FRAME_MAGIC, seq, total, offset as u32] {
-            f.extend_from_slice(&w.to_le_bytes());
-        }
-        f.extend_from_slice(&message[offset..offset + chunk]);
-        out.push(f);
-        offset += chunk;
-        if offset >= message.len() {
-            return out;
+impl From<FrameError> for IpcError {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::TooLarge { len, max } => IpcError::TooLarge {
+                len: len as usize,
+                max: max as usize,
+            },
+            other => IpcError::Frame(other),
         }
     }
 }
@@ -389,8 +334,10 @@ impl IpcEndpoint for NvSciIpc {
             });
         }
         let deadline = Instant::now() + self.timeout;
-        for f in frames(message, self.next_send, self.info.frame_size as usize) {
-            self.write_frame(&f, deadline)?;
+        let mut buf = vec![0u8; self.info.frame_size as usize];
+        for f in Frames::new(message, self.next_send, buf.len()) {
+            let n = f.write_to(&mut buf)?;
+            self.write_frame(&buf[..n], deadline)?;
         }
         self.next_send = self.next_send.wrapping_add(1);
         Ok(())
@@ -399,11 +346,19 @@ impl IpcEndpoint for NvSciIpc {
     fn recv(&mut self) -> Result<Vec<u8>, IpcError> {
         let deadline = Instant::now() + self.timeout;
         let mut buf = vec![0u8; self.info.frame_size as usize];
+        let mut assembly = Assembly::new(self.next_recv, MAX_MESSAGE as u32);
+        let mut message = Vec::new();
         loop {
             self.read_frame(&mut buf, deadline)?;
-            if let Some(m) = accept_frame(&buf, self.next_recv, &mut self.partial)? {
+            let chunk = assembly.accept(&buf)?;
+            if message.is_empty() {
+                // The announced length is checked against MAX_MESSAGE.
+                message.reserve_exact(chunk.total);
+            }
+            message.extend_from_slice(chunk.bytes);
+            if assembly.is_complete() {
                 self.next_recv = self.next_recv.wrapping_add(1);
-                return Ok(m);
+                return Ok(message);
             }
         }
     }
@@ -416,47 +371,5 @@ impl Drop for NvSciIpc {
             let _ = unsafe { close(self.handle, false) };
         }
         // `_init` drops after this: the last endpoint's guard deinitialises.
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_split_and_reassemble() {
-        for (len, fs) in [(0usize, 17usize), (1, 17), (100, 20), (4096, 64), (10, 4096)] {
-            let msg: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let mut partial = None;
-            let fr = frames(&msg, 7, fs);
-            let mut out = None;
-            for (i, mut f) in fr.into_iter().enumerate() {
-                f.resize(fs, 0);
-                let r = accept_frame(&f, 7, &mut partial).unwrap();
-                if r.is_some() {
-                    out = r;
-                    assert!(partial.is_none(), "frame {i}");
-                }
-            }
-            assert_eq!(out.as_deref(), Some(&msg[..]), "len {len} frame {fs}");
-        }
-    }
-
-    #[test]
-    fn untrusted_frames_are_typed_errors() {
-        let msg = vec![9u8; 100];
-        let fr = frames(&msg, 3, 32);
-        let mut p = None;
-        assert!(matches!(accept_frame(&fr[0], 4, &mut p), Err(IpcError::Malformed(_))));
-        let mut p = None;
-        assert!(matches!(accept_frame(&fr[1], 3, &mut p), Err(IpcError::Malformed(_))), "no start");
-        let mut p = None;
-        accept_frame(&fr[0], 3, &mut p).unwrap();
-        assert!(matches!(accept_frame(&fr[2], 3, &mut p), Err(IpcError::Malformed(_))), "gap");
-        let mut big = fr[0].clone();
-        big[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(accept_frame(&big, 3, &mut None), Err(IpcError::TooLarge { .. })));
-        assert!(matches!(accept_frame(&[0u8; 32], 3, &mut None), Err(IpcError::Malformed(_))));
-        assert!(matches!(accept_frame(&[0u8; 4], 3, &mut None), Err(IpcError::Malformed(_))));
     }
 }

@@ -94,6 +94,8 @@ pub enum IpcError {
     /// The peer sent something that is not a well-formed message of this
     /// protocol (garbage, frames out of order, a truncated message).
     Malformed(&'static str),
+    /// A frame the message codec refused (garbage, out of order).
+    Frame(tegra_interop_core::ipc::FrameError),
     /// The endpoint's frames are too small for this channel's frame header:
     /// configure a larger `frame_size` for the pair.
     FrameTooSmall {
@@ -139,6 +141,7 @@ impl fmt::Display for IpcError {
                 write!(f, "a message of {len} bytes; at most {max} are accepted")
             }
             IpcError::Malformed(what) => write!(f, "the peer sent {what}"),
+            IpcError::Frame(e) => write!(f, "the peer sent {e}"),
             IpcError::FrameTooSmall { frame_size, needed } => write!(
                 f,
                 "the endpoint's frames hold {frame_size} bytes; this channel needs at least {needed} (configure a larger frame_size for the pair)"

@@ -69,7 +69,10 @@ pub fn connect_endpoints(ta: &FunctionTable, tb: &FunctionTable, a: &str, b: &st
         assert_eq!(call!(t.nvsciipc, NvSciIpcInit()).0, 0);
         let c = std::ffi::CString::new(name).unwrap();
         let mut h = 0u64;
-        assert_eq!(call!(t.nvsciipc, NvSciIpcOpenEndpoint(c.as_ptr(), &mut h)).0, 0);
+        assert_eq!(
+            call!(t.nvsciipc, NvSciIpcOpenEndpoint(c.as_ptr(), &mut h)).0,
+            0
+        );
         let mut fd = -1;
         assert_eq!(call!(t.nvsciipc, NvSciIpcGetLinuxEventFd(h, &mut fd)).0, 0);
         assert_eq!(call!(t.nvsciipc, NvSciIpcResetEndpointSafe(h)).0, 0);

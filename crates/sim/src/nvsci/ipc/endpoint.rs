@@ -103,8 +103,12 @@ fn fnv(bytes: &[u8]) -> u64 {
 impl IpcTable {
     /// Reads and checks the configuration at `path`.
     pub(crate) fn load(path: &Path) -> Result<IpcTable, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the NvSciIpc configuration {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read the NvSciIpc configuration {}: {e}",
+                path.display()
+            )
+        })?;
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let mut t = IpcTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         t.key = fnv(canonical.as_os_str().as_encoded_bytes());
@@ -343,8 +347,7 @@ fn bind(fd: &OwnedFd, name: &str) -> io::Result<()> {
 fn connect(fd: &OwnedFd, name: &str) -> io::Result<()> {
     let (a, len) = abstract_addr(name);
     // SAFETY: `a` is a valid address of `len` bytes.
-    let r =
-        unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
+    let r = unsafe { libc::connect(fd.as_raw_fd(), (&a as *const libc::sockaddr_un).cast(), len) };
     if r != 0 {
         return Err(last_err());
     }
@@ -365,7 +368,14 @@ fn epoll_add(ep: &OwnedFd, fd: RawFd) -> io::Result<()> {
 
 fn epoll_del(ep: &OwnedFd, fd: RawFd) {
     // SAFETY: both descriptors are open; a NULL event is allowed for DEL.
-    unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+    unsafe {
+        libc::epoll_ctl(
+            ep.as_raw_fd(),
+            libc::EPOLL_CTL_DEL,
+            fd,
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 /// Sends one message (header, payload, optionally one descriptor).
@@ -400,12 +410,18 @@ fn send(sock: &OwnedFd, head: &[u8; HEADER], payload: &[u8], fd: Option<RawFd>) 
             (*cmsg).cmsg_level = libc::SOL_SOCKET;
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
             (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-            libc::CMSG_DATA(cmsg).cast::<libc::c_int>().write_unaligned(fd);
+            libc::CMSG_DATA(cmsg)
+                .cast::<libc::c_int>()
+                .write_unaligned(fd);
         }
     }
     // SAFETY: `msg` points at buffers that live for the call.
     let n = unsafe {
-        libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+        libc::sendmsg(
+            sock.as_raw_fd(),
+            &msg,
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
     };
     if n < 0 {
         return Err(last_err());
@@ -529,7 +545,10 @@ impl Endpoint {
     fn open(table: &IpcTable, name: &str, cfg: EndpointConfig) -> Result<Endpoint, NvSciError> {
         let base = format!("tegra-interop-sim/nvsciipc/{:016x}", table.key);
         let lock_sock = seqpacket().map_err(|_| err::RESOURCE_ERROR)?;
-        match bind(&lock_sock, &format!("{base}/ep/{:016x}", fnv(name.as_bytes()))) {
+        match bind(
+            &lock_sock,
+            &format!("{base}/ep/{:016x}", fnv(name.as_bytes())),
+        ) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => return Err(err::BUSY),
             Err(_) => return Err(err::RESOURCE_ERROR),
@@ -571,7 +590,11 @@ impl Endpoint {
                     break;
                 }
                 // The listener went away between bind and connect: again.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED) | Some(libc::EAGAIN)) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ECONNREFUSED) | Some(libc::EAGAIN)
+                    ) => {}
                 Err(_) => return Err(err::RESOURCE_ERROR),
             }
         }
@@ -627,7 +650,10 @@ impl Endpoint {
             match recv(sock, self.frame_size() as usize) {
                 Received::Empty => return,
                 Received::Closed => {
-                    self.lose(c, "the peer closed its endpoint (or its process ended)".into());
+                    self.lose(
+                        c,
+                        "the peer closed its endpoint (or its process ended)".into(),
+                    );
                     return;
                 }
                 Received::Message(magic, kind, arg, payload, fd) => {
@@ -643,7 +669,9 @@ impl Endpoint {
                                 c.pending_est = true;
                             }
                         }
-                        (Some(Kind::Frame), None) if payload.len() <= self.frame_size() as usize => {
+                        (Some(Kind::Frame), None)
+                            if payload.len() <= self.frame_size() as usize =>
+                        {
                             let mut f = payload;
                             f.resize(self.frame_size() as usize, 0);
                             c.frames.push_back(f);
@@ -850,7 +878,10 @@ pub(crate) unsafe fn NvSciIpcOpenEndpoint(
         };
         let Some(cfg) = table.endpoints.get(&name) else {
             drop(st);
-            c.diag(D::Misuse, format!("endpoint {name:?} is not in the NvSciIpc configuration"));
+            c.diag(
+                D::Misuse,
+                format!("endpoint {name:?} is not in the NvSciIpc configuration"),
+            );
             return err::NO_SUCH_ENTRY;
         };
         if let Backend::Other(b) = &cfg.backend {
@@ -904,7 +935,11 @@ pub(crate) fn NvSciIpcCloseEndpoint(c: &Call, h: NvSciIpcEndpoint) {
     let _ = close(c, h);
 }
 
-pub(crate) unsafe fn NvSciIpcGetLinuxEventFd(c: &Call, h: NvSciIpcEndpoint, fd: *mut i32) -> NvSciError {
+pub(crate) unsafe fn NvSciIpcGetLinuxEventFd(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    fd: *mut i32,
+) -> NvSciError {
     let e = match endpoint(c, h) {
         Ok(e) => e,
         Err(code) => return code,
@@ -947,7 +982,13 @@ pub(crate) fn NvSciIpcResetEndpointSafe(c: &Call, h: NvSciIpcEndpoint) -> NvSciE
     let mut k = lock(&e.conn);
     if !k.fd_asked {
         drop(k);
-        return precondition(c, format!("NvSciIpcResetEndpointSafe on {:?} before NvSciIpcGetLinuxEventFd", e.name));
+        return precondition(
+            c,
+            format!(
+                "NvSciIpcResetEndpointSafe on {:?} before NvSciIpcGetLinuxEventFd",
+                e.name
+            ),
+        );
     }
     if k.resets == 0 {
         k.resets = 1;
@@ -976,12 +1017,19 @@ fn ready(c: &Call, h: NvSciIpcEndpoint, what: &str) -> R<Arc<Endpoint>> {
     let e = endpoint(c, h)?;
     let resets = lock(&e.conn).resets;
     if resets == 0 {
-        return Err(precondition(c, format!("{what} on {:?} before NvSciIpcResetEndpointSafe", e.name)));
+        return Err(precondition(
+            c,
+            format!("{what} on {:?} before NvSciIpcResetEndpointSafe", e.name),
+        ));
     }
     Ok(e)
 }
 
-pub(crate) unsafe fn NvSciIpcGetEventSafe(c: &Call, h: NvSciIpcEndpoint, events: *mut u32) -> NvSciError {
+pub(crate) unsafe fn NvSciIpcGetEventSafe(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    events: *mut u32,
+) -> NvSciError {
     let e = match ready(c, h, "NvSciIpcGetEventSafe") {
         Ok(e) => e,
         Err(code) => return code,
@@ -992,7 +1040,13 @@ pub(crate) unsafe fn NvSciIpcGetEventSafe(c: &Call, h: NvSciIpcEndpoint, events:
     let mut k = lock(&e.conn);
     if k.resets >= 2 {
         drop(k);
-        return precondition(c, format!("NvSciIpcGetEventSafe on {:?} after its de-init reset", e.name));
+        return precondition(
+            c,
+            format!(
+                "NvSciIpcGetEventSafe on {:?} after its de-init reset",
+                e.name
+            ),
+        );
     }
     e.pump(&mut k);
     let mut ev = 0;
@@ -1006,7 +1060,10 @@ pub(crate) unsafe fn NvSciIpcGetEventSafe(c: &Call, h: NvSciIpcEndpoint, events:
         k.frames.clear();
         ev |= event::CONN_RESET;
         if let Some(why) = k.lost_why.clone() {
-            c.diag(D::Misuse, format!("endpoint {:?}: connection reset: {why}", e.name));
+            c.diag(
+                D::Misuse,
+                format!("endpoint {:?}: connection reset: {why}", e.name),
+            );
         }
     } else if k.established && !k.lost {
         if !k.frames.is_empty() {
@@ -1120,7 +1177,10 @@ mod tests {
         let c = &t.endpoints["cuda_0"];
         assert_eq!((c.nframes, c.frame_size), (16, 24576));
         assert_eq!(c.pair, ("cam_0".to_owned(), "cuda_0".to_owned()));
-        assert_eq!(t.endpoints["vm_ep"].backend, Backend::Other("INTER_VM".into()));
+        assert_eq!(
+            t.endpoints["vm_ep"].backend,
+            Backend::Other("INTER_VM".into())
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ mod fences;
 mod lists;
 
 pub(crate) use self::buffers::*;
-pub(crate) use self::endpoint::*;
 pub use self::endpoint::IpcConfigFile;
+pub(crate) use self::endpoint::*;
 pub(crate) use self::fences::*;
 pub(crate) use self::lists::*;
 
@@ -46,4 +46,3 @@ const FENCE_TAG: u64 = u64::from_le_bytes(*b"TISIMFIP");
 // ---------------------------------------------------------------- buffers
 
 // ---------------------------------------------------------------- sync objects and fences
-
