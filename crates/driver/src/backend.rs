@@ -2,11 +2,8 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::table::{
-    loader_reason, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
-    Resolve as _,
-};
-use crate::{check, Error};
+use crate::table::{FunctionTable, LoaderNotes};
+use crate::Error;
 
 /// Where a [`Backend`]'s entry points come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,14 +50,6 @@ impl std::fmt::Debug for Backend {
     }
 }
 
-/// Opens a library by soname.
-fn open(soname: &str) -> Result<libloading::Library, libloading::Error> {
-    // SAFETY: loading a shared library runs its initialisers. The libraries we
-    // open (libcuda, libnvsci*) are the vendor's system libraries, whose
-    // initialisers are designed to run in any process that links them.
-    unsafe { libloading::Library::new(soname) }
-}
-
 impl Backend {
     /// Loads the installed NVIDIA driver (`libcuda.so.1`) and, where present,
     /// the NvSci libraries (`libnvscibuf.so.1`, `libnvscisync.so.1`,
@@ -86,41 +75,7 @@ impl Backend {
     /// # Ok::<(), tegra_interop_driver::Error>(())
     /// ```
     pub fn real() -> Result<Arc<Backend>, Error> {
-        let cuda_lib = open(CudaApi::LIBRARY).map_err(|e| Error::DriverNotFound {
-            library: CudaApi::LIBRARY,
-            message: loader_reason(&e, Some(CudaApi::LIBRARY)),
-        })?;
-        let mut table = FunctionTable::empty();
-        // SAFETY: `cuda_lib` is libcuda.so.1, the library `CudaApi` describes.
-        table.cuda = unsafe { CudaApi::resolve(&cuda_lib) };
-        let mut libraries = vec![cuda_lib];
-        table.nvscibuf = match open(NvSciBufApi::LIBRARY) {
-            Ok(lib) => {
-                // SAFETY: `lib` is libnvscibuf.so.1, the library `NvSciBufApi` describes.
-                let api = unsafe { NvSciBufApi::resolve(&lib) };
-                libraries.push(lib);
-                api
-            }
-            Err(e) => NvSciBufApi::not_loaded(loader_reason(&e, None)),
-        };
-        table.nvscisync = match open(NvSciSyncApi::LIBRARY) {
-            Ok(lib) => {
-                // SAFETY: `lib` is libnvscisync.so.1, the library `NvSciSyncApi` describes.
-                let api = unsafe { NvSciSyncApi::resolve(&lib) };
-                libraries.push(lib);
-                api
-            }
-            Err(e) => NvSciSyncApi::not_loaded(loader_reason(&e, None)),
-        };
-        table.nvsciipc = match open(NvSciIpcApi::LIBRARY) {
-            Ok(lib) => {
-                // SAFETY: `lib` is libnvsciipc.so, the library `NvSciIpcApi` describes.
-                let api = unsafe { NvSciIpcApi::resolve(&lib) };
-                libraries.push(lib);
-                api
-            }
-            Err(e) => NvSciIpcApi::not_loaded(loader_reason(&e, None)),
-        };
+        let (table, libraries) = crate::table::load()?;
         let backend = Arc::new(Backend {
             name: "cuda",
             kind: BackendKind::Real,
@@ -185,9 +140,7 @@ impl Backend {
     pub fn ensure_init(&self) -> Result<(), Error> {
         self.init
             .get_or_init(|| match self.table.cuda.cuInit {
-                // SAFETY: cuInit takes a flags word (must be 0) and has no
-                // other preconditions.
-                Some(f) => check("cuInit", unsafe { f(0) }),
+                Some(_) => crate::ffi::call::cuInit(&self.table.cuda, 0),
                 None => Ok(()),
             })
             .clone()

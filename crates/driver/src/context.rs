@@ -8,10 +8,11 @@ use std::sync::Arc;
 use tegra_interop_core::CuResult;
 use tegra_interop_sys::cuda::{CUcontext, CUdevice};
 
-use crate::error::{check, ContextId};
+use crate::error::ContextId;
+use crate::ffi::{call, Bind};
 use crate::owner::{Owned, Release};
 use crate::table::CudaApi;
-use crate::{entry, Backend, Error};
+use crate::{Backend, Error};
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -71,7 +72,7 @@ pub struct Context {
 }
 
 /// The C context and how it is released.
-struct ContextRes {
+pub(crate) struct ContextRes {
     backend: Arc<Backend>,
     raw: CUcontext,
     device: CUdevice,
@@ -79,30 +80,17 @@ struct ContextRes {
     ownership: Ownership,
 }
 
-// SAFETY: a CUDA context handle may be used from any thread (the driver API
-// is thread-safe); every call made through a `Context` first makes it current
-// on the calling thread. The backend is `Send + Sync` (plain fn pointers and
-// loaded libraries).
-unsafe impl Send for ContextRes {}
-// SAFETY: see `Send`; `&ContextRes` only allows calls that the driver
-// serialises.
-unsafe impl Sync for ContextRes {}
-
 impl Release for ContextRes {
     fn release(&mut self) -> Result<(), Error> {
         let api = &self.backend.table().cuda;
         match &self.ownership {
             Ownership::Primary => {
-                let release = entry!(api, cuDevicePrimaryCtxRelease);
-                // SAFETY: we retained this device's primary context once and
-                // release it once (`Owned`); no holder is left.
-                check("cuDevicePrimaryCtxRelease", unsafe { release(self.device) })
+                // Retained once, released once (`Owned`); no holder is left.
+                call::cuDevicePrimaryCtxRelease(api, self.device)
             }
             Ownership::Created => {
-                let destroy = entry!(api, cuCtxDestroy);
-                // SAFETY: we created this context and destroy it once; no
-                // holder is left.
-                check("cuCtxDestroy", unsafe { destroy(self.raw) })
+                // Created by us, destroyed once; no holder is left.
+                call::cuCtxDestroy(api, self.raw)
             }
             // cudarc's `Arc` is dropped with this value.
             #[cfg(feature = "cudarc")]
@@ -125,21 +113,10 @@ impl std::fmt::Debug for Context {
     }
 }
 
-/// Whether cudarc can load the driver library (it panics when it cannot).
-#[cfg(feature = "cudarc")]
-fn cudarc_can_load() -> bool {
-    // SAFETY: `is_culib_present` only tries to dlopen the driver library by
-    // its usual names (libcuda.so.1 among them, already loaded by
-    // `Backend::real`); it has no other effect.
-    unsafe { cudarc::driver::sys::is_culib_present() }
-}
-
 fn device_handle(backend: &Backend, ordinal: i32) -> Result<CUdevice, Error> {
     backend.ensure_init()?;
-    let get = entry!(backend.table().cuda, cuDeviceGet);
     let mut device: CUdevice = 0;
-    // SAFETY: `device` is a valid out-pointer for the duration of the call.
-    check("cuDeviceGet", unsafe { get(&mut device, ordinal) })?;
+    call::cuDeviceGet(&backend.table().cuda, &mut device, ordinal)?;
     Ok(device)
 }
 
@@ -165,7 +142,7 @@ impl Context {
     /// otherwise the device's primary context retained through the table.
     pub fn new(backend: Arc<Backend>, ordinal: i32) -> Result<Context, Error> {
         #[cfg(feature = "cudarc")]
-        if backend.kind() == crate::BackendKind::Real && cudarc_can_load() {
+        if backend.kind() == crate::BackendKind::Real && crate::ffi::cudarc_can_load() {
             let index = usize::try_from(ordinal).map_err(|_| Error::Driver {
                 call: "cuDeviceGet",
                 code: CuResult::INVALID_DEVICE,
@@ -183,12 +160,8 @@ impl Context {
     /// (`cuDevicePrimaryCtxRetain`); dropping it releases it.
     pub fn primary(backend: Arc<Backend>, ordinal: i32) -> Result<Context, Error> {
         let device = device_handle(&backend, ordinal)?;
-        let retain = entry!(backend.table().cuda, cuDevicePrimaryCtxRetain);
         let mut raw: CUcontext = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; `device` came from cuDeviceGet.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            retain(&mut raw, device)
-        })?;
+        call::cuDevicePrimaryCtxRetain(&backend.table().cuda, &mut raw, device)?;
         Ok(Context::wrap(ContextRes {
             backend,
             raw,
@@ -202,10 +175,8 @@ impl Context {
     /// `cuCtxCreate(flags)`; dropping it destroys it.
     pub fn create(backend: Arc<Backend>, ordinal: i32, flags: u32) -> Result<Context, Error> {
         let device = device_handle(&backend, ordinal)?;
-        let create = entry!(backend.table().cuda, cuCtxCreate);
         let mut raw: CUcontext = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; `device` came from cuDeviceGet.
-        check("cuCtxCreate", unsafe { create(&mut raw, flags, device) })?;
+        call::cuCtxCreate(&backend.table().cuda, &mut raw, flags, device)?;
         Ok(Context::wrap(ContextRes {
             backend,
             raw,
@@ -293,9 +264,7 @@ impl Context {
     /// mixes in its own driver calls.
     #[inline]
     pub fn bind(&self) -> Result<(), Error> {
-        let set = entry!(self.api(), cuCtxSetCurrent);
-        // SAFETY: `self.raw` is a live context (we hold it until release).
-        check("cuCtxSetCurrent", unsafe { set(self.inner.raw) })
+        call::cuCtxSetCurrent(self.api(), self.inner.raw)
     }
 
     /// Makes this context current on the calling thread unless it already
@@ -307,11 +276,9 @@ impl Context {
     /// query is reported as such.
     #[inline]
     pub(crate) fn make_current(&self) -> Result<(), Error> {
-        if let Some(get) = self.api().cuCtxGetCurrent {
+        if self.api().cuCtxGetCurrent.is_some() {
             let mut current: CUcontext = ptr::null_mut();
-            // SAFETY: `current` is a valid out-pointer for the duration of
-            // the call.
-            check("cuCtxGetCurrent", unsafe { get(&mut current) })?;
+            call::cuCtxGetCurrent(self.api(), &mut current)?;
             if current == self.inner.raw {
                 return Ok(());
             }
@@ -321,10 +288,7 @@ impl Context {
 
     /// Waits for all work in this context (`cuCtxSynchronize`).
     pub fn synchronize(&self) -> Result<(), Error> {
-        self.bind()?;
-        let sync = entry!(self.api(), cuCtxSynchronize);
-        // SAFETY: no arguments; the context is current.
-        check("cuCtxSynchronize", unsafe { sync() })
+        call::cuCtxSynchronize(Bind(self))
     }
 
     /// Resets the device's primary context (`cuDevicePrimaryCtxReset`),
@@ -344,13 +308,9 @@ impl Context {
             });
         }
         self.refuse_if_held("Context::reset")?;
-        let reset = entry!(self.api(), cuDevicePrimaryCtxReset);
-        // SAFETY: `self.inner.device` is the device whose primary context we
-        // hold; no other value holds this context (checked above, and
-        // `&mut self` keeps a clone from being made meanwhile).
-        check("cuDevicePrimaryCtxReset", unsafe {
-            reset(self.inner.device)
-        })
+        // No other value holds this context (checked above, and `&mut self`
+        // keeps a clone from being made meanwhile).
+        call::cuDevicePrimaryCtxReset(self.api(), self.inner.device)
     }
 
     fn refuse_if_held(&self, operation: &'static str) -> Result<(), Error> {

@@ -1,7 +1,7 @@
 //! [`Error`] and [`ImportError`].
 
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tegra_interop_core::{CuResult, NvSciError, ValidationError};
@@ -357,10 +357,6 @@ pub fn fd_audit() -> FdAudit {
     }
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 /// Whether `a` and `b` are the same open file description of this process:
 /// `Some(true)`/`Some(false)` from `kcmp(KCMP_FILE)`, `None` when that cannot
 /// be asked (no kcmp, not permitted, a closed number, Miri).
@@ -386,55 +382,14 @@ pub fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
         // Miri does not implement the kcmp system call.
         return None;
     }
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        const KCMP_FILE: libc::c_long = 0;
-        // SAFETY: kcmp only compares kernel objects of the given process (our
-        // own pid) by number; no memory is passed.
-        let pid = libc::c_long::from(unsafe { libc::getpid() });
-        // SAFETY: as above; the fd numbers are plain integers to the kernel.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_kcmp,
-                pid,
-                pid,
-                KCMP_FILE,
-                libc::c_long::from(a),
-                libc::c_long::from(b),
-            )
-        };
-        match r {
-            0 => Some(true),
-            1..=3 => Some(false),
-            _ => None,
-        }
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        let _ = (a, b);
-        None
-    }
-}
-
-/// Whether `fd` is an open descriptor number of this process.
-fn is_open(fd: RawFd) -> Option<bool> {
-    // SAFETY: F_GETFD reads the descriptor flags of a number; harmless on any
-    // value.
-    if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
-        return Some(true);
-    }
-    if errno() == libc::EBADF {
-        Some(false)
-    } else {
-        None
-    }
+    crate::ffi::same_description(a, b)
 }
 
 /// After a failed import: closes the duplicate `dup` handed to the driver
 /// only if it is provably still ours (open, same open file description as
 /// the caller's `orig`); counts every outcome (see [`FdAudit`]).
 fn release_duplicate(orig: BorrowedFd<'_>, dup: RawFd) {
-    match is_open(dup) {
+    match crate::ffi::is_open(dup) {
         Some(false) => {
             DUPLICATES_GONE.fetch_add(1, Ordering::Relaxed);
             return;
@@ -447,11 +402,11 @@ fn release_duplicate(orig: BorrowedFd<'_>, dup: RawFd) {
     }
     match same_description(orig.as_raw_fd(), dup) {
         Some(true) => {
-            // SAFETY: `dup` is open and is the same open file description as
-            // the caller's fd: it is the duplicate we made (the residual race
-            // is documented on `FdAudit`); nothing else owns it, and it is
+            // `dup` is open and is the same open file description as the
+            // caller's fd: it is the duplicate we made (the residual race is
+            // documented on `FdAudit`); nothing else owns it, and it is
             // closed once, here.
-            drop(unsafe { OwnedFd::from_raw_fd(dup) });
+            drop(crate::ffi::own_fd(dup));
             DUPLICATES_CLOSED.fetch_add(1, Ordering::Relaxed);
         }
         Some(false) => {
@@ -484,23 +439,23 @@ pub(crate) fn import_consuming_fd<T, I>(
             fd,
         });
     }
-    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor number for the open fd
-    // we hold; no memory is involved.
-    let dup = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-    if dup < 0 {
-        return Err(ImportError {
-            error: Error::Os {
-                call: "fcntl(F_DUPFD_CLOEXEC)",
-                errno: errno(),
-            },
-            fd,
-        });
-    }
+    let dup = match crate::ffi::dup_cloexec(fd.as_fd()) {
+        Ok(dup) => dup,
+        Err(errno) => {
+            return Err(ImportError {
+                error: Error::Os {
+                    call: "fcntl(F_DUPFD_CLOEXEC)",
+                    errno,
+                },
+                fd,
+            })
+        }
+    };
     let described = match rebuild(dup) {
         Ok(d) => d,
         Err(e) => {
-            // SAFETY: `dup` was just made by us and nobody else has seen it.
-            drop(unsafe { OwnedFd::from_raw_fd(dup) });
+            // `dup` was just made by us and nobody else has seen it.
+            drop(crate::ffi::own_fd(dup));
             return Err(ImportError {
                 error: Error::Validation(e),
                 fd,
@@ -539,18 +494,5 @@ impl std::error::Error for ImportError {
 impl From<ImportError> for Error {
     fn from(value: ImportError) -> Self {
         value.error
-    }
-}
-
-/// Turns a CUDA return code into a `Result`.
-pub(crate) fn check(
-    call: &'static str,
-    code: tegra_interop_sys::cuda::CUresult,
-) -> Result<(), Error> {
-    let code = CuResult::from(code);
-    if code.is_success() {
-        Ok(())
-    } else {
-        Err(Error::Driver { call, code })
     }
 }

@@ -59,6 +59,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 
 pub mod backend;
 pub mod context;
@@ -66,6 +67,7 @@ pub mod context;
 pub mod cudarc_slice;
 pub mod device;
 pub mod error;
+mod ffi;
 pub mod memory;
 pub mod nvsci;
 mod owner;
@@ -82,5 +84,3 @@ pub use memory::{ExternalMemory, MappedArray, MappedBuffer};
 pub use semaphore::{ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
 pub use stream::Stream;
 pub use table::FunctionTable;
-
-pub(crate) use error::check;

@@ -9,9 +9,9 @@ use tegra_interop_core::{
 };
 use tegra_interop_sys::cuda::{CUarray, CUdeviceptr, CUexternalMemory, CUmipmappedArray};
 
-use crate::error::check;
+use crate::ffi::{call, Bind, TryBind};
 use crate::owner::{Owned, Release};
-use crate::{entry, Backend, Context, Error, ImportError};
+use crate::{Backend, Context, Error, ImportError};
 
 /// Refuses handle kinds this operating system cannot provide, before the
 /// driver sees them.
@@ -62,28 +62,18 @@ pub struct ExternalMemory {
 }
 
 /// The C import and how it is destroyed.
-struct MemoryRes {
+pub(crate) struct MemoryRes {
     ctx: Context,
     raw: CUexternalMemory,
     kind: MemoryHandleKind,
     size: u64,
 }
 
-// SAFETY: the driver's external-memory handles may be used from any thread;
-// every call binds the owning context first.
-unsafe impl Send for MemoryRes {}
-// SAFETY: `&MemoryRes` only allows mapping calls, which the driver makes
-// thread-safe.
-unsafe impl Sync for MemoryRes {}
-
 impl Release for MemoryRes {
     fn release(&mut self) -> Result<(), Error> {
-        let destroy = entry!(self.ctx.api(), cuDestroyExternalMemory);
-        // Best effort: the destroy call's own answer is what counts.
-        let _ = self.ctx.bind();
-        // SAFETY: `self.raw` was imported by us and is destroyed once
-        // (`Owned`); no mapping is alive (each holds the memory).
-        check("cuDestroyExternalMemory", unsafe { destroy(self.raw) })
+        // Imported by us, destroyed once (`Owned`); no mapping is alive
+        // (each holds the memory).
+        call::cuDestroyExternalMemory(TryBind(&self.ctx), self.raw)
     }
 
     fn backend(&self) -> &Backend {
@@ -163,6 +153,7 @@ impl ExternalMemory {
     /// The handle inside `import` must be valid for this kind and stay
     /// valid for the duration of the call (for NvSciBuf: a live
     /// `NvSciBufObj` whose size is `import.size()`).
+    #[allow(unsafe_code)] // the caller vouches for the raw handle
     pub unsafe fn import_handle(
         ctx: &Context,
         import: &MemoryImport,
@@ -173,19 +164,16 @@ impl ExternalMemory {
         Self::import_desc(ctx, import)
     }
 
-    fn import_desc(ctx: &Context, import: &MemoryImport) -> Result<Self, Error> {
+    /// The import itself; for a non-fd kind the crate vouches for the handle
+    /// (see `ffi`'s invariants).
+    pub(crate) fn import_desc(ctx: &Context, import: &MemoryImport) -> Result<Self, Error> {
         let kind = import.kind();
         check_platform(kind.name(), kind.is_win32())?;
-        let import_fn = entry!(ctx.api(), cuImportExternalMemory);
-        ctx.bind()?;
         let mut raw: CUexternalMemory = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the descriptor was validated
-        // by the core (reserved fields zero, handle matches the kind); for fd
-        // kinds the fd is open (we hold its OwnedFd), for others the caller
-        // vouched for the handle.
-        check("cuImportExternalMemory", unsafe {
-            import_fn(&mut raw, import.raw())
-        })?;
+        // The descriptor was validated by the core; for fd kinds the fd is
+        // open (we hold its OwnedFd), for others the caller vouched for the
+        // handle (`import_handle` is `unsafe`).
+        call::cuImportExternalMemory(Bind(ctx), &mut raw, import.raw())?;
         Ok(ExternalMemory {
             res: Arc::new(Owned::new(MemoryRes {
                 ctx: ctx.clone(),
@@ -233,15 +221,10 @@ impl ExternalMemory {
     /// before the call.
     pub fn map_buffer(&self, mapping: BufferMapping) -> Result<MappedBuffer, Error> {
         let desc = mapping.lower(self.res.size)?;
-        let map_fn = entry!(self.context().api(), cuExternalMemoryGetMappedBuffer);
-        self.context().bind()?;
         let mut ptr: CUdeviceptr = 0;
-        // SAFETY: `ptr` is a valid out-pointer, `self.raw` is live (we hold
-        // it), `desc` was built by the core (flags and reserved zero, range
+        // `desc` was built by the core (flags and reserved zero, range
         // inside the import).
-        check("cuExternalMemoryGetMappedBuffer", unsafe {
-            map_fn(&mut ptr, self.res.raw, &desc)
-        })?;
+        call::cuExternalMemoryGetMappedBuffer(Bind(self.context()), &mut ptr, self.res.raw, &desc)?;
         Ok(MappedBuffer {
             res: Owned::new(BufferRes {
                 memory: self.holder(),
@@ -265,17 +248,13 @@ impl ExternalMemory {
         mapping: MipmappedArrayMapping,
     ) -> Result<MappedArray, Error> {
         let desc = mapping.lower(self.res.kind, self.res.size)?;
-        let map_fn = entry!(
-            self.context().api(),
-            cuExternalMemoryGetMappedMipmappedArray
-        );
-        self.context().bind()?;
         let mut raw: CUmipmappedArray = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer, `self.raw` is live, `desc`
-        // was built and checked by the core.
-        check("cuExternalMemoryGetMappedMipmappedArray", unsafe {
-            map_fn(&mut raw, self.res.raw, &desc)
-        })?;
+        call::cuExternalMemoryGetMappedMipmappedArray(
+            Bind(self.context()),
+            &mut raw,
+            self.res.raw,
+            &desc,
+        )?;
         Ok(MappedArray {
             res: Owned::new(ArrayRes {
                 memory: self.holder(),
@@ -323,12 +302,8 @@ struct BufferRes {
 
 impl Release for BufferRes {
     fn release(&mut self) -> Result<(), Error> {
-        let ctx = self.memory.context();
-        let free = entry!(ctx.api(), cuMemFree);
-        let _ = ctx.bind();
-        // SAFETY: the pointer came from cuExternalMemoryGetMappedBuffer and
-        // is freed once (`Owned`), before the memory (held by this value).
-        check("cuMemFree", unsafe { free(self.ptr) })
+        // Freed once (`Owned`), before the memory (held by this value).
+        call::cuMemFree(TryBind(self.memory.context()), self.ptr)
     }
 
     fn backend(&self) -> &Backend {
@@ -395,30 +370,19 @@ impl MappedBuffer {
     /// issued on, which returns when it has landed.
     pub fn copy_from_host(&self, offset: u64, src: &[u8]) -> Result<(), Error> {
         let dst = self.bounds(offset, src.len())?;
-        let copy = entry!(self.ctx().api(), cuMemcpyHtoD);
-        let sync = entry!(self.ctx().api(), cuStreamSynchronize);
-        self.ctx().bind()?;
-        // SAFETY: `dst..dst+len` lies inside this live mapping (checked
-        // above); `src` is readable for `len` bytes.
-        check("cuMemcpyHtoD", unsafe {
-            copy(dst, src.as_ptr().cast(), src.len())
-        })?;
-        // SAFETY: the NULL stream is the legacy default stream of the bound
-        // context, the stream `cuMemcpyHtoD` used.
-        check("cuStreamSynchronize", unsafe { sync(ptr::null_mut()) })
+        // `dst..dst+len` lies inside this live mapping (checked above).
+        call::cuMemcpyHtoD(Bind(self.ctx()), dst, src.as_ptr().cast(), src.len())?;
+        // The NULL stream is the legacy default stream of the bound context,
+        // the stream `cuMemcpyHtoD` used.
+        call::cuStreamSynchronize(self.ctx().api(), ptr::null_mut())
     }
 
     /// Copies from the buffer at byte `offset` into `dst` (`cuMemcpyDtoH`);
     /// returns when the copy is done.
     pub fn copy_to_host(&self, offset: u64, dst: &mut [u8]) -> Result<(), Error> {
         let src = self.bounds(offset, dst.len())?;
-        let copy = entry!(self.ctx().api(), cuMemcpyDtoH);
-        self.ctx().bind()?;
-        // SAFETY: `src..src+len` lies inside this live mapping; `dst` is
-        // writable for `len` bytes and not aliased (`&mut`).
-        check("cuMemcpyDtoH", unsafe {
-            copy(dst.as_mut_ptr().cast(), src, dst.len())
-        })
+        // `src..src+len` lies inside this live mapping (checked above).
+        call::cuMemcpyDtoH(Bind(self.ctx()), dst.as_mut_ptr().cast(), src, dst.len())
     }
 
     /// Sets every byte of the buffer to `value` (`cuMemsetD8`).
@@ -429,10 +393,8 @@ impl MappedBuffer {
             len: size,
             size,
         })?;
-        let set = entry!(self.ctx().api(), cuMemsetD8);
-        self.ctx().bind()?;
-        // SAFETY: the whole live mapping is written, nothing past it.
-        check("cuMemsetD8", unsafe { set(self.res.ptr, value, len) })
+        // The whole live mapping is written, nothing past it.
+        call::cuMemsetD8(Bind(self.ctx()), self.res.ptr, value, len)
     }
 
     /// Unmaps now (`cuMemFree`) and reports the driver's answer
@@ -452,26 +414,16 @@ pub struct MappedArray {
 }
 
 /// The array and how it is destroyed.
-struct ArrayRes {
+pub(crate) struct ArrayRes {
     memory: ExternalMemory,
     raw: CUmipmappedArray,
     levels: u32,
 }
 
-// SAFETY: array handles may be used from any thread; calls bind first.
-unsafe impl Send for ArrayRes {}
-// SAFETY: `&ArrayRes` only queries levels, which is thread-safe.
-unsafe impl Sync for ArrayRes {}
-
 impl Release for ArrayRes {
     fn release(&mut self) -> Result<(), Error> {
-        let ctx = self.memory.context();
-        let destroy = entry!(ctx.api(), cuMipmappedArrayDestroy);
-        let _ = ctx.bind();
-        // SAFETY: the array came from cuExternalMemoryGetMappedMipmappedArray
-        // and is destroyed once (`Owned`), before the memory (held by this
-        // value).
-        check("cuMipmappedArrayDestroy", unsafe { destroy(self.raw) })
+        // Destroyed once (`Owned`), before the memory (held by this value).
+        call::cuMipmappedArrayDestroy(TryBind(self.memory.context()), self.raw)
     }
 
     fn backend(&self) -> &Backend {
@@ -518,14 +470,9 @@ impl MappedArray {
                 len: self.res.levels as usize,
             }));
         }
-        let get = entry!(self.ctx().api(), cuMipmappedArrayGetLevel);
-        self.ctx().bind()?;
         let mut array: CUarray = ptr::null_mut();
-        // SAFETY: `array` is a valid out-pointer, `self.raw` is live and
-        // `level` is below its level count.
-        check("cuMipmappedArrayGetLevel", unsafe {
-            get(&mut array, self.res.raw, level)
-        })?;
+        // `level` is below the level count (checked above).
+        call::cuMipmappedArrayGetLevel(Bind(self.ctx()), &mut array, self.res.raw, level)?;
         Ok(array)
     }
 

@@ -19,12 +19,11 @@
 //! ```
 
 use std::fmt;
-use std::os::fd::{FromRawFd, OwnedFd};
 
 use tegra_interop_core::CuResult;
 use tegra_interop_sys::cuda::{CUdeviceptr, CUmemRangeHandleType};
 
-use crate::error::check;
+use crate::ffi::call;
 use crate::{Context, Error, ExternalMemory};
 
 /// Bytes the dma-buf probe allocates (and frees again): 2 MiB, a multiple of
@@ -93,7 +92,8 @@ impl fmt::Display for DmaBufImport {
 /// Leaves the context current on the calling thread.
 pub fn dma_buf_import(ctx: &Context) -> DmaBufImport {
     let api = ctx.api();
-    let (Some(alloc), Some(free), Some(export)) = (
+    // Every step's entry is needed before the first step is made.
+    let (Some(_), Some(_), Some(_)) = (
         api.cuMemAlloc,
         api.cuMemFree,
         api.cuMemGetHandleForAddressRange,
@@ -122,18 +122,15 @@ pub fn dma_buf_import(ctx: &Context) -> DmaBufImport {
         };
     }
     let mut ptr: CUdeviceptr = 0;
-    // SAFETY: `ptr` is a valid out-pointer; the context is current.
-    if let Err(e) = check("cuMemAlloc", unsafe {
-        alloc(&mut ptr, DMA_BUF_PROBE_BYTES)
-    }) {
+    if let Err(e) = call::cuMemAlloc(api, &mut ptr, DMA_BUF_PROBE_BYTES) {
         return DmaBufImport::Unknown {
             reason: format!("no probe possible: {e}"),
         };
     }
-    let verdict = export_and_import(ctx, export, ptr);
-    // SAFETY: `ptr` came from our cuMemAlloc and is freed once, after the
-    // import made from it (if any) was destroyed.
-    let freed = check("cuMemFree", unsafe { free(ptr) });
+    let verdict = export_and_import(ctx, ptr);
+    // `ptr` came from our cuMemAlloc and is freed once, after the import
+    // made from it (if any) was destroyed.
+    let freed = call::cuMemFree(api, ptr);
     match (verdict, freed) {
         (verdict, Ok(())) => verdict,
         (DmaBufImport::Unknown { reason }, Err(e)) => DmaBufImport::Unknown {
@@ -147,29 +144,17 @@ pub fn dma_buf_import(ctx: &Context) -> DmaBufImport {
 
 /// The export and import steps of [`dma_buf_import`] over the allocation
 /// at `ptr` (which the caller frees).
-fn export_and_import(
-    ctx: &Context,
-    export: unsafe extern "C" fn(
-        *mut core::ffi::c_void,
-        CUdeviceptr,
-        usize,
-        CUmemRangeHandleType,
-        core::ffi::c_ulonglong,
-    ) -> tegra_interop_sys::cuda::CUresult,
-    ptr: CUdeviceptr,
-) -> DmaBufImport {
+fn export_and_import(ctx: &Context, ptr: CUdeviceptr) -> DmaBufImport {
     let mut raw_fd: core::ffi::c_int = -1;
-    // SAFETY: `raw_fd` is a valid out-pointer for the fd; the range is the
-    // whole live allocation made by the caller; flags 0.
-    let exported = check("cuMemGetHandleForAddressRange", unsafe {
-        export(
-            (&mut raw_fd as *mut core::ffi::c_int).cast(),
-            ptr,
-            DMA_BUF_PROBE_BYTES,
-            CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-            0,
-        )
-    });
+    // The range is the whole live allocation made by the caller; flags 0.
+    let exported = call::cuMemGetHandleForAddressRange(
+        ctx.api(),
+        (&mut raw_fd as *mut core::ffi::c_int).cast(),
+        ptr,
+        DMA_BUF_PROBE_BYTES,
+        CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+        0,
+    );
     if let Err(e) = exported {
         return DmaBufImport::Unknown {
             reason: format!("no probe possible: the export to import back failed: {e}"),
@@ -182,10 +167,10 @@ fn export_and_import(
             ),
         };
     }
-    // SAFETY: a successful export hands the caller a new descriptor that
-    // nothing else owns; from here on `fd` closes it exactly once (or the
-    // driver takes it on a successful import).
-    let fd = unsafe { OwnedFd::from_raw_fd(raw_fd) };
+    // A successful export hands the caller a new descriptor that nothing
+    // else owns; from here on `fd` closes it exactly once (or the driver
+    // takes it on a successful import).
+    let fd = crate::ffi::own_fd(raw_fd);
     match ExternalMemory::dma_buf_fd(ctx, fd, DMA_BUF_PROBE_BYTES as u64) {
         Ok(memory) => match memory.destroy() {
             Ok(()) => DmaBufImport::Supported,

@@ -1,8 +1,6 @@
 //! [`Stream`]: where work is queued, and everything queued on it: semaphore
 //! signals and waits (single and batched) and host functions.
 
-use std::ffi::c_void;
-use std::panic::AssertUnwindSafe;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(feature = "cudarc")]
@@ -16,11 +14,11 @@ use tegra_interop_sys::cuda::{
     CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
 };
 
-use crate::error::check;
+use crate::ffi::{call, code, Bind, Current, Lowered, TryBind};
 use crate::nvsci::{CanSignal, CanWait, Fence, NvSciSemaphore};
 use crate::owner::{Owned, Release};
 use crate::semaphore::Reservation;
-use crate::{entry, Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
+use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
 
 /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy
 /// default stream.
@@ -51,27 +49,18 @@ pub struct Stream {
 }
 
 /// The C stream and how it is released.
-struct StreamRes {
+pub(crate) struct StreamRes {
     ctx: Context,
     raw: CUstream,
     kind: StreamKind,
 }
 
-// SAFETY: a CUstream may be used from any thread; calls bind the owning
-// context first.
-unsafe impl Send for StreamRes {}
-// SAFETY: the driver serialises concurrent submissions to one stream.
-unsafe impl Sync for StreamRes {}
-
 impl Release for StreamRes {
     fn release(&mut self) -> Result<(), Error> {
         match self.kind {
             StreamKind::Owned => {
-                let destroy = entry!(self.ctx.api(), cuStreamDestroy);
-                // Best effort: the destroy call's own answer is what counts.
-                let _ = self.ctx.bind();
-                // SAFETY: we created this stream and destroy it once (`Owned`).
-                check("cuStreamDestroy", unsafe { destroy(self.raw) })
+                // Created by us, destroyed once (`Owned`).
+                call::cuStreamDestroy(TryBind(&self.ctx), self.raw)
             }
             StreamKind::Default => Ok(()),
             // cudarc's `Arc` is dropped with this value.
@@ -118,13 +107,8 @@ impl Stream {
             })?;
             return Stream::from_cudarc(ctx, stream);
         }
-        let create = entry!(ctx.api(), cuStreamCreate);
-        ctx.bind()?;
         let mut raw: CUstream = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        check("cuStreamCreate", unsafe {
-            create(&mut raw, CU_STREAM_NON_BLOCKING)
-        })?;
+        call::cuStreamCreate(Bind(ctx), &mut raw, CU_STREAM_NON_BLOCKING)?;
         Ok(Stream::wrap(ctx, raw, StreamKind::Owned))
     }
 
@@ -178,20 +162,13 @@ impl Stream {
 
     /// Blocks until all queued work is done (`cuStreamSynchronize`).
     pub fn synchronize(&self) -> Result<(), Error> {
-        let sync = entry!(self.context().api(), cuStreamSynchronize);
-        self.context().bind()?;
-        // SAFETY: `self.res.raw` is a live stream of the current context.
-        check("cuStreamSynchronize", unsafe { sync(self.res.raw) })
+        call::cuStreamSynchronize(Bind(self.context()), self.res.raw)
     }
 
     /// `true` when all queued work is done (`cuStreamQuery`; `NOT_READY`
     /// means `false`).
     pub fn is_idle(&self) -> Result<bool, Error> {
-        let query = entry!(self.context().api(), cuStreamQuery);
-        self.context().bind()?;
-        // SAFETY: `self.res.raw` is a live stream of the current context.
-        let code = CuResult::from(unsafe { query(self.res.raw) });
-        match code {
+        match CuResult::from(code::cuStreamQuery(Bind(self.context()), self.res.raw)?) {
             CuResult::SUCCESS => Ok(true),
             CuResult::NOT_READY => Ok(false),
             code => Err(Error::Driver {
@@ -208,35 +185,41 @@ impl Stream {
     }
 }
 
-/// The raw handle of a semaphore taking part in a call, refused when NULL (as
-/// the core's batches refuse it).
+/// The most entries one [`Stream::signal_batch`] or [`Stream::wait_batch`]
+/// takes: the two C arrays of the call are built on the stack (no heap
+/// allocation per call), sized for this many. A longer batch is refused
+/// before anything happens with
+/// [`ValidationError::CapacityExceeded`]; split it into several calls
+/// (they are ordered on the stream like one call).
+///
+/// Why refuse instead of splitting it here: a batch is all or nothing for
+/// the tracked values (a failed call advances none of them), which one
+/// driver call keeps and several calls could not.
+pub const MAX_BATCH: usize = 64;
+
+/// Refuses a batch longer than [`MAX_BATCH`] before anything happens.
 #[inline]
-fn live_handle(semaphore: &ExternalSemaphore) -> Result<CUexternalSemaphore, Error> {
-    if semaphore.as_raw().is_null() {
-        return Err(Error::Validation(ValidationError::NullHandle));
+fn check_len(len: usize) -> Result<(), Error> {
+    if len > MAX_BATCH {
+        return Err(over_capacity());
     }
-    Ok(semaphore.as_raw())
+    Ok(())
 }
 
-/// The `unsigned int` entry count of a batch of `N`.
-#[inline]
-fn batch_count<const N: usize>() -> Result<u32, Error> {
-    u32::try_from(N).map_err(|_| {
-        Error::Validation(ValidationError::CapacityExceeded {
-            capacity: u32::MAX as usize,
-        })
+#[cold]
+#[inline(never)]
+fn over_capacity() -> Error {
+    Error::Validation(ValidationError::CapacityExceeded {
+        capacity: MAX_BATCH,
     })
 }
 
-/// Aborts the reservations made so far (after a refusal or a failed call).
+/// Aborts the reservations of `signals` (after a refusal or a failed call).
 /// Returns the first inconsistency found, after handling every entry.
-fn abort_all(
-    signals: &mut [SemaphoreSignal<'_>],
-    reservations: &mut [Reservation],
-) -> Result<(), ValidationError> {
+fn abort_all(signals: &mut [SemaphoreSignal<'_>]) -> Result<(), ValidationError> {
     let mut first_error = Ok(());
-    for (signal, reservation) in signals.iter_mut().zip(reservations.iter_mut()) {
-        let reservation = std::mem::replace(reservation, Reservation::None);
+    for signal in signals {
+        let reservation = std::mem::replace(&mut signal.reservation, Reservation::None);
         if let Err(e) = signal.semaphore.abort(reservation) {
             first_error = first_error.and(Err(e));
         }
@@ -245,12 +228,18 @@ fn abort_all(
 }
 
 impl Stream {
+    /// The raw handle of a semaphore taking part in a call of this stream:
+    /// refused when of another context ([`Error::WrongContext`]) or NULL (as
+    /// the core's batches refuse it).
     #[inline]
-    fn same_context(&self, semaphore: &ExternalSemaphore) -> Result<(), Error> {
+    fn handle_for(&self, semaphore: &ExternalSemaphore) -> Result<CUexternalSemaphore, Error> {
         if semaphore.context().as_raw() != self.context().as_raw() {
             return Err(self.wrong_context(semaphore));
         }
-        Ok(())
+        if semaphore.as_raw().is_null() {
+            return Err(Error::Validation(ValidationError::NullHandle));
+        }
+        Ok(semaphore.as_raw())
     }
 
     #[cold]
@@ -275,8 +264,10 @@ impl Stream {
         semaphore: &mut ExternalSemaphore,
         params: SignalParams,
     ) -> Result<Option<u64>, Error> {
-        let [value] = self.signal_batch([SemaphoreSignal::new(semaphore, params)?])?;
-        Ok(value)
+        let mut one = [SemaphoreSignal::new(semaphore, params)?];
+        self.signal_batch(&mut one)?;
+        let [signal] = one;
+        Ok(signal.tracked())
     }
 
     /// Queues a signal of an NvSciSync semaphore and returns the fence the
@@ -293,7 +284,7 @@ impl Stream {
     /// Queues a wait (binary, timeline or fence).
     #[inline]
     pub fn wait(&self, semaphore: &ExternalSemaphore, params: WaitParams) -> Result<(), Error> {
-        self.wait_batch([SemaphoreWait::new(semaphore, params)?])
+        self.wait_batch(&[SemaphoreWait::new(semaphore, params)?])
     }
 
     /// Queues a wait for an NvSciSync fence (see [`NvSciSemaphore::wait`]).
@@ -306,116 +297,113 @@ impl Stream {
         semaphore.wait(self, fence)
     }
 
-    /// Queues `N` signals with one driver call
+    /// Queues every signal of `signals` (an array, a `Vec`, any slice of up
+    /// to [`MAX_BATCH`] entries) with one driver call
     /// (`cuSignalExternalSemaphoresAsync`). Everything is checked before the
-    /// call (contexts, parameters, tracked values); if the call fails, no
-    /// tracked value advances. Returns, per signal, the tracked value
+    /// call (contexts, parameters, tracked values); if anything is refused
+    /// or the call fails, no tracked value advances. Afterwards each entry's
+    /// [`SemaphoreSignal::tracked`] is the value now tracked for it
     /// (timeline value or deterministic fence value).
-    #[inline]
-    pub fn signal_batch<const N: usize>(
-        &self,
-        mut signals: [SemaphoreSignal<'_>; N],
-    ) -> Result<[Option<u64>; N], Error> {
-        let count = batch_count::<N>()?;
-        // The two arrays of the call, built on the stack: per entry the
-        // context, then the checks of the core's `SignalBatch::push` (NULL
-        // handle, `SignalParams::check_for` against the kind), then the
-        // parameters written in place (what the core's `lower_for` builds).
-        let mut handles: [CUexternalSemaphore; N] = [ptr::null_mut(); N];
-        let mut params = [CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); N];
-        for ((signal, handle), raw) in signals.iter().zip(&mut handles).zip(&mut params) {
-            self.same_context(signal.semaphore)?;
-            *handle = live_handle(signal.semaphore)?;
-            signal.params.lower_into(signal.semaphore.kind(), raw)?;
-        }
-        let signal_fn = entry!(self.context().api(), cuSignalExternalSemaphoresAsync);
-
-        let mut reservations = [const { Reservation::None }; N];
-        for i in 0..N {
+    ///
+    /// No heap allocation: the C arrays are built on the stack.
+    ///
+    /// ```
+    /// use tegra_interop_driver::{Context, ExternalSemaphore, SemaphoreSignal, Stream};
+    /// use tegra_interop_sim::{export, Sim};
+    ///
+    /// let sim = Sim::new()?;
+    /// let ctx = Context::new(sim.backend(), 0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let mut semaphores = Vec::new();
+    /// for _ in 0..3 {
+    ///     let (fd, _exported) = export::timeline_semaphore(0)?;
+    ///     semaphores.push(ExternalSemaphore::timeline_fd(&ctx, fd)?);
+    /// }
+    /// let mut batch: Vec<_> =
+    ///     semaphores.iter_mut().map(|s| SemaphoreSignal::timeline(s, 5)).collect();
+    /// stream.signal_batch(&mut batch)?;
+    /// assert!(batch.iter().all(|s| s.tracked() == Some(5)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn signal_batch(&self, signals: &mut [SemaphoreSignal<'_>]) -> Result<(), Error> {
+        check_len(signals.len())?;
+        let mut arrays = Lowered::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, MAX_BATCH>::new();
+        // One pass: per entry the context, then the checks of the core's
+        // `SignalBatch::push` (NULL handle, `SignalParams::check_for`
+        // against the kind), the parameters written in place (what the
+        // core's `lower_for` builds), then the tracking reservation.
+        for i in 0..signals.len() {
             let signal = &mut signals[i];
-            match signal.semaphore.reserve(&signal.params, self.stream_id()) {
-                Ok(r) => reservations[i] = r,
-                Err(e) => {
-                    // Undo the reservations made so far; the error to report is `e`.
-                    let _ = abort_all(&mut signals[..i], &mut reservations[..i]);
-                    return Err(e.into());
-                }
+            let checked = self.handle_for(signal.semaphore).and_then(|handle| {
+                let kind = signal.semaphore.kind();
+                arrays.push(handle, |raw| signal.params.lower_into(kind, raw))?;
+                signal.reservation = signal.semaphore.reserve(&signal.params, self.id)?;
+                Ok(())
+            });
+            if let Err(e) = checked {
+                // Undo the reservations made so far; the error to report is `e`.
+                let _ = abort_all(&mut signals[..i]);
+                return Err(e);
             }
         }
-
-        let called = self.context().make_current().and_then(|()| {
-            // SAFETY: `handles` and `params` are two arrays of `count` entries;
-            // every handle is a live semaphore of this stream's context
-            // (borrowed for the duration of the call, context checked above);
-            // every parameter block was checked by the core against its
-            // semaphore's kind and lowered from a zeroed block; NvSciSync
-            // fence pointers come from borrows that outlive this call.
-            check("cuSignalExternalSemaphoresAsync", unsafe {
-                signal_fn(handles.as_ptr(), params.as_ptr(), count, self.as_raw())
-            })
-        });
+        // Every handle is a live semaphore of this stream's context
+        // (borrowed for the call); NvSciSync fence pointers come from
+        // borrows that outlive the call.
+        let (handles, params, count) = arrays.as_call();
+        let called = call::cuSignalExternalSemaphoresAsync(
+            Current(self.context()),
+            handles,
+            params,
+            count,
+            self.as_raw(),
+        );
         if let Err(e) = called {
-            let _ = abort_all(&mut signals, &mut reservations);
+            let _ = abort_all(signals);
             return Err(e);
         }
-        let mut values = [None; N];
         let mut first_error = Ok(());
-        for ((signal, reservation), value) in
-            signals.iter_mut().zip(reservations).zip(values.iter_mut())
-        {
+        for signal in signals.iter_mut() {
             // We hold the semaphore exclusively: no atomic operation needed.
             signal.semaphore.mark_used_exclusive();
+            let reservation = std::mem::replace(&mut signal.reservation, Reservation::None);
             match signal.semaphore.commit(reservation) {
-                Ok(v) => *value = v,
+                Ok(v) => signal.tracked = v,
                 Err(e) => first_error = first_error.and(Err(e)),
             }
         }
-        first_error?;
-        Ok(values)
+        Ok(first_error?)
     }
 
-    /// Queues `N` waits with one driver call (`cuWaitExternalSemaphoresAsync`),
-    /// everything checked before the call.
-    #[inline]
-    pub fn wait_batch<const N: usize>(&self, waits: [SemaphoreWait<'_>; N]) -> Result<(), Error> {
-        let count = batch_count::<N>()?;
+    /// Queues every wait of `waits` (up to [`MAX_BATCH`]) with one driver
+    /// call (`cuWaitExternalSemaphoresAsync`), everything checked before the
+    /// call; no heap allocation.
+    pub fn wait_batch(&self, waits: &[SemaphoreWait<'_>]) -> Result<(), Error> {
+        check_len(waits.len())?;
+        let mut arrays = Lowered::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, MAX_BATCH>::new();
         // As for signals: the same per-entry checks, arrays on the stack.
-        let mut handles: [CUexternalSemaphore; N] = [ptr::null_mut(); N];
-        let mut params = [CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default(); N];
-        for ((wait, handle), raw) in waits.iter().zip(&mut handles).zip(&mut params) {
-            self.same_context(wait.semaphore)?;
-            *handle = live_handle(wait.semaphore)?;
-            wait.params.lower_into(wait.semaphore.kind(), raw)?;
+        for wait in waits {
+            let handle = self.handle_for(wait.semaphore)?;
+            let kind = wait.semaphore.kind();
+            arrays.push(handle, |raw| wait.params.lower_into(kind, raw))?;
         }
-        let wait_fn = entry!(self.context().api(), cuWaitExternalSemaphoresAsync);
-        self.context().make_current()?;
-        // SAFETY: as for signals: two arrays of `count` entries, live
-        // semaphores of this stream's context, parameter blocks checked by
-        // the core and lowered from zeroed blocks, NvSciSync fence pointers
+        // As for signals: live semaphores of this stream's context,
+        // parameter blocks checked by the core, NvSciSync fence pointers
         // from borrows that outlive the call.
-        check("cuWaitExternalSemaphoresAsync", unsafe {
-            wait_fn(handles.as_ptr(), params.as_ptr(), count, self.as_raw())
-        })?;
-        for wait in &waits {
+        let (handles, params, count) = arrays.as_call();
+        call::cuWaitExternalSemaphoresAsync(
+            Current(self.context()),
+            handles,
+            params,
+            count,
+            self.as_raw(),
+        )?;
+        for wait in waits {
             // Written once: later waits only read the flag (no shared cache
             // line written per call).
             wait.semaphore.mark_used();
         }
         Ok(())
     }
-}
-
-/// What the driver calls: the boxed closure, moved out exactly once.
-type HostFn = Box<dyn FnOnce() + Send + 'static>;
-
-/// The C entry point the driver calls with the leaked `Box<HostFn>`.
-unsafe extern "C" fn run_host_fn(user: *mut c_void) {
-    // SAFETY: `user` is the `Box<HostFn>` leaked by `launch_host_fn`, and
-    // the driver calls a host function exactly once.
-    let f = unsafe { Box::from_raw(user.cast::<HostFn>()) };
-    // Unwinding into the driver's thread is not allowed: a panicking
-    // closure is stopped here (its panic message is printed by the hook).
-    let _ = std::panic::catch_unwind(AssertUnwindSafe(f));
 }
 
 impl Stream {
@@ -452,22 +440,6 @@ impl Stream {
     where
         F: FnOnce() + Send + 'static,
     {
-        let ctx = self.context();
-        ctx.bind()?;
-        let launch = entry!(ctx.api(), cuLaunchHostFunc);
-        let boxed: Box<HostFn> = Box::new(Box::new(f));
-        let user = Box::into_raw(boxed);
-        // SAFETY: the stream is live in the current context; `run_host_fn`
-        // matches the `CUhostFn` signature and takes ownership of `user`,
-        // which stays valid until it is called.
-        let result = check("cuLaunchHostFunc", unsafe {
-            launch(self.as_raw(), Some(run_host_fn), user.cast())
-        });
-        if result.is_err() {
-            // SAFETY: the launch failed, so the driver will never call
-            // `run_host_fn`: the box is still ours, reclaimed once.
-            drop(unsafe { Box::from_raw(user) });
-        }
-        result
+        crate::ffi::launch_host_fn(self.context(), self.as_raw(), Box::new(f))
     }
 }

@@ -14,6 +14,17 @@
 //! the C API names; their types are the generated `PFN_*` types; the symbol
 //! each one resolves to is the generated `symbols::*` constant (for example
 //! `cuMemFree` resolves `cuMemFree_v2`).
+//!
+//! # Safety
+//!
+//! This module is the loader, one of the few that may hold `unsafe` code:
+//! opening a library runs its initialisers, and each resolved address is
+//! trusted to have the signature of its `PFN_` type. Both rest on one
+//! invariant: a library is only ever opened by the soname its API struct
+//! names (`CudaApi::LIBRARY`, ...), the vendor's system libraries whose
+//! exported symbols have the C signatures of the headers the `PFN_` types
+//! were generated from. [`load`] is the only place that opens libraries.
+#![allow(unsafe_code)]
 
 pub use tegra_interop_sys::table::{
     library_of, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
@@ -83,20 +94,60 @@ tegra_interop_sys::nvscibuf_entry_points!(resolve_impl);
 tegra_interop_sys::nvscisync_entry_points!(resolve_impl);
 tegra_interop_sys::nvsciipc_entry_points!(resolve_impl);
 
-/// Takes a function out of a table, or returns [`crate::Error::NotSupported`]
-/// naming the symbol and its library.
-///
-/// `entry!(table.cuda, cuImportExternalMemory)` evaluates to the bare
-/// `unsafe extern "C" fn`.
-#[macro_export]
-#[doc(hidden)]
-macro_rules! entry {
-    ($api:expr, $field:ident) => {
-        match $api.$field {
-            Some(f) => f,
-            None => return Err($crate::table::missing_entry(&$api, stringify!($field))),
-        }
+/// Opens a library by soname.
+fn open(soname: &str) -> Result<libloading::Library, libloading::Error> {
+    // SAFETY: loading a shared library runs its initialisers. The libraries we
+    // open (libcuda, libnvsci*) are the vendor's system libraries, whose
+    // initialisers are designed to run in any process that links them.
+    unsafe { libloading::Library::new(soname) }
+}
+
+/// Opens `A::LIBRARY` and resolves `A` from it; the library is kept in
+/// `libraries` (it must outlive the table).
+fn open_and_resolve<A: Resolve + LibraryName>(
+    libraries: &mut Vec<libloading::Library>,
+) -> Result<A, libloading::Error> {
+    let lib = open(A::NAME)?;
+    // SAFETY: `lib` was opened by the soname `A` describes (module docs).
+    let api = unsafe { A::resolve(&lib) };
+    libraries.push(lib);
+    Ok(api)
+}
+
+/// The soname of an API struct's library.
+trait LibraryName {
+    const NAME: &'static str;
+}
+
+macro_rules! library_name {
+    ($($name:ident),*) => {
+        $(impl LibraryName for $name {
+            const NAME: &'static str = $name::LIBRARY;
+        })*
     };
+}
+library_name!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi);
+
+/// Loads the installed driver: `libcuda.so.1` (required: else
+/// [`crate::Error::DriverNotFound`] with the loader's reason) and, where
+/// they load, the three NvSci libraries (a library that does not load
+/// leaves its struct empty, with the loader's reason in its notes). Returns
+/// the table and the libraries, which must outlive it.
+pub(crate) fn load() -> Result<(FunctionTable, Vec<libloading::Library>), crate::Error> {
+    let mut libraries = Vec::new();
+    let mut table = FunctionTable::empty();
+    table.cuda =
+        open_and_resolve::<CudaApi>(&mut libraries).map_err(|e| crate::Error::DriverNotFound {
+            library: CudaApi::LIBRARY,
+            message: loader_reason(&e, Some(CudaApi::LIBRARY)),
+        })?;
+    table.nvscibuf = open_and_resolve(&mut libraries)
+        .unwrap_or_else(|e| NvSciBufApi::not_loaded(loader_reason(&e, None)));
+    table.nvscisync = open_and_resolve(&mut libraries)
+        .unwrap_or_else(|e| NvSciSyncApi::not_loaded(loader_reason(&e, None)));
+    table.nvsciipc = open_and_resolve(&mut libraries)
+        .unwrap_or_else(|e| NvSciIpcApi::not_loaded(loader_reason(&e, None)));
+    Ok((table, libraries))
 }
 
 /// Anything that holds a table's loader notes (the four API structs).

@@ -153,6 +153,7 @@ fn real_backend_loads_and_queries_device_0() {
     device.is_integrated().unwrap();
 }
 
+#[cfg(feature = "cudarc")]
 #[test]
 #[ignore = "needs an NVIDIA GPU and driver"]
 fn real_contexts_and_streams() {

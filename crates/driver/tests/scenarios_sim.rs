@@ -62,7 +62,7 @@ fn cross_context_is_refused_before_the_call_naming_both_contexts() {
     assert!(text.contains(&format!("context #{}", a.id().id)), "{text}");
     assert!(text.contains(&format!("context #{}", b.id().id)), "{text}");
     let err = stream_b
-        .wait_batch([SemaphoreWait::timeline(&sem, 1)])
+        .wait_batch(&[SemaphoreWait::timeline(&sem, 1)])
         .unwrap_err();
     assert!(matches!(err, Error::WrongContext { .. }));
     assert_eq!(sim.calls(), calls, "a refused call reached the driver");
@@ -384,10 +384,7 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
 
     for expected in 1..=3u64 {
         let mut fence = zero_fence();
-        let value = stream
-            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
-            .map(|[v]| v)
-            .unwrap();
+        let value = signal_one(&stream, SemaphoreSignal::nvscisync(&mut sem, &mut fence)).unwrap();
         assert_eq!(value, Some(expected));
         match fence::decode(&fence) {
             fence::FenceContent::Fence(f) => assert_eq!(f.value, expected),
@@ -399,10 +396,7 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
     // A second stream without a stated ordering is refused before the call.
     let calls = sim.calls();
     let mut fence = zero_fence();
-    let err = other
-        .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
-        .map(|[v]| v)
-        .unwrap_err();
+    let err = signal_one(&other, SemaphoreSignal::nvscisync(&mut sem, &mut fence)).unwrap_err();
     assert!(
         matches!(
             err,
@@ -415,10 +409,7 @@ fn nvscisync_signal_is_deterministic_and_tracked() {
     assert!(matches!(sem.tracking(), Tracking::Deterministic(_)));
     sem.order_streams(&other, &stream).unwrap();
     assert_eq!(
-        other
-            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
-            .map(|[v]| v)
-            .unwrap(),
+        signal_one(&other, SemaphoreSignal::nvscisync(&mut sem, &mut fence)).unwrap(),
         Some(4)
     );
     other.synchronize().unwrap();
@@ -447,19 +438,21 @@ fn nvscisync_wait_and_batched_mixed_kinds() {
     // Wait before the producer signals (deterministic fence built ahead).
     let ready = producer.cpu_signal();
     stream
-        .wait_batch([SemaphoreWait::nvscisync(&wait_sem, &ready)])
+        .wait_batch(&[SemaphoreWait::nvscisync(&wait_sem, &ready)])
         .unwrap();
     stream.synchronize().unwrap();
 
     let mut done = zero_fence();
-    let values = stream
-        .signal_batch([
-            SemaphoreSignal::nvscisync(&mut signal_sem, &mut done),
-            SemaphoreSignal::timeline(&mut t, 1),
-        ])
-        .unwrap();
+    let mut batch = [
+        SemaphoreSignal::nvscisync(&mut signal_sem, &mut done),
+        SemaphoreSignal::timeline(&mut t, 1),
+    ];
+    stream.signal_batch(&mut batch).unwrap();
     // No counter attached to this NvSciSync semaphore: nothing tracked.
-    assert_eq!(values, [None, Some(1)]);
+    assert_eq!(
+        batch.each_ref().map(SemaphoreSignal::tracked),
+        [None, Some(1)]
+    );
     assert!(consumer.cpu_wait(&done, TIMEOUT));
     assert!(timeline.wait(1, TIMEOUT));
 
@@ -468,11 +461,11 @@ fn nvscisync_wait_and_batched_mixed_kinds() {
     // SAFETY: no NvSciBuf memory is written before this signal.
     let signal = unsafe { SemaphoreSignal::nvscisync_skip_memsync(&mut signal_sem, &mut skipped) };
     assert!(signal.params().flags().bits() != 0);
-    stream.signal_batch([signal]).unwrap();
+    stream.signal_batch(&mut [signal]).unwrap();
     let next = producer.cpu_signal();
     // SAFETY: nothing after this wait reads NvSciBuf memory.
     let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&wait_sem, &next) };
-    stream.wait_batch([wait]).unwrap();
+    stream.wait_batch(&[wait]).unwrap();
     stream.synchronize().unwrap();
     assert!(consumer.is_reached(&skipped));
 
@@ -500,17 +493,11 @@ fn deterministic_counters_wrap_at_32_bits() {
         .unwrap();
     let mut fence = zero_fence();
     assert_eq!(
-        stream
-            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
-            .map(|[v]| v)
-            .unwrap(),
+        signal_one(&stream, SemaphoreSignal::nvscisync(&mut sem, &mut fence)).unwrap(),
         Some(u64::from(u32::MAX))
     );
     assert_eq!(
-        stream
-            .signal_batch([SemaphoreSignal::nvscisync(&mut sem, &mut fence)])
-            .map(|[v]| v)
-            .unwrap(),
+        signal_one(&stream, SemaphoreSignal::nvscisync(&mut sem, &mut fence)).unwrap(),
         Some(0)
     );
     stream.synchronize().unwrap();
@@ -596,9 +583,9 @@ fn batched_frames(backend: &std::sync::Arc<Backend>) -> Result<(), Error> {
     let mut c = ExternalSemaphore::binary_fd(&ctx, cfd)?;
     for frame in 1..=3u64 {
         a_exp.signal(frame);
-        stream.wait_batch([SemaphoreWait::timeline(&a, frame)])?;
+        stream.wait_batch(&[SemaphoreWait::timeline(&a, frame)])?;
         buffer.copy_from_host(frame * 64, &frame.to_le_bytes())?;
-        stream.signal_batch([
+        stream.signal_batch(&mut [
             SemaphoreSignal::timeline(&mut b, frame),
             SemaphoreSignal::binary(&mut c),
         ])?;
@@ -773,4 +760,11 @@ fn handles_stay_usable_after_a_failed_step() {
         drop(backend);
         assert_clean(&sim);
     }
+}
+
+/// One signal through the batch call; the value it tracked.
+fn signal_one(stream: &Stream, signal: SemaphoreSignal<'_>) -> Result<Option<u64>, Error> {
+    let mut batch = [signal];
+    stream.signal_batch(&mut batch)?;
+    Ok(batch[0].tracked())
 }

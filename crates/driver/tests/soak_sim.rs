@@ -79,22 +79,22 @@ fn deterministic_fences_soak_with_32_bit_wrap_and_two_ordered_streams() {
     for i in 0..iterations {
         let signaller = &streams[(i % 2) as usize];
         let waiter = &streams[((i + 1) % 2) as usize];
-        let signals: [SemaphoreSignal<'_>; LANES] = {
+        let mut signals: [SemaphoreSignal<'_>; LANES] = {
             let mut it = sems.iter_mut().zip(fences.iter_mut());
             std::array::from_fn(|_| {
                 let (sem, fence) = it.next().unwrap();
                 SemaphoreSignal::nvscisync(sem, fence)
             })
         };
-        let values = signaller.signal_batch(signals).unwrap();
+        signaller.signal_batch(&mut signals).unwrap();
         expected = (expected + 1) & u64::from(u32::MAX);
-        for value in values {
+        for value in signals.iter().map(SemaphoreSignal::tracked) {
             // No drift: every counter produced exactly the next value, wrapped.
             assert_eq!(value, Some(expected), "iteration {i}");
         }
         let waits: [SemaphoreWait<'_>; LANES] =
             std::array::from_fn(|k| SemaphoreWait::nvscisync(&sems[k], &fences[k]));
-        waiter.wait_batch(waits).unwrap();
+        waiter.wait_batch(&waits).unwrap();
         if i % SYNC_EVERY == SYNC_EVERY - 1 {
             waiter.synchronize().unwrap();
         }

@@ -146,7 +146,7 @@ fn a_batch_with_one_unordered_semaphore_is_refused_whole() {
         a.signal(&mut t2, SignalParams::timeline(1)).unwrap();
         let calls = sim.calls();
         let err = b
-            .signal_batch([
+            .signal_batch(&mut [
                 SemaphoreSignal::timeline(&mut t1, 1),
                 SemaphoreSignal::timeline(&mut t2, 2),
             ])

@@ -427,17 +427,17 @@ pub fn batched_signal_and_wait(backend: &Arc<Backend>, exporter: &mut dyn Export
         exp_a.signal(frame * 10).during(C, "exporter signal a")?;
         exp_c.signal().during(C, "exporter signal c")?;
         stream
-            .wait_batch([
+            .wait_batch(&[
                 SemaphoreWait::timeline(&a, frame * 10),
                 SemaphoreWait::binary(&c),
             ])
             .during(C, "wait batch")?;
-        let values = stream
-            .signal_batch([
-                SemaphoreSignal::timeline(&mut b, frame),
-                SemaphoreSignal::binary(&mut c),
-            ])
-            .during(C, "signal batch")?;
+        let mut batch = [
+            SemaphoreSignal::timeline(&mut b, frame),
+            SemaphoreSignal::binary(&mut c),
+        ];
+        stream.signal_batch(&mut batch).during(C, "signal batch")?;
+        let values = batch.each_ref().map(SemaphoreSignal::tracked);
         ensure(C, values == [Some(frame), None], || {
             format!("frame {frame}: batch returned {values:?}")
         })?;
@@ -451,7 +451,7 @@ pub fn batched_signal_and_wait(backend: &Arc<Backend>, exporter: &mut dyn Export
         ensure(C, got, || format!("frame {frame}: c never signalled"))?;
     }
     // One bad entry refuses the whole batch; nothing advances.
-    let refused = stream.signal_batch([
+    let refused = stream.signal_batch(&mut [
         SemaphoreSignal::timeline(&mut a, 100),
         SemaphoreSignal::timeline(&mut b, 1),
     ]);

@@ -16,31 +16,24 @@ use tegra_interop_sys::nvsci::{
 };
 
 use super::version::{self, NvSciVersion};
-use super::{check, BufReconcileError, ReconcileError};
+use super::{BufReconcileError, ReconcileError};
+use crate::ffi::{self, call};
 use crate::table::NvSciBufApi;
-use crate::{entry, Backend, Context, Error, ExternalMemory, MappedArray};
+use crate::{Backend, Context, Error, ExternalMemory, MappedArray};
 
 type K = NvSciBufAttrKey;
 
-struct ModuleInner {
+pub(crate) struct ModuleInner {
     backend: Arc<Backend>,
     raw: NvSciBufModule,
     version: NvSciVersion,
 }
 
-// SAFETY: NvSciBuf modules may be used from any thread (the library
-// serialises access internally); the backend is Send + Sync.
-unsafe impl Send for ModuleInner {}
-// SAFETY: see `Send`.
-unsafe impl Sync for ModuleInner {}
-
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        if let Some(close) = self.backend.table().nvscibuf.NvSciBufModuleClose {
-            // SAFETY: the module was opened by us and every list and object
-            // made from it is gone (they hold this Arc); closed once.
-            unsafe { close(self.raw) };
-        }
+        // Opened by us; every list and object made from it is gone (they
+        // hold this Arc); closed once. A table without the entry leaks it.
+        let _ = call::NvSciBufModuleClose(&self.backend.table().nvscibuf, self.raw);
     }
 }
 
@@ -106,11 +99,18 @@ impl BufModule {
     ///
     /// The library's version is read first (see [`version`](Self::version)).
     pub fn open(backend: &Arc<Backend>) -> Result<BufModule, Error> {
-        let open = entry!(backend.table().nvscibuf, NvSciBufModuleOpen);
-        let version = version::probe(backend.table().nvscibuf.NvSciBufCheckVersionCompatibility);
+        let api = &backend.table().nvscibuf;
+        // The probe makes no call when the library is absent; the open then
+        // reports it.
+        let version = version::probe(
+            api.NvSciBufCheckVersionCompatibility.is_some(),
+            |major, minor| {
+                let mut ok = false;
+                call::NvSciBufCheckVersionCompatibility(api, major, minor, &mut ok).is_ok() && ok
+            },
+        );
         let mut raw: NvSciBufModule = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        check("NvSciBufModuleOpen", unsafe { open(&mut raw) })?;
+        call::NvSciBufModuleOpen(api, &mut raw)?;
         Ok(BufModule(Arc::new(ModuleInner {
             backend: Arc::clone(backend),
             raw,
@@ -158,12 +158,8 @@ impl BufModule {
 
     /// A new, empty, unreconciled attribute list (`NvSciBufAttrListCreate`).
     pub fn empty_attr_list(&self) -> Result<BufAttrList, Error> {
-        let create = entry!(self.api(), NvSciBufAttrListCreate);
         let mut raw: NvSciBufAttrList = ptr::null_mut();
-        // SAFETY: the module is open (we hold it); `raw` is a valid out-pointer.
-        check("NvSciBufAttrListCreate", unsafe {
-            create(self.0.raw, &mut raw)
-        })?;
+        call::NvSciBufAttrListCreate(self.api(), self.0.raw, &mut raw)?;
         Ok(BufAttrList::wrap(self.clone(), raw, false))
     }
 
@@ -209,13 +205,17 @@ impl BufModule {
     /// on failure, the keys in conflict.
     pub fn reconcile(&self, lists: &[&BufAttrList]) -> Result<BufAttrList, BufReconcileError> {
         let raws = self.raw_lists(lists)?;
-        let reconcile = need!(self.api(), NvSciBufAttrListReconcile);
         let mut out: NvSciBufAttrList = ptr::null_mut();
         let mut conflict: NvSciBufAttrList = ptr::null_mut();
-        // SAFETY: `raws` holds live lists of this module (borrowed for the
-        // call); both out-pointers are valid.
-        let code = unsafe { reconcile(raws.as_ptr(), raws.len(), &mut out, &mut conflict) };
-        match check("NvSciBufAttrListReconcile", code) {
+        // `raws` holds live lists of this module (borrowed for the call).
+        let called = call::NvSciBufAttrListReconcile(
+            self.api(),
+            raws.as_ptr(),
+            raws.len(),
+            &mut out,
+            &mut conflict,
+        );
+        match called {
             Ok(()) => {
                 if !conflict.is_null() {
                     drop(BufAttrList::wrap(self.clone(), conflict, false));
@@ -233,12 +233,17 @@ impl BufModule {
     /// (`NvSciBufAttrListReconcileAndObjAlloc`).
     pub fn reconcile_and_alloc(&self, lists: &[&BufAttrList]) -> Result<BufObj, BufReconcileError> {
         let raws = self.raw_lists(lists)?;
-        let alloc = need!(self.api(), NvSciBufAttrListReconcileAndObjAlloc);
         let mut obj: NvSciBufObj = ptr::null_mut();
         let mut conflict: NvSciBufAttrList = ptr::null_mut();
-        // SAFETY: as for `reconcile`.
-        let code = unsafe { alloc(raws.as_ptr(), raws.len(), &mut obj, &mut conflict) };
-        match check("NvSciBufAttrListReconcileAndObjAlloc", code) {
+        // As for `reconcile`.
+        let called = call::NvSciBufAttrListReconcileAndObjAlloc(
+            self.api(),
+            raws.as_ptr(),
+            raws.len(),
+            &mut obj,
+            &mut conflict,
+        );
+        match called {
             Ok(()) => {
                 if !conflict.is_null() {
                     drop(BufAttrList::wrap(self.clone(), conflict, false));
@@ -278,19 +283,8 @@ fn get_attr(
             reason: "an output-only key is only in reconciled lists",
         });
     }
-    let get = entry!(module.api(), NvSciBufAttrListGetAttrs);
-    let mut pair = NvSciBufAttrKeyValuePair {
-        key,
-        value: ptr::null(),
-        len: 0,
-    };
-    // SAFETY: `list` is live (held by the caller), one writable pair.
-    check("NvSciBufAttrListGetAttrs", unsafe {
-        get(list, &mut pair, 1)
-    })?;
-    // SAFETY: the pair was just filled by GetAttrs from a live list that
-    // nobody modifies during this call.
-    unsafe { BufAttr::decode_pair(&pair) }.map_err(Error::Validation)
+    // `list` is live (held by the caller).
+    ffi::get_buf_attr(module.api(), list, key)
 }
 
 /// An NvSciBuf attribute list (unreconciled, reconciled or a conflict
@@ -300,11 +294,6 @@ pub struct BufAttrList {
     raw: NvSciBufAttrList,
     reconciled: bool,
 }
-
-// SAFETY: attribute lists may be used from any thread; mutation needs `&mut`.
-unsafe impl Send for BufAttrList {}
-// SAFETY: `&BufAttrList` only reads.
-unsafe impl Sync for BufAttrList {}
 
 impl std::fmt::Debug for BufAttrList {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -351,12 +340,9 @@ impl BufAttrList {
         if pairs.is_empty() {
             return Ok(());
         }
-        let set = entry!(self.module.api(), NvSciBufAttrListSetAttrs);
-        // SAFETY: the list is live and ours (`&mut`); the pairs point into
-        // `attrs`, which outlives the call; the library only reads them.
-        check("NvSciBufAttrListSetAttrs", unsafe {
-            set(self.raw, pairs.as_mut_ptr(), pairs.len())
-        })
+        // The list is live and ours (`&mut`); the pairs point into `attrs`,
+        // which outlives the call; the library only reads them.
+        call::NvSciBufAttrListSetAttrs(self.module.api(), self.raw, pairs.as_mut_ptr(), pairs.len())
     }
 
     /// The value of `key`, if set (`NvSciBufAttrListGetAttrs`).
@@ -365,17 +351,15 @@ impl BufAttrList {
     }
 
     fn is_set(&self, key: K) -> bool {
-        let Some(get) = self.module.api().NvSciBufAttrListGetAttrs else {
-            return false;
-        };
         let mut pair = NvSciBufAttrKeyValuePair {
             key,
             value: ptr::null(),
             len: 0,
         };
-        // SAFETY: the list is live; one writable pair.
-        let code = unsafe { get(self.raw, &mut pair, 1) };
-        code.0 == 0 && !pair.value.is_null() && pair.len > 0
+        // The list is live; one writable pair.
+        call::NvSciBufAttrListGetAttrs(self.module.api(), self.raw, &mut pair, 1).is_ok()
+            && !pair.value.is_null()
+            && pair.len > 0
     }
 
     /// Allocates a buffer from this reconciled list (`NvSciBufObjAlloc`).
@@ -386,10 +370,8 @@ impl BufAttrList {
                 reason: "the list is not reconciled",
             });
         }
-        let alloc = entry!(self.module.api(), NvSciBufObjAlloc);
         let mut raw: NvSciBufObj = ptr::null_mut();
-        // SAFETY: the list is a live reconciled list; `raw` is a valid out-pointer.
-        check("NvSciBufObjAlloc", unsafe { alloc(self.raw, &mut raw) })?;
+        call::NvSciBufObjAlloc(self.module.api(), self.raw, &mut raw)?;
         Ok(BufObj {
             module: self.module.clone(),
             raw,
@@ -407,11 +389,8 @@ impl BufAttrList {
 
 impl Drop for BufAttrList {
     fn drop(&mut self) {
-        if let Some(free) = self.module.api().NvSciBufAttrListFree {
-            // SAFETY: the list was created or handed to us by the library
-            // and is freed once.
-            unsafe { free(self.raw) };
-        }
+        // Created or handed to us by the library; freed once.
+        let _ = call::NvSciBufAttrListFree(self.module.api(), self.raw);
     }
 }
 
@@ -496,12 +475,6 @@ pub struct BufObj {
     raw: NvSciBufObj,
 }
 
-// SAFETY: NvSciBuf objects may be used from any thread.
-unsafe impl Send for BufObj {}
-// SAFETY: `&BufObj` only reads attributes and makes imports/dups, which the
-// library makes thread-safe.
-unsafe impl Sync for BufObj {}
-
 impl std::fmt::Debug for BufObj {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BufObj").field("raw", &self.raw).finish()
@@ -529,33 +502,23 @@ impl BufObj {
 
     /// Another handle to the same buffer (`NvSciBufObjDup`).
     pub fn dup(&self) -> Result<BufObj, Error> {
-        let dup = entry!(self.module.api(), NvSciBufObjDup);
         let mut raw: NvSciBufObj = ptr::null_mut();
-        // SAFETY: the object is live; `raw` is a valid out-pointer.
-        check("NvSciBufObjDup", unsafe { dup(self.raw, &mut raw) })?;
+        call::NvSciBufObjDup(self.module.api(), self.raw, &mut raw)?;
         Ok(BufObj::from_raw(self.module.clone(), raw))
     }
 
     /// Another handle with at most `perm` (`NvSciBufObjDupWithReducePerm`).
     pub fn dup_with_reduced_perm(&self, perm: BufPerm) -> Result<BufObj, Error> {
-        let dup = entry!(self.module.api(), NvSciBufObjDupWithReducePerm);
         let mut raw: NvSciBufObj = ptr::null_mut();
-        // SAFETY: the object is live; `raw` is a valid out-pointer.
-        check("NvSciBufObjDupWithReducePerm", unsafe {
-            dup(self.raw, perm.raw(), &mut raw)
-        })?;
+        call::NvSciBufObjDupWithReducePerm(self.module.api(), self.raw, perm.raw(), &mut raw)?;
         Ok(BufObj::from_raw(self.module.clone(), raw))
     }
 
     /// The object's (reconciled) attribute list, owned by the object.
     pub(crate) fn raw_attr_list(&self) -> Result<NvSciBufAttrList, Error> {
-        let get = entry!(self.module.api(), NvSciBufObjGetAttrList);
         let mut list: NvSciBufAttrList = ptr::null_mut();
-        // SAFETY: the object is live; `list` is a valid out-pointer. The
-        // list belongs to the object and is never freed by us.
-        check("NvSciBufObjGetAttrList", unsafe {
-            get(self.raw, &mut list)
-        })?;
+        // The list belongs to the object and is never freed by us.
+        call::NvSciBufObjGetAttrList(self.module.api(), self.raw, &mut list)?;
         Ok(list)
     }
 
@@ -710,10 +673,8 @@ impl BufObj {
     /// it is `unsafe`: the GPU and other processes may access the same
     /// bytes, so the caller orders accesses with fences.
     pub fn cpu_ptr(&self) -> Result<NonNull<u8>, Error> {
-        let get = entry!(self.module.api(), NvSciBufObjGetCpuPtr);
         let mut p: *mut c_void = ptr::null_mut();
-        // SAFETY: the object is live; `p` is a valid out-pointer.
-        check("NvSciBufObjGetCpuPtr", unsafe { get(self.raw, &mut p) })?;
+        call::NvSciBufObjGetCpuPtr(self.module.api(), self.raw, &mut p)?;
         NonNull::new(p.cast()).ok_or(Error::NvSci {
             call: "NvSciBufObjGetCpuPtr",
             code: tegra_interop_core::NvSciError::BAD_ADDRESS,
@@ -722,12 +683,8 @@ impl BufObj {
 
     /// The read-only CPU address (`NvSciBufObjGetConstCpuPtr`).
     pub fn const_cpu_ptr(&self) -> Result<NonNull<u8>, Error> {
-        let get = entry!(self.module.api(), NvSciBufObjGetConstCpuPtr);
         let mut p: *const c_void = ptr::null();
-        // SAFETY: the object is live; `p` is a valid out-pointer.
-        check("NvSciBufObjGetConstCpuPtr", unsafe {
-            get(self.raw, &mut p)
-        })?;
+        call::NvSciBufObjGetConstCpuPtr(self.module.api(), self.raw, &mut p)?;
         NonNull::new(p.cast_mut().cast()).ok_or(Error::NvSci {
             call: "NvSciBufObjGetConstCpuPtr",
             code: tegra_interop_core::NvSciError::BAD_ADDRESS,
@@ -737,11 +694,8 @@ impl BufObj {
     /// Writes back CPU caches for `[offset, offset + len)`
     /// (`NvSciBufObjFlushCpuCacheRange`).
     pub fn flush_cpu_cache_range(&self, offset: u64, len: u64) -> Result<(), Error> {
-        let flush = entry!(self.module.api(), NvSciBufObjFlushCpuCacheRange);
-        // SAFETY: the object is live; the library checks the range.
-        check("NvSciBufObjFlushCpuCacheRange", unsafe {
-            flush(self.raw, offset, len)
-        })
+        // The library checks the range.
+        call::NvSciBufObjFlushCpuCacheRange(self.module.api(), self.raw, offset, len)
     }
 
     /// Imports the buffer into `ctx` as CUDA external memory (`NVSCIBUF`)
@@ -751,19 +705,17 @@ impl BufObj {
         let size = self.size()?;
         let obj = self.dup()?;
         let import = MemoryImport::nvscibuf(obj.raw.cast_const().cast(), size)?;
-        // SAFETY: `obj` is a live NvSciBufObj (held by the returned value,
-        // and until the end of this call) and `size` is its own size.
-        let memory = unsafe { ExternalMemory::import_handle(ctx, &import) }?;
+        // `obj` is a live NvSciBufObj (held by the returned value, and until
+        // the end of this call) and `size` is its own size.
+        let memory = ExternalMemory::import_desc(ctx, &import)?;
         Ok(NvSciMemory { memory, obj })
     }
 }
 
 impl Drop for BufObj {
     fn drop(&mut self) {
-        if let Some(free) = self.module.api().NvSciBufObjFree {
-            // SAFETY: our handle, freed once. CUDA imports hold their own handle.
-            unsafe { free(self.raw) };
-        }
+        // Our handle, freed once. CUDA imports hold their own handle.
+        let _ = call::NvSciBufObjFree(self.module.api(), self.raw);
     }
 }
 

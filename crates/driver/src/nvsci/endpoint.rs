@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use tegra_interop_core::ipc::{Assembly, FrameError, Frames, FRAME_HEADER_LEN};
 use tegra_interop_sys::nvsci::{NvSciIpcEndpoint as RawEndpoint, NvSciIpcEndpointInfo};
 
-use super::check;
 use super::ipc::{IpcEndpoint, IpcError};
+use crate::ffi::{self, call, code, require};
 use crate::{Backend, Error};
 
 /// The largest message [`NvSciIpc`] sends or accepts (attribute-list
@@ -58,15 +58,15 @@ struct InitGuard {
 impl InitGuard {
     fn acquire(backend: &Arc<Backend>) -> Result<InitGuard, Error> {
         let api = &backend.table().nvsciipc;
-        let init = need!(api, NvSciIpcInit);
-        need!(api, NvSciIpcDeinit);
-        let key = init as usize;
+        require::NvSciIpcInit(api)?;
+        require::NvSciIpcDeinit(api)?;
+        let key = api.NvSciIpcInit.map_or(0, |f| f as usize);
         let mut inits = INITS.lock().unwrap_or_else(|e| e.into_inner());
         match inits.iter_mut().find(|(k, _)| *k == key) {
             Some((_, n)) => *n += 1,
             None => {
-                // SAFETY: no arguments; balanced by the Deinit of the last guard.
-                check("NvSciIpcInit", unsafe { init() })?;
+                // Balanced by the Deinit of the last guard.
+                call::NvSciIpcInit(api)?;
                 inits.push((key, 1));
             }
         }
@@ -86,11 +86,9 @@ impl Drop for InitGuard {
         inits[i].1 -= 1;
         if inits[i].1 == 0 {
             inits.swap_remove(i);
-            if let Some(deinit) = self.backend.table().nvsciipc.NvSciIpcDeinit {
-                // SAFETY: balances the NvSciIpcInit of the first guard; every
-                // endpoint of this library was closed before its guard dropped.
-                unsafe { deinit() };
-            }
+            // Balances the NvSciIpcInit of the first guard; every endpoint of
+            // this library was closed before its guard dropped.
+            let _ = call::NvSciIpcDeinit(&self.backend.table().nvsciipc);
         }
     }
 }
@@ -144,24 +142,21 @@ impl NvSciIpc {
         timeout: Duration,
     ) -> Result<NvSciIpc, IpcError> {
         let api = &backend.table().nvsciipc;
-        let open = need!(api, NvSciIpcOpenEndpoint);
-        let get_fd = need!(api, NvSciIpcGetLinuxEventFd);
-        let get_info = need!(api, NvSciIpcGetEndpointInfo);
-        let reset = need!(api, NvSciIpcResetEndpointSafe);
-        need!(api, NvSciIpcCloseEndpointSafe);
-        need!(api, NvSciIpcGetEventSafe);
-        need!(api, NvSciIpcReadSafe);
-        need!(api, NvSciIpcWriteSafe);
+        require::NvSciIpcOpenEndpoint(api)?;
+        require::NvSciIpcGetLinuxEventFd(api)?;
+        require::NvSciIpcGetEndpointInfo(api)?;
+        require::NvSciIpcResetEndpointSafe(api)?;
+        require::NvSciIpcCloseEndpointSafe(api)?;
+        require::NvSciIpcGetEventSafe(api)?;
+        require::NvSciIpcReadSafe(api)?;
+        require::NvSciIpcWriteSafe(api)?;
         let cname = CString::new(name).map_err(|_| Error::Unsupported {
             operation: "NvSciIpc::open",
             reason: "the endpoint name contains a NUL byte",
         })?;
         let init = InitGuard::acquire(backend)?;
         let mut handle: RawEndpoint = 0;
-        // SAFETY: a NUL-terminated name and a valid out-pointer.
-        check("NvSciIpcOpenEndpoint", unsafe {
-            open(cname.as_ptr(), &mut handle)
-        })?;
+        call::NvSciIpcOpenEndpoint(api, cname.as_ptr(), &mut handle)?;
         // From here on the endpoint is ours: `ep` closes it on every path.
         let mut ep = NvSciIpc {
             backend: Arc::clone(backend),
@@ -177,15 +172,9 @@ impl NvSciIpc {
             next_recv: 0,
             _init: init,
         };
-        // SAFETY: an open endpoint and a valid out-pointer.
-        check("NvSciIpcGetLinuxEventFd", unsafe {
-            get_fd(handle, &mut ep.event_fd)
-        })?;
+        call::NvSciIpcGetLinuxEventFd(api, handle, &mut ep.event_fd)?;
         let mut info = NvSciIpcEndpointInfo::default();
-        // SAFETY: an open endpoint and a valid out-pointer.
-        check("NvSciIpcGetEndpointInfo", unsafe {
-            get_info(handle, &mut info)
-        })?;
+        call::NvSciIpcGetEndpointInfo(api, handle, &mut info)?;
         ep.info = EndpointInfo {
             nframes: info.nframes,
             frame_size: info.frame_size,
@@ -196,8 +185,8 @@ impl NvSciIpc {
                 needed: FRAME_HEADER_LEN + 1,
             });
         }
-        // SAFETY: an open endpoint whose event fd was asked for; once.
-        check("NvSciIpcResetEndpointSafe", unsafe { reset(handle) })?;
+        // Once, after the event fd was asked for (nvsciipc.h's order).
+        call::NvSciIpcResetEndpointSafe(api, handle)?;
         let deadline = Instant::now() + timeout;
         ep.wait_for(EV_CONN_EST, deadline)?;
         Ok(ep)
@@ -220,10 +209,8 @@ impl NvSciIpc {
     }
 
     fn events(&self) -> Result<u32, IpcError> {
-        let get = need!(self.backend.table().nvsciipc, NvSciIpcGetEventSafe);
         let mut ev = 0u32;
-        // SAFETY: an open, reset endpoint and a valid out-pointer.
-        check("NvSciIpcGetEventSafe", unsafe { get(self.handle, &mut ev) })?;
+        call::NvSciIpcGetEventSafe(&self.backend.table().nvsciipc, self.handle, &mut ev)?;
         Ok(ev)
     }
 
@@ -247,15 +234,8 @@ impl NvSciIpc {
                     waited: self.timeout,
                 });
             }
-            let ms = (deadline - now).as_millis().clamp(1, 1000) as libc::c_int;
-            let mut pfd = libc::pollfd {
-                fd: self.event_fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd on the library's event fd, which lives
-            // as long as the endpoint.
-            unsafe { libc::poll(&mut pfd, 1, ms) };
+            // The library's event fd lives as long as the endpoint.
+            ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
         }
     }
 
@@ -266,36 +246,34 @@ impl NvSciIpc {
     }
 
     fn write_frame(&self, frame: &[u8], deadline: Instant) -> Result<(), IpcError> {
-        let write = need!(self.backend.table().nvsciipc, NvSciIpcWriteSafe);
+        let api = &self.backend.table().nvsciipc;
         let len = u32::try_from(frame.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         loop {
             self.wait_for(EV_WRITE, deadline)?;
             let mut n = 0u32;
-            // SAFETY: `frame` holds `len` readable bytes; valid out-pointer.
-            let code = unsafe { write(self.handle, frame.as_ptr().cast(), len, &mut n) };
-            match code.0 {
+            let r = code::NvSciIpcWriteSafe(api, self.handle, frame.as_ptr().cast(), len, &mut n)?;
+            match r.0 {
                 0 => return Ok(()),
                 CHANNEL_EMPTY_OR_FULL => continue,
                 CONNECTION_RESET => return Err(self.reset_error()),
-                _ => return Err(failed("NvSciIpcWriteSafe", code)),
+                _ => return Err(failed("NvSciIpcWriteSafe", r)),
             }
         }
     }
 
     fn read_frame(&self, buf: &mut [u8], deadline: Instant) -> Result<(), IpcError> {
-        let read = need!(self.backend.table().nvsciipc, NvSciIpcReadSafe);
+        let api = &self.backend.table().nvsciipc;
         let len = u32::try_from(buf.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         loop {
             let mut n = 0u32;
-            // SAFETY: `buf` has room for `len` bytes; valid out-pointer.
-            let code = unsafe { read(self.handle, buf.as_mut_ptr().cast(), len, &mut n) };
-            match code.0 {
+            let r = code::NvSciIpcReadSafe(api, self.handle, buf.as_mut_ptr().cast(), len, &mut n)?;
+            match r.0 {
                 0 => return Ok(()),
                 CHANNEL_EMPTY_OR_FULL => {
                     self.wait_for(EV_READ, deadline)?;
                 }
                 CONNECTION_RESET => return Err(self.reset_error()),
-                _ => return Err(failed("NvSciIpcReadSafe", code)),
+                _ => return Err(failed("NvSciIpcReadSafe", r)),
             }
         }
     }
@@ -366,10 +344,8 @@ impl IpcEndpoint for NvSciIpc {
 
 impl Drop for NvSciIpc {
     fn drop(&mut self) {
-        if let Some(close) = self.backend.table().nvsciipc.NvSciIpcCloseEndpointSafe {
-            // SAFETY: opened by us, closed once; its event fd is not used after.
-            let _ = unsafe { close(self.handle, false) };
-        }
+        // Opened by us, closed once; its event fd is not used after.
+        let _ = call::NvSciIpcCloseEndpointSafe(&self.backend.table().nvsciipc, self.handle, false);
         // `_init` drops after this: the last endpoint's guard deinitialises.
     }
 }

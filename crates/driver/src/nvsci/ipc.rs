@@ -25,7 +25,8 @@ use tegra_interop_sys::nvsci::{
 
 use super::buf::{BufAttrList, BufModule, BufObj, BufPerm};
 use super::sync::{Fence, SyncAttrList, SyncModule, SyncObj, SyncPerm};
-use super::{check, Timeout};
+use super::Timeout;
+use crate::ffi::{call, require};
 use crate::Error;
 
 /// One end of an NvSciIpc connection: the endpoint handle NvSci exports and
@@ -194,19 +195,7 @@ fn bytes_to_words(what: &'static str, bytes: &[u8], out: &mut [u64]) -> Result<(
 
 /// Copies a library-allocated attribute-list descriptor and frees it.
 fn take_desc(module: &BufModule, desc: *mut c_void, len: usize) -> Result<Vec<u8>, Error> {
-    let bytes = if desc.is_null() {
-        Vec::new()
-    } else {
-        // SAFETY: the library handed us `len` readable bytes at `desc`.
-        unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) }.to_vec()
-    };
-    if let Some(free) = module.api().NvSciBufAttrListFreeDesc {
-        if !desc.is_null() {
-            // SAFETY: the descriptor came from an IpcExport call and is freed once.
-            unsafe { free(desc) };
-        }
-    }
-    Ok(bytes)
+    Ok(crate::ffi::take_buf_desc(module.api(), desc, len))
 }
 
 const AUTO_BUF: NvSciBufAttrValAccessPerm = NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Auto;
@@ -220,13 +209,18 @@ impl BufModule {
         lists: &[&BufAttrList],
         ep: &mut impl IpcEndpoint,
     ) -> Result<(), IpcError> {
-        let export = need!(self.api(), NvSciBufAttrListIpcExportUnreconciled);
+        require::NvSciBufAttrListIpcExportUnreconciled(self.api())?;
         let raws: Vec<NvSciBufAttrList> = lists.iter().map(|l| l.as_raw()).collect();
         let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        // SAFETY: live lists; valid out-pointers.
-        check("NvSciBufAttrListIpcExportUnreconciled", unsafe {
-            export(raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len)
-        })?;
+        // live lists; valid out-pointers.
+        call::NvSciBufAttrListIpcExportUnreconciled(
+            self.api(),
+            raws.as_ptr(),
+            raws.len(),
+            ep.handle(),
+            &mut desc,
+            &mut len,
+        )?;
         let bytes = take_desc(self, desc, len)?;
         ep.send(&bytes)?;
         Ok(())
@@ -236,20 +230,19 @@ impl BufModule {
     /// (`NvSciBufAttrListIpcImportUnreconciled`) as one list to reconcile
     /// with local ones.
     pub fn receive_unreconciled(&self, ep: &mut impl IpcEndpoint) -> Result<BufAttrList, IpcError> {
-        let import = need!(self.api(), NvSciBufAttrListIpcImportUnreconciled);
+        require::NvSciBufAttrListIpcImportUnreconciled(self.api())?;
         let bytes = ep.recv()?;
         let mut raw: NvSciBufAttrList = ptr::null_mut();
-        // SAFETY: the module is open; `bytes` is readable for its length;
+        // the module is open; `bytes` is readable for its length;
         // valid out-pointer.
-        check("NvSciBufAttrListIpcImportUnreconciled", unsafe {
-            import(
-                self.as_raw(),
-                ep.handle(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                &mut raw,
-            )
-        })?;
+        call::NvSciBufAttrListIpcImportUnreconciled(
+            self.api(),
+            self.as_raw(),
+            ep.handle(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            &mut raw,
+        )?;
         Ok(BufAttrList::wrap_imported(self.clone(), raw, false))
     }
 
@@ -264,24 +257,23 @@ impl BufModule {
         required: BufPerm,
         timeout: Timeout,
     ) -> Result<BufObj, IpcError> {
-        let import_list = need!(self.api(), NvSciBufAttrListIpcImportReconciled);
-        let import_obj = need!(self.api(), NvSciBufObjIpcImport);
+        require::NvSciBufAttrListIpcImportReconciled(self.api())?;
+        require::NvSciBufObjIpcImport(self.api())?;
         let list_bytes = ep.recv()?;
         let own_raw: Vec<NvSciBufAttrList> = own.iter().map(|l| l.as_raw()).collect();
         let mut list: NvSciBufAttrList = ptr::null_mut();
-        // SAFETY: open module; readable descriptor bytes; live own lists;
+        // open module; readable descriptor bytes; live own lists;
         // valid out-pointer.
-        check("NvSciBufAttrListIpcImportReconciled", unsafe {
-            import_list(
-                self.as_raw(),
-                ep.handle(),
-                list_bytes.as_ptr().cast(),
-                list_bytes.len(),
-                own_raw.as_ptr(),
-                own_raw.len(),
-                &mut list,
-            )
-        })?;
+        call::NvSciBufAttrListIpcImportReconciled(
+            self.api(),
+            self.as_raw(),
+            ep.handle(),
+            list_bytes.as_ptr().cast(),
+            list_bytes.len(),
+            own_raw.as_ptr(),
+            own_raw.len(),
+            &mut list,
+        )?;
         let list = BufAttrList::wrap_imported(self.clone(), list, true);
         // The descriptor is packed (alignment 1): fill an aligned copy of its
         // words, then move them in.
@@ -289,18 +281,17 @@ impl BufModule {
         bytes_to_words("buffer descriptor", &ep.recv()?, &mut words)?;
         let desc = NvSciBufObjIpcExportDescriptor { data: words };
         let mut raw: NvSciBufObj = ptr::null_mut();
-        // SAFETY: a descriptor received from the peer, a live reconciled
+        // a descriptor received from the peer, a live reconciled
         // list, valid out-pointer.
-        check("NvSciBufObjIpcImport", unsafe {
-            import_obj(
-                ep.handle(),
-                &desc,
-                list.as_raw(),
-                required.raw(),
-                timeout.as_micros(),
-                &mut raw,
-            )
-        })?;
+        call::NvSciBufObjIpcImport(
+            self.api(),
+            ep.handle(),
+            &desc,
+            list.as_raw(),
+            required.raw(),
+            timeout.as_micros(),
+            &mut raw,
+        )?;
         let obj = BufObj::from_raw(self.clone(), raw);
         let granted = obj.actual_perm()?;
         if granted < required {
@@ -316,21 +307,29 @@ impl BufObj {
     /// (`NvSciBufObjIpcExport`) granting `perm` (`None`: what the peer's
     /// lists asked for, NvSci's Auto).
     pub fn send(&self, perm: Option<BufPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
-        let export_list = need!(self.module().api(), NvSciBufAttrListIpcExportReconciled);
-        let export_obj = need!(self.module().api(), NvSciBufObjIpcExport);
+        require::NvSciBufAttrListIpcExportReconciled(self.module().api())?;
+        require::NvSciBufObjIpcExport(self.module().api())?;
         let list = self.raw_attr_list()?;
         let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        // SAFETY: the object's live reconciled list; valid out-pointers.
-        check("NvSciBufAttrListIpcExportReconciled", unsafe {
-            export_list(list, ep.handle(), &mut desc, &mut len)
-        })?;
+        // the object's live reconciled list; valid out-pointers.
+        call::NvSciBufAttrListIpcExportReconciled(
+            self.module().api(),
+            list,
+            ep.handle(),
+            &mut desc,
+            &mut len,
+        )?;
         let list_bytes = take_desc(self.module(), desc, len)?;
         let mut obj_desc = NvSciBufObjIpcExportDescriptor::default();
         let perm = perm.map_or(AUTO_BUF, BufPerm::raw);
-        // SAFETY: the object is live; valid out-pointer.
-        check("NvSciBufObjIpcExport", unsafe {
-            export_obj(self.as_raw(), perm, ep.handle(), &mut obj_desc)
-        })?;
+        // the object is live; valid out-pointer.
+        call::NvSciBufObjIpcExport(
+            self.module().api(),
+            self.as_raw(),
+            perm,
+            ep.handle(),
+            &mut obj_desc,
+        )?;
         ep.send(&list_bytes)?;
         // Packed descriptor: copy its words out instead of borrowing them.
         let words = obj_desc.data;
@@ -350,21 +349,20 @@ impl SyncModule {
         required: SyncPerm,
         timeout: Timeout,
     ) -> Result<SyncObj, IpcError> {
-        let import = need!(self.api(), NvSciSyncObjIpcImport);
+        require::NvSciSyncObjIpcImport(self.api())?;
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut raw: NvSciSyncObj = ptr::null_mut();
-        // SAFETY: a received descriptor, a live list, valid out-pointer.
-        check("NvSciSyncObjIpcImport", unsafe {
-            import(
-                ep.handle(),
-                &desc,
-                own.as_raw(),
-                NvSciSyncAccessPerm(required.raw()),
-                timeout.as_micros(),
-                &mut raw,
-            )
-        })?;
+        // a received descriptor, a live list, valid out-pointer.
+        call::NvSciSyncObjIpcImport(
+            self.api(),
+            ep.handle(),
+            &desc,
+            own.as_raw(),
+            NvSciSyncAccessPerm(required.raw()),
+            timeout.as_micros(),
+            &mut raw,
+        )?;
         let obj = SyncObj::from_raw(self.clone(), raw);
         let granted = obj.actual_perm()?;
         if !granted.covers(required) {
@@ -378,13 +376,17 @@ impl SyncObj {
     /// Sends this object to the peer of `ep` (`NvSciSyncObjIpcExport`)
     /// granting `perm` (`None`: NvSci's Auto).
     pub fn send(&self, perm: Option<SyncPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
-        let export = need!(self.module().api(), NvSciSyncObjIpcExport);
+        require::NvSciSyncObjIpcExport(self.module().api())?;
         let perm = NvSciSyncAccessPerm(perm.map_or(1 << 63, SyncPerm::raw));
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
-        // SAFETY: the object is live; valid out-pointer.
-        check("NvSciSyncObjIpcExport", unsafe {
-            export(self.as_raw(), perm, ep.handle(), &mut desc)
-        })?;
+        // the object is live; valid out-pointer.
+        call::NvSciSyncObjIpcExport(
+            self.module().api(),
+            self.as_raw(),
+            perm,
+            ep.handle(),
+            &mut desc,
+        )?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
     }
@@ -392,15 +394,13 @@ impl SyncObj {
     /// Receives a fence of this object sent with [`Fence::send`]
     /// (`NvSciSyncIpcImportFence`).
     pub fn receive_fence(&self, ep: &mut impl IpcEndpoint) -> Result<Fence, IpcError> {
-        let import = need!(self.module().api(), NvSciSyncIpcImportFence);
+        require::NvSciSyncIpcImportFence(self.module().api())?;
         let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
         bytes_to_words("fence descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut fence = Fence::new(self.module());
-        // SAFETY: the object is live; a received descriptor; the fence is
+        // the object is live; a received descriptor; the fence is
         // cleared and writable.
-        check("NvSciSyncIpcImportFence", unsafe {
-            import(self.as_raw(), &desc, fence.raw_mut())
-        })?;
+        call::NvSciSyncIpcImportFence(self.module().api(), self.as_raw(), &desc, fence.raw_mut())?;
         Ok(fence)
     }
 }
@@ -408,12 +408,10 @@ impl SyncObj {
 impl Fence {
     /// Sends this fence to the peer of `ep` (`NvSciSyncIpcExportFence`).
     pub fn send(&self, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
-        let export = need!(self.module().api(), NvSciSyncIpcExportFence);
+        require::NvSciSyncIpcExportFence(self.module().api())?;
         let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
-        // SAFETY: a valid fence; valid out-pointer.
-        check("NvSciSyncIpcExportFence", unsafe {
-            export(self.as_raw(), ep.handle(), &mut desc)
-        })?;
+        // a valid fence; valid out-pointer.
+        call::NvSciSyncIpcExportFence(self.module().api(), self.as_raw(), ep.handle(), &mut desc)?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
     }

@@ -86,26 +86,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-/// Like `entry!`, for functions whose error type converts from [`Error`].
-macro_rules! need {
-    ($api:expr, $field:ident) => {
-        match $api.$field {
-            Some(f) => f,
-            None => return Err($crate::table::missing_entry(&$api, stringify!($field)).into()),
-        }
-    };
-}
-
-mod buf;
+pub(crate) mod buf;
 mod endpoint;
 mod ipc;
-mod sync;
+pub(crate) mod sync;
 mod version;
 
 use std::fmt;
 use std::time::Duration;
-
-use tegra_interop_core::NvSciError;
 
 use crate::Error;
 
@@ -117,21 +105,6 @@ pub use sync::{
     SignalWait, Signaler, SyncAttrList, SyncModule, SyncObj, SyncPerm, Waiter,
 };
 pub use version::{LibVersion, NvSciVersion, VersionSource};
-
-/// Turns an NvSci return code into a `Result`.
-pub(crate) fn check(
-    call: &'static str,
-    code: tegra_interop_sys::nvsci::NvSciError,
-) -> Result<(), Error> {
-    if code.0 == 0 {
-        Ok(())
-    } else {
-        Err(Error::NvSci {
-            call,
-            code: NvSciError(code.0),
-        })
-    }
-}
 
 /// How long a CPU wait (or an IPC import) may take.
 ///

@@ -18,32 +18,25 @@ use tegra_interop_sys::nvsci::{
 };
 
 use super::version::{self, NvSciVersion};
-use super::{check, ReconcileError, SyncReconcileError, Timeout};
+use super::{ReconcileError, SyncReconcileError, Timeout};
+use crate::ffi::{self, call};
 use crate::semaphore::{SemaphoreSignal, SemaphoreWait, Tracking};
 use crate::table::NvSciSyncApi;
-use crate::{entry, Backend, Context, Error, ExternalSemaphore, Stream};
+use crate::{Backend, Context, Error, ExternalSemaphore, Stream};
 
 type K = NvSciSyncAttrKey;
 
-struct ModuleInner {
+pub(crate) struct ModuleInner {
     backend: Arc<Backend>,
     raw: NvSciSyncModule,
     version: NvSciVersion,
 }
 
-// SAFETY: NvSciSync modules may be used from any thread; the backend is
-// Send + Sync.
-unsafe impl Send for ModuleInner {}
-// SAFETY: see `Send`.
-unsafe impl Sync for ModuleInner {}
-
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        if let Some(close) = self.backend.table().nvscisync.NvSciSyncModuleClose {
-            // SAFETY: opened by us; every list, object, fence and wait
-            // context of it is gone (they hold this Arc); closed once.
-            unsafe { close(self.raw) };
-        }
+        // Opened by us; every list, object, fence and wait context of it
+        // is gone (they hold this Arc); closed once.
+        let _ = call::NvSciSyncModuleClose(&self.backend.table().nvscisync, self.raw);
     }
 }
 
@@ -144,11 +137,18 @@ impl SyncModule {
     ///
     /// The library's version is read first (see [`version`](Self::version)).
     pub fn open(backend: &Arc<Backend>) -> Result<SyncModule, Error> {
-        let open = entry!(backend.table().nvscisync, NvSciSyncModuleOpen);
-        let version = version::probe(backend.table().nvscisync.NvSciSyncCheckVersionCompatibility);
+        let api = &backend.table().nvscisync;
+        // The probe makes no call when the library is absent; the open then
+        // reports it.
+        let version = version::probe(
+            api.NvSciSyncCheckVersionCompatibility.is_some(),
+            |major, minor| {
+                let mut ok = false;
+                call::NvSciSyncCheckVersionCompatibility(api, major, minor, &mut ok).is_ok() && ok
+            },
+        );
         let mut raw: NvSciSyncModule = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        check("NvSciSyncModuleOpen", unsafe { open(&mut raw) })?;
+        call::NvSciSyncModuleOpen(api, &mut raw)?;
         Ok(SyncModule(Arc::new(ModuleInner {
             backend: Arc::clone(backend),
             raw,
@@ -222,12 +222,8 @@ impl SyncModule {
 
     /// A new, empty, unreconciled list (`NvSciSyncAttrListCreate`).
     pub fn empty_attr_list(&self) -> Result<SyncAttrList, Error> {
-        let create = entry!(self.api(), NvSciSyncAttrListCreate);
         let mut raw: NvSciSyncAttrList = ptr::null_mut();
-        // SAFETY: the module is open; `raw` is a valid out-pointer.
-        check("NvSciSyncAttrListCreate", unsafe {
-            create(self.0.raw, &mut raw)
-        })?;
+        call::NvSciSyncAttrListCreate(self.api(), self.0.raw, &mut raw)?;
         Ok(SyncAttrList {
             module: self.clone(),
             raw,
@@ -306,12 +302,17 @@ impl SyncModule {
     /// in conflict.
     pub fn reconcile(&self, lists: &[&SyncAttrList]) -> Result<SyncAttrList, SyncReconcileError> {
         let raws = self.raw_lists(lists)?;
-        let reconcile = need!(self.api(), NvSciSyncAttrListReconcile);
         let mut out: NvSciSyncAttrList = ptr::null_mut();
         let mut conflict: NvSciSyncAttrList = ptr::null_mut();
-        // SAFETY: live lists of this module; valid out-pointers.
-        let code = unsafe { reconcile(raws.as_ptr(), raws.len(), &mut out, &mut conflict) };
-        match check("NvSciSyncAttrListReconcile", code) {
+        // Live lists of this module (borrowed for the call).
+        let called = call::NvSciSyncAttrListReconcile(
+            self.api(),
+            raws.as_ptr(),
+            raws.len(),
+            &mut out,
+            &mut conflict,
+        );
+        match called {
             Ok(()) => {
                 self.free_conflict(conflict);
                 Ok(SyncAttrList {
@@ -334,12 +335,17 @@ impl SyncModule {
         lists: &[&SyncAttrList],
     ) -> Result<SyncObj, SyncReconcileError> {
         let raws = self.raw_lists(lists)?;
-        let alloc = need!(self.api(), NvSciSyncAttrListReconcileAndObjAlloc);
         let mut obj: NvSciSyncObj = ptr::null_mut();
         let mut conflict: NvSciSyncAttrList = ptr::null_mut();
-        // SAFETY: as for `reconcile`.
-        let code = unsafe { alloc(raws.as_ptr(), raws.len(), &mut obj, &mut conflict) };
-        match check("NvSciSyncAttrListReconcileAndObjAlloc", code) {
+        // As for `reconcile`.
+        let called = call::NvSciSyncAttrListReconcileAndObjAlloc(
+            self.api(),
+            raws.as_ptr(),
+            raws.len(),
+            &mut obj,
+            &mut conflict,
+        );
+        match called {
             Ok(()) => {
                 self.free_conflict(conflict);
                 Ok(SyncObj {
@@ -361,19 +367,8 @@ fn get_attr(
     key: K,
 ) -> Result<Option<SyncAttr>, Error> {
     module.check_key(key)?;
-    let get = entry!(module.api(), NvSciSyncAttrListGetAttrs);
-    let mut pair = NvSciSyncAttrKeyValuePair {
-        attrKey: key,
-        value: ptr::null(),
-        len: 0,
-    };
-    // SAFETY: the list is live; one writable pair.
-    check("NvSciSyncAttrListGetAttrs", unsafe {
-        get(list, &mut pair, 1)
-    })?;
-    // SAFETY: the pair was just filled by GetAttrs from a live list that
-    // nobody modifies during this call.
-    unsafe { SyncAttr::decode_pair(&pair) }.map_err(Error::Validation)
+    // The list is live (held by the caller).
+    ffi::get_sync_attr(module.api(), list, key)
 }
 
 /// An NvSciSync attribute list, freed with `NvSciSyncAttrListFree`.
@@ -382,11 +377,6 @@ pub struct SyncAttrList {
     raw: NvSciSyncAttrList,
     reconciled: bool,
 }
-
-// SAFETY: lists may be used from any thread; mutation needs `&mut`.
-unsafe impl Send for SyncAttrList {}
-// SAFETY: `&SyncAttrList` only reads.
-unsafe impl Sync for SyncAttrList {}
 
 impl std::fmt::Debug for SyncAttrList {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -424,12 +414,14 @@ impl SyncAttrList {
         if pairs.is_empty() {
             return Ok(());
         }
-        let set = entry!(self.module.api(), NvSciSyncAttrListSetAttrs);
-        // SAFETY: the list is live and ours (`&mut`); the pairs point into
-        // `attrs`, which outlives the call.
-        check("NvSciSyncAttrListSetAttrs", unsafe {
-            set(self.raw, pairs.as_slice().as_ptr(), pairs.len())
-        })
+        // The list is live and ours (`&mut`); the pairs point into `attrs`,
+        // which outlives the call.
+        call::NvSciSyncAttrListSetAttrs(
+            self.module.api(),
+            self.raw,
+            pairs.as_slice().as_ptr(),
+            pairs.len(),
+        )
     }
 
     /// Lets CUDA add what it needs to signal and/or wait on `ctx`'s device
@@ -447,12 +439,14 @@ impl SyncAttrList {
             });
         }
         let flags = flags.for_device_query()?;
-        let fill = entry!(ctx.backend().table().cuda, cuDeviceGetNvSciSyncAttributes);
-        // SAFETY: the list is a live unreconciled NvSciSync list and ours
-        // (`&mut`); the device handle comes from a live context.
-        crate::check("cuDeviceGetNvSciSyncAttributes", unsafe {
-            fill(self.raw.cast::<c_void>(), ctx.device(), flags)
-        })
+        // The list is a live unreconciled NvSciSync list and ours (`&mut`);
+        // the device handle comes from a live context.
+        call::cuDeviceGetNvSciSyncAttributes(
+            ctx.api(),
+            self.raw.cast::<c_void>(),
+            ctx.device(),
+            flags,
+        )
     }
 
     /// The value of `key`, if set.
@@ -461,17 +455,15 @@ impl SyncAttrList {
     }
 
     fn is_set(&self, key: K) -> bool {
-        let Some(get) = self.module.api().NvSciSyncAttrListGetAttrs else {
-            return false;
-        };
         let mut pair = NvSciSyncAttrKeyValuePair {
             attrKey: key,
             value: ptr::null(),
             len: 0,
         };
-        // SAFETY: the list is live; one writable pair.
-        let code = unsafe { get(self.raw, &mut pair, 1) };
-        code.0 == 0 && !pair.value.is_null() && pair.len > 0
+        // The list is live; one writable pair.
+        call::NvSciSyncAttrListGetAttrs(self.module.api(), self.raw, &mut pair, 1).is_ok()
+            && !pair.value.is_null()
+            && pair.len > 0
     }
 
     /// Allocates a sync object from this reconciled list (`NvSciSyncObjAlloc`).
@@ -482,10 +474,8 @@ impl SyncAttrList {
                 reason: "the list is not reconciled",
             });
         }
-        let alloc = entry!(self.module.api(), NvSciSyncObjAlloc);
         let mut raw: NvSciSyncObj = ptr::null_mut();
-        // SAFETY: a live reconciled list; valid out-pointer.
-        check("NvSciSyncObjAlloc", unsafe { alloc(self.raw, &mut raw) })?;
+        call::NvSciSyncObjAlloc(self.module.api(), self.raw, &mut raw)?;
         Ok(SyncObj {
             module: self.module.clone(),
             raw,
@@ -495,10 +485,8 @@ impl SyncAttrList {
 
 impl Drop for SyncAttrList {
     fn drop(&mut self) {
-        if let Some(free) = self.module.api().NvSciSyncAttrListFree {
-            // SAFETY: created by or handed to us; freed once.
-            unsafe { free(self.raw) };
-        }
+        // Created by or handed to us; freed once.
+        let _ = call::NvSciSyncAttrListFree(self.module.api(), self.raw);
     }
 }
 
@@ -507,12 +495,6 @@ pub struct SyncObj {
     module: SyncModule,
     raw: NvSciSyncObj,
 }
-
-// SAFETY: sync objects may be used from any thread.
-unsafe impl Send for SyncObj {}
-// SAFETY: `&SyncObj` only reads attributes, makes fences and imports, which
-// the library makes thread-safe.
-unsafe impl Sync for SyncObj {}
 
 impl std::fmt::Debug for SyncObj {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -541,23 +523,17 @@ impl SyncObj {
 
     /// Another handle to the same object (`NvSciSyncObjDup`).
     pub fn dup(&self) -> Result<SyncObj, Error> {
-        let dup = entry!(self.module.api(), NvSciSyncObjDup);
         let mut raw: NvSciSyncObj = ptr::null_mut();
-        // SAFETY: the object is live; valid out-pointer.
-        check("NvSciSyncObjDup", unsafe { dup(self.raw, &mut raw) })?;
+        call::NvSciSyncObjDup(self.module.api(), self.raw, &mut raw)?;
         Ok(SyncObj::from_raw(self.module.clone(), raw))
     }
 
     /// The value of `key` in the object's reconciled list (owned by the
     /// object, `NvSciSyncObjGetAttrList`).
     pub fn attr(&self, key: K) -> Result<Option<SyncAttr>, Error> {
-        let get = entry!(self.module.api(), NvSciSyncObjGetAttrList);
         let mut list: NvSciSyncAttrList = ptr::null_mut();
-        // SAFETY: the object is live; valid out-pointer; the list belongs
-        // to the object and is not freed by us.
-        check("NvSciSyncObjGetAttrList", unsafe {
-            get(self.raw, &mut list)
-        })?;
+        // The list belongs to the object and is not freed by us.
+        call::NvSciSyncObjGetAttrList(self.module.api(), self.raw, &mut list)?;
         get_attr(&self.module, list, key)
     }
 
@@ -665,20 +641,15 @@ impl SyncObj {
     /// The fence of the next CPU signal (`NvSciSyncObjGenerateFence`); follow
     /// it with [`cpu_signal`](Self::cpu_signal).
     pub fn generate_fence(&self) -> Result<Fence, Error> {
-        let generate = entry!(self.module.api(), NvSciSyncObjGenerateFence);
         let mut fence = Fence::new(&self.module);
-        // SAFETY: the object is live; the fence is a zeroed, writable fence.
-        check("NvSciSyncObjGenerateFence", unsafe {
-            generate(self.raw, &mut fence.raw)
-        })?;
+        // The fence is a zeroed, writable fence.
+        call::NvSciSyncObjGenerateFence(self.module.api(), self.raw, &mut fence.raw)?;
         Ok(fence)
     }
 
     /// Signals from the CPU (`NvSciSyncObjSignal`).
     pub fn cpu_signal(&self) -> Result<(), Error> {
-        let signal = entry!(self.module.api(), NvSciSyncObjSignal);
-        // SAFETY: the object is live.
-        check("NvSciSyncObjSignal", unsafe { signal(self.raw) })
+        call::NvSciSyncObjSignal(self.module.api(), self.raw)
     }
 
     /// The fence that completes when the primitive reaches `value`
@@ -727,9 +698,9 @@ impl SyncObj {
         };
         let obj = self.dup()?;
         let import = SemaphoreImport::nvscisync(obj.raw.cast_const().cast())?;
-        // SAFETY: `obj` is a live NvSciSyncObj (kept by the returned value)
-        // whose permission allows the role (checked above).
-        let mut sem = unsafe { ExternalSemaphore::import_handle(ctx, &import) }?;
+        // `obj` is a live NvSciSyncObj (kept by the returned value) whose
+        // permission allows the role (checked above).
+        let mut sem = ExternalSemaphore::import_desc(ctx, &import)?;
         let learn = match counter {
             Some((counter, learn)) => {
                 sem = sem.with_deterministic_counter(counter)?;
@@ -768,10 +739,8 @@ impl SyncObj {
 
 impl Drop for SyncObj {
     fn drop(&mut self) {
-        if let Some(free) = self.module.api().NvSciSyncObjFree {
-            // SAFETY: our handle, freed once.
-            unsafe { free(self.raw) };
-        }
+        // Our handle, freed once.
+        let _ = call::NvSciSyncObjFree(self.module.api(), self.raw);
     }
 }
 
@@ -828,6 +797,7 @@ impl Fence {
     /// # Safety
     /// Only NvSciSync (or CUDA) may write it: whatever is written must be a
     /// fence the library produced, or zero.
+    #[allow(unsafe_code)] // the caller promises what is written
     pub unsafe fn as_raw_mut(&mut self) -> &mut NvSciSyncFence {
         &mut self.raw
     }
@@ -837,19 +807,17 @@ impl Fence {
         if self.is_cleared() {
             return;
         }
-        if let Some(clear) = self.module.api().NvSciSyncFenceClear {
-            // SAFETY: the fence holds a value produced by the library.
-            unsafe { clear(&mut self.raw) };
-        }
+        // The fence holds a value produced by the library. A table without
+        // the entry has nothing to release.
+        let _ = call::NvSciSyncFenceClear(self.module.api(), &mut self.raw);
         self.raw = NvSciSyncFence::default();
     }
 
     /// A copy of the fence (`NvSciSyncFenceDup`).
     pub fn dup(&self) -> Result<Fence, Error> {
-        let dup = entry!(self.module.api(), NvSciSyncFenceDup);
         let mut out = Fence::new(&self.module);
-        // SAFETY: both fences are valid; the destination is cleared.
-        check("NvSciSyncFenceDup", unsafe { dup(&self.raw, &mut out.raw) })?;
+        // The destination is cleared.
+        call::NvSciSyncFenceDup(self.module.api(), &self.raw, &mut out.raw)?;
         Ok(out)
     }
 
@@ -858,11 +826,8 @@ impl Fence {
     pub fn extract(&self) -> Result<Option<FenceValue>, Error> {
         self.module
             .check_extract_update("NvSciSyncFenceExtractFence")?;
-        let extract = entry!(self.module.api(), NvSciSyncFenceExtractFence);
         let (mut id, mut value) = (0u64, 0u64);
-        // SAFETY: a valid fence and two valid out-pointers.
-        let code = unsafe { extract(&self.raw, &mut id, &mut value) };
-        match check("NvSciSyncFenceExtractFence", code) {
+        match call::NvSciSyncFenceExtractFence(self.module.api(), &self.raw, &mut id, &mut value) {
             Ok(()) => Ok(Some(FenceValue { id, value })),
             Err(Error::NvSci {
                 code: NvSciError::CLEARED_FENCE,
@@ -877,12 +842,19 @@ impl Fence {
     pub fn update(&mut self, obj: &SyncObj, id: u64, value: u64) -> Result<(), Error> {
         self.module
             .check_extract_update("NvSciSyncFenceUpdateFence")?;
-        let update = entry!(self.module.api(), NvSciSyncFenceUpdateFence);
+        if self.module.api().NvSciSyncFenceUpdateFence.is_none() {
+            // Refused before the old content is cleared.
+            return call::NvSciSyncFenceUpdateFence(
+                self.module.api(),
+                obj.raw,
+                id,
+                value,
+                &mut self.raw,
+            );
+        }
         self.clear();
-        // SAFETY: the object is live; the fence is cleared and writable.
-        check("NvSciSyncFenceUpdateFence", unsafe {
-            update(obj.raw, id, value, &mut self.raw)
-        })
+        // The fence is cleared and writable.
+        call::NvSciSyncFenceUpdateFence(self.module.api(), obj.raw, id, value, &mut self.raw)
     }
 
     /// Waits on the CPU until the fence completes (`NvSciSyncFenceWait`).
@@ -892,11 +864,14 @@ impl Fence {
         context: &mut CpuWaitContext,
         timeout: impl Into<Timeout>,
     ) -> Result<bool, Error> {
-        let wait = entry!(self.module.api(), NvSciSyncFenceWait);
-        // SAFETY: a valid fence; the wait context is live and used by this
-        // wait only (`&mut`).
-        let code = unsafe { wait(&self.raw, context.raw, timeout.into().as_micros()) };
-        match check("NvSciSyncFenceWait", code) {
+        // The wait context is live and used by this wait only (`&mut`).
+        let waited = call::NvSciSyncFenceWait(
+            self.module.api(),
+            &self.raw,
+            context.raw,
+            timeout.into().as_micros(),
+        );
+        match waited {
             Ok(()) => Ok(true),
             Err(Error::NvSci {
                 code: NvSciError::TIMEOUT,
@@ -924,10 +899,6 @@ pub struct CpuWaitContext {
     raw: NvSciSyncCpuWaitContext,
 }
 
-// SAFETY: a wait context may move between threads; it is never shared
-// (no `Sync`; waits take `&mut`).
-unsafe impl Send for CpuWaitContext {}
-
 impl std::fmt::Debug for CpuWaitContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuWaitContext")
@@ -939,12 +910,8 @@ impl std::fmt::Debug for CpuWaitContext {
 impl CpuWaitContext {
     /// Allocates a wait context (`NvSciSyncCpuWaitContextAlloc`).
     pub fn new(module: &SyncModule) -> Result<CpuWaitContext, Error> {
-        let alloc = entry!(module.api(), NvSciSyncCpuWaitContextAlloc);
         let mut raw: NvSciSyncCpuWaitContext = ptr::null_mut();
-        // SAFETY: the module is open; valid out-pointer.
-        check("NvSciSyncCpuWaitContextAlloc", unsafe {
-            alloc(module.as_raw(), &mut raw)
-        })?;
+        call::NvSciSyncCpuWaitContextAlloc(module.api(), module.as_raw(), &mut raw)?;
         Ok(CpuWaitContext {
             module: module.clone(),
             raw,
@@ -954,10 +921,8 @@ impl CpuWaitContext {
 
 impl Drop for CpuWaitContext {
     fn drop(&mut self) {
-        if let Some(free) = self.module.api().NvSciSyncCpuWaitContextFree {
-            // SAFETY: ours, freed once, no wait in progress (`&mut` waits).
-            unsafe { free(self.raw) };
-        }
+        // Ours, freed once, no wait in progress (`&mut` waits).
+        let _ = call::NvSciSyncCpuWaitContextFree(self.module.api(), self.raw);
     }
 }
 
@@ -1121,7 +1086,7 @@ impl<R: CanSignal> NvSciSemaphore<R> {
     /// signal tries again.
     pub fn signal(&mut self, stream: &Stream) -> Result<Fence, Error> {
         let mut fence = Fence::new(&self.obj.module);
-        stream.signal_batch([SemaphoreSignal::nvscisync(&mut self.sem, fence.raw_mut())])?;
+        stream.signal_batch(&mut [SemaphoreSignal::nvscisync(&mut self.sem, fence.raw_mut())])?;
         self.learn_from(&fence);
         Ok(fence)
     }
@@ -1136,13 +1101,14 @@ impl<R: CanSignal> NvSciSemaphore<R> {
     /// was made coherent by other means (for example the reader only uses
     /// the fence to know it may overwrite a buffer it has finished reading).
     /// Otherwise a waiter may read stale data.
+    #[allow(unsafe_code)] // the caller takes on the memsync contract
     pub unsafe fn signal_skip_memsync(&mut self, stream: &Stream) -> Result<Fence, Error> {
         let mut fence = Fence::new(&self.obj.module);
         // SAFETY: the caller accepted the condition above, which is the
         // contract of the driver's and the core's opt-in.
         let signal =
             unsafe { SemaphoreSignal::nvscisync_skip_memsync(&mut self.sem, fence.raw_mut()) };
-        stream.signal_batch([signal])?;
+        stream.signal_batch(&mut [signal])?;
         self.learn_from(&fence);
         Ok(fence)
     }
@@ -1169,7 +1135,7 @@ impl<R: CanWait> NvSciSemaphore<R> {
     /// Queues a wait for `fence` on `stream` (a cleared fence: no wait).
     pub fn wait(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
-        stream.wait_batch([SemaphoreWait::nvscisync(&self.sem, fence.as_raw())])
+        stream.wait_batch(&[SemaphoreWait::nvscisync(&self.sem, fence.as_raw())])
     }
 
     /// [`wait`](Self::wait) without the NvSciBuf memory synchronisation
@@ -1182,10 +1148,11 @@ impl<R: CanWait> NvSciSemaphore<R> {
     /// (for example the wait only orders a write-after-read of a buffer
     /// this stream does not read). Otherwise the work after the wait may
     /// read stale data.
+    #[allow(unsafe_code)] // the caller takes on the memsync contract
     pub unsafe fn wait_skip_memsync(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
         // SAFETY: the caller accepted the condition above.
         let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&self.sem, fence.as_raw()) };
-        stream.wait_batch([wait])
+        stream.wait_batch(&[wait])
     }
 }

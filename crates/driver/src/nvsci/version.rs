@@ -25,9 +25,7 @@
 
 use std::fmt;
 
-use tegra_interop_sys::nvsci::{
-    NvSciBufAttrKey, NvSciSyncAttrKey, PFN_NvSciBufCheckVersionCompatibility,
-};
+use tegra_interop_sys::nvsci::{NvSciBufAttrKey, NvSciSyncAttrKey};
 
 use crate::Error;
 
@@ -87,20 +85,14 @@ const OLDEST: LibVersion = LibVersion::new(2, 0);
 const MAX_MINOR: u32 = 255;
 
 /// Finds the library's version from its compatibility check.
-pub(crate) fn probe(check: PFN_NvSciBufCheckVersionCompatibility) -> NvSciVersion {
+pub(crate) fn probe(has_check: bool, compatible: impl Fn(u32, u32) -> bool) -> NvSciVersion {
     let assumed = NvSciVersion {
         version: OLDEST,
         source: VersionSource::Assumed,
     };
-    let Some(check) = check else {
+    if !has_check {
         return assumed;
-    };
-    let compatible = |major: u32, minor: u32| {
-        let mut ok = false;
-        // SAFETY: plain values and one valid out-pointer.
-        let code = unsafe { check(major, minor, &mut ok) };
-        code.0 == 0 && ok
-    };
+    }
     for major in [2, 1, 3] {
         if !compatible(major, 0) {
             continue;
