@@ -273,8 +273,25 @@ impl NvSciError {
                 fix: "check that the signaler's work was submitted and is not waiting on you",
             },
             NvSciError::NOT_INITIALIZED => Hint {
-                cause: "the module was not opened or was already closed",
-                fix: "keep the module open while any attribute list, object or fence of it lives",
+                cause: "the module was not opened or was already closed (NvSciIpc: NvSciIpcInit \
+                        was not called, or NvSciIpcDeinit ran while endpoints were open)",
+                fix:
+                    "keep the module open while any attribute list, object or fence of it lives; \
+                      initialise NvSciIpc once per process and deinitialise after the last endpoint",
+            },
+            NvSciError::NO_SUCH_ENTRY => Hint {
+                cause: "the NvSciIpc endpoint name is not in the system's NvSciIpc configuration",
+                fix: "use a name from the BSP's /etc/nvsciipc.cfg (INTER_PROCESS lines name the \
+                      two endpoints of a pair)",
+            },
+            NvSciError::BUSY => Hint {
+                cause: "the NvSciIpc endpoint is already open (in this or another process), or a \
+                        CPU wait context is in use",
+                fix: "open each endpoint once; give each process its own end of the pair",
+            },
+            NvSciError::CONNECTION_RESET => Hint {
+                cause: "the NvSciIpc peer closed or reset its endpoint, or its process ended",
+                fix: "close this endpoint; a new connection needs both ends opened again",
             },
             _ => return None,
         })

@@ -500,6 +500,22 @@ pub(crate) fn take_buf_desc(
     bytes
 }
 
+/// The NvSciSync twin of [`take_buf_desc`].
+pub(crate) fn take_sync_desc(
+    api: &crate::table::NvSciSyncApi,
+    desc: *mut c_void,
+    len: usize,
+) -> Vec<u8> {
+    if desc.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: the library handed us `len` readable bytes at `desc`, which
+    // stay valid until the free below.
+    let bytes = unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) }.to_vec();
+    let _ = call::NvSciSyncAttrListFreeDesc(api, desc);
+    bytes
+}
+
 // ---------------------------------------------------- thread-safety of handles
 
 // The C handles below are plain pointers to the driver's or the library's

@@ -11,7 +11,8 @@ use tegra_interop_core::sys::nvsci::{
 };
 use tegra_interop_core::NvSciError;
 use tegra_interop_driver::nvsci::{
-    BufModule, BufPerm, CpuWaitContext, Fence, SyncAttrList, SyncModule, SyncPerm, Timeout,
+    BufModule, BufPerm, CpuWaitContext, Fence, NvSciIpc, SyncAttrList, SyncModule, SyncPerm,
+    Timeout,
 };
 use tegra_interop_driver::{Context, Error};
 use tegra_interop_sim::{Sim, SimConfig};
@@ -300,28 +301,33 @@ fn fences_cpu_signal_and_cpu_wait_with_timeouts() {
 
 #[test]
 fn wait_only_objects_cannot_become_signalling_semaphores() {
-    let sim = tegra();
+    // Two endpoints of one simulator, to import a wait-only handle.
+    let cfg =
+        tegra_interop_sim::nvsci::IpcConfigFile::inter_process(&[("a", "b", 8, 1024)]).unwrap();
+    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
     let backend = sim.backend();
     {
-        // Two endpoints of one simulator, to import a wait-only handle.
-        let (a, b) = tegra_interop_sim::nvsci::endpoint_pair().unwrap();
-        sim.nvsci_register_endpoint("a", a);
-        sim.nvsci_register_endpoint("b", b);
-        let (ta, tb) = std::os::unix::net::UnixStream::pair().unwrap();
-        let mut ea = tegra_interop_driver::nvsci::NvSciIpcChannel::open(&backend, "a", ta).unwrap();
-        let mut eb = tegra_interop_driver::nvsci::NvSciIpcChannel::open(&backend, "b", tb).unwrap();
+        let open = |name: &'static str| {
+            let backend = Arc::clone(&backend);
+            std::thread::spawn(move || NvSciIpc::open(&backend, name, Duration::from_secs(10)))
+        };
+        let (ta, tb) = (open("a"), open("b"));
+        let mut ea = ta.join().unwrap().unwrap();
+        let mut eb = tb.join().unwrap().unwrap();
 
         let ctx = Context::create(Arc::clone(&backend), 0, 0).unwrap();
         let m = SyncModule::open(&backend).unwrap();
         let s = m.cuda_signaler_attrs(&ctx).unwrap();
-        let w = m.cuda_waiter_attrs(&ctx).unwrap();
+        // The waiter's list travels to the signaller first (the topology rule).
+        let mine = m.cuda_waiter_attrs(&ctx).unwrap();
+        m.send_unreconciled(&[&mine], &mut eb).unwrap();
+        let w = m.receive_unreconciled(&mut ea).unwrap();
         let obj = m.reconcile_and_alloc(&[&s, &w]).unwrap();
         obj.send(Some(SyncPerm::WaitOnly), &mut ea).unwrap();
-        let mine = m.cuda_waiter_attrs(&ctx).unwrap();
         let imported = m
             .receive_obj(
                 &mut eb,
-                &mine,
+                &[&mine],
                 SyncPerm::WaitOnly,
                 Timeout::After(Duration::from_secs(5)),
             )
@@ -337,7 +343,7 @@ fn wait_only_objects_cannot_become_signalling_semaphores() {
         let e = m
             .receive_obj(
                 &mut eb,
-                &mine,
+                &[&mine],
                 SyncPerm::WaitSignal,
                 Timeout::After(Duration::from_secs(5)),
             )

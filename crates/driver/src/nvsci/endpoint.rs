@@ -38,6 +38,7 @@ const EV_READ: u32 = 0x01;
 const EV_WRITE: u32 = 0x02;
 const EV_CONN_EST: u32 = 0x04;
 const EV_CONN_RESET: u32 = 0x08;
+const EV_WRITE_EMPTY: u32 = 0x10;
 
 /// `NvSciError_InsufficientMemory`: the read channel is empty / the write
 /// channel is full (nvsciipc.h).
@@ -208,6 +209,22 @@ impl NvSciIpc {
         self.timeout = timeout;
     }
 
+    /// Waits until the peer has read every frame sent (the WRITE_EMPTY
+    /// event nvsciipc.h offers for this), at most the endpoint's timeout.
+    ///
+    /// Call it before dropping an endpoint whose last message matters: once
+    /// the peer's library reports the close (CONN_RESET), frames it had not
+    /// read yet are gone.
+    pub fn flush(&mut self) -> Result<(), IpcError> {
+        self.wait_for(EV_WRITE_EMPTY, Instant::now() + self.timeout)
+            .map(|_| ())
+    }
+
+    /// [`flush`](Self::flush), then closes the endpoint.
+    pub fn close(mut self) -> Result<(), IpcError> {
+        self.flush()
+    }
+
     fn events(&self) -> Result<u32, IpcError> {
         let mut ev = 0u32;
         call::NvSciIpcGetEventSafe(&self.backend.table().nvsciipc, self.handle, &mut ev)?;
@@ -342,6 +359,8 @@ impl IpcEndpoint for NvSciIpc {
     }
 }
 
+/// Closes the endpoint at once (`NvSciIpcCloseEndpointSafe`), without
+/// waiting for the peer to read what was sent: see [`NvSciIpc::close`].
 impl Drop for NvSciIpc {
     fn drop(&mut self) {
         // Opened by us, closed once; its event fd is not used after.

@@ -19,8 +19,8 @@ use std::ptr;
 
 use tegra_interop_sys::nvsci::{
     NvSciBufAttrList, NvSciBufAttrValAccessPerm, NvSciBufObj, NvSciBufObjIpcExportDescriptor,
-    NvSciIpcEndpoint, NvSciSyncAccessPerm, NvSciSyncFenceIpcExportDescriptor, NvSciSyncObj,
-    NvSciSyncObjIpcExportDescriptor,
+    NvSciIpcEndpoint, NvSciSyncAccessPerm, NvSciSyncAttrList, NvSciSyncFenceIpcExportDescriptor,
+    NvSciSyncObj, NvSciSyncObjIpcExportDescriptor,
 };
 
 use super::buf::{BufAttrList, BufModule, BufObj, BufPerm};
@@ -339,26 +339,90 @@ impl BufObj {
 }
 
 impl SyncModule {
-    /// Receives a sync object sent with [`SyncObj::send`], with at least
-    /// `required` permission (`NvSciSyncObjIpcImport`; `own` is the
-    /// importer's own attribute list for the object).
+    /// Sends unreconciled lists to the peer
+    /// (`NvSciSyncAttrListIpcExportUnreconciled`): the waiter's requirements
+    /// to the signaller, which reconciles. This is what puts the peer into
+    /// the object's IPC topology: the signaller can export the object back
+    /// only over the endpoint the lists came by.
+    pub fn send_unreconciled(
+        &self,
+        lists: &[&SyncAttrList],
+        ep: &mut impl IpcEndpoint,
+    ) -> Result<(), IpcError> {
+        require::NvSciSyncAttrListIpcExportUnreconciled(self.api())?;
+        let raws: Vec<NvSciSyncAttrList> = lists.iter().map(|l| l.as_raw()).collect();
+        let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+        call::NvSciSyncAttrListIpcExportUnreconciled(
+            self.api(),
+            raws.as_ptr(),
+            raws.len(),
+            ep.handle(),
+            &mut desc,
+            &mut len,
+        )?;
+        let bytes = crate::ffi::take_sync_desc(self.api(), desc, len);
+        ep.send(&bytes)?;
+        Ok(())
+    }
+
+    /// Receives the peer's unreconciled lists
+    /// (`NvSciSyncAttrListIpcImportUnreconciled`) as one list to reconcile
+    /// with local ones.
+    pub fn receive_unreconciled(
+        &self,
+        ep: &mut impl IpcEndpoint,
+    ) -> Result<SyncAttrList, IpcError> {
+        require::NvSciSyncAttrListIpcImportUnreconciled(self.api())?;
+        let bytes = ep.recv()?;
+        let mut raw: NvSciSyncAttrList = ptr::null_mut();
+        call::NvSciSyncAttrListIpcImportUnreconciled(
+            self.api(),
+            self.as_raw(),
+            ep.handle(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            &mut raw,
+        )?;
+        Ok(SyncAttrList::wrap_imported(self.clone(), raw, false))
+    }
+
+    /// Receives a sync object sent with [`SyncObj::send`]: its reconciled
+    /// list (`NvSciSyncAttrListIpcImportReconciled`, checked by the library
+    /// against this side's own lists `own`), then the object
+    /// (`NvSciSyncObjIpcImport` with that reconciled list, as the library
+    /// requires) with at least `required` permission (checked by the library
+    /// and again on the imported handle).
     pub fn receive_obj(
         &self,
         ep: &mut impl IpcEndpoint,
-        own: &SyncAttrList,
+        own: &[&SyncAttrList],
         required: SyncPerm,
         timeout: Timeout,
     ) -> Result<SyncObj, IpcError> {
+        require::NvSciSyncAttrListIpcImportReconciled(self.api())?;
         require::NvSciSyncObjIpcImport(self.api())?;
+        let list_bytes = ep.recv()?;
+        let own_raw: Vec<NvSciSyncAttrList> = own.iter().map(|l| l.as_raw()).collect();
+        let mut list: NvSciSyncAttrList = ptr::null_mut();
+        call::NvSciSyncAttrListIpcImportReconciled(
+            self.api(),
+            self.as_raw(),
+            ep.handle(),
+            list_bytes.as_ptr().cast(),
+            list_bytes.len(),
+            own_raw.as_ptr(),
+            own_raw.len(),
+            &mut list,
+        )?;
+        let list = SyncAttrList::wrap_imported(self.clone(), list, true);
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut raw: NvSciSyncObj = ptr::null_mut();
-        // a received descriptor, a live list, valid out-pointer.
         call::NvSciSyncObjIpcImport(
             self.api(),
             ep.handle(),
             &desc,
-            own.as_raw(),
+            list.as_raw(),
             NvSciSyncAccessPerm(required.raw()),
             timeout.as_micros(),
             &mut raw,
@@ -373,20 +437,26 @@ impl SyncModule {
 }
 
 impl SyncObj {
-    /// Sends this object to the peer of `ep` (`NvSciSyncObjIpcExport`)
-    /// granting `perm` (`None`: NvSci's Auto).
+    /// Sends this object to the peer of `ep`: its reconciled attribute list
+    /// (`NvSciSyncAttrListIpcExportReconciled`) and the object
+    /// (`NvSciSyncObjIpcExport`) granting `perm` (`None`: what the peer's
+    /// lists asked for, NvSci's Auto). The peer's unreconciled list must
+    /// have come over `ep` before reconciliation
+    /// ([`SyncModule::receive_unreconciled`]); otherwise the library refuses
+    /// with NotPermitted.
     pub fn send(&self, perm: Option<SyncPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
-        require::NvSciSyncObjIpcExport(self.module().api())?;
+        let api = self.module().api();
+        require::NvSciSyncAttrListIpcExportReconciled(api)?;
+        require::NvSciSyncObjIpcExport(api)?;
+        let mut list: NvSciSyncAttrList = ptr::null_mut();
+        call::NvSciSyncObjGetAttrList(api, self.as_raw(), &mut list)?;
+        let (mut d, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+        call::NvSciSyncAttrListIpcExportReconciled(api, list, ep.handle(), &mut d, &mut len)?;
+        let list_bytes = crate::ffi::take_sync_desc(api, d, len);
         let perm = NvSciSyncAccessPerm(perm.map_or(1 << 63, SyncPerm::raw));
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
-        // the object is live; valid out-pointer.
-        call::NvSciSyncObjIpcExport(
-            self.module().api(),
-            self.as_raw(),
-            perm,
-            ep.handle(),
-            &mut desc,
-        )?;
+        call::NvSciSyncObjIpcExport(api, self.as_raw(), perm, ep.handle(), &mut desc)?;
+        ep.send(&list_bytes)?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
     }

@@ -483,6 +483,21 @@ impl SyncAttrList {
     }
 }
 
+impl SyncAttrList {
+    /// Wraps a list the library handed over (an IPC import); freed on drop.
+    pub(crate) fn wrap_imported(
+        module: SyncModule,
+        raw: NvSciSyncAttrList,
+        reconciled: bool,
+    ) -> Self {
+        SyncAttrList {
+            module,
+            raw,
+            reconciled,
+        }
+    }
+}
+
 impl Drop for SyncAttrList {
     fn drop(&mut self) {
         // Created by or handed to us; freed once.

@@ -723,7 +723,17 @@ impl Endpoint {
     pub(crate) fn send_object(&self, call: &Call, id: u64, fd: &OwnedFd) -> R {
         let mut c = lock(&self.conn);
         self.pump(&mut c);
-        let Some(sock) = c.sock.as_ref().filter(|_| c.established && !c.lost) else {
+        if c.lost {
+            call.diag(
+                D::Misuse,
+                format!(
+                    "object exported over endpoint {:?}, whose connection was reset (the real library's answer is not known; refused with ConnectionReset)",
+                    self.name
+                ),
+            );
+            return Err(err::CONNECTION_RESET);
+        }
+        let Some(sock) = c.sock.as_ref().filter(|_| c.established) else {
             call.diag(
                 D::Misuse,
                 format!(
@@ -733,8 +743,11 @@ impl Endpoint {
             );
             return Err(err::BAD_PARAMETER);
         };
-        send(sock, &header(Kind::Object, id), &[], Some(fd.as_raw_fd()))
-            .map_err(|_| err::RESOURCE_ERROR)
+        if let Err(e) = send(sock, &header(Kind::Object, id), &[], Some(fd.as_raw_fd())) {
+            self.lose(&mut c, format!("sending to the peer failed: {e}"));
+            return Err(err::CONNECTION_RESET);
+        }
+        Ok(())
     }
 
     /// Whether the object with transfer id `id` was imported already.
