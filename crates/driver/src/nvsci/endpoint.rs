@@ -104,7 +104,9 @@ pub struct EndpointInfo {
 }
 
 /// An open, connected NvSciIpc endpoint and a message channel over its
-/// frames. See the [module docs](self).
+/// frames: [`open`](Self::open) runs the init sequence of nvsciipc.h, [`IpcEndpoint::send`] /
+/// [`IpcEndpoint::recv`] move messages of up to [`MAX_MESSAGE`] bytes split into frames, dropping
+/// closes the endpoint (the last one of the process also deinitialises NvSciIpc).
 pub struct NvSciIpc {
     backend: Arc<Backend>,
     handle: RawEndpoint,

@@ -4,9 +4,17 @@
 //! library makes the object reachable for the peer of that endpoint); the
 //! descriptor bytes then travel to the peer, which imports them on its end.
 //! [`IpcEndpoint`] is both: the endpoint handle and a message channel for
-//! the descriptor bytes. [`NvSciIpcChannel`] opens a named NvSciIpc
-//! endpoint and carries the bytes over any `Read + Write` transport (a Unix
-//! socket, a pipe).
+//! the descriptor bytes. [`NvSciIpc`](super::NvSciIpc) is the real one: a
+//! named NvSciIpc endpoint whose frames carry the messages.
+//!
+//! The sequence the libraries require across processes: the waiter (or
+//! consumer) sends its unreconciled lists ([`SyncModule::send_unreconciled`],
+//! [`BufModule::send_unreconciled`]); the signaller (producer) receives them
+//! over the same endpoint, reconciles them with its own, allocates, and
+//! sends the object ([`SyncObj::send`], [`BufObj::send`]: the reconciled
+//! list, then the object's descriptor); the waiter imports both
+//! ([`SyncModule::receive_obj`], [`BufModule::receive_obj`]). An object can
+//! only go back over an endpoint a peer's unreconciled list came by.
 //!
 //! Imports check permissions: the library refuses a handle weaker than the
 //! importer asks for, and the imported handle's `ActualPerm` is checked

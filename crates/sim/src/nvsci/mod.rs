@@ -5,9 +5,10 @@
 //! buffer objects over shared memory (memfd), sync objects with
 //! deterministic fences over the simulator's shared semaphores, CPU waits
 //! with timeouts (futex on shared memory), and IPC between real processes:
-//! an endpoint name maps to a Unix `SOCK_SEQPACKET` socket registered with
-//! [`Sim::nvsci_register_endpoint`](crate::Sim::nvsci_register_endpoint), and
-//! object exports pass their memfd with `SCM_RIGHTS`.
+//! NvSciIpc endpoints from a BSP-style configuration file, each a Unix
+//! `SOCK_SEQPACKET` connection to its peer carrying the application's frames
+//! and, beside them, the memfds of exported objects (`SCM_RIGHTS`); see
+//! `ipc::endpoint`.
 //!
 //! Objects made here are registered in the CUDA side's registries, so
 //! `cuImportExternalMemory(NVSCIBUF)` and `cuImportExternalSemaphore(NVSCISYNC)`
