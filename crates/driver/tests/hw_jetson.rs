@@ -8,7 +8,8 @@
 //!
 //! Status: written against the simulator's behaviour and the project's fact
 //! sheet (real colour format A8B8G8R8 = 106 for RGBA8, ScanType set, equal
-//! sizes in every list); **not yet run on hardware**. The flow prints the
+//! sizes in every list); **not yet run on hardware**. `hw_two_process_flow`
+//! needs `TEGRA_INTEROP_IPC_ENDPOINTS=<producer>,<consumer>` (a BSP pair). The flow prints the
 //! NvSciBuf / NvSciSync versions it found and how the waiter gets its fences:
 //! built with `FenceUpdateFence` where the library has it (the initial value
 //! of the primitive is then not assumed: a first signal is made and its
@@ -285,4 +286,56 @@ fn hw_conflicts_and_cuda_attributes() {
     // What the real library puts in the conflict list is not known yet.
     println!("conflict keys: {:?} (Types expected)", err.conflicts);
     let _ = NvSciBufAttrKey::NvSciBufGeneralAttrKey_Types;
+}
+
+#[path = "common/two_process.rs"]
+mod two_process;
+
+/// The BSP's endpoint pair for the two-process flow: `producer,consumer`
+/// names from `/etc/nvsciipc.cfg` (an `INTER_PROCESS` line), in
+/// `TEGRA_INTEROP_IPC_ENDPOINTS`; the child's role in `..._ROLE`.
+const ENDPOINTS_ENV: &str = "TEGRA_INTEROP_IPC_ENDPOINTS";
+const ROLE_ENV: &str = "TEGRA_INTEROP_IPC_ROLE";
+
+fn endpoint_pair() -> (String, String) {
+    let pair = std::env::var(ENDPOINTS_ENV).unwrap_or_else(|_| {
+        panic!("set {ENDPOINTS_ENV}=<producer endpoint>,<consumer endpoint> (an INTER_PROCESS pair of /etc/nvsciipc.cfg)")
+    });
+    let (p, c) = pair
+        .split_once(',')
+        .unwrap_or_else(|| panic!("{ENDPOINTS_ENV}: expected two names separated by a comma"));
+    (p.trim().to_owned(), c.trim().to_owned())
+}
+
+/// The cross-process flow on the BSP's NvSciIpc: this process produces
+/// (CUDA signals), a second process started from this binary consumes (GPU
+/// and CPU waits), connected only by the endpoint pair named in
+/// `TEGRA_INTEROP_IPC_ENDPOINTS`. The same roles run on the simulator in
+/// `nvsci_ipc.rs`. Not yet run on hardware.
+#[test]
+#[ignore = "needs a Jetson (NvSci + CUDA) and TEGRA_INTEROP_IPC_ENDPOINTS; run with --ignored on hardware"]
+fn hw_two_process_flow() {
+    let (producer_ep, _) = endpoint_pair();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["hw_two_process_child", "--exact", "--ignored", "--nocapture"])
+        .env(ROLE_ENV, "consumer")
+        .spawn()
+        .unwrap();
+    let produced = two_process::producer(&backend(), &producer_ep, 0);
+    let status = child.wait().unwrap();
+    produced.unwrap();
+    assert!(status.success(), "the consumer process failed: {status}");
+}
+
+/// The consumer half of `hw_two_process_flow`, which starts it.
+#[test]
+#[ignore = "the child process of hw_two_process_flow, which starts it"]
+fn hw_two_process_child() {
+    if std::env::var(ROLE_ENV).as_deref() != Ok("consumer") {
+        // Run directly by `--ignored`: only hw_two_process_flow's child works.
+        println!("hw_two_process_child: not started by hw_two_process_flow, nothing to do");
+        return;
+    }
+    let (_, consumer_ep) = endpoint_pair();
+    two_process::consumer(&backend(), &consumer_ep, 0).unwrap();
 }
