@@ -284,7 +284,8 @@ impl<'o> OursSems<'o> {
                 let v = self.batch_value;
                 self.stream
                     .signal_batch(
-                        &mut self.eight
+                        &mut self
+                            .eight
                             .each_mut()
                             .map(|sem| SemaphoreSignal::timeline(sem, v)),
                     )
@@ -299,7 +300,8 @@ impl<'o> OursSems<'o> {
             for _ in 0..BLOCK {
                 self.stream
                     .wait_batch(
-                        &self.eight
+                        &self
+                            .eight
                             .each_ref()
                             .map(|sem| SemaphoreWait::timeline(sem, 1)),
                     )
