@@ -270,6 +270,22 @@ impl TimelineTracker {
         stream: StreamId,
         value: u64,
     ) -> Result<TimelineReservation, ValidationError> {
+        self.check_on(stream, value)?;
+        self.pending = Some(value);
+        Ok(TimelineReservation {
+            value,
+            stream: Some(stream),
+        })
+    }
+
+    /// Checks, without reserving anything, what [`reserve_on`](Self::reserve_on) checks:
+    /// no reservation outstanding, `stream` may signal next, `value` exceeds the floor.
+    ///
+    /// For a caller that holds the tracker exclusively (`&mut`) from this check until the
+    /// enqueue's answer: on success it calls [`record_on`](Self::record_on), on failure
+    /// nothing (nothing was written). This is reserve/commit/abort without the reservation.
+    #[inline]
+    pub fn check_on(&self, stream: StreamId, value: u64) -> Result<(), ValidationError> {
         if self.pending.is_some() {
             return Err(ValidationError::ReservationPending);
         }
@@ -280,11 +296,17 @@ impl TimelineTracker {
                 requested: value,
             });
         }
-        self.pending = Some(value);
-        Ok(TimelineReservation {
-            value,
-            stream: Some(stream),
-        })
+        Ok(())
+    }
+
+    /// The enqueue of a signal of `value` on `stream`, checked with
+    /// [`check_on`](Self::check_on) and held exclusively since, succeeded: `value` becomes the
+    /// floor and `stream` the last signaller. Returns `value`.
+    #[inline]
+    pub fn record_on(&mut self, stream: StreamId, value: u64) -> u64 {
+        self.last = value;
+        self.order.signalled(stream);
+        value
     }
 
     /// Reserve `last + 1`.
@@ -358,6 +380,7 @@ impl PrimitiveWidth {
     }
 
     /// `value` reduced to this width (how the hardware wraps).
+    #[inline]
     pub const fn wrap(self, value: u64) -> u64 {
         value & self.max_value()
     }
@@ -467,6 +490,7 @@ impl DeterministicCounter {
 
     /// The value the k-th signal produces (k = 1 is the first counted signal; k = 0 gives the
     /// initial value), wrapped at the primitive's width.
+    #[inline]
     pub fn value_of_signal(&self, k: u64) -> u64 {
         self.width.wrap(self.initial.wrapping_add(k))
     }
@@ -532,20 +556,42 @@ impl DeterministicCounter {
         &mut self,
         stream: StreamId,
     ) -> Result<DeterministicReservation, ValidationError> {
-        if self.pending.is_some() {
-            return Err(ValidationError::ReservationPending);
-        }
-        self.order.check(stream)?;
-        let index = self
-            .count
-            .checked_add(1)
-            .ok_or(ValidationError::FenceExhausted)?;
+        let index = self.check_next(stream)?;
         self.pending = Some(index);
         Ok(DeterministicReservation {
             index,
             value: self.value_of_signal(index),
             stream,
         })
+    }
+
+    /// Checks, without reserving anything, what [`reserve`](Self::reserve) checks (no
+    /// reservation outstanding, `stream` may signal next, the count is not exhausted); returns
+    /// the index the next signal would have.
+    ///
+    /// For a caller that holds the counter exclusively (`&mut`) from this check until the
+    /// enqueue's answer: on success it calls [`record_next`](Self::record_next), on failure
+    /// nothing (nothing was written).
+    #[inline]
+    pub fn check_next(&self, stream: StreamId) -> Result<u64, ValidationError> {
+        if self.pending.is_some() {
+            return Err(ValidationError::ReservationPending);
+        }
+        self.order.check(stream)?;
+        self.count
+            .checked_add(1)
+            .ok_or(ValidationError::FenceExhausted)
+    }
+
+    /// The enqueue of the next signal on `stream`, checked with
+    /// [`check_next`](Self::check_next) and held exclusively since, succeeded: the count
+    /// advances and `stream` becomes the last signaller. Returns the value the signal produces.
+    #[inline]
+    pub fn record_next(&mut self, stream: StreamId) -> u64 {
+        // `check_next` proved the increment does not overflow.
+        self.count = self.count.saturating_add(1);
+        self.order.signalled(stream);
+        self.value_of_signal(self.count)
     }
 
     /// The enqueue succeeded: the count advances and `stream` becomes the last signaller.

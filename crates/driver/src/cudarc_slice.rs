@@ -21,6 +21,25 @@
 //! stream is made to wait for the work queued through it; the memory itself
 //! stays mapped and is freed by the [`MappedBuffer`] (destroy the buffer only
 //! after that work has finished, as for every mapping).
+//!
+//! # Why a slice, and not `DevicePtr` on `MappedBuffer`
+//! cudarc's `DevicePtr`/`DevicePtrMut` require `DeviceSlice::stream()` (the
+//! cudarc stream the memory belongs to) and promise that the stream given to
+//! `device_ptr` waits for earlier writes (and, for `_mut`, reads): cudarc
+//! keeps that promise with a read and a write event per allocation. A
+//! `MappedBuffer` belongs to a [`crate::Context`] that need not be cudarc's
+//! and has no events, so implementing the traits on it could only hand out
+//! the address without the ordering. `cudarc_slice` binds the mapping to a
+//! cudarc stream and gives it cudarc's own events, so the ordering is
+//! cudarc's, unchanged.
+//!
+//! # Safety
+//! `upgrade_device_ptr` makes cudarc believe it owns an allocation: the
+//! slice is kept in a `ManuallyDrop` and taken apart with `leak` on drop, so
+//! cudarc never frees the mapping; the `&mut MappedBuffer` borrow keeps the
+//! mapping alive and unaliased for the slice's lifetime. The launch-argument
+//! impls push the slice's own `CudaSlice` the way cudarc does for its own
+//! slices.
 #![allow(unsafe_code)]
 
 use std::mem::ManuallyDrop;

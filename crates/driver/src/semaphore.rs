@@ -11,8 +11,8 @@ use crate::owner::{Owned, Release};
 
 use tegra_interop_core::semaphore::Payload;
 use tegra_interop_core::{
-    DeterministicCounter, DeterministicReservation, SemaphoreHandleKind, SemaphoreImport,
-    SignalParams, StreamId, TimelineReservation, TimelineTracker, ValidationError, WaitParams,
+    DeterministicCounter, SemaphoreHandleKind, SemaphoreImport, SignalParams, StreamId,
+    TimelineTracker, ValidationError, WaitParams,
 };
 use tegra_interop_sys::cuda::CUexternalSemaphore;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
@@ -403,48 +403,33 @@ impl ExternalSemaphore {
         Ok(())
     }
 
-    /// Reserves what this signal will produce in the tracking state (a
-    /// timeline value, a deterministic fence), checking it against the last
-    /// one; nothing to reserve for untracked semaphores.
+    /// Checks what this signal will produce against the tracking state (a
+    /// timeline value above the floor, a deterministic fence, both from a
+    /// stream allowed to signal next), writing nothing; untracked
+    /// semaphores pass. The batch holds the semaphore exclusively (`&mut`)
+    /// until [`record_signal`](Self::record_signal) after the call.
     #[inline]
-    pub(crate) fn reserve(
-        &mut self,
+    pub(crate) fn check_signal(
+        &self,
         params: &SignalParams,
         stream: StreamId,
-    ) -> Result<Reservation, ValidationError> {
-        Ok(match (&mut self.tracking, params.payload()) {
-            (Tracking::Timeline(t), Payload::Fence(value)) => {
-                Reservation::Timeline(t.reserve_on(stream, value)?)
-            }
-            (Tracking::Deterministic(c), _) => Reservation::Deterministic(c.reserve(stream)?),
-            _ => Reservation::None,
-        })
+    ) -> Result<(), ValidationError> {
+        match (&self.tracking, params.payload()) {
+            (Tracking::Timeline(t), Payload::Fence(value)) => t.check_on(stream, value),
+            (Tracking::Deterministic(c), _) => c.check_next(stream).map(drop),
+            _ => Ok(()),
+        }
     }
 
-    /// The enqueue succeeded: the reserved value becomes the tracked one.
+    /// The enqueue of a signal checked with
+    /// [`check_signal`](Self::check_signal) succeeded: the tracked value
+    /// advances. Returns it (`None` for untracked semaphores).
     #[inline]
-    pub(crate) fn commit(
-        &mut self,
-        reservation: Reservation,
-    ) -> Result<Option<u64>, ValidationError> {
-        Ok(match (&mut self.tracking, reservation) {
-            (Tracking::Timeline(t), Reservation::Timeline(r)) => Some(t.commit(r)?),
-            (Tracking::Deterministic(c), Reservation::Deterministic(r)) => Some(c.commit(r)?),
-            (_, Reservation::None) => None,
-            // A reservation always matches the tracking it was made from: the
-            // tracking cannot change while the signal borrows the semaphore.
-            _ => return Err(ValidationError::ReservationMismatch),
-        })
-    }
-
-    /// The enqueue failed (or was not made): the tracked value stays.
-    #[inline]
-    pub(crate) fn abort(&mut self, reservation: Reservation) -> Result<(), ValidationError> {
-        match (&mut self.tracking, reservation) {
-            (Tracking::Timeline(t), Reservation::Timeline(r)) => t.abort(r),
-            (Tracking::Deterministic(c), Reservation::Deterministic(r)) => c.abort(r),
-            (_, Reservation::None) => Ok(()),
-            _ => Err(ValidationError::ReservationMismatch),
+    pub(crate) fn record_signal(&mut self, params: &SignalParams, stream: StreamId) -> Option<u64> {
+        match (&mut self.tracking, params.payload()) {
+            (Tracking::Timeline(t), Payload::Fence(value)) => Some(t.record_on(stream, value)),
+            (Tracking::Deterministic(c), _) => Some(c.record_next(stream)),
+            _ => None,
         }
     }
 
@@ -453,13 +438,6 @@ impl ExternalSemaphore {
     pub fn destroy(self) -> Result<(), Error> {
         self.res.destroy()
     }
-}
-
-#[derive(Debug)]
-pub(crate) enum Reservation {
-    None,
-    Timeline(TimelineReservation),
-    Deterministic(DeterministicReservation),
 }
 
 fn refuse_raw_nvscisync(operation: &'static str, payload: Payload) -> Result<(), Error> {
@@ -481,9 +459,6 @@ fn refuse_raw_nvscisync(operation: &'static str, payload: Payload) -> Result<(),
 pub struct SemaphoreSignal<'a> {
     pub(crate) semaphore: &'a mut ExternalSemaphore,
     pub(crate) params: SignalParams,
-    /// What the batch reserved for this entry (between its checks and the
-    /// call's answer).
-    pub(crate) reservation: Reservation,
     /// The value tracked after the batch succeeded.
     pub(crate) tracked: Option<u64>,
     _fence: PhantomData<&'a mut NvSciSyncFence>,
@@ -494,7 +469,6 @@ impl<'a> SemaphoreSignal<'a> {
         SemaphoreSignal {
             semaphore,
             params,
-            reservation: Reservation::None,
             tracked: None,
             _fence: PhantomData,
         }

@@ -7,17 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tegra_interop_core::{CuResult, SignalParams, StreamId, ValidationError, WaitParams};
-#[cfg(feature = "cudarc")]
-use tegra_interop_sys::cuda::CUcontext;
 use tegra_interop_sys::cuda::{
-    CUexternalSemaphore, CUstream, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    CUcontext, CUexternalSemaphore, CUstream, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
     CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
 };
 
 use crate::ffi::{call, code, Bind, Current, Lowered, TryBind};
 use crate::nvsci::{CanSignal, CanWait, Fence, NvSciSemaphore};
 use crate::owner::{Owned, Release};
-use crate::semaphore::Reservation;
 use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
 
 /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy
@@ -214,26 +211,18 @@ fn over_capacity() -> Error {
     })
 }
 
-/// Aborts the reservations of `signals` (after a refusal or a failed call).
-/// Returns the first inconsistency found, after handling every entry.
-fn abort_all(signals: &mut [SemaphoreSignal<'_>]) -> Result<(), ValidationError> {
-    let mut first_error = Ok(());
-    for signal in signals {
-        let reservation = std::mem::replace(&mut signal.reservation, Reservation::None);
-        if let Err(e) = signal.semaphore.abort(reservation) {
-            first_error = first_error.and(Err(e));
-        }
-    }
-    first_error
-}
-
 impl Stream {
-    /// The raw handle of a semaphore taking part in a call of this stream:
-    /// refused when of another context ([`Error::WrongContext`]) or NULL (as
-    /// the core's batches refuse it).
+    /// The raw handle of a semaphore taking part in a call of this stream
+    /// (whose context is `ctx`, read once per batch): refused when of
+    /// another context ([`Error::WrongContext`]) or NULL (as the core's
+    /// batches refuse it).
     #[inline]
-    fn handle_for(&self, semaphore: &ExternalSemaphore) -> Result<CUexternalSemaphore, Error> {
-        if semaphore.context().as_raw() != self.context().as_raw() {
+    fn handle_for(
+        &self,
+        ctx: CUcontext,
+        semaphore: &ExternalSemaphore,
+    ) -> Result<CUexternalSemaphore, Error> {
+        if semaphore.context().as_raw() != ctx {
             return Err(self.wrong_context(semaphore));
         }
         if semaphore.as_raw().is_null() {
@@ -328,50 +317,38 @@ impl Stream {
     pub fn signal_batch(&self, signals: &mut [SemaphoreSignal<'_>]) -> Result<(), Error> {
         check_len(signals.len())?;
         let mut arrays = Lowered::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, MAX_BATCH>::new();
-        // One pass: per entry the context, then the checks of the core's
-        // `SignalBatch::push` (NULL handle, `SignalParams::check_for`
+        let ctx = self.context().as_raw();
+        // One read-only pass: per entry the context, then the checks of the
+        // core's `SignalBatch::push` (NULL handle, `SignalParams::check_for`
         // against the kind), the parameters written in place (what the
-        // core's `lower_for` builds), then the tracking reservation.
-        for i in 0..signals.len() {
-            let signal = &mut signals[i];
-            let checked = self.handle_for(signal.semaphore).and_then(|handle| {
-                let kind = signal.semaphore.kind();
-                arrays.push(handle, |raw| signal.params.lower_into(kind, raw))?;
-                signal.reservation = signal.semaphore.reserve(&signal.params, self.id)?;
-                Ok(())
-            });
-            if let Err(e) = checked {
-                // Undo the reservations made so far; the error to report is `e`.
-                let _ = abort_all(&mut signals[..i]);
-                return Err(e);
-            }
+        // core's `lower_for` builds), then the tracking check (timeline
+        // value above the floor, stream order, deterministic count). Nothing
+        // is written to any semaphore before the call, so a refusal or a
+        // failed call leaves every tracked value as it was; the batch holds
+        // each semaphore exclusively (`&mut`) until the values are recorded.
+        for signal in signals.iter() {
+            let handle = self.handle_for(ctx, signal.semaphore)?;
+            let kind = signal.semaphore.kind();
+            arrays.push(handle, |raw| signal.params.lower_into(kind, raw))?;
+            signal.semaphore.check_signal(&signal.params, self.id)?;
         }
         // Every handle is a live semaphore of this stream's context
         // (borrowed for the call); NvSciSync fence pointers come from
         // borrows that outlive the call.
         let (handles, params, count) = arrays.as_call();
-        let called = call::cuSignalExternalSemaphoresAsync(
+        call::cuSignalExternalSemaphoresAsync(
             Current(self.context()),
             handles,
             params,
             count,
             self.as_raw(),
-        );
-        if let Err(e) = called {
-            let _ = abort_all(signals);
-            return Err(e);
-        }
-        let mut first_error = Ok(());
+        )?;
         for signal in signals.iter_mut() {
             // We hold the semaphore exclusively: no atomic operation needed.
             signal.semaphore.mark_used_exclusive();
-            let reservation = std::mem::replace(&mut signal.reservation, Reservation::None);
-            match signal.semaphore.commit(reservation) {
-                Ok(v) => signal.tracked = v,
-                Err(e) => first_error = first_error.and(Err(e)),
-            }
+            signal.tracked = signal.semaphore.record_signal(&signal.params, self.id);
         }
-        Ok(first_error?)
+        Ok(())
     }
 
     /// Queues every wait of `waits` (up to [`MAX_BATCH`]) with one driver
@@ -380,9 +357,10 @@ impl Stream {
     pub fn wait_batch(&self, waits: &[SemaphoreWait<'_>]) -> Result<(), Error> {
         check_len(waits.len())?;
         let mut arrays = Lowered::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, MAX_BATCH>::new();
+        let ctx = self.context().as_raw();
         // As for signals: the same per-entry checks, arrays on the stack.
         for wait in waits {
-            let handle = self.handle_for(wait.semaphore)?;
+            let handle = self.handle_for(ctx, wait.semaphore)?;
             let kind = wait.semaphore.kind();
             arrays.push(handle, |raw| wait.params.lower_into(kind, raw))?;
         }

@@ -23,7 +23,7 @@
 //! invariant: a library is only ever opened by the soname its API struct
 //! names (`CudaApi::LIBRARY`, ...), the vendor's system libraries whose
 //! exported symbols have the C signatures of the headers the `PFN_` types
-//! were generated from. [`load`] is the only place that opens libraries.
+//! were generated from. `load` is the only place that opens libraries.
 #![allow(unsafe_code)]
 
 pub use tegra_interop_sys::table::{

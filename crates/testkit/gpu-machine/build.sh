@@ -13,7 +13,7 @@ for l in sys.stdin:
 "; }
 { cargo test --release -p tegra-interop-testkit --features vulkan --test gpu_conformance --test gpu_vulkan --test gpu_cudarc --no-run --message-format=json
   cargo test --release -p tegra-interop-pipeline --features vulkan --test gpu_pipeline --no-run --message-format=json
-  cargo test --release -p tegra-interop-driver --test real_backend --no-run --message-format=json; } 2>/dev/null | exes > /tmp/exes.txt
+  cargo test --release -p tegra-interop-driver --features cudarc --test real_backend --no-run --message-format=json; } 2>/dev/null | exes > /tmp/exes.txt
 [ -n "$EXTRA_TESTS" ] && eval "$EXTRA_TESTS" 2>/dev/null | exes >> /tmp/exes.txt
 while read n p; do cp "$p" $D/$n; done < /tmp/exes.txt
 cargo build --release -p tegra-interop-pipeline --features vulkan --bin pipeline --bin interop_info

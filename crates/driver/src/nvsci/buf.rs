@@ -15,6 +15,7 @@ use tegra_interop_sys::nvsci::{
     NvSciBufModule, NvSciBufObj, NvSciBufType,
 };
 
+use super::attrs::BufAttrInput;
 use super::version::{self, NvSciVersion};
 use super::{BufReconcileError, ReconcileError};
 use crate::ffi::{self, call};
@@ -82,7 +83,7 @@ impl BufPerm {
 
 /// Every NvSciBuf key the project describes (`BufAttr`), read back from
 /// conflict lists (only those the loaded library knows are asked for).
-const ALL_KEYS: &[u32] = &[
+pub(crate) const ALL_KEYS: &[u32] = &[
     0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7, 0x9, 0xa, 0xb, 0x10000, 0x10001, 0x20000, 0x20001, 0x20002,
     0x20003, 0x20004, 0x20005, 0x20006, 0x20007, 0x20008, 0x20009, 0x2000a, 0x2000b, 0x2000c,
     0x2000d, 0x2000e, 0x2000f, 0x20010, 0x20011, 0x20012, 0x20013, 0x20014, 0x20015, 0x20016,
@@ -164,7 +165,7 @@ impl BufModule {
     }
 
     /// A new unreconciled list holding `attrs` (create + `SetAttrs`).
-    pub fn attr_list<const N: usize>(&self, attrs: &BufAttrSet<N>) -> Result<BufAttrList, Error> {
+    pub fn attr_list(&self, attrs: &(impl BufAttrInput + ?Sized)) -> Result<BufAttrList, Error> {
         let mut list = self.empty_attr_list()?;
         list.set(attrs)?;
         Ok(list)
@@ -332,7 +333,12 @@ impl BufAttrList {
     ///
     /// A key the loaded library does not know is refused before the call
     /// ([`Error::NotInLibraryVersion`]).
-    pub fn set<const N: usize>(&mut self, attrs: &BufAttrSet<N>) -> Result<(), Error> {
+    pub fn set(&mut self, attrs: &(impl BufAttrInput + ?Sized)) -> Result<(), Error> {
+        attrs.set_on(self)
+    }
+
+    /// [`set`](Self::set) for the core's fixed-capacity set.
+    pub(crate) fn set_from<const N: usize>(&mut self, attrs: &BufAttrSet<N>) -> Result<(), Error> {
         for attr in attrs.attrs() {
             self.module.check_key(attr.key())?;
         }

@@ -14,6 +14,11 @@
 //! | [`NvSciSemaphore`] | `CUexternalSemaphore` of an `NvSciSyncObj` | `cuDestroyExternalSemaphore` |
 //! | [`NvSciIpc`] | `NvSciIpcEndpoint` (and the process's `NvSciIpcInit`) | `NvSciIpcCloseEndpointSafe` (the last one: `NvSciIpcDeinit`) |
 //!
+//! Attributes are written with [`BufAttrs`] / [`SyncAttrs`] (idiomatic
+//! setters, no capacity parameter); the core's fixed-capacity
+//! `BufAttrSet<N>` / `SyncAttrSet<N>` and slices or `Vec`s of attributes
+//! are accepted too ([`BufAttrInput`], [`SyncAttrInput`]).
+//!
 //! Modules are reference counted: every list, object, fence and wait
 //! context holds its module, which is closed when the last of them goes.
 //!
@@ -21,10 +26,8 @@
 //! and a consumer that waits on a deterministic fence it built itself:
 //!
 //! ```
-//! use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId};
-//! use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm, NvSciBufType};
-//! use tegra_interop_core::nvsci::{SyncAttr, SyncAttrSet};
-//! use tegra_interop_driver::nvsci::{BufModule, SyncModule};
+//! use tegra_interop_core::nvsci::GpuId;
+//! use tegra_interop_driver::nvsci::{BufAttrs, BufModule, BufPerm, BufType, SyncAttrs, SyncModule};
 //! use tegra_interop_driver::{Context, Stream};
 //! use tegra_interop_sim::{Sim, SimConfig};
 //!
@@ -36,18 +39,19 @@
 //!
 //! // Buffer: each participant states its needs; reconcile; allocate.
 //! let gpu = GpuId(backend.device(0)?.uuid()?);
-//! let mut wants = BufAttrSet::<8>::new();
-//! wants.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer])?)?;
-//! wants.set(BufAttr::RawSize(4096))?;
-//! wants.set(BufAttr::NeedCpuAccess(true))?;
-//! wants.set(BufAttr::RequiredPerm(NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite))?;
-//! wants.set(BufAttr::gpu_ids(&[gpu])?)?;
+//! let mut wants = BufAttrs::new();
+//! wants
+//!     .types(&[BufType::RawBuffer])?
+//!     .raw_size(4096)?
+//!     .need_cpu_access(true)?
+//!     .required_perm(BufPerm::ReadWrite)?
+//!     .gpus(&[gpu])?;
 //! let (a, b) = (bufs.attr_list(&wants)?, bufs.attr_list(&wants)?);
 //! let buffer = bufs.reconcile_and_alloc(&[&a, &b])?;
 //!
 //! // Sync: CUDA fills the signaller's and the waiter's lists.
-//! let mut deterministic = SyncAttrSet::<2>::new();
-//! deterministic.set(SyncAttr::RequireDeterministicFences(true))?;
+//! let mut deterministic = SyncAttrs::new();
+//! deterministic.require_deterministic_fences(true)?;
 //! let mut signal = syncs.cuda_signaler_attrs(&producer)?;
 //! signal.set(&deterministic)?;
 //! let wait = syncs.cuda_waiter_attrs(&consumer)?;
@@ -86,6 +90,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod attrs;
 pub(crate) mod buf;
 mod endpoint;
 mod ipc;
@@ -97,6 +102,7 @@ use std::time::Duration;
 
 use crate::Error;
 
+pub use attrs::{BufAttrInput, BufAttrs, BufType, ImageLayout, SyncAttrInput, SyncAttrs};
 pub use buf::{BufAttrList, BufModule, BufObj, BufPerm, ImagePlane, NvSciMemory};
 pub use endpoint::{EndpointInfo, NvSciIpc, MAX_MESSAGE};
 pub use ipc::{IpcEndpoint, IpcError};

@@ -17,6 +17,7 @@ use tegra_interop_sys::nvsci::{
     NvSciSyncCpuWaitContext, NvSciSyncFence, NvSciSyncModule, NvSciSyncObj,
 };
 
+use super::attrs::SyncAttrInput;
 use super::version::{self, NvSciVersion};
 use super::{ReconcileError, SyncReconcileError, Timeout};
 use crate::ffi::{self, call};
@@ -126,7 +127,7 @@ impl SyncPerm {
 
 /// Every NvSciSync key the project describes (`SyncAttr`), read back from
 /// conflict lists (only those the loaded library knows are asked for).
-const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 9, 10, 12];
+pub(crate) const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 9, 10, 12];
 
 impl SyncModule {
     /// Opens a module (`NvSciSyncModuleOpen`).
@@ -233,7 +234,7 @@ impl SyncModule {
 
     /// A new unreconciled list holding `attrs` (create + `SetAttrs`), for a
     /// CPU participant for example (`NeedCpuAccess`, `RequiredPerm`).
-    pub fn attr_list<const N: usize>(&self, attrs: &SyncAttrSet<N>) -> Result<SyncAttrList, Error> {
+    pub fn attr_list(&self, attrs: &(impl SyncAttrInput + ?Sized)) -> Result<SyncAttrList, Error> {
         let mut list = self.empty_attr_list()?;
         list.set(attrs)?;
         Ok(list)
@@ -406,7 +407,12 @@ impl SyncAttrList {
     /// Adds `attrs` (`NvSciSyncAttrListSetAttrs`). A key the loaded library
     /// does not know is refused before the call
     /// ([`Error::NotInLibraryVersion`]).
-    pub fn set<const N: usize>(&mut self, attrs: &SyncAttrSet<N>) -> Result<(), Error> {
+    pub fn set(&mut self, attrs: &(impl SyncAttrInput + ?Sized)) -> Result<(), Error> {
+        attrs.set_on(self)
+    }
+
+    /// [`set`](Self::set) for the core's fixed-capacity set.
+    pub(crate) fn set_from<const N: usize>(&mut self, attrs: &SyncAttrSet<N>) -> Result<(), Error> {
         for attr in attrs.attrs() {
             self.module.check_key(attr.key())?;
         }
