@@ -315,6 +315,7 @@ impl Assembly {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -317,7 +317,12 @@ fn endpoint_pair() -> (String, String) {
 fn hw_two_process_flow() {
     let (producer_ep, _) = endpoint_pair();
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["hw_two_process_child", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "hw_two_process_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(ROLE_ENV, "consumer")
         .spawn()
         .unwrap();

@@ -41,7 +41,11 @@ fn run_role(name: &str, release: NvSciRelease, cfg: &std::path::Path, die_at: u3
             .with_nvsci_release(release)
             .with_nvsciipc_config(cfg),
     )?;
-    let endpoint = if name == "producer" { "producer" } else { "consumer" };
+    let endpoint = if name == "producer" {
+        "producer"
+    } else {
+        "consumer"
+    };
     let result = role_of(name)(&sim.backend(), endpoint, die_at);
     assert!(sim.ledger().is_clean(), "{name}: {}", sim.ledger());
     assert!(

@@ -34,7 +34,11 @@ use crate::transport::{Completion, FrameGeometry};
 /// The `pipeline` binary: parses the command line, runs, prints the report.
 /// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 pub fn main() -> ExitCode {
-    let opts = match cli::parse(std::env::args_os().skip(1)) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if let Some(code) = crate::split::main_if_requested(&args) {
+        return code;
+    }
+    let opts = match cli::parse(args) {
         Ok(Command::Help) => {
             print!("{}", cli::USAGE);
             return ExitCode::SUCCESS;

@@ -36,6 +36,11 @@ usage: pipeline [options]
   --json            print a machine-readable summary on stdout
   --quiet           no progress bar
   --fault F         (testing; --backend host or sim) none | skip-process | corrupt
+  --processes P     1 (default) | 2: the camera in a second process, connected to
+                    this CUDA process only by NvSciIpc (--backend auto or sim:
+                    the simulator, a pair of a BSP-style config file it writes)
+  --nvsciipc-config PATH, --endpoints CAM,CUDA
+                    (with --processes 2) another config file / endpoint pair
   -h, --help        this text
 exit status: 0 all frames verified, 1 run or verification failure, 2 bad arguments
 ";

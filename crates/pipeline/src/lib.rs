@@ -67,5 +67,6 @@ pub mod probe;
 pub mod report;
 pub mod ring;
 pub mod sensor;
+pub mod split;
 pub mod stats;
 pub mod transport;

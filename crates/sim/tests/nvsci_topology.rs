@@ -3,6 +3,7 @@
 //! points: the waiter's unreconciled list travels to the signaller, the
 //! reconciled list travels back, the object is exported only along the
 //! path a peer's list came by, and imported only with the reconciled list.
+#![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::ffi::c_void;
 use std::ptr;

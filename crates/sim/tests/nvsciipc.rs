@@ -1,6 +1,7 @@
 //! NvSciIpc as the simulator models it, through the C entry points: the
 //! BSP configuration file, the endpoint life cycle of nvsciipc.h, frames,
 //! events, resets, real processes, and the codes the header names.
+#![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::ffi::{c_void, CString};
 use std::process::Command;
@@ -328,10 +329,8 @@ fn a_closed_peer_resets_the_connection() {
     assert_eq!(events(&tb, b), Ok(0), "CONN_RESET is reported once");
     assert_eq!(write(&tb, b, b"x"), CONNECTION_RESET);
     assert_eq!(read(&tb, b, 8), Err(CONNECTION_RESET));
-    assert!(sb
-        .take_diagnostics()
-        .iter()
-        .any(|d| d.message.contains("connection reset")));
+    // A reset is an event, not a misuse: no diagnostic.
+    assert!(sb.take_diagnostics().is_empty());
 }
 
 #[test]
@@ -417,7 +416,19 @@ fn child_process() {
 }
 
 fn spawn_child(mode: &str, cfg: &IpcConfigFile) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
+    // Under a cross test runner without binfmt (`TEGRA_INTEROP_TEST_RUNNER`,
+    // e.g. qemu-aarch64) the child goes through it too.
+    let exe = std::env::current_exe().unwrap();
+    let mut command = match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
+        Ok(r) if !r.trim().is_empty() => {
+            let mut words = r.split_whitespace();
+            let mut c = Command::new(words.next().unwrap());
+            c.args(words).arg(exe);
+            c
+        }
+        _ => Command::new(exe),
+    };
+    command
         .args([
             "--exact",
             "child_process",

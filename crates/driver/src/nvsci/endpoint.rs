@@ -218,8 +218,25 @@ impl NvSciIpc {
     /// the peer's library reports the close (CONN_RESET), frames it had not
     /// read yet are gone.
     pub fn flush(&mut self) -> Result<(), IpcError> {
-        self.wait_for(EV_WRITE_EMPTY, Instant::now() + self.timeout)
-            .map(|_| ())
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let ev = self.events()?;
+            // Everything was read, even if the peer closed right after.
+            if ev & EV_WRITE_EMPTY != 0 {
+                return Ok(());
+            }
+            if ev & EV_CONN_RESET != 0 {
+                return Err(self.reset_error());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(IpcError::Timeout {
+                    endpoint: self.name.clone(),
+                    waited: self.timeout,
+                });
+            }
+            ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
+        }
     }
 
     /// [`flush`](Self::flush), then closes the endpoint.

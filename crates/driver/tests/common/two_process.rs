@@ -13,8 +13,8 @@ use std::time::Duration;
 use tegra_interop_core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
 use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm, NvSciBufType};
 use tegra_interop_driver::nvsci::{
-    BufModule, BufPerm, CpuWaitContext, FenceSource, IpcEndpoint, IpcError, NvSciIpc,
-    SyncAttrList, SyncModule, SyncPerm, Timeout,
+    BufModule, BufPerm, CpuWaitContext, FenceSource, IpcEndpoint, IpcError, NvSciIpc, SyncAttrList,
+    SyncModule, SyncPerm, Timeout,
 };
 use tegra_interop_driver::{Backend, Context, Stream};
 
@@ -290,4 +290,3 @@ pub fn role_of(name: &str) -> Role {
         _ => consumer,
     }
 }
-

@@ -1,4 +1,4 @@
-//! NvSciIpc endpoints ([`endpoint`]: the BSP's configuration file, frames,
+//! NvSciIpc endpoints ([`endpoint`], [`config`]: the BSP's configuration file, frames,
 //! events, resets) and the IPC export/import of buffer objects, sync
 //! objects, fences and attribute lists.
 //!
@@ -10,13 +10,17 @@
 //! on a real system), as with the real library.
 
 mod buffers;
+mod calls;
+mod config;
 pub(crate) mod endpoint;
 mod fences;
 mod lists;
+mod wire;
 
 pub(crate) use self::buffers::*;
-pub use self::endpoint::IpcConfigFile;
-pub(crate) use self::endpoint::*;
+pub(crate) use self::calls::*;
+pub use self::config::IpcConfigFile;
+pub(crate) use self::endpoint::IpcState;
 pub(crate) use self::fences::*;
 pub(crate) use self::lists::*;
 

@@ -1,0 +1,397 @@
+//! The NvSciIpc entry points over the simulator's endpoints
+//! ([`super::endpoint`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tegra_interop_sys::nvsci::{NvSciError, NvSciIpcEndpoint, NvSciIpcEndpointInfo};
+
+use super::config::{event, Backend, IpcTable, DEFAULT_CONFIG, MAX_NAME};
+use super::endpoint::{lock, Endpoint};
+use super::wire::{header, send, Kind};
+use crate::instance::Call;
+use crate::nvsci::{err, R};
+use crate::DiagnosticKind as D;
+use std::os::fd::AsRawFd;
+
+// ---------------------------------------------------------------- entry points
+
+/// The open endpoint `h`, or the code the library gives for it.
+pub(crate) fn endpoint(c: &Call, h: NvSciIpcEndpoint) -> R<Arc<Endpoint>> {
+    let st = c.state();
+    let ipc = &st.nvsci.ipc;
+    if !ipc.initialized() {
+        return Err(err::NOT_INITIALIZED);
+    }
+    match ipc.endpoints.get(&h) {
+        Some(e) => Ok(Arc::clone(e)),
+        None => {
+            c.diag(D::Misuse, format!("endpoint {h:#x} is not open"));
+            Err(err::BAD_PARAMETER)
+        }
+    }
+}
+
+/// A violated life-cycle precondition: no code is documented for it.
+fn precondition(c: &Call, what: String) -> NvSciError {
+    c.diag(
+        D::Misuse,
+        format!("{what} (nvsciipc.h states this as a precondition and names no error code; refused with InvalidState)"),
+    );
+    err::INVALID_STATE
+}
+
+pub(crate) fn NvSciIpcInit(c: &Call) -> NvSciError {
+    if c.state().nvsci.ipc.initialized() {
+        return precondition(
+            c,
+            "NvSciIpcInit while already initialised (the library promises no reference count: initialise once per process)".into(),
+        );
+    }
+    let path = c
+        .inst
+        .config
+        .nvsciipc_config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    match IpcTable::load(&path) {
+        Ok(t) => {
+            c.state().nvsci.ipc.table = Some(t);
+            err::SUCCESS
+        }
+        Err(why) => {
+            c.diag(
+                D::Misuse,
+                format!("{why} (SimConfig::with_nvsciipc_config names the file)"),
+            );
+            err::NOT_PERMITTED
+        }
+    }
+}
+
+pub(crate) fn NvSciIpcDeinit(c: &Call) {
+    let mut st = c.state();
+    let ipc = &mut st.nvsci.ipc;
+    if !ipc.initialized() {
+        drop(st);
+        c.diag(D::Misuse, "NvSciIpcDeinit without NvSciIpcInit".into());
+        return;
+    }
+    let open: Vec<String> = ipc.endpoints.values().map(|e| e.name.clone()).collect();
+    ipc.table = None;
+    let left: Vec<Arc<Endpoint>> = ipc.endpoints.drain().map(|(_, e)| e).collect();
+    ipc.orphans.extend(left);
+    drop(st);
+    if !open.is_empty() {
+        c.diag(
+            D::Misuse,
+            format!("NvSciIpcDeinit with endpoints still open ({open:?}): nvsciipc.h requires closing every endpoint first; they are unusable now"),
+        );
+    }
+}
+
+pub(crate) unsafe fn NvSciIpcOpenEndpoint(
+    c: &Call,
+    name: *const std::ffi::c_char,
+    out: *mut NvSciIpcEndpoint,
+) -> NvSciError {
+    if name.is_null() || out.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let name = unsafe { crate::cmem::c_str(name) };
+    if name.to_bytes().len() >= MAX_NAME {
+        return err::BAD_PARAMETER;
+    }
+    let name = name.to_string_lossy().into_owned();
+    let (table, cfg) = {
+        let st = c.state();
+        let ipc = &st.nvsci.ipc;
+        let Some(table) = &ipc.table else {
+            return err::NOT_INITIALIZED;
+        };
+        let Some(cfg) = table.endpoints.get(&name) else {
+            drop(st);
+            c.diag(
+                D::Misuse,
+                format!("endpoint {name:?} is not in the NvSciIpc configuration"),
+            );
+            return err::NO_SUCH_ENTRY;
+        };
+        if let Backend::Other(b) = &cfg.backend {
+            let b = b.clone();
+            drop(st);
+            c.diag(D::Misuse, format!("endpoint {name:?} belongs to backend {b}, which the simulator does not provide"));
+            return err::NOT_SUPPORTED;
+        }
+        if ipc.endpoints.values().any(|e| e.name == name) {
+            return err::BUSY;
+        }
+        (table.clone(), cfg.clone())
+    };
+    let ep = match Endpoint::open(&table, &name, cfg) {
+        Ok(ep) => ep,
+        Err(e) => return e,
+    };
+    let mut st = c.state();
+    let ipc = &mut st.nvsci.ipc;
+    if !ipc.initialized() {
+        return err::NOT_INITIALIZED;
+    }
+    ipc.next += 1;
+    let h = ipc.next | (0x5e_u64 << 56);
+    ipc.endpoints.insert(h, Arc::new(ep));
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { crate::cmem::write(out, h) };
+    err::SUCCESS
+}
+
+fn close(c: &Call, h: NvSciIpcEndpoint) -> NvSciError {
+    let mut st = c.state();
+    let ipc = &mut st.nvsci.ipc;
+    if !ipc.initialized() {
+        return err::NOT_INITIALIZED;
+    }
+    if ipc.endpoints.remove(&h).is_some() {
+        err::SUCCESS
+    } else {
+        drop(st);
+        c.diag(D::Misuse, format!("endpoint {h:#x} is not open"));
+        err::BAD_PARAMETER
+    }
+}
+
+pub(crate) fn NvSciIpcCloseEndpointSafe(c: &Call, h: NvSciIpcEndpoint, _clear: bool) -> NvSciError {
+    close(c, h)
+}
+
+pub(crate) fn NvSciIpcCloseEndpoint(c: &Call, h: NvSciIpcEndpoint) {
+    let _ = close(c, h);
+}
+
+pub(crate) unsafe fn NvSciIpcGetLinuxEventFd(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    fd: *mut i32,
+) -> NvSciError {
+    let e = match endpoint(c, h) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    if fd.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    lock(&e.conn).fd_asked = true;
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { crate::cmem::write(fd, e.epoll.as_raw_fd()) };
+    err::SUCCESS
+}
+
+pub(crate) unsafe fn NvSciIpcGetEndpointInfo(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    info: *mut NvSciIpcEndpointInfo,
+) -> NvSciError {
+    let e = match endpoint(c, h) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let v = NvSciIpcEndpointInfo {
+        nframes: e.cfg.nframes,
+        frame_size: e.cfg.frame_size,
+    };
+    // SAFETY: NULL-checked by `write`; otherwise a caller out-pointer.
+    if unsafe { crate::cmem::write(info, v) } {
+        err::SUCCESS
+    } else {
+        err::BAD_PARAMETER
+    }
+}
+
+pub(crate) fn NvSciIpcResetEndpointSafe(c: &Call, h: NvSciIpcEndpoint) -> NvSciError {
+    let e = match endpoint(c, h) {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    let mut k = lock(&e.conn);
+    if !k.fd_asked {
+        drop(k);
+        return precondition(
+            c,
+            format!(
+                "NvSciIpcResetEndpointSafe on {:?} before NvSciIpcGetLinuxEventFd",
+                e.name
+            ),
+        );
+    }
+    if k.resets == 0 {
+        k.resets = 1;
+        k.frames.clear();
+        e.pump(&mut k);
+        return err::SUCCESS;
+    }
+    if k.established && !k.lost {
+        // The de-init reset: tell the peer, stop using the channel.
+        e.say(&mut k, Kind::Bye, 0);
+        k.resets += 1;
+        k.lost = true;
+        k.established = false;
+        k.frames.clear();
+        return err::SUCCESS;
+    }
+    drop(k);
+    precondition(
+        c,
+        format!("a second NvSciIpcResetEndpointSafe on {:?}: allowed once at init and once at de-init, and only on an established connection", e.name),
+    )
+}
+
+/// The endpoint after the checks every frame operation shares.
+fn ready(c: &Call, h: NvSciIpcEndpoint, what: &str) -> R<Arc<Endpoint>> {
+    let e = endpoint(c, h)?;
+    let resets = lock(&e.conn).resets;
+    if resets == 0 {
+        return Err(precondition(
+            c,
+            format!("{what} on {:?} before NvSciIpcResetEndpointSafe", e.name),
+        ));
+    }
+    Ok(e)
+}
+
+pub(crate) unsafe fn NvSciIpcGetEventSafe(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    events: *mut u32,
+) -> NvSciError {
+    let e = match ready(c, h, "NvSciIpcGetEventSafe") {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    if events.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let mut k = lock(&e.conn);
+    if k.resets >= 2 {
+        drop(k);
+        return precondition(
+            c,
+            format!(
+                "NvSciIpcGetEventSafe on {:?} after its de-init reset",
+                e.name
+            ),
+        );
+    }
+    e.pump(&mut k);
+    let mut ev = 0;
+    if k.pending_est {
+        k.pending_est = false;
+        ev |= event::CONN_EST;
+    }
+    if k.pending_reset {
+        k.pending_reset = false;
+        k.established = false;
+        k.frames.clear();
+        ev |= event::CONN_RESET;
+        // Events are those that occurred since the last call: the write
+        // FIFO had emptied before the reset.
+        if k.empty_at_loss {
+            ev |= event::WRITE_EMPTY;
+        }
+    } else if k.established && !k.lost {
+        if !k.frames.is_empty() {
+            ev |= event::READ;
+        }
+        if k.outstanding < e.cfg.nframes {
+            ev |= event::WRITE;
+        }
+        if k.outstanding == 0 {
+            ev |= event::WRITE_EMPTY;
+        }
+    }
+    drop(k);
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { crate::cmem::write(events, ev) };
+    err::SUCCESS
+}
+
+pub(crate) unsafe fn NvSciIpcReadSafe(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    buf: *mut std::ffi::c_void,
+    size: u32,
+    bytes: *mut u32,
+) -> NvSciError {
+    let e = match ready(c, h, "NvSciIpcReadSafe") {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    if buf.is_null() || bytes.is_null() || size == 0 || size > e.frame_size() {
+        return err::BAD_PARAMETER;
+    }
+    let mut k = lock(&e.conn);
+    if !k.established {
+        return err::CONNECTION_RESET;
+    }
+    e.pump(&mut k);
+    let Some(frame) = k.frames.pop_front() else {
+        return if k.lost {
+            err::CONNECTION_RESET
+        } else {
+            err::INSUFFICIENT_MEMORY
+        };
+    };
+    if !k.lost {
+        e.say(&mut k, Kind::Ack, 0);
+    }
+    drop(k);
+    let n = (size as usize).min(frame.len());
+    // SAFETY: the caller's buffer holds `size` bytes (>= n); checked non-null.
+    unsafe { crate::cmem::copy_to(buf.cast(), &frame[..n]) };
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { crate::cmem::write(bytes, n as u32) };
+    err::SUCCESS
+}
+
+pub(crate) unsafe fn NvSciIpcWriteSafe(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    buf: *const std::ffi::c_void,
+    size: u32,
+    bytes: *mut u32,
+) -> NvSciError {
+    let e = match ready(c, h, "NvSciIpcWriteSafe") {
+        Ok(e) => e,
+        Err(code) => return code,
+    };
+    if buf.is_null() || bytes.is_null() || size == 0 || size > e.frame_size() {
+        return err::BAD_PARAMETER;
+    }
+    // SAFETY: the caller's buffer holds `size` readable bytes; checked non-null.
+    let data = unsafe { crate::cmem::bytes(buf.cast(), size as usize) };
+    let mut k = lock(&e.conn);
+    e.pump(&mut k);
+    if !k.established || k.lost {
+        return err::CONNECTION_RESET;
+    }
+    if k.outstanding >= e.cfg.nframes {
+        return err::INSUFFICIENT_MEMORY;
+    }
+    let Some(sock) = &k.sock else {
+        return err::CONNECTION_RESET;
+    };
+    match send(sock, &header(Kind::Frame, 0), data, None) {
+        Ok(()) => {}
+        // The socket buffer is smaller than nframes frames: full for now.
+        Err(x) if x.raw_os_error() == Some(libc::EAGAIN) => return err::INSUFFICIENT_MEMORY,
+        Err(x) => {
+            e.lose(&mut k, format!("sending to the peer failed: {x}"));
+            return err::CONNECTION_RESET;
+        }
+    }
+    k.outstanding += 1;
+    drop(k);
+    // SAFETY: checked non-null; caller out-pointer.
+    unsafe { crate::cmem::write(bytes, size) };
+    err::SUCCESS
+}

@@ -1,0 +1,227 @@
+//! The NvSciIpc configuration file in the BSP's format, and a writer of
+//! such files for tests ([`IpcConfigFile`]).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// `NV_SCI_IPC_EVENT_*` bits (nvsciipc.h).
+pub(crate) mod event {
+    pub(crate) const READ: u32 = 0x01;
+    pub(crate) const WRITE: u32 = 0x02;
+    pub(crate) const CONN_EST: u32 = 0x04;
+    pub(crate) const CONN_RESET: u32 = 0x08;
+    pub(crate) const WRITE_EMPTY: u32 = 0x10;
+}
+
+/// `NVSCIIPC_MAX_ENDPOINT_NAME`: name bytes including the terminating NUL.
+pub(crate) const MAX_NAME: usize = 64;
+/// Where the BSP keeps the configuration.
+pub(crate) const DEFAULT_CONFIG: &str = "/etc/nvsciipc.cfg";
+
+/// The kind of channel a configuration line declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// `INTER_PROCESS` or `INTER_THREAD`: simulated.
+    Local,
+    /// Any other backend (`INTER_VM`, `INTER_CHIP`...): not simulated.
+    Other(String),
+}
+
+/// One endpoint of the configuration.
+#[derive(Clone, Debug)]
+pub(crate) struct EndpointConfig {
+    pub(crate) backend: Backend,
+    /// The pair as written on its line (first, second).
+    pub(crate) pair: (String, String),
+    pub(crate) nframes: u32,
+    pub(crate) frame_size: u32,
+}
+
+/// A parsed configuration file.
+#[derive(Clone, Debug)]
+pub(crate) struct IpcTable {
+    /// Tells apart the simulations using different files (part of every
+    /// socket name).
+    pub(crate) key: u64,
+    pub(crate) endpoints: HashMap<String, EndpointConfig>,
+}
+
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl IpcTable {
+    /// Reads and checks the configuration at `path`.
+    pub(crate) fn load(path: &Path) -> Result<IpcTable, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "cannot read the NvSciIpc configuration {}: {e}",
+                path.display()
+            )
+        })?;
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut t = IpcTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        t.key = fnv(canonical.as_os_str().as_encoded_bytes());
+        Ok(t)
+    }
+
+    /// Parses configuration text (BSP format).
+    pub(crate) fn parse(text: &str) -> Result<IpcTable, String> {
+        let mut endpoints = HashMap::new();
+        for (n, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let at = n + 1;
+            let name_ok = |s: &str| !s.is_empty() && s.len() < MAX_NAME;
+            let mut add = |name: &str, cfg: EndpointConfig| {
+                if !name_ok(name) {
+                    return Err(format!(
+                        "line {at}: endpoint name {name:?} is empty or longer than {} bytes",
+                        MAX_NAME - 1
+                    ));
+                }
+                if endpoints.insert(name.to_owned(), cfg).is_some() {
+                    return Err(format!("line {at}: endpoint {name:?} is declared twice"));
+                }
+                Ok(())
+            };
+            match f[0] {
+                "INTER_PROCESS" | "INTER_THREAD" => {
+                    let [_, a, b, nframes, frame_size] = f[..] else {
+                        return Err(format!(
+                            "line {at}: expected `{} <ep_a> <ep_b> <nframes> <frame_size>`",
+                            f[0]
+                        ));
+                    };
+                    let num = |s: &str, what: &str| match s.parse::<u32>() {
+                        Ok(v) if v > 0 => Ok(v),
+                        _ => Err(format!("line {at}: {what} {s:?} is not a positive number")),
+                    };
+                    if a == b {
+                        return Err(format!("line {at}: an endpoint cannot be its own peer"));
+                    }
+                    let cfg = EndpointConfig {
+                        backend: Backend::Local,
+                        pair: (a.to_owned(), b.to_owned()),
+                        nframes: num(nframes, "nframes")?,
+                        frame_size: num(frame_size, "frame_size")?,
+                    };
+                    add(a, cfg.clone())?;
+                    add(b, cfg)?;
+                }
+                other if other.starts_with("INTER_") && f.len() >= 2 => {
+                    let cfg = EndpointConfig {
+                        backend: Backend::Other(other.to_owned()),
+                        pair: (f[1].to_owned(), String::new()),
+                        nframes: 0,
+                        frame_size: 0,
+                    };
+                    add(f[1], cfg)?;
+                }
+                other => return Err(format!("line {at}: unknown backend {other:?}")),
+            }
+        }
+        Ok(IpcTable { key: 0, endpoints })
+    }
+}
+
+/// A configuration file in the BSP's format, written to a unique temporary
+/// path and removed on drop: give its [`path`](IpcConfigFile::path) to
+/// [`SimConfig::with_nvsciipc_config`](crate::SimConfig::with_nvsciipc_config)
+/// in every process (simulator) that opens its endpoints. Endpoint names
+/// are private to the file, so tests running in parallel can all use "a"
+/// and "b".
+///
+/// ```
+/// use tegra_interop_sim::nvsci::IpcConfigFile;
+/// let cfg = IpcConfigFile::inter_process(&[("cam", "cuda", 16, 4096)]).unwrap();
+/// let text = std::fs::read_to_string(cfg.path()).unwrap();
+/// assert_eq!(text, "INTER_PROCESS cam cuda 16 4096\n");
+/// ```
+#[derive(Debug)]
+pub struct IpcConfigFile {
+    path: PathBuf,
+}
+
+impl IpcConfigFile {
+    /// Writes one `INTER_PROCESS <a> <b> <nframes> <frame_size>` line per
+    /// pair.
+    pub fn inter_process(pairs: &[(&str, &str, u32, u32)]) -> io::Result<IpcConfigFile> {
+        let text: String = pairs
+            .iter()
+            .map(|(a, b, n, f)| format!("INTER_PROCESS {a} {b} {n} {f}\n"))
+            .collect();
+        IpcConfigFile::with_text(&text)
+    }
+
+    /// Writes `text` as the configuration.
+    pub fn with_text(text: &str) -> io::Result<IpcConfigFile> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "tegra-interop-sim-nvsciipc-{}-{n}-{nanos}.cfg",
+            std::process::id()
+        ));
+        std::fs::write(&path, text)?;
+        Ok(IpcConfigFile { path })
+    }
+
+    /// Where the file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for IpcConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The NvSciIpc part of one simulator ("process").
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_bsp_format() {
+        let t = IpcTable::parse(
+            "# comment\nINTER_PROCESS cam_0 cuda_0 16 24576 # trailing\n\nINTER_THREAD t0 t1 2 64\nINTER_VM vm_ep 3 0\n",
+        )
+        .unwrap();
+        assert_eq!(t.endpoints.len(), 5);
+        let c = &t.endpoints["cuda_0"];
+        assert_eq!((c.nframes, c.frame_size), (16, 24576));
+        assert_eq!(c.pair, ("cam_0".to_owned(), "cuda_0".to_owned()));
+        assert_eq!(
+            t.endpoints["vm_ep"].backend,
+            Backend::Other("INTER_VM".into())
+        );
+    }
+
+    #[test]
+    fn refuses_malformed_lines() {
+        for bad in [
+            "INTER_PROCESS a b 16",
+            "INTER_PROCESS a a 16 64",
+            "INTER_PROCESS a b 0 64",
+            "INTER_PROCESS a b 16 x",
+            "INTER_PROCESS a b 1 1\nINTER_PROCESS a c 1 1",
+            "SOMETHING a b 1 1",
+        ] {
+            assert!(IpcTable::parse(bad).is_err(), "{bad}");
+        }
+        let long = "x".repeat(64);
+        assert!(IpcTable::parse(&format!("INTER_PROCESS {long} b 1 1")).is_err());
+    }
+}
