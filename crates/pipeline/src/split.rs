@@ -32,7 +32,9 @@
 //! every fence crosses.
 //!
 //! At the end the camera sends its figures; the summary reports both
-//! sides. A peer that dies gives the other process a typed error
+//! sides. `--role camera` / `--role cuda` run one side alone (the other
+//! started by hand or by a test), with `--nvsciipc-config` naming the file
+//! both use. A peer that dies gives the other process a typed error
 //! ("connection reset") and a non-zero exit; no wait is queued on the GPU
 //! before the fence it waits for arrived, so a dead camera leaves no stuck
 //! stream behind.
@@ -73,6 +75,8 @@ const PATIENCE: Duration = Duration::from_secs(30);
 struct SplitFlags {
     processes: u32,
     camera: bool,
+    /// `--role` given: run this side only (the other is started elsewhere).
+    role_given: bool,
     config: Option<String>,
     endpoints: Option<(String, String)>,
     /// For tests: the camera process ends abruptly at this message.
@@ -100,11 +104,14 @@ fn take_flags(args: Vec<OsString>) -> Result<(SplitFlags, Vec<OsString>), String
                     v => return Err(format!("--processes is 1 or 2, got `{v}`")),
                 }
             }
-            Some("--role") => match value("--role")?.as_str() {
-                "camera" => f.camera = true,
-                "cuda" => f.camera = false,
-                v => return Err(format!("--role is camera or cuda, got `{v}`")),
-            },
+            Some("--role") => {
+                f.role_given = true;
+                match value("--role")?.as_str() {
+                    "camera" => f.camera = true,
+                    "cuda" => f.camera = false,
+                    v => return Err(format!("--role is camera or cuda, got `{v}`")),
+                }
+            }
             Some("--nvsciipc-config") => f.config = Some(value("--nvsciipc-config")?),
             Some("--endpoints") => {
                 let v = value("--endpoints")?;
@@ -137,7 +144,7 @@ pub fn main_if_requested(args: &[OsString]) -> Option<ExitCode> {
             return Some(ExitCode::from(2));
         }
     };
-    if flags.processes == 1 && !flags.camera {
+    if flags.processes == 1 && !flags.role_given {
         return None;
     }
     let opts = match cli::parse(rest.clone()) {
@@ -150,6 +157,9 @@ pub fn main_if_requested(args: &[OsString]) -> Option<ExitCode> {
     };
     let result = if flags.camera {
         camera_process(&opts, &flags).map(|_| None)
+    } else if flags.role_given {
+        // The CUDA side alone; its camera was started by someone else.
+        run_cuda(&opts, &flags, flags.config.as_deref()).map(Some)
     } else {
         cuda_process(&opts, &flags, &rest).map(Some)
     };
@@ -585,10 +595,11 @@ fn run_cuda(opts: &Options, flags: &SplitFlags, config: Option<&str>) -> Result<
         return Err("the CUDA side of --processes 2 needs the simulator".into());
     }
     let inner = NvSciIpc::open(&s.backend, &s.cuda_ep, PATIENCE).map_err(err("NvSciIpc"))?;
+    // `--die-at` is the camera's unless this process runs the CUDA side alone.
     let mut ep = Ep {
         inner,
         count: 0,
-        die_at: 0,
+        die_at: if flags.role_given { flags.die_at } else { 0 },
     };
     ep.send_text(&hello(opts))?;
     let (stride, len) = geometry(opts);

@@ -2,9 +2,12 @@
 //! process, connected to the CUDA process only by simulated NvSciIpc.
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
-fn run(extra: &[&str]) -> Output {
+use tegra_interop_sim::nvsci::IpcConfigFile;
+
+/// The pipeline binary (through the cross test runner where one is set).
+fn command() -> Command {
     let exe = env!("CARGO_BIN_EXE_pipeline");
     let mut c = match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
         Ok(r) if !r.trim().is_empty() => {
@@ -16,8 +19,6 @@ fn run(extra: &[&str]) -> Output {
         _ => Command::new(exe),
     };
     c.args([
-        "--processes",
-        "2",
         "--backend",
         "sim",
         "--frames",
@@ -29,10 +30,16 @@ fn run(extra: &[&str]) -> Output {
         "--height",
         "16",
         "--quiet",
-    ])
-    .args(extra)
-    .output()
-    .unwrap()
+    ]);
+    c
+}
+
+fn run(extra: &[&str]) -> Output {
+    command()
+        .args(["--processes", "2"])
+        .args(extra)
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -73,6 +80,45 @@ fn a_camera_that_dies_gives_the_cuda_process_a_clear_error() {
         assert!(
             err.contains("error (cuda process)") && err.contains("connection was reset"),
             "camera died at {die_at}: {err}"
+        );
+    }
+}
+
+/// The CUDA process killed the same way: the camera ends with the error.
+#[test]
+fn a_cuda_process_that_dies_gives_the_camera_a_clear_error() {
+    for die_at in [1, 3, 12, 28, 30, 45] {
+        let cfg = IpcConfigFile::inter_process(&[(
+            "tegra-interop-camera",
+            "tegra-interop-cuda",
+            16,
+            4096,
+        )])
+        .unwrap();
+        let path = cfg.path().to_str().unwrap().to_owned();
+        let camera = command()
+            .args(["--role", "camera", "--nvsciipc-config", &path])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let cuda = command()
+            .args(["--role", "cuda", "--nvsciipc-config", &path])
+            .args(["--die-at", &die_at.to_string()])
+            .output()
+            .unwrap();
+        assert!(
+            cuda.status.success(),
+            "the CUDA side ends quietly at {die_at}"
+        );
+        let cam = camera.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&cam.stderr);
+        assert!(
+            !cam.status.success(),
+            "CUDA died at {die_at}, yet the camera succeeded"
+        );
+        assert!(
+            err.contains("error (camera process)") && err.contains("connection was reset"),
+            "CUDA died at {die_at}: {err}"
         );
     }
 }

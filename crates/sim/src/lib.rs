@@ -179,7 +179,7 @@ impl Sim {
         if self.inner.config.nvsci {
             table.nvscibuf = nvsci::buf_table(self.slot);
             table.nvscisync = nvsci::sync_table(self.slot, self.inner.config.nvsci_release);
-            table.nvsciipc = nvsci::ipc_table(self.slot);
+            table.nvsciipc = nvsci::ipc_table(self.slot, self.inner.config.nvsci_release);
         }
         table
     }

@@ -41,8 +41,11 @@ const EV_CONN_RESET: u32 = 0x08;
 const EV_WRITE_EMPTY: u32 = 0x10;
 
 /// `NvSciError_InsufficientMemory`: the read channel is empty / the write
-/// channel is full (nvsciipc.h).
+/// channel is full (every checked nvsciipc.h: 5.2.6, 6.0.5, 6.0.10).
 const CHANNEL_EMPTY_OR_FULL: u32 = 0x30;
+/// `NvSciError_TryItAgain`: the project's fact sheet names it for "no frame
+/// yet"; no checked header does. Treated like an empty/full channel.
+const TRY_AGAIN: u32 = 0x201;
 /// `NvSciError_ConnectionReset`.
 const CONNECTION_RESET: u32 = 0x1200;
 
@@ -290,7 +293,7 @@ impl NvSciIpc {
             let r = code::NvSciIpcWriteSafe(api, self.handle, frame.as_ptr().cast(), len, &mut n)?;
             match r.0 {
                 0 => return Ok(()),
-                CHANNEL_EMPTY_OR_FULL => continue,
+                CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => continue,
                 CONNECTION_RESET => return Err(self.reset_error()),
                 _ => return Err(failed("NvSciIpcWriteSafe", r)),
             }
@@ -305,7 +308,7 @@ impl NvSciIpc {
             let r = code::NvSciIpcReadSafe(api, self.handle, buf.as_mut_ptr().cast(), len, &mut n)?;
             match r.0 {
                 0 => return Ok(()),
-                CHANNEL_EMPTY_OR_FULL => {
+                CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => {
                     self.wait_for(EV_READ, deadline)?;
                 }
                 CONNECTION_RESET => return Err(self.reset_error()),

@@ -107,6 +107,14 @@ impl NvSciRelease {
     pub(crate) fn has_fence_extract_update(self) -> bool {
         !matches!(self, NvSciRelease::V5_2_6 | NvSciRelease::JetsonSync2_4)
     }
+
+    /// Whether this release's NvSciIpc has the `*Safe` calls
+    /// (CloseEndpointSafe, ResetEndpointSafe, GetEventSafe, ReadSafe,
+    /// WriteSafe): from DRIVE OS 6.0.5 on; not in the 5.2.6 header, and not
+    /// known for the Jetson "2.4" flavour (so absent: refused, not guessed).
+    pub(crate) fn has_ipc_safe_calls(self) -> bool {
+        !matches!(self, NvSciRelease::V5_2_6 | NvSciRelease::JetsonSync2_4)
+    }
 }
 
 impl core::fmt::Display for NvSciRelease {

@@ -106,7 +106,16 @@ pub(crate) fn sync_table(slot: usize, release: NvSciRelease) -> NvSciSyncApi {
     t
 }
 
-/// The NvSciIpc part of the table for `slot`.
-pub(crate) fn ipc_table(slot: usize) -> NvSciIpcApi {
-    crate::trampolines::nvsciipc_table(slot)
+/// The NvSciIpc part of the table for `slot` as `release` has it: the
+/// `*Safe` calls are absent (None) where that release lacks them.
+pub(crate) fn ipc_table(slot: usize, release: NvSciRelease) -> NvSciIpcApi {
+    let mut t = crate::trampolines::nvsciipc_table(slot);
+    if !release.has_ipc_safe_calls() {
+        t.NvSciIpcCloseEndpointSafe = None;
+        t.NvSciIpcResetEndpointSafe = None;
+        t.NvSciIpcGetEventSafe = None;
+        t.NvSciIpcReadSafe = None;
+        t.NvSciIpcWriteSafe = None;
+    }
+    t
 }
