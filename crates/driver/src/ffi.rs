@@ -533,12 +533,23 @@ thread_safe! {
     crate::memory::MemoryRes => sync: "`&MemoryRes` only allows mapping calls, which the driver makes thread-safe.";
     crate::memory::ArrayRes => sync: "`&ArrayRes` only queries levels, which is thread-safe.";
     crate::semaphore::SemaphoreRes => sync: "`&SemaphoreRes` only enqueues waits (thread-safe in the driver) and sets the atomic `used` flag.";
-    crate::nvsci::buf::ModuleInner => sync: "NvSciBuf serialises access to a module internally.";
-    crate::nvsci::BufAttrList => sync: "`&BufAttrList` only reads; mutation needs `&mut`.";
-    crate::nvsci::BufObj => sync: "`&BufObj` only reads attributes and makes imports and dups, which the library makes thread-safe.";
-    crate::nvsci::sync::ModuleInner => sync: "NvSciSync serialises access to a module internally.";
-    crate::nvsci::SyncAttrList => sync: "`&SyncAttrList` only reads; mutation needs `&mut`.";
-    crate::nvsci::SyncObj => sync: "`&SyncObj` only reads attributes, makes fences and imports, which the library makes thread-safe.";
     // A wait context is never shared (no `Sync`; waits take `&mut`).
     crate::nvsci::CpuWaitContext;
 }
+
+// The NvSci module, list and object of either library (see above; NvSciBuf
+// and NvSciSync serialise access to a module internally).
+
+// SAFETY: the handles may cross threads (see above).
+unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::common::ModuleInner<L> {}
+// SAFETY: `&ModuleInner` only makes calls the library serialises.
+unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::common::ModuleInner<L> {}
+// SAFETY: the handles may cross threads (see above).
+unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::AttrList<L> {}
+// SAFETY: `&AttrList` only reads; mutation needs `&mut`.
+unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::AttrList<L> {}
+// SAFETY: the handles may cross threads (see above).
+unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::Obj<L> {}
+// SAFETY: `&Obj` only reads attributes and makes fences, imports and dups,
+// which the library makes thread-safe.
+unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::Obj<L> {}

@@ -92,6 +92,7 @@
 
 mod attrs;
 pub(crate) mod buf;
+pub(crate) mod common;
 mod ipc;
 pub(crate) mod sync;
 mod version;
@@ -103,6 +104,7 @@ use crate::Error;
 
 pub use attrs::{BufAttrInput, BufAttrs, BufType, ImageLayout, SyncAttrInput, SyncAttrs};
 pub use buf::{BufAttrList, BufModule, BufObj, BufPerm, ImagePlane, NvSciMemory};
+pub use common::{AttrList, BufLib, Library, Module, Obj, SyncLib};
 pub use ipc::{IpcEndpoint, IpcError, NvSciIpcChannel};
 pub use sync::{
     CanSignal, CanWait, CpuWaitContext, Fence, FenceSource, FenceValue, NvSciSemaphore, Role,
