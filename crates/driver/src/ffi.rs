@@ -41,8 +41,17 @@
 //!    (or the NvSci owners), after which the handle is never passed again.
 //! 3. **Pointers.** Out-pointers and arrays come from Rust references or
 //!    slices that live for the call, with the element count passed next to
-//!    them; C descriptors come from the core's validated builders (zeroed
-//!    reserved fields, kinds matching their unions).
+//!    them (the batch arrays come from [`Lowered::as_call`], which returns
+//!    the pointers together with the number of entries written); C
+//!    descriptors come from the core's validated builders (zeroed reserved
+//!    fields, kinds matching their unions); NvSciSync fence pointers inside
+//!    parameter blocks come from borrows that outlive the call.
+//!
+//! Because the wrappers are safe to call, a call site that broke these
+//! rules would not be marked `unsafe`: every new call site (and every new
+//! kind of pointer or handle passed) is checked against this list in
+//! review; the crate-private visibility keeps the list's scope to this
+//! crate.
 //! 4. **Context.** Calls that act in a context are made through [`Bind`] or
 //!    [`Current`] with the context that owns their handles (checked before
 //!    the call where the user could mix them: [`crate::Error::WrongContext`]).
