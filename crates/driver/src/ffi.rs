@@ -41,8 +41,17 @@
 //!    (or the NvSci owners), after which the handle is never passed again.
 //! 3. **Pointers.** Out-pointers and arrays come from Rust references or
 //!    slices that live for the call, with the element count passed next to
-//!    them; C descriptors come from the core's validated builders (zeroed
-//!    reserved fields, kinds matching their unions).
+//!    them (the batch arrays come from [`Lowered::as_call`], which returns
+//!    the pointers together with the number of entries written); C
+//!    descriptors come from the core's validated builders (zeroed reserved
+//!    fields, kinds matching their unions); NvSciSync fence pointers inside
+//!    parameter blocks come from borrows that outlive the call.
+//!
+//! Because the wrappers are safe to call, a call site that broke these
+//! rules would not be marked `unsafe`: every new call site (and every new
+//! kind of pointer or handle passed) is checked against this list in
+//! review; the crate-private visibility keeps the list's scope to this
+//! crate.
 //! 4. **Context.** Calls that act in a context are made through [`Bind`] or
 //!    [`Current`] with the context that owns their handles (checked before
 //!    the call where the user could mix them: [`crate::Error::WrongContext`]).
@@ -549,15 +558,26 @@ thread_safe! {
     crate::memory::MemoryRes => sync: "`&MemoryRes` only allows mapping calls, which the driver makes thread-safe.";
     crate::memory::ArrayRes => sync: "`&ArrayRes` only queries levels, which is thread-safe.";
     crate::semaphore::SemaphoreRes => sync: "`&SemaphoreRes` only enqueues waits (thread-safe in the driver) and sets the atomic `used` flag.";
-    crate::nvsci::buf::ModuleInner => sync: "NvSciBuf serialises access to a module internally.";
-    crate::nvsci::BufAttrList => sync: "`&BufAttrList` only reads; mutation needs `&mut`.";
-    crate::nvsci::BufObj => sync: "`&BufObj` only reads attributes and makes imports and dups, which the library makes thread-safe.";
-    crate::nvsci::sync::ModuleInner => sync: "NvSciSync serialises access to a module internally.";
-    crate::nvsci::SyncAttrList => sync: "`&SyncAttrList` only reads; mutation needs `&mut`.";
-    crate::nvsci::SyncObj => sync: "`&SyncObj` only reads attributes, makes fences and imports, which the library makes thread-safe.";
     // A wait context is never shared (no `Sync`; waits take `&mut`).
     crate::nvsci::CpuWaitContext;
 }
+
+// The NvSci module, list and object of either library (see above; NvSciBuf
+// and NvSciSync serialise access to a module internally).
+
+// SAFETY: the handles may cross threads (see above).
+unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::common::ModuleInner<L> {}
+// SAFETY: `&ModuleInner` only makes calls the library serialises.
+unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::common::ModuleInner<L> {}
+// SAFETY: the handles may cross threads (see above).
+unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::AttrList<L> {}
+// SAFETY: `&AttrList` only reads; mutation needs `&mut`.
+unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::AttrList<L> {}
+// SAFETY: the handles may cross threads (see above).
+unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::Obj<L> {}
+// SAFETY: `&Obj` only reads attributes and makes fences, imports and dups,
+// which the library makes thread-safe.
+unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::Obj<L> {}
 
 // ------------------------------------------------------------ polling
 

@@ -440,7 +440,7 @@ impl ExternalSemaphore {
     }
 }
 
-fn refuse_raw_nvscisync(operation: &'static str, payload: Payload) -> Result<(), Error> {
+pub(crate) fn refuse_raw_nvscisync(operation: &'static str, payload: Payload) -> Result<(), Error> {
     if matches!(payload, Payload::NvSciSync(_)) {
         return Err(Error::Unsupported {
             operation,

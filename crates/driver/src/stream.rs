@@ -15,6 +15,7 @@ use tegra_interop_sys::cuda::{
 use crate::ffi::{call, code, Bind, Current, Lowered, TryBind};
 use crate::nvsci::{CanSignal, CanWait, Fence, NvSciSemaphore};
 use crate::owner::{Owned, Release};
+use crate::semaphore::refuse_raw_nvscisync;
 use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
 
 /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy
@@ -315,22 +316,81 @@ impl Stream {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn signal_batch(&self, signals: &mut [SemaphoreSignal<'_>]) -> Result<(), Error> {
-        check_len(signals.len())?;
+        self.enqueue_signals(signals.iter().map(|s| (&*s.semaphore, &s.params)))?;
+        for signal in signals.iter_mut() {
+            signal.tracked = self.record(signal.semaphore, &signal.params);
+        }
+        Ok(())
+    }
+
+    /// Queues one signal per semaphore of `semaphores` (a slice of a `Vec`
+    /// of semaphores, for example), with the parameters of the same index
+    /// in `params`, as one [`signal_batch`](Self::signal_batch): the same
+    /// checks, one driver call, no heap allocation. Afterwards each
+    /// semaphore's tracked value is its
+    /// [`last_timeline_value`](ExternalSemaphore::last_timeline_value).
+    ///
+    /// # Errors
+    /// As [`signal_batch`](Self::signal_batch); [`Error::Unsupported`] when
+    /// the two slices differ in length or a parameter block is NvSciSync
+    /// (its fence must be borrowed: use [`SemaphoreSignal::nvscisync`]).
+    ///
+    /// ```
+    /// use tegra_interop_core::SignalParams;
+    /// use tegra_interop_driver::{Context, ExternalSemaphore, Stream};
+    /// use tegra_interop_sim::{export, Sim};
+    ///
+    /// let sim = Sim::new()?;
+    /// let ctx = Context::new(sim.backend(), 0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let mut semaphores = Vec::new();
+    /// for _ in 0..3 {
+    ///     let (fd, _exported) = export::timeline_semaphore(0)?;
+    ///     semaphores.push(ExternalSemaphore::timeline_fd(&ctx, fd)?);
+    /// }
+    /// let params = [SignalParams::timeline(1); 3];
+    /// stream.signal_each(&mut semaphores, &params)?;
+    /// assert!(semaphores.iter().all(|s| s.last_timeline_value() == Some(1)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn signal_each(
+        &self,
+        semaphores: &mut [ExternalSemaphore],
+        params: &[SignalParams],
+    ) -> Result<(), Error> {
+        pairwise("Stream::signal_each", semaphores.len(), params.len())?;
+        for p in params {
+            refuse_raw_nvscisync("Stream::signal_each", p.payload())?;
+        }
+        self.enqueue_signals(semaphores.iter().zip(params))?;
+        for (semaphore, params) in semaphores.iter_mut().zip(params) {
+            self.record(semaphore, params);
+        }
+        Ok(())
+    }
+
+    /// The checks and the call of a batch of signals. One read-only pass:
+    /// per entry the context, then the checks of the core's
+    /// `SignalBatch::push` (NULL handle, `SignalParams::check_for` against
+    /// the kind), the parameters written in place (what the core's
+    /// `lower_for` builds), then the tracking check (timeline value above
+    /// the floor, stream order, deterministic count). Nothing is written to
+    /// any semaphore before the call, so a refusal or a failed call leaves
+    /// every tracked value as it was; the callers hold each semaphore
+    /// exclusively (`&mut`) until they [`record`](Self::record) it.
+    #[inline]
+    fn enqueue_signals<'e>(
+        &self,
+        entries: impl ExactSizeIterator<Item = (&'e ExternalSemaphore, &'e SignalParams)>,
+    ) -> Result<(), Error> {
+        check_len(entries.len())?;
         let mut arrays = Lowered::<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, MAX_BATCH>::new();
         let ctx = self.context().as_raw();
-        // One read-only pass: per entry the context, then the checks of the
-        // core's `SignalBatch::push` (NULL handle, `SignalParams::check_for`
-        // against the kind), the parameters written in place (what the
-        // core's `lower_for` builds), then the tracking check (timeline
-        // value above the floor, stream order, deterministic count). Nothing
-        // is written to any semaphore before the call, so a refusal or a
-        // failed call leaves every tracked value as it was; the batch holds
-        // each semaphore exclusively (`&mut`) until the values are recorded.
-        for signal in signals.iter() {
-            let handle = self.handle_for(ctx, signal.semaphore)?;
-            let kind = signal.semaphore.kind();
-            arrays.push(handle, |raw| signal.params.lower_into(kind, raw))?;
-            signal.semaphore.check_signal(&signal.params, self.id)?;
+        for (semaphore, params) in entries {
+            let handle = self.handle_for(ctx, semaphore)?;
+            let kind = semaphore.kind();
+            arrays.push(handle, |raw| params.lower_into(kind, raw))?;
+            semaphore.check_signal(params, self.id)?;
         }
         // Every handle is a live semaphore of this stream's context
         // (borrowed for the call); NvSciSync fence pointers come from
@@ -342,27 +402,57 @@ impl Stream {
             params,
             count,
             self.as_raw(),
-        )?;
-        for signal in signals.iter_mut() {
-            // We hold the semaphore exclusively: no atomic operation needed.
-            signal.semaphore.mark_used_exclusive();
-            signal.tracked = signal.semaphore.record_signal(&signal.params, self.id);
-        }
-        Ok(())
+        )
+    }
+
+    /// After the call succeeded: the semaphore's tracked value advances.
+    #[inline]
+    fn record(&self, semaphore: &mut ExternalSemaphore, params: &SignalParams) -> Option<u64> {
+        // We hold the semaphore exclusively: no atomic operation needed.
+        semaphore.mark_used_exclusive();
+        semaphore.record_signal(params, self.id)
     }
 
     /// Queues every wait of `waits` (up to [`MAX_BATCH`]) with one driver
     /// call (`cuWaitExternalSemaphoresAsync`), everything checked before the
     /// call; no heap allocation.
     pub fn wait_batch(&self, waits: &[SemaphoreWait<'_>]) -> Result<(), Error> {
-        check_len(waits.len())?;
+        self.enqueue_waits(waits.iter().map(|w| (w.semaphore, &w.params)))
+    }
+
+    /// Queues one wait per semaphore of `semaphores`, with the parameters of
+    /// the same index in `params`, as one [`wait_batch`](Self::wait_batch).
+    ///
+    /// # Errors
+    /// As [`wait_batch`](Self::wait_batch); [`Error::Unsupported`] when the
+    /// two slices differ in length or a parameter block is NvSciSync (use
+    /// [`SemaphoreWait::nvscisync`]).
+    pub fn wait_each(
+        &self,
+        semaphores: &[ExternalSemaphore],
+        params: &[WaitParams],
+    ) -> Result<(), Error> {
+        pairwise("Stream::wait_each", semaphores.len(), params.len())?;
+        for p in params {
+            refuse_raw_nvscisync("Stream::wait_each", p.payload())?;
+        }
+        self.enqueue_waits(semaphores.iter().zip(params))
+    }
+
+    /// The checks and the call of a batch of waits (the same per-entry
+    /// checks as signals, arrays on the stack).
+    #[inline]
+    fn enqueue_waits<'e>(
+        &self,
+        entries: impl ExactSizeIterator<Item = (&'e ExternalSemaphore, &'e WaitParams)> + Clone,
+    ) -> Result<(), Error> {
+        check_len(entries.len())?;
         let mut arrays = Lowered::<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, MAX_BATCH>::new();
         let ctx = self.context().as_raw();
-        // As for signals: the same per-entry checks, arrays on the stack.
-        for wait in waits {
-            let handle = self.handle_for(ctx, wait.semaphore)?;
-            let kind = wait.semaphore.kind();
-            arrays.push(handle, |raw| wait.params.lower_into(kind, raw))?;
+        for (semaphore, params) in entries.clone() {
+            let handle = self.handle_for(ctx, semaphore)?;
+            let kind = semaphore.kind();
+            arrays.push(handle, |raw| params.lower_into(kind, raw))?;
         }
         // As for signals: live semaphores of this stream's context,
         // parameter blocks checked by the core, NvSciSync fence pointers
@@ -375,13 +465,24 @@ impl Stream {
             count,
             self.as_raw(),
         )?;
-        for wait in waits {
+        for (semaphore, _) in entries {
             // Written once: later waits only read the flag (no shared cache
             // line written per call).
-            wait.semaphore.mark_used();
+            semaphore.mark_used();
         }
         Ok(())
     }
+}
+
+/// Refuses two slices of different lengths for the pairwise batches.
+fn pairwise(operation: &'static str, semaphores: usize, params: usize) -> Result<(), Error> {
+    if semaphores != params {
+        return Err(Error::Unsupported {
+            operation,
+            reason: "one parameter block per semaphore: the slices differ in length",
+        });
+    }
+    Ok(())
 }
 
 impl Stream {

@@ -4,54 +4,22 @@
 use std::ffi::c_void;
 use std::ops::Deref;
 use std::ptr::{self, NonNull};
-use std::sync::Arc;
 
 use tegra_interop_core::nvsci::{BufAttr, BufAttrSet};
 use tegra_interop_core::{
     ArrayDesc, ArrayFormat, MemoryImport, MipmappedArrayMapping, ValidationError,
 };
 use tegra_interop_sys::nvsci::{
-    NvSciBufAttrKey, NvSciBufAttrKeyValuePair, NvSciBufAttrList, NvSciBufAttrValAccessPerm,
-    NvSciBufModule, NvSciBufObj, NvSciBufType,
+    NvSciBufAttrKey, NvSciBufAttrList, NvSciBufAttrValAccessPerm, NvSciBufObj, NvSciBufType,
 };
 
 use super::attrs::BufAttrInput;
-use super::version::{self, NvSciVersion};
-use super::{BufReconcileError, ReconcileError};
+use super::common::{AttrList, BufLib, Module, Obj};
+use super::version::{self};
 use crate::ffi::{self, call};
-use crate::table::NvSciBufApi;
-use crate::{Backend, Context, Error, ExternalMemory, MappedArray};
+use crate::{Context, Error, ExternalMemory, MappedArray};
 
 type K = NvSciBufAttrKey;
-
-pub(crate) struct ModuleInner {
-    backend: Arc<Backend>,
-    raw: NvSciBufModule,
-    version: NvSciVersion,
-}
-
-impl Drop for ModuleInner {
-    fn drop(&mut self) {
-        // Opened by us; every list and object made from it is gone (they
-        // hold this Arc); closed once. A table without the entry leaks it.
-        let _ = call::NvSciBufModuleClose(&self.backend.table().nvscibuf, self.raw);
-    }
-}
-
-/// An open NvSciBuf module (`NvSciBufModuleOpen`), shared by reference
-/// counting: every list and object keeps it open.
-#[derive(Clone)]
-pub struct BufModule(Arc<ModuleInner>);
-
-impl std::fmt::Debug for BufModule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufModule")
-            .field("backend", &self.0.backend.name())
-            .field("raw", &self.0.raw)
-            .field("version", &self.0.version)
-            .finish()
-    }
-}
 
 /// Access a buffer handle grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,43 +58,17 @@ pub(crate) const ALL_KEYS: &[u32] = &[
     0x20017,
 ];
 
-impl BufModule {
-    /// Opens a module (`NvSciBufModuleOpen`).
-    ///
-    /// # Errors
-    /// [`Error::NotSupported`] naming `libnvscibuf.so.1` when the library is
-    /// absent (any machine but a Jetson / DRIVE, or a simulator without
-    /// NvSci); [`Error::NvSci`] when the call fails.
-    ///
-    /// The library's version is read first (see [`version`](Self::version)).
-    pub fn open(backend: &Arc<Backend>) -> Result<BufModule, Error> {
-        let api = &backend.table().nvscibuf;
-        // The probe makes no call when the library is absent; the open then
-        // reports it.
-        let version = version::probe(
-            api.NvSciBufCheckVersionCompatibility.is_some(),
-            |major, minor| {
-                let mut ok = false;
-                call::NvSciBufCheckVersionCompatibility(api, major, minor, &mut ok).is_ok() && ok
-            },
-        );
-        let mut raw: NvSciBufModule = ptr::null_mut();
-        call::NvSciBufModuleOpen(api, &mut raw)?;
-        Ok(BufModule(Arc::new(ModuleInner {
-            backend: Arc::clone(backend),
-            raw,
-            version,
-        })))
-    }
+/// An open NvSciBuf module (`NvSciBufModuleOpen`): see [`Module`]. Its
+/// [`version`](Module::version) decides which keys are asked for: the GPU
+/// cache / coherency / compression keys need 2.8.
+pub type BufModule = Module<BufLib>;
+/// An NvSciBuf attribute list, freed with `NvSciBufAttrListFree`: see
+/// [`AttrList`].
+pub type BufAttrList = AttrList<BufLib>;
+/// An NvSciBuf object handle, freed with `NvSciBufObjFree`: see [`Obj`].
+pub type BufObj = Obj<BufLib>;
 
-    /// The loaded NvSciBuf library's version (probed with
-    /// `NvSciBufCheckVersionCompatibility` when the module was opened). The
-    /// GPU cache / coherency / compression keys need 2.8; the library is
-    /// not asked about them when it is older ([`Error::NotInLibraryVersion`]).
-    pub fn version(&self) -> NvSciVersion {
-        self.0.version
-    }
-
+impl Module<BufLib> {
     /// Refuses `key` when the loaded library does not know it.
     pub(crate) fn check_key(&self, key: K) -> Result<(), Error> {
         self.0.version.buf_key(key).map_err(|needed| {
@@ -139,126 +81,11 @@ impl BufModule {
         })
     }
 
-    pub(crate) fn api(&self) -> &NvSciBufApi {
-        &self.0.backend.table().nvscibuf
-    }
-
-    /// The backend it calls through.
-    pub fn backend(&self) -> &Arc<Backend> {
-        &self.0.backend
-    }
-
-    /// The raw module (still owned by this value).
-    pub fn as_raw(&self) -> NvSciBufModule {
-        self.0.raw
-    }
-
-    fn same(&self, other: &BufModule) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    /// A new, empty, unreconciled attribute list (`NvSciBufAttrListCreate`).
-    pub fn empty_attr_list(&self) -> Result<BufAttrList, Error> {
-        let mut raw: NvSciBufAttrList = ptr::null_mut();
-        call::NvSciBufAttrListCreate(self.api(), self.0.raw, &mut raw)?;
-        Ok(BufAttrList::wrap(self.clone(), raw, false))
-    }
-
     /// A new unreconciled list holding `attrs` (create + `SetAttrs`).
     pub fn attr_list(&self, attrs: &(impl BufAttrInput + ?Sized)) -> Result<BufAttrList, Error> {
         let mut list = self.empty_attr_list()?;
         list.set(attrs)?;
         Ok(list)
-    }
-
-    fn raw_lists(&self, lists: &[&BufAttrList]) -> Result<Vec<NvSciBufAttrList>, Error> {
-        if lists.is_empty() {
-            return Err(Error::Unsupported {
-                operation: "NvSciBuf reconciliation",
-                reason: "no attribute list given",
-            });
-        }
-        if lists.iter().any(|l| !self.same(&l.module)) {
-            return Err(Error::Unsupported {
-                operation: "NvSciBuf reconciliation",
-                reason: "the lists belong to different modules",
-            });
-        }
-        Ok(lists.iter().map(|l| l.raw).collect())
-    }
-
-    /// The keys set in a conflict list (then freed).
-    fn conflicts(&self, conflict: NvSciBufAttrList) -> Vec<K> {
-        if conflict.is_null() {
-            return Vec::new();
-        }
-        let list = BufAttrList::wrap(self.clone(), conflict, false);
-        ALL_KEYS
-            .iter()
-            .map(|k| NvSciBufAttrKey(*k))
-            .filter(|k| {
-                self.check_key(*k).is_ok() && !BufAttr::is_output_only_key(*k) && list.is_set(*k)
-            })
-            .collect()
-    }
-
-    /// Reconciles the participants' lists (`NvSciBufAttrListReconcile`);
-    /// on failure, the keys in conflict.
-    pub fn reconcile(&self, lists: &[&BufAttrList]) -> Result<BufAttrList, BufReconcileError> {
-        let raws = self.raw_lists(lists)?;
-        let mut out: NvSciBufAttrList = ptr::null_mut();
-        let mut conflict: NvSciBufAttrList = ptr::null_mut();
-        // `raws` holds live lists of this module (borrowed for the call).
-        let called = call::NvSciBufAttrListReconcile(
-            self.api(),
-            raws.as_ptr(),
-            raws.len(),
-            &mut out,
-            &mut conflict,
-        );
-        match called {
-            Ok(()) => {
-                if !conflict.is_null() {
-                    drop(BufAttrList::wrap(self.clone(), conflict, false));
-                }
-                Ok(BufAttrList::wrap(self.clone(), out, true))
-            }
-            Err(error) => Err(ReconcileError {
-                error,
-                conflicts: self.conflicts(conflict),
-            }),
-        }
-    }
-
-    /// Reconciles and allocates in one call
-    /// (`NvSciBufAttrListReconcileAndObjAlloc`).
-    pub fn reconcile_and_alloc(&self, lists: &[&BufAttrList]) -> Result<BufObj, BufReconcileError> {
-        let raws = self.raw_lists(lists)?;
-        let mut obj: NvSciBufObj = ptr::null_mut();
-        let mut conflict: NvSciBufAttrList = ptr::null_mut();
-        // As for `reconcile`.
-        let called = call::NvSciBufAttrListReconcileAndObjAlloc(
-            self.api(),
-            raws.as_ptr(),
-            raws.len(),
-            &mut obj,
-            &mut conflict,
-        );
-        match called {
-            Ok(()) => {
-                if !conflict.is_null() {
-                    drop(BufAttrList::wrap(self.clone(), conflict, false));
-                }
-                Ok(BufObj {
-                    module: self.clone(),
-                    raw: obj,
-                })
-            }
-            Err(error) => Err(ReconcileError {
-                error,
-                conflicts: self.conflicts(conflict),
-            }),
-        }
     }
 }
 
@@ -288,47 +115,7 @@ fn get_attr(
     ffi::get_buf_attr(module.api(), list, key)
 }
 
-/// An NvSciBuf attribute list (unreconciled, reconciled or a conflict
-/// list), freed with `NvSciBufAttrListFree`.
-pub struct BufAttrList {
-    module: BufModule,
-    raw: NvSciBufAttrList,
-    reconciled: bool,
-}
-
-impl std::fmt::Debug for BufAttrList {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufAttrList")
-            .field("raw", &self.raw)
-            .field("reconciled", &self.reconciled)
-            .finish()
-    }
-}
-
-impl BufAttrList {
-    fn wrap(module: BufModule, raw: NvSciBufAttrList, reconciled: bool) -> Self {
-        BufAttrList {
-            module,
-            raw,
-            reconciled,
-        }
-    }
-
-    /// The raw list (still owned by this value).
-    pub fn as_raw(&self) -> NvSciBufAttrList {
-        self.raw
-    }
-
-    /// The module.
-    pub fn module(&self) -> &BufModule {
-        &self.module
-    }
-
-    /// `true` for the result of a reconciliation (or an imported reconciled list).
-    pub fn is_reconciled(&self) -> bool {
-        self.reconciled
-    }
-
+impl AttrList<BufLib> {
     /// Adds `attrs` (`NvSciBufAttrListSetAttrs`); checked by the core first.
     ///
     /// A key the loaded library does not know is refused before the call
@@ -354,49 +141,6 @@ impl BufAttrList {
     /// The value of `key`, if set (`NvSciBufAttrListGetAttrs`).
     pub fn get(&self, key: K) -> Result<Option<BufAttr>, Error> {
         get_attr(&self.module, self.raw, self.reconciled, key)
-    }
-
-    fn is_set(&self, key: K) -> bool {
-        let mut pair = NvSciBufAttrKeyValuePair {
-            key,
-            value: ptr::null(),
-            len: 0,
-        };
-        // The list is live; one writable pair.
-        call::NvSciBufAttrListGetAttrs(self.module.api(), self.raw, &mut pair, 1).is_ok()
-            && !pair.value.is_null()
-            && pair.len > 0
-    }
-
-    /// Allocates a buffer from this reconciled list (`NvSciBufObjAlloc`).
-    pub fn alloc(&self) -> Result<BufObj, Error> {
-        if !self.reconciled {
-            return Err(Error::Unsupported {
-                operation: "BufAttrList::alloc",
-                reason: "the list is not reconciled",
-            });
-        }
-        let mut raw: NvSciBufObj = ptr::null_mut();
-        call::NvSciBufObjAlloc(self.module.api(), self.raw, &mut raw)?;
-        Ok(BufObj {
-            module: self.module.clone(),
-            raw,
-        })
-    }
-
-    pub(crate) fn wrap_imported(
-        module: BufModule,
-        raw: NvSciBufAttrList,
-        reconciled: bool,
-    ) -> Self {
-        Self::wrap(module, raw, reconciled)
-    }
-}
-
-impl Drop for BufAttrList {
-    fn drop(&mut self) {
-        // Created or handed to us by the library; freed once.
-        let _ = call::NvSciBufAttrListFree(self.module.api(), self.raw);
     }
 }
 
@@ -475,57 +219,16 @@ impl ImagePlane {
     }
 }
 
-/// An NvSciBuf object handle, freed with `NvSciBufObjFree`.
-pub struct BufObj {
-    module: BufModule,
-    raw: NvSciBufObj,
-}
-
-impl std::fmt::Debug for BufObj {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufObj").field("raw", &self.raw).finish()
-    }
-}
-
 fn missing(operation: &'static str, reason: &'static str) -> Error {
     Error::Unsupported { operation, reason }
 }
 
-impl BufObj {
-    pub(crate) fn from_raw(module: BufModule, raw: NvSciBufObj) -> Self {
-        BufObj { module, raw }
-    }
-
-    /// The raw object (still owned by this value).
-    pub fn as_raw(&self) -> NvSciBufObj {
-        self.raw
-    }
-
-    /// The module.
-    pub fn module(&self) -> &BufModule {
-        &self.module
-    }
-
-    /// Another handle to the same buffer (`NvSciBufObjDup`).
-    pub fn dup(&self) -> Result<BufObj, Error> {
-        let mut raw: NvSciBufObj = ptr::null_mut();
-        call::NvSciBufObjDup(self.module.api(), self.raw, &mut raw)?;
-        Ok(BufObj::from_raw(self.module.clone(), raw))
-    }
-
+impl Obj<BufLib> {
     /// Another handle with at most `perm` (`NvSciBufObjDupWithReducePerm`).
     pub fn dup_with_reduced_perm(&self, perm: BufPerm) -> Result<BufObj, Error> {
         let mut raw: NvSciBufObj = ptr::null_mut();
         call::NvSciBufObjDupWithReducePerm(self.module.api(), self.raw, perm.raw(), &mut raw)?;
         Ok(BufObj::from_raw(self.module.clone(), raw))
-    }
-
-    /// The object's (reconciled) attribute list, owned by the object.
-    pub(crate) fn raw_attr_list(&self) -> Result<NvSciBufAttrList, Error> {
-        let mut list: NvSciBufAttrList = ptr::null_mut();
-        // The list belongs to the object and is never freed by us.
-        call::NvSciBufObjGetAttrList(self.module.api(), self.raw, &mut list)?;
-        Ok(list)
     }
 
     /// The value of `key` in the object's reconciled attribute list.
@@ -715,13 +418,6 @@ impl BufObj {
         // the end of this call) and `size` is its own size.
         let memory = ExternalMemory::import_desc(ctx, &import)?;
         Ok(NvSciMemory { memory, obj })
-    }
-}
-
-impl Drop for BufObj {
-    fn drop(&mut self) {
-        // Our handle, freed once. CUDA imports hold their own handle.
-        let _ = call::NvSciBufObjFree(self.module.api(), self.raw);
     }
 }
 

@@ -32,6 +32,7 @@ use tegra_interop_sys::nvsci::{
 };
 
 use super::buf::{BufAttrList, BufModule, BufObj, BufPerm};
+use super::common::AttrList;
 use super::sync::{Fence, SyncAttrList, SyncModule, SyncObj, SyncPerm};
 use super::Timeout;
 use crate::ffi::{call, require};
@@ -251,7 +252,7 @@ impl BufModule {
             bytes.len(),
             &mut raw,
         )?;
-        Ok(BufAttrList::wrap_imported(self.clone(), raw, false))
+        Ok(AttrList::wrap(self.clone(), raw, false))
     }
 
     /// Receives a buffer sent with [`BufObj::send`]: its reconciled list
@@ -282,7 +283,7 @@ impl BufModule {
             own_raw.len(),
             &mut list,
         )?;
-        let list = BufAttrList::wrap_imported(self.clone(), list, true);
+        let list = AttrList::wrap(self.clone(), list, true);
         // The descriptor is packed (alignment 1): fill an aligned copy of its
         // words, then move them in.
         let mut words = [0u64; 32];
@@ -391,7 +392,7 @@ impl SyncModule {
             bytes.len(),
             &mut raw,
         )?;
-        Ok(SyncAttrList::wrap_imported(self.clone(), raw, false))
+        Ok(AttrList::wrap(self.clone(), raw, false))
     }
 
     /// Receives a sync object sent with [`SyncObj::send`]: its reconciled
@@ -422,7 +423,7 @@ impl SyncModule {
             own_raw.len(),
             &mut list,
         )?;
-        let list = SyncAttrList::wrap_imported(self.clone(), list, true);
+        let list = AttrList::wrap(self.clone(), list, true);
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut raw: NvSciSyncObj = ptr::null_mut();

@@ -92,6 +92,7 @@
 
 mod attrs;
 pub(crate) mod buf;
+pub(crate) mod common;
 mod endpoint;
 mod ipc;
 pub(crate) mod sync;
@@ -104,6 +105,7 @@ use crate::Error;
 
 pub use attrs::{BufAttrInput, BufAttrs, BufType, ImageLayout, SyncAttrInput, SyncAttrs};
 pub use buf::{BufAttrList, BufModule, BufObj, BufPerm, ImagePlane, NvSciMemory};
+pub use common::{AttrList, BufLib, Library, Module, Obj, SyncLib};
 pub use endpoint::{EndpointInfo, NvSciIpc, MAX_MESSAGE};
 pub use ipc::{IpcEndpoint, IpcError};
 pub use sync::{

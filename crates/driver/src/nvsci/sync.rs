@@ -13,48 +13,19 @@ use tegra_interop_core::{
     ValidationError,
 };
 use tegra_interop_sys::nvsci::{
-    NvSciSyncAttrKey, NvSciSyncAttrKeyValuePair, NvSciSyncAttrList, NvSciSyncAttrValPrimitiveType,
-    NvSciSyncCpuWaitContext, NvSciSyncFence, NvSciSyncModule, NvSciSyncObj,
+    NvSciSyncAttrKey, NvSciSyncAttrList, NvSciSyncAttrValPrimitiveType, NvSciSyncCpuWaitContext,
+    NvSciSyncFence,
 };
 
 use super::attrs::SyncAttrInput;
-use super::version::{self, NvSciVersion};
-use super::{ReconcileError, SyncReconcileError, Timeout};
+use super::common::{AttrList, Module, Obj, SyncLib};
+use super::version::{self};
+use super::Timeout;
 use crate::ffi::{self, call};
 use crate::semaphore::{SemaphoreSignal, SemaphoreWait, Tracking};
-use crate::table::NvSciSyncApi;
-use crate::{Backend, Context, Error, ExternalSemaphore, Stream};
+use crate::{Context, Error, ExternalSemaphore, Stream};
 
 type K = NvSciSyncAttrKey;
-
-pub(crate) struct ModuleInner {
-    backend: Arc<Backend>,
-    raw: NvSciSyncModule,
-    version: NvSciVersion,
-}
-
-impl Drop for ModuleInner {
-    fn drop(&mut self) {
-        // Opened by us; every list, object, fence and wait context of it
-        // is gone (they hold this Arc); closed once.
-        let _ = call::NvSciSyncModuleClose(&self.backend.table().nvscisync, self.raw);
-    }
-}
-
-/// An open NvSciSync module (`NvSciSyncModuleOpen`), shared by reference
-/// counting: every list, object, fence and wait context keeps it open.
-#[derive(Clone)]
-pub struct SyncModule(Arc<ModuleInner>);
-
-impl std::fmt::Debug for SyncModule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SyncModule")
-            .field("backend", &self.0.backend.name())
-            .field("raw", &self.0.raw)
-            .field("version", &self.0.version)
-            .finish()
-    }
-}
 
 /// How a waiter gets the fence of the k-th signal of a deterministic sync
 /// object ([`SyncModule::fence_source`]).
@@ -129,42 +100,16 @@ impl SyncPerm {
 /// conflict lists (only those the loaded library knows are asked for).
 pub(crate) const ALL_KEYS: &[u32] = &[1, 2, 3, 4, 5, 6, 7, 9, 10, 12];
 
-impl SyncModule {
-    /// Opens a module (`NvSciSyncModuleOpen`).
-    ///
-    /// # Errors
-    /// [`Error::NotSupported`] naming `libnvscisync.so.1` when the library
-    /// is absent; [`Error::NvSci`] when the call fails.
-    ///
-    /// The library's version is read first (see [`version`](Self::version)).
-    pub fn open(backend: &Arc<Backend>) -> Result<SyncModule, Error> {
-        let api = &backend.table().nvscisync;
-        // The probe makes no call when the library is absent; the open then
-        // reports it.
-        let version = version::probe(
-            api.NvSciSyncCheckVersionCompatibility.is_some(),
-            |major, minor| {
-                let mut ok = false;
-                call::NvSciSyncCheckVersionCompatibility(api, major, minor, &mut ok).is_ok() && ok
-            },
-        );
-        let mut raw: NvSciSyncModule = ptr::null_mut();
-        call::NvSciSyncModuleOpen(api, &mut raw)?;
-        Ok(SyncModule(Arc::new(ModuleInner {
-            backend: Arc::clone(backend),
-            raw,
-            version,
-        })))
-    }
+/// An open NvSciSync module (`NvSciSyncModuleOpen`): see [`Module`]. Every
+/// fence and wait context keeps it open too.
+pub type SyncModule = Module<SyncLib>;
+/// An NvSciSync attribute list, freed with `NvSciSyncAttrListFree`: see
+/// [`AttrList`].
+pub type SyncAttrList = AttrList<SyncLib>;
+/// An NvSciSync object handle, freed with `NvSciSyncObjFree`: see [`Obj`].
+pub type SyncObj = Obj<SyncLib>;
 
-    /// The loaded NvSciSync library's version (probed with
-    /// `NvSciSyncCheckVersionCompatibility` when the module was opened).
-    /// Keys and entry points it lacks are refused with
-    /// [`Error::NotInLibraryVersion`] before any call.
-    pub fn version(&self) -> NvSciVersion {
-        self.0.version
-    }
-
+impl Module<SyncLib> {
     /// How waiters get fences of deterministic objects with this library:
     /// [`FenceSource::Built`] when it has `FenceUpdateFence` and
     /// `FenceExtractFence` (version and symbols), else
@@ -203,35 +148,6 @@ impl SyncModule {
             .map_err(|needed| version::too_old(item, "NvSciSync", needed, self.0.version))
     }
 
-    pub(crate) fn api(&self) -> &NvSciSyncApi {
-        &self.0.backend.table().nvscisync
-    }
-
-    /// The backend it calls through.
-    pub fn backend(&self) -> &Arc<Backend> {
-        &self.0.backend
-    }
-
-    /// The raw module (still owned by this value).
-    pub fn as_raw(&self) -> NvSciSyncModule {
-        self.0.raw
-    }
-
-    fn same(&self, other: &SyncModule) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    /// A new, empty, unreconciled list (`NvSciSyncAttrListCreate`).
-    pub fn empty_attr_list(&self) -> Result<SyncAttrList, Error> {
-        let mut raw: NvSciSyncAttrList = ptr::null_mut();
-        call::NvSciSyncAttrListCreate(self.api(), self.0.raw, &mut raw)?;
-        Ok(SyncAttrList {
-            module: self.clone(),
-            raw,
-            reconciled: false,
-        })
-    }
-
     /// A new unreconciled list holding `attrs` (create + `SetAttrs`), for a
     /// CPU participant for example (`NeedCpuAccess`, `RequiredPerm`).
     pub fn attr_list(&self, attrs: &(impl SyncAttrInput + ?Sized)) -> Result<SyncAttrList, Error> {
@@ -261,105 +177,6 @@ impl SyncModule {
     pub fn cuda_waiter_attrs(&self, ctx: &Context) -> Result<SyncAttrList, Error> {
         self.cuda_attr_list(ctx, NvSciSyncAttrFlags::WAIT)
     }
-
-    fn raw_lists(&self, lists: &[&SyncAttrList]) -> Result<Vec<NvSciSyncAttrList>, Error> {
-        if lists.is_empty() || lists.iter().any(|l| !self.same(&l.module)) {
-            return Err(Error::Unsupported {
-                operation: "NvSciSync reconciliation",
-                reason: "no list given, or lists of different modules",
-            });
-        }
-        Ok(lists.iter().map(|l| l.raw).collect())
-    }
-
-    fn free_conflict(&self, conflict: NvSciSyncAttrList) {
-        if !conflict.is_null() {
-            drop(SyncAttrList {
-                module: self.clone(),
-                raw: conflict,
-                reconciled: false,
-            });
-        }
-    }
-
-    fn conflicts(&self, conflict: NvSciSyncAttrList) -> Vec<K> {
-        if conflict.is_null() {
-            return Vec::new();
-        }
-        let list = SyncAttrList {
-            module: self.clone(),
-            raw: conflict,
-            reconciled: false,
-        };
-        ALL_KEYS
-            .iter()
-            .map(|k| NvSciSyncAttrKey(*k))
-            .filter(|k| self.check_key(*k).is_ok() && list.is_set(*k))
-            .collect()
-    }
-
-    /// Reconciles the participants' lists (`NvSciSyncAttrListReconcile`):
-    /// exactly one signaller and at least one waiter; on failure, the keys
-    /// in conflict.
-    pub fn reconcile(&self, lists: &[&SyncAttrList]) -> Result<SyncAttrList, SyncReconcileError> {
-        let raws = self.raw_lists(lists)?;
-        let mut out: NvSciSyncAttrList = ptr::null_mut();
-        let mut conflict: NvSciSyncAttrList = ptr::null_mut();
-        // Live lists of this module (borrowed for the call).
-        let called = call::NvSciSyncAttrListReconcile(
-            self.api(),
-            raws.as_ptr(),
-            raws.len(),
-            &mut out,
-            &mut conflict,
-        );
-        match called {
-            Ok(()) => {
-                self.free_conflict(conflict);
-                Ok(SyncAttrList {
-                    module: self.clone(),
-                    raw: out,
-                    reconciled: true,
-                })
-            }
-            Err(error) => Err(ReconcileError {
-                error,
-                conflicts: self.conflicts(conflict),
-            }),
-        }
-    }
-
-    /// Reconciles and allocates in one call
-    /// (`NvSciSyncAttrListReconcileAndObjAlloc`).
-    pub fn reconcile_and_alloc(
-        &self,
-        lists: &[&SyncAttrList],
-    ) -> Result<SyncObj, SyncReconcileError> {
-        let raws = self.raw_lists(lists)?;
-        let mut obj: NvSciSyncObj = ptr::null_mut();
-        let mut conflict: NvSciSyncAttrList = ptr::null_mut();
-        // As for `reconcile`.
-        let called = call::NvSciSyncAttrListReconcileAndObjAlloc(
-            self.api(),
-            raws.as_ptr(),
-            raws.len(),
-            &mut obj,
-            &mut conflict,
-        );
-        match called {
-            Ok(()) => {
-                self.free_conflict(conflict);
-                Ok(SyncObj {
-                    module: self.clone(),
-                    raw: obj,
-                })
-            }
-            Err(error) => Err(ReconcileError {
-                error,
-                conflicts: self.conflicts(conflict),
-            }),
-        }
-    }
 }
 
 fn get_attr(
@@ -372,38 +189,7 @@ fn get_attr(
     ffi::get_sync_attr(module.api(), list, key)
 }
 
-/// An NvSciSync attribute list, freed with `NvSciSyncAttrListFree`.
-pub struct SyncAttrList {
-    module: SyncModule,
-    raw: NvSciSyncAttrList,
-    reconciled: bool,
-}
-
-impl std::fmt::Debug for SyncAttrList {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SyncAttrList")
-            .field("raw", &self.raw)
-            .field("reconciled", &self.reconciled)
-            .finish()
-    }
-}
-
-impl SyncAttrList {
-    /// The raw list (still owned by this value).
-    pub fn as_raw(&self) -> NvSciSyncAttrList {
-        self.raw
-    }
-
-    /// The module.
-    pub fn module(&self) -> &SyncModule {
-        &self.module
-    }
-
-    /// `true` for the result of a reconciliation.
-    pub fn is_reconciled(&self) -> bool {
-        self.reconciled
-    }
-
+impl AttrList<SyncLib> {
     /// Adds `attrs` (`NvSciSyncAttrListSetAttrs`). A key the loaded library
     /// does not know is refused before the call
     /// ([`Error::NotInLibraryVersion`]).
@@ -459,96 +245,13 @@ impl SyncAttrList {
     pub fn get(&self, key: K) -> Result<Option<SyncAttr>, Error> {
         get_attr(&self.module, self.raw, key)
     }
-
-    fn is_set(&self, key: K) -> bool {
-        let mut pair = NvSciSyncAttrKeyValuePair {
-            attrKey: key,
-            value: ptr::null(),
-            len: 0,
-        };
-        // The list is live; one writable pair.
-        call::NvSciSyncAttrListGetAttrs(self.module.api(), self.raw, &mut pair, 1).is_ok()
-            && !pair.value.is_null()
-            && pair.len > 0
-    }
-
-    /// Allocates a sync object from this reconciled list (`NvSciSyncObjAlloc`).
-    pub fn alloc(&self) -> Result<SyncObj, Error> {
-        if !self.reconciled {
-            return Err(Error::Unsupported {
-                operation: "SyncAttrList::alloc",
-                reason: "the list is not reconciled",
-            });
-        }
-        let mut raw: NvSciSyncObj = ptr::null_mut();
-        call::NvSciSyncObjAlloc(self.module.api(), self.raw, &mut raw)?;
-        Ok(SyncObj {
-            module: self.module.clone(),
-            raw,
-        })
-    }
-}
-
-impl SyncAttrList {
-    /// Wraps a list the library handed over (an IPC import); freed on drop.
-    pub(crate) fn wrap_imported(
-        module: SyncModule,
-        raw: NvSciSyncAttrList,
-        reconciled: bool,
-    ) -> Self {
-        SyncAttrList {
-            module,
-            raw,
-            reconciled,
-        }
-    }
-}
-
-impl Drop for SyncAttrList {
-    fn drop(&mut self) {
-        // Created by or handed to us; freed once.
-        let _ = call::NvSciSyncAttrListFree(self.module.api(), self.raw);
-    }
-}
-
-/// An NvSciSync object handle, freed with `NvSciSyncObjFree`.
-pub struct SyncObj {
-    module: SyncModule,
-    raw: NvSciSyncObj,
-}
-
-impl std::fmt::Debug for SyncObj {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SyncObj").field("raw", &self.raw).finish()
-    }
 }
 
 fn no_attr(operation: &'static str, reason: &'static str) -> Error {
     Error::Unsupported { operation, reason }
 }
 
-impl SyncObj {
-    pub(crate) fn from_raw(module: SyncModule, raw: NvSciSyncObj) -> Self {
-        SyncObj { module, raw }
-    }
-
-    /// The raw object (still owned by this value).
-    pub fn as_raw(&self) -> NvSciSyncObj {
-        self.raw
-    }
-
-    /// The module.
-    pub fn module(&self) -> &SyncModule {
-        &self.module
-    }
-
-    /// Another handle to the same object (`NvSciSyncObjDup`).
-    pub fn dup(&self) -> Result<SyncObj, Error> {
-        let mut raw: NvSciSyncObj = ptr::null_mut();
-        call::NvSciSyncObjDup(self.module.api(), self.raw, &mut raw)?;
-        Ok(SyncObj::from_raw(self.module.clone(), raw))
-    }
-
+impl Obj<SyncLib> {
     /// The value of `key` in the object's reconciled list (owned by the
     /// object, `NvSciSyncObjGetAttrList`).
     pub fn attr(&self, key: K) -> Result<Option<SyncAttr>, Error> {
@@ -755,13 +458,6 @@ impl SyncObj {
         ctx: &Context,
     ) -> Result<NvSciSemaphore<SignalWait>, Error> {
         self.import(ctx, "SyncObj::import_cuda_signal_wait")
-    }
-}
-
-impl Drop for SyncObj {
-    fn drop(&mut self) {
-        // Our handle, freed once.
-        let _ = call::NvSciSyncObjFree(self.module.api(), self.raw);
     }
 }
 

@@ -1,0 +1,117 @@
+//! Batches from slices: a `Vec` of semaphores signalled and waited with one
+//! driver call each (`signal_each` / `wait_each`, `signal_batch` over a
+//! `Vec` of entries), the capacity refusal, and refusals before any call
+//! that advance nothing.
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use std::time::Duration;
+
+use tegra_interop_core::{SignalParams, ValidationError, WaitParams};
+use tegra_interop_driver::stream::MAX_BATCH;
+use tegra_interop_driver::{Context, Error, ExternalSemaphore, SemaphoreSignal, Stream};
+use tegra_interop_sim::export::ExportedTimelineSemaphore;
+use tegra_interop_sim::{export, Sim};
+
+fn timelines(ctx: &Context, n: usize) -> (Vec<ExternalSemaphore>, Vec<ExportedTimelineSemaphore>) {
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for _ in 0..n {
+        let (fd, exported) = export::timeline_semaphore(0).unwrap();
+        ours.push(ExternalSemaphore::timeline_fd(ctx, fd).unwrap());
+        theirs.push(exported);
+    }
+    (ours, theirs)
+}
+
+#[test]
+fn a_vec_of_semaphores_is_one_driver_call_each_way() {
+    let sim = Sim::new().unwrap();
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (mut sems, exported) = timelines(&ctx, 5);
+
+    let params: Vec<SignalParams> = (1..=5).map(SignalParams::timeline).collect();
+    let before = sim.call_log().len();
+    stream.signal_each(&mut sems, &params).unwrap();
+    let log = sim.call_log();
+    let signals = log[before..]
+        .iter()
+        .filter(|c| **c == "cuSignalExternalSemaphoresAsync")
+        .count();
+    assert_eq!(signals, 1, "{:?}", &log[before..]);
+    stream.synchronize().unwrap();
+    for (k, (sem, exp)) in sems.iter().zip(&exported).enumerate() {
+        assert_eq!(sem.last_timeline_value(), Some(k as u64 + 1));
+        assert_eq!(exp.value(), k as u64 + 1);
+    }
+
+    let waits: Vec<WaitParams> = (1..=5).map(WaitParams::timeline).collect();
+    stream.wait_each(&sems, &waits).unwrap();
+    stream.synchronize().unwrap();
+
+    // The same through a Vec of entries, values read back per entry.
+    let mut batch: Vec<_> = sems
+        .iter_mut()
+        .map(|s| SemaphoreSignal::timeline(s, 10))
+        .collect();
+    stream.signal_batch(&mut batch).unwrap();
+    assert!(batch.iter().all(|s| s.tracked() == Some(10)));
+    drop(batch);
+    stream.synchronize().unwrap();
+    assert!(exported.iter().all(|e| e.wait(10, Duration::from_secs(5))));
+}
+
+#[test]
+fn refusals_come_before_the_call_and_advance_nothing() {
+    let sim = Sim::new().unwrap();
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (mut sems, _exported) = timelines(&ctx, 3);
+    let calls = sim.calls();
+
+    // Lengths differ.
+    let two = [SignalParams::timeline(1); 2];
+    assert!(matches!(
+        stream.signal_each(&mut sems, &two),
+        Err(Error::Unsupported { .. })
+    ));
+    assert!(matches!(
+        stream.wait_each(&sems, &[WaitParams::timeline(1)]),
+        Err(Error::Unsupported { .. })
+    ));
+    // The last entry goes backwards: the whole batch is refused.
+    let params = [
+        SignalParams::timeline(1),
+        SignalParams::timeline(1),
+        SignalParams::timeline(0),
+    ];
+    assert!(matches!(
+        stream.signal_each(&mut sems, &params),
+        Err(Error::Validation(
+            ValidationError::FenceNotIncreasing { .. }
+        ))
+    ));
+    assert_eq!(sim.calls(), calls, "no driver call was made");
+    assert!(sems.iter().all(|s| s.last_timeline_value() == Some(0)));
+}
+
+#[test]
+fn more_than_max_batch_entries_are_refused_whole() {
+    let sim = Sim::new().unwrap();
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (mut sems, _exported) = timelines(&ctx, MAX_BATCH + 1);
+    let params = vec![SignalParams::timeline(1); MAX_BATCH + 1];
+    let calls = sim.calls();
+    assert!(matches!(
+        stream.signal_each(&mut sems, &params),
+        Err(Error::Validation(ValidationError::CapacityExceeded { capacity })) if capacity == MAX_BATCH
+    ));
+    assert_eq!(sim.calls(), calls);
+    assert!(sems.iter().all(|s| s.last_timeline_value() == Some(0)));
+    // Exactly MAX_BATCH is one call.
+    stream
+        .signal_each(&mut sems[..MAX_BATCH], &params[..MAX_BATCH])
+        .unwrap();
+    assert_eq!(sim.calls(), calls + 2, "bind check + one signal call");
+}
