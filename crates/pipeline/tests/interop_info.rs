@@ -154,7 +154,7 @@ fn sim_flag_adds_the_simulators_view() {
         ("libcuda.so.1", 42),
         ("libnvscibuf.so.1", 24),
         ("libnvscisync.so.1", 32),
-        ("libnvsciipc.so", 11),
+        ("libnvsciipc.so", 15),
     ] {
         assert_eq!(
             value(sim, lib).unwrap(),

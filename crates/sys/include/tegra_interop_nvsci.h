@@ -353,5 +353,13 @@ NvSciError NvSciIpcGetEventSafe(NvSciIpcEndpoint handle, uint32_t *events);
 NvSciError NvSciIpcReadSafe(NvSciIpcEndpoint handle, void *buf, uint32_t size, uint32_t *bytes);
 NvSciError NvSciIpcWriteSafe(NvSciIpcEndpoint handle, const void *buf, uint32_t size,
                              uint32_t *bytes);
+/* The same life cycle before the *Safe calls existed (DRIVE OS 5.2.6; still
+ * present, deprecated, later): a void reset, events, reads and writes with
+ * size_t sizes and int32_t counts. */
+void NvSciIpcResetEndpoint(NvSciIpcEndpoint handle);
+NvSciError NvSciIpcGetEvent(NvSciIpcEndpoint handle, uint32_t *events);
+NvSciError NvSciIpcRead(NvSciIpcEndpoint handle, void *buf, size_t size, int32_t *bytes);
+NvSciError NvSciIpcWrite(NvSciIpcEndpoint handle, const void *buf, size_t size,
+                         int32_t *bytes);
 
 #endif /* TEGRA_INTEROP_NVSCI_H */

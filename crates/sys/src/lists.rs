@@ -159,6 +159,10 @@ macro_rules! nvsciipc_entry_points {
             NvSciIpcGetEventSafe { symbol: $crate::nvsci::symbols::NvSciIpcGetEventSafe, pfn: $crate::nvsci::PFN_NvSciIpcGetEventSafe, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut u32) -> $crate::nvsci::NvSciError }
             NvSciIpcReadSafe { symbol: $crate::nvsci::symbols::NvSciIpcReadSafe, pfn: $crate::nvsci::PFN_NvSciIpcReadSafe, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut ::core::ffi::c_void, a2: u32, a3: *mut u32) -> $crate::nvsci::NvSciError }
             NvSciIpcWriteSafe { symbol: $crate::nvsci::symbols::NvSciIpcWriteSafe, pfn: $crate::nvsci::PFN_NvSciIpcWriteSafe, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *const ::core::ffi::c_void, a2: u32, a3: *mut u32) -> $crate::nvsci::NvSciError }
+            NvSciIpcResetEndpoint { symbol: $crate::nvsci::symbols::NvSciIpcResetEndpoint, pfn: $crate::nvsci::PFN_NvSciIpcResetEndpoint, void: fn(a0: $crate::nvsci::NvSciIpcEndpoint) -> () }
+            NvSciIpcGetEvent { symbol: $crate::nvsci::symbols::NvSciIpcGetEvent, pfn: $crate::nvsci::PFN_NvSciIpcGetEvent, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut u32) -> $crate::nvsci::NvSciError }
+            NvSciIpcRead { symbol: $crate::nvsci::symbols::NvSciIpcRead, pfn: $crate::nvsci::PFN_NvSciIpcRead, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut ::core::ffi::c_void, a2: usize, a3: *mut i32) -> $crate::nvsci::NvSciError }
+            NvSciIpcWrite { symbol: $crate::nvsci::symbols::NvSciIpcWrite, pfn: $crate::nvsci::PFN_NvSciIpcWrite, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *const ::core::ffi::c_void, a2: usize, a3: *mut i32) -> $crate::nvsci::NvSciError }
         }
     };
 }

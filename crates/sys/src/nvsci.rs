@@ -728,6 +728,28 @@ pub type PFN_NvSciIpcWriteSafe = ::core::option::Option<
         arg4: *mut u32,
     ) -> NvSciError,
 >;
+pub type PFN_NvSciIpcResetEndpoint = ::core::option::Option<
+    unsafe extern "C" fn(arg1: NvSciIpcEndpoint),
+>;
+pub type PFN_NvSciIpcGetEvent = ::core::option::Option<
+    unsafe extern "C" fn(arg1: NvSciIpcEndpoint, arg2: *mut u32) -> NvSciError,
+>;
+pub type PFN_NvSciIpcRead = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: NvSciIpcEndpoint,
+        arg2: *mut ::core::ffi::c_void,
+        arg3: usize,
+        arg4: *mut i32,
+    ) -> NvSciError,
+>;
+pub type PFN_NvSciIpcWrite = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: NvSciIpcEndpoint,
+        arg2: *const ::core::ffi::c_void,
+        arg3: usize,
+        arg4: *mut i32,
+    ) -> NvSciError,
+>;
 
 /// Exported symbol names to resolve in libnvscibuf.so.1 / libnvscisync.so.1 / libnvsciipc.so, one per `PFN_` type.
 ///
@@ -868,4 +890,12 @@ pub mod symbols {
     pub const NvSciIpcReadSafe: &::core::ffi::CStr = c"NvSciIpcReadSafe";
     /// Symbol implementing `NvSciIpcWriteSafe` (type `super::PFN_NvSciIpcWriteSafe`).
     pub const NvSciIpcWriteSafe: &::core::ffi::CStr = c"NvSciIpcWriteSafe";
+    /// Symbol implementing `NvSciIpcResetEndpoint` (type `super::PFN_NvSciIpcResetEndpoint`).
+    pub const NvSciIpcResetEndpoint: &::core::ffi::CStr = c"NvSciIpcResetEndpoint";
+    /// Symbol implementing `NvSciIpcGetEvent` (type `super::PFN_NvSciIpcGetEvent`).
+    pub const NvSciIpcGetEvent: &::core::ffi::CStr = c"NvSciIpcGetEvent";
+    /// Symbol implementing `NvSciIpcRead` (type `super::PFN_NvSciIpcRead`).
+    pub const NvSciIpcRead: &::core::ffi::CStr = c"NvSciIpcRead";
+    /// Symbol implementing `NvSciIpcWrite` (type `super::PFN_NvSciIpcWrite`).
+    pub const NvSciIpcWrite: &::core::ffi::CStr = c"NvSciIpcWrite";
 }

@@ -9,7 +9,10 @@
 //! established. Every read and write checks the events first, as the
 //! header requires. Dropping the endpoint closes it
 //! (`NvSciIpcCloseEndpointSafe`), and the last endpoint of the process
-//! calls `NvSciIpcDeinit`.
+//! calls `NvSciIpcDeinit`. Where the library predates the `*Safe` calls
+//! (DRIVE OS 5.2.6) the same sequence runs on their older twins
+//! (`NvSciIpcResetEndpoint`, `NvSciIpcGetEvent`, `NvSciIpcRead`,
+//! `NvSciIpcWrite`, `NvSciIpcCloseEndpoint`).
 //!
 //! Messages larger than a frame are split into frames by the core's
 //! [`tegra_interop_core::ipc`] codec. The receiver trusts nothing: a frame
@@ -97,6 +100,44 @@ impl Drop for InitGuard {
     }
 }
 
+/// Which generation of NvSciIpc calls the library has: the `*Safe` ones
+/// (DRIVE OS 6.0.5 on), or the ones before them (5.2.6; deprecated, still
+/// present later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Calls {
+    Safe,
+    Legacy,
+}
+
+impl Calls {
+    fn of(api: &tegra_interop_sys::table::NvSciIpcApi) -> Result<Calls, Error> {
+        let safe = [
+            require::NvSciIpcResetEndpointSafe(api),
+            require::NvSciIpcCloseEndpointSafe(api),
+            require::NvSciIpcGetEventSafe(api),
+            require::NvSciIpcReadSafe(api),
+            require::NvSciIpcWriteSafe(api),
+        ];
+        if safe.iter().all(Result::is_ok) {
+            return Ok(Calls::Safe);
+        }
+        let legacy = [
+            require::NvSciIpcResetEndpoint(api),
+            require::NvSciIpcCloseEndpoint(api),
+            require::NvSciIpcGetEvent(api),
+            require::NvSciIpcRead(api),
+            require::NvSciIpcWrite(api),
+        ];
+        if legacy.iter().all(Result::is_ok) {
+            return Ok(Calls::Legacy);
+        }
+        // Name a missing *Safe call: the current API.
+        safe.into_iter()
+            .find_map(Result::err)
+            .map_or(Ok(Calls::Safe), Err)
+    }
+}
+
 /// The geometry of an endpoint's channel (`NvSciIpcGetEndpointInfo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EndpointInfo {
@@ -113,6 +154,7 @@ pub struct EndpointInfo {
 pub struct NvSciIpc {
     backend: Arc<Backend>,
     handle: RawEndpoint,
+    calls: Calls,
     name: String,
     event_fd: i32,
     info: EndpointInfo,
@@ -151,11 +193,7 @@ impl NvSciIpc {
         require::NvSciIpcOpenEndpoint(api)?;
         require::NvSciIpcGetLinuxEventFd(api)?;
         require::NvSciIpcGetEndpointInfo(api)?;
-        require::NvSciIpcResetEndpointSafe(api)?;
-        require::NvSciIpcCloseEndpointSafe(api)?;
-        require::NvSciIpcGetEventSafe(api)?;
-        require::NvSciIpcReadSafe(api)?;
-        require::NvSciIpcWriteSafe(api)?;
+        let calls = Calls::of(api)?;
         let cname = CString::new(name).map_err(|_| Error::Unsupported {
             operation: "NvSciIpc::open",
             reason: "the endpoint name contains a NUL byte",
@@ -167,6 +205,7 @@ impl NvSciIpc {
         let mut ep = NvSciIpc {
             backend: Arc::clone(backend),
             handle,
+            calls,
             name: name.to_owned(),
             event_fd: -1,
             info: EndpointInfo {
@@ -192,7 +231,10 @@ impl NvSciIpc {
             });
         }
         // Once, after the event fd was asked for (nvsciipc.h's order).
-        call::NvSciIpcResetEndpointSafe(api, handle)?;
+        match calls {
+            Calls::Safe => call::NvSciIpcResetEndpointSafe(api, handle)?,
+            Calls::Legacy => call::NvSciIpcResetEndpoint(api, handle)?,
+        }
         let deadline = Instant::now() + timeout;
         ep.wait_for(EV_CONN_EST, deadline)?;
         Ok(ep)
@@ -249,7 +291,11 @@ impl NvSciIpc {
 
     fn events(&self) -> Result<u32, IpcError> {
         let mut ev = 0u32;
-        call::NvSciIpcGetEventSafe(&self.backend.table().nvsciipc, self.handle, &mut ev)?;
+        let api = &self.backend.table().nvsciipc;
+        match self.calls {
+            Calls::Safe => call::NvSciIpcGetEventSafe(api, self.handle, &mut ev)?,
+            Calls::Legacy => call::NvSciIpcGetEvent(api, self.handle, &mut ev)?,
+        }
         Ok(ev)
     }
 
@@ -290,7 +336,16 @@ impl NvSciIpc {
         loop {
             self.wait_for(EV_WRITE, deadline)?;
             let mut n = 0u32;
-            let r = code::NvSciIpcWriteSafe(api, self.handle, frame.as_ptr().cast(), len, &mut n)?;
+            let r = match self.calls {
+                Calls::Safe => {
+                    code::NvSciIpcWriteSafe(api, self.handle, frame.as_ptr().cast(), len, &mut n)?
+                }
+                Calls::Legacy => {
+                    let mut m = 0i32;
+                    let size = frame.len();
+                    code::NvSciIpcWrite(api, self.handle, frame.as_ptr().cast(), size, &mut m)?
+                }
+            };
             match r.0 {
                 0 => return Ok(()),
                 CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => continue,
@@ -305,7 +360,16 @@ impl NvSciIpc {
         let len = u32::try_from(buf.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         loop {
             let mut n = 0u32;
-            let r = code::NvSciIpcReadSafe(api, self.handle, buf.as_mut_ptr().cast(), len, &mut n)?;
+            let r = match self.calls {
+                Calls::Safe => {
+                    code::NvSciIpcReadSafe(api, self.handle, buf.as_mut_ptr().cast(), len, &mut n)?
+                }
+                Calls::Legacy => {
+                    let mut m = 0i32;
+                    let size = buf.len();
+                    code::NvSciIpcRead(api, self.handle, buf.as_mut_ptr().cast(), size, &mut m)?
+                }
+            };
             match r.0 {
                 0 => return Ok(()),
                 CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => {
@@ -386,7 +450,11 @@ impl IpcEndpoint for NvSciIpc {
 impl Drop for NvSciIpc {
     fn drop(&mut self) {
         // Opened by us, closed once; its event fd is not used after.
-        let _ = call::NvSciIpcCloseEndpointSafe(&self.backend.table().nvsciipc, self.handle, false);
+        let api = &self.backend.table().nvsciipc;
+        let _ = match self.calls {
+            Calls::Safe => call::NvSciIpcCloseEndpointSafe(api, self.handle, false),
+            Calls::Legacy => call::NvSciIpcCloseEndpoint(api, self.handle),
+        };
         // `_init` drops after this: the last endpoint's guard deinitialises.
     }
 }

@@ -395,3 +395,74 @@ pub(crate) unsafe fn NvSciIpcWriteSafe(
     unsafe { crate::cmem::write(bytes, size) };
     err::SUCCESS
 }
+
+// ------------------------------------------------------------ the legacy calls
+//
+// The life cycle before the `*Safe` calls (DRIVE OS 5.2.6, where they are the
+// only ones; deprecated but present later): each behaves as its `*Safe` twin,
+// with the old types (a void reset, `size_t` sizes, `int32_t` counts).
+
+pub(crate) fn NvSciIpcResetEndpoint(c: &Call, h: NvSciIpcEndpoint) {
+    let r = NvSciIpcResetEndpointSafe(c, h);
+    if r != err::SUCCESS {
+        c.diag(
+            D::Misuse,
+            format!("NvSciIpcResetEndpoint on {h:#x} failed with {:#x} (void: the caller cannot see it)", r.0),
+        );
+    }
+}
+
+pub(crate) unsafe fn NvSciIpcGetEvent(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    events: *mut u32,
+) -> NvSciError {
+    // SAFETY: same contract, forwarded.
+    unsafe { NvSciIpcGetEventSafe(c, h, events) }
+}
+
+pub(crate) unsafe fn NvSciIpcRead(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    buf: *mut std::ffi::c_void,
+    size: usize,
+    bytes: *mut i32,
+) -> NvSciError {
+    let Ok(size) = u32::try_from(size) else {
+        return err::BAD_PARAMETER;
+    };
+    if bytes.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let mut n = 0u32;
+    // SAFETY: same contract, forwarded; `n` is a valid out-pointer.
+    let r = unsafe { NvSciIpcReadSafe(c, h, buf, size, &mut n) };
+    if r == err::SUCCESS {
+        // SAFETY: checked non-null; caller out-pointer. `n` <= a frame size.
+        unsafe { crate::cmem::write(bytes, i32::try_from(n).unwrap_or(i32::MAX)) };
+    }
+    r
+}
+
+pub(crate) unsafe fn NvSciIpcWrite(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    buf: *const std::ffi::c_void,
+    size: usize,
+    bytes: *mut i32,
+) -> NvSciError {
+    let Ok(size) = u32::try_from(size) else {
+        return err::BAD_PARAMETER;
+    };
+    if bytes.is_null() {
+        return err::BAD_PARAMETER;
+    }
+    let mut n = 0u32;
+    // SAFETY: same contract, forwarded; `n` is a valid out-pointer.
+    let r = unsafe { NvSciIpcWriteSafe(c, h, buf, size, &mut n) };
+    if r == err::SUCCESS {
+        // SAFETY: checked non-null; caller out-pointer. `n` <= a frame size.
+        unsafe { crate::cmem::write(bytes, i32::try_from(n).unwrap_or(i32::MAX)) };
+    }
+    r
+}
