@@ -506,13 +506,23 @@ impl CameraSlot {
     ) -> Result<bool, String> {
         ep.expect(&format!("done {frame}"))?;
         let fence = next_fence(&self.free, source, &mut self.free_counter, use_n, ep)?;
-        if !fence
-            .wait(cx, Timeout::After(PATIENCE))
+        // Waited for in slices, watching the connection: a CUDA process that
+        // dies before its GPU ran the signal leaves the fence unsignalled.
+        let deadline = Instant::now() + PATIENCE;
+        while !fence
+            .wait(cx, Timeout::After(Duration::from_millis(50)))
             .map_err(err("free fence"))?
         {
-            return Err(format!(
-                "frame {frame}: the free fence did not signal in {PATIENCE:?}"
-            ));
+            if let Err(e) = ep.inner.check_connection() {
+                return Err(format!(
+                    "frame {frame}: its free fence never signalled: {e}"
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "frame {frame}: the free fence did not signal in {PATIENCE:?}"
+                ));
+            }
         }
         self.buf
             .flush_cpu_cache_range(0, len as u64)

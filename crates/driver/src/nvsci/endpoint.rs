@@ -155,6 +155,8 @@ pub struct NvSciIpc {
     backend: Arc<Backend>,
     handle: RawEndpoint,
     calls: Calls,
+    /// The library reported CONN_RESET (it does so once).
+    reset_seen: std::cell::Cell<bool>,
     name: String,
     event_fd: i32,
     info: EndpointInfo,
@@ -206,6 +208,7 @@ impl NvSciIpc {
             backend: Arc::clone(backend),
             handle,
             calls,
+            reset_seen: std::cell::Cell::new(false),
             name: name.to_owned(),
             event_fd: -1,
             info: EndpointInfo {
@@ -296,6 +299,10 @@ impl NvSciIpc {
             Calls::Safe => call::NvSciIpcGetEventSafe(api, self.handle, &mut ev)?,
             Calls::Legacy => call::NvSciIpcGetEvent(api, self.handle, &mut ev)?,
         }
+        if ev & EV_CONN_RESET != 0 {
+            // Reported once by the library: remembered here.
+            self.reset_seen.set(true);
+        }
         Ok(ev)
     }
 
@@ -322,6 +329,20 @@ impl NvSciIpc {
             // The library's event fd lives as long as the endpoint.
             ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
         }
+    }
+
+    /// Whether the connection still stands: `Err(ConnectionReset)` once the
+    /// peer closed, reset or died (checked without reading any frame). For
+    /// a side that waits on something else (a fence the peer should
+    /// signal) and must notice the peer going away.
+    pub fn check_connection(&self) -> Result<(), IpcError> {
+        if !self.reset_seen.get() {
+            self.events()?;
+        }
+        if self.reset_seen.get() {
+            return Err(self.reset_error());
+        }
+        Ok(())
     }
 
     fn reset_error(&self) -> IpcError {
