@@ -491,13 +491,14 @@ pub(crate) fn get_sync_attr(
     unsafe { tegra_interop_core::nvsci::SyncAttr::decode_pair(&pair) }.map_err(Error::Validation)
 }
 
-/// Copies a library-allocated NvSciBuf attribute-list descriptor (`len`
-/// bytes at `desc`, from an `NvSciBufAttrListIpcExport*` call) and frees it
-/// (`NvSciBufAttrListFreeDesc`, once; a table without it leaks it).
-pub(crate) fn take_buf_desc(
-    api: &crate::table::NvSciBufApi,
+/// Copies a library-allocated attribute-list descriptor (`len` bytes at
+/// `desc`, from an `Nv*AttrListIpcExport*` call) and frees it with `free`
+/// (the library's `Nv*AttrListFreeDesc`, called once; a table without it
+/// leaks the descriptor).
+pub(crate) fn take_desc(
     desc: *mut c_void,
     len: usize,
+    free: impl FnOnce(*mut c_void) -> Result<(), Error>,
 ) -> Vec<u8> {
     if desc.is_null() {
         return Vec::new();
@@ -505,23 +506,7 @@ pub(crate) fn take_buf_desc(
     // SAFETY: the library handed us `len` readable bytes at `desc`, which
     // stay valid until the free below.
     let bytes = unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) }.to_vec();
-    let _ = call::NvSciBufAttrListFreeDesc(api, desc);
-    bytes
-}
-
-/// The NvSciSync twin of [`take_buf_desc`].
-pub(crate) fn take_sync_desc(
-    api: &crate::table::NvSciSyncApi,
-    desc: *mut c_void,
-    len: usize,
-) -> Vec<u8> {
-    if desc.is_null() {
-        return Vec::new();
-    }
-    // SAFETY: the library handed us `len` readable bytes at `desc`, which
-    // stay valid until the free below.
-    let bytes = unsafe { std::slice::from_raw_parts(desc.cast::<u8>(), len) }.to_vec();
-    let _ = call::NvSciSyncAttrListFreeDesc(api, desc);
+    let _ = free(desc);
     bytes
 }
 

@@ -351,55 +351,48 @@ impl NvSciIpc {
         }
     }
 
-    fn write_frame(&self, frame: &[u8], deadline: Instant) -> Result<(), IpcError> {
-        let api = &self.backend.table().nvsciipc;
-        let len = u32::try_from(frame.len()).map_err(|_| IpcError::Malformed("frame length"))?;
+    /// One frame operation: waits for `event` (nvsciipc.h: check the
+    /// events before every read and write), then runs `op`; an empty/full
+    /// channel waits again, a reset is [`IpcError::ConnectionReset`].
+    fn transfer(
+        &self,
+        event: u32,
+        deadline: Instant,
+        what: &'static str,
+        mut op: impl FnMut() -> Result<tegra_interop_sys::nvsci::NvSciError, Error>,
+    ) -> Result<(), IpcError> {
         loop {
-            self.wait_for(EV_WRITE, deadline)?;
-            let mut n = 0u32;
-            let r = match self.calls {
-                Calls::Safe => {
-                    code::NvSciIpcWriteSafe(api, self.handle, frame.as_ptr().cast(), len, &mut n)?
-                }
-                Calls::Legacy => {
-                    let mut m = 0i32;
-                    let size = frame.len();
-                    code::NvSciIpcWrite(api, self.handle, frame.as_ptr().cast(), size, &mut m)?
-                }
-            };
+            self.wait_for(event, deadline)?;
+            let r = op()?;
             match r.0 {
                 0 => return Ok(()),
                 CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => continue,
                 CONNECTION_RESET => return Err(self.reset_error()),
-                _ => return Err(failed("NvSciIpcWriteSafe", r)),
+                _ => return Err(failed(what, r)),
             }
         }
+    }
+
+    fn write_frame(&self, frame: &[u8], deadline: Instant) -> Result<(), IpcError> {
+        let api = &self.backend.table().nvsciipc;
+        let len = u32::try_from(frame.len()).map_err(|_| IpcError::Malformed("frame length"))?;
+        let (h, p) = (self.handle, frame.as_ptr().cast());
+        self.transfer(EV_WRITE, deadline, "NvSciIpcWriteSafe", || {
+            match self.calls {
+                Calls::Safe => code::NvSciIpcWriteSafe(api, h, p, len, &mut 0u32),
+                Calls::Legacy => code::NvSciIpcWrite(api, h, p, frame.len(), &mut 0i32),
+            }
+        })
     }
 
     fn read_frame(&self, buf: &mut [u8], deadline: Instant) -> Result<(), IpcError> {
         let api = &self.backend.table().nvsciipc;
         let len = u32::try_from(buf.len()).map_err(|_| IpcError::Malformed("frame length"))?;
-        loop {
-            let mut n = 0u32;
-            let r = match self.calls {
-                Calls::Safe => {
-                    code::NvSciIpcReadSafe(api, self.handle, buf.as_mut_ptr().cast(), len, &mut n)?
-                }
-                Calls::Legacy => {
-                    let mut m = 0i32;
-                    let size = buf.len();
-                    code::NvSciIpcRead(api, self.handle, buf.as_mut_ptr().cast(), size, &mut m)?
-                }
-            };
-            match r.0 {
-                0 => return Ok(()),
-                CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => {
-                    self.wait_for(EV_READ, deadline)?;
-                }
-                CONNECTION_RESET => return Err(self.reset_error()),
-                _ => return Err(failed("NvSciIpcReadSafe", r)),
-            }
-        }
+        let (h, size, p) = (self.handle, buf.len(), buf.as_mut_ptr().cast());
+        self.transfer(EV_READ, deadline, "NvSciIpcReadSafe", || match self.calls {
+            Calls::Safe => code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32),
+            Calls::Legacy => code::NvSciIpcRead(api, h, p, size, &mut 0i32),
+        })
     }
 }
 

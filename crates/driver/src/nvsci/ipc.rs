@@ -202,59 +202,95 @@ fn bytes_to_words(what: &'static str, bytes: &[u8], out: &mut [u64]) -> Result<(
     Ok(())
 }
 
-/// Copies a library-allocated attribute-list descriptor and frees it.
-fn take_desc(module: &BufModule, desc: *mut c_void, len: usize) -> Result<Vec<u8>, Error> {
-    Ok(crate::ffi::take_buf_desc(module.api(), desc, len))
+/// The attribute-list IPC of one library, written once for both: sending
+/// and receiving unreconciled lists, and the reconciled list that travels
+/// ahead of an object (exported by the sender, imported by the receiver
+/// with its own lists, which the library checks it against).
+macro_rules! list_ipc {
+    ($module:ty, $list:ty, $raw:ty, $name:literal,
+     $export_u:ident, $import_u:ident, $export_r:ident, $import_r:ident, $free:ident) => {
+        impl $module {
+            #[doc = concat!("Sends unreconciled lists to the peer (`", stringify!($export_u), "`): the")]
+            /// requirements of the side that waits (or consumes) go to the
+            /// side that reconciles. This puts the peer into the object's
+            /// IPC topology: the object can only come back over the
+            /// endpoint the lists went by.
+            pub fn send_unreconciled(
+                &self,
+                lists: &[&$list],
+                ep: &mut impl IpcEndpoint,
+            ) -> Result<(), IpcError> {
+                require::$export_u(self.api())?;
+                let raws: Vec<$raw> = lists.iter().map(|l| l.as_raw()).collect();
+                let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+                call::$export_u(self.api(), raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len)?;
+                let bytes = crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d));
+                ep.send(&bytes)
+            }
+
+            #[doc = concat!("Receives the peer's unreconciled lists (`", stringify!($import_u), "`) as")]
+            /// one list to reconcile with local ones.
+            pub fn receive_unreconciled(&self, ep: &mut impl IpcEndpoint) -> Result<$list, IpcError> {
+                require::$import_u(self.api())?;
+                let bytes = ep.recv()?;
+                let mut raw: $raw = ptr::null_mut();
+                call::$import_u(self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(), &mut raw)?;
+                Ok(AttrList::wrap(self.clone(), raw, false))
+            }
+
+            /// The reconciled list sent ahead of an object, imported with
+            /// this side's own lists `own` (the library refuses a list that
+            /// does not satisfy them).
+            fn receive_reconciled(&self, ep: &mut impl IpcEndpoint, own: &[&$list]) -> Result<$list, IpcError> {
+                require::$import_r(self.api())?;
+                let bytes = ep.recv()?;
+                let own_raw: Vec<$raw> = own.iter().map(|l| l.as_raw()).collect();
+                let mut raw: $raw = ptr::null_mut();
+                call::$import_r(
+                    self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(),
+                    own_raw.as_ptr(), own_raw.len(), &mut raw,
+                )?;
+                Ok(AttrList::wrap(self.clone(), raw, true))
+            }
+
+            /// Sends the reconciled list `list` (of an object about to go).
+            fn send_reconciled(&self, list: $raw, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
+                require::$export_r(self.api())?;
+                let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+                call::$export_r(self.api(), list, ep.handle(), &mut desc, &mut len)?;
+                let bytes = crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d));
+                ep.send(&bytes)
+            }
+        }
+    };
 }
+
+list_ipc!(
+    BufModule,
+    BufAttrList,
+    NvSciBufAttrList,
+    "NvSciBuf",
+    NvSciBufAttrListIpcExportUnreconciled,
+    NvSciBufAttrListIpcImportUnreconciled,
+    NvSciBufAttrListIpcExportReconciled,
+    NvSciBufAttrListIpcImportReconciled,
+    NvSciBufAttrListFreeDesc
+);
+list_ipc!(
+    SyncModule,
+    SyncAttrList,
+    NvSciSyncAttrList,
+    "NvSciSync",
+    NvSciSyncAttrListIpcExportUnreconciled,
+    NvSciSyncAttrListIpcImportUnreconciled,
+    NvSciSyncAttrListIpcExportReconciled,
+    NvSciSyncAttrListIpcImportReconciled,
+    NvSciSyncAttrListFreeDesc
+);
 
 const AUTO_BUF: NvSciBufAttrValAccessPerm = NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_Auto;
 
 impl BufModule {
-    /// Sends unreconciled lists to the peer
-    /// (`NvSciBufAttrListIpcExportUnreconciled`), for example a consumer's
-    /// requirements to the producer that reconciles.
-    pub fn send_unreconciled(
-        &self,
-        lists: &[&BufAttrList],
-        ep: &mut impl IpcEndpoint,
-    ) -> Result<(), IpcError> {
-        require::NvSciBufAttrListIpcExportUnreconciled(self.api())?;
-        let raws: Vec<NvSciBufAttrList> = lists.iter().map(|l| l.as_raw()).collect();
-        let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        // live lists; valid out-pointers.
-        call::NvSciBufAttrListIpcExportUnreconciled(
-            self.api(),
-            raws.as_ptr(),
-            raws.len(),
-            ep.handle(),
-            &mut desc,
-            &mut len,
-        )?;
-        let bytes = take_desc(self, desc, len)?;
-        ep.send(&bytes)?;
-        Ok(())
-    }
-
-    /// Receives the peer's unreconciled lists
-    /// (`NvSciBufAttrListIpcImportUnreconciled`) as one list to reconcile
-    /// with local ones.
-    pub fn receive_unreconciled(&self, ep: &mut impl IpcEndpoint) -> Result<BufAttrList, IpcError> {
-        require::NvSciBufAttrListIpcImportUnreconciled(self.api())?;
-        let bytes = ep.recv()?;
-        let mut raw: NvSciBufAttrList = ptr::null_mut();
-        // the module is open; `bytes` is readable for its length;
-        // valid out-pointer.
-        call::NvSciBufAttrListIpcImportUnreconciled(
-            self.api(),
-            self.as_raw(),
-            ep.handle(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            &mut raw,
-        )?;
-        Ok(AttrList::wrap(self.clone(), raw, false))
-    }
-
     /// Receives a buffer sent with [`BufObj::send`]: its reconciled list
     /// (checked against the importer's own lists `own`) and the object,
     /// with at least `required` permission (checked by the library and
@@ -266,32 +302,14 @@ impl BufModule {
         required: BufPerm,
         timeout: Timeout,
     ) -> Result<BufObj, IpcError> {
-        require::NvSciBufAttrListIpcImportReconciled(self.api())?;
         require::NvSciBufObjIpcImport(self.api())?;
-        let list_bytes = ep.recv()?;
-        let own_raw: Vec<NvSciBufAttrList> = own.iter().map(|l| l.as_raw()).collect();
-        let mut list: NvSciBufAttrList = ptr::null_mut();
-        // open module; readable descriptor bytes; live own lists;
-        // valid out-pointer.
-        call::NvSciBufAttrListIpcImportReconciled(
-            self.api(),
-            self.as_raw(),
-            ep.handle(),
-            list_bytes.as_ptr().cast(),
-            list_bytes.len(),
-            own_raw.as_ptr(),
-            own_raw.len(),
-            &mut list,
-        )?;
-        let list = AttrList::wrap(self.clone(), list, true);
+        let list = self.receive_reconciled(ep, own)?;
         // The descriptor is packed (alignment 1): fill an aligned copy of its
         // words, then move them in.
         let mut words = [0u64; 32];
         bytes_to_words("buffer descriptor", &ep.recv()?, &mut words)?;
         let desc = NvSciBufObjIpcExportDescriptor { data: words };
         let mut raw: NvSciBufObj = ptr::null_mut();
-        // a descriptor received from the peer, a live reconciled
-        // list, valid out-pointer.
         call::NvSciBufObjIpcImport(
             self.api(),
             ep.handle(),
@@ -319,19 +337,8 @@ impl BufObj {
         require::NvSciBufAttrListIpcExportReconciled(self.module().api())?;
         require::NvSciBufObjIpcExport(self.module().api())?;
         let list = self.raw_attr_list()?;
-        let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        // the object's live reconciled list; valid out-pointers.
-        call::NvSciBufAttrListIpcExportReconciled(
-            self.module().api(),
-            list,
-            ep.handle(),
-            &mut desc,
-            &mut len,
-        )?;
-        let list_bytes = take_desc(self.module(), desc, len)?;
         let mut obj_desc = NvSciBufObjIpcExportDescriptor::default();
         let perm = perm.map_or(AUTO_BUF, BufPerm::raw);
-        // the object is live; valid out-pointer.
         call::NvSciBufObjIpcExport(
             self.module().api(),
             self.as_raw(),
@@ -339,7 +346,7 @@ impl BufObj {
             ep.handle(),
             &mut obj_desc,
         )?;
-        ep.send(&list_bytes)?;
+        self.module().send_reconciled(list, ep)?;
         // Packed descriptor: copy its words out instead of borrowing them.
         let words = obj_desc.data;
         ep.send(&words_to_bytes(&words))?;
@@ -348,53 +355,6 @@ impl BufObj {
 }
 
 impl SyncModule {
-    /// Sends unreconciled lists to the peer
-    /// (`NvSciSyncAttrListIpcExportUnreconciled`): the waiter's requirements
-    /// to the signaller, which reconciles. This is what puts the peer into
-    /// the object's IPC topology: the signaller can export the object back
-    /// only over the endpoint the lists came by.
-    pub fn send_unreconciled(
-        &self,
-        lists: &[&SyncAttrList],
-        ep: &mut impl IpcEndpoint,
-    ) -> Result<(), IpcError> {
-        require::NvSciSyncAttrListIpcExportUnreconciled(self.api())?;
-        let raws: Vec<NvSciSyncAttrList> = lists.iter().map(|l| l.as_raw()).collect();
-        let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        call::NvSciSyncAttrListIpcExportUnreconciled(
-            self.api(),
-            raws.as_ptr(),
-            raws.len(),
-            ep.handle(),
-            &mut desc,
-            &mut len,
-        )?;
-        let bytes = crate::ffi::take_sync_desc(self.api(), desc, len);
-        ep.send(&bytes)?;
-        Ok(())
-    }
-
-    /// Receives the peer's unreconciled lists
-    /// (`NvSciSyncAttrListIpcImportUnreconciled`) as one list to reconcile
-    /// with local ones.
-    pub fn receive_unreconciled(
-        &self,
-        ep: &mut impl IpcEndpoint,
-    ) -> Result<SyncAttrList, IpcError> {
-        require::NvSciSyncAttrListIpcImportUnreconciled(self.api())?;
-        let bytes = ep.recv()?;
-        let mut raw: NvSciSyncAttrList = ptr::null_mut();
-        call::NvSciSyncAttrListIpcImportUnreconciled(
-            self.api(),
-            self.as_raw(),
-            ep.handle(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            &mut raw,
-        )?;
-        Ok(AttrList::wrap(self.clone(), raw, false))
-    }
-
     /// Receives a sync object sent with [`SyncObj::send`]: its reconciled
     /// list (`NvSciSyncAttrListIpcImportReconciled`, checked by the library
     /// against this side's own lists `own`), then the object
@@ -408,22 +368,8 @@ impl SyncModule {
         required: SyncPerm,
         timeout: Timeout,
     ) -> Result<SyncObj, IpcError> {
-        require::NvSciSyncAttrListIpcImportReconciled(self.api())?;
         require::NvSciSyncObjIpcImport(self.api())?;
-        let list_bytes = ep.recv()?;
-        let own_raw: Vec<NvSciSyncAttrList> = own.iter().map(|l| l.as_raw()).collect();
-        let mut list: NvSciSyncAttrList = ptr::null_mut();
-        call::NvSciSyncAttrListIpcImportReconciled(
-            self.api(),
-            self.as_raw(),
-            ep.handle(),
-            list_bytes.as_ptr().cast(),
-            list_bytes.len(),
-            own_raw.as_ptr(),
-            own_raw.len(),
-            &mut list,
-        )?;
-        let list = AttrList::wrap(self.clone(), list, true);
+        let list = self.receive_reconciled(ep, own)?;
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut raw: NvSciSyncObj = ptr::null_mut();
@@ -457,15 +403,11 @@ impl SyncObj {
         let api = self.module().api();
         require::NvSciSyncAttrListIpcExportReconciled(api)?;
         require::NvSciSyncObjIpcExport(api)?;
-        let mut list: NvSciSyncAttrList = ptr::null_mut();
-        call::NvSciSyncObjGetAttrList(api, self.as_raw(), &mut list)?;
-        let (mut d, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-        call::NvSciSyncAttrListIpcExportReconciled(api, list, ep.handle(), &mut d, &mut len)?;
-        let list_bytes = crate::ffi::take_sync_desc(api, d, len);
+        let list = self.raw_attr_list()?;
         let perm = NvSciSyncAccessPerm(perm.map_or(1 << 63, SyncPerm::raw));
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         call::NvSciSyncObjIpcExport(api, self.as_raw(), perm, ep.handle(), &mut desc)?;
-        ep.send(&list_bytes)?;
+        self.module().send_reconciled(list, ep)?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
     }

@@ -421,12 +421,15 @@ pub(crate) unsafe fn NvSciIpcGetEvent(
     unsafe { NvSciIpcGetEventSafe(c, h, events) }
 }
 
-pub(crate) unsafe fn NvSciIpcRead(
-    c: &Call,
-    h: NvSciIpcEndpoint,
-    buf: *mut std::ffi::c_void,
+/// The legacy read or write: `size_t` size and `int32_t` count around the
+/// `*Safe` twin `safe`.
+///
+/// # Safety
+/// `bytes` is NULL or valid for a write of an `i32`.
+unsafe fn legacy(
     size: usize,
     bytes: *mut i32,
+    safe: impl FnOnce(u32, &mut u32) -> NvSciError,
 ) -> NvSciError {
     let Ok(size) = u32::try_from(size) else {
         return err::BAD_PARAMETER;
@@ -435,13 +438,23 @@ pub(crate) unsafe fn NvSciIpcRead(
         return err::BAD_PARAMETER;
     }
     let mut n = 0u32;
-    // SAFETY: same contract, forwarded; `n` is a valid out-pointer.
-    let r = unsafe { NvSciIpcReadSafe(c, h, buf, size, &mut n) };
+    let r = safe(size, &mut n);
     if r == err::SUCCESS {
         // SAFETY: checked non-null; caller out-pointer. `n` <= a frame size.
         unsafe { crate::cmem::write(bytes, i32::try_from(n).unwrap_or(i32::MAX)) };
     }
     r
+}
+
+pub(crate) unsafe fn NvSciIpcRead(
+    c: &Call,
+    h: NvSciIpcEndpoint,
+    buf: *mut std::ffi::c_void,
+    size: usize,
+    bytes: *mut i32,
+) -> NvSciError {
+    // SAFETY: same contract, forwarded.
+    unsafe { legacy(size, bytes, |size, n| NvSciIpcReadSafe(c, h, buf, size, n)) }
 }
 
 pub(crate) unsafe fn NvSciIpcWrite(
@@ -451,18 +464,6 @@ pub(crate) unsafe fn NvSciIpcWrite(
     size: usize,
     bytes: *mut i32,
 ) -> NvSciError {
-    let Ok(size) = u32::try_from(size) else {
-        return err::BAD_PARAMETER;
-    };
-    if bytes.is_null() {
-        return err::BAD_PARAMETER;
-    }
-    let mut n = 0u32;
-    // SAFETY: same contract, forwarded; `n` is a valid out-pointer.
-    let r = unsafe { NvSciIpcWriteSafe(c, h, buf, size, &mut n) };
-    if r == err::SUCCESS {
-        // SAFETY: checked non-null; caller out-pointer. `n` <= a frame size.
-        unsafe { crate::cmem::write(bytes, i32::try_from(n).unwrap_or(i32::MAX)) };
-    }
-    r
+    // SAFETY: same contract, forwarded.
+    unsafe { legacy(size, bytes, |size, n| NvSciIpcWriteSafe(c, h, buf, size, n)) }
 }
