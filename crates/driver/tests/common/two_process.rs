@@ -157,15 +157,23 @@ fn cpu_wait(
     ep: &Ep,
     k: u64,
 ) -> Res {
-    let limit = Duration::from_secs(5);
-    if fence.wait(cx, Timeout::After(limit))? {
-        return Ok(());
+    // In slices, watching the connection: a producer that died before its
+    // GPU ran the signal leaves the fence unsignalled for good.
+    let limit = Duration::from_secs(20);
+    let start = std::time::Instant::now();
+    while !fence.wait(cx, Timeout::After(Duration::from_millis(50)))? {
+        if let Err(e) = ep.inner.check_connection() {
+            eprintln!("frame {k}: the producer's signal did not come");
+            return Err(Box::new(e));
+        }
+        if start.elapsed() >= limit {
+            return Err(Box::new(IpcError::Timeout {
+                endpoint: ep.inner.name().to_owned(),
+                waited: limit,
+            }));
+        }
     }
-    eprintln!("frame {k}: the producer's signal did not come");
-    Err(Box::new(IpcError::Timeout {
-        endpoint: ep.inner.name().to_owned(),
-        waited: limit,
-    }))
+    Ok(())
 }
 
 pub fn consumer(backend: &Arc<Backend>, name: &str, die_at: u32) -> Res {
