@@ -31,6 +31,9 @@ const CUDA_WHEEL_FILE: &str =
     "nvidia_cuda_runtime_cu12-12.9.79-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl";
 const CUDA_WHEEL_SHA256: &str = "25bba2dfb01d48a9b59ca474a1ac43c6ebf7011f1b0b8cc44f54eb6ac48a96c3";
 const CUDA_WHEEL_HEADER: &str = "nvidia/cuda_runtime/include/cuda.h";
+/// The EGL interop header of the same wheel (it includes cuda.h and the
+/// system's EGL headers: Debian `libegl-dev`).
+const CUDA_WHEEL_EGL_HEADER: &str = "nvidia/cuda_runtime/include/cudaEGL.h";
 
 /// The CUDA driver entry points the project resolves at run time, by the name
 /// used in C source (the header's macros pick the exported symbol).
@@ -77,6 +80,20 @@ pub const CUDA_FUNCTIONS: &[&str] = &[
     "cuDestroyExternalSemaphore",
     "cuDeviceGetNvSciSyncAttributes",
     "cuLaunchHostFunc",
+    // EGL interop (cudaEGL.h): EGLImage registration and EGLStreams.
+    "cuGraphicsEGLRegisterImage",
+    "cuGraphicsResourceGetMappedEglFrame",
+    "cuGraphicsUnregisterResource",
+    "cuEGLStreamConsumerConnect",
+    "cuEGLStreamConsumerConnectWithFlags",
+    "cuEGLStreamConsumerAcquireFrame",
+    "cuEGLStreamConsumerReleaseFrame",
+    "cuEGLStreamConsumerDisconnect",
+    "cuEGLStreamProducerConnect",
+    "cuEGLStreamProducerPresentFrame",
+    "cuEGLStreamProducerReturnFrame",
+    "cuEGLStreamProducerDisconnect",
+    "cuEventCreateFromEGLSync",
 ];
 
 /// CUDA types the project needs beyond what the functions pull in.
@@ -102,12 +119,20 @@ const CUDA_TYPES: &[&str] = &[
     "CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC",
     "CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS",
     "CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS",
+    "CUeglFrame",
+    "CUeglFrameType",
+    "CUeglColorFormat",
+    "CUeglResourceLocationFlags",
+    "CUeglStreamConnection",
+    "CUgraphicsResource",
+    "CUgraphicsMapResourceFlags",
 ];
 
 /// CUDA macros (constants) the project needs.
 const CUDA_VARS: &str = "CUDA_VERSION|CUDA_EXTERNAL_MEMORY_DEDICATED|\
 CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC|CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC|\
-CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT";
+CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT|\
+MAX_PLANES";
 
 // NvSci entry points are not listed here: they are every prototype declared
 // in `OWN_NVSCI_HEADER`, in declaration order (`nvsci_functions`), so adding
@@ -197,6 +222,7 @@ pub fn run(args: &[String]) -> Result<()> {
     // Check every input before doing any work, so a typo costs nothing.
     if let Some(dir) = &options.cuda_include {
         require_file(&dir.join("cuda.h"), "--cuda-include")?;
+        require_file(&dir.join("cudaEGL.h"), "--cuda-include")?;
     }
     if let Some(dir) = &options.nvsci_include {
         require_file(&dir.join("nvscibuf.h"), "--nvsci-include")?;
@@ -311,7 +337,8 @@ fn require_file(path: &Path, flag: &str) -> Result<()> {
 fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
     let include = cache.join("cuda-12.9.79/include");
     let header = include.join("cuda.h");
-    if header.is_file() {
+    let egl_header = include.join("cudaEGL.h");
+    if header.is_file() && egl_header.is_file() {
         return Ok(include);
     }
     std::fs::create_dir_all(&include)
@@ -369,13 +396,18 @@ fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
     }
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| Failure::new(format!("{} is not a valid wheel: {e}", wheel.display())))?;
-    let mut entry = archive
-        .by_name(CUDA_WHEEL_HEADER)
-        .map_err(|e| Failure::new(format!("{CUDA_WHEEL_HEADER} not found in the wheel: {e}")))?;
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut entry, &mut text)
-        .map_err(|e| Failure::new(format!("cannot unpack {CUDA_WHEEL_HEADER}: {e}")))?;
-    util::write(&header, &text)?;
+    for (name, dest) in [
+        (CUDA_WHEEL_HEADER, &header),
+        (CUDA_WHEEL_EGL_HEADER, &egl_header),
+    ] {
+        let mut entry = archive
+            .by_name(name)
+            .map_err(|e| Failure::new(format!("{name} not found in the wheel: {e}")))?;
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut entry, &mut text)
+            .map_err(|e| Failure::new(format!("cannot unpack {name}: {e}")))?;
+        util::write(dest, &text)?;
+    }
     Ok(include)
 }
 
@@ -508,7 +540,11 @@ fn preamble(source: &str) -> String {
 }
 
 fn generate_cuda(include: &Path, source: &str) -> Result<String> {
-    let wrapper = pfn_wrapper("#include <cuda.h>\n", CUDA_FUNCTIONS);
+    // EGL_NO_X11: the EGL headers without X11 types (no libx11-dev needed).
+    let wrapper = pfn_wrapper(
+        "#define EGL_NO_X11 1\n#include <cuda.h>\n#include <cudaEGL.h>\n",
+        CUDA_FUNCTIONS,
+    );
     let mut b = builder("tegra_interop_cuda.h", &wrapper, include);
     for t in CUDA_TYPES {
         b = b.allowlist_type(t);

@@ -102,9 +102,25 @@ macro_rules! trampolines_of {
 
 /// CUDA entry points without a per-slot trampoline: the pure lookups, served
 /// by one shared function (`crate::slots`), not counted.
+/// The EGL interop entry points are not simulated yet (issue 14): their
+/// table entries stay `None`, as with a driver built without EGL, and the
+/// driver answers `NotSupported` naming the symbol.
 macro_rules! cuda_not_provided {
     (cuGetErrorName => $($x:tt)*) => {};
     (cuGetErrorString => $($x:tt)*) => {};
+    (cuGraphicsEGLRegisterImage => $($x:tt)*) => {};
+    (cuGraphicsResourceGetMappedEglFrame => $($x:tt)*) => {};
+    (cuGraphicsUnregisterResource => $($x:tt)*) => {};
+    (cuEGLStreamConsumerConnect => $($x:tt)*) => {};
+    (cuEGLStreamConsumerConnectWithFlags => $($x:tt)*) => {};
+    (cuEGLStreamConsumerAcquireFrame => $($x:tt)*) => {};
+    (cuEGLStreamConsumerReleaseFrame => $($x:tt)*) => {};
+    (cuEGLStreamConsumerDisconnect => $($x:tt)*) => {};
+    (cuEGLStreamProducerConnect => $($x:tt)*) => {};
+    (cuEGLStreamProducerPresentFrame => $($x:tt)*) => {};
+    (cuEGLStreamProducerReturnFrame => $($x:tt)*) => {};
+    (cuEGLStreamProducerDisconnect => $($x:tt)*) => {};
+    (cuEventCreateFromEGLSync => $($x:tt)*) => {};
     ($field:ident => $($x:tt)*) => { $($x)* };
 }
 

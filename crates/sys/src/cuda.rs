@@ -22,6 +22,7 @@ pub const CUDA_ARRAY3D_COLOR_ATTACHMENT: u32 = 32;
 pub const CUDA_ARRAY3D_SPARSE: u32 = 64;
 pub const CUDA_ARRAY3D_DEFERRED_MAPPING: u32 = 128;
 pub const CUDA_ARRAY3D_VIDEO_ENCODE_DECODE: u32 = 256;
+pub const MAX_PLANES: u32 = 3;
 pub type CUdeviceptr_v2 = ::core::ffi::c_ulonglong;
 pub type CUdeviceptr = CUdeviceptr_v2;
 pub type CUdevice_v1 = ::core::ffi::c_int;
@@ -46,10 +47,22 @@ pub struct CUmipmappedArray_st {
 pub type CUmipmappedArray = *mut CUmipmappedArray_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct CUevent_st {
+    _unused: [u8; 0],
+}
+pub type CUevent = *mut CUevent_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct CUstream_st {
     _unused: [u8; 0],
 }
 pub type CUstream = *mut CUstream_st;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUgraphicsResource_st {
+    _unused: [u8; 0],
+}
+pub type CUgraphicsResource = *mut CUgraphicsResource_st;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUextMemory_st {
@@ -606,6 +619,21 @@ impl CUmemorytype_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUmemorytype_enum(pub u32);
 pub use self::CUmemorytype_enum as CUmemorytype;
+impl CUgraphicsMapResourceFlags_enum {
+    pub const CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE: CUgraphicsMapResourceFlags_enum = CUgraphicsMapResourceFlags_enum(
+        0,
+    );
+    pub const CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY: CUgraphicsMapResourceFlags_enum = CUgraphicsMapResourceFlags_enum(
+        1,
+    );
+    pub const CU_GRAPHICS_MAP_RESOURCE_FLAGS_WRITE_DISCARD: CUgraphicsMapResourceFlags_enum = CUgraphicsMapResourceFlags_enum(
+        2,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUgraphicsMapResourceFlags_enum(pub u32);
+pub use self::CUgraphicsMapResourceFlags_enum as CUgraphicsMapResourceFlags;
 pub type CUhostFn = ::core::option::Option<
     unsafe extern "C" fn(userData: *mut ::core::ffi::c_void),
 >;
@@ -1129,6 +1157,419 @@ impl CUmemRangeHandleType_enum {
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct CUmemRangeHandleType_enum(pub u32);
 pub use self::CUmemRangeHandleType_enum as CUmemRangeHandleType;
+pub type khronos_int32_t = i32;
+pub type EGLint = khronos_int32_t;
+pub type EGLSyncKHR = *mut ::core::ffi::c_void;
+pub type EGLImageKHR = *mut ::core::ffi::c_void;
+pub type EGLStreamKHR = *mut ::core::ffi::c_void;
+impl CUeglFrameType_enum {
+    pub const CU_EGL_FRAME_TYPE_ARRAY: CUeglFrameType_enum = CUeglFrameType_enum(0);
+    pub const CU_EGL_FRAME_TYPE_PITCH: CUeglFrameType_enum = CUeglFrameType_enum(1);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUeglFrameType_enum(pub u32);
+pub use self::CUeglFrameType_enum as CUeglFrameType;
+impl CUeglResourceLocationFlags_enum {
+    pub const CU_EGL_RESOURCE_LOCATION_SYSMEM: CUeglResourceLocationFlags_enum = CUeglResourceLocationFlags_enum(
+        0,
+    );
+    pub const CU_EGL_RESOURCE_LOCATION_VIDMEM: CUeglResourceLocationFlags_enum = CUeglResourceLocationFlags_enum(
+        1,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUeglResourceLocationFlags_enum(pub u32);
+pub use self::CUeglResourceLocationFlags_enum as CUeglResourceLocationFlags;
+impl CUeglColorFormat_enum {
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        0,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        1,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV422_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        2,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV422_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        3,
+    );
+    pub const CU_EGL_COLOR_FORMAT_RGB: CUeglColorFormat_enum = CUeglColorFormat_enum(4);
+    pub const CU_EGL_COLOR_FORMAT_BGR: CUeglColorFormat_enum = CUeglColorFormat_enum(5);
+    pub const CU_EGL_COLOR_FORMAT_ARGB: CUeglColorFormat_enum = CUeglColorFormat_enum(6);
+    pub const CU_EGL_COLOR_FORMAT_RGBA: CUeglColorFormat_enum = CUeglColorFormat_enum(7);
+    pub const CU_EGL_COLOR_FORMAT_L: CUeglColorFormat_enum = CUeglColorFormat_enum(8);
+    pub const CU_EGL_COLOR_FORMAT_R: CUeglColorFormat_enum = CUeglColorFormat_enum(9);
+    pub const CU_EGL_COLOR_FORMAT_YUV444_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        10,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        11,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUYV_422: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        12,
+    );
+    pub const CU_EGL_COLOR_FORMAT_UYVY_422: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        13,
+    );
+    pub const CU_EGL_COLOR_FORMAT_ABGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        14,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BGRA: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        15,
+    );
+    pub const CU_EGL_COLOR_FORMAT_A: CUeglColorFormat_enum = CUeglColorFormat_enum(16);
+    pub const CU_EGL_COLOR_FORMAT_RG: CUeglColorFormat_enum = CUeglColorFormat_enum(17);
+    pub const CU_EGL_COLOR_FORMAT_AYUV: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        18,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        19,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU422_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        20,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        21,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        22,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        23,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_444_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        24,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_420_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        25,
+    );
+    pub const CU_EGL_COLOR_FORMAT_VYUY_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        26,
+    );
+    pub const CU_EGL_COLOR_FORMAT_UYVY_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        27,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUYV_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        28,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVYU_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        29,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        30,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUVA_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        31,
+    );
+    pub const CU_EGL_COLOR_FORMAT_AYUV_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        32,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV444_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        33,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV422_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        34,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        35,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        36,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV422_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        37,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        38,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU444_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        39,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU422_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        40,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        41,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        42,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU422_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        43,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        44,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        45,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        46,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        47,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        48,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        49,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        50,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        51,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        52,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        53,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        54,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        55,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        56,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        57,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        58,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        59,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER14_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        60,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        61,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        62,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        63,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER20_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        64,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU444_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        65,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU422_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        66,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        67,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_RGGB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        68,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_BGGR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        69,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_GRBG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        70,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_ISP_GBRG: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        71,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_BCCR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        72,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_RCCB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        73,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_CRBC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        74,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER_CBRC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        75,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER10_CCCC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        76,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_BCCR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        77,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_RCCB: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        78,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_CRBC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        79,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_CBRC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        80,
+    );
+    pub const CU_EGL_COLOR_FORMAT_BAYER12_CCCC: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        81,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y: CUeglColorFormat_enum = CUeglColorFormat_enum(82);
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        83,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        84,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        85,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        86,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        87,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        88,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV420_PLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        89,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVU420_PLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        90,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        91,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        92,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_422_SEMIPLANAR_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        93,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_422_SEMIPLANAR: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        94,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_422_SEMIPLANAR_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        95,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        96,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        97,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        98,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        99,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        100,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        101,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUVA: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        102,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YUV: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        103,
+    );
+    pub const CU_EGL_COLOR_FORMAT_YVYU: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        104,
+    );
+    pub const CU_EGL_COLOR_FORMAT_VYUY: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        105,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        106,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_420_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        107,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        108,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y10V10U10_444_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        109,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_420_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        110,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_420_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        111,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_444_SEMIPLANAR_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        112,
+    );
+    pub const CU_EGL_COLOR_FORMAT_Y12V12U12_444_SEMIPLANAR_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        113,
+    );
+    pub const CU_EGL_COLOR_FORMAT_UYVY_709: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        114,
+    );
+    pub const CU_EGL_COLOR_FORMAT_UYVY_709_ER: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        115,
+    );
+    pub const CU_EGL_COLOR_FORMAT_UYVY_2020: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        116,
+    );
+    pub const CU_EGL_COLOR_FORMAT_MAX: CUeglColorFormat_enum = CUeglColorFormat_enum(
+        117,
+    );
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct CUeglColorFormat_enum(pub u32);
+pub use self::CUeglColorFormat_enum as CUeglColorFormat;
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub struct CUeglFrame_st {
+    pub frame: CUeglFrame_st__bindgen_ty_1,
+    pub width: ::core::ffi::c_uint,
+    pub height: ::core::ffi::c_uint,
+    pub depth: ::core::ffi::c_uint,
+    pub pitch: ::core::ffi::c_uint,
+    pub planeCount: ::core::ffi::c_uint,
+    pub numChannels: ::core::ffi::c_uint,
+    pub frameType: CUeglFrameType,
+    pub eglColorFormat: CUeglColorFormat,
+    pub cuFormat: CUarray_format,
+}
+#[repr(C)]
+#[derive(Copy, Clone)]
+pub union CUeglFrame_st__bindgen_ty_1 {
+    pub pArray: [CUarray; 3usize],
+    pub pPitch: [*mut ::core::ffi::c_void; 3usize],
+}
+impl Default for CUeglFrame_st__bindgen_ty_1 {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+impl Default for CUeglFrame_st {
+    fn default() -> Self {
+        let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::core::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub type CUeglFrame_v1 = CUeglFrame_st;
+pub type CUeglFrame = CUeglFrame_v1;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUeglStreamConnection_st {
+    _unused: [u8; 0],
+}
+pub type CUeglStreamConnection = *mut CUeglStreamConnection_st;
 pub type PFN_cuInit = ::core::option::Option<
     unsafe extern "C" fn(arg1: ::core::ffi::c_uint) -> CUresult,
 >;
@@ -1327,6 +1768,87 @@ pub type PFN_cuLaunchHostFunc = ::core::option::Option<
         arg3: *mut ::core::ffi::c_void,
     ) -> CUresult,
 >;
+pub type PFN_cuGraphicsEGLRegisterImage = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUgraphicsResource,
+        arg2: EGLImageKHR,
+        arg3: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphicsResourceGetMappedEglFrame = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglFrame,
+        arg2: CUgraphicsResource,
+        arg3: ::core::ffi::c_uint,
+        arg4: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuGraphicsUnregisterResource = ::core::option::Option<
+    unsafe extern "C" fn(arg1: CUgraphicsResource) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerConnect = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: EGLStreamKHR,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerConnectWithFlags = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: EGLStreamKHR,
+        arg3: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerAcquireFrame = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: *mut CUgraphicsResource,
+        arg3: *mut CUstream,
+        arg4: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerReleaseFrame = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: CUgraphicsResource,
+        arg3: *mut CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamConsumerDisconnect = ::core::option::Option<
+    unsafe extern "C" fn(arg1: *mut CUeglStreamConnection) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerConnect = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: EGLStreamKHR,
+        arg3: EGLint,
+        arg4: EGLint,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerPresentFrame = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: CUeglFrame,
+        arg3: *mut CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerReturnFrame = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUeglStreamConnection,
+        arg2: *mut CUeglFrame,
+        arg3: *mut CUstream,
+    ) -> CUresult,
+>;
+pub type PFN_cuEGLStreamProducerDisconnect = ::core::option::Option<
+    unsafe extern "C" fn(arg1: *mut CUeglStreamConnection) -> CUresult,
+>;
+pub type PFN_cuEventCreateFromEGLSync = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut CUevent,
+        arg2: EGLSyncKHR,
+        arg3: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
 
 /// Exported symbol names to resolve in libcuda.so.1, one per `PFN_` type.
 ///
@@ -1417,4 +1939,30 @@ pub mod symbols {
     pub const cuDeviceGetNvSciSyncAttributes: &::core::ffi::CStr = c"cuDeviceGetNvSciSyncAttributes";
     /// Symbol implementing `cuLaunchHostFunc` (type `super::PFN_cuLaunchHostFunc`).
     pub const cuLaunchHostFunc: &::core::ffi::CStr = c"cuLaunchHostFunc";
+    /// Symbol implementing `cuGraphicsEGLRegisterImage` (type `super::PFN_cuGraphicsEGLRegisterImage`).
+    pub const cuGraphicsEGLRegisterImage: &::core::ffi::CStr = c"cuGraphicsEGLRegisterImage";
+    /// Symbol implementing `cuGraphicsResourceGetMappedEglFrame` (type `super::PFN_cuGraphicsResourceGetMappedEglFrame`).
+    pub const cuGraphicsResourceGetMappedEglFrame: &::core::ffi::CStr = c"cuGraphicsResourceGetMappedEglFrame";
+    /// Symbol implementing `cuGraphicsUnregisterResource` (type `super::PFN_cuGraphicsUnregisterResource`).
+    pub const cuGraphicsUnregisterResource: &::core::ffi::CStr = c"cuGraphicsUnregisterResource";
+    /// Symbol implementing `cuEGLStreamConsumerConnect` (type `super::PFN_cuEGLStreamConsumerConnect`).
+    pub const cuEGLStreamConsumerConnect: &::core::ffi::CStr = c"cuEGLStreamConsumerConnect";
+    /// Symbol implementing `cuEGLStreamConsumerConnectWithFlags` (type `super::PFN_cuEGLStreamConsumerConnectWithFlags`).
+    pub const cuEGLStreamConsumerConnectWithFlags: &::core::ffi::CStr = c"cuEGLStreamConsumerConnectWithFlags";
+    /// Symbol implementing `cuEGLStreamConsumerAcquireFrame` (type `super::PFN_cuEGLStreamConsumerAcquireFrame`).
+    pub const cuEGLStreamConsumerAcquireFrame: &::core::ffi::CStr = c"cuEGLStreamConsumerAcquireFrame";
+    /// Symbol implementing `cuEGLStreamConsumerReleaseFrame` (type `super::PFN_cuEGLStreamConsumerReleaseFrame`).
+    pub const cuEGLStreamConsumerReleaseFrame: &::core::ffi::CStr = c"cuEGLStreamConsumerReleaseFrame";
+    /// Symbol implementing `cuEGLStreamConsumerDisconnect` (type `super::PFN_cuEGLStreamConsumerDisconnect`).
+    pub const cuEGLStreamConsumerDisconnect: &::core::ffi::CStr = c"cuEGLStreamConsumerDisconnect";
+    /// Symbol implementing `cuEGLStreamProducerConnect` (type `super::PFN_cuEGLStreamProducerConnect`).
+    pub const cuEGLStreamProducerConnect: &::core::ffi::CStr = c"cuEGLStreamProducerConnect";
+    /// Symbol implementing `cuEGLStreamProducerPresentFrame` (type `super::PFN_cuEGLStreamProducerPresentFrame`).
+    pub const cuEGLStreamProducerPresentFrame: &::core::ffi::CStr = c"cuEGLStreamProducerPresentFrame";
+    /// Symbol implementing `cuEGLStreamProducerReturnFrame` (type `super::PFN_cuEGLStreamProducerReturnFrame`).
+    pub const cuEGLStreamProducerReturnFrame: &::core::ffi::CStr = c"cuEGLStreamProducerReturnFrame";
+    /// Symbol implementing `cuEGLStreamProducerDisconnect` (type `super::PFN_cuEGLStreamProducerDisconnect`).
+    pub const cuEGLStreamProducerDisconnect: &::core::ffi::CStr = c"cuEGLStreamProducerDisconnect";
+    /// Symbol implementing `cuEventCreateFromEGLSync` (type `super::PFN_cuEventCreateFromEGLSync`).
+    pub const cuEventCreateFromEGLSync: &::core::ffi::CStr = c"cuEventCreateFromEGLSync";
 }

@@ -645,3 +645,42 @@ fn gpu_id_and_cuda_uuid_are_interchangeable() {
         align_of::<ours::CUuuid>()
     );
 }
+
+/// The EGL interop types of cudaEGL.h (CUDA 12.9 wheel), LP64: three plane
+/// pointers (a union of arrays and pitch pointers), six counts, three enums.
+#[test]
+fn egl_frame_matches_recorded_layout() {
+    use ours::CUeglFrame as T;
+    assert_shape!(T, size 64, align 8);
+    assert_offsets!(T {
+        frame @ 0,
+        width @ 24,
+        height @ 28,
+        depth @ 32,
+        pitch @ 36,
+        planeCount @ 40,
+        numChannels @ 44,
+        frameType @ 48,
+        eglColorFormat @ 52,
+        cuFormat @ 56,
+    });
+    assert_eq!(ours::MAX_PLANES, 3);
+    assert_eq!(size_of::<ours::CUeglFrameType>(), 4);
+    assert_eq!(size_of::<ours::CUeglColorFormat>(), 4);
+    assert_eq!(size_of::<ours::CUgraphicsResource>(), size_of::<*mut u8>());
+    assert_eq!(
+        size_of::<ours::CUeglStreamConnection>(),
+        size_of::<*mut u8>()
+    );
+    assert_eq!(size_of::<ours::EGLImageKHR>(), size_of::<*mut u8>());
+    assert_eq!(size_of::<ours::EGLStreamKHR>(), size_of::<*mut u8>());
+    // Values the safe API names (cudaEGL.h).
+    assert_eq!(ours::CUeglFrameType::CU_EGL_FRAME_TYPE_ARRAY.0, 0);
+    assert_eq!(ours::CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH.0, 1);
+    assert_eq!(ours::CUeglColorFormat::CU_EGL_COLOR_FORMAT_RGBA.0, 7);
+    assert_eq!(ours::CUeglColorFormat::CU_EGL_COLOR_FORMAT_ARGB.0, 6);
+    assert_eq!(
+        ours::CUgraphicsMapResourceFlags::CU_GRAPHICS_MAP_RESOURCE_FLAGS_READ_ONLY.0,
+        1
+    );
+}
