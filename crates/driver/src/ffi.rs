@@ -538,6 +538,7 @@ macro_rules! thread_safe {
 }
 
 thread_safe! {
+    crate::egl::ResourceRes => sync: "`&ResourceRes` only asks for the mapped frame, which the driver makes thread-safe.";
     crate::context::ContextRes => sync: "`&ContextRes` only allows calls the driver serialises.";
     crate::stream::StreamRes => sync: "The driver serialises concurrent submissions to one stream.";
     crate::memory::MemoryRes => sync: "`&MemoryRes` only allows mapping calls, which the driver makes thread-safe.";
@@ -563,6 +564,18 @@ unsafe impl<L: crate::nvsci::Library> Send for crate::nvsci::Obj<L> {}
 // SAFETY: `&Obj` only reads attributes and makes fences, imports and dups,
 // which the library makes thread-safe.
 unsafe impl<L: crate::nvsci::Library> Sync for crate::nvsci::Obj<L> {}
+
+// ------------------------------------------------------------ EGL frames
+
+/// The three plane words of an EGL frame: device pointers of a pitch frame
+/// or `CUarray`s of an array frame (which one, `frameType` says).
+pub(crate) fn egl_plane_words(f: &tegra_interop_sys::cuda::CUeglFrame) -> [usize; 3] {
+    // SAFETY: both members of the union are three pointer-sized values, so
+    // reading either as pointers reads initialised bytes (the frame was
+    // written whole by the driver, or defaulted to zero).
+    let p = unsafe { f.frame.pPitch };
+    [p[0] as usize, p[1] as usize, p[2] as usize]
+}
 
 // ------------------------------------------------------------ polling
 

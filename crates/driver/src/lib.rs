@@ -66,6 +66,7 @@ pub mod context;
 #[cfg(feature = "cudarc")]
 pub mod cudarc_slice;
 pub mod device;
+pub mod egl;
 pub mod error;
 mod ffi;
 pub mod memory;

@@ -31,6 +31,7 @@ pub(crate) enum Tag {
     Array = 0x7c06,
     SyncObject = 0x7c10,
     BufObject = 0x7c11,
+    GraphicsResource = 0x7c20,
 }
 
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -201,6 +202,10 @@ pub(crate) struct State {
     pub(crate) buf_objects: HashMap<usize, BufObjectEntry>,
     /// The NvSci part (modules, attribute lists, objects, endpoints).
     pub(crate) nvsci: crate::nvsci::NvSciState,
+    /// EGL images made by `Sim::create_egl_image`, by handle.
+    pub(crate) egl_images: HashMap<usize, crate::cuda::EglImageObj>,
+    /// Registered EGL images (`CUgraphicsResource`).
+    pub(crate) egl_resources: HashMap<u64, crate::cuda::EglResObj>,
 }
 
 impl State {
@@ -306,6 +311,7 @@ impl State {
                 .filter(|a| matches!(a.kind, AllocKind::Alloc))
                 .count(),
             live_semaphores: self.semaphores.len(),
+            live_graphics_resources: self.egl_resources.len(),
             open_fds: fds,
             pending_work: pending,
         }

@@ -43,6 +43,12 @@ mod cmem;
 pub mod codes;
 mod config;
 mod cuda;
+
+/// EGL images made by the simulator (the EGL side of `cuGraphicsEGLRegisterImage`):
+/// see [`Sim::create_egl_image`].
+pub mod egl {
+    pub use crate::cuda::egl::{EglImageFormat, EglPlaneLayout, SimEglImage};
+}
 pub mod export;
 mod fds;
 pub mod fence;

@@ -22,6 +22,8 @@ pub struct Ledger {
     pub live_allocations: usize,
     /// Imported external semaphores not destroyed.
     pub live_semaphores: usize,
+    /// Registered graphics resources (EGL images) not unregistered.
+    pub live_graphics_resources: usize,
     /// File descriptors the simulator holds for imported objects (it owns
     /// them from a successful import until the destroy).
     pub open_fds: usize,
@@ -40,7 +42,7 @@ impl fmt::Display for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, fds {}, pending work {}",
+            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, graphics resources {}, fds {}, pending work {}",
             self.live_contexts,
             self.primary_context_refs,
             self.live_streams,
@@ -48,6 +50,7 @@ impl fmt::Display for Ledger {
             self.live_mappings,
             self.live_allocations,
             self.live_semaphores,
+            self.live_graphics_resources,
             self.open_fds,
             self.pending_work
         )

@@ -102,15 +102,12 @@ macro_rules! trampolines_of {
 
 /// CUDA entry points without a per-slot trampoline: the pure lookups, served
 /// by one shared function (`crate::slots`), not counted.
-/// The EGL interop entry points are not simulated yet (issue 14): their
-/// table entries stay `None`, as with a driver built without EGL, and the
-/// driver answers `NotSupported` naming the symbol.
+/// EGLStreams and EGL syncs are not simulated yet (issue 14): their table
+/// entries stay `None`, as with a driver built without them, and the driver
+/// answers `NotSupported` naming the symbol. (EGL images are simulated.)
 macro_rules! cuda_not_provided {
     (cuGetErrorName => $($x:tt)*) => {};
     (cuGetErrorString => $($x:tt)*) => {};
-    (cuGraphicsEGLRegisterImage => $($x:tt)*) => {};
-    (cuGraphicsResourceGetMappedEglFrame => $($x:tt)*) => {};
-    (cuGraphicsUnregisterResource => $($x:tt)*) => {};
     (cuEGLStreamConsumerConnect => $($x:tt)*) => {};
     (cuEGLStreamConsumerConnectWithFlags => $($x:tt)*) => {};
     (cuEGLStreamConsumerAcquireFrame => $($x:tt)*) => {};
@@ -130,7 +127,7 @@ macro_rules! all_provided {
 }
 
 /// CUDA.
-#[allow(non_snake_case, clippy::too_many_arguments)]
+#[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod cuda {
     use super::*;
     use crate::cuda as bodies;

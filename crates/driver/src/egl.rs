@@ -1,0 +1,341 @@
+//! EGL interop, first part: an `EGLImageKHR` registered with CUDA
+//! (`cuGraphicsEGLRegisterImage`) and its mapped frame
+//! (`cuGraphicsResourceGetMappedEglFrame`). This is how an `NvBufSurface`
+//! (V4L2, GStreamer, DeepStream on Jetson) or a GL texture reaches CUDA
+//! without a copy.
+//!
+//! The image itself stays the caller's (made with `eglCreateImageKHR`,
+//! destroyed with `eglDestroyImageKHR` after the registration ended). The
+//! mapped frame borrows its registration, so its plane pointers cannot be
+//! used after [`EglImage::unregister`]: that does not compile.
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tegra_interop_driver::{Context, egl::{EglAccess, EglColorFormat, EglFrameType, EglImage}};
+//! # use tegra_interop_sim::{Sim, egl::EglImageFormat};
+//! let sim = Sim::new()?;
+//! let ctx = Context::create(sim.backend(), 0, 0)?;
+//! // The EGL side (here the simulator's stand-in for eglCreateImageKHR).
+//! let mut image = sim.create_egl_image(EglImageFormat::Rgba8, 64, 16).unwrap();
+//! image.plane_mut(0).unwrap()[..4].copy_from_slice(&[1, 2, 3, 4]);
+//! // SAFETY: the image is live and outlives the registration.
+//! let registered = unsafe { EglImage::register(&ctx, image.as_raw(), EglAccess::ReadWrite)? };
+//! let frame = registered.frame()?;
+//! assert_eq!(frame.frame_type(), EglFrameType::Pitch);
+//! assert_eq!(frame.color_format(), EglColorFormat::RGBA);
+//! let mut first = [0u8; 4];
+//! frame.copy_plane_to_host(0, &mut first)?;
+//! assert_eq!(first, [1, 2, 3, 4]);
+//! registered.unregister()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use tegra_interop_sys::cuda::{
+    CUarray, CUdeviceptr, CUeglColorFormat, CUeglFrame, CUeglFrameType, CUgraphicsResource,
+    EGLImageKHR,
+};
+
+use crate::ffi::{self, call, Bind, TryBind};
+use crate::owner::{Owned, Release};
+use crate::{Backend, Context, Error};
+
+/// How CUDA will use a registered image (the map-resource flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum EglAccess {
+    /// Read and write (`CU_GRAPHICS_MAP_RESOURCE_FLAGS_NONE`).
+    #[default]
+    ReadWrite,
+    /// CUDA only reads (`..._READ_ONLY`).
+    ReadOnly,
+    /// CUDA overwrites everything and reads nothing (`..._WRITE_DISCARD`).
+    WriteDiscard,
+}
+
+impl EglAccess {
+    fn raw(self) -> u32 {
+        match self {
+            EglAccess::ReadWrite => 0,
+            EglAccess::ReadOnly => 1,
+            EglAccess::WriteDiscard => 2,
+        }
+    }
+}
+
+/// The colour format of an EGL frame (`CUeglColorFormat`): an open set, with
+/// names for the common ones.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EglColorFormat(pub u32);
+
+impl EglColorFormat {
+    /// 8-bit R, G, B, A.
+    pub const RGBA: EglColorFormat = EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_RGBA.0);
+    /// 8-bit A, R, G, B.
+    pub const ARGB: EglColorFormat = EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_ARGB.0);
+    /// 8-bit A, B, G, R.
+    pub const ABGR: EglColorFormat = EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_ABGR.0);
+    /// NV12: a Y plane and an interleaved U/V plane at half resolution.
+    pub const YUV420_SEMIPLANAR: EglColorFormat =
+        EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR.0);
+    /// I420: Y, U and V planes, U and V at half resolution.
+    pub const YUV420_PLANAR: EglColorFormat =
+        EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_PLANAR.0);
+
+    /// The name of a known format.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self {
+            EglColorFormat::RGBA => "RGBA",
+            EglColorFormat::ARGB => "ARGB",
+            EglColorFormat::ABGR => "ABGR",
+            EglColorFormat::YUV420_SEMIPLANAR => "YUV420_SEMIPLANAR (NV12)",
+            EglColorFormat::YUV420_PLANAR => "YUV420_PLANAR (I420)",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Debug for EglColorFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "EglColorFormat::{n}"),
+            None => write!(f, "EglColorFormat({})", self.0),
+        }
+    }
+}
+
+/// How a frame's planes are reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EglFrameType {
+    /// Planes are pitch-linear device memory ([`EglFrame::plane_ptr`]).
+    Pitch,
+    /// Planes are CUDA arrays ([`EglFrame::plane_array`]), e.g. a GL
+    /// texture (measured on the H200).
+    Array,
+}
+
+pub(crate) struct ResourceRes {
+    ctx: Context,
+    raw: CUgraphicsResource,
+}
+
+impl Release for ResourceRes {
+    fn release(&mut self) -> Result<(), Error> {
+        // Registered by us, unregistered once (`Owned`).
+        call::cuGraphicsUnregisterResource(TryBind(&self.ctx), self.raw)
+    }
+
+    fn backend(&self) -> &Backend {
+        self.ctx.backend()
+    }
+}
+
+/// An `EGLImageKHR` registered with CUDA; unregistered on drop or with
+/// [`unregister`](Self::unregister).
+pub struct EglImage {
+    res: Owned<ResourceRes>,
+}
+
+impl fmt::Debug for EglImage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EglImage")
+            .field("raw", &self.res.raw)
+            .finish()
+    }
+}
+
+impl EglImage {
+    /// Registers `image` with CUDA in `ctx` (`cuGraphicsEGLRegisterImage`).
+    ///
+    /// # Safety
+    /// `image` must be a live `EGLImageKHR` of an EGL display that this
+    /// process's CUDA driver can reach, and stay alive (not destroyed with
+    /// `eglDestroyImageKHR`) until this registration ends.
+    #[allow(unsafe_code)]
+    pub unsafe fn register(
+        ctx: &Context,
+        image: EGLImageKHR,
+        access: EglAccess,
+    ) -> Result<EglImage, Error> {
+        if image.is_null() {
+            return Err(Error::Unsupported {
+                operation: "EglImage::register",
+                reason: "the EGLImage is NULL (EGL_NO_IMAGE_KHR): eglCreateImageKHR failed?",
+            });
+        }
+        let mut raw: CUgraphicsResource = std::ptr::null_mut();
+        call::cuGraphicsEGLRegisterImage(Bind(ctx), &mut raw, image, access.raw())?;
+        Ok(EglImage {
+            res: Owned::new(ResourceRes {
+                ctx: ctx.clone(),
+                raw,
+            }),
+        })
+    }
+
+    /// The frame CUDA sees (`cuGraphicsResourceGetMappedEglFrame`, index 0,
+    /// mip level 0). It borrows the registration: its pointers are valid
+    /// only while the image is registered.
+    pub fn frame(&self) -> Result<EglFrame<'_>, Error> {
+        let mut raw = CUeglFrame::default();
+        call::cuGraphicsResourceGetMappedEglFrame(
+            Bind(&self.res.ctx),
+            &mut raw,
+            self.res.raw,
+            0,
+            0,
+        )?;
+        Ok(EglFrame {
+            raw,
+            ctx: &self.res.ctx,
+            _image: PhantomData,
+        })
+    }
+
+    /// The raw resource (still owned by this value).
+    pub fn as_raw(&self) -> CUgraphicsResource {
+        self.res.raw
+    }
+
+    /// Unregisters now (`cuGraphicsUnregisterResource`) and reports the
+    /// driver's answer.
+    pub fn unregister(self) -> Result<(), Error> {
+        self.res.destroy()
+    }
+}
+
+/// The frame of a registered [`EglImage`].
+#[derive(Clone, Copy)]
+pub struct EglFrame<'a> {
+    raw: CUeglFrame,
+    ctx: &'a Context,
+    _image: PhantomData<&'a EglImage>,
+}
+
+impl fmt::Debug for EglFrame<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EglFrame")
+            .field("type", &self.frame_type())
+            .field("width", &self.width())
+            .field("height", &self.height())
+            .field("pitch", &self.pitch())
+            .field("planes", &self.plane_count())
+            .field("color_format", &self.color_format())
+            .finish()
+    }
+}
+
+impl EglFrame<'_> {
+    /// Pitch-linear memory or CUDA arrays.
+    pub fn frame_type(&self) -> EglFrameType {
+        if self.raw.frameType == CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH {
+            EglFrameType::Pitch
+        } else {
+            EglFrameType::Array
+        }
+    }
+
+    /// Width in pixels.
+    pub fn width(&self) -> u32 {
+        self.raw.width
+    }
+
+    /// Height in pixels.
+    pub fn height(&self) -> u32 {
+        self.raw.height
+    }
+
+    /// Depth (1 for 2D images).
+    pub fn depth(&self) -> u32 {
+        self.raw.depth
+    }
+
+    /// Bytes from one row to the next (pitch frames).
+    pub fn pitch(&self) -> u32 {
+        self.raw.pitch
+    }
+
+    /// Planes (1 for RGBA, 2 for NV12, 3 for I420).
+    pub fn plane_count(&self) -> u32 {
+        self.raw.planeCount
+    }
+
+    /// Channels of the first plane's pixels.
+    pub fn channels(&self) -> u32 {
+        self.raw.numChannels
+    }
+
+    /// The colour format.
+    pub fn color_format(&self) -> EglColorFormat {
+        EglColorFormat(self.raw.eglColorFormat.0)
+    }
+
+    /// The device address of plane `i` of a pitch frame.
+    pub fn plane_ptr(&self, i: usize) -> Option<CUdeviceptr> {
+        if self.frame_type() != EglFrameType::Pitch || i >= self.plane_count() as usize {
+            return None;
+        }
+        ffi::egl_plane_words(&self.raw)
+            .get(i)
+            .map(|w| *w as CUdeviceptr)
+    }
+
+    /// The CUDA array of plane `i` of an array frame.
+    pub fn plane_array(&self, i: usize) -> Option<CUarray> {
+        if self.frame_type() != EglFrameType::Array || i >= self.plane_count() as usize {
+            return None;
+        }
+        ffi::egl_plane_words(&self.raw)
+            .get(i)
+            .map(|w| *w as CUarray)
+    }
+
+    /// Bytes of plane `i` of a pitch frame, as far as the frame describes
+    /// them: `pitch` times the plane's rows (NV12's second plane and I420's
+    /// chroma planes have half the rows).
+    pub fn plane_len(&self, i: usize) -> Option<usize> {
+        self.plane_ptr(i)?;
+        let rows = match (self.color_format(), i) {
+            (EglColorFormat::YUV420_SEMIPLANAR | EglColorFormat::YUV420_PLANAR, 1..) => {
+                self.height().div_ceil(2)
+            }
+            _ => self.height(),
+        };
+        (self.pitch() as usize).checked_mul(rows as usize)
+    }
+
+    fn plane_range(&self, i: usize, len: usize) -> Result<CUdeviceptr, Error> {
+        let (Some(ptr), Some(have)) = (self.plane_ptr(i), self.plane_len(i)) else {
+            return Err(Error::Unsupported {
+                operation: "EglFrame plane copy",
+                reason:
+                    "no such plane, or not a pitch frame (array planes are copied with cuMemcpy3D)",
+            });
+        };
+        if len > have {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len: len as u64,
+                size: have as u64,
+            });
+        }
+        Ok(ptr)
+    }
+
+    /// Copies the first `dst.len()` bytes of plane `i` to the host
+    /// (`cuMemcpyDtoH`, synchronous).
+    pub fn copy_plane_to_host(&self, i: usize, dst: &mut [u8]) -> Result<(), Error> {
+        let src = self.plane_range(i, dst.len())?;
+        // `src..src+len` lies inside the plane of the registered image.
+        call::cuMemcpyDtoH(Bind(self.ctx), dst.as_mut_ptr().cast(), src, dst.len())
+    }
+
+    /// Copies `src` into the start of plane `i` (`cuMemcpyHtoD`,
+    /// synchronous).
+    pub fn copy_plane_from_host(&self, i: usize, src: &[u8]) -> Result<(), Error> {
+        let dst = self.plane_range(i, src.len())?;
+        // `dst..dst+len` lies inside the plane of the registered image.
+        call::cuMemcpyHtoD(Bind(self.ctx), dst, src.as_ptr().cast(), src.len())
+    }
+}
