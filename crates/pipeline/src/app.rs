@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::camera::{
-    regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
+    frame_threads, regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
 };
 
 use crate::backend::{self, Opened};
@@ -130,7 +130,11 @@ fn format_name(f: PixelFormat) -> &'static str {
 
 /// Checks a slot's bytes against the processed (inverted) pattern of `frame`.
 fn check_readback(v: &mut Verification, stride: usize, frame: u64, slot: usize, bytes: &[u8]) {
-    match TestPattern::new(frame, stride).first_mismatch(bytes, 0xff) {
+    match TestPattern::new(frame, stride).first_mismatch_parallel(
+        bytes,
+        0xff,
+        frame_threads(bytes.len()),
+    ) {
         None => v.readback_ok += 1,
         Some(at) => v.fail(format!(
             "frame {frame} in slot {slot}: processed bytes read back wrong at offset {at}"
