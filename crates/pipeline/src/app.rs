@@ -117,6 +117,10 @@ struct Timings {
     process: Samples,
     queued: Samples,
     overhead: Samples,
+    /// Host check of the slot's previous frame.
+    verify: Samples,
+    /// Producer thread inside the transport's calls.
+    handover: Samples,
     last_finished: Option<Instant>,
 }
 
@@ -224,6 +228,8 @@ fn pipeline(
         process: Samples::with_capacity(n),
         queued: Samples::with_capacity(n),
         overhead: Samples::with_capacity(n),
+        verify: Samples::with_capacity(n),
+        handover: Samples::with_capacity(n),
         last_finished: None,
     };
     let mut v = Verification::default();
@@ -239,10 +245,15 @@ fn pipeline(
     for frame in 0..opts.frames {
         // Collect finished frames; block only for the one holding our slot.
         ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
+        let entered = Instant::now();
+        let mut inside = 0u64;
         ring.produce(transport, |ticket, bytes| {
+            let checking = Instant::now();
             if let Some(prev) = ticket.previous_frame() {
                 check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
             }
+            let verify_ns = checking.elapsed().as_nanos() as u64;
+            t.verify.push(verify_ns)?;
             let started = Instant::now();
             first_start.get_or_insert(started);
             let mut sink = WriteDone {
@@ -259,8 +270,11 @@ fn pipeline(
             if host_copy {
                 bytes.copy_from_slice(&staging);
             }
+            inside = checking.elapsed().as_nanos() as u64;
             Ok((started, (written - started).as_nanos() as u64))
         })?;
+        t.handover
+            .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
         progress.update(frame + 1 - ring.in_flight() as u64);
     }
     ring.drain(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
@@ -300,6 +314,12 @@ fn pipeline(
         process: t.process.summary().ok_or(none)?,
         queued: t.queued.summary().ok_or(none)?,
         overhead: t.overhead.summary().ok_or(none)?,
+        stages: vec![
+            ("camera", t.write.summary().ok_or(none)?),
+            ("verify", t.verify.summary().ok_or(none)?),
+            ("handover", t.handover.summary().ok_or(none)?),
+            ("consumer", t.process.summary().ok_or(none)?),
+        ],
         verification: v,
     })
 }
