@@ -179,7 +179,9 @@ fn on_completion(
     Ok(())
 }
 
-fn run(opts: &Options) -> Result<Report, String> {
+/// Runs the pipeline as the binary does with `opts` and returns its report
+/// (the binary prints it).
+pub fn run(opts: &Options) -> Result<Report, String> {
     let geometry = FrameGeometry {
         stride: opts.sensor.stride(),
         rows: usize::from(opts.sensor.height),
