@@ -20,7 +20,11 @@
 //!   producer submits the second recorded batch
 //!   ([`VulkanExporter::acquire_for_host`]), which waits for *free* on the
 //!   queue, takes the buffer back and makes the device's writes visible to
-//!   the host, and host-waits for that batch. The memory types used are
+//!   the host. That batch is submitted ahead, once the next frame's release
+//!   is queued, followed by an empty batch that signals a host-only
+//!   semaphore; the producer host-waits only for that semaphore when it
+//!   comes back to the slot (`reclaim_ahead` cites the rule that makes this
+//!   enough). A ring of one acquires inline, as before. The memory types used are
 //!   host-coherent, so the mapped range needs no explicit flush or
 //!   invalidate.
 //! - **Consumer**: one CUDA stream; per frame it waits for *ready*, runs a
@@ -74,7 +78,8 @@ use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
 };
 use tegra_interop_testkit::vulkan::{
-    HostHandover, MemoryLocation, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
+    HostHandover, MemoryLocation, SemaphoreKind, SemaphoreOp, VulkanExporter, VulkanMemory,
+    VulkanSemaphore,
 };
 
 use crate::ring::Ticket;
@@ -329,6 +334,15 @@ pub struct GpuTransport {
     frames: Vec<VulkanMemory>,
     ready_vk: Vec<VulkanSemaphore>,
     free_vk: Vec<VulkanSemaphore>,
+    /// Per slot, host-only: signalled by a batch submitted right after the
+    /// slot's pre-submitted acquire batch (see [`GpuTransport::reclaim_ahead`]).
+    reclaimed_vk: Vec<VulkanSemaphore>,
+    /// Per slot: the *free* value the pre-submitted acquire waits for (0:
+    /// none pending) and the `reclaimed_vk` value that says it completed.
+    reclaim_pending: Vec<(u64, u64)>,
+    /// The last queued frame's slot and *free* value, whose acquire is
+    /// submitted once the next frame's release is in the queue.
+    deferred: Option<(usize, u64)>,
     vk: VulkanExporter,
     /// Values signalled on each slot's *ready* semaphore.
     ready_track: Vec<TimelineTracker>,
@@ -461,7 +475,12 @@ impl GpuTransport {
         let mut free_vk = Vec::with_capacity(slots);
         let mut ready_cu = Vec::with_capacity(slots);
         let mut free_cu = Vec::with_capacity(slots);
+        let mut reclaimed_vk = Vec::with_capacity(slots);
         for _ in 0..slots {
+            reclaimed_vk.push(
+                vk.create_semaphore(SemaphoreKind::Timeline, 0)
+                    .map_err(|e| err("creating a Vulkan semaphore")(&e))?,
+            );
             let (fd, sem) = vk
                 .export_timeline_semaphore(0)
                 .map_err(|e| err("exporting a ready semaphore from Vulkan")(&e))?;
@@ -545,6 +564,9 @@ impl GpuTransport {
             frames,
             ready_vk,
             free_vk,
+            reclaimed_vk,
+            reclaim_pending: vec![(0, 0); slots],
+            deferred: None,
             vk,
             ready_track: vec![TimelineTracker::new(0); slots],
             ready_awaited: vec![0; slots],
@@ -691,6 +713,49 @@ impl GpuTransport {
         Ok(())
     }
 
+    /// Submits the batch that takes the slot back for the host once the consumer signals
+    /// *free* ([`VulkanExporter::acquire_for_host`], not waited for here),
+    /// then an empty batch that signals the slot's host-only `reclaimed_vk`
+    /// semaphore. [`FrameTransport::wait_free`] then only host-waits for that
+    /// semaphore: the queue round trip of the acquire overlaps the frames in
+    /// between instead of sitting on the producer's path. Called for a frame
+    /// once the next frame's release batch was submitted: the acquire waits
+    /// on the queue for *free*, and a release queued behind it would hold the
+    /// next frame's *ready* until then, leaving the GPU idle in between.
+    ///
+    /// Why waiting for `reclaimed_vk` is enough (Vulkan specification,
+    /// "Semaphore Signaling"): the first synchronisation scope of a
+    /// semaphore signal operation of a queue submission includes every
+    /// command that comes earlier in submission order on that queue, and
+    /// its memory dependency covers them; the acquire batch is earlier in
+    /// submission order and holds the device-to-host barrier (destination
+    /// the host's reads). A host wait that observes the signalled value
+    /// therefore comes after the acquire batch completed, with the device's
+    /// writes visible to the host: the same guarantee as the exporter's own
+    /// host wait on its progress semaphore inside `acquire_for_host`.
+    fn reclaim_ahead(&mut self, slot: usize, free: u64) -> Result<(), TransportError> {
+        // The acquire's own host wait gets a zero timeout: it returns at once
+        // (`Ok(false)` while the batch is pending); only its submission is
+        // wanted here.
+        self.vk
+            .acquire_for_host(
+                &self.handovers[slot],
+                &self.frames[slot],
+                &[SemaphoreOp::timeline(&self.free_vk[slot], free)],
+                Duration::ZERO,
+            )
+            .map_err(|e| err("submitting the slot's acquire for the host")(&e))?;
+        let value = self.reclaim_pending[slot].1 + 1;
+        self.vk
+            .submit(
+                &[],
+                &[SemaphoreOp::timeline(&self.reclaimed_vk[slot], value)],
+            )
+            .map_err(|e| err("submitting the slot's reclaim signal")(&e))?;
+        self.reclaim_pending[slot] = (free, value);
+        Ok(())
+    }
+
     /// Turns a finished frame into its completion.
     fn collect(&mut self, d: Done) -> Result<Completion, TransportError> {
         self.pending = self.pending.saturating_sub(1);
@@ -779,7 +844,16 @@ impl FrameTransport for GpuTransport {
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = self.check_slot(t)?;
         let want = t.free_wait();
+        let (pending_free, reclaimed) = self.reclaim_pending[slot];
+        if self.deferred.is_some_and(|(s, _)| s == slot) {
+            // Not submitted ahead (a ring of one): acquired below, inline.
+            self.deferred = None;
+        }
         let reached = match self.handover {
+            Handover::Queue if want != 0 && pending_free == want => {
+                // Submitted by `reclaim_ahead` after the slot's last frame.
+                self.reclaimed_vk[slot].wait(reclaimed, FREE_WAIT)
+            }
             Handover::Queue => self.vk.acquire_for_host(
                 &self.handovers[slot],
                 &self.frames[slot],
@@ -846,6 +920,12 @@ impl FrameTransport for GpuTransport {
             .map_err(|e| err("binding the CUDA context")(&e))?;
         self.enqueue(t)?;
         self.pending += 1;
+        if self.handover == Handover::Queue {
+            if let Some((prev, free)) = self.deferred.take() {
+                self.reclaim_ahead(prev, free)?;
+            }
+            self.deferred = Some((slot, t.free_signal()));
+        }
         self.jobs
             .as_ref()
             .ok_or_else(|| TransportError::new("the transport is shut down"))?
