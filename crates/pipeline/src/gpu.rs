@@ -31,7 +31,9 @@
 //!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
 //!   module, shared with the NvSci transport's Jetson path) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
-//!   byte in place (exactly [`crate::transport::process_frame`]), copies the
+//!   byte in place (exactly [`crate::transport::process_frame`]; zero-copy
+//!   launches it through cudarc's launch builder on the imported memory,
+//!   see [`Launch`]), copies the
 //!   slot's mismatch counter into pinned host memory, signals *free* and
 //!   records an event. A completion thread waits for those events in order
 //!   and timestamps them, so a frame's finish time does not depend on when
@@ -72,7 +74,10 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{
+    sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PushKernelArg,
+};
 use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
@@ -158,6 +163,47 @@ impl Handover {
                 "{}={v:?}: expected `queue` or `host-only`",
                 Self::ENV
             ))),
+        }
+    }
+}
+
+/// How the zero-copy consumer launches its kernel on the imported memory.
+///
+/// Measured on the H200 (BENCHMARKS.md, "cudarc's launch builder on the
+/// imported memory"), 2000 frames of 1920x1080 RGBA8 per run, two runs of
+/// each alternating in one device call: the producer's handover stage (which
+/// holds the launch) p50 76.7 / 71.0 us raw against 65.0 / 74.5 us through
+/// cudarc, the kernel 278 / 276 us against 267 / 277 us. The difference is
+/// below the run-to-run spread, so the cudarc path is the default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launch {
+    /// `cuLaunchKernel` with the mapping's device address
+    /// (`TEGRA_INTEROP_GPU_LAUNCH=raw`).
+    Raw,
+    /// cudarc's launch builder with the mapping lent as a cudarc slice
+    /// ([`MappedBuffer::cudarc_slice`], made per frame: the slice borrows
+    /// the mapping). cudarc then creates two events per slice, orders the
+    /// stream after them and records them around each launch, and the
+    /// slice's release orders the stream and destroys them again. The
+    /// default.
+    Cudarc,
+}
+
+impl Launch {
+    /// The environment variable that selects the launch path.
+    pub const ENV: &'static str = "TEGRA_INTEROP_GPU_LAUNCH";
+
+    /// [`Launch::Cudarc`] unless [`Launch::ENV`] says `raw` (`cudarc` is
+    /// accepted too; anything else is an error).
+    pub fn from_env() -> Result<Launch, TransportError> {
+        match std::env::var(Self::ENV).as_deref() {
+            Err(std::env::VarError::NotPresent) | Ok("cudarc") => Ok(Launch::Cudarc),
+            Ok("raw") => Ok(Launch::Raw),
+            Ok(v) => Err(TransportError::new(format!(
+                "{}={v:?}: expected `raw` or `cudarc`",
+                Self::ENV
+            ))),
+            Err(e) => Err(TransportError::new(format!("{}: {e}", Self::ENV))),
         }
     }
 }
@@ -329,6 +375,7 @@ pub struct GpuTransport {
     ctx: Context,
     // Vulkan side.
     handover: Handover,
+    launch: Launch,
     /// Per slot: the recorded host <-> CUDA handover batches of its frame.
     handovers: Vec<HostHandover>,
     frames: Vec<VulkanMemory>,
@@ -457,6 +504,7 @@ impl GpuTransport {
         let kernel = Kernel::compile(&cu)?;
         let (frames, location) = allocate_frames(&vk, len, slots)?;
         let handover = Handover::from_env()?;
+        let launch = Launch::from_env()?;
         let mapped = frames
             .iter()
             .map(|m| {
@@ -560,6 +608,7 @@ impl GpuTransport {
             kernel,
             ctx,
             handover,
+            launch,
             handovers,
             frames,
             ready_vk,
@@ -669,16 +718,45 @@ impl GpuTransport {
             len,
             stride: self.geometry.stride,
         };
-        // SAFETY: the kernel touches `len` bytes at `work_ptr` (a live
-        // mapping or device buffer of at least that size) and the slot's
-        // counter, all torn down only after the stream is drained; on this
-        // stream nothing else touches them until the kernel ran, and the
-        // producer writes the frame again only after the free fence, which
-        // is signalled after it.
-        unsafe {
-            self.kernel
-                .check_and_invert(memory, self.grid, s, work, frame, counter)
-        }?;
+        match (self.launch, self.mode) {
+            (Launch::Cudarc, Mode::ZeroCopy) => {
+                let mut bytes = self.mapped[slot]
+                    .cudarc_slice::<u8>(&self.cstream)
+                    .map_err(|e| err("lending the frame to cudarc")(&e))?;
+                let (len, stride) = (len as u64, self.geometry.stride as u64);
+                let seed = kernel::pattern_seed(frame);
+                let function = self.kernel.check_and_invert_function(memory);
+                let mut args = self.cstream.launch_builder(function);
+                args.arg(&mut bytes)
+                    .arg(&len)
+                    .arg(&stride)
+                    .arg(&seed)
+                    .arg(&counter);
+                let config = LaunchConfig {
+                    grid_dim: (self.grid, 1, 1),
+                    block_dim: (kernel::BLOCK, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: the arguments match the kernel's parameter list
+                // `(unsigned char*, u64, u64, u32, u64*)`; it touches the
+                // slice's `len` bytes and the slot's counter, kept alive and
+                // untouched by anything else as for the raw launch below. The
+                // slice ends with this block: its release orders the stream
+                // after its events and frees only them, never the mapping.
+                unsafe { args.launch(config) }
+                    .map_err(|e| err("launching the consumer kernel through cudarc")(&e))?;
+            }
+            // SAFETY: the kernel touches `len` bytes at `work_ptr` (a live
+            // mapping or device buffer of at least that size) and the slot's
+            // counter, all torn down only after the stream is drained; on
+            // this stream nothing else touches them until the kernel ran, and
+            // the producer writes the frame again only after the free fence,
+            // which is signalled after it.
+            _ => unsafe {
+                self.kernel
+                    .check_and_invert(memory, self.grid, s, work, frame, counter)
+            }?,
+        }
         record(&ev.kernel_end)?;
         if self.mode == Mode::DeviceCopy {
             // SAFETY: as for the copy in, in the other direction.
