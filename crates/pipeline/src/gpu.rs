@@ -31,9 +31,9 @@
 //!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
 //!   module, shared with the NvSci transport's Jetson path) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
-//!   byte in place (exactly [`crate::transport::process_frame`]; zero-copy
-//!   launches it through cudarc's launch builder on the imported memory,
-//!   see [`Launch`]), copies the
+//!   byte in place (exactly [`crate::transport::process_frame`]; launched
+//!   with `cuLaunchKernel`, measured faster than cudarc's launch builder on
+//!   the imported memory, see [`Launch`]), copies the
 //!   slot's mismatch counter into pinned host memory, signals *free* and
 //!   records an event. A completion thread waits for those events in order
 //!   and timestamps them, so a frame's finish time does not depend on when
@@ -169,23 +169,25 @@ impl Handover {
 
 /// How the zero-copy consumer launches its kernel on the imported memory.
 ///
-/// Measured on the H200 (BENCHMARKS.md, "cudarc's launch builder on the
-/// imported memory"), 2000 frames of 1920x1080 RGBA8 per run, two runs of
-/// each alternating in one device call: the producer's handover stage (which
-/// holds the launch) p50 76.7 / 71.0 us raw against 65.0 / 74.5 us through
-/// cudarc, the kernel 278 / 276 us against 267 / 277 us. The difference is
-/// below the run-to-run spread, so the cudarc path is the default.
+/// Raw is the default because it is faster. Measured on the H200
+/// (BENCHMARKS.md, "cudarc's launch builder on the imported memory"), 2000
+/// zero-copy frames of 1920x1080 RGBA8 per run, `pipeline_vs_cuda` alternating
+/// cudarc, raw, cudarc, raw in one device call: 1076.5 / 1043.9 frames/s
+/// through cudarc against 1196.0 / 1232.5 raw, the producer's handover stage
+/// (which holds the launch) 80 / 73 us against 64 / 60 us per frame. The
+/// cost is cudarc's per-slice bookkeeping: two events created per frame (the
+/// slice borrows the mapping, so it cannot be kept), the stream ordered after
+/// them and both recorded around the launch, then destroyed again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Launch {
-    /// `cuLaunchKernel` with the mapping's device address
-    /// (`TEGRA_INTEROP_GPU_LAUNCH=raw`).
+    /// `cuLaunchKernel` with the mapping's device address. The default.
     Raw,
     /// cudarc's launch builder with the mapping lent as a cudarc slice
     /// ([`MappedBuffer::cudarc_slice`], made per frame: the slice borrows
     /// the mapping). cudarc then creates two events per slice, orders the
     /// stream after them and records them around each launch, and the
-    /// slice's release orders the stream and destroys them again. The
-    /// default.
+    /// slice's release orders the stream and destroys them again.
+    /// Selected with `TEGRA_INTEROP_GPU_LAUNCH=cudarc`.
     Cudarc,
 }
 
@@ -193,12 +195,12 @@ impl Launch {
     /// The environment variable that selects the launch path.
     pub const ENV: &'static str = "TEGRA_INTEROP_GPU_LAUNCH";
 
-    /// [`Launch::Cudarc`] unless [`Launch::ENV`] says `raw` (`cudarc` is
+    /// [`Launch::Raw`] unless [`Launch::ENV`] says `cudarc` (`raw` is
     /// accepted too; anything else is an error).
     pub fn from_env() -> Result<Launch, TransportError> {
         match std::env::var(Self::ENV).as_deref() {
-            Err(std::env::VarError::NotPresent) | Ok("cudarc") => Ok(Launch::Cudarc),
-            Ok("raw") => Ok(Launch::Raw),
+            Err(std::env::VarError::NotPresent) | Ok("raw") => Ok(Launch::Raw),
+            Ok("cudarc") => Ok(Launch::Cudarc),
             Ok(v) => Err(TransportError::new(format!(
                 "{}={v:?}: expected `raw` or `cudarc`",
                 Self::ENV
