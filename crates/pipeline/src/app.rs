@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::camera::{
-    regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
+    frame_threads, regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
 };
 
 use crate::backend::{self, Opened};
@@ -121,6 +121,10 @@ struct Timings {
     process: Samples,
     queued: Samples,
     overhead: Samples,
+    /// Host check of the slot's previous frame.
+    verify: Samples,
+    /// Producer thread inside the transport's calls.
+    handover: Samples,
     last_finished: Option<Instant>,
 }
 
@@ -134,7 +138,11 @@ fn format_name(f: PixelFormat) -> &'static str {
 
 /// Checks a slot's bytes against the processed (inverted) pattern of `frame`.
 fn check_readback(v: &mut Verification, stride: usize, frame: u64, slot: usize, bytes: &[u8]) {
-    match TestPattern::new(frame, stride).first_mismatch(bytes, 0xff) {
+    match TestPattern::new(frame, stride).first_mismatch_parallel(
+        bytes,
+        0xff,
+        frame_threads(bytes.len()),
+    ) {
         None => v.readback_ok += 1,
         Some(at) => v.fail(format!(
             "frame {frame} in slot {slot}: processed bytes read back wrong at offset {at}"
@@ -175,7 +183,9 @@ fn on_completion(
     Ok(())
 }
 
-fn run(opts: &Options) -> Result<Report, String> {
+/// Runs the pipeline as the binary does with `opts` and returns its report
+/// (the binary prints it).
+pub fn run(opts: &Options) -> Result<Report, String> {
     let geometry = FrameGeometry {
         stride: opts.sensor.stride(),
         rows: usize::from(opts.sensor.height),
@@ -224,6 +234,8 @@ fn pipeline(
         process: Samples::with_capacity(n),
         queued: Samples::with_capacity(n),
         overhead: Samples::with_capacity(n),
+        verify: Samples::with_capacity(n),
+        handover: Samples::with_capacity(n),
         last_finished: None,
     };
     let mut v = Verification::default();
@@ -239,10 +251,15 @@ fn pipeline(
     for frame in 0..opts.frames {
         // Collect finished frames; block only for the one holding our slot.
         ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
+        let entered = Instant::now();
+        let mut inside = 0u64;
         ring.produce(transport, |ticket, bytes| {
+            let checking = Instant::now();
             if let Some(prev) = ticket.previous_frame() {
                 check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
             }
+            let verify_ns = checking.elapsed().as_nanos() as u64;
+            t.verify.push(verify_ns)?;
             let started = Instant::now();
             first_start.get_or_insert(started);
             let mut sink = WriteDone {
@@ -259,8 +276,11 @@ fn pipeline(
             if host_copy {
                 bytes.copy_from_slice(&staging);
             }
+            inside = checking.elapsed().as_nanos() as u64;
             Ok((started, (written - started).as_nanos() as u64))
         })?;
+        t.handover
+            .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
         progress.update(frame + 1 - ring.in_flight() as u64);
     }
     ring.drain(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
@@ -300,6 +320,12 @@ fn pipeline(
         process: t.process.summary().ok_or(none)?,
         queued: t.queued.summary().ok_or(none)?,
         overhead: t.overhead.summary().ok_or(none)?,
+        stages: vec![
+            ("camera", t.write.summary().ok_or(none)?),
+            ("verify", t.verify.summary().ok_or(none)?),
+            ("handover", t.handover.summary().ok_or(none)?),
+            ("consumer", t.process.summary().ok_or(none)?),
+        ],
         verification: v,
     })
 }

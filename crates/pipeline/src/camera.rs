@@ -315,7 +315,7 @@ impl FrameReadout for TestPatternReadout {
         index: u64,
         buf: &mut [u8],
     ) -> Result<(), ReadoutError> {
-        TestPattern::new(index, config.stride()).fill(buf);
+        TestPattern::new(index, config.stride()).fill_parallel(buf, frame_threads(buf.len()));
         Ok(())
     }
 }
@@ -378,15 +378,41 @@ impl TestPattern {
         self.col_term(col).wrapping_add(self.row_term(row))
     }
 
+    /// The column terms of one 256-byte block of a row: byte `j` of block
+    /// `k` is `table[j] + 7 * k` plus the row's term.
+    fn block_table(&self) -> [u8; 256] {
+        let mut table = [0u8; 256];
+        for (j, t) in table.iter_mut().enumerate() {
+            *t = (j as u8) ^ self.s0;
+        }
+        table
+    }
+
     /// Writes the pattern over all of `buf` (a last partial row included).
     pub fn fill(&self, buf: &mut [u8]) {
+        self.fill_rows(buf, 0);
+    }
+
+    /// Writes the pattern over `buf`, which holds the rows from `first_row`
+    /// on (a last partial row included): what [`TestPattern::fill`] writes
+    /// at offset `first_row * stride` of a whole frame. Lets several threads
+    /// each fill a band of one frame.
+    ///
+    /// The pattern is separable (a column term plus a row term), so each row
+    /// is a precomputed 256-byte table plus one constant per 256-byte block:
+    /// a loop the compiler vectorises, so the fill runs at memory speed.
+    pub fn fill_rows(&self, buf: &mut [u8], first_row: usize) {
         if self.stride == 0 {
             return;
         }
-        for (row, line) in buf.chunks_mut(self.stride).enumerate() {
-            let r = self.row_term(row);
-            for (col, b) in line.iter_mut().enumerate() {
-                *b = self.col_term(col).wrapping_add(r);
+        let table = self.block_table();
+        for (i, line) in buf.chunks_mut(self.stride).enumerate() {
+            let r = self.row_term(first_row + i);
+            for (k, block) in line.chunks_mut(256).enumerate() {
+                let add = r.wrapping_add((k as u8).wrapping_mul(7));
+                for (b, &t) in block.iter_mut().zip(table.iter()) {
+                    *b = t.wrapping_add(add);
+                }
             }
         }
     }
@@ -395,18 +421,117 @@ impl TestPattern {
     /// (`xor_mask` 0 checks the pattern as written, 0xff its bitwise
     /// inverse), or `None` when every byte matches.
     pub fn first_mismatch(&self, buf: &[u8], xor_mask: u8) -> Option<usize> {
+        self.first_mismatch_rows(buf, 0, xor_mask)
+    }
+
+    /// [`TestPattern::first_mismatch`] for `buf` holding the rows from
+    /// `first_row` on (the offset returned is relative to `buf`). Every byte
+    /// is compared; a block is scanned byte by byte only once it is known to
+    /// hold a difference.
+    pub fn first_mismatch_rows(&self, buf: &[u8], first_row: usize, xor_mask: u8) -> Option<usize> {
         if self.stride == 0 {
             return None;
         }
-        for (row, line) in buf.chunks(self.stride).enumerate() {
-            let r = self.row_term(row);
-            for (col, &b) in line.iter().enumerate() {
-                if b != self.col_term(col).wrapping_add(r) ^ xor_mask {
-                    return Some(row * self.stride + col);
+        let table = self.block_table();
+        for (i, line) in buf.chunks(self.stride).enumerate() {
+            let r = self.row_term(first_row + i);
+            for (k, block) in line.chunks(256).enumerate() {
+                let add = r.wrapping_add((k as u8).wrapping_mul(7));
+                let diff = block.iter().zip(table.iter()).fold(0u8, |acc, (&b, &t)| {
+                    acc | (b ^ t.wrapping_add(add) ^ xor_mask)
+                });
+                if diff != 0 {
+                    let at = block
+                        .iter()
+                        .zip(table.iter())
+                        .position(|(&b, &t)| b != t.wrapping_add(add) ^ xor_mask)
+                        .unwrap_or(0);
+                    return Some(i * self.stride + k * 256 + at);
                 }
             }
         }
         None
+    }
+}
+
+/// Frames smaller than this are written and checked by one thread: below it
+/// starting threads costs more than it saves.
+pub const PARALLEL_MIN_BYTES: usize = 1 << 20;
+
+/// Threads used to write or check a frame of `len` bytes: one below
+/// [`PARALLEL_MIN_BYTES`], else the machine's parallelism, at most 8.
+pub fn frame_threads(len: usize) -> usize {
+    if len < PARALLEL_MIN_BYTES {
+        return 1;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+}
+
+impl TestPattern {
+    /// Rows per band when a frame of `len` bytes is split into `threads`
+    /// bands (at least one row).
+    fn band_rows(&self, len: usize, threads: usize) -> usize {
+        let rows = len.div_ceil(self.stride.max(1));
+        rows.div_ceil(threads.max(1)).max(1)
+    }
+
+    /// [`TestPattern::fill`], with the frame split into bands of whole rows
+    /// written by up to `threads` threads at once (the calling thread
+    /// writes one band).
+    pub fn fill_parallel(&self, buf: &mut [u8], threads: usize) {
+        if threads <= 1 || self.stride == 0 {
+            return self.fill(buf);
+        }
+        let rows = self.band_rows(buf.len(), threads);
+        let mut bands = buf.chunks_mut(rows * self.stride).enumerate();
+        let first = bands.next();
+        std::thread::scope(|scope| {
+            for (i, band) in bands {
+                scope.spawn(move || self.fill_rows(band, i * rows));
+            }
+            if let Some((_, band)) = first {
+                self.fill_rows(band, 0);
+            }
+        });
+    }
+
+    /// [`TestPattern::first_mismatch`], with bands of whole rows checked by
+    /// up to `threads` threads at once. Every byte is checked; the lowest
+    /// mismatching offset is returned.
+    pub fn first_mismatch_parallel(
+        &self,
+        buf: &[u8],
+        xor_mask: u8,
+        threads: usize,
+    ) -> Option<usize> {
+        if threads <= 1 || self.stride == 0 {
+            return self.first_mismatch(buf, xor_mask);
+        }
+        let rows = self.band_rows(buf.len(), threads);
+        let band_len = rows * self.stride;
+        let mut bands = buf.chunks(band_len).enumerate();
+        let first = bands.next();
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = bands
+                .map(|(i, band)| {
+                    scope.spawn(move || {
+                        self.first_mismatch_rows(band, i * rows, xor_mask)
+                            .map(|at| i * band_len + at)
+                    })
+                })
+                .collect();
+            let mut found = first.and_then(|(_, band)| self.first_mismatch_rows(band, 0, xor_mask));
+            for h in handles {
+                // A band's check cannot panic; a thread that did anyway
+                // counts as a mismatch at its band, never as a pass.
+                let r = h.join().unwrap_or(Some(usize::MAX));
+                found = match (found, r) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            found
+        })
     }
 }
 
@@ -543,5 +668,49 @@ impl<I2C: I2c, PIN: OutputPin, R: FrameReadout> Camera<I2C, PIN, R> {
     /// Gives the bus, the pin and the readout back.
     pub fn release(self) -> (I2C, PIN, R) {
         (self.i2c, self.pin, self.readout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestPattern;
+
+    /// The block-table fill and check agree with the per-byte definition,
+    /// for strides that are and are not multiples of the 256-byte block.
+    #[test]
+    fn fast_fill_and_check_match_the_definition() {
+        for stride in [1usize, 7, 255, 256, 300, 7680] {
+            let rows = 5;
+            let p = TestPattern::new(42, stride);
+            let mut buf = vec![0u8; stride * rows + stride / 2];
+            p.fill(&mut buf);
+            for (i, b) in buf.iter().enumerate() {
+                assert_eq!(*b, p.byte(i / stride, i % stride), "stride {stride} at {i}");
+            }
+            assert_eq!(p.first_mismatch(&buf, 0), None);
+            let mut band = vec![0u8; stride * 2];
+            p.fill_rows(&mut band, 3);
+            assert_eq!(band[..], buf[3 * stride..5 * stride]);
+            assert_eq!(p.first_mismatch_rows(&band, 3, 0), None);
+            let last = buf.len() - 1;
+            buf[last] ^= 1;
+            assert_eq!(p.first_mismatch(&buf, 0), Some(last));
+            buf[stride] ^= 0x80;
+            assert_eq!(p.first_mismatch(&buf, 0), Some(stride));
+            let inverted: Vec<u8> = buf.iter().map(|b| !b).collect();
+            assert_eq!(p.first_mismatch(&inverted, 0xff), Some(stride));
+            for threads in [2, 3, 8] {
+                let mut par = vec![0u8; stride * rows + stride / 2];
+                p.fill_parallel(&mut par, threads);
+                assert_eq!(p.first_mismatch_parallel(&par, 0, threads), None);
+                let mut want = vec![0u8; par.len()];
+                p.fill(&mut want);
+                assert_eq!(par, want, "stride {stride}, {threads} threads");
+                par[last] ^= 4;
+                assert_eq!(p.first_mismatch_parallel(&par, 0, threads), Some(last));
+                par[1] ^= 4;
+                assert_eq!(p.first_mismatch_parallel(&par, 0, threads), Some(1));
+            }
+        }
     }
 }

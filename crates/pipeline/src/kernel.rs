@@ -408,6 +408,17 @@ impl Kernel {
         }
     }
 
+    /// The check-and-invert kernel for `memory`, for a launch through
+    /// cudarc's launch builder (parameters as for
+    /// [`Kernel::check_and_invert`], [`BLOCK`] threads per block).
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+    pub fn check_and_invert_function(&self, memory: FrameMemory) -> &CudaFunction {
+        match memory {
+            FrameMemory::System => &self.sysmem,
+            FrameMemory::Device => &self.device,
+        }
+    }
+
     /// Queues a copy kernel: `len` bytes from `src` to `dst`; `what` names
     /// the step in an error.
     ///

@@ -55,6 +55,7 @@
 
 pub mod app;
 pub mod backend;
+pub mod baseline;
 pub mod camera;
 pub mod cli;
 #[cfg(feature = "vulkan")]

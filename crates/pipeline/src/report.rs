@@ -72,9 +72,30 @@ pub struct Report {
     pub queued: Summary,
     /// latency - write - process - queued.
     pub overhead: Summary,
+    /// Busy time per frame of each pipeline stage, by stage name (see
+    /// [`STAGES`]), so the bottleneck is visible beside the frame time.
+    pub stages: Vec<(&'static str, Summary)>,
     /// Verification tallies.
     pub verification: Verification,
 }
+
+/// The stages reported in [`Report::stages`], in pipeline order, with what
+/// each one's time covers.
+pub const STAGES: [(&str, &str); 4] = [
+    (
+        "camera",
+        "camera model writing the frame into the slot (all its threads)",
+    ),
+    (
+        "verify",
+        "host check of the slot's previous frame as the consumer left it (all its threads)",
+    ),
+    (
+        "handover",
+        "producer thread in the transport's calls: waiting for the free slot, signalling ready, queueing the consumer",
+    ),
+    ("consumer", "consumer processing (the kernel on a GPU)"),
+];
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
@@ -186,6 +207,15 @@ impl Report {
         out.push_str(&row("queued", &self.queued));
         out.push_str(&row("interop overhead", &self.overhead));
         out.push_str("  (latency: write start -> consumer done; overhead = latency - write - processing - queued)\n");
+        out.push_str("stages, busy time per frame (us):\n");
+        for (name, s) in &self.stages {
+            let _ = writeln!(
+                out,
+                "  {name:<18} mean {:>10.1}  p50 {:>10.1}",
+                s.mean / 1000.0,
+                us(s.p50)
+            );
+        }
         let _ = writeln!(
             out,
             "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us = mean processing {:.1} us + {:.1} us",
@@ -207,7 +237,7 @@ impl Report {
 \"format\": {}, \"frame_bytes\": {}, \"mode\": {}, \"verified\": {}, \
 \"verification\": {{\"consumer_ok\": {}, \"readback_ok\": {}, \"pulses\": {}, \"failed\": {}, \"first_failure\": {}}}, \
 \"latency_us\": {}, \"write_us\": {}, \"process_us\": {}, \"queued_us\": {}, \"overhead_us\": {}, \
-\"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
+\"stages\": {{{}}}, \"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
             json_str(self.backend),
             json_str(&self.why),
             self.note.map_or("null".to_string(), json_str),
@@ -229,6 +259,16 @@ impl Report {
             json_summary(&self.process),
             json_summary(&self.queued),
             json_summary(&self.overhead),
+            self.stages
+                .iter()
+                .map(|(name, s)| format!(
+                    "{}: {{\"mean\": {:.3}, \"p50\": {:.3}}}",
+                    json_str(name),
+                    s.mean / 1000.0,
+                    us(s.p50)
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.wall.as_secs_f64(),
             self.frame_time_us(),
             self.frames_per_s(),
@@ -334,6 +374,7 @@ mod tests {
             process: summary(1500),
             queued: summary(0),
             overhead: summary(500),
+            stages: vec![("camera", summary(1000)), ("consumer", summary(2000))],
             verification,
         }
     }

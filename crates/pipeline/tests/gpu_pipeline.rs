@@ -186,3 +186,26 @@ fn teardown_with_a_waiting_consumer_does_not_hang() {
     });
     assert!(t0.elapsed().as_secs() < 30);
 }
+
+/// The plain-CUDA baseline (`tegra_interop_pipeline::baseline`) verifies
+/// every frame in both modes, at an odd size and at 1920x1080 RGBA8.
+#[test]
+#[ignore = "needs an NVIDIA GPU and NVRTC"]
+fn plain_cuda_baseline_verifies_every_frame() {
+    use tegra_interop_pipeline::baseline;
+    for geometry in [
+        FrameGeometry {
+            stride: 1000,
+            rows: 37,
+        },
+        FrameGeometry {
+            stride: 7680,
+            rows: 1080,
+        },
+    ] {
+        for copy in [false, true] {
+            let r = baseline::run(geometry, 3, 20, copy).unwrap();
+            assert_eq!((r.frames, r.failed, r.copy), (20, 0, copy), "{geometry:?}");
+        }
+    }
+}

@@ -16,8 +16,8 @@ for l in sys.stdin:
   cargo test --release -p tegra-interop-driver --features cudarc --test real_backend --no-run --message-format=json; } 2>/dev/null | exes > /tmp/exes.txt
 [ -n "$EXTRA_TESTS" ] && eval "$EXTRA_TESTS" 2>/dev/null | exes >> /tmp/exes.txt
 while read n p; do cp "$p" $D/$n; done < /tmp/exes.txt
-cargo build --release -p tegra-interop-pipeline --features vulkan --bin pipeline --bin interop_info
+cargo build --release -p tegra-interop-pipeline --features vulkan --bin pipeline --bin interop_info --bin pipeline_vs_cuda
 cargo build --release -p tegra-interop-testkit --features vulkan --example gpu_bench
-cp target/release/pipeline target/release/interop_info target/release/examples/gpu_bench $D/
+cp target/release/pipeline target/release/interop_info target/release/pipeline_vs_cuda target/release/examples/gpu_bench $D/
 strip $D/*
 ls -la $D
