@@ -16,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod conformance;
+pub mod egl;
 pub mod raw_cuda;
 pub mod sim_exporter;
 #[cfg(feature = "vulkan")]

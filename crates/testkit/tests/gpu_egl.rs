@@ -1,0 +1,67 @@
+//! EGL images on a real GPU (the H200 machine): a GL texture made into an
+//! `EGLImageKHR` with the testkit's EGL exporter, registered with CUDA
+//! through the driver's `egl` module, its array frame read back.
+//! Ignored by default; needs libEGL/libGLESv2 and an NVIDIA EGL vendor.
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use tegra_interop_core::sys::cuda::{CUarray, CUmemorytype, CUDA_MEMCPY3D};
+use tegra_interop_driver::egl::{EglAccess, EglColorFormat, EglFrameType, EglImage};
+use tegra_interop_driver::{Backend, Context};
+use tegra_interop_testkit::egl::EglExporter;
+
+/// Copies `height` rows of `row_bytes` from `array` to the host.
+fn array_to_host(backend: &Backend, array: CUarray, row_bytes: usize, height: usize) -> Vec<u8> {
+    let copy = backend.table().cuda.cuMemcpy3D.unwrap();
+    let mut out = vec![0u8; row_bytes * height];
+    // SAFETY: an all-zero CUDA_MEMCPY3D is a valid "nothing" descriptor.
+    let mut m: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+    m.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+    m.srcArray = array;
+    m.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+    m.dstHost = out.as_mut_ptr().cast();
+    m.dstPitch = row_bytes;
+    m.WidthInBytes = row_bytes;
+    m.Height = height;
+    m.Depth = 1;
+    // SAFETY: the array is the registered image's plane (live); `out` holds
+    // the whole copy; the caller made the context current.
+    let r = unsafe { copy(&m) };
+    assert_eq!(r.0, 0, "cuMemcpy3D");
+    out
+}
+
+#[test]
+#[ignore = "needs a GPU with EGL (the GPU machine)"]
+fn gl_texture_image_reaches_cuda() {
+    let backend = Backend::real().unwrap();
+    let ctx = Context::create(backend.clone(), 0, 0).unwrap();
+    let egl = EglExporter::new().unwrap();
+    let (w, h) = (256u32, 64u32);
+    let pixels: Vec<u8> = (0..w * h * 4).map(|i| (i * 7 % 253) as u8).collect();
+    let image = egl.rgba_texture_image(w, h, &pixels).unwrap();
+    // SAFETY: the image lives until `egl.destroy` below, after unregister.
+    let reg = unsafe { EglImage::register(&ctx, image.as_raw(), EglAccess::ReadOnly) }.unwrap();
+    {
+        let f = reg.frame().unwrap();
+        println!("frame: {f:?}");
+        assert_eq!(
+            f.frame_type(),
+            EglFrameType::Array,
+            "measured: a GL texture is an array frame"
+        );
+        assert_eq!((f.width(), f.height(), f.plane_count()), (w, h, 1));
+        let array = f.plane_array(0).unwrap();
+        assert!(!array.is_null());
+        println!(
+            "colour format {:?}, channels {}",
+            f.color_format(),
+            f.channels()
+        );
+        ctx.bind().unwrap();
+        let back = array_to_host(&backend, array, w as usize * 4, h as usize);
+        assert_eq!(back, pixels, "the texture's bytes through the EGLImage");
+        let _ = EglColorFormat::RGBA;
+    }
+    reg.unregister().unwrap();
+    egl.destroy(image);
+}
