@@ -24,6 +24,9 @@ const EGL_GL_TEXTURE_2D_KHR: u32 = 0x30B1;
 const GL_TEXTURE_2D: u32 = 0x0DE1;
 const GL_RGBA: u32 = 0x1908;
 const GL_UNSIGNED_BYTE: u32 = 0x1401;
+const GL_TEXTURE_MIN_FILTER: u32 = 0x2801;
+const GL_TEXTURE_MAG_FILTER: u32 = 0x2800;
+const GL_NEAREST: i32 = 0x2600;
 
 /// An EGL display with a current surfaceless GLES2 context.
 pub struct EglExporter {
@@ -38,6 +41,7 @@ pub struct EglExporter {
     terminate: unsafe extern "C" fn(Ptr) -> EglBoolean,
     gen_textures: unsafe extern "C" fn(i32, *mut u32),
     bind_texture: unsafe extern "C" fn(u32, u32),
+    tex_parameter_i: unsafe extern "C" fn(u32, u32, i32),
     #[allow(clippy::type_complexity)]
     tex_image_2d: unsafe extern "C" fn(u32, i32, i32, i32, i32, i32, u32, u32, *const c_void),
     delete_textures: unsafe extern "C" fn(i32, *const u32),
@@ -182,6 +186,7 @@ impl EglExporter {
             terminate: sym(&egl, "eglTerminate")?,
             gen_textures: sym(&gles, "glGenTextures")?,
             bind_texture: sym(&gles, "glBindTexture")?,
+            tex_parameter_i: sym(&gles, "glTexParameteri")?,
             tex_image_2d: sym(&gles, "glTexImage2D")?,
             delete_textures: sym(&gles, "glDeleteTextures")?,
             finish: sym(&gles, "glFinish")?,
@@ -207,6 +212,10 @@ impl EglExporter {
         unsafe {
             (self.gen_textures)(1, &mut texture);
             (self.bind_texture)(GL_TEXTURE_2D, texture);
+            // One level only: without mipmaps the default minifying filter
+            // would leave the texture incomplete.
+            (self.tex_parameter_i)(GL_TEXTURE_2D, GL_TEXTURE_MIN_FILTER, GL_NEAREST);
+            (self.tex_parameter_i)(GL_TEXTURE_2D, GL_TEXTURE_MAG_FILTER, GL_NEAREST);
             (self.tex_image_2d)(
                 GL_TEXTURE_2D,
                 0,
