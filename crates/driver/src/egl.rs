@@ -4,6 +4,10 @@
 //! (V4L2, GStreamer, DeepStream on Jetson) or a GL texture reaches CUDA
 //! without a copy.
 //!
+//! Register the image before its producer writes the frames CUDA is to
+//! see: on the H200 what GL wrote into a texture before the registration
+//! read as zeros through CUDA, while later writes were seen (both ways).
+//!
 //! The image itself stays the caller's (made with `eglCreateImageKHR`,
 //! destroyed with `eglDestroyImageKHR` after the registration ended). The
 //! mapped frame borrows its registration, so its plane pointers cannot be
@@ -17,9 +21,11 @@
 //! let ctx = Context::create(sim.backend(), 0, 0)?;
 //! // The EGL side (here the simulator's stand-in for eglCreateImageKHR).
 //! let mut image = sim.create_egl_image(EglImageFormat::Rgba8, 64, 16).unwrap();
-//! image.plane_mut(0).unwrap()[..4].copy_from_slice(&[1, 2, 3, 4]);
 //! // SAFETY: the image is live and outlives the registration.
 //! let registered = unsafe { EglImage::register(&ctx, image.as_raw(), EglAccess::ReadWrite)? };
+//! // The producer writes after the registration (earlier writes are not
+//! // carried over: measured on the H200).
+//! image.plane_mut(0).unwrap()[..4].copy_from_slice(&[1, 2, 3, 4]);
 //! let frame = registered.frame()?;
 //! assert_eq!(frame.frame_type(), EglFrameType::Pitch);
 //! assert_eq!(frame.color_format(), EglColorFormat::RGBA);

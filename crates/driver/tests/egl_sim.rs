@@ -59,9 +59,9 @@ fn rgba_data_crosses_both_ways() {
 fn nv12_has_a_half_height_chroma_plane() {
     let (sim, ctx) = setup();
     let mut image = sim.create_egl_image(EglImageFormat::Nv12, 64, 32).unwrap();
-    image.plane_mut(1).unwrap().fill(0x80);
     // SAFETY: the image outlives the registration.
     let reg = unsafe { EglImage::register(&ctx, image.as_raw(), EglAccess::ReadOnly) }.unwrap();
+    image.plane_mut(1).unwrap().fill(0x80);
     let f = reg.frame().unwrap();
     assert_eq!(f.plane_count(), 2);
     assert_eq!(f.color_format(), EglColorFormat::YUV420_SEMIPLANAR);

@@ -6,10 +6,10 @@ use std::process::{Command, Output, Stdio};
 
 use tegra_interop_sim::nvsci::IpcConfigFile;
 
-/// The pipeline binary (through the cross test runner where one is set).
-fn command() -> Command {
+/// The pipeline binary, through the cross test runner where one is set.
+fn binary() -> Command {
     let exe = env!("CARGO_BIN_EXE_pipeline");
-    let mut c = match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
+    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
         Ok(r) if !r.trim().is_empty() => {
             let mut words = r.split_whitespace();
             let mut c = Command::new(words.next().unwrap());
@@ -17,7 +17,12 @@ fn command() -> Command {
             c
         }
         _ => Command::new(exe),
-    };
+    }
+}
+
+/// The pipeline binary with the small simulator run's options.
+fn command() -> Command {
+    let mut c = binary();
     c.args([
         "--backend",
         "sim",
@@ -125,7 +130,7 @@ fn a_cuda_process_that_dies_gives_the_camera_a_clear_error() {
 
 #[test]
 fn the_split_mode_refuses_other_backends() {
-    let o = Command::new(env!("CARGO_BIN_EXE_pipeline"))
+    let o = binary()
         .args(["--processes", "2", "--backend", "host", "--quiet"])
         .output()
         .unwrap();

@@ -27,6 +27,8 @@ const GL_UNSIGNED_BYTE: u32 = 0x1401;
 const GL_TEXTURE_MIN_FILTER: u32 = 0x2801;
 const GL_TEXTURE_MAG_FILTER: u32 = 0x2800;
 const GL_NEAREST: i32 = 0x2600;
+const GL_FRAMEBUFFER: u32 = 0x8D40;
+const GL_COLOR_ATTACHMENT0: u32 = 0x8CE0;
 
 /// An EGL display with a current surfaceless GLES2 context.
 pub struct EglExporter {
@@ -45,6 +47,14 @@ pub struct EglExporter {
     #[allow(clippy::type_complexity)]
     tex_image_2d: unsafe extern "C" fn(u32, i32, i32, i32, i32, i32, u32, u32, *const c_void),
     delete_textures: unsafe extern "C" fn(i32, *const u32),
+    gen_framebuffers: unsafe extern "C" fn(i32, *mut u32),
+    bind_framebuffer: unsafe extern "C" fn(u32, u32),
+    framebuffer_texture_2d: unsafe extern "C" fn(u32, u32, u32, u32, i32),
+    delete_framebuffers: unsafe extern "C" fn(i32, *const u32),
+    #[allow(clippy::type_complexity)]
+    tex_sub_image_2d: unsafe extern "C" fn(u32, i32, i32, i32, i32, i32, u32, u32, *const c_void),
+    #[allow(clippy::type_complexity)]
+    read_pixels: unsafe extern "C" fn(i32, i32, i32, i32, u32, u32, *mut c_void),
     finish: unsafe extern "C" fn(),
 }
 
@@ -189,6 +199,12 @@ impl EglExporter {
             tex_parameter_i: sym(&gles, "glTexParameteri")?,
             tex_image_2d: sym(&gles, "glTexImage2D")?,
             delete_textures: sym(&gles, "glDeleteTextures")?,
+            gen_framebuffers: sym(&gles, "glGenFramebuffers")?,
+            bind_framebuffer: sym(&gles, "glBindFramebuffer")?,
+            framebuffer_texture_2d: sym(&gles, "glFramebufferTexture2D")?,
+            delete_framebuffers: sym(&gles, "glDeleteFramebuffers")?,
+            read_pixels: sym(&gles, "glReadPixels")?,
+            tex_sub_image_2d: sym(&gles, "glTexSubImage2D")?,
             finish: sym(&gles, "glFinish")?,
             _egl: egl,
             _gles: gles,
@@ -250,6 +266,62 @@ impl EglExporter {
             return Err(format!("eglCreateImageKHR failed: {e:#x}"));
         }
         Ok(TextureImage { texture, image })
+    }
+
+    /// Reads the texture behind `image` back through GL (a framebuffer with
+    /// the texture attached, `glReadPixels`), `width * height * 4` bytes.
+    pub fn read_texture(&self, image: &TextureImage, width: u32, height: u32) -> Vec<u8> {
+        let mut out = vec![0u8; width as usize * height as usize * 4];
+        let mut fb = 0u32;
+        // SAFETY: the context is current; `out` holds the whole read.
+        unsafe {
+            (self.finish)();
+            (self.gen_framebuffers)(1, &mut fb);
+            (self.bind_framebuffer)(GL_FRAMEBUFFER, fb);
+            (self.framebuffer_texture_2d)(
+                GL_FRAMEBUFFER,
+                GL_COLOR_ATTACHMENT0,
+                GL_TEXTURE_2D,
+                image.texture,
+                0,
+            );
+            (self.read_pixels)(
+                0,
+                0,
+                width as i32,
+                height as i32,
+                GL_RGBA,
+                GL_UNSIGNED_BYTE,
+                out.as_mut_ptr().cast(),
+            );
+            (self.bind_framebuffer)(GL_FRAMEBUFFER, 0);
+            (self.delete_framebuffers)(1, &fb);
+        }
+        out
+    }
+
+    /// Overwrites the whole texture behind `image` through GL
+    /// (`glTexSubImage2D`, then `glFinish`).
+    pub fn write_texture(&self, image: &TextureImage, width: u32, height: u32, pixels: &[u8]) {
+        if pixels.len() != width as usize * height as usize * 4 {
+            return;
+        }
+        // SAFETY: the context is current; `pixels` holds the whole image.
+        unsafe {
+            (self.bind_texture)(GL_TEXTURE_2D, image.texture);
+            (self.tex_sub_image_2d)(
+                GL_TEXTURE_2D,
+                0,
+                0,
+                0,
+                width as i32,
+                height as i32,
+                GL_RGBA,
+                GL_UNSIGNED_BYTE,
+                pixels.as_ptr().cast(),
+            );
+            (self.finish)();
+        }
     }
 
     /// Destroys an image and its texture (after CUDA unregistered it).

@@ -9,6 +9,10 @@
 //! through the mapping `GetMappedEglFrame` makes, so both see the same bytes.
 //!
 //! What is modelled, and its source:
+//! - what the EGL side wrote before the registration is not carried over:
+//!   the image reads as zeros afterwards (measured on the H200 for a GL
+//!   texture: CUDA read zeros, while GL writes made after the registration
+//!   were seen; the simulator applies it to every image, on both sides);
 //! - registration needs a current context; flags are the map-resource flags
 //!   (NONE, READ_ONLY, WRITE_DISCARD); anything else, an unknown image or a
 //!   NULL out-pointer is refused with INVALID_VALUE (codes chosen: not
@@ -242,7 +246,7 @@ pub(crate) unsafe fn cuGraphicsEGLRegisterImage(
         if out.is_null() || flags > 2 {
             return Err(INVALID_VALUE);
         }
-        if !st.egl_images.contains_key(&(image as usize)) {
+        let Some(img) = st.egl_images.get(&(image as usize)) else {
             c.diag(
                 D::UnknownHandle,
                 format!(
@@ -251,7 +255,16 @@ pub(crate) unsafe fn cuGraphicsEGLRegisterImage(
                 ),
             );
             return Err(INVALID_VALUE);
-        }
+        };
+        // Measured on the H200: what the EGL side wrote before the
+        // registration is not what CUDA sees (it read zeros); writes after it
+        // are. The simulator makes the image's bytes zero at registration.
+        let (fd, len) = (Arc::clone(&img.fd), img.len);
+        let (region, p) =
+            Region::map_file(fd.as_fd(), len as u64, 0, len).map_err(|_| OUT_OF_MEMORY)?;
+        // SAFETY: `p` is the start of a fresh mapping of `len` bytes.
+        unsafe { cmem::fill(p, 0, len) };
+        drop(region);
         let h = new_handle(Tag::GraphicsResource);
         st.egl_resources.insert(
             h,
