@@ -329,17 +329,97 @@ impl EglFrame<'_> {
         Ok(ptr)
     }
 
-    /// Copies the first `dst.len()` bytes of plane `i` to the host
-    /// (`cuMemcpyDtoH`, synchronous).
+    /// Bytes per row of the single plane of an array frame: width x
+    /// channels x element size (from `cuFormat`).
+    fn array_row_bytes(&self) -> Result<usize, Error> {
+        use tegra_interop_sys::cuda::CUarray_format as F;
+        let elem = match self.raw.cuFormat {
+            F::CU_AD_FORMAT_UNSIGNED_INT8 | F::CU_AD_FORMAT_SIGNED_INT8 => 1,
+            F::CU_AD_FORMAT_UNSIGNED_INT16
+            | F::CU_AD_FORMAT_SIGNED_INT16
+            | F::CU_AD_FORMAT_HALF => 2,
+            F::CU_AD_FORMAT_UNSIGNED_INT32
+            | F::CU_AD_FORMAT_SIGNED_INT32
+            | F::CU_AD_FORMAT_FLOAT => 4,
+            _ => {
+                return Err(Error::Unsupported {
+                    operation: "EglFrame array copy",
+                    reason: "the array's element format is not a plain 8/16/32-bit one",
+                })
+            }
+        };
+        if self.plane_count() != 1 {
+            return Err(Error::Unsupported {
+                operation: "EglFrame array copy",
+                reason: "array frames with several planes (YUV) are not copied by this helper yet",
+            });
+        }
+        Ok(self.width() as usize * self.channels() as usize * elem)
+    }
+
+    /// A whole-plane copy between the single array of an array frame and
+    /// host memory (`cuMemcpy3D`, synchronous); `to_host` picks the direction.
+    fn copy_array(&self, host: *mut u8, len: usize, to_host: bool) -> Result<(), Error> {
+        use tegra_interop_sys::cuda::{CUmemorytype, CUDA_MEMCPY3D};
+        let row = self.array_row_bytes()?;
+        let rows = self.height() as usize;
+        let whole = row * rows;
+        if len != whole {
+            return Err(Error::OutOfBounds {
+                offset: 0,
+                len: len as u64,
+                size: whole as u64,
+            });
+        }
+        let array = self.plane_array(0).ok_or(Error::Unsupported {
+            operation: "EglFrame array copy",
+            reason: "not an array frame",
+        })?;
+        let mut m = CUDA_MEMCPY3D {
+            WidthInBytes: row,
+            Height: rows,
+            Depth: 1,
+            ..CUDA_MEMCPY3D::default()
+        };
+        if to_host {
+            m.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            m.srcArray = array;
+            m.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+            m.dstHost = host.cast();
+            m.dstPitch = row;
+        } else {
+            m.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
+            m.srcHost = host.cast_const().cast();
+            m.srcPitch = row;
+            m.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
+            m.dstArray = array;
+        }
+        // The array is the registered image's (live while this frame is);
+        // the host side holds `row * rows` bytes (checked above).
+        call::cuMemcpy3D(Bind(self.ctx), &m)
+    }
+
+    /// Copies plane `i` to the host (synchronous): the first `dst.len()`
+    /// bytes of a pitch plane (`cuMemcpyDtoH`), or the whole single plane of
+    /// an array frame, rows packed (`cuMemcpy3D`; `dst` must be exactly
+    /// width x channels x element size x height bytes).
     pub fn copy_plane_to_host(&self, i: usize, dst: &mut [u8]) -> Result<(), Error> {
+        if self.frame_type() == EglFrameType::Array && i == 0 {
+            return self.copy_array(dst.as_mut_ptr(), dst.len(), true);
+        }
         let src = self.plane_range(i, dst.len())?;
         // `src..src+len` lies inside the plane of the registered image.
         call::cuMemcpyDtoH(Bind(self.ctx), dst.as_mut_ptr().cast(), src, dst.len())
     }
 
-    /// Copies `src` into the start of plane `i` (`cuMemcpyHtoD`,
-    /// synchronous).
+    /// Copies `src` into plane `i` (synchronous): the start of a pitch
+    /// plane (`cuMemcpyHtoD`), or the whole single plane of an array frame
+    /// (`cuMemcpy3D`, as for [`copy_plane_to_host`](Self::copy_plane_to_host)).
     pub fn copy_plane_from_host(&self, i: usize, src: &[u8]) -> Result<(), Error> {
+        if self.frame_type() == EglFrameType::Array && i == 0 {
+            // The copy only reads through this pointer (host -> array).
+            return self.copy_array(src.as_ptr().cast_mut(), src.len(), false);
+        }
         let dst = self.plane_range(i, src.len())?;
         // `dst..dst+len` lies inside the plane of the registered image.
         call::cuMemcpyHtoD(Bind(self.ctx), dst, src.as_ptr().cast(), src.len())

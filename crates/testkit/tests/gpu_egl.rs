@@ -1,55 +1,15 @@
 //! EGL images on a real GPU (the H200 machine): a GL texture made into an
 //! `EGLImageKHR` with the testkit's EGL exporter, registered with CUDA
-//! through the driver's `egl` module: registration, the frame's type, size,
+//! through the driver's `egl` module (array planes copied with `EglFrame`'s copies): registration, the frame's type, size,
 //! planes and colour format; data both ways (CUDA -> GL, and GL -> CUDA for
 //! writes made after the registration; earlier writes are not seen, as
 //! measured); unregistration.
 //! Ignored by default; needs libEGL/libGLESv2 and an NVIDIA EGL vendor.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
-use tegra_interop_core::sys::cuda::{CUarray, CUmemorytype, CUDA_MEMCPY3D};
 use tegra_interop_driver::egl::{EglAccess, EglColorFormat, EglFrameType, EglImage};
 use tegra_interop_driver::{Backend, Context};
 use tegra_interop_testkit::egl::EglExporter;
-
-/// Copies `data` (`height` rows of `row_bytes`) into `array`.
-fn host_to_array(backend: &Backend, array: CUarray, row_bytes: usize, height: usize, data: &[u8]) {
-    let copy = backend.table().cuda.cuMemcpy3D.unwrap();
-    // SAFETY: an all-zero CUDA_MEMCPY3D is a valid "nothing" descriptor.
-    let mut m: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-    m.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
-    m.srcHost = data.as_ptr().cast();
-    m.srcPitch = row_bytes;
-    m.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
-    m.dstArray = array;
-    m.WidthInBytes = row_bytes;
-    m.Height = height;
-    m.Depth = 1;
-    // SAFETY: as in `array_to_host`, the other way.
-    let r = unsafe { copy(&m) };
-    assert_eq!(r.0, 0, "cuMemcpy3D to the array");
-}
-
-/// Copies `height` rows of `row_bytes` from `array` to the host.
-fn array_to_host(backend: &Backend, array: CUarray, row_bytes: usize, height: usize) -> Vec<u8> {
-    let copy = backend.table().cuda.cuMemcpy3D.unwrap();
-    let mut out = vec![0u8; row_bytes * height];
-    // SAFETY: an all-zero CUDA_MEMCPY3D is a valid "nothing" descriptor.
-    let mut m: CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-    m.srcMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
-    m.srcArray = array;
-    m.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_HOST;
-    m.dstHost = out.as_mut_ptr().cast();
-    m.dstPitch = row_bytes;
-    m.WidthInBytes = row_bytes;
-    m.Height = height;
-    m.Depth = 1;
-    // SAFETY: the array is the registered image's plane (live); `out` holds
-    // the whole copy; the caller made the context current.
-    let r = unsafe { copy(&m) };
-    assert_eq!(r.0, 0, "cuMemcpy3D");
-    out
-}
 
 #[test]
 #[ignore = "needs a GPU with EGL (the GPU machine)"]
@@ -71,15 +31,14 @@ fn gl_texture_image_reaches_cuda() {
             "measured: a GL texture is an array frame"
         );
         assert_eq!((f.width(), f.height(), f.plane_count()), (w, h, 1));
-        let array = f.plane_array(0).unwrap();
-        assert!(!array.is_null());
+        assert!(!f.plane_array(0).unwrap().is_null());
         println!(
             "colour format {:?}, channels {}",
             f.color_format(),
             f.channels()
         );
-        ctx.bind().unwrap();
-        let back = array_to_host(&backend, array, w as usize * 4, h as usize);
+        let mut back = vec![0u8; pixels.len()];
+        f.copy_plane_to_host(0, &mut back).unwrap();
         let same = back.iter().zip(&pixels).filter(|(a, b)| a == b).count();
         println!(
             "read back: {same}/{} bytes equal; first bytes {:?} (texture {:?})",
@@ -101,8 +60,9 @@ fn gl_texture_image_reaches_cuda() {
         let gl_view = egl.read_texture(&image, w, h);
         println!("GL reads its texture back: {}", gl_view == pixels);
         let written: Vec<u8> = (0..w * h * 4).map(|i| (i % 241) as u8 ^ 0x5a).collect();
-        host_to_array(&backend, array, w as usize * 4, h as usize, &written);
-        let cuda_view = array_to_host(&backend, array, w as usize * 4, h as usize);
+        f.copy_plane_from_host(0, &written).unwrap();
+        let mut cuda_view = vec![0u8; written.len()];
+        f.copy_plane_to_host(0, &mut cuda_view).unwrap();
         println!(
             "CUDA reads back what it wrote into the array: {}",
             cuda_view == written
@@ -116,7 +76,8 @@ fn gl_texture_image_reaches_cuda() {
         assert_eq!(gl_after, written, "CUDA -> the EGLImage -> GL");
         // GL writes after the registration: does CUDA see them?
         egl.write_texture(&image, w, h, &pixels);
-        let after_gl = array_to_host(&backend, array, w as usize * 4, h as usize);
+        let mut after_gl = vec![0u8; pixels.len()];
+        f.copy_plane_to_host(0, &mut after_gl).unwrap();
         assert_eq!(
             after_gl, pixels,
             "GL -> the EGLImage -> CUDA (written after registration)"
