@@ -209,6 +209,32 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// Enters a live device-address range (an allocation, or a mapping of an
+    /// import or of a registered graphics resource) at device address `at`,
+    /// backed by `region`; the address stops being "gone" if an earlier range
+    /// had it. Returns the address as a device pointer.
+    pub(crate) fn add_allocation(
+        &mut self,
+        at: *mut u8,
+        ctx: u64,
+        len: usize,
+        kind: AllocKind,
+        region: Region,
+    ) -> u64 {
+        let p = at as usize as u64;
+        self.gone.remove(&p);
+        self.allocations.insert(
+            p,
+            AllocObj {
+                ctx,
+                len,
+                kind,
+                _region: region,
+            },
+        );
+        p
+    }
+
     /// Removes every object of context `ctx` as the real driver frees them
     /// when the context goes; later use is reported with `why`.
     pub(crate) fn drop_context_objects(&mut self, ctx: u64, why: GoneWhy) {

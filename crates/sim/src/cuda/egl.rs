@@ -336,17 +336,7 @@ pub(crate) unsafe fn cuGraphicsResourceGetMappedEglFrame(
             None => {
                 let (region, p) =
                     Region::map_file(fd.as_fd(), len as u64, 0, len).map_err(|_| OUT_OF_MEMORY)?;
-                let b = p as usize as u64;
-                st.gone.remove(&b);
-                st.allocations.insert(
-                    b,
-                    AllocObj {
-                        ctx,
-                        len,
-                        kind: AllocKind::Mapped,
-                        _region: region,
-                    },
-                );
+                let b = st.add_allocation(p, ctx, len, AllocKind::Mapped, region);
                 if let Some(r) = st.egl_resources.get_mut(&h) {
                     r.mapped = Some(b);
                 }

@@ -313,17 +313,7 @@ pub(crate) unsafe fn cuExternalMemoryGetMappedBuffer(
         let (region, ptr) = Region::map_file(mem.fd.as_fd(), mem.file_len, desc.offset, len)
             .map_err(|_| OUT_OF_MEMORY)?;
         let ctx = mem.ctx;
-        let p = ptr as usize as u64;
-        st.gone.remove(&p);
-        st.allocations.insert(
-            p,
-            AllocObj {
-                ctx,
-                len,
-                kind: AllocKind::Mapped,
-                _region: region,
-            },
-        );
+        let p = st.add_allocation(ptr, ctx, len, AllocKind::Mapped, region);
         // SAFETY: checked non-null; caller pointer.
         unsafe { put(out, p) }
     })();

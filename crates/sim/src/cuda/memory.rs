@@ -50,17 +50,7 @@ pub(crate) unsafe fn cuMemAlloc(c: &Call, out: *mut CUdeviceptr, size: usize) ->
             return Err(INVALID_VALUE);
         }
         let region = Region::anonymous(size).map_err(|_| OUT_OF_MEMORY)?;
-        let p = region.base() as usize as u64;
-        st.gone.remove(&p);
-        st.allocations.insert(
-            p,
-            AllocObj {
-                ctx,
-                len: size,
-                kind: AllocKind::Alloc,
-                _region: region,
-            },
-        );
+        let p = st.add_allocation(region.base(), ctx, size, AllocKind::Alloc, region);
         // SAFETY: checked non-null; caller pointer.
         unsafe { put(out, p) }
     })();
