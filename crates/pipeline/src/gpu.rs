@@ -87,8 +87,8 @@ use tegra_interop_testkit::vulkan::{
     VulkanSemaphore,
 };
 
-use crate::ring::Ticket;
-use crate::transport::{Completion, FrameGeometry, FrameTransport, TransportError};
+use crate::ring::{Peek, Ticket};
+use crate::transport::{Completion, FrameGeometry, FrameTransport, Lent, TransportError};
 
 use crate::kernel::{self, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
 
@@ -897,6 +897,36 @@ impl GpuTransport {
             None => Ok(()),
         }
     }
+
+    /// Waits until `slot`'s *free* fence reached `want` and the device's
+    /// writes to the slot are visible to the host (see the module docs).
+    fn wait_slot(&mut self, slot: usize, want: u64) -> Result<(), TransportError> {
+        let (pending_free, reclaimed) = self.reclaim_pending[slot];
+        if self.deferred.is_some_and(|(s, _)| s == slot) {
+            // Not submitted ahead (a ring of one): acquired below, inline.
+            self.deferred = None;
+        }
+        let reached = match self.handover {
+            Handover::Queue if want != 0 && pending_free == want => {
+                // Submitted by `reclaim_ahead` after the slot's last frame.
+                self.reclaimed_vk[slot].wait(reclaimed, FREE_WAIT)
+            }
+            Handover::Queue => self.vk.acquire_for_host(
+                &self.handovers[slot],
+                &self.frames[slot],
+                &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
+                FREE_WAIT,
+            ),
+            Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
+        }
+        .map_err(|e| err("waiting for the free fence")(&e))?;
+        if !reached {
+            return Err(TransportError::new(format!(
+                "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for GpuTransport {
@@ -923,31 +953,7 @@ impl FrameTransport for GpuTransport {
 
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = self.check_slot(t)?;
-        let want = t.free_wait();
-        let (pending_free, reclaimed) = self.reclaim_pending[slot];
-        if self.deferred.is_some_and(|(s, _)| s == slot) {
-            // Not submitted ahead (a ring of one): acquired below, inline.
-            self.deferred = None;
-        }
-        let reached = match self.handover {
-            Handover::Queue if want != 0 && pending_free == want => {
-                // Submitted by `reclaim_ahead` after the slot's last frame.
-                self.reclaimed_vk[slot].wait(reclaimed, FREE_WAIT)
-            }
-            Handover::Queue => self.vk.acquire_for_host(
-                &self.handovers[slot],
-                &self.frames[slot],
-                &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
-                FREE_WAIT,
-            ),
-            Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
-        }
-        .map_err(|e| err("waiting for the free fence")(&e))?;
-        if !reached {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
-            )));
-        }
+        self.wait_slot(slot, t.free_wait())?;
         let len = self.geometry.frame_len();
         // SAFETY: the slot's free fence reached the value the consumer
         // signals after its last access to this memory (kernel, copies);
@@ -959,6 +965,52 @@ impl FrameTransport for GpuTransport {
         bytes
             .get_mut(..len)
             .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))
+    }
+
+    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
+        let slot = self.check_slot(t)?;
+        let other = p.slot();
+        if other == slot || other >= self.frames.len() {
+            return Ok(None);
+        }
+        let want = p.free_reached();
+        let (pending_free, reclaimed) = self.reclaim_pending[other];
+        let reached = match self.handover {
+            // Only where the slot's acquire for the host was submitted ahead
+            // for exactly this value: an inline acquire here would be
+            // followed by the ahead one, taking the buffer back twice.
+            Handover::Queue if pending_free == want => {
+                self.reclaimed_vk[other].wait(reclaimed, FREE_WAIT)
+            }
+            Handover::Queue => return Ok(None),
+            Handover::HostOnly => self.free_vk[other].wait(want, FREE_WAIT),
+        }
+        .map_err(|e| err("waiting for the free fence")(&e))?;
+        if !reached {
+            return Err(TransportError::new(format!(
+                "slot {other}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
+            )));
+        }
+        self.wait_slot(slot, t.free_wait())?;
+        let len = self.geometry.frame_len();
+        let [w, r] = self
+            .frames
+            .get_disjoint_mut([slot, other])
+            .map_err(|_| TransportError::new("peek of the slot being written"))?;
+        // SAFETY: two different slots, so two different allocations. For
+        // both, the free fence reached the value the consumer signals after
+        // its last access (and the acquire batch made its writes visible to
+        // the host); the consumer's next access to either waits for a ready
+        // signal, which only `signal_ready` makes, and that takes `&mut
+        // self`, so it cannot run while these borrows are alive.
+        let (write, read) = unsafe { (w.host_bytes_mut(), r.host_bytes_mut()) };
+        let small = || TransportError::new("the Vulkan allocation is smaller than a frame");
+        let write = write.map_err(|e| err("mapping the frame buffer")(&e))?;
+        let read = read.map_err(|e| err("mapping the frame buffer")(&e))?;
+        Ok(Some((
+            write.get_mut(..len).ok_or_else(small)?,
+            read.get(..len).ok_or_else(small)?,
+        )))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

@@ -14,8 +14,10 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use crate::ring::Ticket;
-use crate::transport::{process_frame, Completion, FrameGeometry, FrameTransport, TransportError};
+use crate::ring::{Peek, Ticket};
+use crate::transport::{
+    process_frame, Completion, FrameGeometry, FrameTransport, Lent, TransportError,
+};
 
 /// A deliberate defect, so tests can show that verification catches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +153,30 @@ fn consumer_loop(
     }
 }
 
+impl HostReference {
+    /// Makes sure the producer holds `slot`'s buffer: receives it from the
+    /// slot's *free* channel unless already held, checking that it carries
+    /// `want` (`frame` names the waiter in the error).
+    fn take_free(&mut self, slot: usize, want: u64, frame: u64) -> Result<(), TransportError> {
+        let (Some(held), Some(rx)) = (self.held.get_mut(slot), self.free_rx.get(slot)) else {
+            return Err(TransportError::new(format!("no slot {slot}")));
+        };
+        if held.is_none() {
+            let token = rx
+                .recv()
+                .map_err(|_| TransportError::new("consumer thread stopped"))?;
+            if token.value != want {
+                return Err(TransportError::new(format!(
+                    "slot {slot} free fence is {}, producer of frame {frame} waits for {want}",
+                    token.value
+                )));
+            }
+            *held = Some(token.bytes);
+        }
+        Ok(())
+    }
+}
+
 impl FrameTransport for HostReference {
     fn backend(&self) -> &'static str {
         "host-reference"
@@ -166,27 +192,31 @@ impl FrameTransport for HostReference {
 
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = t.slot();
-        let held = self
-            .held
-            .get_mut(slot)
-            .ok_or_else(|| TransportError::new(format!("no slot {slot}")))?;
-        if held.is_none() {
-            let token = self.free_rx[slot]
-                .recv()
-                .map_err(|_| TransportError::new("consumer thread stopped"))?;
-            if token.value != t.free_wait() {
-                return Err(TransportError::new(format!(
-                    "slot {slot} free fence is {}, producer of frame {} waits for {}",
-                    token.value,
-                    t.frame(),
-                    t.free_wait()
-                )));
-            }
-            *held = Some(token.bytes);
+        self.take_free(slot, t.free_wait(), t.frame())?;
+        match self.held.get_mut(slot) {
+            Some(Some(bytes)) => Ok(bytes),
+            _ => Err(TransportError::new("slot buffer missing")),
         }
-        match held {
-            Some(bytes) => Ok(bytes),
-            None => Err(TransportError::new("slot buffer missing")),
+    }
+
+    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
+        let (slot, other) = (t.slot(), p.slot());
+        if slot == other {
+            return Ok(None);
+        }
+        // The peeked slot's buffer comes back first: the value it carries
+        // is the one the slot's next ticket waits for.
+        self.take_free(other, p.free_reached(), p.frame())?;
+        self.take_free(slot, t.free_wait(), t.frame())?;
+        let (low, high) = self.held.split_at_mut(slot.max(other));
+        let (write, read) = if slot < other {
+            (low.get_mut(slot), high.first())
+        } else {
+            (high.first_mut(), low.get(other))
+        };
+        match (write, read) {
+            (Some(Some(w)), Some(Some(r))) => Ok(Some((w, r))),
+            _ => Err(TransportError::new("slot buffer missing")),
         }
     }
 

@@ -84,8 +84,10 @@ use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
 
 use crate::host::Fault;
 use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
-use crate::ring::Ticket;
-use crate::transport::{process_frame, Completion, FrameGeometry, FrameTransport, TransportError};
+use crate::ring::{Peek, Ticket};
+use crate::transport::{
+    process_frame, Completion, FrameGeometry, FrameTransport, Lent, TransportError,
+};
 
 /// How long a CPU wait or a completion may take before the run is declared
 /// stuck (a healthy frame takes microseconds to milliseconds).
@@ -641,6 +643,51 @@ impl NvSciTransport {
         }
         Ok(c)
     }
+
+    /// Waits (on the CPU) until `slot`'s *free* fence reached signal `k`
+    /// (nothing for 0) and makes the consumer's writes visible to the CPU.
+    /// Waiting again for a value already reached returns at once.
+    fn wait_slot(&mut self, slot: usize, k: u64) -> Result<(), TransportError> {
+        if slot >= self.cpu.len() {
+            return Err(TransportError::new(format!("no slot {slot}")));
+        }
+        if k > 0 {
+            let reached = if self.built() {
+                let Some(counter) = self.signalers[slot].counter() else {
+                    return Err(TransportError::new("free semaphore lost its counter"));
+                };
+                self.objects.slots[slot]
+                    .free
+                    .fence_for_value(counter.value_of_signal(k))
+                    .map_err(|e| TransportError::new(format!("free fence: {e}")))?
+                    .wait(&mut self.cpu_wait, Timeout::After(STUCK))
+            } else {
+                // The fence of free signal k, handed back at queue_consumer;
+                // kept until the slot's next queue_consumer replaces it, so a
+                // peek and the slot's next ticket both wait on it.
+                self.free_fences[slot]
+                    .as_ref()
+                    .ok_or_else(|| {
+                        TransportError::new(format!(
+                            "slot {slot}: the consumer handed back no free fence for signal {k}"
+                        ))
+                    })?
+                    .wait(&mut self.cpu_wait, Timeout::After(STUCK))
+            }
+            .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
+            if !reached {
+                return Err(TransportError::new(format!(
+                    "slot {slot}: free signal {k} not reached within {STUCK:?}"
+                )));
+            }
+        }
+        // Before the CPU reads what the consumer wrote (see the module docs
+        // on CPU caches). The producer's own lines were written back at its
+        // ready signal and it has not written the slot since, so this cannot
+        // overwrite the consumer's output.
+        self.flush_cpu_cache(slot)?;
+        Ok(())
+    }
 }
 
 impl FrameTransport for NvSciTransport {
@@ -657,41 +704,8 @@ impl FrameTransport for NvSciTransport {
     }
 
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
-        let (slot, k) = (t.slot(), t.free_wait());
-        if slot >= self.cpu.len() {
-            return Err(TransportError::new(format!("no slot {slot}")));
-        }
-        if k > 0 {
-            let fence = if self.built() {
-                let Some(counter) = self.signalers[slot].counter() else {
-                    return Err(TransportError::new("free semaphore lost its counter"));
-                };
-                self.objects.slots[slot]
-                    .free
-                    .fence_for_value(counter.value_of_signal(k))
-                    .map_err(|e| TransportError::new(format!("free fence: {e}")))?
-            } else {
-                // The fence of free signal k, handed back at queue_consumer.
-                self.free_fences[slot].take().ok_or_else(|| {
-                    TransportError::new(format!(
-                        "slot {slot}: the consumer handed back no free fence for signal {k}"
-                    ))
-                })?
-            };
-            let reached = fence
-                .wait(&mut self.cpu_wait, Timeout::After(STUCK))
-                .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
-            if !reached {
-                return Err(TransportError::new(format!(
-                    "slot {slot}: free signal {k} not reached within {STUCK:?}"
-                )));
-            }
-        }
-        // Before the CPU reads what the consumer wrote (see the module docs
-        // on CPU caches). The producer's own lines were written back at its
-        // ready signal and it has not written the slot since, so this cannot
-        // overwrite the consumer's output.
-        self.flush_cpu_cache(slot)?;
+        let slot = t.slot();
+        self.wait_slot(slot, t.free_wait())?;
         // SAFETY: the buffer is at least `frame_len` bytes (checked at
         // set-up) and lives as long as `self.objects`. The consumer is done
         // with it: its free fence for the slot's previous frame was reached
@@ -700,6 +714,29 @@ impl FrameTransport for NvSciTransport {
         Ok(unsafe {
             std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), self.geometry.frame_len())
         })
+    }
+
+    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
+        let (slot, other) = (t.slot(), p.slot());
+        if slot == other {
+            return Ok(None);
+        }
+        self.wait_slot(other, p.free_reached())?;
+        self.wait_slot(slot, t.free_wait())?;
+        let len = self.geometry.frame_len();
+        // SAFETY: two different slots, so two disjoint buffers, each at
+        // least `frame_len` bytes (checked at set-up) and alive as long as
+        // `self.objects`. The consumer is done with both: their free fences
+        // for the frames they hold were reached above (or the slot was never
+        // used), and its next access to either waits for a ready signal,
+        // which only `signal_ready` makes, and that needs `&mut self`, so it
+        // cannot happen while these borrows of `self` are alive.
+        Ok(Some(unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), len),
+                std::slice::from_raw_parts(self.cpu[other].as_ptr().cast_const(), len),
+            )
+        }))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

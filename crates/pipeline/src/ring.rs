@@ -93,6 +93,34 @@ impl Ticket {
     }
 }
 
+/// A collected frame that still sits in its slot, lent for reading (the
+/// producer's check of the processed bytes) before the slot's next ticket
+/// exists: made by [`Ring::peek`]. The slot is `Free`, so no transport call
+/// for a ticket touches it until the ring hands out its next ticket.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Peek {
+    slot: usize,
+    frame: u64,
+    free_reached: u64,
+}
+
+impl Peek {
+    /// The slot.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+    /// The collected frame whose processed bytes the slot holds.
+    pub fn frame(&self) -> u64 {
+        self.frame
+    }
+    /// The value the slot's *free* fence reached when the consumer finished
+    /// the frame (its [`Ticket::free_signal`]); the slot's next ticket waits
+    /// for the same value.
+    pub fn free_reached(&self) -> u64 {
+        self.free_reached
+    }
+}
+
 /// What the ring remembers about a frame between its write and its
 /// completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -279,6 +307,77 @@ impl Ring {
         }
     }
 
+    /// Lends collected frame `frame` for reading while its slot waits for its
+    /// next ticket. `None` unless the frame was collected and is still the
+    /// last one of a `Free` slot (after the slot's next [`Ring::acquire`] the
+    /// bytes belong to that ticket).
+    pub fn peek(&self, frame: u64) -> Option<Peek> {
+        let slot = (frame % self.slots as u64) as usize;
+        let free = self.state[slot] == SlotState::Free;
+        (free && self.last_done[slot] == Some(frame)).then(|| Peek {
+            slot,
+            frame,
+            free_reached: frame / self.slots as u64 + 1,
+        })
+    }
+
+    /// Blocks until `frame` is collected (it must have been submitted), then
+    /// collects whatever else finished without blocking; calls `each` per
+    /// collected frame.
+    pub fn collect_through<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        frame: u64,
+        mut each: impl FnMut(&Completion, &Collected) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let slot = (frame % self.slots as u64) as usize;
+        while matches!(self.state[slot], SlotState::InFlight(rec) if rec.frame <= frame) {
+            let c = t.wait_complete().map_err(|e| e.0)?;
+            each(&c, &self.complete(&c)?)?;
+        }
+        while let Some(c) = t.try_complete().map_err(|e| e.0)? {
+            each(&c, &self.complete(&c)?)?;
+        }
+        Ok(())
+    }
+
+    /// [`Ring::produce`], and also lends the bytes of `peek` (another slot's
+    /// collected frame) to `write` for reading while it writes, where the
+    /// transport can ([`FrameTransport::wait_free_and_peek`]); `write` gets
+    /// `None` otherwise, and the frame stays unread.
+    pub fn produce_peeking<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        peek: Option<&Peek>,
+        write: impl FnOnce(&Ticket, &mut [u8], Option<&[u8]>) -> Result<(Instant, u64), String>,
+    ) -> Result<Ticket, String> {
+        if let Some(p) = peek {
+            // Checked here, not trusted from the caller: a peek of the slot
+            // about to be written, or of a slot that is not free, is refused.
+            let still = self.peek(p.frame).is_some_and(|q| q == *p);
+            if !still || p.slot == self.next_slot() {
+                return Err(format!(
+                    "peek of frame {} in slot {}, which is not another free slot's collected frame",
+                    p.frame, p.slot
+                ));
+            }
+        }
+        let ticket = self.acquire()?;
+        let lent = match peek {
+            Some(p) => t.wait_free_and_peek(&ticket, p).map_err(|e| e.0)?,
+            None => None,
+        };
+        let (started, write_ns) = match lent {
+            Some((bytes, peeked)) => write(&ticket, bytes, Some(peeked))?,
+            None => write(&ticket, t.wait_free(&ticket).map_err(|e| e.0)?, None)?,
+        };
+        t.signal_ready(&ticket).map_err(|e| e.0)?;
+        self.release(&ticket, started, write_ns)?;
+        t.queue_consumer(&ticket).map_err(|e| e.0)?;
+        self.submit(&ticket)?;
+        Ok(ticket)
+    }
+
     /// One frame through the producer's half of the protocol: acquire its
     /// ticket, have `t` wait for the slot, let `write` fill the bytes
     /// (it returns when it started writing and how many nanoseconds it
@@ -289,13 +388,7 @@ impl Ring {
         t: &mut T,
         write: impl FnOnce(&Ticket, &mut [u8]) -> Result<(Instant, u64), String>,
     ) -> Result<Ticket, String> {
-        let ticket = self.acquire()?;
-        let (started, write_ns) = write(&ticket, t.wait_free(&ticket).map_err(|e| e.0)?)?;
-        t.signal_ready(&ticket).map_err(|e| e.0)?;
-        self.release(&ticket, started, write_ns)?;
-        t.queue_consumer(&ticket).map_err(|e| e.0)?;
-        self.submit(&ticket)?;
-        Ok(ticket)
+        self.produce_peeking(t, None, |ticket, bytes, _| write(ticket, bytes))
     }
 
     /// Collects every finished frame without blocking, then blocks until
@@ -428,5 +521,160 @@ mod tests {
         assert_eq!(ring.complete(&c).unwrap().queued, Duration::ZERO);
         // `b` was ready before `a` finished: it queued behind it.
         assert!(ring.complete(&done(&b)).unwrap().queued >= Duration::from_millis(4));
+    }
+
+    #[test]
+    fn peek_lends_only_a_free_slots_last_collected_frame() {
+        let mut ring = Ring::new(3).unwrap();
+        let t0 = write(&mut ring);
+        assert_eq!(ring.peek(0), None, "in flight: not lent");
+        ring.complete(&done(&t0)).unwrap();
+        let p = ring.peek(0).unwrap();
+        assert_eq!((p.slot(), p.frame(), p.free_reached()), (0, 0, 1));
+        assert_eq!(p.free_reached(), t0.free_signal());
+        assert_eq!(ring.peek(3), None, "not produced yet");
+        assert_eq!(ring.peek(1), None, "never written");
+        let _t1 = write(&mut ring);
+        let _t2 = write(&mut ring);
+        // Frame 3 takes slot 0: from its acquire on, frame 0 is not lent.
+        let t3 = ring.acquire().unwrap();
+        assert_eq!(
+            t3.free_wait(),
+            p.free_reached(),
+            "the next ticket waits for the same value"
+        );
+        assert_eq!(ring.peek(0), None);
+    }
+
+    /// A transport that records what it was asked and lends from plain
+    /// buffers (or refuses to lend).
+    struct Lender {
+        bufs: Vec<Vec<u8>>,
+        lend: bool,
+        done: std::collections::VecDeque<Completion>,
+        log: Vec<String>,
+    }
+
+    impl FrameTransport for Lender {
+        fn backend(&self) -> &'static str {
+            "lender"
+        }
+        fn slot_count(&self) -> usize {
+            self.bufs.len()
+        }
+        fn geometry(&self) -> crate::transport::FrameGeometry {
+            crate::transport::FrameGeometry { stride: 4, rows: 1 }
+        }
+        fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], crate::transport::TransportError> {
+            self.log.push(format!("wait_free {}", t.frame()));
+            Ok(&mut self.bufs[t.slot()])
+        }
+        fn wait_free_and_peek(
+            &mut self,
+            t: &Ticket,
+            p: &Peek,
+        ) -> Result<crate::transport::Lent<'_>, crate::transport::TransportError> {
+            if !self.lend {
+                return Ok(None);
+            }
+            self.log.push(format!("peek {} {}", t.frame(), p.frame()));
+            let [w, r] = self.bufs.get_disjoint_mut([t.slot(), p.slot()]).unwrap();
+            Ok(Some((w, r)))
+        }
+        fn signal_ready(&mut self, _t: &Ticket) -> Result<(), crate::transport::TransportError> {
+            Ok(())
+        }
+        fn queue_consumer(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
+            self.done.push_back(done(t));
+            Ok(())
+        }
+        fn try_complete(&mut self) -> Result<Option<Completion>, crate::transport::TransportError> {
+            Ok(None)
+        }
+        fn wait_complete(&mut self) -> Result<Completion, crate::transport::TransportError> {
+            self.done
+                .pop_front()
+                .ok_or_else(|| crate::transport::TransportError::new("nothing in flight"))
+        }
+    }
+
+    fn lender(slots: usize, lend: bool) -> Lender {
+        Lender {
+            bufs: (0..slots).map(|i| vec![i as u8; 4]).collect(),
+            lend,
+            done: Default::default(),
+            log: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn produce_peeking_lends_the_other_slot_while_writing() {
+        let mut ring = Ring::new(3).unwrap();
+        let mut t = lender(3, true);
+        for _ in 0..3 {
+            ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+                .unwrap();
+        }
+        // Frame 3 (slot 0) may read frame 1 (slot 1) once it is collected.
+        ring.make_room(&mut t, |_, _| Ok(())).unwrap();
+        ring.collect_through(&mut t, 1, |_, _| Ok(())).unwrap();
+        assert_eq!(ring.in_flight(), 1, "frame 2 still in flight");
+        let p = ring.peek(1).unwrap();
+        let mut seen = None;
+        ring.produce_peeking(&mut t, Some(&p), |ticket, bytes, peeked| {
+            seen = peeked.map(<[u8]>::to_vec);
+            bytes.fill(ticket.frame() as u8);
+            Ok((Instant::now(), 0))
+        })
+        .unwrap();
+        assert_eq!(seen, Some(vec![1; 4]), "slot 1's bytes");
+        assert_eq!(t.bufs[0], vec![3; 4]);
+        assert_eq!(t.log.last().unwrap(), "peek 3 1");
+
+        // A transport that cannot lend: plain wait_free, nothing peeked.
+        let mut ring = Ring::new(3).unwrap();
+        let mut t = lender(3, false);
+        for _ in 0..3 {
+            ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+                .unwrap();
+        }
+        ring.make_room(&mut t, |_, _| Ok(())).unwrap();
+        ring.collect_through(&mut t, 1, |_, _| Ok(())).unwrap();
+        let p = ring.peek(1).unwrap();
+        ring.produce_peeking(&mut t, Some(&p), |_, _, peeked| {
+            assert!(peeked.is_none());
+            Ok((Instant::now(), 0))
+        })
+        .unwrap();
+        assert_eq!(t.log.last().unwrap(), "wait_free 3");
+    }
+
+    #[test]
+    fn produce_peeking_refuses_the_slot_being_written_and_stale_peeks() {
+        let mut ring = Ring::new(3).unwrap();
+        let mut t = lender(3, true);
+        for _ in 0..3 {
+            ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+                .unwrap();
+        }
+        ring.collect_through(&mut t, 2, |_, _| Ok(())).unwrap();
+        // Frame 3 writes slot 0: frame 0 (slot 0) may not be lent to it.
+        let p0 = ring.peek(0).unwrap();
+        let e = ring
+            .produce_peeking(&mut t, Some(&p0), |_, _, _| Ok((Instant::now(), 0)))
+            .unwrap_err();
+        assert!(e.contains("slot 0"), "{e}");
+        assert_eq!(ring.next_frame(), 3, "nothing acquired");
+        // A peek taken before the slot's next acquire is stale afterwards.
+        let p1 = ring.peek(1).unwrap();
+        ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+            .unwrap();
+        ring.collect_through(&mut t, 3, |_, _| Ok(())).unwrap();
+        ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+            .unwrap(); // frame 4, slot 1
+        ring.collect_through(&mut t, 4, |_, _| Ok(())).unwrap();
+        assert!(ring
+            .produce_peeking(&mut t, Some(&p1), |_, _, _| Ok((Instant::now(), 0)))
+            .is_err());
     }
 }

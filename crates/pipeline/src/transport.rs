@@ -28,7 +28,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use crate::camera::TestPattern;
-use crate::ring::Ticket;
+use crate::ring::{Peek, Ticket};
 
 /// Layout of one frame: `rows` lines of `stride` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +80,10 @@ impl fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {}
 
+/// What [`FrameTransport::wait_free_and_peek`] lends: the bytes to write and
+/// the peeked frame's bytes to read, or `None` where it cannot lend.
+pub type Lent<'a> = Option<(&'a mut [u8], &'a [u8])>;
+
 /// A ring of shared frame buffers plus the fences between producer and
 /// consumer (see the module docs for the protocol). It does what a
 /// [`Ticket`] says and keeps no per-slot progress: calling it out of the
@@ -95,6 +99,18 @@ pub trait FrameTransport {
     /// [`Ticket::free_wait`]) and returns its bytes (`frame_len` long), which
     /// still hold the processed previous frame.
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError>;
+    /// [`wait_free`](Self::wait_free) for `t`, and also the bytes of the
+    /// collected frame `p` (another slot, which the ring keeps untouched
+    /// until its next ticket), made visible to the host as `wait_free` would
+    /// for that slot's next frame, lent for reading at the same time: the
+    /// producer checks one frame while it writes the next.
+    /// `Ok(None)`: this transport cannot lend `p` now (nothing was waited
+    /// for); the caller falls back to [`wait_free`](Self::wait_free) and
+    /// reads the frame when its slot comes round. The default lends nothing.
+    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
+        let _ = (t, p);
+        Ok(None)
+    }
     /// Signals the slot's *ready* fence to [`Ticket::ready`]: the frame is
     /// completely written.
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError>;
