@@ -25,7 +25,7 @@ use crate::camera::{
 };
 
 use crate::backend::{self, Opened};
-use crate::cli::{self, Command, Options};
+use crate::cli::{self, Command, Options, Readback};
 use crate::report::{Progress, Report, Verification};
 use crate::ring::{Collected, Ring, MAX_SLOTS};
 use crate::sensor::{ModelSensorBus, SyncLine};
@@ -128,6 +128,8 @@ struct Timings {
     verify: Samples,
     /// Producer thread inside the transport's calls.
     handover: Samples,
+    /// Consumer occupied with a frame after its wait.
+    busy: Samples,
     last_finished: Option<Instant>,
 }
 
@@ -196,6 +198,7 @@ fn on_completion(
     t.latency.push(latency)?;
     t.write.push(rec.write_ns)?;
     t.process.push(process)?;
+    t.busy.push(c.busy.as_nanos() as u64)?;
     t.queued.push(queued)?;
     t.overhead.push(
         latency
@@ -260,6 +263,7 @@ fn pipeline(
         overhead: Samples::with_capacity(n),
         verify: Samples::with_capacity(n),
         handover: Samples::with_capacity(n),
+        busy: Samples::with_capacity(n),
         last_finished: None,
     };
     let mut v = Verification::default();
@@ -286,7 +290,11 @@ fn pipeline(
         // Collect finished frames; block only for the one holding our slot.
         ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
         let peek = match (frame + 1).checked_sub(slots) {
-            Some(g) if slots >= 3 && checked[(g % slots) as usize] != Some(g) => {
+            Some(g)
+                if opts.readback == Readback::Overlap
+                    && slots >= 3
+                    && checked[(g % slots) as usize] != Some(g) =>
+            {
                 ring.collect_through(transport, g, |c, done| {
                     on_completion(c, done, &mut t, &mut v)
                 })?;
@@ -370,6 +378,7 @@ fn pipeline(
         backend: transport.backend(),
         why: opened.why.clone(),
         note: opened.note,
+        details: transport.details(),
         frames: opts.frames,
         ring: ring.slots(),
         width: sensor.width,
@@ -387,7 +396,7 @@ fn pipeline(
             ("camera", t.write.summary().ok_or(none)?),
             ("verify", t.verify.summary().ok_or(none)?),
             ("handover", t.handover.summary().ok_or(none)?),
-            ("consumer", t.process.summary().ok_or(none)?),
+            ("consumer", t.busy.summary().ok_or(none)?),
         ],
         verification: v,
     })

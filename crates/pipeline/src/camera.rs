@@ -458,13 +458,33 @@ impl TestPattern {
 /// starting threads costs more than it saves.
 pub const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
+/// Environment variable that sets the threads [`frame_threads`] uses for a
+/// large frame (1..=64), for measuring: e.g. whether writing and checking are
+/// bound by the cores or by memory bandwidth.
+pub const FRAME_THREADS_ENV: &str = "TEGRA_INTEROP_FRAME_THREADS";
+
 /// Threads used to write or check a frame of `len` bytes: one below
-/// [`PARALLEL_MIN_BYTES`], else the machine's parallelism, at most 8.
+/// [`PARALLEL_MIN_BYTES`], else [`FRAME_THREADS_ENV`] where set to a number
+/// in 1..=64, else a quarter of the machine's parallelism, 1..=8: the camera
+/// and the read-back check run at the same time, and both are bound by
+/// memory bandwidth before cores (measured on the 16-core H200 host: 4
+/// threads each wrote and checked about as fast as 8, and 8 + 8 at once
+/// oversubscribed the cores and ran 30% slower than 4 + 4). Worked out once
+/// per process (the machine's parallelism is read from cgroup files).
 pub fn frame_threads(len: usize) -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     if len < PARALLEL_MIN_BYTES {
         return 1;
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+    *THREADS.get_or_init(|| {
+        std::env::var(FRAME_THREADS_ENV)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|n| (1..=64).contains(n))
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 8))
+            })
+    })
 }
 
 impl TestPattern {

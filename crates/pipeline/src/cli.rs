@@ -33,6 +33,10 @@ usage: pipeline [options]
                     NVRTC; built, never run on a Jetson)
   --copy            copy each frame into the ring instead of writing in place
                     (gpu: the consumer copies it into device memory and back)
+  --readback R      when the producer checks a processed frame: overlap
+                    (default; a second thread checks frame f+1-K while the
+                    camera writes frame f, rings of 3 or more) | inline (just
+                    before the camera overwrites its slot)
   --json            print a machine-readable summary on stdout
   --quiet           no progress bar
   --fault F         (testing; --backend host or sim) none | skip-process | corrupt
@@ -92,6 +96,19 @@ pub struct Options {
     pub quiet: bool,
     /// Injected defect (host and sim backends only).
     pub fault: Fault,
+    /// When processed frames are read back and checked.
+    pub readback: Readback,
+}
+
+/// When the producer checks a processed frame (every frame is checked once
+/// either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readback {
+    /// On a second thread while the camera writes a later frame into another
+    /// slot (rings of three or more; smaller rings check inline).
+    Overlap,
+    /// On the producer thread, just before the camera overwrites the slot.
+    Inline,
 }
 
 impl Default for Options {
@@ -110,6 +127,7 @@ impl Default for Options {
             json: false,
             quiet: false,
             fault: Fault::None,
+            readback: Readback::Overlap,
         }
     }
 }
@@ -214,6 +232,17 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Strin
                     other => {
                         return Err(format!(
                             "unknown fault `{other}` (expected none, skip-process or corrupt)"
+                        ))
+                    }
+                }
+            }
+            "--readback" => {
+                o.readback = match value()?.as_str() {
+                    "overlap" => Readback::Overlap,
+                    "inline" => Readback::Inline,
+                    other => {
+                        return Err(format!(
+                            "unknown readback `{other}` (expected overlap or inline)"
                         ))
                     }
                 }

@@ -128,9 +128,13 @@ impl Mode {
 pub enum Handover {
     /// Through Vulkan queue batches ([`VulkanExporter::release_host_writes`],
     /// [`VulkanExporter::acquire_for_host`]): the release makes the host's
-    /// writes visible to the device before it signals *ready*, the acquire
-    /// waits for *free* on the queue and makes the device's writes visible to
-    /// the host. The default, and the only correct one.
+    /// writes visible to the device before it signals *ready* on the queue,
+    /// the acquire waits for *free* on the queue and makes the device's
+    /// writes visible to the host. The default, and the only correct one
+    /// here. (Measured and dropped, 2026-11-24: letting the host wait for
+    /// the release batch and then signal *ready* itself, correct by the same
+    /// rules, was slower: any Vulkan queue work delays the CUDA stream by
+    /// about 320 us on the H200, whoever signals; see BENCHMARKS.md.)
     Queue,
     /// Host-side semaphore operations only (`vkSignalSemaphore` for *ready*,
     /// `vkWaitSemaphores` for *free*): the first design, which read stale
@@ -252,6 +256,8 @@ pub fn probe() -> Result<String, String> {
 
 /// CUDA events of one slot, created once and recorded for every frame.
 struct SlotEvents {
+    /// Before the stream's wait for *ready*.
+    arrive: CudaEvent,
     /// After the stream's wait for *ready*.
     start: CudaEvent,
     /// Before the kernel (after the copy in, in copy mode).
@@ -269,6 +275,7 @@ impl SlotEvents {
                 .map_err(|e| err("creating a CUDA event")(&e))
         };
         Ok(SlotEvents {
+            arrive: make()?,
             start: make()?,
             kernel_start: make()?,
             kernel_end: make()?,
@@ -340,6 +347,25 @@ fn completion_loop(
 pub struct GpuTimes {
     /// Frames measured.
     pub frames: u64,
+    /// The stream blocked in the *ready* wait: from the stream reaching it
+    /// to the wait being satisfied (zero when the frame was ready first).
+    pub wait: Duration,
+    /// Over the frames whose stream blocked in the wait (it was idle when
+    /// the frame was signalled, so no queueing): from the producer's ready
+    /// submission returning on the host to the stream passing the wait,
+    /// estimated as the frame's finish (seen by the completion thread) minus
+    /// the GPU time after the wait. Includes the completion thread's
+    /// detection delay.
+    pub ready_to_gpu: Duration,
+    /// Frames in `ready_to_gpu`.
+    pub blocked_frames: u64,
+    /// Host time in the ready submission (`signal_ready`).
+    pub host_ready: Duration,
+    /// Host time queueing the consumer's CUDA work (`queue_consumer`
+    /// without the acquire submitted ahead).
+    pub host_enqueue: Duration,
+    /// Host time submitting the acquire ahead (`reclaim_ahead`).
+    pub host_reclaim: Duration,
     /// From the end of the *ready* wait to the kernel's start (the copy into
     /// device memory in copy mode; about zero in zero-copy mode).
     pub copy_in: Duration,
@@ -401,6 +427,8 @@ pub struct GpuTransport {
     /// Frames queued and not yet collected (a wait with none fails at once).
     pending: usize,
     times: GpuTimes,
+    /// Per slot: when the last ready submission returned on the host.
+    signalled_at: Vec<Option<Instant>>,
     jobs: Option<SyncSender<Job>>,
     done: Receiver<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
@@ -623,6 +651,7 @@ impl GpuTransport {
             ready_awaited: vec![0; slots],
             pending: 0,
             times: GpuTimes::default(),
+            signalled_at: vec![None; slots],
             jobs: Some(jobs_tx),
             done: done_rx,
             stopping,
@@ -653,6 +682,12 @@ impl GpuTransport {
         let n = self.times.frames.max(1) as u32;
         GpuTimes {
             frames: self.times.frames,
+            wait: self.times.wait / n,
+            ready_to_gpu: self.times.ready_to_gpu / self.times.blocked_frames.max(1) as u32,
+            blocked_frames: self.times.blocked_frames,
+            host_ready: self.times.host_ready / n,
+            host_enqueue: self.times.host_enqueue / n,
+            host_reclaim: self.times.host_reclaim / n,
             copy_in: self.times.copy_in / n,
             kernel: self.times.kernel / n,
             tail: self.times.tail / n,
@@ -671,15 +706,16 @@ impl GpuTransport {
     fn enqueue(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let (slot, frame) = (t.slot(), t.frame());
         let want = t.ready();
-        self.stream
-            .wait(&self.ready_cu[slot], WaitParams::timeline(want))
-            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
-        self.ready_awaited[slot] = want;
         let ev = &self.events[slot];
         let record = |e: &CudaEvent| {
             e.record(&self.cstream)
                 .map_err(|x| err("recording a CUDA event")(&x))
         };
+        record(&ev.arrive)?;
+        self.stream
+            .wait(&self.ready_cu[slot], WaitParams::timeline(want))
+            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
+        self.ready_awaited[slot] = want;
         record(&ev.start)?;
         let s = self.cstream.cu_stream();
         let len = self.geometry.frame_len();
@@ -794,8 +830,8 @@ impl GpuTransport {
     }
 
     /// Submits the batch that takes the slot back for the host once the consumer signals
-    /// *free* ([`VulkanExporter::acquire_for_host`], not waited for here),
-    /// then an empty batch that signals the slot's host-only `reclaimed_vk`
+    /// *free* ([`VulkanExporter::acquire_for_host_ahead`], not waited for
+    /// here), which also signals the slot's host-only `reclaimed_vk`
     /// semaphore. [`FrameTransport::wait_free`] then only host-waits for that
     /// semaphore: the queue round trip of the acquire overlaps the frames in
     /// between instead of sitting on the producer's path. Called for a frame
@@ -814,24 +850,17 @@ impl GpuTransport {
     /// writes visible to the host: the same guarantee as the exporter's own
     /// host wait on its progress semaphore inside `acquire_for_host`.
     fn reclaim_ahead(&mut self, slot: usize, free: u64) -> Result<(), TransportError> {
-        // The acquire's own host wait gets a zero timeout: it returns at once
-        // (`Ok(false)` while the batch is pending); only its submission is
-        // wanted here.
+        // One batch: it waits for *free*, takes the buffer back, makes the
+        // device's writes visible to the host and signals `reclaimed_vk`.
+        let value = self.reclaim_pending[slot].1 + 1;
         self.vk
-            .acquire_for_host(
+            .acquire_for_host_ahead(
                 &self.handovers[slot],
                 &self.frames[slot],
                 &[SemaphoreOp::timeline(&self.free_vk[slot], free)],
-                Duration::ZERO,
-            )
-            .map_err(|e| err("submitting the slot's acquire for the host")(&e))?;
-        let value = self.reclaim_pending[slot].1 + 1;
-        self.vk
-            .submit(
-                &[],
                 &[SemaphoreOp::timeline(&self.reclaimed_vk[slot], value)],
             )
-            .map_err(|e| err("submitting the slot's reclaim signal")(&e))?;
+            .map_err(|e| err("submitting the slot's acquire for the host")(&e))?;
         self.reclaim_pending[slot] = (free, value);
         Ok(())
     }
@@ -845,10 +874,25 @@ impl GpuTransport {
                 .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
                 .map_err(|e| err("reading CUDA event times")(&e))
         };
+        let wait = span(&ev.arrive, &ev.start)?;
+        let after_wait = span(&ev.start, &ev.end)?;
+        let blocked = wait > Duration::ZERO;
+        let ready_to_gpu = match self.signalled_at[d.slot] {
+            Some(at) if blocked => d
+                .finished
+                .checked_sub(after_wait)
+                .map_or(Duration::ZERO, |passed| {
+                    passed.saturating_duration_since(at)
+                }),
+            _ => Duration::ZERO,
+        };
         let copy_in = span(&ev.start, &ev.kernel_start)?;
         let process = span(&ev.kernel_start, &ev.kernel_end)?;
         let tail = span(&ev.kernel_end, &ev.end)?;
         self.times.frames += 1;
+        self.times.wait += wait;
+        self.times.ready_to_gpu += ready_to_gpu;
+        self.times.blocked_frames += u64::from(blocked);
         self.times.copy_in += copy_in;
         self.times.kernel += process;
         self.times.tail += tail;
@@ -861,6 +905,7 @@ impl GpuTransport {
             frame: d.frame,
             mismatches,
             process,
+            busy: after_wait,
             finished: d.finished,
         })
     }
@@ -947,6 +992,24 @@ impl FrameTransport for GpuTransport {
         self.frames.len()
     }
 
+    fn details(&self) -> Option<String> {
+        let t = self.gpu_times();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        Some(format!(
+            "host per frame (us, mean): ready submission {:.1}, CUDA enqueue {:.1}, acquire-ahead submission {:.1}; GPU per frame (us, mean of {} frames): blocked in the ready wait {:.1}, copy in {:.1}, kernel {:.1}, tail {:.1}; host ready submission -> stream past the wait {:.1} (over the {} frames the stream waited for)",
+            us(t.host_ready),
+            us(t.host_enqueue),
+            us(t.host_reclaim),
+            t.frames,
+            us(t.wait),
+            us(t.copy_in),
+            us(t.kernel),
+            us(t.tail),
+            us(t.ready_to_gpu),
+            t.blocked_frames
+        ))
+    }
+
     fn geometry(&self) -> FrameGeometry {
         self.geometry
     }
@@ -1014,23 +1077,33 @@ impl FrameTransport for GpuTransport {
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        let entered = Instant::now();
         let slot = self.check_slot(t)?;
         let tracker = &mut self.ready_track[slot];
         let reservation = tracker
             .reserve(t.ready())
             .map_err(|e| err("ready fence")(&e))?;
+        let vk_signal = err("Vulkan signal of the ready fence");
         let signalled = match self.handover {
-            Handover::Queue => self.vk.release_host_writes(
-                &self.handovers[slot],
-                &self.frames[slot],
-                &[],
-                &[SemaphoreOp::timeline(
-                    &self.ready_vk[slot],
-                    reservation.value(),
-                )],
-            ),
-            Handover::HostOnly => self.ready_vk[slot].signal(reservation.value()),
+            Handover::Queue => self
+                .vk
+                .release_host_writes(
+                    &self.handovers[slot],
+                    &self.frames[slot],
+                    &[],
+                    &[SemaphoreOp::timeline(
+                        &self.ready_vk[slot],
+                        reservation.value(),
+                    )],
+                )
+                .map_err(|e| vk_signal(&e)),
+            Handover::HostOnly => self.ready_vk[slot]
+                .signal(reservation.value())
+                .map_err(|e| vk_signal(&e)),
         };
+        let now = Instant::now();
+        self.signalled_at[slot] = Some(now);
+        self.times.host_ready += now - entered;
         match signalled {
             Ok(()) => tracker
                 .commit(reservation)
@@ -1038,7 +1111,7 @@ impl FrameTransport for GpuTransport {
                 .map_err(|e| err("ready fence")(&e)),
             Err(e) => {
                 let _ = tracker.abort(reservation);
-                Err(err("Vulkan signal of the ready fence")(&e))
+                Err(e)
             }
         }
     }
@@ -1047,14 +1120,18 @@ impl FrameTransport for GpuTransport {
         // A consumer may be queued before its ready signal (wait before
         // signal): the stream waits on the GPU until the producer signals.
         let slot = self.check_slot(t)?;
+        let entered = Instant::now();
         self.ctx
             .bind()
             .map_err(|e| err("binding the CUDA context")(&e))?;
         self.enqueue(t)?;
         self.pending += 1;
+        let enqueued = Instant::now();
+        self.times.host_enqueue += enqueued - entered;
         if self.handover == Handover::Queue {
             if let Some((prev, free)) = self.deferred.take() {
                 self.reclaim_ahead(prev, free)?;
+                self.times.host_reclaim += enqueued.elapsed();
             }
             self.deferred = Some((slot, t.free_signal()));
         }
@@ -1108,6 +1185,7 @@ mod tests {
     #[test]
     fn handover_values_parse() {
         assert_eq!(Handover::parse("queue").unwrap(), Handover::Queue);
+
         assert_eq!(Handover::parse("host-only").unwrap(), Handover::HostOnly);
         let e = Handover::parse("host").unwrap_err().0;
         assert!(e.contains(Handover::ENV) && e.contains("host-only"), "{e}");

@@ -143,6 +143,7 @@ fn consumer_loop(
                 frame,
                 mismatches,
                 process,
+                busy: process,
                 finished: Instant::now(),
             })
         })();

@@ -542,6 +542,7 @@ impl NvSciTransport {
                             frame,
                             mismatches,
                             process,
+                            busy: process,
                             finished: Instant::now(),
                         });
                     })
@@ -624,6 +625,7 @@ impl NvSciTransport {
                     frame,
                     mismatches,
                     process: Duration::ZERO,
+                    busy: Duration::ZERO,
                     finished,
                 });
             })
@@ -640,6 +642,8 @@ impl NvSciTransport {
                 .elapsed_ms(after)
                 .map_err(|e| TransportError::new(format!("reading CUDA event times: {e}")))?;
             c.process = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
+            // Only the kernel is timed on this path.
+            c.busy = c.process;
         }
         Ok(c)
     }

@@ -46,6 +46,9 @@ pub struct Report {
     pub why: String,
     /// How frames are processed, where the reader should know (one line).
     pub note: Option<&'static str>,
+    /// The transport's own measurements, one line (e.g. the GPU-side
+    /// breakdown of the discrete-GPU transport); `None` where it has none.
+    pub details: Option<String>,
     /// Frames run.
     pub frames: u64,
     /// Ring size.
@@ -88,13 +91,16 @@ pub const STAGES: [(&str, &str); 4] = [
     ),
     (
         "verify",
-        "host check of the slot's previous frame as the consumer left it (all its threads)",
+        "host check of a processed frame as the consumer left it (all its threads; beside the camera with --readback overlap)",
     ),
     (
         "handover",
         "producer thread in the transport's calls: waiting for the free slot, signalling ready, queueing the consumer",
     ),
-    ("consumer", "consumer processing (the kernel on a GPU)"),
+    (
+        "consumer",
+        "consumer occupied with the frame after its ready wait (on a GPU: the stream from the wait to the frame's end, copies, counter and free signal included)",
+    ),
 ];
 
 fn us(ns: u64) -> f64 {
@@ -216,6 +222,9 @@ impl Report {
                 us(s.p50)
             );
         }
+        if let Some(details) = &self.details {
+            let _ = writeln!(out, "  transport: {details}");
+        }
         let _ = writeln!(
             out,
             "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us = mean processing {:.1} us + {:.1} us",
@@ -237,7 +246,7 @@ impl Report {
 \"format\": {}, \"frame_bytes\": {}, \"mode\": {}, \"verified\": {}, \
 \"verification\": {{\"consumer_ok\": {}, \"readback_ok\": {}, \"pulses\": {}, \"failed\": {}, \"first_failure\": {}}}, \
 \"latency_us\": {}, \"write_us\": {}, \"process_us\": {}, \"queued_us\": {}, \"overhead_us\": {}, \
-\"stages\": {{{}}}, \"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
+\"stages\": {{{}}}, \"transport_details\": {}, \"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
             json_str(self.backend),
             json_str(&self.why),
             self.note.map_or("null".to_string(), json_str),
@@ -269,6 +278,7 @@ impl Report {
                 ))
                 .collect::<Vec<_>>()
                 .join(", "),
+            self.details.as_deref().map_or("null".to_string(), json_str),
             self.wall.as_secs_f64(),
             self.frame_time_us(),
             self.frames_per_s(),
@@ -361,6 +371,7 @@ mod tests {
             backend: "host-reference",
             why: "requested".into(),
             note: None,
+            details: None,
             frames: 2,
             ring: 2,
             width: 4,

@@ -434,6 +434,7 @@ mod tests {
             frame: t.frame,
             mismatches: 0,
             process: Duration::ZERO,
+            busy: Duration::ZERO,
             finished: Instant::now(),
         }
     }

@@ -57,6 +57,11 @@ pub struct Completion {
     pub mismatches: u64,
     /// Time the consumer spent in [`process_frame`] (after its wait).
     pub process: Duration,
+    /// Time the consumer was occupied with the frame after its wait: the
+    /// processing plus whatever else it does per frame (copies, counter
+    /// read-back, the *free* signal; on a GPU also any time its stream sat
+    /// behind other GPU work). Equal to `process` where nothing else is done.
+    pub busy: Duration,
     /// When the frame was known to be finished on the host.
     pub finished: Instant,
 }
@@ -110,6 +115,11 @@ pub trait FrameTransport {
     fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
         let _ = (t, p);
         Ok(None)
+    }
+    /// The transport's own measurements so far, one line for the report
+    /// (`None`, the default: it has none).
+    fn details(&self) -> Option<String> {
+        None
     }
     /// Signals the slot's *ready* fence to [`Ticket::ready`]: the frame is
     /// completely written.

@@ -826,6 +826,27 @@ fn main() {
     for line in &experiment {
         writeln!(md, "- {line}").unwrap();
     }
+    writeln!(
+        md,
+        "\nHandover latency, raw calls only, one handover in flight at a time (median over \
+         {LATENCY_SAMPLES} after {LATENCY_WARM}; completion seen by spinning on \
+         `cuStreamQuery` or `vkGetSemaphoreCounterValue` on the host):\n"
+    )
+    .unwrap();
+    writeln!(md, "| handover | median | p10..p90 |").unwrap();
+    writeln!(md, "|---|---:|---:|").unwrap();
+    for (name, mut samples) in handover_latency(&cu, &vk, s) {
+        let m = median(&mut samples);
+        let (p10, p90) = (percentile(&mut samples, 0.1), percentile(&mut samples, 0.9));
+        writeln!(
+            md,
+            "| {name} | {} | {}..{} |",
+            fmt_ns(m),
+            fmt_ns(p10),
+            fmt_ns(p90)
+        )
+        .unwrap();
+    }
     print!("{md}");
     if let Some(path) = out_path {
         std::fs::write(&path, &md).unwrap();
@@ -934,6 +955,139 @@ fn context_experiment(
     cu.destroy_semaphore(sem).unwrap();
     drop(vsem);
     (lines, b, foreign_signal_ok)
+}
+
+/// Samples per handover-latency row, and warm-up handovers before them.
+const LATENCY_SAMPLES: usize = 300;
+const LATENCY_WARM: usize = 30;
+
+/// How long a handover takes to be seen on the other side, with raw calls
+/// only (the floor under any handover built on the same mechanism): from the
+/// host call that makes the value available to the other side observing it.
+/// One handover in flight; the stream is idle or blocked in the wait.
+fn handover_latency(
+    cu: &RawCuda,
+    vk: &VulkanExporter,
+    s: sys::CUstream,
+) -> Vec<(&'static str, Vec<f64>)> {
+    let f = cu.f;
+    let (fd, vsem) = vk.export_timeline_semaphore(0).unwrap();
+    let sem = cu.import_semaphore_fd(fd, true).unwrap();
+    // Host-only: tells the host that a batch finished.
+    let (_batch_fd, batch_done) = vk.export_timeline_semaphore(0).unwrap();
+    let mut value = 0u64;
+    let stream_done = || loop {
+        // SAFETY: a live stream.
+        let r = unsafe { (f.cuStreamQuery)(s) };
+        if r.0 == 0 {
+            break;
+        }
+        ok(
+            cu,
+            "cuStreamQuery (not ready is 600)",
+            if r.0 == 600 { sys::CUresult(0) } else { r },
+        );
+        std::hint::spin_loop();
+    };
+    let cuda_wait = |v: u64| {
+        let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::default();
+        p.params.fence.value = v;
+        // SAFETY: a live imported semaphore, one parameter block, a live stream.
+        let r = unsafe { (f.cuWaitExternalSemaphoresAsync)(&sem, &p, 1, s) };
+        ok(cu, "cuWaitExternalSemaphoresAsync", r);
+    };
+    let cuda_signal = |v: u64| {
+        let mut p = sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
+        p.params.fence.value = v;
+        // SAFETY: as above, for a signal.
+        let r = unsafe { (f.cuSignalExternalSemaphoresAsync)(&sem, &p, 1, s) };
+        ok(cu, "cuSignalExternalSemaphoresAsync", r);
+    };
+    let host_sees = |v: u64| {
+        while vsem.value().unwrap() < v {
+            std::hint::spin_loop();
+        }
+    };
+    let mut run = |name: &'static str, one: &mut dyn FnMut(u64) -> Duration| {
+        let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
+        for i in 0..LATENCY_WARM + LATENCY_SAMPLES {
+            value += 1;
+            let d = one(value);
+            if i >= LATENCY_WARM {
+                samples.push(d.as_nanos() as f64);
+            }
+        }
+        (name, samples)
+    };
+    let mut rows = Vec::new();
+    rows.push(run(
+        "Vulkan queue submission that signals -> host sees the value",
+        &mut |v| {
+            let t0 = Instant::now();
+            vk.submit(&[], &[SemaphoreOp::timeline(&vsem, v)]).unwrap();
+            host_sees(v);
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
+        "Vulkan queue submission that signals -> CUDA stream (blocked in the wait) past it",
+        &mut |v| {
+            cuda_wait(v);
+            let t0 = Instant::now();
+            vk.submit(&[], &[SemaphoreOp::timeline(&vsem, v)]).unwrap();
+            stream_done();
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
+        "host `vkSignalSemaphore` -> CUDA stream (blocked in the wait) past it",
+        &mut |v| {
+            cuda_wait(v);
+            let t0 = Instant::now();
+            vsem.signal(v).unwrap();
+            stream_done();
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
+        "Vulkan queue submission, host waits for it, host `vkSignalSemaphore` -> CUDA stream \
+         (blocked in the wait) past it (a handover measured for the pipeline and dropped)",
+        &mut |v| {
+            cuda_wait(v);
+            let t0 = Instant::now();
+            vk.submit(&[], &[SemaphoreOp::timeline(&batch_done, v)])
+                .unwrap();
+            while batch_done.value().unwrap() < v {
+                std::hint::spin_loop();
+            }
+            vsem.signal(v).unwrap();
+            stream_done();
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
+        "Vulkan queue submission that signals, CUDA wait queued after it -> stream past it",
+        &mut |v| {
+            let t0 = Instant::now();
+            vk.submit(&[], &[SemaphoreOp::timeline(&vsem, v)]).unwrap();
+            cuda_wait(v);
+            stream_done();
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
+        "CUDA signal on an idle stream -> host sees the value",
+        &mut |v| {
+            let t0 = Instant::now();
+            cuda_signal(v);
+            host_sees(v);
+            t0.elapsed()
+        },
+    ));
+    cu.sync(s).unwrap();
+    cu.destroy_semaphore(sem).unwrap();
+    drop((vsem, batch_done));
+    rows
 }
 
 fn fmt_ns(ns: f64) -> String {

@@ -126,6 +126,29 @@ impl VulkanExporter {
         .map(|_| ())
     }
 
+    /// The batch of [`acquire_for_host`](Self::acquire_for_host), submitted without a host
+    /// wait: it waits for `waits`, takes the buffer back from the external owner, makes
+    /// device-side writes visible to the host and then signals `signals`. A host wait that
+    /// observes one of `signals` comes after the batch completed (the signal's first
+    /// synchronisation scope covers the batch's commands), so the host may then touch the
+    /// memory.
+    pub fn acquire_for_host_ahead(
+        &self,
+        op: &HostHandover,
+        memory: &VulkanMemory,
+        waits: &[SemaphoreOp<'_>],
+        signals: &[SemaphoreOp<'_>],
+    ) -> Result<()> {
+        self.check_handover(op, memory)?;
+        self.submit_inner(
+            Some(op.to_host),
+            waits,
+            signals,
+            &[&op.last_use, &memory.last_use],
+        )
+        .map(|_| ())
+    }
+
     /// Hands `memory` from the importer back to the host: submits a batch that waits for
     /// `waits` (the importer's *free* semaphore), acquires the buffer from the external owner
     /// and makes device-side writes visible to the host, then waits on the host until that
