@@ -2,6 +2,13 @@
 //! the same records (`AttrListRec`) in one registry, told apart by `sync`;
 //! creating, freeing, setting, reading back, gathering and reconciling them is
 //! one implementation, which the entry points of `buf.rs` and `sync.rs` call.
+//!
+//! # Safety
+//! Not converted yet: the NvSci bodies still take the raw C pointers
+//! (their trampolines pass them unchanged) and carry the C contract of
+//! their entry point as `unsafe fn`s; see `crate::cmem`.
+
+#![allow(unsafe_code)]
 
 use std::ffi::c_void;
 use std::sync::Arc;

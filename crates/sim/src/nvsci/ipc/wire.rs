@@ -1,5 +1,11 @@
 //! The simulator's messages on an endpoint's connection and the socket
 //! calls under them (Unix `SOCK_SEQPACKET`, abstract names, epoll).
+//!
+//! # Safety
+//! The unsafe code here is socket, epoll and poll syscalls on descriptors
+//! the simulator owns, with buffers and control messages it builds itself.
+
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
