@@ -36,6 +36,7 @@
 
 use core::ffi::{c_char, c_int, c_void, CStr};
 use core::marker::PhantomData;
+use std::collections::HashMap;
 
 use tegra_interop_sys::cuda::{
     CUdevice_attribute, CUeglFrame, CUhostFn, CUmemRangeHandleType, CUresult, CUuuid,
@@ -193,7 +194,6 @@ impl<'c, T> CMut<'c, T> {
     }
 
     /// A Rust reference as a caller pointer (for a body calling another).
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn from_mut(r: &'c mut T) -> Self {
         CMut {
             raw: r,
@@ -216,7 +216,6 @@ impl<'c, T> CMut<'c, T> {
     }
 
     /// The same pointer, read-only.
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn as_const(self) -> CPtr<'c, T> {
         CPtr {
             raw: self.raw,
@@ -267,23 +266,6 @@ impl<'c, T: Plain> CMut<'c, T> {
         unsafe { self.raw.write_unaligned(v) };
         true
     }
-
-    /// Reads the value; `None` for NULL.
-    #[allow(dead_code)] // used by the NvSci bodies once converted
-    pub(crate) fn read(self) -> Option<T> {
-        self.as_const().read()
-    }
-}
-
-impl<'c, T> CMut<'c, *mut T> {
-    /// The out-pointer as one for an untyped pointer (same layout).
-    #[allow(dead_code)] // used by the NvSci bodies once converted
-    pub(crate) fn erase(self) -> CMut<'c, *mut c_void> {
-        CMut {
-            raw: self.raw.cast(),
-            _call: PhantomData,
-        }
-    }
 }
 
 /// A `*const T` of the C caller, for one call.
@@ -310,13 +292,11 @@ impl<'c, T> CPtr<'c, T> {
         }
     }
 
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn is_null(self) -> bool {
         self.raw.is_null()
     }
 
     /// The address (for pointers that are handles, never dereferenced).
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn addr(self) -> usize {
         self.raw as usize
     }
@@ -375,7 +355,6 @@ impl<'c, T: Plain> CPtr<'c, T> {
 
 impl<'c> CPtr<'c, c_char> {
     /// The NUL-terminated string at the pointer; `None` for NULL.
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn c_str(self) -> Option<&'c CStr> {
         if self.raw.is_null() {
             return None;
@@ -416,7 +395,6 @@ impl<'c, T: Plain> CArr<'c, T> {
         CArr { s }
     }
 
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn len(&self) -> usize {
         self.s.len()
     }
@@ -429,7 +407,6 @@ impl<'c, T: Plain> CArr<'c, T> {
         })
     }
 
-    #[allow(dead_code)] // used by the NvSci bodies once converted
     pub(crate) fn iter(&self) -> impl Iterator<Item = CIn<'c, T>> + 'c {
         self.s.iter().map(|v| CIn {
             v: *v,
@@ -497,7 +474,6 @@ impl<'c> CIn<'c, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS> {
 ///
 /// # Safety
 /// `value` returns the record's own value pointer and length fields.
-#[allow(dead_code)] // used by the NvSci bodies once converted
 pub(crate) unsafe trait KeyValuePair: Plain {
     /// The key's C value.
     fn key(&self) -> u32;
@@ -535,7 +511,6 @@ unsafe impl KeyValuePair for NvSciSyncAttrKeyValuePair {
     }
 }
 
-#[allow(dead_code)] // used by the NvSci bodies once converted
 impl<'c, P: KeyValuePair> CIn<'c, P> {
     /// The value's bytes; `None` for a NULL value or a length of 0.
     pub(crate) fn value_bytes(&self) -> Option<&'c [u8]> {
@@ -663,21 +638,30 @@ impl HostCallback {
 
 // ------------------------------------------------------- descriptors for C
 
-/// A block of C heap memory the simulator hands to a caller (an attribute
-/// list descriptor, freed with the library's `AttrListFreeDesc`); freed when
-/// dropped.
-#[allow(dead_code)] // used by the NvSci bodies once converted
-pub(crate) struct CBox {
-    p: *mut u8,
+/// The blocks of C heap memory the simulator handed to callers and that
+/// they have not freed yet (attribute-list descriptors, freed with the
+/// library's `AttrListFreeDesc`), by address, each with a tag (which library
+/// handed it out).
+///
+/// A block belongs to the caller from the moment it is handed out until the
+/// caller gives it back: dropping the registry frees nothing (a block the
+/// caller never frees stays allocated, as with the real library).
+pub(crate) struct HandedOut<K> {
+    live: HashMap<usize, K>,
 }
 
-// SAFETY: a plain heap block owned by this value.
-unsafe impl Send for CBox {}
+impl<K> Default for HandedOut<K> {
+    fn default() -> Self {
+        HandedOut {
+            live: HashMap::new(),
+        }
+    }
+}
 
-#[allow(dead_code)] // used by the NvSci bodies once converted
-impl CBox {
-    /// A malloc'ed copy of `bytes` (at least one byte); `None` when malloc fails.
-    pub(crate) fn copy_of(bytes: &[u8]) -> Option<CBox> {
+impl<K: Copy + PartialEq> HandedOut<K> {
+    /// A malloc'ed copy of `bytes` (at least one byte), recorded under
+    /// `tag`; its address, or `None` when malloc fails.
+    pub(crate) fn copy_of(&mut self, bytes: &[u8], tag: K) -> Option<usize> {
         // SAFETY: plain allocation of at least one byte.
         let p = unsafe { libc::malloc(bytes.len().max(1)) }.cast::<u8>();
         if p.is_null() {
@@ -685,95 +669,25 @@ impl CBox {
         }
         // SAFETY: `p` has room for `bytes.len()` bytes; the regions are distinct.
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-        Some(CBox { p })
+        self.live.insert(p as usize, tag);
+        Some(p as usize)
     }
 
-    /// The address handed to the caller.
-    pub(crate) fn addr(&self) -> usize {
-        self.p as usize
+    /// Frees the block at `addr` if it was handed out under `tag` and not
+    /// freed since; `false` (nothing freed) otherwise.
+    pub(crate) fn free(&mut self, addr: usize, tag: K) -> bool {
+        if self.live.get(&addr) != Some(&tag) {
+            return false;
+        }
+        self.live.remove(&addr);
+        // SAFETY: `addr` came from malloc in `copy_of` and was recorded
+        // there; it is removed from the record here, so freed once.
+        unsafe { libc::free(addr as *mut c_void) };
+        true
     }
-}
 
-#[allow(dead_code)] // used by the NvSci bodies once converted
-impl Drop for CBox {
-    fn drop(&mut self) {
-        // SAFETY: `p` came from malloc in `copy_of` and is freed once.
-        unsafe { libc::free(self.p.cast()) }
+    /// How many blocks are out.
+    pub(crate) fn len(&self) -> usize {
+        self.live.len()
     }
-}
-
-// ------------------------------------------ raw helpers (NvSci, not converted)
-//
-// The NvSci bodies still take the raw C pointers (their trampolines pass
-// them unchanged) and use these helpers; each has the C contract of the
-// entry point that passed the pointer as its precondition.
-
-/// Writes `v` through `p`; `false` (nothing written) when `p` is NULL.
-///
-/// # Safety
-/// `p` is NULL or valid for a write of `T`.
-pub(crate) unsafe fn write<T>(p: *mut T, v: T) -> bool {
-    if p.is_null() {
-        return false;
-    }
-    // SAFETY: non-null, and valid for writes by the caller's contract.
-    unsafe { p.write(v) };
-    true
-}
-
-/// Reads through `p`; `None` when `p` is NULL.
-///
-/// # Safety
-/// `p` is NULL or valid for a read of `T`.
-pub(crate) unsafe fn read<T: Copy>(p: *const T) -> Option<T> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, and valid for reads by the caller's contract.
-    Some(unsafe { p.read() })
-}
-
-/// Reads element `i` of the caller's array `p`.
-///
-/// # Safety
-/// `p` points at an array of more than `i` readable `T`s.
-pub(crate) unsafe fn read_at<T: Copy>(p: *const T, i: usize) -> T {
-    // SAFETY: in bounds by the caller's contract.
-    unsafe { p.add(i).read() }
-}
-
-/// Writes element `i` of the caller's array `p`.
-///
-/// # Safety
-/// `p` points at an array of more than `i` writable `T`s.
-pub(crate) unsafe fn write_at<T>(p: *mut T, i: usize, v: T) {
-    // SAFETY: in bounds by the caller's contract.
-    unsafe { p.add(i).write(v) }
-}
-
-/// The `len` bytes at `p`, borrowed for the call.
-///
-/// # Safety
-/// `p` is valid for reads of `len` bytes that nobody writes during the call.
-pub(crate) unsafe fn bytes<'a>(p: *const u8, len: usize) -> &'a [u8] {
-    // SAFETY: by the caller's contract.
-    unsafe { std::slice::from_raw_parts(p, len) }
-}
-
-/// Copies `src` to `dst`.
-///
-/// # Safety
-/// `dst` is valid for writes of `src.len()` bytes and does not overlap `src`.
-pub(crate) unsafe fn copy_to(dst: *mut u8, src: &[u8]) {
-    // SAFETY: by the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
-}
-
-/// The NUL-terminated string at `p`.
-///
-/// # Safety
-/// `p` is non-null and points at a NUL-terminated string that lives for the call.
-pub(crate) unsafe fn c_str<'a>(p: *const c_char) -> &'a CStr {
-    // SAFETY: by the caller's contract.
-    unsafe { CStr::from_ptr(p) }
 }

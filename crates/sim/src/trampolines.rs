@@ -51,8 +51,7 @@ macro_rules! slot_array {
 
 /// One entry point's non-generic half: finds the slot's simulator through
 /// `run_ret` / `run_void` (in scope where this expands) and calls `bodies::$field`.
-/// `wrap`: the arguments reach the (safe) body converted by `FromC`; `raw`:
-/// they reach the (unsafe) body unchanged (the NvSci bodies, not converted yet).
+/// `wrap`: the arguments reach the (safe) body converted by `FromC`.
 macro_rules! by_slot {
     (wrap ret $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
         /// # Safety
@@ -72,27 +71,6 @@ macro_rules! by_slot {
             run_void(slot, stringify!($field), &mut |c: &Call<'_>| {
                 // SAFETY: as for the entry points with a result.
                 bodies::$field(c, $(unsafe { FromC::into_body($a) }),*)
-            })
-        }
-    };
-    (raw ret $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
-        /// # Safety
-        /// The C contract of the entry point of the same name.
-        pub(super) unsafe fn $field(slot: usize, $($a: $t),*) -> $r {
-            run_ret(slot, stringify!($field), &mut |c: &Call<'_>| {
-                // SAFETY: the arguments come straight from the C caller, who
-                // owes the entry point's C contract.
-                unsafe { bodies::$field(c, $($a),*) }
-            })
-        }
-    };
-    (raw void $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
-        /// # Safety
-        /// The C contract of the entry point of the same name.
-        pub(super) unsafe fn $field(slot: usize, $($a: $t),*) {
-            run_void(slot, stringify!($field), &mut |c: &Call<'_>| {
-                // SAFETY: as for the entry points with a result.
-                unsafe { bodies::$field(c, $($a),*) }
             })
         }
     };
@@ -174,27 +152,27 @@ pub(crate) mod cuda {
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod nvscibuf {
     use super::*;
-    use crate::nvsci::bodies;
+    use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvscibuf_entry_points!(trampolines_of all_provided raw);
+    tegra_interop_sys::nvscibuf_entry_points!(trampolines_of all_provided wrap);
 }
 
 /// NvSciSync.
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod nvscisync {
     use super::*;
-    use crate::nvsci::bodies;
+    use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvscisync_entry_points!(trampolines_of all_provided raw);
+    tegra_interop_sys::nvscisync_entry_points!(trampolines_of all_provided wrap);
 }
 
 /// NvSciIpc.
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod nvsciipc {
     use super::*;
-    use crate::nvsci::bodies;
+    use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvsciipc_entry_points!(trampolines_of all_provided raw);
+    tegra_interop_sys::nvsciipc_entry_points!(trampolines_of all_provided wrap);
 }
 
 /// The CUDA part of the table for `slot` (without the shared lookups).
