@@ -16,6 +16,13 @@
 //! Each returned `OwnedFd` is the handle to import; a successful
 //! `cuImportExternalMemory` / `cuImportExternalSemaphore` consumes (closes)
 //! it, exactly like the real driver. Use `export_fd()` for another one.
+//!
+//! # Safety
+//! The unsafe code here reads and writes the exporter's own mapping of the
+//! memory it created (bounds-checked against its size) and declares that
+//! mapping `Send`/`Sync` (plain shared memory).
+
+#![allow(unsafe_code)]
 
 use std::fmt;
 use std::io;

@@ -4,6 +4,13 @@
 //! checked before the close: a number that is no longer open is a double
 //! close somewhere, a number that now names another file is someone else's
 //! (a foreign fd); neither is closed, both become diagnostics.
+//!
+//! # Safety
+//! The unsafe code here is `fstat`/`close` on descriptor numbers and
+//! borrowing a descriptor number for the duration of one call; each use
+//! says which descriptor it relies on being open.
+
+#![allow(unsafe_code)]
 
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
@@ -237,4 +244,13 @@ impl Drop for TrackedFd {
             lock(&self.ledger).pending.push(d);
         }
     }
+}
+
+/// Runs `f` with the descriptor number a C caller handed to an import
+/// (checked open with `fstat` just before), borrowed for `f` only.
+pub(crate) fn with_handed<T>(raw: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> T) -> T {
+    // SAFETY: the C contract of the import entry points: the caller hands
+    // over an open descriptor and does not close it during the call; the
+    // borrow ends with `f`.
+    f(unsafe { BorrowedFd::borrow_raw(raw) })
 }

@@ -235,6 +235,43 @@ impl State {
         p
     }
 
+    /// The simulator's own mapping that holds the device range
+    /// `[addr, addr + n)`: a live allocation or mapped buffer, or the memory
+    /// of a mapped mipmapped array.
+    pub(crate) fn device_region(&self, addr: u64, n: usize) -> Option<&Region> {
+        let a = usize::try_from(addr).ok()?;
+        if let Some((_, obj)) = self.allocations.range(..=addr).next_back() {
+            if obj._region.contains(a, n) {
+                return Some(&obj._region);
+            }
+        }
+        self.mipmaps
+            .values()
+            .map(|m| &m._region)
+            .find(|r| r.contains(a, n))
+    }
+
+    /// Copies device memory at `addr` into `out`; `false` when the range
+    /// is not simulator memory.
+    pub(crate) fn device_read(&self, addr: u64, out: &mut [u8]) -> bool {
+        self.device_region(addr, out.len())
+            .is_some_and(|r| r.read_at(addr as usize, out))
+    }
+
+    /// Copies `data` to device memory at `addr`; `false` when the range is
+    /// not simulator memory.
+    pub(crate) fn device_write(&self, addr: u64, data: &[u8]) -> bool {
+        self.device_region(addr, data.len())
+            .is_some_and(|r| r.write_at(addr as usize, data))
+    }
+
+    /// Sets `n` bytes of device memory at `addr` to `v`; `false` when the
+    /// range is not simulator memory.
+    pub(crate) fn device_fill(&self, addr: u64, v: u8, n: usize) -> bool {
+        self.device_region(addr, n)
+            .is_some_and(|r| r.fill_at(addr as usize, v, n))
+    }
+
     /// Removes every object of context `ctx` as the real driver frees them
     /// when the context goes; later use is reported with `why`.
     pub(crate) fn drop_context_objects(&mut self, ctx: u64, why: GoneWhy) {

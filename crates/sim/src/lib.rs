@@ -38,7 +38,9 @@
 //! See the crate README for the list of behaviours and the codes chosen
 //! where the real driver's answer is unknown.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 
+mod abi;
 mod cmem;
 pub mod codes;
 mod config;

@@ -6,6 +6,19 @@
 //! one-page memfd holding a small block (magic, kind,
 //! value, wake-up sequence word). Waiters sleep on the sequence word with a
 //! non-private futex, so the same file works across processes.
+//!
+//! # Safety
+//! The unsafe code here is syscalls on the simulator's own descriptors and
+//! mappings (memfd_create, ftruncate, fcntl, fstat, mmap, munmap, futex) and
+//! access to memory the simulator mapped itself: a [`Region`] owns its
+//! mapping until it is dropped, and every access through it is bounds-checked
+//! against that mapping. Shared mappings may be written by the exporter or
+//! another process at the same time (as device memory is); accesses are
+//! copies through raw pointers, never references held across such writes,
+//! except the plane views of a simulated EGL image that `&`/`&mut` of the
+//! image hand out (as before).
+
+#![allow(unsafe_code)]
 
 use std::ffi::CStr;
 use std::io;
@@ -205,6 +218,70 @@ impl Region {
     /// First byte of the mapping.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
+    }
+
+    /// Whether `[addr, addr + n)` lies inside the mapping.
+    pub(crate) fn contains(&self, addr: usize, n: usize) -> bool {
+        let start = self.base as usize;
+        addr >= start
+            && addr
+                .checked_add(n)
+                .is_some_and(|end| end <= start + self.len)
+    }
+
+    /// Copies the `out.len()` bytes at address `addr` (inside the mapping)
+    /// into `out`; `false` (nothing copied) when the range is not inside.
+    pub(crate) fn read_at(&self, addr: usize, out: &mut [u8]) -> bool {
+        if !self.contains(addr, out.len()) {
+            return false;
+        }
+        // SAFETY: the range lies inside our live mapping (checked); `out`
+        // is a distinct Rust buffer.
+        unsafe { core::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `data` to address `addr` (inside the mapping); `false`
+    /// (nothing copied) when the range is not inside.
+    pub(crate) fn write_at(&self, addr: usize, data: &[u8]) -> bool {
+        if !self.contains(addr, data.len()) {
+            return false;
+        }
+        // SAFETY: as in `read_at`, for a write.
+        unsafe { core::ptr::copy(data.as_ptr(), addr as *mut u8, data.len()) };
+        true
+    }
+
+    /// Sets the `n` bytes at address `addr` (inside the mapping) to `v`;
+    /// `false` (nothing written) when the range is not inside.
+    pub(crate) fn fill_at(&self, addr: usize, v: u8, n: usize) -> bool {
+        if !self.contains(addr, n) {
+            return false;
+        }
+        // SAFETY: as in `read_at`, for a write.
+        unsafe { core::ptr::write_bytes(addr as *mut u8, v, n) };
+        true
+    }
+
+    /// The `n` bytes at address `addr` (inside the mapping), borrowed from
+    /// the region (the plane views of a simulated EGL image).
+    pub(crate) fn bytes(&self, addr: usize, n: usize) -> Option<&[u8]> {
+        if !self.contains(addr, n) {
+            return None;
+        }
+        // SAFETY: inside our live mapping (checked), which lives as long as
+        // the borrow of `self`.
+        Some(unsafe { core::slice::from_raw_parts(addr as *const u8, n) })
+    }
+
+    /// The `n` bytes at address `addr`, writable; `&mut self` makes this
+    /// the only view through this region.
+    pub(crate) fn bytes_mut(&mut self, addr: usize, n: usize) -> Option<&mut [u8]> {
+        if !self.contains(addr, n) {
+            return None;
+        }
+        // SAFETY: as in `bytes`; `&mut self` excludes other views of ours.
+        Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, n) })
     }
 }
 

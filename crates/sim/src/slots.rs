@@ -11,7 +11,8 @@
 //!
 //! Every trampoline catches panics, so nothing unwinds into C.
 
-use core::ffi::c_char;
+#![deny(unsafe_code)]
+
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,8 +65,8 @@ pub(crate) fn get(slot: usize) -> Option<Arc<Instance>> {
 /// the shared, uncounted lookups.
 pub(crate) fn cuda_table(slot: usize) -> CudaApi {
     CudaApi {
-        cuGetErrorName: Some(cu_get_error_name),
-        cuGetErrorString: Some(cu_get_error_string),
+        cuGetErrorName: Some(crate::trampolines::cu_get_error_name),
+        cuGetErrorString: Some(crate::trampolines::cu_get_error_string),
         ..crate::trampolines::cuda_table(slot)
     }
 }
@@ -110,17 +111,4 @@ pub(crate) fn dispatch(
             UNKNOWN
         }
     }
-}
-
-/// `cuGetErrorName`: a pure lookup, shared by all slots and not counted.
-unsafe extern "C" fn cu_get_error_name(code: CUresult, out: *mut *const c_char) -> CUresult {
-    // SAFETY: forwarded C caller pointer; the lookup cannot panic, but the
-    // boundary is guarded anyway.
-    std::panic::catch_unwind(|| unsafe { crate::cuda::error_name(code, out) }).unwrap_or(UNKNOWN)
-}
-
-/// `cuGetErrorString`: a pure lookup, shared by all slots and not counted.
-unsafe extern "C" fn cu_get_error_string(code: CUresult, out: *mut *const c_char) -> CUresult {
-    // SAFETY: as for `cu_get_error_name`.
-    std::panic::catch_unwind(|| unsafe { crate::cuda::error_string(code, out) }).unwrap_or(UNKNOWN)
 }

@@ -9,15 +9,27 @@
 //! slot (`by_slot`), which finds the simulator, counts and logs the call,
 //! applies failure injection, catches panics and calls the body: the
 //! function of the same C name in [`crate::cuda`] (CUDA) or
-//! `crate::nvsci::bodies` (NvSci).
+//! `crate::nvsci::bodies` (NvSci), through `crate::abi` where arguments pair
+//! up (an array and its length).
+//!
+//! Each C argument reaches the body converted by [`FromC`]: integers and
+//! enums unchanged, pointers as the `crate::cmem` wrappers (`CMut`, `CPtr`),
+//! which the bodies use through safe methods. The bodies are safe `fn`s.
 //!
 //! # Safety
-//! This module only defines `unsafe extern "C" fn`s: each has the C contract
-//! of the entry point of the same name (the caller owes it) and passes its
-//! arguments unchanged to the body, which owes the same contract.
+//! This module defines the `unsafe extern "C" fn`s: each has the C contract
+//! of the entry point of the same name (the caller owes it), and wraps its
+//! arguments with `FromC::into_body`, whose promise is exactly that contract
+//! for the duration of the call.
 
+#![allow(unsafe_code)]
+
+use core::ffi::c_char;
+
+use tegra_interop_sys::cuda::CUresult;
 use tegra_interop_sys::table::{CudaApi, NvSciBufApi, NvSciIpcApi, NvSciSyncApi};
 
+use crate::cmem::FromC;
 use crate::instance::Call;
 use crate::slots::SLOTS;
 
@@ -39,25 +51,26 @@ macro_rules! slot_array {
 
 /// One entry point's non-generic half: finds the slot's simulator through
 /// `run_ret` / `run_void` (in scope where this expands) and calls `bodies::$field`.
+/// `wrap`: the arguments reach the (safe) body converted by `FromC`.
 macro_rules! by_slot {
-    (ret $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
+    (wrap ret $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
         /// # Safety
         /// The C contract of the entry point of the same name.
         pub(super) unsafe fn $field(slot: usize, $($a: $t),*) -> $r {
             run_ret(slot, stringify!($field), &mut |c: &Call<'_>| {
                 // SAFETY: the arguments come straight from the C caller, who
-                // owes the entry point's C contract.
-                unsafe { bodies::$field(c, $($a),*) }
+                // owes the entry point's C contract for this call.
+                bodies::$field(c, $(unsafe { FromC::into_body($a) }),*)
             })
         }
     };
-    (void $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
+    (wrap void $field:ident ($($a:ident: $t:ty),*) -> $r:ty) => {
         /// # Safety
         /// The C contract of the entry point of the same name.
         pub(super) unsafe fn $field(slot: usize, $($a: $t),*) {
             run_void(slot, stringify!($field), &mut |c: &Call<'_>| {
                 // SAFETY: as for the entry points with a result.
-                unsafe { bodies::$field(c, $($a),*) }
+                bodies::$field(c, $(unsafe { FromC::into_body($a) }),*)
             })
         }
     };
@@ -79,12 +92,12 @@ macro_rules! trampoline {
 /// the filter lets through, the table of one slot, and the 64 tables.
 macro_rules! trampolines_of {
     (
-        [$filter:ident] $api:ident $library:literal
+        [$filter:ident $mode:ident] $api:ident $library:literal
         $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
         mod by_slot {
             use super::*;
-            $( $filter! { $field => by_slot! { $kind $field ($($a: $t),*) -> $r } } )*
+            $( $filter! { $field => by_slot! { $mode $kind $field ($($a: $t),*) -> $r } } )*
         }
         $( $filter! { $field => trampoline! { $kind $field ($($a: $t),*) -> $r } } )*
 
@@ -130,36 +143,36 @@ macro_rules! all_provided {
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod cuda {
     use super::*;
-    use crate::cuda as bodies;
+    use crate::abi::cuda as bodies;
     use crate::slots::dispatch as run_ret;
-    tegra_interop_sys::cuda_entry_points!(trampolines_of cuda_not_provided);
+    tegra_interop_sys::cuda_entry_points!(trampolines_of cuda_not_provided wrap);
 }
 
 /// NvSciBuf.
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod nvscibuf {
     use super::*;
-    use crate::nvsci::bodies;
+    use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvscibuf_entry_points!(trampolines_of all_provided);
+    tegra_interop_sys::nvscibuf_entry_points!(trampolines_of all_provided wrap);
 }
 
 /// NvSciSync.
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod nvscisync {
     use super::*;
-    use crate::nvsci::bodies;
+    use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvscisync_entry_points!(trampolines_of all_provided);
+    tegra_interop_sys::nvscisync_entry_points!(trampolines_of all_provided wrap);
 }
 
 /// NvSciIpc.
 #[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
 pub(crate) mod nvsciipc {
     use super::*;
-    use crate::nvsci::bodies;
+    use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
-    tegra_interop_sys::nvsciipc_entry_points!(trampolines_of all_provided);
+    tegra_interop_sys::nvsciipc_entry_points!(trampolines_of all_provided wrap);
 }
 
 /// The CUDA part of the table for `slot` (without the shared lookups).
@@ -186,4 +199,31 @@ pub(crate) fn nvsciipc_table(slot: usize) -> NvSciIpcApi {
     nvsciipc::TABLES
         .get(slot)
         .map_or_else(NvSciIpcApi::empty, |f| f())
+}
+
+/// `cuGetErrorName`: a pure lookup, shared by all slots and not counted.
+pub(crate) unsafe extern "C" fn cu_get_error_name(
+    code: CUresult,
+    out: *mut *const c_char,
+) -> CUresult {
+    // SAFETY: the C contract of cuGetErrorName: `out` is NULL or writable.
+    let out = unsafe { FromC::into_body(out) };
+    // The lookup cannot panic, but the boundary is guarded anyway.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::cuda::error_name(code, out)
+    }))
+    .unwrap_or(crate::codes::UNKNOWN)
+}
+
+/// `cuGetErrorString`: a pure lookup, shared by all slots and not counted.
+pub(crate) unsafe extern "C" fn cu_get_error_string(
+    code: CUresult,
+    out: *mut *const c_char,
+) -> CUresult {
+    // SAFETY: as for `cu_get_error_name`.
+    let out = unsafe { FromC::into_body(out) };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::cuda::error_string(code, out)
+    }))
+    .unwrap_or(crate::codes::UNKNOWN)
 }

@@ -2,11 +2,7 @@
 
 use super::*;
 
-pub(crate) unsafe fn cuDevicePrimaryCtxRetain(
-    c: &Call,
-    out: *mut CUcontext,
-    dev: CUdevice,
-) -> CUresult {
+pub(crate) fn cuDevicePrimaryCtxRetain(c: &Call, out: CMut<CUcontext>, dev: CUdevice) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -22,13 +18,12 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRetain(
             primary: true,
         });
         st.gone.remove(&h);
-        // SAFETY: checked non-null above; caller pointer.
-        unsafe { put(out, h as usize as CUcontext) }
+        put(out, h as usize as CUcontext)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuDevicePrimaryCtxRelease(c: &Call, dev: CUdevice) -> CUresult {
+pub(crate) fn cuDevicePrimaryCtxRelease(c: &Call, dev: CUdevice) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -52,7 +47,7 @@ pub(crate) unsafe fn cuDevicePrimaryCtxRelease(c: &Call, dev: CUdevice) -> CUres
     done(r)
 }
 
-pub(crate) unsafe fn cuDevicePrimaryCtxReset(c: &Call, dev: CUdevice) -> CUresult {
+pub(crate) fn cuDevicePrimaryCtxReset(c: &Call, dev: CUdevice) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -66,9 +61,9 @@ pub(crate) unsafe fn cuDevicePrimaryCtxReset(c: &Call, dev: CUdevice) -> CUresul
     done(r)
 }
 
-pub(crate) unsafe fn cuCtxCreate(
+pub(crate) fn cuCtxCreate(
     c: &Call,
-    out: *mut CUcontext,
+    out: CMut<CUcontext>,
     flags: c_uint,
     dev: CUdevice,
 ) -> CUresult {
@@ -88,14 +83,13 @@ pub(crate) unsafe fn cuCtxCreate(
             },
         );
         c.inst.set_current(h);
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, h as usize as CUcontext) }
+        put(out, h as usize as CUcontext)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuCtxDestroy(c: &Call, ctx: CUcontext) -> CUresult {
-    let h = ctx as usize as u64;
+pub(crate) fn cuCtxDestroy(c: &Call, ctx: Handle<CUcontext>) -> CUresult {
+    let h = ctx.addr() as u64;
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -132,8 +126,8 @@ pub(crate) unsafe fn cuCtxDestroy(c: &Call, ctx: CUcontext) -> CUresult {
     done(r)
 }
 
-pub(crate) unsafe fn cuCtxSetCurrent(c: &Call, ctx: CUcontext) -> CUresult {
-    let h = ctx as usize as u64;
+pub(crate) fn cuCtxSetCurrent(c: &Call, ctx: Handle<CUcontext>) -> CUresult {
+    let h = ctx.addr() as u64;
     let r = (|| {
         let st = c.state();
         init(&st)?;
@@ -146,16 +140,15 @@ pub(crate) unsafe fn cuCtxSetCurrent(c: &Call, ctx: CUcontext) -> CUresult {
     done(r)
 }
 
-pub(crate) unsafe fn cuCtxGetCurrent(c: &Call, out: *mut CUcontext) -> CUresult {
+pub(crate) fn cuCtxGetCurrent(c: &Call, out: CMut<CUcontext>) -> CUresult {
     let r = (|| {
         init(&c.state())?;
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(out, c.inst.current() as usize as CUcontext) }
+        put(out, c.inst.current() as usize as CUcontext)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuCtxGetDevice(c: &Call, out: *mut CUdevice) -> CUresult {
+pub(crate) fn cuCtxGetDevice(c: &Call, out: CMut<CUdevice>) -> CUresult {
     let r = (|| {
         let st = c.state();
         init(&st)?;
@@ -165,8 +158,7 @@ pub(crate) unsafe fn cuCtxGetDevice(c: &Call, out: *mut CUdevice) -> CUresult {
             .get(&h)
             .map(|x| x.device)
             .ok_or(INVALID_CONTEXT)?;
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(out, d) }
+        put(out, d)
     })();
     done(r)
 }
@@ -201,7 +193,7 @@ pub(super) fn blocking_cores(st: &State, ctx: u64) -> Vec<Arc<StreamCore>> {
     v
 }
 
-pub(crate) unsafe fn cuCtxSynchronize(c: &Call) -> CUresult {
+pub(crate) fn cuCtxSynchronize(c: &Call) -> CUresult {
     let r = (|| {
         let cores = {
             let st = c.state();

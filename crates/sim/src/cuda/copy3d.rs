@@ -4,6 +4,9 @@ use super::*;
 
 /// One side of a cuMemcpy3D.
 pub(super) struct Side {
+    /// Host memory of the caller (reached through the descriptor), or
+    /// simulator memory at `base`.
+    host: bool,
     base: usize,
     pitch: usize,
     height: usize,
@@ -59,6 +62,7 @@ pub(super) fn resolve_side(
             }
             let base = if host != 0 { host } else { dev as usize };
             Ok(Side {
+                host: true,
                 base,
                 pitch: if pitch == 0 { w } else { pitch },
                 height: if height == 0 { h } else { height },
@@ -78,6 +82,7 @@ pub(super) fn resolve_side(
                 end - first,
             )?;
             Ok(Side {
+                host: false,
                 base: dev as usize,
                 pitch,
                 height,
@@ -96,6 +101,7 @@ pub(super) fn resolve_side(
                 return Err(INVALID_VALUE);
             }
             Ok(Side {
+                host: false,
                 base: a.ptr,
                 pitch: a.row_bytes,
                 height: a.height,
@@ -105,10 +111,9 @@ pub(super) fn resolve_side(
     }
 }
 
-pub(crate) unsafe fn cuMemcpy3D(c: &Call, p: *const CUDA_MEMCPY3D) -> CUresult {
+pub(crate) fn cuMemcpy3D(c: &Call, p: CPtr<CUDA_MEMCPY3D>) -> CUresult {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let m = unsafe { get(p) }?;
+        let m: CIn<CUDA_MEMCPY3D> = p.read_in().ok_or(INVALID_VALUE)?;
         legacy_sync(c)?;
         if m.srcLOD != 0 || m.dstLOD != 0 || !m.reserved0.is_null() || !m.reserved1.is_null() {
             return Err(INVALID_VALUE);
@@ -142,6 +147,7 @@ pub(crate) unsafe fn cuMemcpy3D(c: &Call, p: *const CUDA_MEMCPY3D) -> CUresult {
             (m.dstXInBytes, m.dstY, m.dstZ),
             (w, h, d),
         )?;
+        let mut row = vec![0u8; w];
         for zz in 0..d {
             for yy in 0..h {
                 let so = (m.srcZ + zz) * src.pitch * src.height
@@ -150,10 +156,27 @@ pub(crate) unsafe fn cuMemcpy3D(c: &Call, p: *const CUDA_MEMCPY3D) -> CUresult {
                 let dof = (m.dstZ + zz) * dst.pitch * dst.height
                     + (m.dstY + yy) * dst.pitch
                     + m.dstXInBytes;
-                // SAFETY: device and array sides were bounds-checked against
-                // live mappings (kept alive by the held lock); host sides are
-                // the caller's memory described by its own pitch/height.
-                unsafe { cmem::copy((src.base + so) as *const u8, (dst.base + dof) as *mut u8, w) };
+                // Row by row through a buffer of ours: host sides are read and
+                // written through the descriptor (checked against the range it
+                // describes), device and array sides through the simulator's
+                // mapping of the live range (checked above, kept alive by the
+                // held lock); overlapping sides copy as the bytes were before.
+                let ok = if src.host {
+                    m.read_host_src(so, &mut row)
+                } else {
+                    st.device_read((src.base + so) as u64, &mut row)
+                } && if dst.host {
+                    m.write_host_dst(dof, &row)
+                } else {
+                    st.device_write((dst.base + dof) as u64, &row)
+                };
+                if !ok {
+                    c.diag(
+                        D::Internal,
+                        format!("cuMemcpy3D row of {w} bytes outside the ranges checked"),
+                    );
+                    return Err(INVALID_VALUE);
+                }
             }
         }
         Ok(())

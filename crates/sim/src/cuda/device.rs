@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(crate) unsafe fn cuInit(c: &Call, flags: c_uint) -> CUresult {
+pub(crate) fn cuInit(c: &Call, flags: c_uint) -> CUresult {
     if flags != 0 {
         return INVALID_VALUE;
     }
@@ -13,27 +13,24 @@ pub(crate) unsafe fn cuInit(c: &Call, flags: c_uint) -> CUresult {
     SUCCESS
 }
 
-pub(crate) unsafe fn cuDriverGetVersion(c: &Call, v: *mut c_int) -> CUresult {
-    // SAFETY: forwarded caller pointer.
-    done(unsafe { put(v, c.inst.config.driver_version) })
+pub(crate) fn cuDriverGetVersion(c: &Call, v: CMut<c_int>) -> CUresult {
+    done(put(v, c.inst.config.driver_version))
 }
 
-pub(crate) unsafe fn cuDeviceGetCount(c: &Call, n: *mut c_int) -> CUresult {
+pub(crate) fn cuDeviceGetCount(c: &Call, n: CMut<c_int>) -> CUresult {
     let r = (|| {
         init(&c.state())?;
         let n_dev = c_int::try_from(c.inst.config.devices).unwrap_or(c_int::MAX);
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(n, n_dev) }
+        put(n, n_dev)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuDeviceGet(c: &Call, out: *mut CUdevice, ordinal: c_int) -> CUresult {
+pub(crate) fn cuDeviceGet(c: &Call, out: CMut<CUdevice>, ordinal: c_int) -> CUresult {
     let r = (|| {
         init(&c.state())?;
         device(c, ordinal)?;
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(out, ordinal) }
+        put(out, ordinal)
     })();
     done(r)
 }
@@ -46,9 +43,9 @@ pub(super) fn device_name(c: &Call, d: usize) -> String {
     }
 }
 
-pub(crate) unsafe fn cuDeviceGetName(
+pub(crate) fn cuDeviceGetName(
     c: &Call,
-    name: *mut c_char,
+    name: Option<&mut [c_char]>,
     len: c_int,
     dev: CUdevice,
 ) -> CUresult {
@@ -59,17 +56,16 @@ pub(crate) unsafe fn cuDeviceGetName(
             .ok()
             .filter(|l| *l > 0)
             .ok_or(INVALID_VALUE)?;
-        if name.is_null() {
+        let Some(name) = name else {
             return Err(INVALID_VALUE);
-        }
+        };
         let s = device_name(c, d);
         let n = s.len().min(cap - 1);
-        // SAFETY: the caller provides `len` writable bytes at `name`; we
-        // write `n + 1 <= len` of them.
-        unsafe {
-            cmem::copy_to(name.cast::<u8>(), &s.as_bytes()[..n]);
-            cmem::write_at(name, n, 0);
+        // `name` holds the caller's `len` chars; `n + 1 <= len` are written.
+        for (dst, src) in name.iter_mut().zip(&s.as_bytes()[..n]) {
+            *dst = *src as c_char;
         }
+        name[n] = 0;
         Ok(())
     })();
     done(r)
@@ -83,20 +79,20 @@ pub(crate) fn device_uuid(d: usize) -> [u8; 16] {
     b
 }
 
-pub(crate) unsafe fn cuDeviceGetUuid_v2(c: &Call, out: *mut CUuuid, dev: CUdevice) -> CUresult {
+pub(crate) fn cuDeviceGetUuid_v2(c: &Call, out: CMut<CUuuid>, dev: CUdevice) -> CUresult {
     let r = (|| {
         init(&c.state())?;
         let d = device(c, dev)?;
         let bytes = device_uuid(d).map(|b| b as c_char);
         // SAFETY: forwarded caller pointer.
-        unsafe { put(out, CUuuid { bytes }) }
+        put(out, CUuuid { bytes })
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuDeviceGetAttribute(
+pub(crate) fn cuDeviceGetAttribute(
     c: &Call,
-    out: *mut c_int,
+    out: CMut<c_int>,
     attr: CUdevice_attribute,
     dev: CUdevice,
 ) -> CUresult {
@@ -139,8 +135,7 @@ pub(crate) unsafe fn cuDeviceGetAttribute(
             a if a < CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX.0 => 0,
             _ => return Err(INVALID_VALUE),
         };
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(out, v) }
+        put(out, v)
     })();
     done(r)
 }

@@ -20,30 +20,25 @@
 //!   other handle type (all INVALID_VALUE + a `Misuse` diagnostic), and
 //!   export without dma-buf support (NOT_SUPPORTED + `Unimplemented`).
 
-use core::ffi::{c_int, c_ulonglong, c_void};
-use std::os::fd::{AsRawFd, IntoRawFd};
+use core::ffi::{c_int, c_ulonglong};
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::FileExt;
 
 use tegra_interop_sys::cuda::{CUdeviceptr, CUmemRangeHandleType, CUresult};
 
+use crate::cmem::CMut;
 use crate::codes::{INVALID_CONTEXT, INVALID_VALUE, NOT_INITIALIZED, NOT_SUPPORTED, SUCCESS};
 use crate::instance::{AllocKind, Call};
 use crate::shm;
 use crate::DiagnosticKind as D;
 
-/// The host page size (a dma-buf covers whole pages).
-fn page_size() -> u64 {
-    // SAFETY: sysconf with a valid name has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(v).ok().filter(|v| *v > 0).unwrap_or(4096)
-}
-
 /// `cuMemGetHandleForAddressRange(handle, dptr, size, handleType, flags)`.
 ///
-/// # Safety
-/// `handle` must be NULL or valid for writing a C `int` (the fd).
-pub(crate) unsafe fn cuMemGetHandleForAddressRange(
+/// `handle` is the caller's out-pointer for the fd (`crate::abi` gives it
+/// its type).
+pub(crate) fn cuMemGetHandleForAddressRange(
     c: &Call,
-    handle: *mut c_void,
+    handle: CMut<c_int>,
     dptr: CUdeviceptr,
     size: usize,
     handle_type: CUmemRangeHandleType,
@@ -84,7 +79,7 @@ pub(crate) unsafe fn cuMemGetHandleForAddressRange(
         c.diag(D::Misuse, format!("flags {flags:#x}: only 0 is modelled"));
         return INVALID_VALUE;
     }
-    let page = page_size();
+    let page = shm::page_size() as u64;
     let len = size as u64;
     let alloc = match st.allocations.get(&dptr) {
         Some(a) if matches!(a.kind, AllocKind::Alloc) => a,
@@ -118,34 +113,22 @@ pub(crate) unsafe fn cuMemGetHandleForAddressRange(
         }
     };
     // Copy the range's current bytes into the file.
-    let mut written = 0usize;
-    while written < size {
-        // SAFETY: `dptr..dptr + size` lies inside a live allocation (checked
-        // above, kept alive by the held state lock); `fd` is a valid memfd.
-        let n = unsafe {
-            libc::pwrite(
-                fd.as_raw_fd(),
-                (dptr as usize as *const u8).add(written).cast(),
-                size - written,
-                written as libc::off_t,
-            )
-        };
-        if n <= 0 {
-            c.diag(
-                D::Internal,
-                format!(
-                    "writing the dma-buf copy: {}",
-                    std::io::Error::last_os_error()
-                ),
-            );
-            return crate::codes::OUT_OF_MEMORY;
-        }
-        written += n as usize;
+    let mut bytes = vec![0u8; size];
+    if !st.device_read(dptr, &mut bytes) {
+        c.diag(
+            D::Internal,
+            format!("{size} bytes at {dptr:#x}: a checked allocation without its mapping"),
+        );
+        return crate::codes::OUT_OF_MEMORY;
+    }
+    let file = std::fs::File::from(fd);
+    if let Err(e) = file.write_all_at(&bytes, 0) {
+        c.diag(D::Internal, format!("writing the dma-buf copy: {e}"));
+        return crate::codes::OUT_OF_MEMORY;
     }
     drop(st);
     // The caller owns the new descriptor from here on.
-    let raw: c_int = fd.into_raw_fd();
-    // SAFETY: checked non-null; the caller's contract makes it valid for an int.
-    unsafe { handle.cast::<c_int>().write(raw) };
+    let raw: c_int = file.into_raw_fd();
+    handle.write(raw);
     SUCCESS
 }

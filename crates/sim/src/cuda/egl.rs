@@ -124,15 +124,10 @@ pub struct SimEglImage {
     inner: Arc<Instance>,
     handle: usize,
     region: Region,
-    base: *mut u8,
+    /// The address of the image's first byte in `region`.
+    base: usize,
     planes: Vec<EglPlaneLayout>,
 }
-
-// SAFETY: the image's mapping is plain shared memory; `&SimEglImage` only
-// reads it, writes need `&mut`.
-unsafe impl Send for SimEglImage {}
-// SAFETY: as above.
-unsafe impl Sync for SimEglImage {}
 
 impl std::fmt::Debug for SimEglImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,16 +152,14 @@ impl SimEglImage {
     /// The bytes of plane `i` (all its rows, pitch included).
     pub fn plane(&self, i: usize) -> Option<&[u8]> {
         let p = self.planes.get(i)?;
-        // SAFETY: the plane lies inside the image's mapping (`layout`),
-        // which lives as long as `self`.
-        Some(unsafe { std::slice::from_raw_parts(self.base.add(p.offset), p.pitch * p.rows) })
+        self.region.bytes(self.base + p.offset, p.pitch * p.rows)
     }
 
     /// The bytes of plane `i`, writable.
     pub fn plane_mut(&mut self, i: usize) -> Option<&mut [u8]> {
         let p = *self.planes.get(i)?;
-        // SAFETY: as in `plane`; `&mut self` makes this the only view.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.base.add(p.offset), p.pitch * p.rows) })
+        self.region
+            .bytes_mut(self.base + p.offset, p.pitch * p.rows)
     }
 }
 
@@ -227,16 +220,16 @@ impl crate::Sim {
             inner: Arc::clone(&self.inner),
             handle,
             region,
-            base,
+            base: base as usize,
             planes,
         })
     }
 }
 
-pub(crate) unsafe fn cuGraphicsEGLRegisterImage(
+pub(crate) fn cuGraphicsEGLRegisterImage(
     c: &Call,
-    out: *mut CUgraphicsResource,
-    image: EGLImageKHR,
+    out: CMut<CUgraphicsResource>,
+    image: Handle<EGLImageKHR>,
     flags: c_uint,
 ) -> CUresult {
     let r = (|| {
@@ -246,12 +239,12 @@ pub(crate) unsafe fn cuGraphicsEGLRegisterImage(
         if out.is_null() || flags > 2 {
             return Err(INVALID_VALUE);
         }
-        let Some(img) = st.egl_images.get(&(image as usize)) else {
+        let Some(img) = st.egl_images.get(&(image.addr())) else {
             c.diag(
                 D::UnknownHandle,
                 format!(
                     "{:#x} is not an EGL image of this simulator (Sim::create_egl_image)",
-                    image as usize
+                    image.addr()
                 ),
             );
             return Err(INVALID_VALUE);
@@ -262,27 +255,25 @@ pub(crate) unsafe fn cuGraphicsEGLRegisterImage(
         let (fd, len) = (Arc::clone(&img.fd), img.len);
         let (region, p) =
             Region::map_file(fd.as_fd(), len as u64, 0, len).map_err(|_| OUT_OF_MEMORY)?;
-        // SAFETY: `p` is the start of a fresh mapping of `len` bytes.
-        unsafe { cmem::fill(p, 0, len) };
+        region.fill_at(p as usize, 0, len);
         drop(region);
         let h = new_handle(Tag::GraphicsResource);
         st.egl_resources.insert(
             h,
             EglResObj {
                 ctx,
-                image: image as usize,
+                image: image.addr(),
                 mapped: None,
             },
         );
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { cmem::write(out, h as CUgraphicsResource) };
+        out.write(h as CUgraphicsResource);
         Ok(())
     })();
     done(r)
 }
 
-fn resource(c: &Call, st: &State, res: CUgraphicsResource) -> R<u64> {
-    let h = res as u64;
+fn resource(c: &Call, st: &State, res: Handle<CUgraphicsResource>) -> R<u64> {
+    let h = res.addr() as u64;
     if st.egl_resources.contains_key(&h) {
         return Ok(h);
     }
@@ -303,10 +294,10 @@ fn resource(c: &Call, st: &State, res: CUgraphicsResource) -> R<u64> {
     Err(INVALID_HANDLE)
 }
 
-pub(crate) unsafe fn cuGraphicsResourceGetMappedEglFrame(
+pub(crate) fn cuGraphicsResourceGetMappedEglFrame(
     c: &Call,
-    frame: *mut CUeglFrame,
-    res: CUgraphicsResource,
+    frame: CMut<CUeglFrame>,
+    res: Handle<CUgraphicsResource>,
     index: c_uint,
     mip: c_uint,
 ) -> CUresult {
@@ -366,14 +357,13 @@ pub(crate) unsafe fn cuGraphicsResourceGetMappedEglFrame(
                 f.eglColorFormat = CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR;
             }
         }
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { cmem::write(frame, f) };
+        frame.write(f);
         Ok(())
     })();
     done(r)
 }
 
-pub(crate) fn cuGraphicsUnregisterResource(c: &Call, res: CUgraphicsResource) -> CUresult {
+pub(crate) fn cuGraphicsUnregisterResource(c: &Call, res: Handle<CUgraphicsResource>) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;

@@ -71,20 +71,19 @@ pub(super) fn injected_stage(code: CUresult) -> Stage {
     }
 }
 
-pub(crate) unsafe fn cuImportExternalMemory(
+pub(crate) fn cuImportExternalMemory(
     c: &Call,
-    out: *mut CUexternalMemory,
-    desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
+    out: CMut<CUexternalMemory>,
+    desc: CPtr<CUDA_EXTERNAL_MEMORY_HANDLE_DESC>,
 ) -> CUresult {
     // Which fd the call was handed, read before anything can fail.
-    // SAFETY: forwarded caller pointer (NULL is allowed and checked).
-    let (kind, handed) = match unsafe { get(desc) } {
-        Ok(d) if d.type_.0 == MEM_OPAQUE_FD || d.type_.0 == MEM_DMABUF_FD => {
-            // SAFETY: for fd kinds the union holds the descriptor.
-            (d.type_.0, Handed::at(unsafe { d.handle.fd }))
+    let (kind, handed) = match desc.read_in() {
+        Some(d) if d.type_.0 == MEM_OPAQUE_FD || d.type_.0 == MEM_DMABUF_FD => {
+            // For fd kinds the union holds the descriptor.
+            (d.type_.0, Handed::at(d.handle_fd()))
         }
-        Ok(d) => (d.type_.0, None),
-        Err(_) => (0, None),
+        Some(d) => (d.type_.0, None),
+        None => (0, None),
     };
     let mut stage = Stage::Parameters;
     let r = match c.inst.take_injected(c.index) {
@@ -92,8 +91,7 @@ pub(crate) unsafe fn cuImportExternalMemory(
             stage = injected_stage(code);
             Err(code)
         }
-        // SAFETY: forwarded caller pointers.
-        None => unsafe { import_memory(c, out, desc, handed, &mut stage) },
+        None => import_memory(c, out, desc, handed, &mut stage),
     };
     if let Some(h) = handed {
         // Success: the driver owns the fd and closes it (measured).
@@ -109,18 +107,15 @@ pub(crate) unsafe fn cuImportExternalMemory(
     done(r)
 }
 
-/// # Safety
-/// Caller pointers as for `cuImportExternalMemory`.
-pub(super) unsafe fn import_memory(
+pub(super) fn import_memory(
     c: &Call,
-    out: *mut CUexternalMemory,
-    desc: *const CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
+    out: CMut<CUexternalMemory>,
+    desc: CPtr<CUDA_EXTERNAL_MEMORY_HANDLE_DESC>,
     handed: Option<Handed>,
     stage: &mut Stage,
 ) -> R {
     {
-        // SAFETY: forwarded caller pointer.
-        let desc = unsafe { get(desc) }?;
+        let desc = desc.read_in().ok_or(INVALID_VALUE)?;
         let mut st = c.state();
         init(&st)?;
         // Measured: no current context -> INVALID_CONTEXT, checked before
@@ -151,8 +146,8 @@ pub(super) unsafe fn import_memory(
                 // The parameters are valid: from here on a failed OPAQUE_FD
                 // import closes the fd (measured).
                 *stage = Stage::Import;
-                // SAFETY: for fd kinds the union holds the descriptor.
-                let raw = unsafe { desc.handle.fd };
+                // For fd kinds the union holds the descriptor.
+                let raw = desc.handle_fd();
                 let len = match shm::inspect_fd(raw) {
                     // The real driver answers fd = -1 or a closed number
                     // with UNKNOWN (measured).
@@ -180,11 +175,10 @@ pub(super) unsafe fn import_memory(
                     // descriptor and now (another thread): refuse.
                     return Err(UNKNOWN);
                 }
-                // SAFETY: `raw` was just checked to be an open descriptor; it
-                // is only borrowed for the duplication.
-                let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
                 if kind == MEM_OPAQUE_FD
-                    && !shm::is_exported_memfd(borrowed, shm::EXPORTED_MEMORY_NAME)
+                    && !with_handed(raw, |b| {
+                        shm::is_exported_memfd(b, shm::EXPORTED_MEMORY_NAME)
+                    })
                 {
                     // Measured: a memfd or a regular file that is not a GPU
                     // allocation -> UNKNOWN, fd closed. Only memory made by
@@ -198,13 +192,13 @@ pub(super) unsafe fn import_memory(
                     );
                     return Err(UNKNOWN);
                 }
-                let keep =
-                    TrackedFd::dup(&c.inst.fds, site(c), borrowed).map_err(|_| OPERATING_SYSTEM)?;
+                let keep = with_handed(raw, |b| TrackedFd::dup(&c.inst.fds, site(c), b))
+                    .map_err(|_| OPERATING_SYSTEM)?;
                 (keep, len, false)
             }
             MEM_NVSCIBUF => {
-                // SAFETY: for NVSCIBUF the union holds the object pointer.
-                let obj = unsafe { desc.handle.nvSciBufObject } as usize;
+                // For NVSCIBUF the union holds the object pointer.
+                let obj = desc.handle_nvscibuf();
                 if obj == 0 {
                     return Err(INVALID_VALUE);
                 }
@@ -253,8 +247,7 @@ pub(super) unsafe fn import_memory(
                 nvscibuf,
             },
         );
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, h as usize as CUexternalMemory) }
+        put(out, h as usize as CUexternalMemory)
     }
 }
 
@@ -262,15 +255,12 @@ pub(super) unsafe fn import_memory(
 /// the driver initialised, a context current, `out` non-NULL. Returns the descriptor and the
 /// locked state.
 ///
-/// # Safety
-/// `desc` must be NULL or point at a readable descriptor.
-unsafe fn open_mapping<'c, D: Copy, O>(
+fn open_mapping<'c, D: Plain, O>(
     c: &'c Call,
-    out: *mut O,
-    desc: *const D,
+    out: CMut<O>,
+    desc: CPtr<D>,
 ) -> R<(D, std::sync::MutexGuard<'c, State>)> {
-    // SAFETY: forwarded caller pointer (NULL is refused).
-    let desc = unsafe { get(desc) }?;
+    let desc = get(desc)?;
     let st = c.state();
     init(&st)?;
     current_ctx(c, &st)?;
@@ -280,16 +270,15 @@ unsafe fn open_mapping<'c, D: Copy, O>(
     Ok((desc, st))
 }
 
-pub(crate) unsafe fn cuExternalMemoryGetMappedBuffer(
+pub(crate) fn cuExternalMemoryGetMappedBuffer(
     c: &Call,
-    out: *mut CUdeviceptr,
-    ext: CUexternalMemory,
-    desc: *const CUDA_EXTERNAL_MEMORY_BUFFER_DESC,
+    out: CMut<CUdeviceptr>,
+    ext: Handle<CUexternalMemory>,
+    desc: CPtr<CUDA_EXTERNAL_MEMORY_BUFFER_DESC>,
 ) -> CUresult {
-    let h = ext as usize as u64;
+    let h = ext.addr() as u64;
     let r = (|| {
-        // SAFETY: forwarded caller pointers.
-        let (desc, mut st) = unsafe { open_mapping(c, out, desc) }?;
+        let (desc, mut st) = open_mapping(c, out, desc)?;
         let Some(mem) = st.memories.get(&h) else {
             return Err(not_live(c, &st, "external memory", h, false, INVALID_VALUE));
         };
@@ -314,8 +303,7 @@ pub(crate) unsafe fn cuExternalMemoryGetMappedBuffer(
             .map_err(|_| OUT_OF_MEMORY)?;
         let ctx = mem.ctx;
         let p = st.add_allocation(ptr, ctx, len, AllocKind::Mapped, region);
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, p) }
+        put(out, p)
     })();
     done(r)
 }
@@ -329,16 +317,15 @@ pub(super) fn element_size(format: u32) -> Option<usize> {
     }
 }
 
-pub(crate) unsafe fn cuExternalMemoryGetMappedMipmappedArray(
+pub(crate) fn cuExternalMemoryGetMappedMipmappedArray(
     c: &Call,
-    out: *mut CUmipmappedArray,
-    ext: CUexternalMemory,
-    desc: *const CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC,
+    out: CMut<CUmipmappedArray>,
+    ext: Handle<CUexternalMemory>,
+    desc: CPtr<CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC>,
 ) -> CUresult {
-    let h = ext as usize as u64;
+    let h = ext.addr() as u64;
     let r = (|| {
-        // SAFETY: forwarded caller pointers.
-        let (desc, mut st) = unsafe { open_mapping(c, out, desc) }?;
+        let (desc, mut st) = open_mapping(c, out, desc)?;
         let Some(mem) = st.memories.get(&h) else {
             return Err(not_live(c, &st, "external memory", h, false, INVALID_VALUE));
         };
@@ -424,19 +411,18 @@ pub(crate) unsafe fn cuExternalMemoryGetMappedMipmappedArray(
                 _region: region,
             },
         );
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, mh as usize as CUmipmappedArray) }
+        put(out, mh as usize as CUmipmappedArray)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuMipmappedArrayGetLevel(
+pub(crate) fn cuMipmappedArrayGetLevel(
     c: &Call,
-    out: *mut CUarray,
-    mip: CUmipmappedArray,
+    out: CMut<CUarray>,
+    mip: Handle<CUmipmappedArray>,
     level: c_uint,
 ) -> CUresult {
-    let h = mip as usize as u64;
+    let h = mip.addr() as u64;
     let r = (|| {
         let st = c.state();
         init(&st)?;
@@ -451,14 +437,13 @@ pub(crate) unsafe fn cuMipmappedArrayGetLevel(
             ));
         };
         let a = *m.levels.get(level as usize).ok_or(INVALID_VALUE)?;
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(out, a as usize as CUarray) }
+        put(out, a as usize as CUarray)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuMipmappedArrayDestroy(c: &Call, mip: CUmipmappedArray) -> CUresult {
-    let h = mip as usize as u64;
+pub(crate) fn cuMipmappedArrayDestroy(c: &Call, mip: Handle<CUmipmappedArray>) -> CUresult {
+    let h = mip.addr() as u64;
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -477,8 +462,8 @@ pub(crate) unsafe fn cuMipmappedArrayDestroy(c: &Call, mip: CUmipmappedArray) ->
     done(r)
 }
 
-pub(crate) unsafe fn cuDestroyExternalMemory(c: &Call, ext: CUexternalMemory) -> CUresult {
-    let h = ext as usize as u64;
+pub(crate) fn cuDestroyExternalMemory(c: &Call, ext: Handle<CUexternalMemory>) -> CUresult {
+    let h = ext.addr() as u64;
     let r = (|| {
         let mut st = c.state();
         init(&st)?;

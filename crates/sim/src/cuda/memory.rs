@@ -41,7 +41,7 @@ pub(super) fn legacy_sync(c: &Call) -> R {
     wait_cores(c, cores, "a synchronous copy")
 }
 
-pub(crate) unsafe fn cuMemAlloc(c: &Call, out: *mut CUdeviceptr, size: usize) -> CUresult {
+pub(crate) fn cuMemAlloc(c: &Call, out: CMut<CUdeviceptr>, size: usize) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -51,13 +51,12 @@ pub(crate) unsafe fn cuMemAlloc(c: &Call, out: *mut CUdeviceptr, size: usize) ->
         }
         let region = Region::anonymous(size).map_err(|_| OUT_OF_MEMORY)?;
         let p = st.add_allocation(region.base(), ctx, size, AllocKind::Alloc, region);
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, p) }
+        put(out, p)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
+pub(crate) fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -81,54 +80,52 @@ pub(crate) unsafe fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
 /// allocation; then `copy` runs with the state lock held (keeping that allocation alive).
 fn sync_copy(
     c: &Call,
-    host: *const c_void,
+    host_null: bool,
     device: CUdeviceptr,
     n: usize,
-    copy: impl FnOnce(),
+    copy: impl FnOnce(&State) -> bool,
 ) -> CUresult {
     let r = (|| {
         legacy_sync(c)?;
         if n == 0 {
             return Ok(());
         }
-        if host.is_null() {
+        if host_null {
             return Err(INVALID_VALUE);
         }
         let st = c.state();
         device_range(c, &st, device, n)?;
-        copy();
+        if !copy(&st) {
+            c.diag(
+                D::Internal,
+                format!("{n} bytes at {device:#x}: a checked device range without its mapping"),
+            );
+            return Err(INVALID_VALUE);
+        }
         Ok(())
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuMemcpyHtoD(
-    c: &Call,
-    dst: CUdeviceptr,
-    src: *const c_void,
-    n: usize,
-) -> CUresult {
-    sync_copy(c, src, dst, n, || {
-        // SAFETY: the destination range lies in a live mapping (checked, and
-        // kept alive by the held lock); the source is the caller's `n` bytes.
-        unsafe { cmem::copy(src.cast::<u8>(), dst as usize as *mut u8, n) };
+pub(crate) fn cuMemcpyHtoD(c: &Call, dst: CUdeviceptr, src: Option<&[u8]>, n: usize) -> CUresult {
+    sync_copy(c, src.is_none(), dst, n, |st| {
+        src.is_some_and(|src| st.device_write(dst, src))
     })
 }
 
-pub(crate) unsafe fn cuMemcpyDtoH(
+pub(crate) fn cuMemcpyDtoH(
     c: &Call,
-    dst: *mut c_void,
+    dst: Option<&mut [u8]>,
     src: CUdeviceptr,
     n: usize,
 ) -> CUresult {
-    sync_copy(c, dst.cast_const(), src, n, || {
-        // SAFETY: the source range lies in a live mapping (checked, kept
-        // alive by the held lock); the destination is the caller's buffer.
-        unsafe { cmem::copy(src as usize as *const u8, dst.cast::<u8>(), n) };
+    let null = dst.is_none();
+    sync_copy(c, null, src, n, |st| {
+        dst.is_some_and(|dst| st.device_read(src, dst))
     })
 }
 
-pub(crate) unsafe fn cuMemsetD8(c: &Call, dst: CUdeviceptr, v: u8, n: usize) -> CUresult {
+pub(crate) fn cuMemsetD8(c: &Call, dst: CUdeviceptr, v: u8, n: usize) -> CUresult {
     let r = (|| {
         legacy_sync(c)?;
         if n == 0 {
@@ -136,8 +133,13 @@ pub(crate) unsafe fn cuMemsetD8(c: &Call, dst: CUdeviceptr, v: u8, n: usize) -> 
         }
         let st = c.state();
         device_range(c, &st, dst, n)?;
-        // SAFETY: the range lies in a live mapping (checked, lock held).
-        unsafe { cmem::fill(dst as usize as *mut u8, v, n) };
+        if !st.device_fill(dst, v, n) {
+            c.diag(
+                D::Internal,
+                format!("{n} bytes at {dst:#x}: a checked device range without its mapping"),
+            );
+            return Err(INVALID_VALUE);
+        }
         Ok(())
     })();
     done(r)

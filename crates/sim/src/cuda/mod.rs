@@ -39,9 +39,9 @@ use std::time::Duration;
 use tegra_interop_sys::cuda::*;
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
-use crate::cmem;
+use crate::cmem::{CArr, CIn, CMut, CPtr, Handle, HostCallback, Plain};
 use crate::codes::{self, *};
-use crate::fds::{checked_close, file_id, FileId, Site, TrackedFd};
+use crate::fds::{checked_close, file_id, with_handed, FileId, Site, TrackedFd};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::*;
 use crate::shm::{self, FdInfo, Region, SemaphoreKind, SharedSemaphore, WaitEnd};
@@ -58,23 +58,13 @@ pub(super) fn done(r: R) -> CUresult {
 }
 
 /// Writes `v` to a caller out-pointer, refusing NULL.
-///
-/// # Safety
-/// `p` must be NULL or valid for a write of `T`.
-pub(super) unsafe fn put<T>(p: *mut T, v: T) -> R {
-    // SAFETY: forwarded contract.
-    unsafe { cmem::write(p, v) }
-        .then_some(())
-        .ok_or(INVALID_VALUE)
+pub(super) fn put<T: Plain>(p: CMut<T>, v: T) -> R {
+    p.write(v).then_some(()).ok_or(INVALID_VALUE)
 }
 
 /// Reads a caller in-pointer, refusing NULL.
-///
-/// # Safety
-/// `p` must be NULL or valid for a read of `T`.
-pub(super) unsafe fn get<T: Copy>(p: *const T) -> R<T> {
-    // SAFETY: forwarded contract.
-    unsafe { cmem::read(p) }.ok_or(INVALID_VALUE)
+pub(super) fn get<T: Plain>(p: CPtr<T>) -> R<T> {
+    p.read().ok_or(INVALID_VALUE)
 }
 
 pub(super) fn init(st: &State) -> R {
@@ -165,10 +155,9 @@ pub(super) fn not_live(
 // ---------------------------------------------------------------- errors
 
 /// `cuGetErrorName`'s lookup (not counted, shared by all slots).
-pub(crate) unsafe fn error_name(code: CUresult, out: *mut *const c_char) -> CUresult {
+pub(crate) fn error_name(code: CUresult, out: CMut<*const c_char>) -> CUresult {
     let n = codes::name(code.0);
-    // SAFETY: forwarded caller pointer.
-    let r = unsafe { put(out, n.map_or(core::ptr::null(), |s| s.as_ptr())) };
+    let r = put(out, n.map_or(core::ptr::null(), |s| s.as_ptr()));
     match (r, n) {
         (Err(e), _) => e,
         (Ok(()), None) => INVALID_VALUE,
@@ -177,10 +166,9 @@ pub(crate) unsafe fn error_name(code: CUresult, out: *mut *const c_char) -> CUre
 }
 
 /// `cuGetErrorString`'s lookup (not counted, shared by all slots).
-pub(crate) unsafe fn error_string(code: CUresult, out: *mut *const c_char) -> CUresult {
+pub(crate) fn error_string(code: CUresult, out: CMut<*const c_char>) -> CUresult {
     let n = codes::description(code.0);
-    // SAFETY: forwarded caller pointer.
-    let r = unsafe { put(out, n.map_or(core::ptr::null(), |s| s.as_ptr())) };
+    let r = put(out, n.map_or(core::ptr::null(), |s| s.as_ptr()));
     match (r, n) {
         (Err(e), _) => e,
         (Ok(()), None) => INVALID_VALUE,

@@ -6,23 +6,21 @@ pub(super) const SEM_OPAQUE_FD: u32 = 1;
 pub(super) const SEM_NVSCISYNC: u32 = 6;
 pub(super) const SEM_TIMELINE_FD: u32 = 9;
 
-pub(crate) unsafe fn cuImportExternalSemaphore(
+pub(crate) fn cuImportExternalSemaphore(
     c: &Call,
-    out: *mut CUexternalSemaphore,
-    desc: *const CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
+    out: CMut<CUexternalSemaphore>,
+    desc: CPtr<CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC>,
 ) -> CUresult {
     // Which fd the call was handed, read before anything can fail.
-    // SAFETY: forwarded caller pointer (NULL is allowed and checked).
-    let handed = match unsafe { get(desc) } {
-        Ok(d) if d.type_.0 == SEM_OPAQUE_FD || d.type_.0 == SEM_TIMELINE_FD => {
-            // SAFETY: for fd kinds the union holds the descriptor.
-            Handed::at(unsafe { d.handle.fd })
+    let handed = match desc.read_in() {
+        Some(d) if d.type_.0 == SEM_OPAQUE_FD || d.type_.0 == SEM_TIMELINE_FD => {
+            // For fd kinds the union holds the descriptor.
+            Handed::at(d.handle_fd())
         }
         _ => None,
     };
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let desc = unsafe { get(desc) }?;
+        let desc = desc.read_in().ok_or(INVALID_VALUE)?;
         let mut st = c.state();
         init(&st)?;
         let ctx = current_ctx(c, &st)?;
@@ -35,8 +33,8 @@ pub(crate) unsafe fn cuImportExternalSemaphore(
                 if kind == SEM_TIMELINE_FD && !c.inst.config.timeline_supported {
                     return Err(NOT_SUPPORTED);
                 }
-                // SAFETY: for fd kinds the union holds the descriptor.
-                let raw = unsafe { desc.handle.fd };
+                // For fd kinds the union holds the descriptor.
+                let raw = desc.handle_fd();
                 match shm::inspect_fd(raw) {
                     FdInfo::Bad => return Err(UNKNOWN),
                     FdInfo::NotAFile => {
@@ -49,9 +47,7 @@ pub(crate) unsafe fn cuImportExternalSemaphore(
                     }
                     FdInfo::File(_) => {}
                 }
-                // SAFETY: `raw` is an open descriptor (checked); only borrowed.
-                let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
-                let Some(sem) = SharedSemaphore::open(borrowed) else {
+                let Some(sem) = with_handed(raw, SharedSemaphore::open) else {
                     c.diag(
                         D::Misuse,
                         format!("fd {raw} is not a semaphore exported by the simulator"),
@@ -75,8 +71,8 @@ pub(crate) unsafe fn cuImportExternalSemaphore(
                     // Closed or swapped by another thread meanwhile: refuse.
                     return Err(UNKNOWN);
                 }
-                let keep =
-                    TrackedFd::dup(&c.inst.fds, site(c), borrowed).map_err(|_| OPERATING_SYSTEM)?;
+                let keep = with_handed(raw, |b| TrackedFd::dup(&c.inst.fds, site(c), b))
+                    .map_err(|_| OPERATING_SYSTEM)?;
                 let source = if kind == SEM_OPAQUE_FD {
                     SemSource::OpaqueFd
                 } else {
@@ -85,8 +81,8 @@ pub(crate) unsafe fn cuImportExternalSemaphore(
                 (Arc::new(sem), Some(keep), source)
             }
             SEM_NVSCISYNC => {
-                // SAFETY: for NVSCISYNC the union holds the object pointer.
-                let obj = unsafe { desc.handle.nvSciSyncObj } as usize;
+                // For NVSCISYNC the union holds the object pointer.
+                let obj = desc.handle_nvscisync();
                 if obj == 0 {
                     return Err(INVALID_VALUE);
                 }
@@ -127,8 +123,7 @@ pub(crate) unsafe fn cuImportExternalSemaphore(
                 outstanding: Arc::new(AtomicUsize::new(0)),
             },
         );
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, h as usize as CUexternalSemaphore) }
+        put(out, h as usize as CUexternalSemaphore)
     })();
     // Success: the driver owns the fd and closes it (measured). Failure:
     // the H200 left the fd open on every failed semaphore import it was
@@ -155,23 +150,18 @@ pub(super) enum Op {
 type Resolved = (u64, Arc<SharedSemaphore>, SemSource, Arc<AtomicUsize>);
 
 /// Resolves the semaphores of a batch against the stream's context.
-///
-/// # Safety
-/// `sems` must be NULL or point at `n` handles.
-pub(super) unsafe fn batch_semaphores(
+pub(super) fn batch_semaphores(
     c: &Call,
     st: &State,
-    sems: *const CUexternalSemaphore,
-    n: usize,
+    sems: Option<&[CUexternalSemaphore]>,
     ctx: u64,
 ) -> R<Vec<Resolved>> {
-    if sems.is_null() {
+    let Some(sems) = sems else {
         return Err(INVALID_VALUE);
-    }
-    let mut v = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: the caller passes `n` handles at `sems`.
-        let h = unsafe { cmem::read_at(sems, i) } as usize as u64;
+    };
+    let mut v = Vec::with_capacity(sems.len());
+    for s in sems {
+        let h = *s as usize as u64;
         let Some(s) = st.semaphores.get(&h) else {
             return Err(not_live(
                 c,
@@ -303,15 +293,13 @@ type Planned<T> = (Arc<SharedSemaphore>, T, Arc<AtomicUsize>);
 /// synchronisations, lets `finish` turn the plans into stream operations (writing what the
 /// call hands back) and enqueues them.
 ///
-/// # Safety
-/// `sems` and `params` must each be NULL or point at `n` elements.
-unsafe fn run_batch<P: BatchParams, T>(
+fn run_batch<'c, P: BatchParams + Plain, T>(
     c: &Call,
-    sems: *const CUexternalSemaphore,
-    params: *const P,
+    sems: Option<&[CUexternalSemaphore]>,
+    params: Option<CArr<'c, P>>,
     n: c_uint,
-    stream: CUstream,
-    mut plan: impl FnMut(u64, &P, Checked) -> R<T>,
+    stream: Handle<CUstream>,
+    mut plan: impl FnMut(u64, &CIn<'c, P>, Checked) -> R<T>,
     finish: impl FnOnce(Vec<Planned<T>>) -> Vec<Planned<Op>>,
 ) -> CUresult {
     let r = (|| {
@@ -322,17 +310,15 @@ unsafe fn run_batch<P: BatchParams, T>(
         if n == 0 {
             return Ok(());
         }
-        if params.is_null() {
+        let Some(params) = params else {
             return Err(INVALID_VALUE);
-        }
-        // SAFETY: forwarded caller pointer with `n` elements.
-        let resolved = unsafe { batch_semaphores(c, &st, sems, n, ctx) }?;
+        };
+        let resolved = batch_semaphores(c, &st, sems, ctx)?;
         // Validate the whole batch before anything is enqueued or written.
         let mut planned = Vec::with_capacity(n);
         let mut memsync = Vec::new();
         for (i, (h, sem, source, outstanding)) in resolved.into_iter().enumerate() {
-            // SAFETY: the caller passes `n` parameter blocks at `params`.
-            let p = unsafe { cmem::read_at(params, i) };
+            let p = params.get(i).ok_or(INVALID_VALUE)?;
             if !p.reserved_clear() {
                 return Err(INVALID_VALUE);
             }
@@ -376,22 +362,21 @@ unsafe fn run_batch<P: BatchParams, T>(
 }
 
 /// A signal's plan: its operation and, for NvSciSync, the caller's fence to write and the object.
-type SignalPlan = (Op, Option<(*mut NvSciSyncFence, u64)>);
+type SignalPlan<'c> = (Op, Option<(CMut<'c, NvSciSyncFence>, u64)>);
 
-pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
+pub(crate) fn cuSignalExternalSemaphoresAsync<'c>(
     c: &Call,
-    sems: *const CUexternalSemaphore,
-    params: *const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+    sems: Option<&[CUexternalSemaphore]>,
+    params: Option<CArr<'c, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS>>,
     n: c_uint,
-    stream: CUstream,
+    stream: Handle<CUstream>,
 ) -> CUresult {
-    let plan = |_h: u64, p: &CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, checked: Checked| {
+    let plan = |_h: u64, p: &CIn<'c, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS>, checked: Checked| {
         Ok(match checked {
             Checked::Binary => (Op::SignalBinary, None),
             Checked::Timeline => (Op::SignalTimeline(p.params.fence.value), None),
             Checked::NvSciSync(object_id) => {
-                // SAFETY: reading the pointer member of a plain union.
-                let f = unsafe { p.params.nvSciSync.fence }.cast::<NvSciSyncFence>();
+                let f = p.nvsci_fence();
                 if f.is_null() {
                     return Err(INVALID_VALUE);
                 }
@@ -399,42 +384,35 @@ pub(crate) unsafe fn cuSignalExternalSemaphoresAsync(
             }
         })
     };
-    let finish = |planned: Vec<Planned<SignalPlan>>| {
+    let finish = |planned: Vec<Planned<SignalPlan<'c>>>| {
         let mut ops = Vec::with_capacity(planned.len());
         for (sem, (op, fence_out), outstanding) in planned {
             if let Some((f, object_id)) = fence_out {
                 let value = sem.reserve_next();
-                // SAFETY: the caller's fence pointer (non-null, checked) must
-                // point at a writable NvSciSyncFence; the driver overwrites it.
-                unsafe { f.write(fence::encode(SimFence { object_id, value })) };
+                // The caller's fence (non-null, checked): the driver overwrites it.
+                f.write(fence::encode(SimFence { object_id, value }));
             }
             ops.push((sem, op, outstanding));
         }
         ops
     };
-    // SAFETY: forwarded caller pointers with `n` elements each.
-    unsafe { run_batch(c, sems, params, n, stream, plan, finish) }
+    run_batch(c, sems, params, n, stream, plan, finish)
 }
 
-pub(crate) unsafe fn cuWaitExternalSemaphoresAsync(
+pub(crate) fn cuWaitExternalSemaphoresAsync(
     c: &Call,
-    sems: *const CUexternalSemaphore,
-    params: *const CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+    sems: Option<&[CUexternalSemaphore]>,
+    params: Option<CArr<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS>>,
     n: c_uint,
-    stream: CUstream,
+    stream: Handle<CUstream>,
 ) -> CUresult {
-    let plan = |h: u64, p: &CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS, checked: Checked| {
+    let plan = |h: u64, p: &CIn<CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS>, checked: Checked| {
         Ok(match checked {
             Checked::Binary => Op::WaitBinary,
             Checked::Timeline => Op::WaitValue(p.params.fence.value),
             Checked::NvSciSync(object_id) => {
-                // SAFETY: reading the pointer member of a plain union.
-                let f = unsafe { p.params.nvSciSync.fence }
-                    .cast::<NvSciSyncFence>()
-                    .cast_const();
-                // SAFETY: the caller's fence pointer must point at a
-                // readable NvSciSyncFence (NULL is refused).
-                let fence = unsafe { get(f) }?;
+                // The caller's fence must be readable (NULL is refused).
+                let fence = get(p.nvsci_fence())?;
                 match fence::decode(&fence) {
                     FenceContent::Cleared => Op::Nothing,
                     FenceContent::Fence(sf) if sf.object_id == object_id => Op::WaitValue(sf.value),
@@ -456,12 +434,11 @@ pub(crate) unsafe fn cuWaitExternalSemaphoresAsync(
             }
         })
     };
-    // SAFETY: forwarded caller pointers with `n` elements each.
-    unsafe { run_batch(c, sems, params, n, stream, plan, |planned| planned) }
+    run_batch(c, sems, params, n, stream, plan, |planned| planned)
 }
 
-pub(crate) unsafe fn cuDestroyExternalSemaphore(c: &Call, s: CUexternalSemaphore) -> CUresult {
-    let h = s as usize as u64;
+pub(crate) fn cuDestroyExternalSemaphore(c: &Call, s: Handle<CUexternalSemaphore>) -> CUresult {
+    let h = s.addr() as u64;
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -493,9 +470,9 @@ pub(crate) unsafe fn cuDestroyExternalSemaphore(c: &Call, s: CUexternalSemaphore
     done(r)
 }
 
-pub(crate) unsafe fn cuDeviceGetNvSciSyncAttributes(
+pub(crate) fn cuDeviceGetNvSciSyncAttributes(
     c: &Call,
-    list: *mut c_void,
+    list: CMut<c_void>,
     dev: CUdevice,
     flags: c_int,
 ) -> CUresult {
@@ -513,7 +490,7 @@ pub(crate) unsafe fn cuDeviceGetNvSciSyncAttributes(
         if list.is_null() || !(1..=3).contains(&flags) {
             return Err(INVALID_VALUE);
         }
-        let code = crate::nvsci::cuda_fill_sync_attrs(c, list, dev, flags);
+        let code = crate::nvsci::cuda_fill_sync_attrs(c, list.as_raw(), dev, flags);
         if code == SUCCESS {
             Ok(())
         } else {

@@ -11,8 +11,12 @@ pub(super) fn start_worker(c: &Call, ctx: u64) -> R<Worker> {
 
 /// Resolves a stream argument (NULL and the legacy/per-thread pseudo
 /// handles mean the current context's NULL stream).
-pub(super) fn resolve_stream(c: &Call, st: &mut State, s: CUstream) -> R<(u64, Arc<StreamCore>)> {
-    let h = s as usize as u64;
+pub(super) fn resolve_stream(
+    c: &Call,
+    st: &mut State,
+    s: Handle<CUstream>,
+) -> R<(u64, Arc<StreamCore>)> {
+    let h = s.addr() as u64;
     if h <= 2 {
         let ctx = current_ctx(c, st)?;
         if let std::collections::hash_map::Entry::Vacant(e) = st.null_streams.entry(ctx) {
@@ -31,7 +35,7 @@ pub(super) fn resolve_stream(c: &Call, st: &mut State, s: CUstream) -> R<(u64, A
     }
 }
 
-pub(crate) unsafe fn cuStreamCreate(c: &Call, out: *mut CUstream, flags: c_uint) -> CUresult {
+pub(crate) fn cuStreamCreate(c: &Call, out: CMut<CUstream>, flags: c_uint) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -50,14 +54,13 @@ pub(crate) unsafe fn cuStreamCreate(c: &Call, out: *mut CUstream, flags: c_uint)
                 worker,
             },
         );
-        // SAFETY: checked non-null; caller pointer.
-        unsafe { put(out, h as usize as CUstream) }
+        put(out, h as usize as CUstream)
     })();
     done(r)
 }
 
-pub(crate) unsafe fn cuStreamDestroy(c: &Call, s: CUstream) -> CUresult {
-    let h = s as usize as u64;
+pub(crate) fn cuStreamDestroy(c: &Call, s: Handle<CUstream>) -> CUresult {
+    let h = s.addr() as u64;
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -76,13 +79,13 @@ pub(crate) unsafe fn cuStreamDestroy(c: &Call, s: CUstream) -> CUresult {
     done(r)
 }
 
-pub(crate) unsafe fn cuStreamSynchronize(c: &Call, s: CUstream) -> CUresult {
+pub(crate) fn cuStreamSynchronize(c: &Call, s: Handle<CUstream>) -> CUresult {
     let r = (|| {
         let cores = {
             let mut st = c.state();
             init(&st)?;
             let (ctx, core) = resolve_stream(c, &mut st, s)?;
-            if (s as usize) <= 2 {
+            if (s.addr()) <= 2 {
                 blocking_cores(&st, ctx)
             } else {
                 vec![core]
@@ -93,7 +96,7 @@ pub(crate) unsafe fn cuStreamSynchronize(c: &Call, s: CUstream) -> CUresult {
     done(r)
 }
 
-pub(crate) unsafe fn cuStreamQuery(c: &Call, s: CUstream) -> CUresult {
+pub(crate) fn cuStreamQuery(c: &Call, s: Handle<CUstream>) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -107,13 +110,12 @@ pub(crate) unsafe fn cuStreamQuery(c: &Call, s: CUstream) -> CUresult {
     done(r)
 }
 
-pub(crate) unsafe fn cuStreamGetCtx(c: &Call, s: CUstream, out: *mut CUcontext) -> CUresult {
+pub(crate) fn cuStreamGetCtx(c: &Call, s: Handle<CUstream>, out: CMut<CUcontext>) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
         let (ctx, _) = resolve_stream(c, &mut st, s)?;
-        // SAFETY: forwarded caller pointer.
-        unsafe { put(out, ctx as usize as CUcontext) }
+        put(out, ctx as usize as CUcontext)
     })();
     done(r)
 }
@@ -122,12 +124,7 @@ pub(crate) unsafe fn cuStreamGetCtx(c: &Call, s: CUstream, out: *mut CUcontext) 
 /// after the work queued before it and before the work queued after it
 /// (as the real driver runs host functions in stream order on a driver
 /// thread). Work dropped by a stream teardown never calls `f`.
-pub(crate) unsafe fn cuLaunchHostFunc(
-    c: &Call,
-    s: CUstream,
-    f: CUhostFn,
-    user: *mut c_void,
-) -> CUresult {
+pub(crate) fn cuLaunchHostFunc(c: &Call, s: Handle<CUstream>, f: Option<HostCallback>) -> CUresult {
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
@@ -135,14 +132,11 @@ pub(crate) unsafe fn cuLaunchHostFunc(
         let Some(f) = f else {
             return Err(INVALID_VALUE);
         };
-        // The pointer travels to the worker thread as a number: what it
+        // The user pointer travels to the worker thread inside `f`: what it
         // points at is the caller's business, as with the real driver.
-        let user = user as usize;
         core.enqueue(Box::new(move |sc: &StreamCore| {
             if !sc.cancelled() {
-                // SAFETY: the caller of cuLaunchHostFunc owes that `f` may be
-                // called once with `user` from another thread.
-                unsafe { f(user as *mut c_void) };
+                f.call();
             }
         }));
         Ok(())

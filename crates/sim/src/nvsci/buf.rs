@@ -12,6 +12,7 @@ use tegra_interop_sys::nvsci::{
 
 use super::attrs::{self, bk, AttrMap};
 use super::{err, new_handle, put, unknown, Kind, ModuleRec, R};
+use crate::cmem::{CArr, CMut, Handle};
 use crate::instance::{self, BufObjectEntry, Call, State, Tag};
 use crate::shm::{self, Region};
 use crate::DiagnosticKind as D;
@@ -83,70 +84,60 @@ pub(crate) fn alloc_core(c: &Call, attrs: Arc<AttrMap>) -> R<Arc<BufCore>> {
     Ok(Arc::new(BufCore::new(fd, size, attrs)?))
 }
 
-pub(crate) fn NvSciBufModuleOpen(c: &Call, out: *mut NvSciBufModule) -> NvSciError {
+pub(crate) fn NvSciBufModuleOpen(c: &Call, out: CMut<NvSciBufModule>) -> NvSciError {
     let h = new_handle(Kind::BufModule);
-    // SAFETY: forwarded caller out-pointer.
-    let r = unsafe { put(out, h as NvSciBufModule) };
+    let r = put(out, h as NvSciBufModule);
     if r.is_ok() {
         c.state().nvsci.buf_modules.insert(h, ModuleRec::default());
     }
     super::done(r)
 }
 
-pub(crate) fn NvSciBufModuleClose(c: &Call, m: NvSciBufModule) {
-    close_module(c, false, m as usize);
+pub(crate) fn NvSciBufModuleClose(c: &Call, m: Handle<NvSciBufModule>) {
+    close_module(c, false, m.addr());
 }
 
 pub(crate) fn NvSciBufAttrListCreate(
     c: &Call,
-    module: NvSciBufModule,
-    out: *mut NvSciBufAttrList,
+    module: Handle<NvSciBufModule>,
+    out: CMut<NvSciBufAttrList>,
 ) -> NvSciError {
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
-    let r = create_list(c, false, module as usize).and_then(|h| {
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { put(out, h as NvSciBufAttrList) }
-    });
+    let r = create_list(c, false, module.addr()).and_then(|h| put(out, h as NvSciBufAttrList));
     super::done(r)
 }
 
-pub(crate) fn NvSciBufAttrListFree(c: &Call, list: NvSciBufAttrList) {
-    free_list(c, false, list as usize);
+pub(crate) fn NvSciBufAttrListFree(c: &Call, list: Handle<NvSciBufAttrList>) {
+    free_list(c, false, list.addr());
 }
 
-pub(crate) unsafe fn NvSciBufAttrListSetAttrs(
+pub(crate) fn NvSciBufAttrListSetAttrs(
     c: &Call,
-    list: NvSciBufAttrList,
-    pairs: *mut NvSciBufAttrKeyValuePair,
-    n: usize,
+    list: Handle<NvSciBufAttrList>,
+    pairs: Option<CArr<NvSciBufAttrKeyValuePair>>,
 ) -> NvSciError {
-    // SAFETY: forwarded caller array.
-    let r = unsafe { read_pairs(pairs, n) }.and_then(|p| set_pairs(c, false, list as usize, p));
+    let r = read_pairs(pairs).and_then(|p| set_pairs(c, false, list.addr(), p));
     super::done(r)
 }
 
-pub(crate) unsafe fn NvSciBufAttrListGetAttrs(
+pub(crate) fn NvSciBufAttrListGetAttrs(
     c: &Call,
-    list: NvSciBufAttrList,
-    pairs: *mut NvSciBufAttrKeyValuePair,
-    n: usize,
+    list: Handle<NvSciBufAttrList>,
+    pairs: Option<&mut [NvSciBufAttrKeyValuePair]>,
 ) -> NvSciError {
-    // SAFETY: forwarded caller array.
-    let r = unsafe { get_pairs(pairs, n, |keys| lookup(c, false, list as usize, keys)) };
+    let r = get_pairs(pairs, |keys| lookup(c, false, list.addr(), keys));
     super::done(r)
 }
 
-pub(crate) unsafe fn NvSciBufAttrListReconcile(
+pub(crate) fn NvSciBufAttrListReconcile(
     c: &Call,
-    lists: *const NvSciBufAttrList,
-    n: usize,
-    out: *mut NvSciBufAttrList,
-    conflict: *mut NvSciBufAttrList,
+    lists: Option<&[NvSciBufAttrList]>,
+    out: CMut<NvSciBufAttrList>,
+    conflict: CMut<NvSciBufAttrList>,
 ) -> NvSciError {
-    // SAFETY: forwarded caller array/pointers.
-    unsafe { reconcile_entry(c, false, lists.cast(), n, out.cast(), conflict.cast()) }
+    reconcile_entry(c, false, lists, out, conflict)
 }
 
 /// An allocated object: it always gets ReadWrite (header: "allocated
@@ -157,30 +148,26 @@ fn new_object(c: &Call, module: usize, attrs: Arc<AttrMap>) -> R<usize> {
     register(&mut c.state(), core, attrs::BUF_READWRITE, module)
 }
 
-pub(crate) unsafe fn NvSciBufAttrListReconcileAndObjAlloc(
+pub(crate) fn NvSciBufAttrListReconcileAndObjAlloc(
     c: &Call,
-    lists: *const NvSciBufAttrList,
-    n: usize,
-    obj: *mut NvSciBufObj,
-    conflict: *mut NvSciBufAttrList,
+    lists: Option<&[NvSciBufAttrList]>,
+    obj: CMut<NvSciBufObj>,
+    conflict: CMut<NvSciBufAttrList>,
 ) -> NvSciError {
     let r = (|| {
         if obj.is_null() || conflict.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        // SAFETY: forwarded caller array.
-        let hs = unsafe { handles(lists.cast::<*mut c_void>(), n) }?;
+        let hs = handles(lists)?;
         let mut conflict_h = 0usize;
         let want_conflict = !conflict.is_null();
         let res = reconcile(c, false, &hs, want_conflict.then_some(&mut conflict_h));
         if want_conflict {
-            // SAFETY: non-null caller out-pointer.
-            unsafe { conflict.write(conflict_h as NvSciBufAttrList) };
+            conflict.write(conflict_h as NvSciBufAttrList);
         }
         let (module, map) = res?;
         let h = new_object(c, module, map)?;
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { obj.write(h as NvSciBufObj) };
+        obj.write(h as NvSciBufObj);
         Ok(())
     })();
     super::done(r)
@@ -188,23 +175,22 @@ pub(crate) unsafe fn NvSciBufAttrListReconcileAndObjAlloc(
 
 pub(crate) fn NvSciBufObjAlloc(
     c: &Call,
-    list: NvSciBufAttrList,
-    obj: *mut NvSciBufObj,
+    list: Handle<NvSciBufAttrList>,
+    obj: CMut<NvSciBufObj>,
 ) -> NvSciError {
     let r = (|| {
         if obj.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        let (module, map) = reconciled(c, false, list as usize)?;
+        let (module, map) = reconciled(c, false, list.addr())?;
         let h = new_object(c, module, map)?;
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { obj.write(h as NvSciBufObj) };
+        obj.write(h as NvSciBufObj);
         Ok(())
     })();
     super::done(r)
 }
 
-fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: *mut NvSciBufObj) -> R {
+fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: CMut<NvSciBufObj>) -> R {
     if out.is_null() {
         return Err(err::BAD_PARAMETER);
     }
@@ -228,26 +214,29 @@ fn dup_with(c: &Call, obj: usize, perm: Option<u32>, out: *mut NvSciBufObj) -> R
     };
     let (core, module) = (Arc::clone(&rec.core), rec.module);
     let h = register(&mut st, core, perm, module)?;
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { out.write(h as NvSciBufObj) };
+    out.write(h as NvSciBufObj);
     Ok(())
 }
 
-pub(crate) fn NvSciBufObjDup(c: &Call, obj: NvSciBufObj, out: *mut NvSciBufObj) -> NvSciError {
-    super::done(dup_with(c, obj as usize, None, out))
+pub(crate) fn NvSciBufObjDup(
+    c: &Call,
+    obj: Handle<NvSciBufObj>,
+    out: CMut<NvSciBufObj>,
+) -> NvSciError {
+    super::done(dup_with(c, obj.addr(), None, out))
 }
 
 pub(crate) fn NvSciBufObjDupWithReducePerm(
     c: &Call,
-    obj: NvSciBufObj,
+    obj: Handle<NvSciBufObj>,
     perm: NvSciBufAttrValAccessPerm,
-    out: *mut NvSciBufObj,
+    out: CMut<NvSciBufObj>,
 ) -> NvSciError {
-    super::done(dup_with(c, obj as usize, Some(perm.0), out))
+    super::done(dup_with(c, obj.addr(), Some(perm.0), out))
 }
 
-pub(crate) fn NvSciBufObjFree(c: &Call, obj: NvSciBufObj) {
-    let h = obj as usize;
+pub(crate) fn NvSciBufObjFree(c: &Call, obj: Handle<NvSciBufObj>) {
+    let h = obj.addr();
     let mut st = c.state();
     match st.nvsci.buf_objs.remove(&h) {
         Some(rec) => {
@@ -273,10 +262,10 @@ pub(crate) fn NvSciBufObjFree(c: &Call, obj: NvSciBufObj) {
 
 pub(crate) fn NvSciBufObjGetAttrList(
     c: &Call,
-    obj: NvSciBufObj,
-    out: *mut NvSciBufAttrList,
+    obj: Handle<NvSciBufObj>,
+    out: CMut<NvSciBufAttrList>,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     let r = (|| {
         if out.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -295,8 +284,7 @@ pub(crate) fn NvSciBufObjGetAttrList(
             &rec.core.attrs,
             (bk::ACTUAL_PERM, attrs::enc_u32s(&[rec.perm])),
         );
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { out.write(list as NvSciBufAttrList) };
+        out.write(list as NvSciBufAttrList);
         Ok(())
     })();
     super::done(r)
@@ -326,35 +314,29 @@ fn cpu_ptr(c: &Call, obj: usize, write: bool) -> R<usize> {
 
 pub(crate) fn NvSciBufObjGetCpuPtr(
     c: &Call,
-    obj: NvSciBufObj,
-    out: *mut *mut c_void,
+    obj: Handle<NvSciBufObj>,
+    out: CMut<*mut c_void>,
 ) -> NvSciError {
-    let r = cpu_ptr(c, obj as usize, true).and_then(|p| {
-        // SAFETY: forwarded caller out-pointer.
-        unsafe { put(out, p as *mut c_void) }
-    });
+    let r = cpu_ptr(c, obj.addr(), true).and_then(|p| put(out, p as *mut c_void));
     super::done(r)
 }
 
 pub(crate) fn NvSciBufObjGetConstCpuPtr(
     c: &Call,
-    obj: NvSciBufObj,
-    out: *mut *const c_void,
+    obj: Handle<NvSciBufObj>,
+    out: CMut<*const c_void>,
 ) -> NvSciError {
-    let r = cpu_ptr(c, obj as usize, false).and_then(|p| {
-        // SAFETY: forwarded caller out-pointer.
-        unsafe { put(out, p as *const c_void) }
-    });
+    let r = cpu_ptr(c, obj.addr(), false).and_then(|p| put(out, p as *const c_void));
     super::done(r)
 }
 
 pub(crate) fn NvSciBufObjFlushCpuCacheRange(
     c: &Call,
-    obj: NvSciBufObj,
+    obj: Handle<NvSciBufObj>,
     offset: u64,
     len: u64,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     let st = c.state();
     let Some(rec) = st.nvsci.buf_objs.get(&h) else {
         return unknown(c, &st.nvsci, "NvSciBuf object", h);
@@ -373,9 +355,8 @@ pub(crate) fn NvSciBufCheckVersionCompatibility(
     c: &Call,
     major: u32,
     minor: u32,
-    out: *mut bool,
+    out: CMut<bool>,
 ) -> NvSciError {
     let (lib_major, lib_minor) = c.inst.config.nvsci_release.buf_version();
-    // SAFETY: forwarded caller out-pointer.
-    super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })
+    super::done(put(out, major == lib_major && minor <= lib_minor))
 }

@@ -6,11 +6,11 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use tegra_interop_sys::nvsci::{NvSciBufAttrKeyValuePair, NvSciError, NvSciSyncAttrKeyValuePair};
+use tegra_interop_sys::nvsci::NvSciError;
 
 use super::attrs::{self, bk, AttrListRec, AttrMap, Bad, Dir, Fail, ListKind, Lookup};
 use super::{err, new_handle, unknown, Kind, NvSciState, R};
-use crate::cmem;
+use crate::cmem::{CArr, CMut, KeyValuePair};
 use crate::instance::Call;
 use crate::DiagnosticKind as D;
 
@@ -297,18 +297,12 @@ pub(crate) fn lookup(
     Ok(out)
 }
 
-/// Reads a handle array.
-///
-/// # Safety
-/// `lists` must point at `n` handles.
-pub(crate) unsafe fn handles<T>(lists: *const *mut T, n: usize) -> R<Vec<usize>> {
-    if lists.is_null() || n == 0 {
-        return Err(err::BAD_PARAMETER);
+/// Reads a handle array (from `crate::abi`); NULL or empty: BadParameter.
+pub(crate) fn handles<T>(lists: Option<&[*mut T]>) -> R<Vec<usize>> {
+    match lists {
+        Some(l) if !l.is_empty() => Ok(l.iter().map(|h| *h as usize).collect()),
+        _ => Err(err::BAD_PARAMETER),
     }
-    // SAFETY: the caller passes `n` handles.
-    Ok((0..n)
-        .map(|i| unsafe { cmem::read_at(lists, i) } as usize)
-        .collect())
 }
 
 /// Checks that `hs` are unreconciled lists of one module and returns the
@@ -395,31 +389,26 @@ pub(crate) fn reconcile(
     Err(code)
 }
 
-/// `AttrListReconcile` for buf and sync lists.
-///
-/// # Safety
-/// `lists` points at `n` handles; `out` / `conflict` are NULL or writable.
-pub(crate) unsafe fn reconcile_entry(
+/// `AttrListReconcile` for buf and sync lists: `lists` is the caller's
+/// handle array (NULL: `None`), `out` / `conflict` its out-pointers.
+pub(crate) fn reconcile_entry<T>(
     c: &Call,
     sync: bool,
-    lists: *const *mut c_void,
-    n: usize,
-    out: *mut *mut c_void,
-    conflict: *mut *mut c_void,
+    lists: Option<&[*mut T]>,
+    out: CMut<*mut T>,
+    conflict: CMut<*mut T>,
 ) -> NvSciError {
     let r = (|| {
         if out.is_null() || conflict.is_null() {
             // The conflict list pointer is required (non-safety builds).
             return Err(err::BAD_PARAMETER);
         }
-        // SAFETY: forwarded caller array.
-        let hs = unsafe { handles(lists, n) }?;
+        let hs = handles(lists)?;
         let mut conflict_h = 0usize;
         let want_conflict = !conflict.is_null();
         let res = reconcile(c, sync, &hs, want_conflict.then_some(&mut conflict_h));
         if want_conflict {
-            // SAFETY: non-null caller out-pointer.
-            unsafe { conflict.write(conflict_h as *mut c_void) };
+            conflict.write(conflict_h as *mut T);
         }
         let (module, map) = res?;
         let h = add_list(
@@ -428,8 +417,7 @@ pub(crate) unsafe fn reconcile_entry(
             module,
             ListKind::Reconciled(map),
         );
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { out.write(h as *mut c_void) };
+        out.write(h as *mut T);
         Ok(())
     })();
     super::done(r)
@@ -453,95 +441,36 @@ pub(crate) fn reconciled(c: &Call, sync: bool, h: usize) -> R<(usize, Arc<AttrMa
     }
 }
 
-/// The C key/value pair of either half (`NvSciBufAttrKeyValuePair`,
-/// `NvSciSyncAttrKeyValuePair`): the same record with a different key type.
-pub(crate) trait KeyValuePair: Copy {
-    /// The key's C value.
-    fn key(&self) -> u32;
-    /// The value pointer and length.
-    fn value(&self) -> (*const c_void, usize);
-    /// Sets the value pointer and length (read back by GetAttrs).
-    fn set_value(&mut self, value: *const c_void, len: usize);
-}
-
-impl KeyValuePair for NvSciBufAttrKeyValuePair {
-    fn key(&self) -> u32 {
-        self.key.0
-    }
-    fn value(&self) -> (*const c_void, usize) {
-        (self.value, self.len)
-    }
-    fn set_value(&mut self, value: *const c_void, len: usize) {
-        self.value = value;
-        self.len = len;
-    }
-}
-
-impl KeyValuePair for NvSciSyncAttrKeyValuePair {
-    fn key(&self) -> u32 {
-        self.attrKey.0
-    }
-    fn value(&self) -> (*const c_void, usize) {
-        (self.value, self.len)
-    }
-    fn set_value(&mut self, value: *const c_void, len: usize) {
-        self.value = value;
-        self.len = len;
-    }
-}
-
-/// Reads `n` pairs' keys and value bytes (SetAttrs of either half).
-///
-/// # Safety
-/// `pairs` is NULL or points at `n` pairs whose values point at `len`
-/// readable bytes.
-pub(crate) unsafe fn read_pairs<P: KeyValuePair>(
-    pairs: *const P,
-    n: usize,
-) -> R<Vec<(u32, Vec<u8>)>> {
-    if pairs.is_null() || n == 0 {
+/// Reads the pairs' keys and value bytes (SetAttrs of either half); a NULL
+/// or empty array, or a pair with a NULL or empty value: BadParameter.
+pub(crate) fn read_pairs<P: KeyValuePair>(pairs: Option<CArr<P>>) -> R<Vec<(u32, Vec<u8>)>> {
+    let Some(pairs) = pairs.filter(|p| p.len() != 0) else {
         return Err(err::BAD_PARAMETER);
-    }
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: the caller passes `n` pairs.
-        let p = unsafe { cmem::read_at(pairs, i) };
-        let (value, len) = p.value();
-        if value.is_null() || len == 0 {
+    };
+    let mut out = Vec::with_capacity(pairs.len());
+    for p in pairs.iter() {
+        let Some(bytes) = p.value_bytes() else {
             return Err(err::BAD_PARAMETER);
-        }
-        // SAFETY: the pair's value points at `len` readable bytes.
-        let bytes = unsafe { cmem::bytes(value.cast::<u8>(), len) };
+        };
         out.push((p.key(), bytes.to_vec()));
     }
     Ok(out)
 }
 
-/// GetAttrs of either half: reads the `n` keys, asks `lookup` for their
-/// values and writes them back into the pairs.
-///
-/// # Safety
-/// `pairs` is NULL or points at `n` readable and writable pairs.
-pub(crate) unsafe fn get_pairs<P: KeyValuePair>(
-    pairs: *mut P,
-    n: usize,
+/// GetAttrs of either half: reads the pairs' keys, asks `lookup` for their
+/// values and writes them back into the pairs; a NULL or empty array:
+/// BadParameter.
+pub(crate) fn get_pairs<P: KeyValuePair>(
+    pairs: Option<&mut [P]>,
     lookup: impl FnOnce(&[u32]) -> R<Vec<(*const c_void, usize)>>,
 ) -> R {
-    if pairs.is_null() || n == 0 {
+    let Some(pairs) = pairs.filter(|p| !p.is_empty()) else {
         return Err(err::BAD_PARAMETER);
-    }
-    let mut keys = Vec::with_capacity(n);
-    for i in 0..n {
-        // SAFETY: the caller passes `n` pairs.
-        keys.push(unsafe { cmem::read_at(pairs, i) }.key());
-    }
+    };
+    let keys: Vec<u32> = pairs.iter().map(|p| p.key()).collect();
     let found = lookup(&keys)?;
-    for (i, (value, len)) in found.into_iter().enumerate() {
-        // SAFETY: the caller passes `n` writable pairs (`found` has one per key).
-        let mut p = unsafe { cmem::read_at(pairs, i) };
+    for (p, (value, len)) in pairs.iter_mut().zip(found) {
         p.set_value(value, len);
-        // SAFETY: as above.
-        unsafe { cmem::write_at(pairs, i, p) };
     }
     Ok(())
 }

@@ -92,6 +92,7 @@ use std::sync::Arc;
 use tegra_interop_sys::cuda::{CUdevice, CUresult};
 use tegra_interop_sys::nvsci::NvSciError;
 
+use crate::cmem::{CMut, CPtr, Plain};
 use crate::instance::Call;
 use crate::{codes, DiagnosticKind};
 
@@ -148,23 +149,13 @@ pub(crate) fn done(r: R) -> NvSciError {
 }
 
 /// Writes `v` to a caller out-pointer, refusing NULL.
-///
-/// # Safety
-/// `p` must be NULL or valid for a write of `T`.
-pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> R {
-    // SAFETY: forwarded contract.
-    unsafe { crate::cmem::write(p, v) }
-        .then_some(())
-        .ok_or(err::BAD_PARAMETER)
+pub(crate) fn put<T: Plain>(p: CMut<T>, v: T) -> R {
+    p.write(v).then_some(()).ok_or(err::BAD_PARAMETER)
 }
 
 /// Reads a caller in-pointer, refusing NULL.
-///
-/// # Safety
-/// `p` must be NULL or valid for a read of `T`.
-pub(crate) unsafe fn get<T: Copy>(p: *const T) -> R<T> {
-    // SAFETY: forwarded contract.
-    unsafe { crate::cmem::read(p) }.ok_or(err::BAD_PARAMETER)
+pub(crate) fn get<T: Plain>(p: CPtr<T>) -> R<T> {
+    p.read().ok_or(err::BAD_PARAMETER)
 }
 
 /// Kinds of NvSci handles, in the upper bits of their values (a namespace of
@@ -295,7 +286,7 @@ pub(crate) struct NvSciState {
     pub(crate) ipc: ipc::IpcState,
     /// Attribute-list descriptors handed out and not freed: address ->
     /// whether NvSciSync (true) or NvSciBuf made it.
-    pub(crate) descriptors: HashMap<usize, bool>,
+    pub(crate) descriptors: crate::cmem::HandedOut<bool>,
     pub(crate) memsync: Vec<MemsyncEvent>,
     pub(crate) next_sync_initial: Option<u64>,
     /// Handles that were live once (for use-after-free diagnostics).

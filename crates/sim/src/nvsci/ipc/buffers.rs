@@ -2,14 +2,14 @@
 
 use super::*;
 
-pub(crate) unsafe fn NvSciBufObjIpcExport(
+pub(crate) fn NvSciBufObjIpcExport(
     c: &Call,
-    obj: NvSciBufObj,
+    obj: Handle<NvSciBufObj>,
     perm: NvSciBufAttrValAccessPerm,
     ep: NvSciIpcEndpoint,
-    desc: *mut NvSciBufObjIpcExportDescriptor,
+    desc: CMut<NvSciBufObjIpcExportDescriptor>,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     let r = (|| {
         if desc.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -59,30 +59,28 @@ pub(crate) unsafe fn NvSciBufObjIpcExport(
         let mut words = [0u64; 32];
         words[..4].copy_from_slice(&[BUF_TAG, id, core.size, u64::from(grant)]);
         let d = NvSciBufObjIpcExportDescriptor { data: words };
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { desc.write(d) };
+        desc.write(d);
         Ok(())
     })();
     super::super::done(r)
 }
 
-pub(crate) unsafe fn NvSciBufObjIpcImport(
+pub(crate) fn NvSciBufObjIpcImport(
     c: &Call,
     ep: NvSciIpcEndpoint,
-    desc: *const NvSciBufObjIpcExportDescriptor,
-    list: NvSciBufAttrList,
+    desc: CPtr<NvSciBufObjIpcExportDescriptor>,
+    list: Handle<NvSciBufAttrList>,
     min_perm: NvSciBufAttrValAccessPerm,
     timeout_us: i64,
-    out: *mut NvSciBufObj,
+    out: CMut<NvSciBufObj>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let d = unsafe { get(desc) }?;
+        let d = get(desc)?;
         if out.is_null() || d.data[0] != BUF_TAG {
             return Err(err::BAD_PARAMETER);
         }
         let (id, size, grant) = (d.data[1], d.data[2], d.data[3] as u32);
-        let (module, map) = list::reconciled(c, false, list as usize)?;
+        let (module, map) = list::reconciled(c, false, list.addr())?;
         if attrs::buf_size(&map) != size {
             c.diag(
                 D::Misuse,
@@ -114,8 +112,7 @@ pub(crate) unsafe fn NvSciBufObjIpcImport(
         m.insert(bk::ACTUAL_PERM, attrs::enc_u32s(&[grant]));
         let core = Arc::new(BufCore::new(fd, size, Arc::new(m))?);
         let h = buf::register(&mut c.state(), core, grant, module)?;
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { out.write(h as NvSciBufObj) };
+        out.write(h as NvSciBufObj);
         Ok(())
     })();
     super::super::done(r)

@@ -9,6 +9,7 @@ use tegra_interop_sys::nvsci::{NvSciError, NvSciIpcEndpoint, NvSciIpcEndpointInf
 use super::config::{event, Backend, IpcTable, DEFAULT_CONFIG, MAX_NAME};
 use super::endpoint::{lock, Endpoint};
 use super::wire::{header, send, Kind};
+use crate::cmem::{CMut, CPtr};
 use crate::instance::Call;
 use crate::nvsci::{err, R};
 use crate::DiagnosticKind as D;
@@ -90,16 +91,17 @@ pub(crate) fn NvSciIpcDeinit(c: &Call) {
     }
 }
 
-pub(crate) unsafe fn NvSciIpcOpenEndpoint(
+pub(crate) fn NvSciIpcOpenEndpoint(
     c: &Call,
-    name: *const std::ffi::c_char,
-    out: *mut NvSciIpcEndpoint,
+    name: CPtr<std::ffi::c_char>,
+    out: CMut<NvSciIpcEndpoint>,
 ) -> NvSciError {
     if name.is_null() || out.is_null() {
         return err::BAD_PARAMETER;
     }
-    // SAFETY: the caller passes a NUL-terminated string.
-    let name = unsafe { crate::cmem::c_str(name) };
+    let Some(name) = name.c_str() else {
+        return err::BAD_PARAMETER;
+    };
     if name.to_bytes().len() >= MAX_NAME {
         return err::BAD_PARAMETER;
     }
@@ -141,8 +143,7 @@ pub(crate) unsafe fn NvSciIpcOpenEndpoint(
     ipc.next += 1;
     let h = ipc.next | (0x5e_u64 << 56);
     ipc.endpoints.insert(h, Arc::new(ep));
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { crate::cmem::write(out, h) };
+    out.write(h);
     err::SUCCESS
 }
 
@@ -169,11 +170,7 @@ pub(crate) fn NvSciIpcCloseEndpoint(c: &Call, h: NvSciIpcEndpoint) {
     let _ = close(c, h);
 }
 
-pub(crate) unsafe fn NvSciIpcGetLinuxEventFd(
-    c: &Call,
-    h: NvSciIpcEndpoint,
-    fd: *mut i32,
-) -> NvSciError {
+pub(crate) fn NvSciIpcGetLinuxEventFd(c: &Call, h: NvSciIpcEndpoint, fd: CMut<i32>) -> NvSciError {
     let e = match endpoint(c, h) {
         Ok(e) => e,
         Err(code) => return code,
@@ -182,15 +179,14 @@ pub(crate) unsafe fn NvSciIpcGetLinuxEventFd(
         return err::BAD_PARAMETER;
     }
     lock(&e.conn).fd_asked = true;
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { crate::cmem::write(fd, e.epoll.as_raw_fd()) };
+    fd.write(e.epoll.as_raw_fd());
     err::SUCCESS
 }
 
-pub(crate) unsafe fn NvSciIpcGetEndpointInfo(
+pub(crate) fn NvSciIpcGetEndpointInfo(
     c: &Call,
     h: NvSciIpcEndpoint,
-    info: *mut NvSciIpcEndpointInfo,
+    info: CMut<NvSciIpcEndpointInfo>,
 ) -> NvSciError {
     let e = match endpoint(c, h) {
         Ok(e) => e,
@@ -200,8 +196,7 @@ pub(crate) unsafe fn NvSciIpcGetEndpointInfo(
         nframes: e.cfg.nframes,
         frame_size: e.cfg.frame_size,
     };
-    // SAFETY: NULL-checked by `write`; otherwise a caller out-pointer.
-    if unsafe { crate::cmem::write(info, v) } {
+    if info.write(v) {
         err::SUCCESS
     } else {
         err::BAD_PARAMETER
@@ -259,11 +254,7 @@ fn ready(c: &Call, h: NvSciIpcEndpoint, what: &str) -> R<Arc<Endpoint>> {
     Ok(e)
 }
 
-pub(crate) unsafe fn NvSciIpcGetEventSafe(
-    c: &Call,
-    h: NvSciIpcEndpoint,
-    events: *mut u32,
-) -> NvSciError {
+pub(crate) fn NvSciIpcGetEventSafe(c: &Call, h: NvSciIpcEndpoint, events: CMut<u32>) -> NvSciError {
     let e = match ready(c, h, "NvSciIpcGetEventSafe") {
         Ok(e) => e,
         Err(code) => return code,
@@ -310,25 +301,24 @@ pub(crate) unsafe fn NvSciIpcGetEventSafe(
         }
     }
     drop(k);
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { crate::cmem::write(events, ev) };
+    events.write(ev);
     err::SUCCESS
 }
 
-pub(crate) unsafe fn NvSciIpcReadSafe(
+pub(crate) fn NvSciIpcReadSafe(
     c: &Call,
     h: NvSciIpcEndpoint,
-    buf: *mut std::ffi::c_void,
+    buf: Option<&mut [u8]>,
     size: u32,
-    bytes: *mut u32,
+    bytes: CMut<u32>,
 ) -> NvSciError {
     let e = match ready(c, h, "NvSciIpcReadSafe") {
         Ok(e) => e,
         Err(code) => return code,
     };
-    if buf.is_null() || bytes.is_null() || size == 0 || size > e.frame_size() {
+    let Some(buf) = buf.filter(|_| !bytes.is_null() && size != 0 && size <= e.frame_size()) else {
         return err::BAD_PARAMETER;
-    }
+    };
     let mut k = lock(&e.conn);
     if !k.established {
         return err::CONNECTION_RESET;
@@ -346,29 +336,27 @@ pub(crate) unsafe fn NvSciIpcReadSafe(
     }
     drop(k);
     let n = (size as usize).min(frame.len());
-    // SAFETY: the caller's buffer holds `size` bytes (>= n); checked non-null.
-    unsafe { crate::cmem::copy_to(buf.cast(), &frame[..n]) };
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { crate::cmem::write(bytes, n as u32) };
+    // The buffer holds `size` bytes (`crate::abi`), so at least `n`.
+    buf[..n].copy_from_slice(&frame[..n]);
+    bytes.write(n as u32);
     err::SUCCESS
 }
 
-pub(crate) unsafe fn NvSciIpcWriteSafe(
+pub(crate) fn NvSciIpcWriteSafe(
     c: &Call,
     h: NvSciIpcEndpoint,
-    buf: *const std::ffi::c_void,
+    buf: Option<&[u8]>,
     size: u32,
-    bytes: *mut u32,
+    bytes: CMut<u32>,
 ) -> NvSciError {
     let e = match ready(c, h, "NvSciIpcWriteSafe") {
         Ok(e) => e,
         Err(code) => return code,
     };
-    if buf.is_null() || bytes.is_null() || size == 0 || size > e.frame_size() {
+    // `buf` holds `size` bytes (`crate::abi`).
+    let Some(data) = buf.filter(|_| !bytes.is_null() && size != 0 && size <= e.frame_size()) else {
         return err::BAD_PARAMETER;
-    }
-    // SAFETY: the caller's buffer holds `size` readable bytes; checked non-null.
-    let data = unsafe { crate::cmem::bytes(buf.cast(), size as usize) };
+    };
     let mut k = lock(&e.conn);
     e.pump(&mut k);
     if !k.established || k.lost {
@@ -391,8 +379,7 @@ pub(crate) unsafe fn NvSciIpcWriteSafe(
     }
     k.outstanding += 1;
     drop(k);
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { crate::cmem::write(bytes, size) };
+    bytes.write(size);
     err::SUCCESS
 }
 
@@ -412,24 +399,16 @@ pub(crate) fn NvSciIpcResetEndpoint(c: &Call, h: NvSciIpcEndpoint) {
     }
 }
 
-pub(crate) unsafe fn NvSciIpcGetEvent(
-    c: &Call,
-    h: NvSciIpcEndpoint,
-    events: *mut u32,
-) -> NvSciError {
-    // SAFETY: same contract, forwarded.
-    unsafe { NvSciIpcGetEventSafe(c, h, events) }
+pub(crate) fn NvSciIpcGetEvent(c: &Call, h: NvSciIpcEndpoint, events: CMut<u32>) -> NvSciError {
+    NvSciIpcGetEventSafe(c, h, events)
 }
 
 /// The legacy read or write: `size_t` size and `int32_t` count around the
 /// `*Safe` twin `safe`.
-///
-/// # Safety
-/// `bytes` is NULL or valid for a write of an `i32`.
-unsafe fn legacy(
+fn legacy(
     size: usize,
-    bytes: *mut i32,
-    safe: impl FnOnce(u32, &mut u32) -> NvSciError,
+    bytes: CMut<i32>,
+    safe: impl FnOnce(u32, CMut<u32>) -> NvSciError,
 ) -> NvSciError {
     let Ok(size) = u32::try_from(size) else {
         return err::BAD_PARAMETER;
@@ -438,32 +417,29 @@ unsafe fn legacy(
         return err::BAD_PARAMETER;
     }
     let mut n = 0u32;
-    let r = safe(size, &mut n);
+    let r = safe(size, CMut::from_mut(&mut n));
     if r == err::SUCCESS {
-        // SAFETY: checked non-null; caller out-pointer. `n` <= a frame size.
-        unsafe { crate::cmem::write(bytes, i32::try_from(n).unwrap_or(i32::MAX)) };
+        bytes.write(i32::try_from(n).unwrap_or(i32::MAX));
     }
     r
 }
 
-pub(crate) unsafe fn NvSciIpcRead(
+pub(crate) fn NvSciIpcRead(
     c: &Call,
     h: NvSciIpcEndpoint,
-    buf: *mut std::ffi::c_void,
+    buf: Option<&mut [u8]>,
     size: usize,
-    bytes: *mut i32,
+    bytes: CMut<i32>,
 ) -> NvSciError {
-    // SAFETY: same contract, forwarded.
-    unsafe { legacy(size, bytes, |size, n| NvSciIpcReadSafe(c, h, buf, size, n)) }
+    legacy(size, bytes, |size, n| NvSciIpcReadSafe(c, h, buf, size, n))
 }
 
-pub(crate) unsafe fn NvSciIpcWrite(
+pub(crate) fn NvSciIpcWrite(
     c: &Call,
     h: NvSciIpcEndpoint,
-    buf: *const std::ffi::c_void,
+    buf: Option<&[u8]>,
     size: usize,
-    bytes: *mut i32,
+    bytes: CMut<i32>,
 ) -> NvSciError {
-    // SAFETY: same contract, forwarded.
-    unsafe { legacy(size, bytes, |size, n| NvSciIpcWriteSafe(c, h, buf, size, n)) }
+    legacy(size, bytes, |size, n| NvSciIpcWriteSafe(c, h, buf, size, n))
 }

@@ -38,9 +38,11 @@
 //! The objects NvSciBuf / NvSciSync export over an endpoint travel on the
 //! same connection, invisible to the frames (`SCM_RIGHTS` messages tagged
 //! with a transfer id the export descriptor carries).
+//!
+//! The socket, epoll and poll syscalls are in `ipc::wire`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,7 +50,8 @@ use tegra_interop_sys::nvsci::NvSciError;
 
 use super::config::{fnv, EndpointConfig, IpcTable};
 use super::wire::{
-    bind, connect, epoll_add, epoll_del, header, recv, send, seqpacket, Kind, Received, MAGIC,
+    accept, bind, connect, epoll_add, epoll_del, epoll_new, header, listen, poll_readable, recv,
+    send, seqpacket, Kind, Received, MAGIC,
 };
 use crate::instance::Call;
 use crate::nvsci::{err, R};
@@ -140,23 +143,14 @@ impl Endpoint {
             fnv(cfg.pair.0.as_bytes()),
             fnv(cfg.pair.1.as_bytes())
         );
-        // SAFETY: plain epoll_create1 call; the result is checked.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if ep < 0 {
-            return Err(err::RESOURCE_ERROR);
-        }
-        // SAFETY: a new descriptor nobody else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        let epoll = epoll_new().map_err(|_| err::RESOURCE_ERROR)?;
         let mut conn = Conn::default();
         // The first opener of the pair listens, the second connects.
         for _ in 0..8 {
             let s = seqpacket().map_err(|_| err::RESOURCE_ERROR)?;
             match bind(&s, &pair) {
                 Ok(()) => {
-                    // SAFETY: listen(2) on a bound socket we own.
-                    if unsafe { libc::listen(s.as_raw_fd(), 1) } != 0 {
-                        return Err(err::RESOURCE_ERROR);
-                    }
+                    listen(&s).map_err(|_| err::RESOURCE_ERROR)?;
                     epoll_add(&epoll, s.as_raw_fd()).map_err(|_| err::RESOURCE_ERROR)?;
                     conn.listener = Some(s);
                     break;
@@ -200,18 +194,7 @@ impl Endpoint {
     /// Takes in whatever arrived: a pending connection, messages.
     pub(super) fn pump(&self, c: &mut Conn) {
         if let Some(l) = &c.listener {
-            // SAFETY: accept4 on a listening socket we own; NULL address out-pointers are allowed.
-            let fd = unsafe {
-                libc::accept4(
-                    l.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                )
-            };
-            if fd >= 0 {
-                // SAFETY: a new descriptor nobody else owns.
-                let s = unsafe { OwnedFd::from_raw_fd(fd) };
+            if let Some(s) = accept(l) {
                 epoll_del(&self.epoll, l.as_raw_fd());
                 c.listener = None;
                 if epoll_add(&self.epoll, s.as_raw_fd()).is_err() {
@@ -344,7 +327,7 @@ impl Endpoint {
         let deadline = limit.and_then(|l| Instant::now().checked_add(l));
         let _rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            let raw = {
+            {
                 let mut c = lock(&self.conn);
                 self.pump(&mut c);
                 if let Some(fd) = c.objects.remove(&id) {
@@ -354,8 +337,7 @@ impl Endpoint {
                 if c.lost {
                     return Err(err::RESOURCE_ERROR);
                 }
-                self.epoll.as_raw_fd()
-            };
+            }
             let ms = match deadline {
                 None => 100,
                 Some(d) => {
@@ -366,13 +348,7 @@ impl Endpoint {
                     (d - now).as_millis().clamp(1, 100) as libc::c_int
                 }
             };
-            let mut pfd = libc::pollfd {
-                fd: raw,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd on a descriptor this endpoint keeps open.
-            unsafe { libc::poll(&mut pfd, 1, ms) };
+            poll_readable(&self.epoll, ms);
         }
     }
 }

@@ -2,14 +2,14 @@
 
 use super::*;
 
-pub(crate) unsafe fn NvSciSyncObjIpcExport(
+pub(crate) fn NvSciSyncObjIpcExport(
     c: &Call,
-    obj: NvSciSyncObj,
+    obj: Handle<NvSciSyncObj>,
     perm: NvSciSyncAccessPerm,
     ep: NvSciIpcEndpoint,
-    desc: *mut NvSciSyncObjIpcExportDescriptor,
+    desc: CMut<NvSciSyncObjIpcExportDescriptor>,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     let r = (|| {
         if desc.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -52,25 +52,23 @@ pub(crate) unsafe fn NvSciSyncObjIpcExport(
             u64::from(attrs::get_bool(a, sk::DETERMINISTIC)),
             u64::from(attrs::get_bool(a, sk::CTX_INSENSITIVE)),
         ]);
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { desc.write(d) };
+        desc.write(d);
         Ok(())
     })();
     super::super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncObjIpcImport(
+pub(crate) fn NvSciSyncObjIpcImport(
     c: &Call,
     ep: NvSciIpcEndpoint,
-    desc: *const NvSciSyncObjIpcExportDescriptor,
-    list: NvSciSyncAttrList,
+    desc: CPtr<NvSciSyncObjIpcExportDescriptor>,
+    list: Handle<NvSciSyncAttrList>,
     perm: NvSciSyncAccessPerm,
     timeout_us: i64,
-    out: *mut NvSciSyncObj,
+    out: CMut<NvSciSyncObj>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let d = unsafe { get(desc) }?;
+        let d = get(desc)?;
         let p = d.payload;
         if out.is_null() || p[0] != SYNC_TAG {
             return Err(err::BAD_PARAMETER);
@@ -82,7 +80,7 @@ pub(crate) unsafe fn NvSciSyncObjIpcImport(
         let (module, required) = {
             let st = c.state();
             let ns = &st.nvsci;
-            match ns.lists.get(&(list as usize)).filter(|l| l.sync) {
+            match ns.lists.get(&(list.addr())).filter(|l| l.sync) {
                 Some(l) => match &l.kind {
                     ListKind::Reconciled(m) => {
                         (l.module, attrs::get_u64(m, sk::ACTUAL_PERM).unwrap_or(0))
@@ -96,7 +94,7 @@ pub(crate) unsafe fn NvSciSyncObjIpcImport(
                         return Err(err::BAD_PARAMETER);
                     }
                 },
-                None => return Err(unknown(c, ns, "attribute list", list as usize)),
+                None => return Err(unknown(c, ns, "attribute list", list.addr())),
             }
         };
         // Take the descriptor off the socket first, so a refused import
@@ -141,22 +139,20 @@ pub(crate) unsafe fn NvSciSyncObjIpcImport(
             attrs: Arc::new(m),
         });
         let h = sync::register(&mut c.state(), core, want, module);
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { out.write(h as NvSciSyncObj) };
+        out.write(h as NvSciSyncObj);
         Ok(())
     })();
     super::super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncIpcExportFence(
+pub(crate) fn NvSciSyncIpcExportFence(
     c: &Call,
-    f: *const NvSciSyncFence,
+    f: CPtr<NvSciSyncFence>,
     ep: NvSciIpcEndpoint,
-    desc: *mut NvSciSyncFenceIpcExportDescriptor,
+    desc: CMut<NvSciSyncFenceIpcExportDescriptor>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
+        let f = get(f)?;
         if desc.is_null() {
             return Err(err::BAD_PARAMETER);
         }
@@ -183,23 +179,21 @@ pub(crate) unsafe fn NvSciSyncIpcExportFence(
                 }
             }
         };
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { desc.write(d) };
+        desc.write(d);
         Ok(())
     })();
     super::super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncIpcImportFence(
+pub(crate) fn NvSciSyncIpcImportFence(
     c: &Call,
-    obj: NvSciSyncObj,
-    desc: *const NvSciSyncFenceIpcExportDescriptor,
-    f: *mut NvSciSyncFence,
+    obj: Handle<NvSciSyncObj>,
+    desc: CPtr<NvSciSyncFenceIpcExportDescriptor>,
+    f: CMut<NvSciSyncFence>,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let d = unsafe { get(desc) }?;
+        let d = get(desc)?;
         if f.is_null() {
             return Err(err::BAD_PARAMETER);
         }
@@ -221,8 +215,7 @@ pub(crate) unsafe fn NvSciSyncIpcImportFence(
             );
             return Err(err::BAD_PARAMETER);
         };
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { f.write(fence) };
+        f.write(fence);
         Ok(())
     })();
     super::super::done(r)

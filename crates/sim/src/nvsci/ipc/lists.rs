@@ -7,41 +7,33 @@
 //!
 //! One generic body per call serves both libraries (`sync` picks the
 //! library); the `NvSciBuf*` / `NvSciSync*` entry points are thin wrappers.
+//!
+//! Descriptors handed to the caller are malloc'ed copies the caller owns
+//! until it gives them back with `AttrListFreeDesc` (see
+//! [`crate::cmem::HandedOut`]).
 
 use super::*;
+use crate::cmem::{CMut, Handle};
 
 /// Hands `bytes` to the caller as a descriptor it frees with the
 /// library's `AttrListFreeDesc`.
-fn hand_out(c: &Call, sync: bool, bytes: Vec<u8>, desc: *mut *mut c_void, len: *mut usize) -> R {
+fn hand_out(c: &Call, sync: bool, bytes: Vec<u8>, desc: CMut<*mut c_void>, len: CMut<usize>) -> R {
     if desc.is_null() || len.is_null() {
         return Err(err::BAD_PARAMETER);
     }
-    // SAFETY: plain allocation of at least one byte.
-    let p = unsafe { libc::malloc(bytes.len().max(1)) }.cast::<u8>();
-    if p.is_null() {
+    let Some(p) = c.state().nvsci.descriptors.copy_of(&bytes, sync) else {
         return Err(err::INSUFFICIENT_MEMORY);
-    }
-    // SAFETY: `p` has room for `bytes.len()` bytes; the regions are distinct.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len()) };
-    c.state().nvsci.descriptors.insert(p as usize, sync);
-    // SAFETY: both checked non-null; caller out-pointers.
-    unsafe {
-        crate::cmem::write(desc, p.cast());
-        crate::cmem::write(len, bytes.len());
-    }
+    };
+    desc.write(p as *mut c_void);
+    len.write(bytes.len());
     Ok(())
 }
 
-/// Parses an attribute-list descriptor.
-///
-/// # Safety
-/// `desc` is NULL or points at `len` readable bytes.
-unsafe fn parse(desc: *const c_void, len: usize) -> R<Vec<AttrMap>> {
-    if desc.is_null() || len == 0 {
+/// Parses an attribute-list descriptor (the caller's bytes; NULL: `None`).
+fn parse(desc: Option<&[u8]>) -> R<Vec<AttrMap>> {
+    let Some(bytes) = desc.filter(|d| !d.is_empty()) else {
         return Err(err::BAD_PARAMETER);
-    }
-    // SAFETY: the caller passes `len` readable bytes.
-    let bytes = unsafe { crate::cmem::bytes(desc.cast::<u8>(), len) };
+    };
     attrs::deserialize(bytes).ok_or(err::BAD_PARAMETER)
 }
 
@@ -58,20 +50,17 @@ fn live_module(c: &Call, sync: bool, m: usize) -> R {
     }
 }
 
-/// # Safety
-/// The C contract of `Nv*AttrListIpcExportUnreconciled`.
-unsafe fn export_unreconciled(
+/// `Nv*AttrListIpcExportUnreconciled`.
+fn export_unreconciled<T>(
     c: &Call,
     sync: bool,
-    lists: *const *mut c_void,
-    n: usize,
+    lists: Option<&[*mut T]>,
     ep: NvSciIpcEndpoint,
-    desc: *mut *mut c_void,
-    len: *mut usize,
+    desc: CMut<*mut c_void>,
+    len: CMut<usize>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller array.
-        let hs = unsafe { list::handles(lists, n) }?;
+        let hs = list::handles(lists)?;
         endpoint(c, ep)?;
         let bytes = {
             let st = c.state();
@@ -89,8 +78,8 @@ fn export_reconciled(
     sync: bool,
     list: usize,
     ep: NvSciIpcEndpoint,
-    desc: *mut *mut c_void,
-    len: *mut usize,
+    desc: CMut<*mut c_void>,
+    len: CMut<usize>,
 ) -> NvSciError {
     let r = (|| {
         let (_, map) = list::reconciled(c, sync, list)?;
@@ -109,20 +98,17 @@ fn export_reconciled(
     super::super::done(r)
 }
 
-/// # Safety
-/// The C contract of `Nv*AttrListIpcImportUnreconciled`.
-unsafe fn import_unreconciled(
+/// `Nv*AttrListIpcImportUnreconciled`.
+fn import_unreconciled<T>(
     c: &Call,
     sync: bool,
     module: usize,
     ep: NvSciIpcEndpoint,
-    desc: *const c_void,
-    len: usize,
-    out: *mut *mut c_void,
+    desc: Option<&[u8]>,
+    out: CMut<*mut T>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller buffer.
-        let mut parts = unsafe { parse(desc, len) }?;
+        let mut parts = parse(desc)?;
         if out.is_null() || parts.is_empty() {
             return Err(err::BAD_PARAMETER);
         }
@@ -137,8 +123,7 @@ unsafe fn import_unreconciled(
             module,
             ListKind::Unreconciled(parts),
         );
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { crate::cmem::write(out, h as *mut c_void) };
+        out.write(h as *mut T);
         Ok(())
     })();
     super::super::done(r)
@@ -163,23 +148,21 @@ fn satisfies(sync: bool, map: &AttrMap, p: &AttrMap) -> bool {
     t_ok && s_ok
 }
 
-/// # Safety
-/// The C contract of `Nv*AttrListIpcImportReconciled`.
+/// `Nv*AttrListIpcImportReconciled`: `inputs` is the caller's array of
+/// `n` handles (NULL: `None`), checked only when `n > 0`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn import_reconciled(
+fn import_reconciled<T>(
     c: &Call,
     sync: bool,
     module: usize,
     ep: NvSciIpcEndpoint,
-    desc: *const c_void,
-    len: usize,
-    inputs: *const *mut c_void,
+    desc: Option<&[u8]>,
+    inputs: Option<&[*mut T]>,
     n: usize,
-    out: *mut *mut c_void,
+    out: CMut<*mut T>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller buffer.
-        let mut parts = unsafe { parse(desc, len) }?;
+        let mut parts = parse(desc)?;
         if out.is_null() || parts.len() != 1 {
             return Err(err::BAD_PARAMETER);
         }
@@ -187,8 +170,7 @@ unsafe fn import_reconciled(
         endpoint(c, ep)?;
         live_module(c, sync, module)?;
         if n > 0 {
-            // SAFETY: forwarded caller array.
-            let hs = unsafe { list::handles(inputs, n) }?;
+            let hs = list::handles(inputs)?;
             let st = c.state();
             let (_, mine) = list::gather(c, &st.nvsci, sync, &hs)?;
             if !mine.iter().all(|p| satisfies(sync, &map, p)) {
@@ -206,29 +188,20 @@ unsafe fn import_reconciled(
             module,
             ListKind::Reconciled(Arc::new(map)),
         );
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { crate::cmem::write(out, h as *mut c_void) };
+        out.write(h as *mut T);
         Ok(())
     })();
     super::super::done(r)
 }
 
-fn free_desc(c: &Call, sync: bool, desc: *mut c_void) {
-    let p = desc as usize;
-    let mine = {
-        let mut st = c.state();
-        match st.nvsci.descriptors.get(&p) {
-            Some(&s) if s == sync => st.nvsci.descriptors.remove(&p).is_some(),
-            _ => false,
-        }
-    };
-    if mine {
-        // SAFETY: `p` came from our own malloc in `hand_out` and is freed once.
-        unsafe { libc::free(desc) };
-    } else {
+fn free_desc(c: &Call, sync: bool, desc: usize) {
+    let freed = c.state().nvsci.descriptors.free(desc, sync);
+    if !freed {
         c.diag(
             D::Misuse,
-            format!("{p:#x} is not a descriptor this library handed out (or it was freed already)"),
+            format!(
+                "{desc:#x} is not a descriptor this library handed out (or it was freed already)"
+            ),
         );
     }
 }
@@ -236,69 +209,50 @@ fn free_desc(c: &Call, sync: bool, desc: *mut c_void) {
 macro_rules! list_ipc {
     ($sync:literal, $module:ty, $list:ty,
      $eu:ident, $er:ident, $iu:ident, $ir:ident, $free:ident) => {
-        pub(crate) unsafe fn $eu(
+        pub(crate) fn $eu(
             c: &Call,
-            lists: *const $list,
-            n: usize,
+            lists: Option<&[$list]>,
             ep: NvSciIpcEndpoint,
-            desc: *mut *mut c_void,
-            len: *mut usize,
+            desc: CMut<*mut c_void>,
+            len: CMut<usize>,
         ) -> NvSciError {
-            // SAFETY: same contract, forwarded.
-            unsafe { export_unreconciled(c, $sync, lists.cast(), n, ep, desc, len) }
+            export_unreconciled(c, $sync, lists, ep, desc, len)
         }
 
         pub(crate) fn $er(
             c: &Call,
-            list: $list,
+            list: Handle<$list>,
             ep: NvSciIpcEndpoint,
-            desc: *mut *mut c_void,
-            len: *mut usize,
+            desc: CMut<*mut c_void>,
+            len: CMut<usize>,
         ) -> NvSciError {
-            export_reconciled(c, $sync, list as usize, ep, desc, len)
+            export_reconciled(c, $sync, list.addr(), ep, desc, len)
         }
 
-        pub(crate) unsafe fn $iu(
+        pub(crate) fn $iu(
             c: &Call,
-            module: $module,
+            module: Handle<$module>,
             ep: NvSciIpcEndpoint,
-            desc: *const c_void,
-            len: usize,
-            out: *mut $list,
+            desc: Option<&[u8]>,
+            out: CMut<$list>,
         ) -> NvSciError {
-            // SAFETY: same contract, forwarded.
-            unsafe { import_unreconciled(c, $sync, module as usize, ep, desc, len, out.cast()) }
+            import_unreconciled(c, $sync, module.addr(), ep, desc, out)
         }
 
-        #[allow(clippy::too_many_arguments)]
-        pub(crate) unsafe fn $ir(
+        pub(crate) fn $ir(
             c: &Call,
-            module: $module,
+            module: Handle<$module>,
             ep: NvSciIpcEndpoint,
-            desc: *const c_void,
-            len: usize,
-            inputs: *const $list,
+            desc: Option<&[u8]>,
+            inputs: Option<&[$list]>,
             n: usize,
-            out: *mut $list,
+            out: CMut<$list>,
         ) -> NvSciError {
-            // SAFETY: same contract, forwarded.
-            unsafe {
-                import_reconciled(
-                    c,
-                    $sync,
-                    module as usize,
-                    ep,
-                    desc,
-                    len,
-                    inputs.cast(),
-                    n,
-                    out.cast(),
-                )
-            }
+            import_reconciled(c, $sync, module.addr(), ep, desc, inputs, n, out)
         }
 
-        pub(crate) fn $free(c: &Call, desc: *mut c_void) {
-            free_desc(c, $sync, desc)
+        pub(crate) fn $free(c: &Call, desc: CMut<c_void>) {
+            free_desc(c, $sync, desc.addr())
         }
     };
 }

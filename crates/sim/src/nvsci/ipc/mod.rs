@@ -38,6 +38,7 @@ use super::attrs::{self, bk, sk, AttrMap, ListKind};
 use super::buf::{self, BufCore};
 use super::sync::{self, SyncCore};
 use super::{core_and_perm, err, get, list, new_uid, unknown, R};
+use crate::cmem::{CMut, CPtr, Handle};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::Call;
 use crate::shm::{SemaphoreKind, SharedSemaphore};

@@ -1,5 +1,11 @@
 //! The simulator's messages on an endpoint's connection and the socket
 //! calls under them (Unix `SOCK_SEQPACKET`, abstract names, epoll).
+//!
+//! # Safety
+//! The unsafe code here is socket, epoll and poll syscalls on descriptors
+//! the simulator owns, with buffers and control messages it builds itself.
+
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -123,6 +129,57 @@ pub(crate) fn epoll_del(ep: &OwnedFd, fd: RawFd) {
             std::ptr::null_mut(),
         )
     };
+}
+
+/// A new epoll instance (close-on-exec).
+pub(crate) fn epoll_new() -> io::Result<OwnedFd> {
+    // SAFETY: plain epoll_create1 call; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        return Err(last_err());
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(ep) })
+}
+
+/// Makes a bound socket listen (backlog 1).
+pub(crate) fn listen(fd: &OwnedFd) -> io::Result<()> {
+    // SAFETY: listen(2) on a socket descriptor we own.
+    if unsafe { libc::listen(fd.as_raw_fd(), 1) } != 0 {
+        return Err(last_err());
+    }
+    Ok(())
+}
+
+/// Accepts a pending connection on a listening socket (non-blocking,
+/// close-on-exec); `None` when there is none (or accept fails).
+pub(crate) fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
+    // SAFETY: accept4 on a socket we own; NULL address out-pointers are allowed.
+    let fd = unsafe {
+        libc::accept4(
+            listener.as_raw_fd(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor nobody else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Waits at most `ms` milliseconds for `fd` to become readable (the
+/// outcome is not reported: callers look again).
+pub(crate) fn poll_readable(fd: &OwnedFd, ms: libc::c_int) {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on a descriptor the caller keeps open.
+    unsafe { libc::poll(&mut pfd, 1, ms) };
 }
 
 /// Sends one message (header, payload, optionally one descriptor).

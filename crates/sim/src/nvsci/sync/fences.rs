@@ -20,27 +20,24 @@ pub(super) fn cpu_signaler(c: &Call, h: usize) -> R<Arc<SyncCore>> {
 
 pub(crate) fn NvSciSyncObjGenerateFence(
     c: &Call,
-    obj: NvSciSyncObj,
-    out: *mut NvSciSyncFence,
+    obj: Handle<NvSciSyncObj>,
+    out: CMut<NvSciSyncFence>,
 ) -> NvSciError {
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
-    let r = cpu_signaler(c, obj as usize).map(|core| {
+    let r = cpu_signaler(c, obj.addr()).map(|core| {
         let value = core.sem.reserve_next();
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe {
-            out.write(fence::encode(SimFence {
-                object_id: core.id,
-                value,
-            }))
-        };
+        out.write(fence::encode(SimFence {
+            object_id: core.id,
+            value,
+        }));
     });
     super::super::done(r)
 }
 
-pub(crate) fn NvSciSyncObjSignal(c: &Call, obj: NvSciSyncObj) -> NvSciError {
-    super::super::done(cpu_signaler(c, obj as usize).map(|core| {
+pub(crate) fn NvSciSyncObjSignal(c: &Call, obj: Handle<NvSciSyncObj>) -> NvSciError {
+    super::super::done(cpu_signaler(c, obj.addr()).map(|core| {
         core.sem.increment();
     }))
 }
@@ -60,20 +57,19 @@ pub(crate) fn timeout(us: i64) -> R<Option<Duration>> {
     }
 }
 
-pub(crate) unsafe fn NvSciSyncFenceWait(
+pub(crate) fn NvSciSyncFenceWait(
     c: &Call,
-    f: *const NvSciSyncFence,
-    ctx: NvSciSyncCpuWaitContext,
+    f: CPtr<NvSciSyncFence>,
+    ctx: Handle<NvSciSyncCpuWaitContext>,
     timeout_us: i64,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
+        let f = get(f)?;
         let limit = timeout(timeout_us)?;
         let (sem, busy, target) = {
             let st = c.state();
-            let Some(w) = st.nvsci.wait_contexts.get(&(ctx as usize)) else {
-                return Err(unknown(c, &st.nvsci, "CPU wait context", ctx as usize));
+            let Some(w) = st.nvsci.wait_contexts.get(&(ctx.addr())) else {
+                return Err(unknown(c, &st.nvsci, "CPU wait context", ctx.addr()));
             };
             let busy = Arc::clone(&w.busy);
             let sf = match fence::decode(&f) {
@@ -137,21 +133,20 @@ pub(crate) unsafe fn NvSciSyncFenceWait(
     super::super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncFenceDup(
+pub(crate) fn NvSciSyncFenceDup(
     c: &Call,
-    src: *const NvSciSyncFence,
-    dst: *mut NvSciSyncFence,
+    src: CPtr<NvSciSyncFence>,
+    dst: CMut<NvSciSyncFence>,
 ) -> NvSciError {
     let r = (|| {
-        if std::ptr::eq(src, dst.cast_const()) {
+        if src.addr() == dst.addr() {
             c.diag(
                 D::Misuse,
                 "FenceDup with the same fence as source and destination".into(),
             );
             return Err(err::BAD_PARAMETER);
         }
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(src) }?;
+        let f = get(src)?;
         if fence::decode(&f) == FenceContent::Garbage {
             c.diag(
                 D::Misuse,
@@ -159,28 +154,25 @@ pub(crate) unsafe fn NvSciSyncFenceDup(
             );
             return Err(err::BAD_PARAMETER);
         }
-        // SAFETY: forwarded caller out-pointer.
-        unsafe { put(dst, f) }
+        put(dst, f)
     })();
     super::super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncFenceClear(_c: &Call, f: *mut NvSciSyncFence) {
+pub(crate) fn NvSciSyncFenceClear(_c: &Call, f: CMut<NvSciSyncFence>) {
     if !f.is_null() {
-        // SAFETY: non-null caller pointer to a fence.
-        unsafe { f.write(NvSciSyncFence::default()) };
+        f.write(NvSciSyncFence::default());
     }
 }
 
-pub(crate) unsafe fn NvSciSyncFenceExtractFence(
+pub(crate) fn NvSciSyncFenceExtractFence(
     c: &Call,
-    f: *const NvSciSyncFence,
-    id: *mut u64,
-    value: *mut u64,
+    f: CPtr<NvSciSyncFence>,
+    id: CMut<u64>,
+    value: CMut<u64>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
+        let f = get(f)?;
         if id.is_null() || value.is_null() {
             return Err(err::BAD_PARAMETER);
         }
@@ -194,11 +186,8 @@ pub(crate) unsafe fn NvSciSyncFenceExtractFence(
                 Err(err::BAD_PARAMETER)
             }
             FenceContent::Fence(sf) => {
-                // SAFETY: both checked non-null; caller out-pointers.
-                unsafe {
-                    id.write(0);
-                    value.write(sf.value);
-                }
+                id.write(0);
+                value.write(sf.value);
                 Ok(())
             }
         }
@@ -211,14 +200,14 @@ pub(crate) unsafe fn NvSciSyncFenceExtractFence(
 /// syncpoints, `[0, primitives - 1]` for semaphores, and the simulated
 /// objects have one primitive; values up to MaxPrimitiveValue). Deterministic
 /// fences are not required.
-pub(crate) unsafe fn NvSciSyncFenceUpdateFence(
+pub(crate) fn NvSciSyncFenceUpdateFence(
     c: &Call,
-    obj: NvSciSyncObj,
+    obj: Handle<NvSciSyncObj>,
     id: u64,
     value: u64,
-    f: *mut NvSciSyncFence,
+    f: CMut<NvSciSyncFence>,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     let r = (|| {
         if f.is_null() {
             return Err(err::BAD_PARAMETER);
@@ -227,8 +216,7 @@ pub(crate) unsafe fn NvSciSyncFenceUpdateFence(
         let Some(rec) = st.nvsci.sync_objs.get(&h) else {
             return Err(unknown(c, &st.nvsci, "NvSciSync object", h));
         };
-        // SAFETY: checked non-null; caller in/out pointer to a fence.
-        unsafe { f.write(NvSciSyncFence::default()) };
+        f.write(NvSciSyncFence::default());
         let prim = attrs::get_u32(&rec.core.attrs, sk::PRIMITIVE).unwrap_or(attrs::PRIM_SYNCPOINT);
         let id_max = if prim == attrs::PRIM_SYNCPOINT {
             u64::from(u32::MAX) - 1
@@ -257,13 +245,10 @@ pub(crate) unsafe fn NvSciSyncFenceUpdateFence(
             );
             return Err(err::NOT_SUPPORTED);
         }
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe {
-            f.write(fence::encode(SimFence {
-                object_id: rec.core.id,
-                value,
-            }))
-        };
+        f.write(fence::encode(SimFence {
+            object_id: rec.core.id,
+            value,
+        }));
         Ok(())
     })();
     super::super::done(r)
@@ -273,14 +258,13 @@ pub(crate) unsafe fn NvSciSyncFenceUpdateFence(
 /// other fence has no timestamps here (the simulator refuses
 /// WaiterRequireTimestamps at reconciliation), which the header answers
 /// with BadParameter.
-pub(crate) unsafe fn NvSciSyncFenceGetTimestamp(
+pub(crate) fn NvSciSyncFenceGetTimestamp(
     c: &Call,
-    f: *const NvSciSyncFence,
-    us: *mut u64,
+    f: CPtr<NvSciSyncFence>,
+    us: CMut<u64>,
 ) -> NvSciError {
     let r = (|| {
-        // SAFETY: forwarded caller pointer.
-        let f = unsafe { get(f) }?;
+        let f = get(f)?;
         if us.is_null() {
             return Err(err::BAD_PARAMETER);
         }

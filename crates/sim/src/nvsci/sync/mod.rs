@@ -18,6 +18,7 @@ use tegra_interop_sys::nvsci::{
 
 use super::attrs::{self, sk, AttrMap, ListKind};
 use super::{err, get, list, new_handle, put, unknown, Kind, ModuleRec, WaitCtxRec, R};
+use crate::cmem::{CArr, CMut, CPtr, Handle};
 use crate::fence::{self, FenceContent, SimFence};
 use crate::instance::{self, Call, State, SyncObjectEntry, Tag};
 use crate::shm::{SemaphoreKind, SharedSemaphore, WaitEnd};
@@ -67,31 +68,30 @@ pub(crate) fn new_fence_id() -> u64 {
     instance::new_handle(Tag::SyncObject)
 }
 
-pub(crate) fn NvSciSyncModuleOpen(c: &Call, out: *mut NvSciSyncModule) -> NvSciError {
+pub(crate) fn NvSciSyncModuleOpen(c: &Call, out: CMut<NvSciSyncModule>) -> NvSciError {
     let h = new_handle(Kind::SyncModule);
-    // SAFETY: forwarded caller out-pointer.
-    let r = unsafe { put(out, h as NvSciSyncModule) };
+    let r = put(out, h as NvSciSyncModule);
     if r.is_ok() {
         c.state().nvsci.sync_modules.insert(h, ModuleRec::default());
     }
     super::done(r)
 }
 
-pub(crate) fn NvSciSyncModuleClose(c: &Call, m: NvSciSyncModule) {
-    list::close_module(c, true, m as usize);
+pub(crate) fn NvSciSyncModuleClose(c: &Call, m: Handle<NvSciSyncModule>) {
+    list::close_module(c, true, m.addr());
 }
 
 pub(crate) fn NvSciSyncCpuWaitContextAlloc(
     c: &Call,
-    module: NvSciSyncModule,
-    out: *mut NvSciSyncCpuWaitContext,
+    module: Handle<NvSciSyncModule>,
+    out: CMut<NvSciSyncCpuWaitContext>,
 ) -> NvSciError {
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
     let mut st = c.state();
     let ns = &mut st.nvsci;
-    let m = module as usize;
+    let m = module.addr();
     if ns.retain_module(true, m).is_err() {
         return unknown(c, ns, "sync module", m);
     }
@@ -103,13 +103,12 @@ pub(crate) fn NvSciSyncCpuWaitContextAlloc(
             busy: Arc::default(),
         },
     );
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { out.write(h as NvSciSyncCpuWaitContext) };
+    out.write(h as NvSciSyncCpuWaitContext);
     err::SUCCESS
 }
 
-pub(crate) fn NvSciSyncCpuWaitContextFree(c: &Call, ctx: NvSciSyncCpuWaitContext) {
-    let h = ctx as usize;
+pub(crate) fn NvSciSyncCpuWaitContextFree(c: &Call, ctx: Handle<NvSciSyncCpuWaitContext>) {
+    let h = ctx.addr();
     let mut st = c.state();
     let ns = &mut st.nvsci;
     match ns.wait_contexts.remove(&h) {
@@ -131,55 +130,46 @@ pub(crate) fn NvSciSyncCpuWaitContextFree(c: &Call, ctx: NvSciSyncCpuWaitContext
 
 pub(crate) fn NvSciSyncAttrListCreate(
     c: &Call,
-    module: NvSciSyncModule,
-    out: *mut NvSciSyncAttrList,
+    module: Handle<NvSciSyncModule>,
+    out: CMut<NvSciSyncAttrList>,
 ) -> NvSciError {
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
-    let r = list::create_list(c, true, module as usize).and_then(|h| {
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { put(out, h as NvSciSyncAttrList) }
-    });
+    let r =
+        list::create_list(c, true, module.addr()).and_then(|h| put(out, h as NvSciSyncAttrList));
     super::done(r)
 }
 
-pub(crate) fn NvSciSyncAttrListFree(c: &Call, list: NvSciSyncAttrList) {
-    list::free_list(c, true, list as usize);
+pub(crate) fn NvSciSyncAttrListFree(c: &Call, list: Handle<NvSciSyncAttrList>) {
+    list::free_list(c, true, list.addr());
 }
 
-pub(crate) unsafe fn NvSciSyncAttrListSetAttrs(
+pub(crate) fn NvSciSyncAttrListSetAttrs(
     c: &Call,
-    list: NvSciSyncAttrList,
-    pairs: *const NvSciSyncAttrKeyValuePair,
-    n: usize,
+    list: Handle<NvSciSyncAttrList>,
+    pairs: Option<CArr<NvSciSyncAttrKeyValuePair>>,
 ) -> NvSciError {
-    // SAFETY: forwarded caller array.
-    let r = unsafe { list::read_pairs(pairs, n) }
-        .and_then(|v| list::set_pairs(c, true, list as usize, v));
+    let r = list::read_pairs(pairs).and_then(|v| list::set_pairs(c, true, list.addr(), v));
     super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncAttrListGetAttrs(
+pub(crate) fn NvSciSyncAttrListGetAttrs(
     c: &Call,
-    list: NvSciSyncAttrList,
-    pairs: *mut NvSciSyncAttrKeyValuePair,
-    n: usize,
+    list: Handle<NvSciSyncAttrList>,
+    pairs: Option<&mut [NvSciSyncAttrKeyValuePair]>,
 ) -> NvSciError {
-    // SAFETY: forwarded caller array.
-    let r = unsafe { list::get_pairs(pairs, n, |keys| list::lookup(c, true, list as usize, keys)) };
+    let r = list::get_pairs(pairs, |keys| list::lookup(c, true, list.addr(), keys));
     super::done(r)
 }
 
-pub(crate) unsafe fn NvSciSyncAttrListReconcile(
+pub(crate) fn NvSciSyncAttrListReconcile(
     c: &Call,
-    lists: *const NvSciSyncAttrList,
-    n: usize,
-    out: *mut NvSciSyncAttrList,
-    conflict: *mut NvSciSyncAttrList,
+    lists: Option<&[NvSciSyncAttrList]>,
+    out: CMut<NvSciSyncAttrList>,
+    conflict: CMut<NvSciSyncAttrList>,
 ) -> NvSciError {
-    // SAFETY: forwarded caller array/pointers.
-    unsafe { list::reconcile_entry(c, true, lists.cast(), n, out.cast(), conflict.cast()) }
+    list::reconcile_entry(c, true, lists, out, conflict)
 }
 
 fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
@@ -205,30 +195,26 @@ fn new_object(c: &Call, module: usize, map: Arc<AttrMap>) -> R<usize> {
     Ok(register(&mut st, core, perm, module))
 }
 
-pub(crate) unsafe fn NvSciSyncAttrListReconcileAndObjAlloc(
+pub(crate) fn NvSciSyncAttrListReconcileAndObjAlloc(
     c: &Call,
-    lists: *const NvSciSyncAttrList,
-    n: usize,
-    obj: *mut NvSciSyncObj,
-    conflict: *mut NvSciSyncAttrList,
+    lists: Option<&[NvSciSyncAttrList]>,
+    obj: CMut<NvSciSyncObj>,
+    conflict: CMut<NvSciSyncAttrList>,
 ) -> NvSciError {
     let r = (|| {
         if obj.is_null() || conflict.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        // SAFETY: forwarded caller array.
-        let hs = unsafe { list::handles(lists.cast::<*mut std::ffi::c_void>(), n) }?;
+        let hs = list::handles(lists)?;
         let mut conflict_h = 0usize;
         let want = !conflict.is_null();
         let res = list::reconcile(c, true, &hs, want.then_some(&mut conflict_h));
         if want {
-            // SAFETY: non-null caller out-pointer.
-            unsafe { conflict.write(conflict_h as NvSciSyncAttrList) };
+            conflict.write(conflict_h as NvSciSyncAttrList);
         }
         let (module, map) = res?;
         let h = new_object(c, module, map)?;
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { obj.write(h as NvSciSyncObj) };
+        obj.write(h as NvSciSyncObj);
         Ok(())
     })();
     super::done(r)
@@ -236,24 +222,27 @@ pub(crate) unsafe fn NvSciSyncAttrListReconcileAndObjAlloc(
 
 pub(crate) fn NvSciSyncObjAlloc(
     c: &Call,
-    list: NvSciSyncAttrList,
-    obj: *mut NvSciSyncObj,
+    list: Handle<NvSciSyncAttrList>,
+    obj: CMut<NvSciSyncObj>,
 ) -> NvSciError {
     let r = (|| {
         if obj.is_null() {
             return Err(err::BAD_PARAMETER);
         }
-        let (module, map) = list::reconciled(c, true, list as usize)?;
+        let (module, map) = list::reconciled(c, true, list.addr())?;
         let h = new_object(c, module, map)?;
-        // SAFETY: checked non-null; caller out-pointer.
-        unsafe { obj.write(h as NvSciSyncObj) };
+        obj.write(h as NvSciSyncObj);
         Ok(())
     })();
     super::done(r)
 }
 
-pub(crate) fn NvSciSyncObjDup(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncObj) -> NvSciError {
-    let h = obj as usize;
+pub(crate) fn NvSciSyncObjDup(
+    c: &Call,
+    obj: Handle<NvSciSyncObj>,
+    out: CMut<NvSciSyncObj>,
+) -> NvSciError {
+    let h = obj.addr();
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
@@ -263,13 +252,12 @@ pub(crate) fn NvSciSyncObjDup(c: &Call, obj: NvSciSyncObj, out: *mut NvSciSyncOb
     };
     let (core, perm, module) = (Arc::clone(&rec.core), rec.perm, rec.module);
     let d = register(&mut st, core, perm, module);
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { out.write(d as NvSciSyncObj) };
+    out.write(d as NvSciSyncObj);
     err::SUCCESS
 }
 
-pub(crate) fn NvSciSyncObjFree(c: &Call, obj: NvSciSyncObj) {
-    let h = obj as usize;
+pub(crate) fn NvSciSyncObjFree(c: &Call, obj: Handle<NvSciSyncObj>) {
+    let h = obj.addr();
     let mut st = c.state();
     match st.nvsci.sync_objs.remove(&h) {
         Some(rec) => {
@@ -295,10 +283,10 @@ pub(crate) fn NvSciSyncObjFree(c: &Call, obj: NvSciSyncObj) {
 
 pub(crate) fn NvSciSyncObjGetAttrList(
     c: &Call,
-    obj: NvSciSyncObj,
-    out: *mut NvSciSyncAttrList,
+    obj: Handle<NvSciSyncObj>,
+    out: CMut<NvSciSyncAttrList>,
 ) -> NvSciError {
-    let h = obj as usize;
+    let h = obj.addr();
     if out.is_null() {
         return err::BAD_PARAMETER;
     }
@@ -316,8 +304,7 @@ pub(crate) fn NvSciSyncObjGetAttrList(
         &rec.core.attrs,
         (sk::ACTUAL_PERM, attrs::enc_u64s(&[rec.perm])),
     );
-    // SAFETY: checked non-null; caller out-pointer.
-    unsafe { out.write(list as NvSciSyncAttrList) };
+    out.write(list as NvSciSyncAttrList);
     err::SUCCESS
 }
 
@@ -327,11 +314,10 @@ pub(crate) fn NvSciSyncCheckVersionCompatibility(
     c: &Call,
     major: u32,
     minor: u32,
-    out: *mut bool,
+    out: CMut<bool>,
 ) -> NvSciError {
     let (lib_major, lib_minor) = c.inst.config.nvsci_release.sync_version();
-    // SAFETY: forwarded caller out-pointer.
-    super::done(unsafe { put(out, major == lib_major && minor <= lib_minor) })
+    super::done(put(out, major == lib_major && minor <= lib_minor))
 }
 
 /// `cuDeviceGetNvSciSyncAttributes` (see [`super::cuda_fill_sync_attrs`]).
