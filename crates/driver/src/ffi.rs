@@ -539,6 +539,9 @@ macro_rules! thread_safe {
 
 thread_safe! {
     crate::egl::ResourceRes => sync: "`&ResourceRes` only asks for the mapped frame, which the driver makes thread-safe.";
+    // A connection moves between threads; it is not shared (a consumer
+    // counts its frames in a `Cell`).
+    crate::egl::stream::ConnectionRes;
     crate::context::ContextRes => sync: "`&ContextRes` only allows calls the driver serialises.";
     crate::stream::StreamRes => sync: "The driver serialises concurrent submissions to one stream.";
     crate::memory::MemoryRes => sync: "`&MemoryRes` only allows mapping calls, which the driver makes thread-safe.";
@@ -575,6 +578,12 @@ pub(crate) fn egl_plane_words(f: &tegra_interop_sys::cuda::CUeglFrame) -> [usize
     // written whole by the driver, or defaulted to zero).
     let p = unsafe { f.frame.pPitch };
     [p[0] as usize, p[1] as usize, p[2] as usize]
+}
+
+/// Writes the three plane words of an EGL frame (device pointers of a pitch
+/// frame, `CUarray`s of an array frame).
+pub(crate) fn set_egl_plane_words(f: &mut tegra_interop_sys::cuda::CUeglFrame, words: [usize; 3]) {
+    f.frame.pPitch = words.map(|w| w as *mut core::ffi::c_void);
 }
 
 // ------------------------------------------------------------ polling

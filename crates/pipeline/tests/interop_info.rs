@@ -149,16 +149,12 @@ fn sim_flag_adds_the_simulators_view() {
         "{sim}"
     );
     // The simulator implements every entry point the project resolves, the
-    // NvSciIpc life cycle and NvSciSync attribute-list IPC included, except
-    // EGLStreams and EGL syncs (issue 14; EGL images are simulated): the
-    // report must name exactly those.
+    // NvSciIpc life cycle, NvSciSync attribute-list IPC and EGLStreams
+    // included, except the EGL sync import (issue 14: not measured yet, so
+    // not simulated): the report must name exactly that.
     assert_eq!(
         value(sim, "libcuda.so.1").unwrap(),
-        "45/55 symbols present; missing: cuEGLStreamConsumerConnect, cuEGLStreamConsumerConnectWithFlags, \
-         cuEGLStreamConsumerAcquireFrame, cuEGLStreamConsumerReleaseFrame, \
-         cuEGLStreamConsumerDisconnect, cuEGLStreamProducerConnect, \
-         cuEGLStreamProducerPresentFrame, cuEGLStreamProducerReturnFrame, \
-         cuEGLStreamProducerDisconnect, cuEventCreateFromEGLSync",
+        "54/55 symbols present; missing: cuEventCreateFromEGLSync",
         "{sim}"
     );
     for (lib, n) in [

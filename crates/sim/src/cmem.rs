@@ -120,6 +120,7 @@ macro_rules! by_value {
 }
 
 by_value!(
+    CUeglFrame,
     u8,
     i32,
     u32,
@@ -256,6 +257,17 @@ impl<'c, T> CMut<'c, T> {
 }
 
 impl<'c, T: Plain> CMut<'c, T> {
+    /// Reads the value of an in/out pointer (e.g. the connection handle a
+    /// `CUeglStreamConnection*` carries in); `None` for NULL.
+    pub(crate) fn read(self) -> Option<T> {
+        if self.raw.is_null() {
+            return None;
+        }
+        // SAFETY: non-null, and valid for reads of `T` by the contract
+        // promised in `new` (in/out pointers are readable and writable).
+        Some(unsafe { self.raw.read_unaligned() })
+    }
+
     /// Writes `v`; `false` (nothing written) for NULL.
     pub(crate) fn write(self, v: T) -> bool {
         if self.raw.is_null() {
@@ -690,4 +702,19 @@ impl<K: Copy + PartialEq> HandedOut<K> {
     pub(crate) fn len(&self) -> usize {
         self.live.len()
     }
+}
+
+/// The three plane words of an EGL frame: device pointers of a pitch frame
+/// or `CUarray`s of an array frame (which one, `frameType` says).
+pub(crate) fn egl_plane_words(f: &CUeglFrame) -> [usize; 3] {
+    // SAFETY: both members of the union are three pointer-sized values, so
+    // reading either as pointers reads initialised bytes (the frame was
+    // written whole by a caller or by the simulator).
+    let p = unsafe { f.frame.pPitch };
+    [p[0] as usize, p[1] as usize, p[2] as usize]
+}
+
+/// Writes the three plane words of an EGL frame.
+pub(crate) fn set_egl_plane_words(f: &mut CUeglFrame, words: [usize; 3]) {
+    f.frame.pPitch = words.map(|w| w as *mut core::ffi::c_void);
 }

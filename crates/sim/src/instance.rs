@@ -32,6 +32,7 @@ pub(crate) enum Tag {
     SyncObject = 0x7c10,
     BufObject = 0x7c11,
     GraphicsResource = 0x7c20,
+    EglConnection = 0x7c21,
 }
 
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -206,6 +207,8 @@ pub(crate) struct State {
     pub(crate) egl_images: HashMap<usize, crate::cuda::EglImageObj>,
     /// Registered EGL images (`CUgraphicsResource`).
     pub(crate) egl_resources: HashMap<u64, crate::cuda::EglResObj>,
+    /// EGLStreams made by `Sim::create_egl_stream` and CUDA's connections.
+    pub(crate) egl_streams: crate::cuda::EglStreams,
 }
 
 impl State {
@@ -374,7 +377,8 @@ impl State {
                 .filter(|a| matches!(a.kind, AllocKind::Alloc))
                 .count(),
             live_semaphores: self.semaphores.len(),
-            live_graphics_resources: self.egl_resources.len(),
+            live_graphics_resources: self.egl_resources.len() + self.egl_streams.held_frames(),
+            live_egl_connections: self.egl_streams.live_connections(),
             open_fds: fds,
             pending_work: pending,
         }

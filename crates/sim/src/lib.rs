@@ -50,6 +50,7 @@ mod cuda;
 /// see [`Sim::create_egl_image`].
 pub mod egl {
     pub use crate::cuda::egl::{EglImageFormat, EglPlaneLayout, SimEglImage};
+    pub use crate::cuda::egl_stream::{EglStreamMode, EglStreamState, SimEglStream};
 }
 pub mod export;
 mod fds;

@@ -22,8 +22,12 @@ pub struct Ledger {
     pub live_allocations: usize,
     /// Imported external semaphores not destroyed.
     pub live_semaphores: usize,
-    /// Registered graphics resources (EGL images) not unregistered.
+    /// Graphics resources not given back: EGL images not unregistered and
+    /// EGLStream frames acquired and not released.
     pub live_graphics_resources: usize,
+    /// CUDA connections to EGLStreams (consumers and producers) not
+    /// disconnected.
+    pub live_egl_connections: usize,
     /// File descriptors the simulator holds for imported objects (it owns
     /// them from a successful import until the destroy).
     pub open_fds: usize,
@@ -42,7 +46,7 @@ impl fmt::Display for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, graphics resources {}, fds {}, pending work {}",
+            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, graphics resources {}, EGLStream connections {}, fds {}, pending work {}",
             self.live_contexts,
             self.primary_context_refs,
             self.live_streams,
@@ -51,6 +55,7 @@ impl fmt::Display for Ledger {
             self.live_allocations,
             self.live_semaphores,
             self.live_graphics_resources,
+            self.live_egl_connections,
             self.open_fds,
             self.pending_work
         )

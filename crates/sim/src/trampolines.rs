@@ -115,21 +115,13 @@ macro_rules! trampolines_of {
 
 /// CUDA entry points without a per-slot trampoline: the pure lookups, served
 /// by one shared function (`crate::slots`), not counted.
-/// EGLStreams and EGL syncs are not simulated yet (issue 14): their table
-/// entries stay `None`, as with a driver built without them, and the driver
-/// answers `NotSupported` naming the symbol. (EGL images are simulated.)
+/// EGL syncs (`cuEventCreateFromEGLSync`) are not simulated yet (issue 14):
+/// that table entry stays `None`, as with a driver built without it, and the
+/// driver answers `NotSupported` naming the symbol. (EGL images and
+/// EGLStreams are simulated.)
 macro_rules! cuda_not_provided {
     (cuGetErrorName => $($x:tt)*) => {};
     (cuGetErrorString => $($x:tt)*) => {};
-    (cuEGLStreamConsumerConnect => $($x:tt)*) => {};
-    (cuEGLStreamConsumerConnectWithFlags => $($x:tt)*) => {};
-    (cuEGLStreamConsumerAcquireFrame => $($x:tt)*) => {};
-    (cuEGLStreamConsumerReleaseFrame => $($x:tt)*) => {};
-    (cuEGLStreamConsumerDisconnect => $($x:tt)*) => {};
-    (cuEGLStreamProducerConnect => $($x:tt)*) => {};
-    (cuEGLStreamProducerPresentFrame => $($x:tt)*) => {};
-    (cuEGLStreamProducerReturnFrame => $($x:tt)*) => {};
-    (cuEGLStreamProducerDisconnect => $($x:tt)*) => {};
     (cuEventCreateFromEGLSync => $($x:tt)*) => {};
     ($field:ident => $($x:tt)*) => { $($x)* };
 }

@@ -29,6 +29,45 @@ const GL_TEXTURE_MAG_FILTER: u32 = 0x2800;
 const GL_NEAREST: i32 = 0x2600;
 const GL_FRAMEBUFFER: u32 = 0x8D40;
 const GL_COLOR_ATTACHMENT0: u32 = 0x8CE0;
+// EGL_KHR_stream / EGL_KHR_stream_fifo (Khronos registry values).
+const EGL_STREAM_FIFO_LENGTH_KHR: EglInt = 0x31FC;
+const EGL_STREAM_STATE_KHR: u32 = 0x3214;
+
+/// The states of an EGLStream (`EGL_STREAM_STATE_KHR`).
+pub mod stream_state {
+    /// Made, no consumer yet.
+    pub const CREATED: i32 = 0x3215;
+    /// A consumer connected, no producer yet.
+    pub const CONNECTING: i32 = 0x3216;
+    /// Both connected, no frame yet.
+    pub const EMPTY: i32 = 0x3217;
+    /// A frame the consumer has not acquired.
+    pub const NEW_FRAME_AVAILABLE: i32 = 0x3218;
+    /// Only frames the consumer already acquired.
+    pub const OLD_FRAME_AVAILABLE: i32 = 0x3219;
+    /// An end disconnected.
+    pub const DISCONNECTED: i32 = 0x321A;
+}
+
+/// An `EGLStreamKHR` made by [`EglExporter::create_stream`].
+pub struct EglStream {
+    raw: Ptr,
+}
+
+impl EglStream {
+    /// The `EGLStreamKHR` to connect CUDA to.
+    pub fn as_raw(&self) -> *mut c_void {
+        self.raw
+    }
+}
+
+/// The EGL_KHR_stream entry points (from `eglGetProcAddress`).
+#[derive(Clone, Copy)]
+struct StreamFns {
+    create: unsafe extern "C" fn(Ptr, *const EglInt) -> Ptr,
+    destroy: unsafe extern "C" fn(Ptr, Ptr) -> EglBoolean,
+    query: unsafe extern "C" fn(Ptr, Ptr, u32, *mut EglInt) -> EglBoolean,
+}
 
 /// An EGL display with a current surfaceless GLES2 context.
 pub struct EglExporter {
@@ -56,6 +95,7 @@ pub struct EglExporter {
     #[allow(clippy::type_complexity)]
     read_pixels: unsafe extern "C" fn(i32, i32, i32, i32, u32, u32, *mut c_void),
     finish: unsafe extern "C" fn(),
+    streams: Result<StreamFns, String>,
 }
 
 /// A GL texture and the `EGLImageKHR` made from it.
@@ -121,6 +161,30 @@ impl EglExporter {
                 )?),
             )
         };
+        let streams = (|| {
+            let (create, destroy, query) = (
+                ext("eglCreateStreamKHR")?,
+                ext("eglDestroyStreamKHR")?,
+                ext("eglQueryStreamKHR")?,
+            );
+            // SAFETY: pointers from eglGetProcAddress for these EGL_KHR_stream
+            // functions, with the signatures the extension defines.
+            Ok::<_, String>(unsafe {
+                StreamFns {
+                    create: std::mem::transmute::<
+                        Ptr,
+                        unsafe extern "C" fn(Ptr, *const EglInt) -> Ptr,
+                    >(create),
+                    destroy: std::mem::transmute::<Ptr, unsafe extern "C" fn(Ptr, Ptr) -> EglBoolean>(
+                        destroy,
+                    ),
+                    query: std::mem::transmute::<
+                        Ptr,
+                        unsafe extern "C" fn(Ptr, Ptr, u32, *mut EglInt) -> EglBoolean,
+                    >(query),
+                }
+            })
+        })();
         let initialize: unsafe extern "C" fn(Ptr, *mut EglInt, *mut EglInt) -> EglBoolean =
             sym(&egl, "eglInitialize")?;
         let bind_api: unsafe extern "C" fn(u32) -> EglBoolean = sym(&egl, "eglBindAPI")?;
@@ -206,6 +270,7 @@ impl EglExporter {
             read_pixels: sym(&gles, "glReadPixels")?,
             tex_sub_image_2d: sym(&gles, "glTexSubImage2D")?,
             finish: sym(&gles, "glFinish")?,
+            streams,
             _egl: egl,
             _gles: gles,
         })
@@ -321,6 +386,44 @@ impl EglExporter {
                 pixels.as_ptr().cast(),
             );
             (self.finish)();
+        }
+    }
+
+    /// A new EGLStream on this display (`eglCreateStreamKHR`): FIFO of
+    /// `fifo_length` frames, or mailbox mode for 0.
+    pub fn create_stream(&self, fifo_length: i32) -> Result<EglStream, String> {
+        let f = self.streams.as_ref().map_err(Clone::clone)?;
+        let attribs = [EGL_STREAM_FIFO_LENGTH_KHR, fifo_length, EGL_NONE];
+        // SAFETY: our initialised display and a NONE-terminated list.
+        let raw = unsafe { (f.create)(self.dpy, attribs.as_ptr()) };
+        if raw.is_null() {
+            // SAFETY: no arguments.
+            return Err(format!("eglCreateStreamKHR failed: {:#x}", unsafe {
+                (self.get_error)()
+            }));
+        }
+        Ok(EglStream { raw })
+    }
+
+    /// The stream's `EGL_STREAM_STATE_KHR` (see [`stream_state`]).
+    pub fn stream_state(&self, stream: &EglStream) -> Result<i32, String> {
+        let f = self.streams.as_ref().map_err(Clone::clone)?;
+        let mut v = 0;
+        // SAFETY: a live stream of our display and an out-pointer.
+        if unsafe { (f.query)(self.dpy, stream.raw, EGL_STREAM_STATE_KHR, &mut v) } == 0 {
+            // SAFETY: no arguments.
+            return Err(format!("eglQueryStreamKHR failed: {:#x}", unsafe {
+                (self.get_error)()
+            }));
+        }
+        Ok(v)
+    }
+
+    /// Destroys a stream (after CUDA disconnected from it).
+    pub fn destroy_stream(&self, stream: EglStream) {
+        if let Ok(f) = &self.streams {
+            // SAFETY: made by this exporter, destroyed once (consumed).
+            unsafe { (f.destroy)(self.dpy, stream.raw) };
         }
     }
 

@@ -25,8 +25,8 @@
 //! - only index 0 and mip level 0 exist (else INVALID_VALUE, chosen);
 //! - the frame's pointers stay valid until the resource is unregistered;
 //!   copies through them afterwards are use-after-free diagnostics;
-//! - EGLStreams and `cuEventCreateFromEGLSync` are not simulated (their
-//!   table entries stay `None`).
+//! - `cuEventCreateFromEGLSync` is not simulated (its table entry stays
+//!   `None`); EGLStreams are in `egl_stream.rs`.
 
 use super::*;
 
@@ -304,6 +304,13 @@ pub(crate) fn cuGraphicsResourceGetMappedEglFrame(
     let r = (|| {
         let mut st = c.state();
         init(&st)?;
+        if let Some(f) = held_frame(&st, res.addr() as u64) {
+            // A frame acquired from an EGLStream (see egl_stream.rs).
+            if index != 0 || mip != 0 {
+                return Err(INVALID_VALUE);
+            }
+            return put(frame, f);
+        }
         let h = resource(c, &st, res)?;
         if frame.is_null() || index != 0 || mip != 0 {
             return Err(INVALID_VALUE);

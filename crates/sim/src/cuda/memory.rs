@@ -63,6 +63,17 @@ pub(crate) fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
         if p == 0 {
             return Ok(());
         }
+        if st.egl_streams.presents(p) {
+            c.diag(
+                D::Misuse,
+                format!(
+                    "cuMemFree({p:#x}): the memory of a frame presented to an EGLStream is freed \
+                     before the producer disconnected (the header: undefined behaviour); the \
+                     simulator keeps it"
+                ),
+            );
+            return Err(INVALID_VALUE);
+        }
         match st.allocations.remove(&p) {
             Some(a) => {
                 drop(a);

@@ -16,7 +16,11 @@ pub(super) fn resolve_stream(
     st: &mut State,
     s: Handle<CUstream>,
 ) -> R<(u64, Arc<StreamCore>)> {
-    let h = s.addr() as u64;
+    resolve_stream_addr(c, st, s.addr() as u64)
+}
+
+/// [`resolve_stream`] for a stream handle read out of caller memory.
+pub(super) fn resolve_stream_addr(c: &Call, st: &mut State, h: u64) -> R<(u64, Arc<StreamCore>)> {
     if h <= 2 {
         let ctx = current_ctx(c, st)?;
         if let std::collections::hash_map::Entry::Vacant(e) = st.null_streams.entry(ctx) {

@@ -1,4 +1,4 @@
-//! EGL interop, first part: an `EGLImageKHR` registered with CUDA
+//! EGL interop: an `EGLImageKHR` registered with CUDA
 //! (`cuGraphicsEGLRegisterImage`) and its mapped frame
 //! (`cuGraphicsResourceGetMappedEglFrame`). This is how an `NvBufSurface`
 //! (V4L2, GStreamer, DeepStream on Jetson) or a GL texture reaches CUDA
@@ -42,6 +42,13 @@ use std::marker::PhantomData;
 use tegra_interop_sys::cuda::{
     CUarray, CUdeviceptr, CUeglColorFormat, CUeglFrame, CUeglFrameType, CUgraphicsResource,
     EGLImageKHR,
+};
+
+pub(crate) mod stream;
+
+pub use stream::{
+    DisconnectRefused, EglResourceLocation, EglStreamConsumer, EglStreamProducer, ProducerFrame,
+    StreamFrame,
 };
 
 use crate::ffi::{self, call, Bind, TryBind};
@@ -229,6 +236,17 @@ impl fmt::Debug for EglFrame<'_> {
             .field("planes", &self.plane_count())
             .field("color_format", &self.color_format())
             .finish()
+    }
+}
+
+impl<'a> EglFrame<'a> {
+    /// A frame the driver filled in, valid while `'a` lasts.
+    pub(crate) fn from_raw(raw: CUeglFrame, ctx: &'a Context) -> EglFrame<'a> {
+        EglFrame {
+            raw,
+            ctx,
+            _image: PhantomData,
+        }
     }
 }
 

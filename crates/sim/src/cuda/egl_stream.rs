@@ -1,0 +1,865 @@
+//! EGLStreams with CUDA at both ends (`cuEGLStreamConsumer*`,
+//! `cuEGLStreamProducer*`).
+//!
+//! The simulator has no EGL library: a test makes a stream with
+//! [`Sim::create_egl_stream`](crate::Sim::create_egl_stream) (the role of
+//! `eglCreateStreamKHR`) and hands [`SimEglStream::as_raw`] to the driver;
+//! [`SimEglStream::state`] answers what `eglQueryStreamKHR` would.
+//!
+//! What is modelled, and its source ("measured": the H200, driver 580.159,
+//! crates/testkit/tests/gpu_egl_stream.rs; "header": cudaEGL.h; "chosen":
+//! neither, the simulator's own answer):
+//! - states: CREATED, CONNECTING after the consumer connects, EMPTY after
+//!   the producer connects, NEW_FRAME_AVAILABLE while a presented frame
+//!   waits, OLD_FRAME_AVAILABLE once frames were acquired and none waits,
+//!   DISCONNECTED once either end left (measured);
+//! - a producer connecting before the consumer gets UNKNOWN (measured); a
+//!   producer in the consumer's own context works (measured);
+//! - FIFO of length n: frames are acquired oldest first (measured); a
+//!   present to a full FIFO is not measured and is refused (UNKNOWN, with an
+//!   `Unimplemented` diagnostic); mailbox: a present replaces the waiting
+//!   frame, which goes straight back to the producer (measured);
+//! - the consumer sees a copy: its plane pointer differs from the
+//!   producer's buffer and holds the presented bytes (measured); the copy is
+//!   taken when the present's stream work is done (chosen: when the driver
+//!   copies was not measured). Only pitch frames of one RGBA-family plane or
+//!   NV12 are accepted (others: UNKNOWN, not simulated);
+//! - an acquire with nothing to take waits for its timeout, then takes the
+//!   last released frame again if there is one, it is not held and the
+//!   producer is still connected (header: EGL_SUPPORT_REUSE_NV is on by
+//!   default; measured), else times out. The
+//!   H200 answered a timeout with LAUNCH_TIMEOUT in one run and UNKNOWN in
+//!   another (measured): the simulator alternates, UNKNOWN first, so a
+//!   client must handle both;
+//! - releasing a frame: of the released frames the most recently acquired
+//!   one is kept by the stream for reuse, any other goes back to the
+//!   producer, whatever the order of the releases (measured: two frames
+//!   acquired in order, released newest first, and only the older came
+//!   back);
+//! - `ReturnFrame`: the oldest frame back, else UNKNOWN before anything was
+//!   presented and LAUNCH_TIMEOUT after (measured), with the producer's own
+//!   description (measured: the producer's pointer);
+//! - the producer may leave while the consumer holds a frame; the frame
+//!   stays usable until released, later acquires time out (measured);
+//!   acquiring a frame that was presented but not taken before the producer
+//!   left is not measured and is refused (UNKNOWN);
+//! - a consumer that disconnects while holding frames, a second consumer or
+//!   producer, a present after the consumer left: not measured, refused
+//!   (UNKNOWN, diagnostic);
+//! - NULL connection pointers and unknown streams or connections:
+//!   INVALID_HANDLE (header lists it); no current context: INVALID_CONTEXT
+//!   (header); connect flags other than SYSMEM/VIDMEM: INVALID_VALUE
+//!   (chosen). Every step runs on the host at once, after waiting for the
+//!   stream's earlier work (chosen: conservative stream order).
+
+use std::collections::{HashMap, VecDeque};
+
+use super::*;
+
+/// How a simulated EGLStream hands frames over (`EGL_STREAM_FIFO_LENGTH_KHR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EglStreamMode {
+    /// FIFO of this many frames (at least 1).
+    Fifo(u32),
+    /// Mailbox: a new frame replaces one not acquired yet (FIFO length 0).
+    Mailbox,
+}
+
+/// `EGL_STREAM_STATE_KHR` of a simulated stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EglStreamState {
+    /// Made, no consumer yet.
+    Created,
+    /// A consumer connected, no producer yet.
+    Connecting,
+    /// Both ends connected, nothing presented yet.
+    Empty,
+    /// A presented frame waits for the consumer.
+    NewFrameAvailable,
+    /// Frames were acquired; none waits.
+    OldFrameAvailable,
+    /// An end disconnected.
+    Disconnected,
+}
+
+/// A `CUeglFrame` as plain data (the C struct holds raw pointers, which
+/// the simulator's state, shared between threads, cannot).
+#[derive(Clone, Copy)]
+struct FrameDesc {
+    words: [usize; 3],
+    width: u32,
+    height: u32,
+    depth: u32,
+    pitch: u32,
+    planes: u32,
+    channels: u32,
+    kind: CUeglFrameType,
+    color: CUeglColorFormat,
+    format: CUarray_format,
+}
+
+impl FrameDesc {
+    fn of(f: &CUeglFrame) -> FrameDesc {
+        FrameDesc {
+            words: crate::cmem::egl_plane_words(f),
+            width: f.width,
+            height: f.height,
+            depth: f.depth,
+            pitch: f.pitch,
+            planes: f.planeCount,
+            channels: f.numChannels,
+            kind: f.frameType,
+            color: f.eglColorFormat,
+            format: f.cuFormat,
+        }
+    }
+
+    fn frame(&self) -> CUeglFrame {
+        let mut f = CUeglFrame {
+            width: self.width,
+            height: self.height,
+            depth: self.depth,
+            pitch: self.pitch,
+            planeCount: self.planes,
+            numChannels: self.channels,
+            frameType: self.kind,
+            eglColorFormat: self.color,
+            cuFormat: self.format,
+            ..CUeglFrame::default()
+        };
+        crate::cmem::set_egl_plane_words(&mut f, self.words);
+        f
+    }
+}
+
+/// A frame in the stream: what the producer presented and the consumer's
+/// copy of its planes.
+struct Presented {
+    producer: FrameDesc,
+    /// Device address of the consumer's copy (an allocation of the
+    /// consumer's context); its planes keep the producer's offsets.
+    copy: u64,
+    /// Bytes of plane `i` start at `copy + offsets[i]`.
+    offsets: [u64; 3],
+    /// When the consumer last acquired it (the stream's acquire count).
+    acquired: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Created,
+    Connecting,
+    Connected,
+    Disconnected,
+}
+
+/// One simulated `EGLStreamKHR`.
+pub(crate) struct EglStreamObj {
+    mode: EglStreamMode,
+    phase: Phase,
+    consumer: Option<(u64, u64)>,
+    producer: Option<(u64, u64, u32, u32)>,
+    waiting: VecDeque<Presented>,
+    /// Acquired frames by resource handle, in acquire order.
+    held: Vec<(u64, Presented)>,
+    /// The last released frame, kept for reuse.
+    kept: Option<Presented>,
+    /// Frames back for the producer.
+    returned: VecDeque<FrameDesc>,
+    presented_any: bool,
+    /// Plane addresses of every frame presented while the producer is
+    /// connected (the header: none may be freed before it disconnects).
+    presented: std::collections::HashSet<usize>,
+    acquired_any: bool,
+    /// Acquires so far (orders the frames the consumer held).
+    acquires: u64,
+    timeouts: u64,
+}
+
+impl EglStreamObj {
+    /// The consumer now holds `p` under resource handle `res`.
+    fn hold(&mut self, res: u64, mut p: Presented) {
+        self.acquires += 1;
+        p.acquired = self.acquires;
+        self.held.push((res, p));
+    }
+}
+
+/// The simulator's EGLStream records: streams by handle, connections (by
+/// handle) to their stream.
+#[derive(Default)]
+pub(crate) struct EglStreams {
+    streams: HashMap<usize, EglStreamObj>,
+    connections: HashMap<u64, usize>,
+}
+
+impl EglStreams {
+    /// Connections not disconnected (for the ledger).
+    pub(crate) fn live_connections(&self) -> usize {
+        self.streams
+            .values()
+            .map(|s| usize::from(s.consumer.is_some()) + usize::from(s.producer.is_some()))
+            .sum()
+    }
+
+    /// Frames acquired and not released (graphics resources, for the
+    /// ledger).
+    pub(crate) fn held_frames(&self) -> usize {
+        self.streams.values().map(|s| s.held.len()).sum()
+    }
+
+    /// Whether `addr` is a plane of a frame presented by a producer that is
+    /// still connected.
+    pub(crate) fn presents(&self, addr: u64) -> bool {
+        self.streams
+            .values()
+            .any(|s| s.producer.is_some() && s.presented.contains(&(addr as usize)))
+    }
+}
+
+static NEXT_STREAM: AtomicUsize = AtomicUsize::new(0x5e9a_0000);
+
+/// An EGLStream made by [`Sim::create_egl_stream`](crate::Sim::create_egl_stream).
+pub struct SimEglStream {
+    inner: Arc<Instance>,
+    handle: usize,
+}
+
+impl std::fmt::Debug for SimEglStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimEglStream")
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl SimEglStream {
+    /// The `EGLStreamKHR` to connect CUDA to.
+    pub fn as_raw(&self) -> EGLStreamKHR {
+        self.handle as EGLStreamKHR
+    }
+
+    /// What `eglQueryStreamKHR(EGL_STREAM_STATE_KHR)` would answer.
+    pub fn state(&self) -> EglStreamState {
+        let st = self.inner.lock_state();
+        let Some(s) = st.egl_streams.streams.get(&self.handle) else {
+            return EglStreamState::Disconnected;
+        };
+        match s.phase {
+            Phase::Created => EglStreamState::Created,
+            Phase::Connecting => EglStreamState::Connecting,
+            Phase::Disconnected => EglStreamState::Disconnected,
+            Phase::Connected if !s.waiting.is_empty() => EglStreamState::NewFrameAvailable,
+            Phase::Connected if s.acquired_any => EglStreamState::OldFrameAvailable,
+            Phase::Connected => EglStreamState::Empty,
+        }
+    }
+}
+
+impl Drop for SimEglStream {
+    /// `eglDestroyStreamKHR`: a stream CUDA is still connected to is a
+    /// misuse (what the real library does then is not known); the copies it
+    /// holds are freed either way.
+    fn drop(&mut self) {
+        let inst = &self.inner;
+        let connected = {
+            let mut st = inst.lock_state();
+            match st.egl_streams.streams.remove(&self.handle) {
+                Some(s) => {
+                    let copies: Vec<u64> = s
+                        .waiting
+                        .iter()
+                        .chain(s.held.iter().map(|(_, p)| p))
+                        .chain(s.kept.iter())
+                        .map(|p| p.copy)
+                        .collect();
+                    for copy in copies {
+                        free_copy(&mut st, copy);
+                    }
+                    s.consumer.is_some() || s.producer.is_some()
+                }
+                None => false,
+            }
+        };
+        if connected {
+            inst.diag(
+                None,
+                "eglDestroyStreamKHR",
+                D::Misuse,
+                "an EGLStream destroyed while CUDA was still connected to it (disconnect first)"
+                    .into(),
+            );
+        }
+    }
+}
+
+impl crate::Sim {
+    /// Makes an EGLStream (the simulator's stand-in for
+    /// `eglCreateStreamKHR`); `None` for a FIFO of length 0 (use
+    /// [`EglStreamMode::Mailbox`]).
+    pub fn create_egl_stream(&self, mode: EglStreamMode) -> Option<SimEglStream> {
+        if mode == EglStreamMode::Fifo(0) {
+            return None;
+        }
+        let handle = NEXT_STREAM.fetch_add(0x100, Ordering::Relaxed);
+        self.inner.lock_state().egl_streams.streams.insert(
+            handle,
+            EglStreamObj {
+                mode,
+                phase: Phase::Created,
+                consumer: None,
+                producer: None,
+                waiting: VecDeque::new(),
+                held: Vec::new(),
+                kept: None,
+                returned: VecDeque::new(),
+                presented_any: false,
+                presented: Default::default(),
+                acquired_any: false,
+                acquires: 0,
+                timeouts: 0,
+            },
+        );
+        Some(SimEglStream {
+            inner: Arc::clone(&self.inner),
+            handle,
+        })
+    }
+}
+
+/// The stream a live connection belongs to (gone when its `SimEglStream`
+/// was dropped: INVALID_HANDLE).
+fn stream_obj(st: &State, s: usize) -> R<&EglStreamObj> {
+    st.egl_streams.streams.get(&s).ok_or(INVALID_HANDLE)
+}
+
+/// Refused as not measured on real hardware: UNKNOWN with a diagnostic.
+fn unmeasured(c: &Call, what: &str) -> CUresult {
+    c.diag(
+        D::Unimplemented,
+        format!("{what}: not measured on real hardware, so the simulator refuses it"),
+    );
+    UNKNOWN
+}
+
+fn stream_of(c: &Call, st: &State, stream: Handle<EGLStreamKHR>) -> R<usize> {
+    let h = stream.addr();
+    if st.egl_streams.streams.contains_key(&h) {
+        return Ok(h);
+    }
+    c.diag(
+        D::UnknownHandle,
+        format!("{h:#x} is not an EGLStream of this simulator"),
+    );
+    Err(INVALID_HANDLE)
+}
+
+/// The connection a `CUeglStreamConnection*` argument names: its handle and
+/// stream.
+fn connection(c: &Call, st: &State, conn: CMut<CUeglStreamConnection>) -> R<(u64, usize)> {
+    let h = conn.read().ok_or(INVALID_HANDLE)? as usize as u64;
+    match st.egl_streams.connections.get(&h) {
+        Some(s) => Ok((h, *s)),
+        None => Err(not_live(
+            c,
+            st,
+            "EGLStream connection",
+            h,
+            false,
+            INVALID_HANDLE,
+        )),
+    }
+}
+
+/// The stream behind a `CUstream*` argument (NULL pointer or NULL stream:
+/// the current context's NULL stream).
+fn stream_core(c: &Call, st: &mut State, s: CMut<CUstream>) -> R<Arc<StreamCore>> {
+    let h = s.read().map_or(0, |p| p as usize as u64);
+    resolve_stream_addr(c, st, h).map(|(_, core)| core)
+}
+
+/// The bytes of each plane of a pitch frame the simulator accepts.
+fn plane_lens(f: &CUeglFrame) -> Option<Vec<usize>> {
+    let rows = f.height as usize;
+    let pitch = f.pitch as usize;
+    let rgba_family = [
+        CUeglColorFormat::CU_EGL_COLOR_FORMAT_RGBA,
+        CUeglColorFormat::CU_EGL_COLOR_FORMAT_ARGB,
+        CUeglColorFormat::CU_EGL_COLOR_FORMAT_ABGR,
+        CUeglColorFormat::CU_EGL_COLOR_FORMAT_BGRA,
+    ];
+    if f.frameType != CUeglFrameType::CU_EGL_FRAME_TYPE_PITCH || pitch == 0 || rows == 0 {
+        return None;
+    }
+    if f.planeCount == 1 && rgba_family.contains(&f.eglColorFormat) {
+        return Some(vec![pitch * rows]);
+    }
+    if f.planeCount == 2
+        && f.eglColorFormat == CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR
+    {
+        return Some(vec![pitch * rows, pitch * rows.div_ceil(2)]);
+    }
+    None
+}
+
+pub(crate) fn cuEGLStreamConsumerConnect(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    stream: Handle<EGLStreamKHR>,
+) -> CUresult {
+    cuEGLStreamConsumerConnectWithFlags(c, conn, stream, 1)
+}
+
+pub(crate) fn cuEGLStreamConsumerConnectWithFlags(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    stream: Handle<EGLStreamKHR>,
+    flags: c_uint,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        let (ctx, s) = connect_prelude(c, &st, conn, stream)?;
+        if flags > 1 {
+            return Err(INVALID_VALUE);
+        }
+        if stream_obj(&st, s)?.phase != Phase::Created {
+            return Err(unmeasured(
+                c,
+                "a second consumer, or one after the stream was used",
+            ));
+        }
+        let h = record_connection(&mut st, s, conn);
+        if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
+            obj.consumer = Some((h, ctx));
+            obj.phase = Phase::Connecting;
+        }
+        Ok(())
+    })();
+    done(r)
+}
+
+/// What both connects check first: an initialised driver, a current
+/// context, an out-pointer, a known stream. Gives the context and stream.
+fn connect_prelude(
+    c: &Call,
+    st: &State,
+    conn: CMut<CUeglStreamConnection>,
+    stream: Handle<EGLStreamKHR>,
+) -> R<(u64, usize)> {
+    init(st)?;
+    let ctx = current_ctx(c, st)?;
+    if conn.is_null() {
+        return Err(INVALID_HANDLE);
+    }
+    Ok((ctx, stream_of(c, st, stream)?))
+}
+
+/// A new connection to stream `s`, written to `conn`.
+fn record_connection(st: &mut State, s: usize, conn: CMut<CUeglStreamConnection>) -> u64 {
+    let h = new_handle(Tag::EglConnection);
+    st.egl_streams.connections.insert(h, s);
+    conn.write(h as usize as CUeglStreamConnection);
+    h
+}
+
+pub(crate) fn cuEGLStreamProducerConnect(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    stream: Handle<EGLStreamKHR>,
+    width: i32,
+    height: i32,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        let (ctx, s) = connect_prelude(c, &st, conn, stream)?;
+        match stream_obj(&st, s)?.phase {
+            Phase::Connecting => {}
+            Phase::Created => {
+                c.diag(
+                    D::Misuse,
+                    "producer connected before the consumer (EGL_KHR_stream: the consumer \
+                     connects first; measured on the H200: CUDA_ERROR_UNKNOWN)"
+                        .into(),
+                );
+                return Err(UNKNOWN);
+            }
+            _ => {
+                return Err(unmeasured(
+                    c,
+                    "a second producer, or one after a disconnect",
+                ))
+            }
+        }
+        let (Ok(w), Ok(h)) = (u32::try_from(width), u32::try_from(height)) else {
+            return Err(unmeasured(c, "a producer with a negative width or height"));
+        };
+        if w == 0 || h == 0 {
+            return Err(unmeasured(c, "a producer of 0 x 0 frames"));
+        }
+        let handle = record_connection(&mut st, s, conn);
+        if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
+            obj.producer = Some((handle, ctx, w, h));
+            obj.phase = Phase::Connected;
+        }
+        Ok(())
+    })();
+    done(r)
+}
+
+pub(crate) fn cuEGLStreamProducerPresentFrame(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    frame: CUeglFrame,
+    pstream: CMut<CUstream>,
+) -> CUresult {
+    let r = (|| {
+        let core = {
+            let mut st = c.state();
+            init(&st)?;
+            let (h, s) = connection(c, &st, conn)?;
+            let obj = &stream_obj(&st, s)?;
+            let Some((ph, _, w, hh)) = obj.producer.filter(|p| p.0 == h) else {
+                return Err(INVALID_HANDLE);
+            };
+            let _ = ph;
+            if obj.consumer.is_none() || obj.phase == Phase::Disconnected {
+                return Err(unmeasured(c, "a present after the consumer disconnected"));
+            }
+            if frame.width != w || frame.height != hh {
+                return Err(unmeasured(
+                    c,
+                    "a present of another size than the producer connected with",
+                ));
+            }
+            if plane_lens(&frame).is_none() {
+                return Err(unmeasured(
+                    c,
+                    "a present other than a pitch frame of one RGBA-family plane or NV12",
+                ));
+            }
+            stream_core(c, &mut st, pstream)?
+        };
+        // The present is ordered after the stream's earlier work.
+        wait_cores(c, vec![core], "cuEGLStreamProducerPresentFrame")?;
+        let mut st = c.state();
+        let (_, s) = connection(c, &st, conn)?;
+        let lens = plane_lens(&frame).ok_or(UNKNOWN)?;
+        let words = crate::cmem::egl_plane_words(&frame);
+        let total: usize = lens.iter().sum();
+        let mut bytes = vec![0u8; total];
+        let mut offsets = [0u64; 3];
+        let mut at = 0usize;
+        for (i, len) in lens.iter().enumerate() {
+            let src = words[i] as u64;
+            if !st.device_read(src, &mut bytes[at..at + len]) {
+                c.diag(
+                    D::Misuse,
+                    format!(
+                        "present: plane {i} ({src:#x}, {len} bytes) is not live device memory \
+                         (the header: a presented frame must stay allocated)"
+                    ),
+                );
+                return Err(INVALID_VALUE);
+            }
+            offsets[i] = at as u64;
+            at += len;
+        }
+        let consumer_ctx = stream_obj(&st, s)?.consumer.map_or(0, |x| x.1);
+        let region = Region::anonymous(total.max(1)).map_err(|_| OUT_OF_MEMORY)?;
+        let base = region.base();
+        let copy = st.add_allocation(base, consumer_ctx, total.max(1), AllocKind::Mapped, region);
+        if !st.device_write(copy, &bytes) {
+            return Err(UNKNOWN);
+        }
+        let mut replaced = None;
+        let mut full = false;
+        if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
+            match obj.mode {
+                EglStreamMode::Mailbox => replaced = obj.waiting.pop_front(),
+                EglStreamMode::Fifo(n) => full = obj.waiting.len() >= n as usize,
+            }
+            if !full {
+                obj.presented.extend(words.iter().take(lens.len()).copied());
+                obj.waiting.push_back(Presented {
+                    producer: FrameDesc::of(&frame),
+                    copy,
+                    offsets,
+                    acquired: 0,
+                });
+                obj.presented_any = true;
+            }
+            if let Some(old) = &replaced {
+                obj.returned.push_back(old.producer);
+            }
+        }
+        if let Some(old) = replaced {
+            free_copy(&mut st, old.copy);
+        }
+        if full {
+            free_copy(&mut st, copy);
+            return Err(unmeasured(c, "a present to a full FIFO"));
+        }
+        Ok(())
+    })();
+    done(r)
+}
+
+/// Frees the consumer's copy of a frame.
+fn free_copy(st: &mut State, copy: u64) {
+    if st.allocations.remove(&copy).is_some() {
+        st.gone.insert(copy, GoneWhy::Destroyed);
+    }
+}
+
+pub(crate) fn cuEGLStreamConsumerAcquireFrame(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    resource: CMut<CUgraphicsResource>,
+    pstream: CMut<CUstream>,
+    timeout: c_uint,
+) -> CUresult {
+    let r = (|| {
+        let deadline = (timeout != u32::MAX)
+            .then(|| std::time::Instant::now() + Duration::from_micros(u64::from(timeout)));
+        loop {
+            let mut st = c.state();
+            init(&st)?;
+            let (h, s) = connection(c, &st, conn)?;
+            if stream_obj(&st, s)?.consumer.map(|x| x.0) != Some(h) {
+                return Err(INVALID_HANDLE);
+            }
+            if resource.is_null() {
+                return Err(INVALID_VALUE);
+            }
+            stream_core(c, &mut st, pstream)?;
+            let obj = &stream_obj(&st, s)?;
+            if obj.phase == Phase::Connecting {
+                return Err(unmeasured(c, "an acquire before a producer connected"));
+            }
+            if obj.phase == Phase::Disconnected && !obj.waiting.is_empty() {
+                return Err(unmeasured(
+                    c,
+                    "an acquire of a frame presented before the producer left",
+                ));
+            }
+            let res = new_handle(Tag::GraphicsResource);
+            let took = st.egl_streams.streams.get_mut(&s).and_then(|obj| {
+                let p = obj.waiting.pop_front()?;
+                obj.acquired_any = true;
+                Some(p)
+            });
+            if let Some(p) = took {
+                if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
+                    obj.hold(res, p);
+                }
+                st.egl_streams.connections.insert(res, s);
+                resource.write(res as usize as CUgraphicsResource);
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                // Nothing new: the kept frame again, if not held (reuse),
+                // while the producer is connected (measured: after it left,
+                // acquires time out).
+                let reuse = st
+                    .egl_streams
+                    .streams
+                    .get_mut(&s)
+                    .filter(|obj| obj.phase == Phase::Connected)
+                    .and_then(|obj| obj.kept.take());
+                if let Some(p) = reuse {
+                    if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
+                        obj.hold(res, p);
+                    }
+                    st.egl_streams.connections.insert(res, s);
+                    resource.write(res as usize as CUgraphicsResource);
+                    return Ok(());
+                }
+                let n = st.egl_streams.streams.get_mut(&s).map_or(0, |obj| {
+                    obj.timeouts += 1;
+                    obj.timeouts
+                });
+                return Err(if n % 2 == 1 { UNKNOWN } else { LAUNCH_TIMEOUT });
+            }
+            drop(st);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    })();
+    done(r)
+}
+
+/// A held frame of the stream named by `res` (for GetMappedEglFrame):
+/// the consumer's frame description.
+pub(crate) fn held_frame(st: &State, res: u64) -> Option<CUeglFrame> {
+    let s = st.egl_streams.connections.get(&res)?;
+    let obj = st.egl_streams.streams.get(s)?;
+    let (_, p) = obj.held.iter().find(|(h, _)| *h == res)?;
+    let mut f = p.producer.frame();
+    let words = [
+        (p.copy + p.offsets[0]) as usize,
+        if f.planeCount > 1 {
+            (p.copy + p.offsets[1]) as usize
+        } else {
+            0
+        },
+        0,
+    ];
+    crate::cmem::set_egl_plane_words(&mut f, words);
+    Some(f)
+}
+
+pub(crate) fn cuEGLStreamConsumerReleaseFrame(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    res: Handle<CUgraphicsResource>,
+    pstream: CMut<CUstream>,
+) -> CUresult {
+    let r = (|| {
+        let core = {
+            let mut st = c.state();
+            init(&st)?;
+            let (h, s) = connection(c, &st, conn)?;
+            if stream_obj(&st, s)?.consumer.map(|x| x.0) != Some(h) {
+                return Err(INVALID_HANDLE);
+            }
+            stream_core(c, &mut st, pstream)?
+        };
+        // Work queued on the stream that reads the frame comes first.
+        wait_cores(c, vec![core], "cuEGLStreamConsumerReleaseFrame")?;
+        let mut st = c.state();
+        let (_, s) = connection(c, &st, conn)?;
+        let r = res.addr() as u64;
+        let Some(obj) = st.egl_streams.streams.get_mut(&s) else {
+            return Err(INVALID_HANDLE);
+        };
+        let Some(i) = obj.held.iter().position(|(h, _)| *h == r) else {
+            return Err(not_live(
+                c,
+                &st,
+                "acquired EGLStream frame",
+                r,
+                true,
+                INVALID_HANDLE,
+            ));
+        };
+        let (_, p) = obj.held.remove(i);
+        // Of the released frames the most recently acquired stays.
+        let back = match obj.kept.take() {
+            Some(k) if k.acquired > p.acquired => {
+                obj.kept = Some(k);
+                Some(p)
+            }
+            old => {
+                obj.kept = Some(p);
+                old
+            }
+        };
+        let mut freed = Vec::new();
+        if let Some(b) = back {
+            obj.returned.push_back(b.producer);
+            freed.push(b.copy);
+        }
+        st.egl_streams.connections.remove(&r);
+        st.gone.insert(r, GoneWhy::Destroyed);
+        for copy in freed {
+            free_copy(&mut st, copy);
+        }
+        Ok(())
+    })();
+    done(r)
+}
+
+pub(crate) fn cuEGLStreamProducerReturnFrame(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+    frame: CMut<CUeglFrame>,
+    pstream: CMut<CUstream>,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let (h, s) = connection(c, &st, conn)?;
+        if stream_obj(&st, s)?.producer.map(|x| x.0) != Some(h) {
+            return Err(INVALID_HANDLE);
+        }
+        if frame.is_null() {
+            return Err(INVALID_VALUE);
+        }
+        stream_core(c, &mut st, pstream)?;
+        let Some(obj) = st.egl_streams.streams.get_mut(&s) else {
+            return Err(INVALID_HANDLE);
+        };
+        match obj.returned.pop_front() {
+            Some(f) => {
+                frame.write(f.frame());
+                Ok(())
+            }
+            None if obj.presented_any => Err(LAUNCH_TIMEOUT),
+            None => Err(UNKNOWN),
+        }
+    })();
+    done(r)
+}
+
+/// Ends a connection: the stream is disconnected; the copies the stream
+/// kept are freed once both ends left.
+fn disconnect(c: &Call, conn: CMut<CUeglStreamConnection>, consumer: bool) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let (h, s) = match connection(c, &st, conn) {
+            Ok(x) => x,
+            Err(e) => return Err(e),
+        };
+        let Some(obj) = st.egl_streams.streams.get_mut(&s) else {
+            return Err(INVALID_HANDLE);
+        };
+        let mine = if consumer {
+            obj.consumer.map(|x| x.0)
+        } else {
+            obj.producer.map(|x| x.0)
+        };
+        if mine != Some(h) {
+            return Err(INVALID_HANDLE);
+        }
+        if consumer && !obj.held.is_empty() {
+            return Err(unmeasured(
+                c,
+                "a consumer disconnecting while it holds frames",
+            ));
+        }
+        if consumer {
+            obj.consumer = None;
+        } else {
+            obj.producer = None;
+            obj.presented.clear();
+        }
+        obj.phase = Phase::Disconnected;
+        let mut freed = Vec::new();
+        if obj.consumer.is_none() && obj.producer.is_none() {
+            freed.extend(obj.waiting.drain(..).map(|p| p.copy));
+            freed.extend(obj.kept.take().map(|p| p.copy));
+        }
+        st.egl_streams.connections.remove(&h);
+        st.gone.insert(h, GoneWhy::Destroyed);
+        for copy in freed {
+            free_copy(&mut st, copy);
+        }
+        conn.write(core::ptr::null_mut());
+        Ok(())
+    })();
+    done(r)
+}
+
+pub(crate) fn cuEGLStreamConsumerDisconnect(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+) -> CUresult {
+    disconnect(c, conn, true)
+}
+
+pub(crate) fn cuEGLStreamProducerDisconnect(
+    c: &Call,
+    conn: CMut<CUeglStreamConnection>,
+) -> CUresult {
+    disconnect(c, conn, false)
+}
