@@ -109,6 +109,16 @@ const HINT_SEMAPHORE_STALE: Hint = Hint {
           on streams of the context it was imported in (import it once per context)",
 };
 
+/// Measured on an H200 (driver 580.159): the EGLStream calls answer
+/// CUDA_ERROR_UNKNOWN in these cases.
+const HINT_EGL_STREAM_UNKNOWN: Hint = Hint {
+    cause: "an EGLStream call out of order: a producer connecting before the consumer, a \
+            return of frames before anything was presented, or an acquire whose timeout passed \
+            (all measured to answer UNKNOWN)",
+    fix: "connect the consumer first, ask for returned frames only after a present, and treat \
+          an acquire's UNKNOWN after its whole timeout as 'no frame'",
+};
+
 const HINT_DRIVER_GONE: Hint = Hint {
     cause: "the CUDA driver is shutting down or has shut down (process exit handlers already \
             ran, or a reset tore the context down while other threads still used it)",
@@ -181,6 +191,9 @@ impl CuResult {
         let semaphore_call = SEMAPHORE_CALLS.contains(&call);
         if semaphore_call && matches!(self, CuResult::INVALID_VALUE | CuResult::INVALID_HANDLE) {
             return Some(HINT_SEMAPHORE_STALE);
+        }
+        if call.starts_with("cuEGLStream") && self == CuResult::UNKNOWN {
+            return Some(HINT_EGL_STREAM_UNKNOWN);
         }
         self.hint()
     }

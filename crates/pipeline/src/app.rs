@@ -385,7 +385,7 @@ fn pipeline(
         height: sensor.height,
         format: format_name(sensor.format),
         frame_len: geometry.frame_len(),
-        copy: opts.copy,
+        copy: opts.copy || opened.always_copies,
         wall,
         latency: t.latency.summary().ok_or(none)?,
         write: t.write.summary().ok_or(none)?,

@@ -12,6 +12,9 @@
 //!   with `--features vulkan` passes it in as a [`GpuHook`]) and its probe
 //!   finds a discrete NVIDIA GPU, a matching Vulkan device and NVRTC;
 //!   otherwise refused with the reason;
+//! - `egl`: the EGLStream transport ([`crate::egl`]): on a real GPU with
+//!   an EGL display when the program was built with `--features vulkan`
+//!   and one opens, otherwise on the simulator, saying why;
 //! - `host`: the host-reference transport ([`crate::host`]), a reference
 //!   and testing transport, never picked by `auto`;
 //! - `auto`: jetson -> gpu -> sim, the first that is available.
@@ -42,6 +45,10 @@ pub struct Opened {
     /// transport copies through device memory), so the camera writes into
     /// the slot directly instead of into a staging buffer.
     pub transport_copies: bool,
+    /// The transport copies every frame whatever `--copy` says (the
+    /// EGLStream: the consumer acquires the driver's copy), so the run is
+    /// reported as copy-based.
+    pub always_copies: bool,
     /// What to check once the transport is closed (declared after it, so
     /// a dropped `Opened` drops the transport first).
     after: After,
@@ -113,6 +120,7 @@ enum Concrete {
     /// The NvSci transport with the kernel, on this (real) driver.
     Jetson(Arc<Backend>),
     Gpu(GpuHook),
+    Egl,
 }
 
 fn refuse(choice: BackendChoice, verdict: Verdict) -> Result<(Concrete, String), String> {
@@ -143,6 +151,7 @@ fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, Str
     let probe = || Probe::new().with_gpu_transport(gpu.map(|g| g.probe));
     match choice {
         BackendChoice::Host => Ok((Concrete::Host, "requested with --backend host".into())),
+        BackendChoice::Egl => Ok((Concrete::Egl, "requested with --backend egl".into())),
         BackendChoice::Sim => match probe::sim() {
             Verdict::Available(why) => Ok((
                 Concrete::Sim,
@@ -192,14 +201,19 @@ pub fn open(
         ));
     }
     let (concrete, why) = resolve(opts.backend, gpu)?;
+    if matches!(concrete, Concrete::Egl) {
+        return open_egl(why, geometry, opts.ring);
+    }
     let opened = |transport: Box<dyn FrameTransport>, note, transport_copies, after| Opened {
         transport,
         why,
         note,
         transport_copies,
+        always_copies: false,
         after,
     };
     Ok(match concrete {
+        Concrete::Egl => return open_egl(String::new(), geometry, opts.ring),
         Concrete::Gpu(hook) => {
             let (t, note) = (hook.open)(geometry, opts.ring, opts.copy)?;
             opened(t, Some(note), true, After::Nothing)
@@ -234,6 +248,35 @@ pub fn open(
             )?;
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Sim(sim))
+        }
+    })
+}
+
+/// The EGLStream transport: on a real GPU with an EGL display where one
+/// opens, else on the simulator with the reason. The stream makes the copy
+/// (measured on the H200: the consumer acquires its own copy), so the
+/// camera writes the slot directly.
+fn open_egl(why: String, geometry: FrameGeometry, ring: usize) -> Result<Opened, String> {
+    Ok(match crate::egl::open_real(geometry, ring) {
+        Ok((t, backend)) => Opened {
+            note: Some(t.note()),
+            transport: Box::new(t),
+            why: format!("{why}; a GPU with an EGL display"),
+            transport_copies: true,
+            always_copies: true,
+            after: After::Driver(backend),
+        },
+        Err(no) => {
+            let (t, sim) = crate::egl::open_sim(geometry, ring)?;
+            Opened {
+                note: Some(t.note()),
+                transport: Box::new(t),
+                why: format!("{why}; on the simulator, because no real EGLStream opened: {no}")
+                    .replace('\n', " "),
+                transport_copies: true,
+                always_copies: true,
+                after: After::Sim(sim),
+            }
         }
     })
 }

@@ -20,7 +20,7 @@ usage: pipeline [options]
   --width W         frame width in pixels (1..=4096, default 640)
   --height H        frame height in lines (1..=4096, default 480)
   --format F        raw8 | raw16 | rgba8 (default rgba8)
-  --backend B       auto | sim | gpu | jetson | host (default auto)
+  --backend B       auto | sim | gpu | jetson | egl | host (default auto)
                     auto = jetson, else gpu, else sim (each refusal says why)
                     sim = NvSciBuf/NvSciSync ring on the built-in simulated
                     Tegra driver (not hardware)
@@ -31,6 +31,10 @@ usage: pipeline [options]
                     jetson = the sim backend's NvSci ring on a Jetson's real
                     driver, an NVRTC kernel processes the frames (needs
                     NVRTC; built, never run on a Jetson)
+                    egl = frames through an EGLStream (FIFO) from a CUDA
+                    producer to the CUDA consumer, the JetPack camera path:
+                    a real EGL display and GPU where present (needs
+                    --features vulkan), else the simulator (says why)
   --copy            copy each frame into the ring instead of writing in place
                     (gpu: the consumer copies it into device memory and back)
   --readback R      when the producer checks a processed frame: overlap
@@ -60,6 +64,8 @@ pub enum BackendChoice {
     Gpu,
     /// A Jetson (NvSci).
     Jetson,
+    /// An EGLStream from a CUDA producer to the CUDA consumer.
+    Egl,
     /// The host-only reference transport.
     Host,
 }
@@ -72,6 +78,7 @@ impl BackendChoice {
             BackendChoice::Sim => "sim",
             BackendChoice::Gpu => "gpu",
             BackendChoice::Jetson => "jetson",
+            BackendChoice::Egl => "egl",
             BackendChoice::Host => "host",
         }
     }
@@ -216,12 +223,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Strin
                     "sim" => BackendChoice::Sim,
                     "gpu" => BackendChoice::Gpu,
                     "jetson" => BackendChoice::Jetson,
+                    "egl" => BackendChoice::Egl,
                     "host" | "host-reference" => BackendChoice::Host,
-                    other => {
-                        return Err(format!(
-                            "unknown backend `{other}` (expected auto, sim, gpu, jetson or host)"
-                        ))
-                    }
+                    other => return Err(format!(
+                        "unknown backend `{other}` (expected auto, sim, gpu, jetson, egl or host)"
+                    )),
                 }
             }
             "--fault" => {

@@ -58,6 +58,7 @@ pub mod backend;
 pub mod baseline;
 pub mod camera;
 pub mod cli;
+pub mod egl;
 #[cfg(feature = "vulkan")]
 pub mod gpu;
 pub mod host;

@@ -190,6 +190,32 @@ fn sim_run_verifies_every_frame_through_nvsci() {
 }
 
 #[test]
+fn egl_run_verifies_every_frame_through_an_egl_stream() {
+    for mode in [
+        &[][..],
+        &["--ring", "1"][..],
+        &["--ring", "2", "--readback", "inline"][..],
+        &["--ring", "8", "--format", "raw8"][..],
+    ] {
+        let mut extra = vec!["--json"];
+        extra.extend_from_slice(mode);
+        let o = small_on("egl", &extra);
+        let out = stdout(&o);
+        assert!(o.status.success(), "{mode:?}: {out}{}", stderr(&o));
+        // No GPU with EGL here (or no `--features vulkan`): the simulator.
+        assert!(out.contains("\"backend\": \"egl-sim\""), "{out}");
+        assert!(out.contains("because no real EGLStream opened: "), "{out}");
+        // The stream copies (measured): reported as copy-based.
+        assert!(out.contains("\"mode\": \"copy\""), "{out}");
+        assert!(out.contains("\"verified\": true"), "{out}");
+        assert!(
+            out.contains("\"consumer_ok\": 40, \"readback_ok\": 40, \"pulses\": 40"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn the_default_command_runs_the_simulator_and_says_why() {
     // `cargo run --release` on a machine without a
     // usable GPU (CI): the NvSci ring on the simulator, default frame size

@@ -19,6 +19,9 @@ P="$B/pipeline --backend gpu --frames 2000 --width 1920 --height 1080 --format r
 echo "== pipeline gpu zero-copy"; $P 2>&1 | tail -18
 echo "== pipeline gpu copy"; $P --copy 2>&1 | tail -18
 for r in ${RINGS:-}; do echo "== pipeline gpu zero-copy ring $r"; $P --ring $r 2>&1 | grep -E "verified|stages|camera  |verify  |handover  |consumer  |transport:|throughput"; done
+E="$B/pipeline --backend egl --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet"
+echo "== pipeline egl"; $E 2>&1 | tail -19
+echo "== pipeline egl json"; $E --json 2>&1 | tail -3 > $OUT/pipeline_egl.json; head -c 300 $OUT/pipeline_egl.json; echo
 echo "== pipeline_vs_cuda"; $B/pipeline_vs_cuda --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet > $OUT/pipeline_vs_cuda.txt 2>&1; echo "rc $?"; cat $OUT/pipeline_vs_cuda.txt | grep -vE "^  \(|^pipeline:|^backend"
 echo "== pipeline gpu json"; $P --json 2>&1 | tail -3 > $OUT/pipeline_gpu.json; head -c 600 $OUT/pipeline_gpu.json; echo
 [ "${BENCH:-1}" = 1 ] && { echo "== gpu_bench"; timeout 240 $B/gpu_bench "$OUT/gpu_bench.md" > /dev/null 2>&1; grep -E "^\| |Goals|Frame loop" $OUT/gpu_bench.md | head -30; }

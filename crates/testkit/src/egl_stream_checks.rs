@@ -114,10 +114,8 @@ impl<'a> Buffers<'a> {
         for i in 0..n {
             let mut p: CUdeviceptr = 0;
             // SAFETY: a valid out-pointer; the context is current.
-            assert_eq!(
-                unsafe { (t.cuMemAlloc.expect("cuMemAlloc"))(&mut p, LEN) }.0,
-                0
-            );
+            let r = unsafe { (t.cuMemAlloc.expect("cuMemAlloc"))(&mut p, LEN) };
+            assert_eq!(r.0, 0);
             // SAFETY: the `LEN` bytes just allocated.
             let r = unsafe { (t.cuMemsetD8.expect("cuMemsetD8"))(p, (i + 1) as u8, LEN) };
             assert_eq!(r.0, 0);

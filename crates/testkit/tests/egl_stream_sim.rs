@@ -53,10 +53,8 @@ fn dropped_consumer_with_leaked_frame_is_reported() {
     let t = &ctx.backend().table().cuda;
     let mut p = 0;
     // SAFETY: a valid out-pointer; the context is current.
-    assert_eq!(
-        unsafe { (t.cuMemAlloc.expect("cuMemAlloc"))(&mut p, 256) }.0,
-        0
-    );
+    let r = unsafe { (t.cuMemAlloc.expect("cuMemAlloc"))(&mut p, 256) };
+    assert_eq!(r.0, 0);
     // SAFETY: the memory stays allocated (leaked with the stream).
     unsafe { producer.present(&ProducerFrame::rgba_pitch(p, 8, 8, 32), None) }.expect("present");
     let f = consumer
