@@ -225,9 +225,11 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Strin
                     "jetson" => BackendChoice::Jetson,
                     "egl" => BackendChoice::Egl,
                     "host" | "host-reference" => BackendChoice::Host,
-                    other => return Err(format!(
+                    other => {
+                        return Err(format!(
                         "unknown backend `{other}` (expected auto, sim, gpu, jetson, egl or host)"
-                    )),
+                    ))
+                    }
                 }
             }
             "--fault" => {

@@ -71,15 +71,16 @@ struct StreamFns {
 
 /// An EGL display with a current surfaceless GLES2 context.
 pub struct EglExporter {
-    _egl: Library,
-    _gles: Library,
+    /// Never unloaded (see Drop).
+    _egl: std::mem::ManuallyDrop<Library>,
+    _gles: std::mem::ManuallyDrop<Library>,
     dpy: Ptr,
+    make_current: unsafe extern "C" fn(Ptr, Ptr, Ptr, Ptr) -> EglBoolean,
     ctx: Ptr,
     get_error: unsafe extern "C" fn() -> EglInt,
     create_image: unsafe extern "C" fn(Ptr, Ptr, u32, Ptr, *const EglInt) -> Ptr,
     destroy_image: unsafe extern "C" fn(Ptr, Ptr) -> EglBoolean,
     destroy_context: unsafe extern "C" fn(Ptr, Ptr) -> EglBoolean,
-    terminate: unsafe extern "C" fn(Ptr) -> EglBoolean,
     gen_textures: unsafe extern "C" fn(i32, *mut u32),
     bind_texture: unsafe extern "C" fn(u32, u32),
     tex_parameter_i: unsafe extern "C" fn(u32, u32, i32),
@@ -257,7 +258,6 @@ impl EglExporter {
             create_image,
             destroy_image,
             destroy_context: sym(&egl, "eglDestroyContext")?,
-            terminate: sym(&egl, "eglTerminate")?,
             gen_textures: sym(&gles, "glGenTextures")?,
             bind_texture: sym(&gles, "glBindTexture")?,
             tex_parameter_i: sym(&gles, "glTexParameteri")?,
@@ -271,8 +271,9 @@ impl EglExporter {
             tex_sub_image_2d: sym(&gles, "glTexSubImage2D")?,
             finish: sym(&gles, "glFinish")?,
             streams,
-            _egl: egl,
-            _gles: gles,
+            _egl: std::mem::ManuallyDrop::new(egl),
+            _gles: std::mem::ManuallyDrop::new(gles),
+            make_current,
         })
     }
 
@@ -439,10 +440,22 @@ impl EglExporter {
 
 impl Drop for EglExporter {
     fn drop(&mut self) {
-        // SAFETY: our context and display, released once.
+        // Measured on the GPU machine (H100, driver 580.159): a second
+        // exporter made in a process after the first had terminated its
+        // display and unloaded libEGL/libGLESv2 crashed (SIGSEGV) once CUDA
+        // had used an EGLStream of the first. So only the context goes: the
+        // display stays initialised (EGL gives the same display to the next
+        // exporter) and the libraries stay loaded until the process ends.
+        // SAFETY: our context and display; the context is made not current
+        // and destroyed once.
         unsafe {
+            (self.make_current)(
+                self.dpy,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            );
             (self.destroy_context)(self.dpy, self.ctx);
-            (self.terminate)(self.dpy);
         }
     }
 }
