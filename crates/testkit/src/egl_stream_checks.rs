@@ -336,9 +336,55 @@ pub fn leaked_frame_refuses_disconnect<E: EglStreams>(ctx: &Context, egl: &E) {
     egl.destroy(s);
 }
 
+/// A two-plane (NV12: Y, then interleaved UV at half height) frame from a
+/// CUDA producer reaches the consumer with both planes' bytes.
+pub fn two_plane_frame_from_a_cuda_producer<E: EglStreams>(ctx: &Context, egl: &E) {
+    use tegra_interop_driver::egl::EglColorFormat;
+    ctx.bind().expect("bind");
+    let s = egl.create(2);
+    // SAFETY: the stream outlives both connections.
+    let consumer = unsafe { EglStreamConsumer::connect(ctx, egl.raw(&s), None) }.expect("c");
+    // SAFETY: as above.
+    let mut producer = unsafe { EglStreamProducer::connect(ctx, egl.raw(&s), W, H) }.expect("p");
+    // Buffers of value 1 (Y) and 2 (UV), each larger than its plane.
+    let bufs = Buffers::new(ctx, 2);
+    let f = ProducerFrame::nv12_pitch(bufs.ptrs[0], bufs.ptrs[1], W, H, W);
+    // SAFETY: the buffers outlive the producer.
+    unsafe { producer.present(&f, None) }.expect("present NV12");
+    let got = consumer
+        .acquire(None, Some(Duration::from_millis(100)))
+        .expect("acquire")
+        .expect("the NV12 frame");
+    {
+        let fr = got.frame().expect("frame");
+        assert_eq!(fr.plane_count(), 2, "{fr:?}");
+        // Measured (H100, driver 580.159): presented as YUV420_SEMIPLANAR,
+        // acquired as YVU420_SEMIPLANAR (same two planes and pitch).
+        assert_eq!(
+            fr.color_format(),
+            EglColorFormat::YVU420_SEMIPLANAR,
+            "{fr:?}"
+        );
+        assert_eq!(fr.pitch(), W, "{fr:?}");
+        assert_eq!((fr.width(), fr.height()), (W, H), "{fr:?}");
+        let (y_len, uv_len) = ((W * H) as usize, (W * H / 2) as usize);
+        let (mut y, mut uv) = (vec![0u8; y_len], vec![0u8; uv_len]);
+        fr.copy_plane_to_host(0, &mut y).expect("Y plane");
+        fr.copy_plane_to_host(1, &mut uv).expect("UV plane");
+        assert!(y.iter().all(|b| *b == 1), "Y plane bytes");
+        assert!(uv.iter().all(|b| *b == 2), "UV plane bytes");
+    }
+    got.release().expect("release");
+    producer.disconnect().expect("producer");
+    consumer.disconnect().expect("consumer");
+    drop(bufs);
+    egl.destroy(s);
+}
+
 /// Every check, on fresh streams.
 pub fn run_all<E: EglStreams>(ctx: &Context, egl: &E) {
     producer_first_is_refused(ctx, egl);
     frames_through_fifo_and_mailbox(ctx, egl);
     leaked_frame_refuses_disconnect(ctx, egl);
+    two_plane_frame_from_a_cuda_producer(ctx, egl);
 }

@@ -17,6 +17,7 @@
 
 pub mod conformance;
 pub mod egl;
+pub mod egl_image_checks;
 pub mod egl_stream_checks;
 pub mod raw_cuda;
 pub mod sim_exporter;

@@ -87,3 +87,209 @@ fn gl_texture_image_reaches_cuda() {
     reg.unregister().unwrap();
     egl.destroy(image);
 }
+
+/// The shared EGL image checks (the same functions the simulator runs in
+/// `egl_sim_checks.rs`) against the real driver and GL textures.
+#[test]
+#[ignore = "needs a GPU with EGL (the GPU machine)"]
+fn shared_image_checks_on_a_real_gpu() {
+    use tegra_interop_testkit::egl_image_checks::{run_all, RealImages};
+    let backend = tegra_interop_driver::Backend::real().unwrap();
+    let ctx = tegra_interop_driver::Context::new(backend.clone(), 0).unwrap();
+    let egl = tegra_interop_testkit::egl::EglExporter::new().unwrap();
+    run_all(&ctx, &mut RealImages(&egl));
+    let errors = backend.take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// Which conditions make CUDA's writes into a GL texture's EGLImage
+/// visible to GL (and GL's to CUDA): prints a `MEASURED:` line per variant.
+#[test]
+#[ignore = "needs a GPU with EGL (the GPU machine)"]
+fn probe_image_visibility() {
+    let backend = Backend::real().unwrap();
+    let egl = EglExporter::new().unwrap();
+    for (name, created, access, initial, (w, h), gl_first, cuda_back) in [
+        (
+            "as gpu_egl",
+            true,
+            EglAccess::ReadOnly,
+            true,
+            (256u32, 64u32),
+            true,
+            true,
+        ),
+        (
+            "primary ctx",
+            false,
+            EglAccess::ReadOnly,
+            true,
+            (256, 64),
+            true,
+            true,
+        ),
+        (
+            "read-write",
+            true,
+            EglAccess::ReadWrite,
+            true,
+            (256, 64),
+            true,
+            true,
+        ),
+        (
+            "zeros",
+            true,
+            EglAccess::ReadOnly,
+            false,
+            (256, 64),
+            true,
+            true,
+        ),
+        (
+            "128x32",
+            true,
+            EglAccess::ReadOnly,
+            true,
+            (128, 32),
+            true,
+            true,
+        ),
+        (
+            "no GL read first",
+            true,
+            EglAccess::ReadOnly,
+            true,
+            (256, 64),
+            false,
+            true,
+        ),
+        (
+            "no CUDA read-back",
+            true,
+            EglAccess::ReadOnly,
+            true,
+            (256, 64),
+            true,
+            false,
+        ),
+        (
+            "check's way",
+            false,
+            EglAccess::ReadWrite,
+            false,
+            (128, 32),
+            false,
+            false,
+        ),
+    ] {
+        let ctx = if created {
+            Context::create(backend.clone(), 0, 0).unwrap()
+        } else {
+            Context::new(backend.clone(), 0).unwrap()
+        };
+        ctx.bind().unwrap();
+        let n = (w * h * 4) as usize;
+        let first: Vec<u8> = if initial {
+            (0..n).map(|i| (i * 7 % 253) as u8).collect()
+        } else {
+            vec![0; n]
+        };
+        let image = egl.rgba_texture_image(w, h, &first).unwrap();
+        // SAFETY: the image lives until after unregister.
+        let reg = unsafe { EglImage::register(&ctx, image.as_raw(), access) }.unwrap();
+        let written: Vec<u8> = (0..n).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+        let (gl_sees, cuda_sees) = {
+            let f = reg.frame().unwrap();
+            if gl_first {
+                let _ = egl.read_texture(&image, w, h);
+            }
+            f.copy_plane_from_host(0, &written).unwrap();
+            if cuda_back {
+                let mut v = vec![0u8; n];
+                f.copy_plane_to_host(0, &mut v).unwrap();
+            }
+            let gl_sees = egl.read_texture(&image, w, h) == written;
+            let later: Vec<u8> = (0..n).map(|i| (i % 239) as u8 ^ 0x33).collect();
+            egl.write_texture(&image, w, h, &later);
+            let mut v = vec![0u8; n];
+            f.copy_plane_to_host(0, &mut v).unwrap();
+            (gl_sees, v == later)
+        };
+        println!("MEASURED: image {name}: GL sees CUDA's write {gl_sees}, CUDA sees GL's later write {cuda_sees}");
+        reg.unregister().unwrap();
+        egl.destroy(image);
+    }
+}
+
+/// What each side sees right after the registration, before and after the
+/// other side's first access: prints `MEASURED:` lines naming the content
+/// seen (the texture's initial pixels P, CUDA's write W, zeros).
+#[test]
+#[ignore = "needs a GPU with EGL (the GPU machine)"]
+fn probe_first_access_after_registration() {
+    let backend = Backend::real().unwrap();
+    let egl = EglExporter::new().unwrap();
+    let ctx = Context::new(backend.clone(), 0).unwrap();
+    ctx.bind().unwrap();
+    let (w, h) = (128u32, 32u32);
+    let n = (w * h * 4) as usize;
+    let p: Vec<u8> = (0..n).map(|i| (i * 7 % 253) as u8).collect();
+    let wr: Vec<u8> = (0..n).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    let name = |v: &[u8]| {
+        if v == p.as_slice() {
+            "P (GL's initial pixels)"
+        } else if v == wr.as_slice() {
+            "W (CUDA's write)"
+        } else if v.iter().all(|b| *b == 0) {
+            "zeros"
+        } else {
+            "other"
+        }
+    };
+    for order in [
+        "cuda-write, gl-read, cuda-read",
+        "gl-read, cuda-read",
+        "cuda-read, gl-read, cuda-read",
+        "sub-image P, cuda-read, gl-read, cuda-read",
+        "sub-image P, cuda-write, gl-read, cuda-read",
+    ] {
+        // Made with P, or (for "sub-image P") made with zeros and then
+        // given P with glTexSubImage2D before the registration.
+        let sub = order.starts_with("sub-image");
+        let zeros = vec![0u8; n];
+        let image = egl
+            .rgba_texture_image(w, h, if sub { &zeros } else { &p })
+            .unwrap();
+        if sub {
+            egl.write_texture(&image, w, h, &p);
+        }
+        // SAFETY: the image lives until after unregister.
+        let reg =
+            unsafe { EglImage::register(&ctx, image.as_raw(), EglAccess::ReadWrite) }.unwrap();
+        let mut seen = Vec::new();
+        {
+            let f = reg.frame().unwrap();
+            for step in order.split(", ") {
+                match step {
+                    "sub-image P" => {}
+                    "cuda-write" => f.copy_plane_from_host(0, &wr).unwrap(),
+                    "gl-read" => {
+                        seen.push(format!("gl-read {}", name(&egl.read_texture(&image, w, h))))
+                    }
+                    _ => {
+                        let mut v = vec![0u8; n];
+                        f.copy_plane_to_host(0, &mut v).unwrap();
+                        seen.push(format!("cuda-read {}", name(&v)));
+                    }
+                }
+            }
+        }
+        println!(
+            "MEASURED: image after registration, {order}: {}",
+            seen.join("; ")
+        );
+        reg.unregister().unwrap();
+        egl.destroy(image);
+    }
+}

@@ -358,7 +358,7 @@ fn cuda_to_cuda_through_an_egl_stream() {
 }
 
 /// The shared checks (the same functions the simulator runs in
-/// `egl_stream_sim.rs`) against the real driver and a real EGL display.
+/// `egl_sim_checks.rs`) against the real driver and a real EGL display.
 #[test]
 #[ignore = "needs a GPU with EGL (the GPU machine)"]
 fn shared_checks_on_a_real_gpu() {

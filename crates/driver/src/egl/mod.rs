@@ -4,9 +4,15 @@
 //! (V4L2, GStreamer, DeepStream on Jetson) or a GL texture reaches CUDA
 //! without a copy.
 //!
-//! Register the image before its producer writes the frames CUDA is to
-//! see: on the H200 what GL wrote into a texture before the registration
-//! read as zeros through CUDA, while later writes were seen (both ways).
+//! The order matters, as measured for a GL texture (H200 2026-11-23, H100
+//! 2026-11-25, driver 580.159): for a texture made with its pixels and not
+//! used by GL since, CUDA sees zeros after the registration, and GL's first
+//! access after the registration puts GL's pixels into the shared storage,
+//! overwriting whatever CUDA wrote before it. So: register, let the
+//! producer touch (or write) the image, then let CUDA write; from then on
+//! each side sees the other's writes. (A texture GL wrote and finished
+//! with `glTexSubImage2D` + `glFinish` before the registration is shared at
+//! once.) The simulator models the stricter first case for every image.
 //!
 //! The image itself stays the caller's (made with `eglCreateImageKHR`,
 //! destroyed with `eglDestroyImageKHR` after the registration ended). The
@@ -23,8 +29,8 @@
 //! let mut image = sim.create_egl_image(EglImageFormat::Rgba8, 64, 16).unwrap();
 //! // SAFETY: the image is live and outlives the registration.
 //! let registered = unsafe { EglImage::register(&ctx, image.as_raw(), EglAccess::ReadWrite)? };
-//! // The producer writes after the registration (earlier writes are not
-//! // carried over: measured on the H200).
+//! // The producer writes after the registration (its first access after
+//! // the registration; see above).
 //! image.plane_mut(0).unwrap()[..4].copy_from_slice(&[1, 2, 3, 4]);
 //! let frame = registered.frame()?;
 //! assert_eq!(frame.frame_type(), EglFrameType::Pitch);
@@ -92,6 +98,11 @@ impl EglColorFormat {
     /// NV12: a Y plane and an interleaved U/V plane at half resolution.
     pub const YUV420_SEMIPLANAR: EglColorFormat =
         EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR.0);
+    /// NV21: a Y plane and an interleaved V/U plane at half resolution
+    /// (what a CUDA consumer of an EGLStream acquires for a frame presented
+    /// as NV12: measured on an H100, driver 580.159).
+    pub const YVU420_SEMIPLANAR: EglColorFormat =
+        EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR.0);
     /// I420: Y, U and V planes, U and V at half resolution.
     pub const YUV420_PLANAR: EglColorFormat =
         EglColorFormat(CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_PLANAR.0);
@@ -103,6 +114,7 @@ impl EglColorFormat {
             EglColorFormat::ARGB => "ARGB",
             EglColorFormat::ABGR => "ABGR",
             EglColorFormat::YUV420_SEMIPLANAR => "YUV420_SEMIPLANAR (NV12)",
+            EglColorFormat::YVU420_SEMIPLANAR => "YVU420_SEMIPLANAR (NV21)",
             EglColorFormat::YUV420_PLANAR => "YUV420_PLANAR (I420)",
             _ => return None,
         })
@@ -160,6 +172,8 @@ impl fmt::Debug for EglImage {
 
 impl EglImage {
     /// Registers `image` with CUDA in `ctx` (`cuGraphicsEGLRegisterImage`).
+    /// Let the EGL side access the image once before CUDA writes it (see
+    /// the module docs: measured).
     ///
     /// # Safety
     /// `image` must be a live `EGLImageKHR` of an EGL display that this
@@ -321,9 +335,12 @@ impl EglFrame<'_> {
     pub fn plane_len(&self, i: usize) -> Option<usize> {
         self.plane_ptr(i)?;
         let rows = match (self.color_format(), i) {
-            (EglColorFormat::YUV420_SEMIPLANAR | EglColorFormat::YUV420_PLANAR, 1..) => {
-                self.height().div_ceil(2)
-            }
+            (
+                EglColorFormat::YUV420_SEMIPLANAR
+                | EglColorFormat::YVU420_SEMIPLANAR
+                | EglColorFormat::YUV420_PLANAR,
+                1..,
+            ) => self.height().div_ceil(2),
             _ => self.height(),
         };
         (self.pitch() as usize).checked_mul(rows as usize)
@@ -430,16 +447,28 @@ impl EglFrame<'_> {
         call::cuMemcpyDtoH(Bind(self.ctx), dst.as_mut_ptr().cast(), src, dst.len())
     }
 
-    /// Copies `src` into plane `i` (synchronous): the start of a pitch
-    /// plane (`cuMemcpyHtoD`), or the whole single plane of an array frame
-    /// (`cuMemcpy3D`, as for [`copy_plane_to_host`](Self::copy_plane_to_host)).
+    /// Copies `src` into plane `i` and returns when the bytes have landed:
+    /// the start of a pitch plane (`cuMemcpyHtoD`), or the whole single
+    /// plane of an array frame (`cuMemcpy3D`, as for
+    /// [`copy_plane_to_host`](Self::copy_plane_to_host)), then
+    /// `cuStreamSynchronize` on the legacy default stream the copy used.
+    ///
+    /// A copy from pageable host memory may return once the source is
+    /// staged (CUDA's memcpy synchronisation rules); measured on an H100
+    /// (driver 580.159, GL texture, 2026-11-25): GL read the texture right
+    /// after the copy returned and did not see the bytes, so the EGL side
+    /// would otherwise read stale pixels.
     pub fn copy_plane_from_host(&self, i: usize, src: &[u8]) -> Result<(), Error> {
         if self.frame_type() == EglFrameType::Array && i == 0 {
             // The copy only reads through this pointer (host -> array).
-            return self.copy_array(src.as_ptr().cast_mut(), src.len(), false);
+            self.copy_array(src.as_ptr().cast_mut(), src.len(), false)?;
+        } else {
+            let dst = self.plane_range(i, src.len())?;
+            // `dst..dst+len` lies inside the plane of the registered image.
+            call::cuMemcpyHtoD(Bind(self.ctx), dst, src.as_ptr().cast(), src.len())?;
         }
-        let dst = self.plane_range(i, src.len())?;
-        // `dst..dst+len` lies inside the plane of the registered image.
-        call::cuMemcpyHtoD(Bind(self.ctx), dst, src.as_ptr().cast(), src.len())
+        // The NULL stream is the legacy default stream of the bound
+        // context, the stream both copies used.
+        call::cuStreamSynchronize(Bind(self.ctx), std::ptr::null_mut())
     }
 }

@@ -9,10 +9,16 @@
 //! through the mapping `GetMappedEglFrame` makes, so both see the same bytes.
 //!
 //! What is modelled, and its source:
-//! - what the EGL side wrote before the registration is not carried over:
-//!   the image reads as zeros afterwards (measured on the H200 for a GL
-//!   texture: CUDA read zeros, while GL writes made after the registration
-//!   were seen; the simulator applies it to every image, on both sides);
+//! - after a registration CUDA sees zeros, while the EGL side still sees its
+//!   own earlier bytes; the EGL side's first access after the registration
+//!   puts those bytes into the shared storage, overwriting whatever CUDA
+//!   wrote since; from then on each side sees the other's writes (measured
+//!   for a GL texture on an H100, driver 580.159, 2026-11-25,
+//!   `probe_first_access_after_registration` in testkit/tests/gpu_egl.rs:
+//!   CUDA write, GL read -> GL's old pixels, then CUDA read -> the same;
+//!   CUDA read first -> zeros; the H200 run of 2026-11-23 had shown the
+//!   zeros). The simulator applies it to every image; an access of the EGL
+//!   side is [`SimEglImage::plane`] or [`SimEglImage::plane_mut`];
 //! - registration needs a current context; flags are the map-resource flags
 //!   (NONE, READ_ONLY, WRITE_DISCARD); anything else, an unknown image or a
 //!   NULL out-pointer is refused with INVALID_VALUE (codes chosen: not
@@ -66,6 +72,10 @@ pub(crate) struct EglImageObj {
     pub(crate) height: u32,
     pub(crate) format: EglImageFormat,
     pub(crate) planes: Vec<EglPlaneLayout>,
+    /// The EGL side's bytes from before the latest registration, which
+    /// reach the shared storage at the EGL side's first access after it
+    /// (see the module docs).
+    pub(crate) egl_side: Option<Vec<u8>>,
 }
 
 /// A registered image (`CUgraphicsResource`).
@@ -149,17 +159,37 @@ impl SimEglImage {
         &self.planes
     }
 
-    /// The bytes of plane `i` (all its rows, pitch included).
+    /// The bytes of plane `i` (all its rows, pitch included). An access of
+    /// the EGL side: the first one after a registration first puts the EGL
+    /// side's earlier bytes into the shared storage (see the module docs).
     pub fn plane(&self, i: usize) -> Option<&[u8]> {
+        self.egl_side_access();
         let p = self.planes.get(i)?;
         self.region.bytes(self.base + p.offset, p.pitch * p.rows)
     }
 
-    /// The bytes of plane `i`, writable.
+    /// The bytes of plane `i`, writable (an access of the EGL side, as
+    /// [`plane`](Self::plane)).
     pub fn plane_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        self.egl_side_access();
         let p = *self.planes.get(i)?;
         self.region
             .bytes_mut(self.base + p.offset, p.pitch * p.rows)
+    }
+
+    /// The EGL side's first access after a registration: its bytes from
+    /// before the registration replace the shared storage's (CUDA's
+    /// writes since the registration are lost), as measured.
+    fn egl_side_access(&self) {
+        let pending = self
+            .inner
+            .lock_state()
+            .egl_images
+            .get_mut(&self.handle)
+            .and_then(|img| img.egl_side.take());
+        if let Some(bytes) = pending {
+            self.region.write_at(self.base, &bytes);
+        }
     }
 }
 
@@ -214,6 +244,7 @@ impl crate::Sim {
                 height,
                 format,
                 planes: planes.clone(),
+                egl_side: None,
             },
         );
         Some(SimEglImage {
@@ -249,14 +280,21 @@ pub(crate) fn cuGraphicsEGLRegisterImage(
             );
             return Err(INVALID_VALUE);
         };
-        // Measured on the H200: what the EGL side wrote before the
-        // registration is not what CUDA sees (it read zeros); writes after it
-        // are. The simulator makes the image's bytes zero at registration.
+        // Measured (see the module docs): CUDA sees zeros until the EGL
+        // side's first access after the registration, which brings the EGL
+        // side's earlier bytes (kept here) into the shared storage.
         let (fd, len) = (Arc::clone(&img.fd), img.len);
         let (region, p) =
             Region::map_file(fd.as_fd(), len as u64, 0, len).map_err(|_| OUT_OF_MEMORY)?;
+        let mut before = vec![0u8; len];
+        if !region.read_at(p as usize, &mut before) {
+            return Err(OUT_OF_MEMORY);
+        }
         region.fill_at(p as usize, 0, len);
         drop(region);
+        if let Some(img) = st.egl_images.get_mut(&(image.addr())) {
+            img.egl_side = Some(before);
+        }
         let h = new_handle(Tag::GraphicsResource);
         st.egl_resources.insert(
             h,

@@ -20,7 +20,9 @@
 //!   `Unimplemented` diagnostic); mailbox: a present replaces the waiting
 //!   frame, which goes straight back to the producer (measured);
 //! - the consumer sees a copy: its plane pointer differs from the
-//!   producer's buffer and holds the presented bytes (measured); the copy is
+//!   producer's buffer and holds the presented bytes (measured); an NV12
+//!   (YUV420_SEMIPLANAR) present is acquired as YVU420_SEMIPLANAR, two
+//!   planes, same pitch (measured on an H100, driver 580.159); the copy is
 //!   taken when the present's stream work is done (chosen: when the driver
 //!   copies was not measured). Only pitch frames of one RGBA-family plane or
 //!   NV12 are accepted (others: UNKNOWN, not simulated);
@@ -700,6 +702,12 @@ pub(crate) fn held_frame(st: &State, res: u64) -> Option<CUeglFrame> {
     let obj = st.egl_streams.streams.get(s)?;
     let (_, p) = obj.held.iter().find(|(h, _)| *h == res)?;
     let mut f = p.producer.frame();
+    // Measured (H100, driver 580.159): a frame presented as
+    // YUV420_SEMIPLANAR (NV12) is acquired as YVU420_SEMIPLANAR, same
+    // planes and pitch.
+    if f.eglColorFormat == CUeglColorFormat::CU_EGL_COLOR_FORMAT_YUV420_SEMIPLANAR {
+        f.eglColorFormat = CUeglColorFormat::CU_EGL_COLOR_FORMAT_YVU420_SEMIPLANAR;
+    }
     let words = [
         (p.copy + p.offsets[0]) as usize,
         if f.planeCount > 1 {

@@ -1,5 +1,6 @@
-//! The EGLStream checks on the simulator (the same functions run on the
-//! H200 from `gpu_egl_stream.rs`), with the ledger clean after each.
+//! The EGLStream and EGL image checks on the simulator (the same functions
+//! run on the GPU machine from `gpu_egl_stream.rs` and `gpu_egl.rs`), with
+//! the ledger clean after each.
 
 use tegra_interop_driver::Context;
 use tegra_interop_sim::Sim;
@@ -29,6 +30,11 @@ fn frames_through_fifo_and_mailbox() {
 #[test]
 fn leaked_frame_refuses_disconnect() {
     on_sim(|c, e| checks::leaked_frame_refuses_disconnect(c, e));
+}
+
+#[test]
+fn two_plane_frame_from_a_cuda_producer() {
+    on_sim(|c, e| checks::two_plane_frame_from_a_cuda_producer(c, e));
 }
 
 /// A consumer dropped with a leaked frame stays connected (the driver is
@@ -78,4 +84,20 @@ fn dropped_consumer_with_leaked_frame_is_reported() {
     );
     std::mem::forget(producer);
     std::mem::forget(s);
+}
+
+/// The EGL image checks on the simulator (the same functions run on the
+/// GPU machine from `gpu_egl.rs`).
+#[test]
+fn egl_image_checks_on_the_simulator() {
+    use tegra_interop_testkit::egl_image_checks::{run_all, SimImages};
+    let sim = Sim::new().expect("sim");
+    {
+        let ctx = Context::new(sim.backend(), 0).expect("context");
+        run_all(&ctx, &mut SimImages(&sim));
+        let errors = ctx.backend().take_drop_errors();
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+    assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+    assert!(sim.diagnostics().is_empty(), "{:?}", sim.diagnostics());
 }
