@@ -112,7 +112,10 @@ fn layouts_match_the_header() {
     assert_eq!(offset_of!(SurfaceParams, dmabuf_fd), 24);
     assert_eq!(offset_of!(SurfaceParams, planes), 48);
     assert_eq!(offset_of!(SurfaceParams, mapped), 280);
-    assert_eq!(offset_of!(SurfaceParams, mapped) + offset_of!(Mapped, egl_image), 312);
+    assert_eq!(
+        offset_of!(SurfaceParams, mapped) + offset_of!(Mapped, egl_image),
+        312
+    );
     assert_eq!(size_of::<SurfaceParams>(), 384);
 }
 
@@ -152,9 +155,17 @@ fn hw_nvbufsurface_egl_image_reaches_cuda() {
     };
     let mut surf: *mut Surface = std::ptr::null_mut();
     // SAFETY: valid out-pointer and parameters; one buffer.
-    assert_eq!(unsafe { create(&mut surf, 1, &mut params) }, 0, "NvBufSurfaceCreate");
+    assert_eq!(
+        unsafe { create(&mut surf, 1, &mut params) },
+        0,
+        "NvBufSurfaceCreate"
+    );
     // SAFETY: the surface just made; buffer 0, every plane.
-    assert_eq!(unsafe { memset(surf, 0, -1, 0x42) }, 0, "NvBufSurfaceMemSet");
+    assert_eq!(
+        unsafe { memset(surf, 0, -1, 0x42) },
+        0,
+        "NvBufSurfaceMemSet"
+    );
     // SAFETY: as above; the EGLImage lands in buffer 0's mapped addresses.
     assert_eq!(unsafe { map_egl(surf, 0) }, 0, "NvBufSurfaceMapEglImage");
     // SAFETY: the library filled `list` with one buffer's parameters.
@@ -180,7 +191,10 @@ fn hw_nvbufsurface_egl_image_reaches_cuda() {
             let n = first.len();
             first.copy_from_slice(&all[..n]);
         }
-        assert!(first.iter().all(|b| *b == 0x42), "CUDA sees the library's fill");
+        assert!(
+            first.iter().all(|b| *b == 0x42),
+            "CUDA sees the library's fill"
+        );
         reg.unregister().unwrap();
     }
     // SAFETY: buffer 0's EGLImage, no longer registered; then the surface.
