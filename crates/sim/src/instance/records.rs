@@ -1,0 +1,143 @@
+//! The records a simulator keeps for its live objects: contexts and
+//! primary contexts, streams, imported memory and semaphores, device
+//! address ranges, mipmapped arrays and their levels, and the objects the
+//! NvSci side registers for import; plus [`GoneWhy`], why a handle stopped
+//! being live. No unsafe code.
+
+#![deny(unsafe_code)]
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+use crate::fds::TrackedFd;
+use crate::shm::{Region, SharedSemaphore};
+use crate::stream::Worker;
+
+/// Why an object is no longer live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GoneWhy {
+    /// Destroyed / freed by its own call.
+    Destroyed,
+    /// Its context was destroyed with cuCtxDestroy.
+    ContextDestroyed,
+    /// Its (primary) context was reset with cuDevicePrimaryCtxReset.
+    ContextReset,
+    /// Its primary context was released to zero references.
+    ContextReleased,
+}
+
+impl GoneWhy {
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            GoneWhy::Destroyed => "it was already destroyed",
+            GoneWhy::ContextDestroyed => "its context was destroyed (cuCtxDestroy) and took it along",
+            GoneWhy::ContextReset => "its primary context was reset (cuDevicePrimaryCtxReset) and took it along",
+            GoneWhy::ContextReleased => {
+                "its primary context was released to zero references (cuDevicePrimaryCtxRelease) and took it along"
+            }
+        }
+    }
+}
+
+/// A simulated context.
+pub(crate) struct Ctx {
+    pub(crate) device: i32,
+    pub(crate) primary: bool,
+}
+
+/// A device's primary context.
+pub(crate) struct Primary {
+    pub(crate) handle: u64,
+    pub(crate) refcount: u32,
+}
+
+/// A stream created with cuStreamCreate.
+pub(crate) struct StreamObj {
+    pub(crate) ctx: u64,
+    pub(crate) blocking: bool,
+    pub(crate) worker: Worker,
+}
+
+/// An imported external memory.
+pub(crate) struct MemObj {
+    pub(crate) ctx: u64,
+    /// The simulator's own descriptor for the memory (the caller's one was
+    /// closed on import, as the real driver does); its close is checked.
+    pub(crate) fd: TrackedFd,
+    /// Real size of the file.
+    pub(crate) file_len: u64,
+    /// Size declared at import.
+    pub(crate) size: u64,
+    /// Imported from an NvSciBuf object (mipmapped arrays need 1 level).
+    pub(crate) nvscibuf: bool,
+}
+
+/// What an address range in the "device" address space is.
+pub(crate) enum AllocKind {
+    /// cuMemAlloc.
+    Alloc,
+    /// cuExternalMemoryGetMappedBuffer of this memory handle.
+    Mapped,
+}
+
+/// A live device-memory range (allocation or mapped buffer).
+pub(crate) struct AllocObj {
+    pub(crate) ctx: u64,
+    pub(crate) len: usize,
+    pub(crate) kind: AllocKind,
+    pub(crate) _region: Region,
+}
+
+/// A mapped mipmapped array.
+pub(crate) struct MipObj {
+    pub(crate) ctx: u64,
+    pub(crate) levels: Vec<u64>,
+    pub(crate) _region: Region,
+}
+
+/// One level of a mipmapped array.
+#[derive(Clone, Copy)]
+pub(crate) struct ArrayObj {
+    pub(crate) ptr: usize,
+    pub(crate) row_bytes: usize,
+    pub(crate) height: usize,
+    pub(crate) depth: usize,
+}
+
+/// What a semaphore was imported from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SemSource {
+    OpaqueFd,
+    TimelineFd,
+    NvSciSync {
+        object_id: u64,
+        can_signal: bool,
+        can_wait: bool,
+    },
+}
+
+/// An imported external semaphore.
+pub(crate) struct SemObj {
+    pub(crate) ctx: u64,
+    pub(crate) sem: Arc<SharedSemaphore>,
+    pub(crate) _fd: Option<TrackedFd>,
+    pub(crate) source: SemSource,
+    /// Signals/waits enqueued on a stream and not yet executed.
+    pub(crate) outstanding: Arc<AtomicUsize>,
+}
+
+/// A sync object registered by the NvSci side (or by
+/// [`crate::Sim::create_sync_object`]) so that CUDA can import it.
+pub(crate) struct SyncObjectEntry {
+    pub(crate) id: u64,
+    pub(crate) sem: Arc<SharedSemaphore>,
+    pub(crate) can_signal: bool,
+    pub(crate) can_wait: bool,
+}
+
+/// A buffer object registered for `NVSCIBUF` memory import.
+pub(crate) struct BufObjectEntry {
+    pub(crate) fd: OwnedFd,
+    pub(crate) size: u64,
+}

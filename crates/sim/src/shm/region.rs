@@ -1,0 +1,191 @@
+//! Memory the simulator maps for itself: the system page size and
+//! [`Region`], a mapping it owns (anonymous, or of a file with zero pages
+//! past the file's end), with bounds-checked copies and views.
+//!
+//! Unsafe code is allowed here: `sysconf`, `mmap`/`munmap`, and the copies
+//! and slices inside a mapping the region owns (see the `shm` module doc).
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// The system page size.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+fn round_up(v: usize, page: usize) -> Option<usize> {
+    v.checked_add(page - 1).map(|x| x & !(page - 1))
+}
+
+/// One mapping owned by the simulator; unmapped on drop.
+pub(crate) struct Region {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Region is a plain address range; every access through it goes
+// through raw pointers whose synchronisation is the caller's concern (as with
+// device memory), and munmap may be called from any thread.
+unsafe impl Send for Region {}
+// SAFETY: see `Send`; `&Region` only hands out the address.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Private zeroed memory of at least `len` bytes (cuMemAlloc).
+    pub(crate) fn anonymous(len: usize) -> io::Result<Region> {
+        let len = round_up(len.max(1), page_size())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: an anonymous private mapping with no address hint.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region {
+            base: p.cast(),
+            len,
+        })
+    }
+
+    /// Maps `[offset, offset + len)` of a file of `file_len` bytes and returns
+    /// the region plus the address of byte `offset` inside it.
+    ///
+    /// Pages of the range that lie wholly past the end of the file are backed
+    /// by private zero pages instead of the file, so touching them never
+    /// raises SIGBUS (the simulator's answer to an import declared larger
+    /// than the exporter's allocation).
+    pub(crate) fn map_file(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let page = page_size();
+        let offset_us = usize::try_from(offset).map_err(|_| einval())?;
+        let start = offset_us & !(page - 1);
+        let delta = offset_us - start;
+        let total = delta
+            .checked_add(len.max(1))
+            .and_then(|t| round_up(t, page))
+            .ok_or_else(einval)?;
+        let region = Region::anonymous(total)?;
+        let file_len = usize::try_from(file_len).unwrap_or(usize::MAX);
+        if start < file_len {
+            let file_part = round_up(file_len - start, page).unwrap_or(total).min(total);
+            let start_off = libc::off_t::try_from(start).map_err(|_| einval())?;
+            // SAFETY: the target range lies inside `region`, which we own, so
+            // MAP_FIXED only replaces our own reservation; the file part
+            // covers only pages that hold file bytes.
+            let p = unsafe {
+                libc::mmap(
+                    region.base.cast(),
+                    file_part,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_FIXED,
+                    fd.as_raw_fd(),
+                    start_off,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // SAFETY: `delta < page <= total`, so the result stays inside the region.
+        let at = unsafe { region.base.add(delta) };
+        Ok((region, at))
+    }
+
+    /// First byte of the mapping.
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Whether `[addr, addr + n)` lies inside the mapping.
+    pub(crate) fn contains(&self, addr: usize, n: usize) -> bool {
+        let start = self.base as usize;
+        addr >= start
+            && addr
+                .checked_add(n)
+                .is_some_and(|end| end <= start + self.len)
+    }
+
+    /// Copies the `out.len()` bytes at address `addr` (inside the mapping)
+    /// into `out`; `false` (nothing copied) when the range is not inside.
+    pub(crate) fn read_at(&self, addr: usize, out: &mut [u8]) -> bool {
+        if !self.contains(addr, out.len()) {
+            return false;
+        }
+        // SAFETY: the range lies inside our live mapping (checked); `out`
+        // is a distinct Rust buffer.
+        unsafe { core::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `data` to address `addr` (inside the mapping); `false`
+    /// (nothing copied) when the range is not inside.
+    pub(crate) fn write_at(&self, addr: usize, data: &[u8]) -> bool {
+        if !self.contains(addr, data.len()) {
+            return false;
+        }
+        // SAFETY: as in `read_at`, for a write.
+        unsafe { core::ptr::copy(data.as_ptr(), addr as *mut u8, data.len()) };
+        true
+    }
+
+    /// Sets the `n` bytes at address `addr` (inside the mapping) to `v`;
+    /// `false` (nothing written) when the range is not inside.
+    pub(crate) fn fill_at(&self, addr: usize, v: u8, n: usize) -> bool {
+        if !self.contains(addr, n) {
+            return false;
+        }
+        // SAFETY: as in `read_at`, for a write.
+        unsafe { core::ptr::write_bytes(addr as *mut u8, v, n) };
+        true
+    }
+
+    /// The `n` bytes at address `addr` (inside the mapping), borrowed from
+    /// the region (the plane views of a simulated EGL image).
+    pub(crate) fn bytes(&self, addr: usize, n: usize) -> Option<&[u8]> {
+        if !self.contains(addr, n) {
+            return None;
+        }
+        // SAFETY: inside our live mapping (checked), which lives as long as
+        // the borrow of `self`.
+        Some(unsafe { core::slice::from_raw_parts(addr as *const u8, n) })
+    }
+
+    /// The `n` bytes at address `addr`, writable; `&mut self` makes this
+    /// the only view through this region.
+    pub(crate) fn bytes_mut(&mut self, addr: usize, n: usize) -> Option<&mut [u8]> {
+        if !self.contains(addr, n) {
+            return None;
+        }
+        // SAFETY: as in `bytes`; `&mut self` excludes other views of ours.
+        Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, n) })
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`len` describe a mapping this Region created and owns.
+        unsafe {
+            libc::munmap(self.base.cast(), self.len);
+        }
+    }
+}
