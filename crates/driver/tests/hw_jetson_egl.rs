@@ -155,19 +155,14 @@ fn hw_nvbufsurface_egl_image_reaches_cuda() {
     };
     let mut surf: *mut Surface = std::ptr::null_mut();
     // SAFETY: valid out-pointer and parameters; one buffer.
-    assert_eq!(
-        unsafe { create(&mut surf, 1, &mut params) },
-        0,
-        "NvBufSurfaceCreate"
-    );
+    let r = unsafe { create(&mut surf, 1, &mut params) };
+    assert_eq!(r, 0, "NvBufSurfaceCreate");
     // SAFETY: the surface just made; buffer 0, every plane.
-    assert_eq!(
-        unsafe { memset(surf, 0, -1, 0x42) },
-        0,
-        "NvBufSurfaceMemSet"
-    );
+    let r = unsafe { memset(surf, 0, -1, 0x42) };
+    assert_eq!(r, 0, "NvBufSurfaceMemSet");
     // SAFETY: as above; the EGLImage lands in buffer 0's mapped addresses.
-    assert_eq!(unsafe { map_egl(surf, 0) }, 0, "NvBufSurfaceMapEglImage");
+    let r = unsafe { map_egl(surf, 0) };
+    assert_eq!(r, 0, "NvBufSurfaceMapEglImage");
     // SAFETY: the library filled `list` with one buffer's parameters.
     let (image, pitch) = unsafe {
         let p = &*(*surf).list;
