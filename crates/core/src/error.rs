@@ -119,6 +119,16 @@ const HINT_EGL_STREAM_UNKNOWN: Hint = Hint {
           an acquire's UNKNOWN after its whole timeout as 'no frame'",
 };
 
+/// cudaEGL.h: a registered EGL image needs no map or unmap; it stays
+/// mapped while registered (on a Jetson the mapping cannot be undone).
+const HINT_EGL_MAPPING: Hint = Hint {
+    cause: "an EGL image's registration is mapped for as long as it is registered (no map or \
+            unmap is needed, and on a Jetson the mapping cannot be undone): a map/unmap call on \
+            it, or a frame asked of a resource that is not (or no longer) registered",
+    fix: "take frames with EglImage::frame only, and end the mapping by unregistering \
+          (EglImage::unregister) after the last use of its planes",
+};
+
 const HINT_DRIVER_GONE: Hint = Hint {
     cause: "the CUDA driver is shutting down or has shut down (process exit handlers already \
             ran, or a reset tore the context down while other threads still used it)",
@@ -194,6 +204,17 @@ impl CuResult {
         }
         if call.starts_with("cuEGLStream") && self == CuResult::UNKNOWN {
             return Some(HINT_EGL_STREAM_UNKNOWN);
+        }
+        if call.starts_with("cuGraphics")
+            && matches!(
+                self,
+                CuResult::ALREADY_MAPPED
+                    | CuResult::NOT_MAPPED
+                    | CuResult::NOT_MAPPED_AS_ARRAY
+                    | CuResult::NOT_MAPPED_AS_POINTER
+            )
+        {
+            return Some(HINT_EGL_MAPPING);
         }
         self.hint()
     }

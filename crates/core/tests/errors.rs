@@ -188,3 +188,36 @@ fn errors_are_std_errors() {
     let boxed: Box<dyn std::error::Error> = Box::new(ValidationError::NegativeFd { fd: -1 });
     assert!(boxed.to_string().contains("-1"));
 }
+
+/// EGL calls get their own hints: UNKNOWN from an EGLStream call (measured
+/// causes on an H200/H100), mapping codes from a graphics call (cudaEGL.h:
+/// a registration stays mapped).
+#[test]
+fn hints_for_egl_calls() {
+    let stream = CuResult::UNKNOWN
+        .hint_for("cuEGLStreamProducerReturnFrame")
+        .unwrap();
+    assert!(stream.cause.contains("consumer"), "{stream}");
+    assert!(
+        stream.fix.contains("connect the consumer first"),
+        "{stream}"
+    );
+    // Elsewhere UNKNOWN keeps its fd hint.
+    assert!(CuResult::UNKNOWN
+        .hint_for("cuImportExternalMemory")
+        .unwrap()
+        .cause
+        .contains("-1"));
+    for code in [CuResult::ALREADY_MAPPED, CuResult::NOT_MAPPED] {
+        let hint = code
+            .hint_for("cuGraphicsResourceGetMappedEglFrame")
+            .unwrap();
+        assert!(
+            hint.cause
+                .contains("mapped for as long as it is registered"),
+            "{hint}"
+        );
+        assert!(hint.fix.contains("unregister"), "{hint}");
+    }
+    assert!(CuResult::NOT_MAPPED.hint_for("cuMemcpyHtoD").is_none());
+}

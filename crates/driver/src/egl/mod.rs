@@ -173,7 +173,11 @@ impl fmt::Debug for EglImage {
 impl EglImage {
     /// Registers `image` with CUDA in `ctx` (`cuGraphicsEGLRegisterImage`).
     /// Let the EGL side access the image once before CUDA writes it (see
-    /// the module docs: measured).
+    /// the module docs: measured). The registration is mapped for as long
+    /// as it lives (cudaEGL.h: no map or unmap is needed; on a Jetson the
+    /// mapping cannot be undone), so this type offers no map/unmap: take
+    /// frames with [`frame`](Self::frame) and end the mapping with
+    /// [`unregister`](Self::unregister).
     ///
     /// # Safety
     /// `image` must be a live `EGLImageKHR` of an EGL display that this
