@@ -69,14 +69,11 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tegra_interop::core::nvsci::{BufAttr, BufAttrSet, GpuId, SyncAttr, SyncAttrSet};
-use tegra_interop::core::sys::nvsci::{
-    NvSciBufAttrValAccessPerm, NvSciBufType, NvSciSyncAccessPerm,
-};
+use tegra_interop::core::nvsci::GpuId;
 use tegra_interop::core::DeterministicCounter;
 use tegra_interop::driver::nvsci::{
-    BufModule, BufObj, CpuWaitContext, Fence, FenceSource, NvSciMemory, NvSciSemaphore, Signaler,
-    SyncModule, SyncObj, Timeout, Waiter,
+    BufAttrs, BufModule, BufObj, BufPerm, BufType, CpuWaitContext, Fence, FenceSource, NvSciMemory,
+    NvSciSemaphore, Signaler, SyncAttrs, SyncModule, SyncObj, SyncPerm, Timeout, Waiter,
 };
 use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
 
@@ -166,31 +163,24 @@ impl Objects {
         let source = syncs.fence_source();
         let built = source == FenceSource::Built;
 
-        let raw = || -> Result<BufAttrSet<8>, String> {
-            let mut a = BufAttrSet::new();
-            let v = "buffer attributes";
-            a.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer]).map_err(err(v))?)
+        let v = "buffer attributes";
+        let raw = || -> Result<BufAttrs, String> {
+            let mut a = BufAttrs::new();
+            a.types(&[BufType::RawBuffer])
+                .and_then(|a| a.raw_size(size))
+                .and_then(|a| a.required_perm(BufPerm::ReadWrite))
                 .map_err(err(v))?;
-            a.set(BufAttr::RawSize(size)).map_err(err(v))?;
-            a.set(BufAttr::RequiredPerm(
-                NvSciBufAttrValAccessPerm::NvSciBufAccessPerm_ReadWrite,
-            ))
-            .map_err(err(v))?;
             Ok(a)
         };
         // The camera writes through the CPU mapping.
         let mut producer = raw()?;
         producer
-            .set(BufAttr::NeedCpuAccess(true))
-            .map_err(err("buffer attributes"))?;
-        producer
-            .set(BufAttr::RawAlign(4096))
-            .map_err(err("buffer attributes"))?;
+            .need_cpu_access(true)
+            .and_then(|a| a.raw_align(4096))
+            .map_err(err(v))?;
         // CUDA reads and writes it in place on its GPU.
         let mut consumer = raw()?;
-        consumer
-            .set(BufAttr::gpu_ids(&[gpu]).map_err(err("buffer attributes"))?)
-            .map_err(err("buffer attributes"))?;
+        consumer.gpus(&[gpu]).map_err(err(v))?;
         let p = bufs
             .attr_list(&producer)
             .map_err(err("NvSciBuf attribute list"))?;
@@ -201,23 +191,21 @@ impl Objects {
             .reconcile(&[&p, &c])
             .map_err(err("NvSciBuf reconciliation"))?;
 
-        let mut cpu_signal = SyncAttrSet::<3>::new();
-        let mut cpu_wait = SyncAttrSet::<2>::new();
-        let mut deterministic = SyncAttrSet::<1>::new();
+        let mut cpu_signal = SyncAttrs::new();
+        let mut cpu_wait = SyncAttrs::new();
+        let mut deterministic = SyncAttrs::new();
         (|| {
-            cpu_signal.set(SyncAttr::NeedCpuAccess(true))?;
-            cpu_signal.set(SyncAttr::RequiredPerm(
-                NvSciSyncAccessPerm::NvSciSyncAccessPerm_SignalOnly,
-            ))?;
+            cpu_signal
+                .need_cpu_access(true)?
+                .required_perm(SyncPerm::SignalOnly)?;
             if built {
-                cpu_signal.set(SyncAttr::RequireDeterministicFences(true))?;
-                deterministic.set(SyncAttr::RequireDeterministicFences(true))?;
+                cpu_signal.require_deterministic_fences(true)?;
+                deterministic.require_deterministic_fences(true)?;
             }
-            cpu_wait.set(SyncAttr::NeedCpuAccess(true))?;
-            cpu_wait.set(SyncAttr::RequiredPerm(
-                NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly,
-            ))?;
-            Ok::<(), tegra_interop::core::ValidationError>(())
+            cpu_wait
+                .need_cpu_access(true)?
+                .required_perm(SyncPerm::WaitOnly)?;
+            Ok::<(), tegra_interop::driver::Error>(())
         })()
         .map_err(err("sync attributes"))?;
         // ready: the CPU signals, CUDA waits.
