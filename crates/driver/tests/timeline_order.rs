@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use tegra_interop_core::{SignalParams, ValidationError, WaitParams};
 use tegra_interop_driver::{Context, Error, ExternalSemaphore, SemaphoreSignal, Stream};
-use tegra_interop_sim::{export, Sim};
+use tegra_interop_sim::export::{self, ExportedTimelineSemaphore};
+use tegra_interop_sim::Sim;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -18,131 +19,152 @@ fn dup(fd: &OwnedFd) -> OwnedFd {
     fd.try_clone().unwrap()
 }
 
-fn clean(sim: &Sim) {
+/// Runs `body` with a simulator and a primary context on it. Once the body's
+/// objects and then the context are gone, nothing may be left over or
+/// diagnosed.
+fn on_sim(body: impl FnOnce(&Sim, &Context)) {
+    let sim = Sim::new().unwrap();
+    {
+        let ctx = Context::primary(sim.backend(), 0).unwrap();
+        body(&sim, &ctx);
+    }
     assert!(sim.ledger().is_clean(), "leaked: {}", sim.ledger());
     assert!(sim.diagnostics().is_empty(), "{:#?}", sim.diagnostics());
+}
+
+fn two_streams(ctx: &Context) -> (Stream, Stream) {
+    (Stream::new(ctx).unwrap(), Stream::new(ctx).unwrap())
+}
+
+/// A timeline exported at 0, imported into `ctx`, and its exporter's end.
+fn timeline(ctx: &Context) -> (ExternalSemaphore, ExportedTimelineSemaphore) {
+    let (fd, exported) = export::timeline_semaphore(0).unwrap();
+    (ExternalSemaphore::timeline_fd(ctx, fd).unwrap(), exported)
+}
+
+/// Two streams and the timeline under test, with stream `a` already queued
+/// behind a wait for 1 on a gate that only the test opens (`gate.signal(1)`).
+/// Fields drop in the order the tests' locals used to.
+struct Gated {
+    timeline: ExternalSemaphore,
+    exported: ExportedTimelineSemaphore,
+    _gate_sem: ExternalSemaphore,
+    gate: ExportedTimelineSemaphore,
+    b: Stream,
+    a: Stream,
+}
+
+fn gated(ctx: &Context) -> Gated {
+    let (a, b) = two_streams(ctx);
+    let (gate_sem, gate) = timeline(ctx);
+    let (timeline, exported) = timeline(ctx);
+    a.wait(&gate_sem, WaitParams::timeline(1)).unwrap();
+    Gated {
+        timeline,
+        exported,
+        _gate_sem: gate_sem,
+        gate,
+        b,
+        a,
+    }
 }
 
 /// The scenario: 5 on stream A queued behind a wait, 6 on stream B.
 /// The second signal is refused before the driver sees it.
 #[test]
 fn a_second_stream_without_an_ordering_is_refused_before_the_call() {
-    let sim = Sim::new().unwrap();
-    {
-        let ctx = Context::primary(sim.backend(), 0).unwrap();
-        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let (gate_fd, gate) = export::timeline_semaphore(0).unwrap();
-        let gate_sem = ExternalSemaphore::timeline_fd(&ctx, gate_fd).unwrap();
-        let (fd, exported) = export::timeline_semaphore(0).unwrap();
-        let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
-
-        a.wait(&gate_sem, WaitParams::timeline(1)).unwrap();
+    on_sim(|sim, ctx| {
+        let mut g = gated(ctx);
         assert_eq!(
-            a.signal(&mut timeline, SignalParams::timeline(5)).unwrap(),
+            g.a.signal(&mut g.timeline, SignalParams::timeline(5))
+                .unwrap(),
             Some(5)
         );
         let calls = sim.calls();
-        let err = b
-            .signal(&mut timeline, SignalParams::timeline(6))
-            .unwrap_err();
+        let err =
+            g.b.signal(&mut g.timeline, SignalParams::timeline(6))
+                .unwrap_err();
         assert_eq!(
             err,
             Error::Validation(ValidationError::StreamNotOrdered {
-                stream: b.stream_id(),
-                last: a.stream_id(),
+                stream: g.b.stream_id(),
+                last: g.a.stream_id(),
             })
         );
         assert!(err.to_string().contains("order_after"), "{err}");
         assert_eq!(sim.calls(), calls, "the driver was called");
-        assert_eq!(timeline.last_timeline_value(), Some(5));
+        assert_eq!(g.timeline.last_timeline_value(), Some(5));
         // The same stream goes on signalling.
         assert_eq!(
-            a.signal(&mut timeline, SignalParams::timeline(6)).unwrap(),
+            g.a.signal(&mut g.timeline, SignalParams::timeline(6))
+                .unwrap(),
             Some(6)
         );
-        gate.signal(1);
-        a.synchronize().unwrap();
-        assert_eq!(exported.value(), 6);
+        g.gate.signal(1);
+        g.a.synchronize().unwrap();
+        assert_eq!(g.exported.value(), 6);
         // Waits are not restricted: any stream may wait.
-        b.wait(&timeline, WaitParams::timeline(6)).unwrap();
-        b.synchronize().unwrap();
-    }
-    clean(&sim);
+        g.b.wait(&g.timeline, WaitParams::timeline(6)).unwrap();
+        g.b.synchronize().unwrap();
+    });
 }
 
 /// With the check turned off, the simulator shows why it exists: the device
 /// counter ends at 5 although 6 was signalled "after" it.
 #[test]
 fn without_the_rule_the_counter_goes_back_on_the_device() {
-    let sim = Sim::new().unwrap();
-    {
-        let ctx = Context::primary(sim.backend(), 0).unwrap();
-        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let (gate_fd, gate) = export::timeline_semaphore(0).unwrap();
-        let gate_sem = ExternalSemaphore::timeline_fd(&ctx, gate_fd).unwrap();
-        let (fd, exported) = export::timeline_semaphore(0).unwrap();
-        let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
+    on_sim(|_, ctx| {
+        let mut g = gated(ctx);
         // SAFETY: deliberately broken contract, to observe the hazard on
         // the simulator (the device counter, not memory, is at stake).
-        unsafe { timeline.assume_streams_ordered() }.unwrap();
-        a.wait(&gate_sem, WaitParams::timeline(1)).unwrap();
-        a.signal(&mut timeline, SignalParams::timeline(5)).unwrap();
-        b.signal(&mut timeline, SignalParams::timeline(6)).unwrap();
-        b.synchronize().unwrap();
-        assert_eq!(exported.value(), 6);
-        gate.signal(1);
-        a.synchronize().unwrap();
-        assert_eq!(exported.value(), 5, "the counter went back");
-    }
-    clean(&sim);
+        unsafe { g.timeline.assume_streams_ordered() }.unwrap();
+        g.a.signal(&mut g.timeline, SignalParams::timeline(5))
+            .unwrap();
+        g.b.signal(&mut g.timeline, SignalParams::timeline(6))
+            .unwrap();
+        g.b.synchronize().unwrap();
+        assert_eq!(g.exported.value(), 6);
+        g.gate.signal(1);
+        g.a.synchronize().unwrap();
+        assert_eq!(g.exported.value(), 5, "the counter went back");
+    });
 }
 
 /// A stated ordering (B waits until A's signal is reached) lets B go on.
 #[test]
 fn a_stated_ordering_lets_the_second_stream_signal() {
-    let sim = Sim::new().unwrap();
-    {
-        let ctx = Context::primary(sim.backend(), 0).unwrap();
-        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let (gate_fd, gate) = export::timeline_semaphore(0).unwrap();
-        let gate_sem = ExternalSemaphore::timeline_fd(&ctx, gate_fd).unwrap();
-        let (fd, exported) = export::timeline_semaphore(0).unwrap();
-        let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
-
-        a.wait(&gate_sem, WaitParams::timeline(1)).unwrap();
-        a.signal(&mut timeline, SignalParams::timeline(5)).unwrap();
+    on_sim(|_, ctx| {
+        let mut g = gated(ctx);
+        g.a.signal(&mut g.timeline, SignalParams::timeline(5))
+            .unwrap();
         // Make B really run after A's signal, then say so.
-        b.wait(&timeline, WaitParams::timeline(5)).unwrap();
-        timeline.order_streams(&b, &a).unwrap();
+        g.b.wait(&g.timeline, WaitParams::timeline(5)).unwrap();
+        g.timeline.order_streams(&g.b, &g.a).unwrap();
         assert_eq!(
-            b.signal(&mut timeline, SignalParams::timeline(6)).unwrap(),
+            g.b.signal(&mut g.timeline, SignalParams::timeline(6))
+                .unwrap(),
             Some(6)
         );
         // The ordering has a direction: back to A needs its own statement.
         assert!(matches!(
-            a.signal(&mut timeline, SignalParams::timeline(7)),
+            g.a.signal(&mut g.timeline, SignalParams::timeline(7)),
             Err(Error::Validation(ValidationError::StreamNotOrdered { .. }))
         ));
-        gate.signal(1);
-        b.synchronize().unwrap();
-        assert_eq!(exported.value(), 6);
-        assert!(exported.wait(6, TIMEOUT));
-    }
-    clean(&sim);
+        g.gate.signal(1);
+        g.b.synchronize().unwrap();
+        assert_eq!(g.exported.value(), 6);
+        assert!(g.exported.wait(6, TIMEOUT));
+    });
 }
 
 /// In a batch, one refused entry refuses the whole call and leaves every
 /// other semaphore's tracked value as it was.
 #[test]
 fn a_batch_with_one_unordered_semaphore_is_refused_whole() {
-    let sim = Sim::new().unwrap();
-    {
-        let ctx = Context::primary(sim.backend(), 0).unwrap();
-        let (a, b) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
-        let (fd1, e1) = export::timeline_semaphore(0).unwrap();
-        let (fd2, e2) = export::timeline_semaphore(0).unwrap();
-        let mut t1 = ExternalSemaphore::timeline_fd(&ctx, fd1).unwrap();
-        let mut t2 = ExternalSemaphore::timeline_fd(&ctx, fd2).unwrap();
+    on_sim(|sim, ctx| {
+        let (a, b) = two_streams(ctx);
+        let (mut t1, e1) = timeline(ctx);
+        let (mut t2, e2) = timeline(ctx);
         a.signal(&mut t2, SignalParams::timeline(1)).unwrap();
         let calls = sim.calls();
         let err = b
@@ -169,20 +191,16 @@ fn a_batch_with_one_unordered_semaphore_is_refused_whole() {
         a.synchronize().unwrap();
         b.synchronize().unwrap();
         assert_eq!((e1.value(), e2.value()), (1, 1));
-    }
-    clean(&sim);
+    });
 }
 
 /// Values the exporter signals are invisible until reported; reported, they
 /// raise the floor.
 #[test]
 fn observed_values_raise_the_floor() {
-    let sim = Sim::new().unwrap();
-    {
-        let ctx = Context::primary(sim.backend(), 0).unwrap();
-        let stream = Stream::new(&ctx).unwrap();
-        let (fd, exported) = export::timeline_semaphore(0).unwrap();
-        let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
+    on_sim(|_, ctx| {
+        let stream = Stream::new(ctx).unwrap();
+        let (mut timeline, exported) = timeline(ctx);
         exported.signal(10); // the exporter's own signal
         assert_eq!(timeline.observe_timeline(10).unwrap(), 10);
         // A lower report changes nothing.
@@ -205,7 +223,7 @@ fn observed_values_raise_the_floor() {
 
         // Not a timeline: refused.
         let (bfd, _binary) = export::binary_semaphore().unwrap();
-        let mut binary = ExternalSemaphore::binary_fd(&ctx, bfd).unwrap();
+        let mut binary = ExternalSemaphore::binary_fd(ctx, bfd).unwrap();
         assert!(matches!(
             binary.observe_timeline(1),
             Err(Error::Unsupported { .. })
@@ -214,8 +232,7 @@ fn observed_values_raise_the_floor() {
             binary.order_streams(&stream, &stream),
             Err(Error::Unsupported { .. })
         ));
-    }
-    clean(&sim);
+    });
 }
 
 /// What the crate cannot see: a second import of the same semaphore has its
@@ -223,13 +240,11 @@ fn observed_values_raise_the_floor() {
 /// (and the device counter goes back) unless the user reports the value.
 #[test]
 fn another_import_of_the_same_semaphore_is_invisible_until_observed() {
-    let sim = Sim::new().unwrap();
-    {
-        let ctx = Context::primary(sim.backend(), 0).unwrap();
-        let stream = Stream::new(&ctx).unwrap();
+    on_sim(|_, ctx| {
+        let stream = Stream::new(ctx).unwrap();
         let (fd, exported) = export::timeline_semaphore(0).unwrap();
-        let mut first = ExternalSemaphore::timeline_fd(&ctx, dup(&fd)).unwrap();
-        let mut second = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
+        let mut first = ExternalSemaphore::timeline_fd(ctx, dup(&fd)).unwrap();
+        let mut second = ExternalSemaphore::timeline_fd(ctx, fd).unwrap();
         stream
             .signal(&mut first, SignalParams::timeline(8))
             .unwrap();
@@ -249,6 +264,5 @@ fn another_import_of_the_same_semaphore_is_invisible_until_observed() {
         ));
         stream.synchronize().unwrap();
         assert_eq!(exported.value(), 8);
-    }
-    clean(&sim);
+    });
 }

@@ -12,7 +12,7 @@
 mod common;
 use common::*;
 use std::cell::Cell;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 
 const OPAQUE_FD: u32 = 1;
 const OPAQUE_WIN32: u32 = 2;
@@ -49,9 +49,14 @@ struct Made {
 
 impl Made {
     fn of(fd: OwnedFd) -> Made {
+        Made::keeping(fd, Vec::new())
+    }
+
+    /// `fd`, with `keep` held open alongside it.
+    fn keeping(fd: OwnedFd, keep: Vec<OwnedFd>) -> Made {
         Made {
             fd: Tracked::new(fd),
-            _keep: Vec::new(),
+            _keep: keep,
             mark: Cell::new(0),
         }
     }
@@ -59,33 +64,16 @@ impl Made {
 
 fn make(kind: Kind) -> Made {
     match kind {
-        Kind::DevNull => Made {
-            fd: Tracked::new(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/null")
-                    .unwrap()
-                    .into(),
-            ),
-            _keep: Vec::new(),
-            mark: Cell::new(0),
-        },
-        Kind::Memfd => {
-            // An arbitrary memfd (not memory the simulator's exporter made).
-            // SAFETY: the name is a NUL-terminated literal.
-            let raw = unsafe { libc::memfd_create(c"p".as_ptr(), libc::MFD_CLOEXEC) };
-            assert!(raw >= 0);
-            // SAFETY: a fresh descriptor nobody else owns.
-            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-            // SAFETY: resizing our own memfd.
-            assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), 1 << 20) }, 0);
-            Made {
-                fd: Tracked::new(fd),
-                _keep: Vec::new(),
-                mark: Cell::new(0),
-            }
-        }
+        Kind::DevNull => Made::of(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .unwrap()
+                .into(),
+        ),
+        // An arbitrary memfd (not memory the simulator's exporter made).
+        Kind::Memfd => Made::of(memfd(c"p", 1 << 20)),
         Kind::File => {
             let path = std::env::temp_dir().join(format!(
                 "tegra-interop-sim-probe-{}-{:?}",
@@ -101,11 +89,7 @@ fn make(kind: Kind) -> Made {
                 .unwrap();
             std::fs::remove_file(&path).unwrap();
             f.set_len(1 << 20).unwrap();
-            Made {
-                fd: Tracked::new(f.into()),
-                _keep: Vec::new(),
-                mark: Cell::new(0),
-            }
+            Made::of(f.into())
         }
         Kind::Pipe => {
             let mut ends = [-1; 2];
@@ -114,19 +98,11 @@ fn make(kind: Kind) -> Made {
             assert_eq!(rc, 0);
             // SAFETY: two fresh descriptors nobody else owns.
             let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
-            Made {
-                fd: Tracked::new(r),
-                _keep: vec![w],
-                mark: Cell::new(0),
-            }
+            Made::keeping(r, vec![w])
         }
         Kind::Socket => {
             let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-            Made {
-                fd: Tracked::new(a.into()),
-                _keep: vec![b.into()],
-                mark: Cell::new(0),
-            }
+            Made::keeping(a.into(), vec![b.into()])
         }
     }
 }
@@ -154,16 +130,6 @@ fn assert_open_same(c: &Cu, m: Made, what: &str) {
     m.fd.close();
 }
 
-/// A fresh fd of each of `kinds`, imported by `row`, gives `want` and stays open and
-/// unchanged (the probe's `open-same`).
-fn each_kind_keeps_fd(c: &Cu, kinds: &[Kind], want: u32, row: impl Fn(&Made) -> u32) {
-    for &kind in kinds {
-        let m = make(kind);
-        assert_eq!(row(&m), want, "{kind:?}");
-        assert_open_same(c, m, &format!("{kind:?}"));
-    }
-}
-
 /// The probe's `closed`: the import closed it (exactly once).
 fn assert_closed(c: &Cu, m: &Made, what: &str) {
     assert!(!m.fd.still_open(), "{what}: fd still open");
@@ -172,6 +138,46 @@ fn assert_closed(c: &Cu, m: &Made, what: &str) {
         1,
         "{what}: not closed by the sim"
     );
+}
+
+/// What an import left of the caller's fd, in the probe's words.
+#[derive(Clone, Copy, Debug)]
+enum Fate {
+    OpenSame,
+    Closed,
+}
+
+/// One row of the probe: `row` imports the fd of `m` and gives `want`, and
+/// the fd then is as `fate` says ([`assert_open_same`], [`assert_closed`]).
+fn expect_row(c: &Cu, m: Made, what: &str, want: u32, fate: Fate, row: impl FnOnce(&Made) -> u32) {
+    assert_eq!(row(&m), want, "{what}");
+    match fate {
+        Fate::OpenSame => assert_open_same(c, m, what),
+        Fate::Closed => assert_closed(c, &m, what),
+    }
+}
+
+/// [`expect_row`] for a fresh fd of each of `kinds`.
+fn each_kind(c: &Cu, kinds: &[Kind], want: u32, fate: Fate, row: impl Fn(&Made) -> u32) {
+    for &kind in kinds {
+        expect_row(c, make(kind), &format!("{kind:?}"), want, fate, &row);
+    }
+}
+
+/// [`expect_row`] for a fresh /dev/null fd per handle type of `types`, which
+/// `row` imports as that type and which stays open.
+fn each_type(
+    c: &Cu,
+    types: impl IntoIterator<Item = u32>,
+    want: u32,
+    row: impl Fn(u32, &Made) -> u32,
+) {
+    for ty in types {
+        let m = make(Kind::DevNull);
+        expect_row(c, m, &format!("type {ty}"), want, Fate::OpenSame, |m| {
+            row(ty, m)
+        });
+    }
 }
 
 fn mem_desc(
@@ -192,17 +198,23 @@ fn mem_desc(
     d
 }
 
-/// One memory row: a fresh simulator with a current context (unless
-/// `no_ctx`), one import; returns the code.
+/// cuImportExternalMemory with `d`: (code, handle).
+fn import_mem(c: &Cu, d: &CUDA_EXTERNAL_MEMORY_HANDLE_DESC) -> (u32, CUexternalMemory) {
+    let mut out: CUexternalMemory = std::ptr::null_mut();
+    let r = cu!(c.t, cuImportExternalMemory(&mut out, d));
+    (r, out)
+}
+
+/// One memory row: the fd of `m` imported with these descriptor fields, an
+/// import that must fail without writing a handle; its code.
 fn mem_row(c: &Cu, kind: u32, m: &Made, size: u64, flags: u32, reserved: bool) -> u32 {
     m.mark.set(c.sim.fd_events().len());
-    let d = mem_desc(kind, m.fd.raw, size, flags, reserved);
-    let mut out: CUexternalMemory = std::ptr::null_mut();
-    let r = cu!(c.t, cuImportExternalMemory(&mut out, &d));
+    let (r, out) = import_mem(c, &mem_desc(kind, m.fd.raw, size, flags, reserved));
     assert!(out.is_null(), "a failed import wrote a handle");
     r
 }
 
+/// One semaphore row, like [`mem_row`].
 fn sem_row(c: &Cu, kind: u32, m: &Made, flags: u32, reserved: bool) -> u32 {
     m.mark.set(c.sim.fd_events().len());
     let mut d = CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::default();
@@ -216,12 +228,6 @@ fn sem_row(c: &Cu, kind: u32, m: &Made, flags: u32, reserved: bool) -> u32 {
     let r = cu!(c.t, cuImportExternalSemaphore(&mut out, &d));
     assert!(out.is_null(), "a failed import wrote a handle");
     r
-}
-
-fn ctx_cu() -> Cu {
-    let c = Cu::new();
-    let _ = c.ctx();
-    c
 }
 
 fn clean(c: &Cu) {
@@ -239,37 +245,37 @@ fn clean(c: &Cu) {
 fn mem_opaque_fd_size_4096_of_any_non_gpu_fd_is_unknown_and_closed() {
     // devnull, memfd, file, pipe, socket: 999, closed. The memfd and the
     // regular file were accepted as allocations by the simulator before.
-    let c = ctx_cu();
-    for kind in ALL {
-        let m = make(kind);
-        assert_eq!(
-            mem_row(&c, OPAQUE_FD, &m, 4096, 0, false),
-            UNKNOWN,
-            "{kind:?}"
-        );
-        assert_closed(&c, &m, &format!("{kind:?}"));
-    }
+    let c = Cu::ready();
+    each_kind(&c, &ALL, UNKNOWN, Fate::Closed, |m| {
+        mem_row(&c, OPAQUE_FD, m, 4096, 0, false)
+    });
     clean(&c);
+}
+
+const DEVNULL_AND_MEMFD: [Kind; 2] = [Kind::DevNull, Kind::Memfd];
+
+/// [`each_kind`] on /dev/null and a memfd, then the same row on memory the
+/// simulator exported: each gives `want` and keeps the fd.
+fn keeps_fd_even_when_exported(c: &Cu, want: u32, row: impl Fn(&Made) -> u32 + Copy) {
+    each_kind(c, &DEVNULL_AND_MEMFD, want, Fate::OpenSame, row);
+    let (fd, _mem) = export::memory(4096).unwrap();
+    expect_row(c, Made::of(fd), "exported", want, Fate::OpenSame, row);
 }
 
 #[test]
 fn mem_opaque_fd_size_0_is_invalid_value_and_keeps_the_fd() {
-    let c = ctx_cu();
-    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_VALUE, |m| {
+    // Kept for any fd, the simulator's own exported memory included.
+    let c = Cu::ready();
+    keeps_fd_even_when_exported(&c, INVALID_VALUE, |m| {
         mem_row(&c, OPAQUE_FD, m, 0, 0, false)
     });
-    // The same for the simulator's own exported memory.
-    let (fd, _mem) = export::memory(4096).unwrap();
-    let m = Made::of(fd);
-    assert_eq!(mem_row(&c, OPAQUE_FD, &m, 0, 0, false), INVALID_VALUE);
-    assert_open_same(&c, m, "exported");
     clean(&c);
 }
 
 #[test]
 fn mem_opaque_fd_unknown_flag_is_invalid_value_and_keeps_the_fd() {
-    let c = ctx_cu();
-    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_VALUE, |m| {
+    let c = Cu::ready();
+    each_kind(&c, &DEVNULL_AND_MEMFD, INVALID_VALUE, Fate::OpenSame, |m| {
         mem_row(&c, OPAQUE_FD, m, 4096, 2, false)
     });
     clean(&c);
@@ -277,29 +283,28 @@ fn mem_opaque_fd_unknown_flag_is_invalid_value_and_keeps_the_fd() {
 
 #[test]
 fn mem_opaque_fd_dedicated_flag_is_valid_so_devnull_is_unknown_and_closed() {
-    let c = ctx_cu();
-    let m = make(Kind::DevNull);
-    assert_eq!(mem_row(&c, OPAQUE_FD, &m, 4096, DEDICATED, false), UNKNOWN);
-    assert_closed(&c, &m, "devnull");
+    let c = Cu::ready();
+    expect_row(
+        &c,
+        make(Kind::DevNull),
+        "devnull",
+        UNKNOWN,
+        Fate::Closed,
+        |m| mem_row(&c, OPAQUE_FD, m, 4096, DEDICATED, false),
+    );
     // And the flag is accepted with real exported memory.
     let (fd, _mem) = export::memory(4096).unwrap();
-    let d = mem_desc(
-        OPAQUE_FD,
-        std::os::fd::IntoRawFd::into_raw_fd(fd),
-        4096,
-        DEDICATED,
-        false,
-    );
-    let mut out: CUexternalMemory = std::ptr::null_mut();
-    assert_eq!(cu!(c.t, cuImportExternalMemory(&mut out, &d)), SUCCESS);
+    let d = mem_desc(OPAQUE_FD, fd.into_raw_fd(), 4096, DEDICATED, false);
+    let (r, out) = import_mem(&c, &d);
+    assert_eq!(r, SUCCESS);
     assert_eq!(cu!(c.t, cuDestroyExternalMemory(out)), SUCCESS);
     clean(&c);
 }
 
 #[test]
 fn mem_opaque_fd_reserved_word_is_invalid_value_and_keeps_the_fd() {
-    let c = ctx_cu();
-    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_VALUE, |m| {
+    let c = Cu::ready();
+    each_kind(&c, &DEVNULL_AND_MEMFD, INVALID_VALUE, Fate::OpenSame, |m| {
         mem_row(&c, OPAQUE_FD, m, 4096, 0, true)
     });
     clean(&c);
@@ -307,16 +312,10 @@ fn mem_opaque_fd_reserved_word_is_invalid_value_and_keeps_the_fd() {
 
 #[test]
 fn mem_type_0_and_unknown_type_42_are_invalid_value_and_keep_the_fd() {
-    let c = ctx_cu();
-    for kind in [0, 42] {
-        let m = make(Kind::DevNull);
-        assert_eq!(
-            mem_row(&c, kind, &m, 4096, 0, false),
-            INVALID_VALUE,
-            "type {kind}"
-        );
-        assert_open_same(&c, m, &format!("type {kind}"));
-    }
+    let c = Cu::ready();
+    each_type(&c, [0, 42], INVALID_VALUE, |ty, m| {
+        mem_row(&c, ty, m, 4096, 0, false)
+    });
     clean(&c);
 }
 
@@ -324,67 +323,62 @@ fn mem_type_0_and_unknown_type_42_are_invalid_value_and_keep_the_fd() {
 fn mem_opaque_win32_is_not_supported_and_leaves_the_fd() {
     // Measured for OPAQUE_WIN32 with an fd in the union; the KMT and D3D
     // kinds (3..=7) are chosen the same.
-    let c = ctx_cu();
-    for kind in OPAQUE_WIN32..=7 {
-        let m = make(Kind::DevNull);
-        assert_eq!(
-            mem_row(&c, kind, &m, 4096, 0, false),
-            NOT_SUPPORTED,
-            "type {kind}"
-        );
-        assert_open_same(&c, m, &format!("type {kind}"));
-    }
+    let c = Cu::ready();
+    each_type(&c, OPAQUE_WIN32..=7, NOT_SUPPORTED, |ty, m| {
+        mem_row(&c, ty, m, 4096, 0, false)
+    });
     clean(&c);
 }
 
 #[test]
 fn mem_dmabuf_fd_valid_is_not_supported_parameter_errors_invalid_value_fd_kept() {
-    let c = ctx_cu();
-    let m = make(Kind::Memfd);
-    assert_eq!(mem_row(&c, DMABUF_FD, &m, 4096, 0, false), NOT_SUPPORTED);
-    assert_open_same(&c, m, "dmabuf 4096");
-    let m = make(Kind::Memfd);
-    assert_eq!(mem_row(&c, DMABUF_FD, &m, 0, 0, false), INVALID_VALUE);
-    assert_open_same(&c, m, "dmabuf size 0");
-    let m = make(Kind::Memfd);
-    assert_eq!(mem_row(&c, DMABUF_FD, &m, 4096, 0, true), INVALID_VALUE);
-    assert_open_same(&c, m, "dmabuf reserved");
+    let c = Cu::ready();
+    let rows = [
+        ("dmabuf 4096", 4096, false, NOT_SUPPORTED),
+        ("dmabuf size 0", 0, false, INVALID_VALUE),
+        ("dmabuf reserved", 4096, true, INVALID_VALUE),
+    ];
+    for (what, size, reserved, want) in rows {
+        expect_row(&c, make(Kind::Memfd), what, want, Fate::OpenSame, |m| {
+            mem_row(&c, DMABUF_FD, m, size, 0, reserved)
+        });
+    }
     clean(&c);
 }
 
 #[test]
 fn mem_opaque_fd_huge_size_of_a_memfd_is_unknown_and_closed() {
-    let c = ctx_cu();
-    let m = make(Kind::Memfd);
-    assert_eq!(mem_row(&c, OPAQUE_FD, &m, 1 << 50, 0, false), UNKNOWN);
-    assert_closed(&c, &m, "memfd 1<<50");
+    let c = Cu::ready();
+    expect_row(
+        &c,
+        make(Kind::Memfd),
+        "memfd 1<<50",
+        UNKNOWN,
+        Fate::Closed,
+        |m| mem_row(&c, OPAQUE_FD, m, 1 << 50, 0, false),
+    );
     clean(&c);
 }
 
 #[test]
 fn mem_opaque_fd_without_a_current_context_is_invalid_context_and_keeps_the_fd() {
-    let c = ctx_cu();
+    let c = Cu::ready();
     assert_eq!(cu!(c.t, cuCtxSetCurrent(std::ptr::null_mut())), SUCCESS);
-    each_kind_keeps_fd(&c, &[Kind::DevNull, Kind::Memfd], INVALID_CONTEXT, |m| {
+    // Exported memory too: the context is checked before the fd.
+    keeps_fd_even_when_exported(&c, INVALID_CONTEXT, |m| {
         mem_row(&c, OPAQUE_FD, m, 4096, 0, false)
     });
-    // Exported memory too: the context is checked before the fd.
-    let (fd, _mem) = export::memory(4096).unwrap();
-    let m = Made::of(fd);
-    assert_eq!(mem_row(&c, OPAQUE_FD, &m, 4096, 0, false), INVALID_CONTEXT);
-    assert_open_same(&c, m, "exported");
     clean(&c);
 }
 
 #[test]
 fn mem_opaque_fd_of_a_closed_fd_number_is_unknown() {
-    let c = ctx_cu();
+    let c = Cu::ready();
     // A number far above what the test process uses (the probe used 900).
     let raw = 900;
     assert!(file_id(raw).is_none(), "fd 900 is open in the test process");
     let d = mem_desc(OPAQUE_FD, raw, 4096, 0, false);
-    let mut out: CUexternalMemory = std::ptr::null_mut();
-    assert_eq!(cu!(c.t, cuImportExternalMemory(&mut out, &d)), UNKNOWN);
+    assert_eq!(import_mem(&c, &d).0, UNKNOWN);
     assert!(file_id(raw).is_none());
     // Nothing was open, so nothing was closed.
     assert_eq!(closed_callers(&c, raw, 0), 0);
@@ -395,23 +389,28 @@ fn mem_opaque_fd_of_a_closed_fd_number_is_unknown() {
 
 #[test]
 fn sem_opaque_fd_without_a_current_context_is_invalid_context_and_keeps_the_fd() {
-    let c = ctx_cu();
+    let c = Cu::ready();
     assert_eq!(cu!(c.t, cuCtxSetCurrent(std::ptr::null_mut())), SUCCESS);
-    let m = make(Kind::DevNull);
-    assert_eq!(sem_row(&c, OPAQUE_FD, &m, 0, false), INVALID_CONTEXT);
-    assert_open_same(&c, m, "devnull");
+    expect_row(
+        &c,
+        make(Kind::DevNull),
+        "devnull",
+        INVALID_CONTEXT,
+        Fate::OpenSame,
+        |m| sem_row(&c, OPAQUE_FD, m, 0, false),
+    );
     clean(&c);
 }
 
 #[test]
 fn sem_opaque_and_timeline_fd_of_any_non_semaphore_fd_are_unknown_and_keep_the_fd() {
-    let c = ctx_cu();
+    let c = Cu::ready();
     for sem_kind in [OPAQUE_FD, SEM_TIMELINE_FD] {
         for kind in ALL {
-            let m = make(kind);
             let what = format!("type {sem_kind} {kind:?}");
-            assert_eq!(sem_row(&c, sem_kind, &m, 0, false), UNKNOWN, "{what}");
-            assert_open_same(&c, m, &what);
+            expect_row(&c, make(kind), &what, UNKNOWN, Fate::OpenSame, |m| {
+                sem_row(&c, sem_kind, m, 0, false)
+            });
         }
     }
     clean(&c);
@@ -419,7 +418,7 @@ fn sem_opaque_and_timeline_fd_of_any_non_semaphore_fd_are_unknown_and_keep_the_f
 
 #[test]
 fn sem_bad_flags_reserved_or_kind_are_invalid_value_and_keep_the_fd() {
-    let c = ctx_cu();
+    let c = Cu::ready();
     let rows: [(&str, u32, u32, bool); 4] = [
         ("flags=1", OPAQUE_FD, 1, false),
         ("reserved!=0", OPAQUE_FD, 0, true),
@@ -427,13 +426,14 @@ fn sem_bad_flags_reserved_or_kind_are_invalid_value_and_keep_the_fd() {
         ("type 42", 42, 0, false),
     ];
     for (what, kind, flags, reserved) in rows {
-        let m = make(Kind::DevNull);
-        assert_eq!(
-            sem_row(&c, kind, &m, flags, reserved),
+        expect_row(
+            &c,
+            make(Kind::DevNull),
+            what,
             INVALID_VALUE,
-            "{what}"
+            Fate::OpenSame,
+            |m| sem_row(&c, kind, m, flags, reserved),
         );
-        assert_open_same(&c, m, what);
     }
     clean(&c);
 }
@@ -441,16 +441,10 @@ fn sem_bad_flags_reserved_or_kind_are_invalid_value_and_keep_the_fd() {
 #[test]
 fn sem_windows_kinds_are_not_supported_and_leave_the_fd() {
     // Chosen like the measured OPAQUE_WIN32 memory import.
-    let c = ctx_cu();
-    for kind in [2, 3, 4, 5, 7, 8, 10] {
-        let m = make(Kind::DevNull);
-        assert_eq!(
-            sem_row(&c, kind, &m, 0, false),
-            NOT_SUPPORTED,
-            "type {kind}"
-        );
-        assert_open_same(&c, m, &format!("type {kind}"));
-    }
+    let c = Cu::ready();
+    each_type(&c, [2, 3, 4, 5, 7, 8, 10], NOT_SUPPORTED, |ty, m| {
+        sem_row(&c, ty, m, 0, false)
+    });
     clean(&c);
 }
 
@@ -458,35 +452,37 @@ fn sem_windows_kinds_are_not_supported_and_leave_the_fd() {
 
 #[test]
 fn only_the_exporters_memfd_is_a_gpu_allocation() {
-    let c = ctx_cu();
+    let c = Cu::ready();
+    let row = |m: &Made| mem_row(&c, OPAQUE_FD, m, 4096, 0, false);
     // A memfd carrying the exporter's name but made by hand (not sealed the
     // exporter's way) is refused like any other memfd.
-    // SAFETY: the name is a NUL-terminated literal.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"tegra-interop-sim:exported-gpu-memory".as_ptr(),
-            libc::MFD_CLOEXEC,
-        )
-    };
-    assert!(raw >= 0);
-    // SAFETY: a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: resizing our own memfd.
-    assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) }, 0);
-    let m = Made::of(fd);
-    assert_eq!(mem_row(&c, OPAQUE_FD, &m, 4096, 0, false), UNKNOWN);
-    assert_closed(&c, &m, "look-alike memfd");
+    let fd = memfd(c"tegra-interop-sim:exported-gpu-memory", 4096);
+    expect_row(
+        &c,
+        Made::of(fd),
+        "look-alike memfd",
+        UNKNOWN,
+        Fate::Closed,
+        row,
+    );
     // An exported semaphore is not memory either.
     let (fd, _sem) = export::binary_semaphore().unwrap();
-    let m = Made::of(fd);
-    assert_eq!(mem_row(&c, OPAQUE_FD, &m, 4096, 0, false), UNKNOWN);
-    assert_closed(&c, &m, "semaphore as memory");
+    expect_row(
+        &c,
+        Made::of(fd),
+        "semaphore as memory",
+        UNKNOWN,
+        Fate::Closed,
+        row,
+    );
     // The exporter's memory, also under another number (a dup), is.
     let (fd, _mem) = export::memory(4096).unwrap();
     let again = fd.try_clone().unwrap();
     drop(fd);
     let m = Made::of(again);
-    assert_eq!(mem_row_ok(&c, &m), SUCCESS);
+    let (r, out) = import_mem(&c, &mem_desc(OPAQUE_FD, m.fd.raw, 4096, 0, false));
+    assert_eq!(r, SUCCESS);
+    assert_eq!(cu!(c.t, cuDestroyExternalMemory(out)), SUCCESS);
     assert!(!m.fd.still_open());
     assert!(
         c.sim
@@ -498,21 +494,11 @@ fn only_the_exporters_memfd_is_a_gpu_allocation() {
     );
 }
 
-fn mem_row_ok(c: &Cu, m: &Made) -> u32 {
-    let d = mem_desc(OPAQUE_FD, m.fd.raw, 4096, 0, false);
-    let mut out: CUexternalMemory = std::ptr::null_mut();
-    let r = cu!(c.t, cuImportExternalMemory(&mut out, &d));
-    if r == SUCCESS {
-        assert_eq!(cu!(c.t, cuDestroyExternalMemory(out)), SUCCESS);
-    }
-    r
-}
-
 #[test]
 fn an_exported_memory_fd_received_over_a_socket_is_still_recognised() {
     // SCM_RIGHTS gives the receiver a new number on the same open file (as
     // across processes); recognition reads the memfd name, not a number.
-    let c = ctx_cu();
+    let c = Cu::ready();
     let (fd, mem) = export::memory(4096).unwrap();
     mem.fill(7);
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
@@ -520,9 +506,8 @@ fn an_exported_memory_fd_received_over_a_socket_is_still_recognised() {
     drop(fd);
     let got = recv_fd(b.as_raw_fd());
     let m = Made::of(got);
-    let d = mem_desc(OPAQUE_FD, m.fd.raw, 4096, 0, false);
-    let mut out: CUexternalMemory = std::ptr::null_mut();
-    assert_eq!(cu!(c.t, cuImportExternalMemory(&mut out, &d)), SUCCESS);
+    let (r, out) = import_mem(&c, &mem_desc(OPAQUE_FD, m.fd.raw, 4096, 0, false));
+    assert_eq!(r, SUCCESS);
     assert!(!m.fd.still_open());
     let (r, p) = c.map(out, 0, 4096);
     assert_eq!(r, SUCCESS);
@@ -532,7 +517,9 @@ fn an_exported_memory_fd_received_over_a_socket_is_still_recognised() {
     clean(&c);
 }
 
-fn send_fd(sock: i32, fd: i32) {
+/// Runs `f` on a message of one data byte with control space for one fd
+/// (its buffers live for the call).
+fn with_one_fd_message<R>(f: impl FnOnce(&mut libc::msghdr) -> R) -> R {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -547,42 +534,36 @@ fn send_fd(sock: i32, fd: i32) {
     msg.msg_iovlen = 1;
     msg.msg_control = cbuf.as_mut_ptr().cast();
     msg.msg_controllen = space as _;
-    // SAFETY: msg_control points at `space` bytes, enough for one fd.
-    unsafe {
-        let cm = libc::CMSG_FIRSTHDR(&msg);
-        (*cm).cmsg_level = libc::SOL_SOCKET;
-        (*cm).cmsg_type = libc::SCM_RIGHTS;
-        (*cm).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<i32>(), fd);
-    }
-    // SAFETY: a valid message on our own socket.
-    assert_eq!(unsafe { libc::sendmsg(sock, &msg, 0) }, 1);
+    f(&mut msg)
+}
+
+fn send_fd(sock: i32, fd: i32) {
+    with_one_fd_message(|msg| {
+        // SAFETY: msg_control points at enough bytes for one fd.
+        unsafe {
+            let cm = libc::CMSG_FIRSTHDR(msg);
+            (*cm).cmsg_level = libc::SOL_SOCKET;
+            (*cm).cmsg_type = libc::SCM_RIGHTS;
+            (*cm).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cm).cast::<i32>(), fd);
+        }
+        // SAFETY: a valid message on our own socket.
+        assert_eq!(unsafe { libc::sendmsg(sock, msg, 0) }, 1);
+    });
 }
 
 fn recv_fd(sock: i32) -> OwnedFd {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: all-zero is a valid msghdr.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: buffers live for the call.
-    let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    assert_eq!(n, 1);
-    // SAFETY: one SCM_RIGHTS message with one fd was received.
-    let fd = unsafe {
-        let cm = libc::CMSG_FIRSTHDR(&msg);
-        assert!(!cm.is_null());
-        std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<i32>())
-    };
+    let fd = with_one_fd_message(|msg| {
+        // SAFETY: the message's buffers live for the call.
+        let n = unsafe { libc::recvmsg(sock, msg, libc::MSG_CMSG_CLOEXEC) };
+        assert_eq!(n, 1);
+        // SAFETY: one SCM_RIGHTS message with one fd was received.
+        unsafe {
+            let cm = libc::CMSG_FIRSTHDR(msg);
+            assert!(!cm.is_null());
+            std::ptr::read_unaligned(libc::CMSG_DATA(cm).cast::<i32>())
+        }
+    });
     // SAFETY: the kernel installed a new descriptor for us.
     unsafe { OwnedFd::from_raw_fd(fd) }
 }
@@ -594,34 +575,36 @@ fn injected_opaque_fd_memory_failures_close_only_for_import_stage_codes() {
     // Chosen from the measurement: codes that only ever came from the
     // parameter checks (or come before them) keep the fd; any other code
     // models a failure of the import itself and closes it.
-    let c = ctx_cu();
-    for (code, closes) in [
-        (INVALID_VALUE, false),
-        (INVALID_CONTEXT, false),
-        (NOT_INITIALIZED, false),
-        (DEINITIALIZED, false),
-        (UNKNOWN, true),
-        (2, true),   // OUT_OF_MEMORY
-        (304, true), // OPERATING_SYSTEM
-        (NOT_SUPPORTED, true),
+    let c = Cu::ready();
+    for (code, fate) in [
+        (INVALID_VALUE, Fate::OpenSame),
+        (INVALID_CONTEXT, Fate::OpenSame),
+        (NOT_INITIALIZED, Fate::OpenSame),
+        (DEINITIALIZED, Fate::OpenSame),
+        (UNKNOWN, Fate::Closed),
+        (2, Fate::Closed),   // OUT_OF_MEMORY
+        (304, Fate::Closed), // OPERATING_SYSTEM
+        (NOT_SUPPORTED, Fate::Closed),
     ] {
         let (fd, _mem) = export::memory(4096).unwrap();
-        let m = Made::of(fd);
         c.sim.fail_at(c.sim.calls(), code);
-        assert_eq!(mem_row(&c, OPAQUE_FD, &m, 4096, 0, false), code);
-        if closes {
-            assert_closed(&c, &m, &format!("injected {code}"));
-        } else {
-            assert_open_same(&c, m, &format!("injected {code}"));
-        }
+        expect_row(
+            &c,
+            Made::of(fd),
+            &format!("injected {code}"),
+            code,
+            fate,
+            |m| mem_row(&c, OPAQUE_FD, m, 4096, 0, false),
+        );
     }
     // Semaphore imports keep the fd whatever the injected code.
     for code in [INVALID_VALUE, UNKNOWN, 2] {
         let (fd, _sem) = export::binary_semaphore().unwrap();
-        let m = Made::of(fd);
         c.sim.fail_at(c.sim.calls(), code);
-        assert_eq!(sem_row(&c, OPAQUE_FD, &m, 0, false), code);
-        assert_open_same(&c, m, &format!("sem injected {code}"));
+        let what = format!("sem injected {code}");
+        expect_row(&c, Made::of(fd), &what, code, Fate::OpenSame, |m| {
+            sem_row(&c, OPAQUE_FD, m, 0, false)
+        });
     }
     clean(&c);
 }

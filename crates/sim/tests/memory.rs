@@ -6,7 +6,14 @@
 )]
 mod common;
 use common::*;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
+
+/// Fresh exported memory of `size` bytes: its fd, tracked (the caller owns
+/// it until an import takes it), and the exporter's mapping.
+fn exported_tracked(size: usize) -> (Tracked, export::ExportedMemory) {
+    let (fd, mem) = export::memory(size).unwrap();
+    (Tracked::new(fd), mem)
+}
 
 #[test]
 fn bytes_are_shared_both_ways() {
@@ -36,14 +43,12 @@ fn bytes_are_shared_both_ways() {
 
 #[test]
 fn successful_import_closes_the_fd_failed_opaque_import_too() {
-    let c = Cu::new();
-    let _ctx = c.ctx();
+    let c = Cu::ready();
     // A failed OPAQUE_FD import closes the fd once the parameters were
     // valid (measured: UNKNOWN for a file that is not a GPU allocation);
     // a parameter error (bad flags) keeps it (measured: INVALID_VALUE,
     // fd open).
-    let (fd, _mem) = export::memory(4096).unwrap();
-    let tracked = Tracked::new(fd);
+    let (tracked, _mem) = exported_tracked(4096);
     let mut d = CUDA_EXTERNAL_MEMORY_HANDLE_DESC::default();
     d.type_ = CUexternalMemoryHandleType(1);
     d.handle.fd = tracked.raw;
@@ -57,8 +62,7 @@ fn successful_import_closes_the_fd_failed_opaque_import_too() {
     assert_eq!(c.import_mem_raw(1, null.raw, 4096).0, UNKNOWN);
     assert!(!null.still_open());
     // A successful one closes it too (the driver took it), as measured.
-    let (fd, _mem) = export::memory(4096).unwrap();
-    let tracked = Tracked::new(fd);
+    let (tracked, _mem) = exported_tracked(4096);
     let (r, m) = c.import_mem_raw(1, tracked.raw, 4096);
     assert_eq!(r, SUCCESS);
     assert!(!tracked.still_open());
@@ -87,18 +91,10 @@ fn not_a_gpu_allocation_opaque_fd_is_unknown_and_closed() {
     // Measured: /dev/null, a pipe, a socket, a memfd and a regular file that
     // are not GPU allocations, as OPAQUE_FD -> UNKNOWN, fd closed. Only
     // memory from `export::memory` is an allocation to the simulator.
-    let c = Cu::new();
-    let _ctx = c.ctx();
+    let c = Cu::ready();
     let null: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-    // SAFETY: the name is a NUL-terminated literal.
-    let raw = unsafe { libc::memfd_create(c"mine".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(raw >= 0);
-    // SAFETY: a fresh descriptor nobody else owns.
-    let memfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-    // SAFETY: resizing our own memfd.
-    assert_eq!(unsafe { libc::ftruncate(memfd.as_raw_fd(), 4096) }, 0);
-    for fd in [null, a.into(), b.into(), memfd] {
+    for fd in [null, a.into(), b.into(), memfd(c"mine", 4096)] {
         let t = Tracked::new(fd);
         assert_eq!(c.import_mem_raw(1, t.raw, 4096).0, UNKNOWN);
         assert!(!t.still_open());
@@ -107,10 +103,8 @@ fn not_a_gpu_allocation_opaque_fd_is_unknown_and_closed() {
 
 #[test]
 fn injected_opaque_fd_import_failure_closes_the_fd() {
-    let c = Cu::new();
-    let _ctx = c.ctx();
-    let (fd, _mem) = export::memory(4096).unwrap();
-    let t = Tracked::new(fd);
+    let c = Cu::ready();
+    let (t, _mem) = exported_tracked(4096);
     c.sim.fail_symbol("cuImportExternalMemory", 0, 2);
     assert_eq!(c.import_mem_raw(1, t.raw, 4096).0, 2);
     assert!(!t.still_open());
@@ -120,15 +114,13 @@ fn injected_opaque_fd_import_failure_closes_the_fd() {
 
 #[test]
 fn import_codes_match_the_measurements() {
-    let c = Cu::new();
-    let _ctx = c.ctx();
+    let c = Cu::ready();
     // fd -1: UNKNOWN, exactly like the real driver.
     assert_eq!(c.import_mem_raw(1, -1, 4096).0, UNKNOWN);
     // Windows kinds on Linux (measured for OPAQUE_WIN32, the others chosen
     // alike), zero size, NULL NvSciBuf object.
     for kind in 2..=7 {
-        let (fd, _m) = export::memory(64).unwrap();
-        let t = Tracked::new(fd);
+        let (t, _m) = exported_tracked(64);
         assert_eq!(
             c.import_mem_raw(kind, t.raw, 64).0,
             NOT_SUPPORTED,
@@ -136,8 +128,7 @@ fn import_codes_match_the_measurements() {
         );
         t.close();
     }
-    let (fd, _m) = export::memory(64).unwrap();
-    let t = Tracked::new(fd);
+    let (t, _m) = exported_tracked(64);
     // Zero size on OPAQUE_FD: a parameter error, and the fd is kept
     // (measured).
     assert_eq!(c.import_mem_raw(1, t.raw, 0).0, INVALID_VALUE);
@@ -157,10 +148,8 @@ fn import_codes_match_the_measurements() {
 #[test]
 fn dmabuf_import_is_not_supported_by_default_and_keeps_the_fd() {
     // Measured on the H200: DMABUF_FD -> NOT_SUPPORTED, fd left open.
-    let c = Cu::new();
-    let _ctx = c.ctx();
-    let (fd, _mem) = export::memory(256).unwrap();
-    let t = Tracked::new(fd);
+    let c = Cu::ready();
+    let (t, _mem) = exported_tracked(256);
     assert_eq!(c.import_mem_raw(9, t.raw, 256).0, NOT_SUPPORTED);
     assert!(t.still_open());
     // Injected failures of a DMABUF_FD import leave it too.
@@ -186,14 +175,10 @@ fn dmabuf_import_opt_in_works() {
     assert_eq!(c.dtoh(p, 256), vec![9u8; 256]);
 }
 
-#[test]
-fn a_double_close_of_a_held_fd_is_reported() {
-    // Someone closes the simulator's own duplicate behind its back (what a
-    // caller does that closes a number it no longer owns): on destroy the
-    // simulator finds it closed, does not close it again, and says so.
-    let c = Cu::new();
-    let _ctx = c.ctx();
-    let (fd, _mem) = export::memory(4096).unwrap();
+/// Exported memory imported into `c`: (handle, the number of the duplicate
+/// the simulator holds, the exporter's mapping).
+fn imported_with_dup(c: &Cu) -> (CUexternalMemory, RawFd, export::ExportedMemory) {
+    let (fd, mem) = export::memory(4096).unwrap();
     let m = c.import_mem(fd, 4096);
     let dup = c
         .sim
@@ -204,6 +189,16 @@ fn a_double_close_of_a_held_fd_is_reported() {
             _ => None,
         })
         .unwrap();
+    (m, dup, mem)
+}
+
+#[test]
+fn a_double_close_of_a_held_fd_is_reported() {
+    // Someone closes the simulator's own duplicate behind its back (what a
+    // caller does that closes a number it no longer owns): on destroy the
+    // simulator finds it closed, does not close it again, and says so.
+    let c = Cu::ready();
+    let (m, dup, _mem) = imported_with_dup(&c);
     // SAFETY: deliberately closing the simulator's descriptor (the bug).
     unsafe { libc::close(dup) };
     assert_eq!(cu!(c.t, cuDestroyExternalMemory(m)), SUCCESS);
@@ -221,19 +216,8 @@ fn a_double_close_of_a_held_fd_is_reported() {
 
 #[test]
 fn a_reused_held_fd_number_is_reported_as_foreign_and_left_open() {
-    let c = Cu::new();
-    let _ctx = c.ctx();
-    let (fd, _mem) = export::memory(4096).unwrap();
-    let m = c.import_mem(fd, 4096);
-    let dup = c
-        .sim
-        .fd_events()
-        .iter()
-        .find_map(|e| match e.action {
-            FdAction::Duplicated { .. } => Some(e.fd),
-            _ => None,
-        })
-        .unwrap();
+    let c = Cu::ready();
+    let (m, dup, _mem) = imported_with_dup(&c);
     // Close it and put another file on the same number.
     let other: std::os::fd::OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     // SAFETY: deliberately replacing the simulator's descriptor (the bug);
@@ -255,8 +239,7 @@ fn a_reused_held_fd_number_is_reported_as_foreign_and_left_open() {
 
 #[test]
 fn mapping_rules_match_the_measurements() {
-    let c = Cu::new();
-    let _ctx = c.ctx();
+    let c = Cu::ready();
     let (fd, mem) = export::memory(8192).unwrap();
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
     mem.write(0, &pattern).unwrap();
@@ -311,8 +294,7 @@ fn mapping_rules_match_the_measurements() {
 
 #[test]
 fn oversized_import_succeeds_with_a_diagnostic_and_never_crashes() {
-    let c = Cu::new();
-    let _ctx = c.ctx();
+    let c = Cu::ready();
     let (fd, mem) = export::memory(4096).unwrap();
     mem.fill(0x5a);
     // 4x the real size: the real driver says SUCCESS.
@@ -392,6 +374,17 @@ fn array_desc(w: usize, h: usize, levels: u32) -> CUDA_EXTERNAL_MEMORY_MIPMAPPED
     d
 }
 
+/// cuExternalMemoryGetMappedMipmappedArray of `m` with `d`: (code, array).
+fn mipmapped(
+    c: &Cu,
+    m: CUexternalMemory,
+    d: &CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC,
+) -> (u32, CUmipmappedArray) {
+    let mut mip: CUmipmappedArray = std::ptr::null_mut();
+    let r = cu!(c.t, cuExternalMemoryGetMappedMipmappedArray(&mut mip, m, d));
+    (r, mip)
+}
+
 #[test]
 fn mipmapped_array_levels_and_memcpy3d() {
     let c = Cu::new();
@@ -401,31 +394,12 @@ fn mipmapped_array_levels_and_memcpy3d() {
     let total = w * h * 4 + (w / 2) * (h / 2) * 4;
     let (fd, mem) = export::memory(total).unwrap();
     let m = c.import_mem(fd, total as u64);
-    let mut mip: CUmipmappedArray = std::ptr::null_mut();
     let too_many = array_desc(w, h, 8);
-    assert_eq!(
-        cu!(
-            c.t,
-            cuExternalMemoryGetMappedMipmappedArray(&mut mip, m, &too_many)
-        ),
-        INVALID_VALUE
-    );
+    assert_eq!(mipmapped(&c, m, &too_many).0, INVALID_VALUE);
     let big = array_desc(w * 2, h, 1);
-    assert_eq!(
-        cu!(
-            c.t,
-            cuExternalMemoryGetMappedMipmappedArray(&mut mip, m, &big)
-        ),
-        INVALID_VALUE
-    );
-    let d = array_desc(w, h, 2);
-    assert_eq!(
-        cu!(
-            c.t,
-            cuExternalMemoryGetMappedMipmappedArray(&mut mip, m, &d)
-        ),
-        SUCCESS
-    );
+    assert_eq!(mipmapped(&c, m, &big).0, INVALID_VALUE);
+    let (r, mip) = mipmapped(&c, m, &array_desc(w, h, 2));
+    assert_eq!(r, SUCCESS);
     let mut l0: CUarray = std::ptr::null_mut();
     let mut l1: CUarray = std::ptr::null_mut();
     assert_eq!(cu!(c.t, cuMipmappedArrayGetLevel(&mut l0, mip, 0)), SUCCESS);
@@ -502,21 +476,9 @@ fn nvscibuf_objects_import_and_need_one_level() {
     assert_eq!(cu!(c.t, cuImportExternalMemory(&mut m, &d)), SUCCESS);
     let (_, p) = c.map(m, 0, 4096);
     assert_eq!(c.dtoh(p, 5), b"nvsci".to_vec());
-    let mut mip: CUmipmappedArray = std::ptr::null_mut();
-    assert_eq!(
-        cu!(
-            c.t,
-            cuExternalMemoryGetMappedMipmappedArray(&mut mip, m, &array_desc(16, 16, 2))
-        ),
-        INVALID_VALUE
-    );
-    assert_eq!(
-        cu!(
-            c.t,
-            cuExternalMemoryGetMappedMipmappedArray(&mut mip, m, &array_desc(16, 16, 1))
-        ),
-        SUCCESS
-    );
+    assert_eq!(mipmapped(&c, m, &array_desc(16, 16, 2)).0, INVALID_VALUE);
+    let (r, mip) = mipmapped(&c, m, &array_desc(16, 16, 1));
+    assert_eq!(r, SUCCESS);
     assert_eq!(cu!(c.t, cuMipmappedArrayDestroy(mip)), SUCCESS);
     assert_eq!(cu!(c.t, cuMemFree(p)), SUCCESS);
     assert_eq!(cu!(c.t, cuDestroyExternalMemory(m)), SUCCESS);

@@ -50,6 +50,14 @@ impl Cu {
         Cu { sim, t }
     }
 
+    /// A default simulator with a current context on device 0 (for tests
+    /// that never need the context's handle).
+    pub fn ready() -> Cu {
+        let c = Cu::new();
+        let _ = c.ctx();
+        c
+    }
+
     /// cuInit + cuCtxCreate on device 0; the context is current.
     pub fn ctx(&self) -> CUcontext {
         assert_eq!(cu!(self.t, cuInit(0)), SUCCESS);
@@ -155,6 +163,18 @@ impl Cu {
     pub fn has_diag(&self, kind: DiagnosticKind) -> bool {
         self.sim.diagnostics().iter().any(|d| d.kind == kind)
     }
+}
+
+/// A memfd made by hand (not by the simulator's exporter), `len` bytes long.
+pub fn memfd(name: &std::ffi::CStr, len: libc::off_t) -> OwnedFd {
+    // SAFETY: `name` is NUL-terminated.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0, "memfd_create failed");
+    // SAFETY: a fresh descriptor nobody else owns.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    // SAFETY: resizing our own memfd.
+    assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }, 0);
+    fd
 }
 
 /// Identity of an open file, to tell "this fd was closed" from "the number
