@@ -97,6 +97,15 @@ pub struct EglExporter {
     read_pixels: unsafe extern "C" fn(i32, i32, i32, i32, u32, u32, *mut c_void),
     finish: unsafe extern "C" fn(),
     streams: Result<StreamFns, String>,
+    /// `eglCreateSyncKHR` / `eglDestroySyncKHR` (EGL_KHR_fence_sync).
+    #[allow(clippy::type_complexity)]
+    syncs: Result<
+        (
+            unsafe extern "C" fn(Ptr, u32, *const EglInt) -> Ptr,
+            unsafe extern "C" fn(Ptr, Ptr) -> EglBoolean,
+        ),
+        String,
+    >,
 }
 
 /// A GL texture and the `EGLImageKHR` made from it.
@@ -186,6 +195,21 @@ impl EglExporter {
                 }
             })
         })();
+        let syncs = (|| {
+            let (create, destroy) = (ext("eglCreateSyncKHR")?, ext("eglDestroySyncKHR")?);
+            // SAFETY: pointers from eglGetProcAddress for these
+            // EGL_KHR_fence_sync functions, with the signatures it defines.
+            Ok::<_, String>(unsafe {
+                (
+                    std::mem::transmute::<Ptr, unsafe extern "C" fn(Ptr, u32, *const EglInt) -> Ptr>(
+                        create,
+                    ),
+                    std::mem::transmute::<Ptr, unsafe extern "C" fn(Ptr, Ptr) -> EglBoolean>(
+                        destroy,
+                    ),
+                )
+            })
+        })();
         let initialize: unsafe extern "C" fn(Ptr, *mut EglInt, *mut EglInt) -> EglBoolean =
             sym(&egl, "eglInitialize")?;
         let bind_api: unsafe extern "C" fn(u32) -> EglBoolean = sym(&egl, "eglBindAPI")?;
@@ -271,6 +295,7 @@ impl EglExporter {
             tex_sub_image_2d: sym(&gles, "glTexSubImage2D")?,
             finish: sym(&gles, "glFinish")?,
             streams,
+            syncs,
             _egl: std::mem::ManuallyDrop::new(egl),
             _gles: std::mem::ManuallyDrop::new(gles),
             make_current,
@@ -418,6 +443,33 @@ impl EglExporter {
             }));
         }
         Ok(v)
+    }
+
+    /// A fence sync (`eglCreateSyncKHR(EGL_SYNC_FENCE_KHR)`) after the GL
+    /// commands issued so far on this thread's context; the `EGLSyncKHR`.
+    pub fn fence_sync(&self) -> Result<*mut c_void, String> {
+        const EGL_SYNC_FENCE_KHR: u32 = 0x30F9;
+        let (create, _) = self.syncs.as_ref().map_err(Clone::clone)?;
+        let none = [EGL_NONE];
+        // SAFETY: our initialised display with a current context, and a
+        // NONE-terminated (empty) attribute list.
+        let s = unsafe { create(self.dpy, EGL_SYNC_FENCE_KHR, none.as_ptr()) };
+        if s.is_null() {
+            // SAFETY: no arguments.
+            return Err(format!("eglCreateSyncKHR failed: {:#x}", unsafe {
+                (self.get_error)()
+            }));
+        }
+        Ok(s)
+    }
+
+    /// Destroys a sync made by [`fence_sync`](Self::fence_sync).
+    pub fn destroy_sync(&self, sync: *mut c_void) {
+        if let Ok((_, destroy)) = &self.syncs {
+            // SAFETY: a sync of our display, destroyed once by the caller's
+            // contract.
+            unsafe { destroy(self.dpy, sync) };
+        }
     }
 
     /// Destroys a stream (after CUDA disconnected from it).

@@ -293,3 +293,78 @@ fn probe_first_access_after_registration() {
         egl.destroy(image);
     }
 }
+
+/// `cuEventCreateFromEGLSync` on a GL fence sync, where the driver has it
+/// (the x86_64 driver 580.159 does not export it: measured): prints `MEASURED:` lines
+/// (the create answer for a fence, NULL and a flag; what the event then
+/// answers to query, synchronize, a stream wait and destroy). Not wrapped
+/// by the driver yet; this records what the real driver does.
+#[test]
+#[ignore = "needs a GPU with EGL (the GPU machine)"]
+fn probe_event_from_egl_sync() {
+    use cudarc::driver::sys as cu;
+    let backend = Backend::real().unwrap();
+    let ctx = Context::new(backend.clone(), 0).unwrap();
+    ctx.bind().unwrap();
+    let egl = EglExporter::new().unwrap();
+    // Measured (H100, driver 580.159, x86_64): libcuda.so.1 does not export
+    // the symbol at all; the loader leaves the table entry `None`.
+    let Some(create) = backend.table().cuda.cuEventCreateFromEGLSync else {
+        println!("MEASURED: cuEventCreateFromEGLSync: not exported by this libcuda.so.1");
+        return;
+    };
+    let code = |r: tegra_interop_sys::cuda::CUresult| tegra_interop_core::CuResult(r.0).to_string();
+    let raw = |r: cu::CUresult| format!("{r:?}");
+    // A texture upload, then a fence after it.
+    let (w, h) = (64u32, 64u32);
+    let image = egl
+        .rgba_texture_image(w, h, &vec![7u8; (w * h * 4) as usize])
+        .unwrap();
+    for (name, flags, null) in [
+        ("fence", 0u32, false),
+        ("fence, flags 1", 1, false),
+        ("NULL sync", 0, true),
+    ] {
+        let sync = if null {
+            std::ptr::null_mut()
+        } else {
+            egl.fence_sync().unwrap()
+        };
+        let mut ev: tegra_interop_sys::cuda::CUevent = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; `sync` is a live EGLSyncKHR of a
+        // display the driver reaches, or NULL (the probed refusal).
+        let r = unsafe { create(&mut ev, sync.cast(), flags) };
+        println!("MEASURED: cuEventCreateFromEGLSync({name}): {}", code(r));
+        if r.0 == 0 {
+            let e = ev as cu::CUevent;
+            // SAFETY: the event just created, in the current context.
+            unsafe {
+                println!("MEASURED:   cuEventQuery: {}", raw(cu::cuEventQuery(e)));
+                println!(
+                    "MEASURED:   cuStreamWaitEvent(NULL stream): {}",
+                    raw(cu::cuStreamWaitEvent(std::ptr::null_mut(), e, 0))
+                );
+                println!(
+                    "MEASURED:   cuEventSynchronize: {}",
+                    raw(cu::cuEventSynchronize(e))
+                );
+                println!(
+                    "MEASURED:   cuEventQuery after: {}",
+                    raw(cu::cuEventQuery(e))
+                );
+                println!(
+                    "MEASURED:   cuEventRecord on it: {}",
+                    raw(cu::cuEventRecord(e, std::ptr::null_mut()))
+                );
+                println!(
+                    "MEASURED:   cuEventDestroy: {}",
+                    raw(cu::cuEventDestroy_v2(e))
+                );
+            }
+        }
+        if !null {
+            egl.destroy_sync(sync);
+        }
+    }
+    egl.destroy(image);
+}
