@@ -35,7 +35,7 @@
 use std::any::Any;
 use std::fmt::Display;
 use std::ptr::NonNull;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,8 @@ use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::nvsci::Processing;
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
-    process_frame, Completion, FrameGeometry, FrameTransport, Lent, TransportError,
+    process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
+    Lent, TransportError,
 };
 
 /// How long an acquire, a buffer's return or a completion may take before
@@ -692,26 +693,15 @@ impl FrameTransport for EglTransport {
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        match self.done_rx.try_recv() {
-            Ok(c) => self.collected(c).map(Some),
-            Err(TryRecvError::Empty) => Ok(None),
-            Err(TryRecvError::Disconnected) => Err(TransportError::new("completion queue closed")),
+        match try_recv_completion(&self.done_rx)? {
+            Some(c) => self.collected(c).map(Some),
+            None => Ok(None),
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        if self.in_flight == 0 {
-            return Err(TransportError::new("no frame is in flight"));
-        }
-        match self.done_rx.recv_timeout(STUCK) {
-            Ok(c) => self.collected(c),
-            Err(RecvTimeoutError::Timeout) => Err(TransportError::new(format!(
-                "no frame finished within {STUCK:?}: the consumer's stream is stuck"
-            ))),
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(TransportError::new("completion queue closed"))
-            }
-        }
+        let c = wait_completion(&self.done_rx, self.in_flight, STUCK)?;
+        self.collected(c)
     }
 
     fn details(&self) -> Option<String> {

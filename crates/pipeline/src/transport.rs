@@ -85,6 +85,39 @@ impl fmt::Display for TransportError {
 
 impl std::error::Error for TransportError {}
 
+/// The oldest completion a transport's consumer sent, if one is there
+/// (the shared half of [`FrameTransport::try_complete`] for transports whose
+/// consumer reports through a channel).
+pub(crate) fn try_recv_completion(
+    rx: &std::sync::mpsc::Receiver<Completion>,
+) -> Result<Option<Completion>, TransportError> {
+    use std::sync::mpsc::TryRecvError;
+    match rx.try_recv() {
+        Ok(c) => Ok(Some(c)),
+        Err(TryRecvError::Empty) => Ok(None),
+        Err(TryRecvError::Disconnected) => Err(TransportError::new("completion queue closed")),
+    }
+}
+
+/// Waits up to `stuck` for the next completion of `in_flight` queued frames
+/// (the shared half of [`FrameTransport::wait_complete`]).
+pub(crate) fn wait_completion(
+    rx: &std::sync::mpsc::Receiver<Completion>,
+    in_flight: usize,
+    stuck: Duration,
+) -> Result<Completion, TransportError> {
+    use std::sync::mpsc::RecvTimeoutError;
+    if in_flight == 0 {
+        return Err(TransportError::new("no frame is in flight"));
+    }
+    rx.recv_timeout(stuck).map_err(|e| match e {
+        RecvTimeoutError::Timeout => TransportError::new(format!(
+            "no frame finished within {stuck:?}: the consumer's stream is stuck"
+        )),
+        RecvTimeoutError::Disconnected => TransportError::new("completion queue closed"),
+    })
+}
+
 /// What [`FrameTransport::wait_free_and_peek`] lends: the bytes to write and
 /// the peeked frame's bytes to read, or `None` where it cannot lend.
 pub type Lent<'a> = Option<(&'a mut [u8], &'a [u8])>;

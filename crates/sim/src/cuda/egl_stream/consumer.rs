@@ -52,11 +52,7 @@ pub(crate) fn cuEGLStreamConsumerAcquireFrame(
             .then(|| std::time::Instant::now() + Duration::from_micros(u64::from(timeout)));
         loop {
             let mut st = c.state();
-            init(&st)?;
-            let (h, s) = connection(c, &st, conn)?;
-            if stream_obj(&st, s)?.consumer.map(|x| x.0) != Some(h) {
-                return Err(INVALID_HANDLE);
-            }
+            let (_, s) = own_end(c, &st, conn, true)?;
             if resource.is_null() {
                 return Err(INVALID_VALUE);
             }
@@ -151,11 +147,7 @@ pub(crate) fn cuEGLStreamConsumerReleaseFrame(
     let r = (|| {
         let core = {
             let mut st = c.state();
-            init(&st)?;
-            let (h, s) = connection(c, &st, conn)?;
-            if stream_obj(&st, s)?.consumer.map(|x| x.0) != Some(h) {
-                return Err(INVALID_HANDLE);
-            }
+            own_end(c, &st, conn, true)?;
             stream_core(c, &mut st, pstream)?
         };
         // Work queued on the stream that reads the frame comes first.

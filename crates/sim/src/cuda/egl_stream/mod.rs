@@ -447,27 +447,37 @@ fn free_copy(st: &mut State, copy: u64) {
     }
 }
 
+/// The connection `conn` names, checked to be the consumer (`consumer`)
+/// or the producer of its stream: its handle and stream.
+fn own_end(
+    c: &Call,
+    st: &State,
+    conn: CMut<CUeglStreamConnection>,
+    consumer: bool,
+) -> R<(u64, usize)> {
+    init(st)?;
+    let (h, s) = connection(c, st, conn)?;
+    let obj = stream_obj(st, s)?;
+    let mine = if consumer {
+        obj.consumer.map(|x| x.0)
+    } else {
+        obj.producer.map(|x| x.0)
+    };
+    if mine != Some(h) {
+        return Err(INVALID_HANDLE);
+    }
+    Ok((h, s))
+}
+
 /// Ends a connection: the stream is disconnected; the copies the stream
 /// kept are freed once both ends left.
 fn disconnect(c: &Call, conn: CMut<CUeglStreamConnection>, consumer: bool) -> CUresult {
     let r = (|| {
         let mut st = c.state();
-        init(&st)?;
-        let (h, s) = match connection(c, &st, conn) {
-            Ok(x) => x,
-            Err(e) => return Err(e),
-        };
+        let (h, s) = own_end(c, &st, conn, consumer)?;
         let Some(obj) = st.egl_streams.streams.get_mut(&s) else {
             return Err(INVALID_HANDLE);
         };
-        let mine = if consumer {
-            obj.consumer.map(|x| x.0)
-        } else {
-            obj.producer.map(|x| x.0)
-        };
-        if mine != Some(h) {
-            return Err(INVALID_HANDLE);
-        }
         if consumer && !obj.held.is_empty() {
             return Err(unmeasured(
                 c,

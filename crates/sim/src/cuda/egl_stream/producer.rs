@@ -154,11 +154,7 @@ pub(crate) fn cuEGLStreamProducerReturnFrame(
 ) -> CUresult {
     let r = (|| {
         let mut st = c.state();
-        init(&st)?;
-        let (h, s) = connection(c, &st, conn)?;
-        if stream_obj(&st, s)?.producer.map(|x| x.0) != Some(h) {
-            return Err(INVALID_HANDLE);
-        }
+        let (_, s) = own_end(c, &st, conn, false)?;
         if frame.is_null() {
             return Err(INVALID_VALUE);
         }
