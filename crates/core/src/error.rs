@@ -324,7 +324,8 @@ impl NvSciError {
                 fix: "open each endpoint once; give each process its own end of the pair",
             },
             NvSciError::CONNECTION_RESET => Hint {
-                cause: "the NvSciIpc peer closed or reset its endpoint, or its process ended",
+                cause: "the NvSciIpc connection was reset: the peer closed or reset its endpoint, \
+                        or its process ended",
                 fix: "close this endpoint; a new connection needs both ends opened again",
             },
             _ => return None,
