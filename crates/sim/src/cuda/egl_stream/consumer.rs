@@ -40,6 +40,17 @@ pub(crate) fn cuEGLStreamConsumerConnectWithFlags(
     done(r)
 }
 
+/// The consumer now holds frame `p` of stream `s`: a new resource handle
+/// for it, written to `resource`.
+fn hand_out(st: &mut State, s: usize, p: Presented, resource: CMut<CUgraphicsResource>) {
+    let res = new_handle(Tag::GraphicsResource);
+    if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
+        obj.hold(res, p);
+    }
+    st.egl_streams.connections.insert(res, s);
+    resource.write(res as usize as CUgraphicsResource);
+}
+
 pub(crate) fn cuEGLStreamConsumerAcquireFrame(
     c: &Call,
     conn: CMut<CUeglStreamConnection>,
@@ -67,18 +78,13 @@ pub(crate) fn cuEGLStreamConsumerAcquireFrame(
                     "an acquire of a frame presented before the producer left",
                 ));
             }
-            let res = new_handle(Tag::GraphicsResource);
             let took = st.egl_streams.streams.get_mut(&s).and_then(|obj| {
                 let p = obj.waiting.pop_front()?;
                 obj.acquired_any = true;
                 Some(p)
             });
             if let Some(p) = took {
-                if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
-                    obj.hold(res, p);
-                }
-                st.egl_streams.connections.insert(res, s);
-                resource.write(res as usize as CUgraphicsResource);
+                hand_out(&mut st, s, p, resource);
                 return Ok(());
             }
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
@@ -92,11 +98,7 @@ pub(crate) fn cuEGLStreamConsumerAcquireFrame(
                     .filter(|obj| obj.phase == Phase::Connected)
                     .and_then(|obj| obj.kept.take());
                 if let Some(p) = reuse {
-                    if let Some(obj) = st.egl_streams.streams.get_mut(&s) {
-                        obj.hold(res, p);
-                    }
-                    st.egl_streams.connections.insert(res, s);
-                    resource.write(res as usize as CUgraphicsResource);
+                    hand_out(&mut st, s, p, resource);
                     return Ok(());
                 }
                 let n = st.egl_streams.streams.get_mut(&s).map_or(0, |obj| {
