@@ -74,19 +74,17 @@ impl EglImages for SimImages<'_> {
     }
     fn read(&self, image: &Self::Image, width: u32, height: u32) -> Vec<u8> {
         let pitch = image.planes()[0].pitch;
-        let plane = image.plane(0).expect("plane 0");
-        let row = width as usize * 4;
-        (0..height as usize)
-            .flat_map(|r| plane[r * pitch..r * pitch + row].iter().copied())
-            .collect()
+        pack_rows(image.plane(0).expect("plane 0"), pitch, width, height)
     }
     fn write(&self, image: &mut Self::Image, width: u32, height: u32, pixels: &[u8]) {
         let pitch = image.planes()[0].pitch;
-        let row = width as usize * 4;
-        let plane = image.plane_mut(0).expect("plane 0");
-        for r in 0..height as usize {
-            plane[r * pitch..r * pitch + row].copy_from_slice(&pixels[r * row..(r + 1) * row]);
-        }
+        unpack_rows(
+            pixels,
+            image.plane_mut(0).expect("plane 0"),
+            pitch,
+            width,
+            height,
+        );
     }
     fn destroy(&mut self, image: Self::Image) {
         drop(image);
@@ -128,10 +126,7 @@ fn cuda_read(f: &EglFrame<'_>, width: u32, height: u32) -> Vec<u8> {
     let pitch = f.pitch() as usize;
     let mut all = vec![0u8; pitch * height as usize];
     f.copy_plane_to_host(0, &mut all).expect("plane -> host");
-    let row = width as usize * 4;
-    (0..height as usize)
-        .flat_map(|r| all[r * pitch..r * pitch + row].iter().copied())
-        .collect()
+    pack_rows(&all, pitch, width, height)
 }
 
 /// Writes packed rows into the frame, whatever its layout.
@@ -141,13 +136,26 @@ fn cuda_write(f: &EglFrame<'_>, width: u32, height: u32, pixels: &[u8]) {
         return;
     }
     let pitch = f.pitch() as usize;
-    let row = width as usize * 4;
     let mut all = vec![0u8; pitch * height as usize];
     f.copy_plane_to_host(0, &mut all).expect("plane -> host");
-    for r in 0..height as usize {
-        all[r * pitch..r * pitch + row].copy_from_slice(&pixels[r * row..(r + 1) * row]);
-    }
+    unpack_rows(pixels, &mut all, pitch, width, height);
     f.copy_plane_from_host(0, &all).expect("host -> plane");
+}
+
+/// The `height` RGBA8 rows of a plane with lines `pitch` bytes apart, packed.
+fn pack_rows(plane: &[u8], pitch: usize, width: u32, height: u32) -> Vec<u8> {
+    let row = width as usize * 4;
+    (0..height as usize)
+        .flat_map(|r| plane[r * pitch..r * pitch + row].iter().copied())
+        .collect()
+}
+
+/// Writes packed RGBA8 rows into a plane with lines `pitch` bytes apart.
+fn unpack_rows(packed: &[u8], plane: &mut [u8], pitch: usize, width: u32, height: u32) {
+    let row = width as usize * 4;
+    for r in 0..height as usize {
+        plane[r * pitch..r * pitch + row].copy_from_slice(&packed[r * row..(r + 1) * row]);
+    }
 }
 
 fn pattern(len: usize, salt: u8) -> Vec<u8> {

@@ -99,15 +99,21 @@ impl EglStreams for RealStreams<'_> {
     }
 }
 
-/// Device buffers of one byte value each, allocated and freed with raw
-/// calls of the context's table (allocation is not the driver's business).
-struct Buffers<'a> {
+/// Device buffers of [`FRAME_BYTES`] each, buffer `i` filled with the byte
+/// `i + 1`, allocated and freed with raw calls of the context's table
+/// (allocation is not the driver's business); freed on drop with their
+/// context bound. Shared with the GPU probe (`tests/gpu_egl_stream.rs`).
+pub struct DeviceBuffers<'a> {
     ctx: &'a Context,
     ptrs: Vec<CUdeviceptr>,
 }
 
-impl<'a> Buffers<'a> {
-    fn new(ctx: &'a Context, n: usize) -> Buffers<'a> {
+/// Bytes of each [`DeviceBuffers`] buffer: one 64 x 16 RGBA8 frame.
+pub const FRAME_BYTES: usize = LEN;
+
+impl<'a> DeviceBuffers<'a> {
+    /// `n` buffers in `ctx` (bound here).
+    pub fn new(ctx: &'a Context, n: usize) -> DeviceBuffers<'a> {
         ctx.bind().expect("bind");
         let t = &ctx.backend().table().cuda;
         let mut ptrs = Vec::new();
@@ -121,11 +127,21 @@ impl<'a> Buffers<'a> {
             assert_eq!(r.0, 0);
             ptrs.push(p);
         }
-        Buffers { ctx, ptrs }
+        DeviceBuffers { ctx, ptrs }
+    }
+
+    /// The buffers' device addresses.
+    pub fn ptrs(&self) -> &[CUdeviceptr] {
+        &self.ptrs
+    }
+
+    /// Which buffer `p` is (`None` for another address or none).
+    pub fn index_of(&self, p: Option<CUdeviceptr>) -> Option<usize> {
+        p.and_then(|p| self.ptrs.iter().position(|q| *q == p))
     }
 }
 
-impl Drop for Buffers<'_> {
+impl Drop for DeviceBuffers<'_> {
     fn drop(&mut self) {
         let _ = self.ctx.bind();
         for p in &self.ptrs {
@@ -156,7 +172,7 @@ fn bytes_are(f: &tegra_interop_driver::egl::StreamFrame<'_>, v: u8) -> bool {
     b.iter().all(|x| *x == v)
 }
 
-const UNKNOWN: u32 = 999;
+const UNKNOWN: u32 = tegra_interop_core::CuResult::UNKNOWN.0;
 
 /// A producer connecting before any consumer is refused with UNKNOWN.
 pub fn producer_first_is_refused<E: EglStreams>(ctx: &Context, egl: &E) {
@@ -193,9 +209,9 @@ pub fn frames_through_fifo_and_mailbox<E: EglStreams>(ctx: &Context, egl: &E) {
             "{mode}: return before any present: {r:?}"
         );
 
-        let bufs = Buffers::new(ctx, 3);
+        let bufs = DeviceBuffers::new(ctx, 3);
         let frames: Vec<ProducerFrame> = bufs
-            .ptrs
+            .ptrs()
             .iter()
             .map(|p| ProducerFrame::rgba_pitch(*p, W, H, W * 4))
             .collect();
@@ -212,7 +228,7 @@ pub fn frames_through_fifo_and_mailbox<E: EglStreams>(ctx: &Context, egl: &E) {
                 .expect("a frame");
             let p = first.frame().expect("frame").plane_ptr(0);
             assert!(
-                p.is_some() && p != Some(bufs.ptrs[0]) && p != Some(bufs.ptrs[1]),
+                p.is_some() && p != Some(bufs.ptrs()[0]) && p != Some(bufs.ptrs()[1]),
                 "{mode}: the consumer sees its own copy"
             );
             // FIFO: the oldest frame; mailbox: the newest.
@@ -226,7 +242,7 @@ pub fn frames_through_fifo_and_mailbox<E: EglStreams>(ctx: &Context, egl: &E) {
             } else {
                 assert_eq!(
                     back.and_then(|b| b.plane_ptr(0)),
-                    Some(bufs.ptrs[0]),
+                    Some(bufs.ptrs()[0]),
                     "{mode}: the replaced frame comes back"
                 );
             }
@@ -252,7 +268,7 @@ pub fn frames_through_fifo_and_mailbox<E: EglStreams>(ctx: &Context, egl: &E) {
             returned.push(b.plane_ptr(0));
         }
         let want: Vec<_> = if fifo > 0 {
-            vec![Some(bufs.ptrs[0])]
+            vec![Some(bufs.ptrs()[0])]
         } else {
             Vec::new()
         };
@@ -304,8 +320,8 @@ pub fn leaked_frame_refuses_disconnect<E: EglStreams>(ctx: &Context, egl: &E) {
     let consumer = unsafe { EglStreamConsumer::connect(ctx, egl.raw(&s), None) }.expect("c");
     // SAFETY: as above.
     let mut producer = unsafe { EglStreamProducer::connect(ctx, egl.raw(&s), W, H) }.expect("p");
-    let bufs = Buffers::new(ctx, 1);
-    let f = ProducerFrame::rgba_pitch(bufs.ptrs[0], W, H, W * 4);
+    let bufs = DeviceBuffers::new(ctx, 1);
+    let f = ProducerFrame::rgba_pitch(bufs.ptrs()[0], W, H, W * 4);
     // SAFETY: the buffer outlives the producer.
     unsafe { producer.present(&f, None) }.expect("present");
     let frame = consumer
@@ -347,8 +363,8 @@ pub fn two_plane_frame_from_a_cuda_producer<E: EglStreams>(ctx: &Context, egl: &
     // SAFETY: as above.
     let mut producer = unsafe { EglStreamProducer::connect(ctx, egl.raw(&s), W, H) }.expect("p");
     // Buffers of value 1 (Y) and 2 (UV), each larger than its plane.
-    let bufs = Buffers::new(ctx, 2);
-    let f = ProducerFrame::nv12_pitch(bufs.ptrs[0], bufs.ptrs[1], W, H, W);
+    let bufs = DeviceBuffers::new(ctx, 2);
+    let f = ProducerFrame::nv12_pitch(bufs.ptrs()[0], bufs.ptrs()[1], W, H, W);
     // SAFETY: the buffers outlive the producer.
     unsafe { producer.present(&f, None) }.expect("present NV12");
     let got = consumer

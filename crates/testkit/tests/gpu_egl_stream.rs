@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use tegra_interop_driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerFrame};
 use tegra_interop_driver::{Backend, Context, Error, Stream};
-use tegra_interop_sys::cuda::{CUdeviceptr, CUeglStreamConnection, CUresult};
+use tegra_interop_sys::cuda::{CUeglStreamConnection, CUresult};
 use tegra_interop_testkit::egl::{stream_state, EglExporter};
+use tegra_interop_testkit::egl_stream_checks::{DeviceBuffers, FRAME_BYTES as LEN};
 
 const W: u32 = 64;
 const H: u32 = 16;
-const LEN: usize = (W * H * 4) as usize;
 
 fn state_name(s: i32) -> &'static str {
     match s {
@@ -28,44 +28,6 @@ fn state_name(s: i32) -> &'static str {
         stream_state::OLD_FRAME_AVAILABLE => "OLD_FRAME_AVAILABLE",
         stream_state::DISCONNECTED => "DISCONNECTED",
         _ => "?",
-    }
-}
-
-/// Device buffers filled with one byte value each (raw calls: allocation is
-/// not this crate's business).
-struct Buffers<'a> {
-    backend: &'a Backend,
-    ptrs: Vec<CUdeviceptr>,
-}
-
-impl<'a> Buffers<'a> {
-    fn new(backend: &'a Backend, n: usize) -> Self {
-        let t = &backend.table().cuda;
-        let mut ptrs = Vec::new();
-        for i in 0..n {
-            let mut p: CUdeviceptr = 0;
-            // SAFETY: a valid out-pointer; the bench's context is current.
-            let r = unsafe { (t.cuMemAlloc.unwrap())(&mut p, LEN) };
-            assert_eq!(r.0, 0, "cuMemAlloc");
-            // SAFETY: `p` is `LEN` bytes of device memory just allocated.
-            let r = unsafe { (t.cuMemsetD8.unwrap())(p, (i + 1) as u8, LEN) };
-            assert_eq!(r.0, 0, "cuMemsetD8");
-            ptrs.push(p);
-        }
-        Buffers { backend, ptrs }
-    }
-
-    fn index_of(&self, p: Option<CUdeviceptr>) -> Option<usize> {
-        p.and_then(|p| self.ptrs.iter().position(|q| *q == p))
-    }
-}
-
-impl Drop for Buffers<'_> {
-    fn drop(&mut self) {
-        for p in &self.ptrs {
-            // SAFETY: allocated above, freed once.
-            unsafe { (self.backend.table().cuda.cuMemFree.unwrap())(*p) };
-        }
     }
 }
 
@@ -192,9 +154,9 @@ fn cuda_to_cuda_through_an_egl_stream() {
         );
 
         pctx_used.bind().unwrap();
-        let bufs = Buffers::new(&backend, 3);
+        let bufs = DeviceBuffers::new(pctx_used, 3);
         let frames: Vec<ProducerFrame> = bufs
-            .ptrs
+            .ptrs()
             .iter()
             .map(|p| ProducerFrame::rgba_pitch(*p, W, H, W * 4))
             .collect();
