@@ -22,6 +22,18 @@
 //! stays mapped and is freed by the [`MappedBuffer`] (destroy the buffer only
 //! after that work has finished, as for every mapping).
 //!
+//! On a context whose event tracking is off
+//! (`CudaContext::disable_event_tracking`, for a program that keeps all of
+//! one mapping's work on one stream, as the pipeline does) the slice has no
+//! events: lending it and launching with it then adds no driver call to the
+//! launch itself.
+//!
+//! # Panics
+//! With event tracking on, cudarc's `upgrade_device_ptr` creates the two
+//! events and panics (inside cudarc) if the driver refuses one; that is the
+//! one panic path of this module, and it is cudarc's. With tracking off no
+//! event is created.
+//!
 //! # Why a slice, and not `DevicePtr` on `MappedBuffer`
 //! cudarc's `DevicePtr`/`DevicePtrMut` require `DeviceSlice::stream()` (the
 //! cudarc stream the memory belongs to) and promise that the stream given to

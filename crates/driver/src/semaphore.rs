@@ -14,7 +14,7 @@ use tegra_interop_core::{
     DeterministicCounter, SemaphoreHandleKind, SemaphoreImport, SignalParams, StreamId,
     TimelineTracker, ValidationError, WaitParams,
 };
-use tegra_interop_sys::cuda::CUexternalSemaphore;
+use tegra_interop_sys::cuda::{CUcontext, CUexternalSemaphore};
 use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 use crate::ffi::{call, Bind};
@@ -90,6 +90,10 @@ pub struct ExternalSemaphore {
 /// The C semaphore and how it is destroyed.
 pub(crate) struct SemaphoreRes {
     ctx: Context,
+    /// `ctx`'s raw handle, kept beside `raw` so that a batch's per-entry
+    /// context check reads the semaphore only (no load through the
+    /// context's `Arc`; measured on the host bench's hot path).
+    ctx_raw: CUcontext,
     raw: CUexternalSemaphore,
     kind: SemaphoreHandleKind,
     /// Set once a signal or wait was queued: destroying then waits for the
@@ -216,6 +220,7 @@ impl ExternalSemaphore {
         Ok(ExternalSemaphore {
             res: Owned::new(SemaphoreRes {
                 ctx: ctx.clone(),
+                ctx_raw: ctx.as_raw(),
                 raw,
                 kind,
                 used: AtomicBool::new(false),
@@ -275,6 +280,12 @@ impl ExternalSemaphore {
     /// The context it was imported in.
     pub fn context(&self) -> &Context {
         &self.res.ctx
+    }
+
+    /// The raw handle of the semaphore's context.
+    #[inline]
+    pub(crate) fn context_raw(&self) -> CUcontext {
+        self.res.ctx_raw
     }
 
     /// The handle kind.

@@ -223,7 +223,7 @@ impl Stream {
         ctx: CUcontext,
         semaphore: &ExternalSemaphore,
     ) -> Result<CUexternalSemaphore, Error> {
-        if semaphore.context().as_raw() != ctx {
+        if semaphore.context_raw() != ctx {
             return Err(self.wrong_context(semaphore));
         }
         if semaphore.as_raw().is_null() {

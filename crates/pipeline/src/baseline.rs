@@ -27,7 +27,7 @@ use cudarc::driver::{
 };
 
 use crate::camera::{frame_threads, TestPattern};
-use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::transport::{FrameGeometry, TransportError};
 
 fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError {
@@ -194,7 +194,9 @@ pub fn run(
         // SAFETY: `len` bytes at `ptr` and the counter stay allocated until
         // the stream is drained; the host touches the slot again only after
         // the slot's event, recorded after this work, completed.
-        unsafe { kern.check_and_invert(memory, grid, s, work, frame, counter) }?;
+        unsafe {
+            kern.check_and_invert_at(memory, grid, &stream, &CheckArgs::new(work, frame, counter))
+        }?;
         if copy {
             // SAFETY: as for the copy in.
             cu("cuMemcpyDtoHAsync", unsafe {

@@ -44,7 +44,7 @@ use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerF
 use tegra_interop::driver::{Context, Stream};
 use tegra_interop::sys::cuda::{CUdeviceptr, EGLStreamKHR};
 
-use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::nvsci::Processing;
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
@@ -414,8 +414,12 @@ impl EglTransport {
         // were checked) and is released on this stream after the kernel and
         // the read-back, so it stays valid and nothing else writes it.
         unsafe {
-            k.kernel
-                .check_and_invert(FrameMemory::Device, k.grid, s, bytes, frame, counter)
+            k.kernel.check_and_invert_at(
+                FrameMemory::Device,
+                k.grid,
+                &k.cstream,
+                &CheckArgs::new(bytes, frame, counter),
+            )
         }?;
         after
             .record(&k.cstream)

@@ -34,8 +34,8 @@
 //!   module, shared with the NvSci transport's Jetson path) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
 //!   byte in place (exactly [`crate::transport::process_frame`]; launched
-//!   with `cuLaunchKernel`, measured faster than cudarc's launch builder on
-//!   the imported memory, see [`Launch`]), copies the
+//!   with cudarc's launch builder, the slot's mapping lent as a cudarc
+//!   slice: see "Launches" below), copies the
 //!   slot's mismatch counter into pinned host memory, signals *free* and
 //!   records an event. A completion thread waits for those events in order
 //!   and timestamps them, so a frame's finish time does not depend on when
@@ -77,6 +77,20 @@
 //! floor on that machine; the report's transport line shows ours ("host
 //! ready submission -> stream past the wait").
 //!
+//! # Launches
+//!
+//! Every kernel goes through cudarc's launch builder. Each frame lends the
+//! slot's mapping to cudarc ([`MappedBuffer::cudarc_slice`]) and passes it
+//! as the kernel's argument (`launch_builder(f).arg(&mut mapped)`); the
+//! copy-based variant passes the slot's device buffer too. Event tracking is
+//! off on the transport's cudarc context: all its work is on one stream and
+//! the imported semaphores order that stream against Vulkan, so cudarc's
+//! per-slice events could only order the stream after itself. With them on,
+//! the launch path measured 73-80 us per frame against 60-64 us for a raw
+//! `cuLaunchKernel` (BENCHMARKS.md, "cudarc's launch builder on the
+//! imported memory"): two events made, waited for, recorded and destroyed
+//! per frame.
+//!
 //! [`TestPattern`]: crate::camera::TestPattern
 
 use std::fmt::Display;
@@ -87,10 +101,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
-    PushKernelArg,
-};
+use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
@@ -103,7 +114,7 @@ use tegra_interop_testkit::vulkan::{
 use crate::ring::{Peek, Ticket};
 use crate::transport::{Completion, FrameGeometry, FrameTransport, Lent, TransportError};
 
-use crate::kernel::{self, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::kernel::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -180,49 +191,6 @@ impl Handover {
                 "{}={v:?}: expected `queue` or `host-only`",
                 Self::ENV
             ))),
-        }
-    }
-}
-
-/// How the zero-copy consumer launches its kernel on the imported memory.
-///
-/// Raw is the default because it is faster. Measured on the H200
-/// (BENCHMARKS.md, "cudarc's launch builder on the imported memory"), 2000
-/// zero-copy frames of 1920x1080 RGBA8 per run, `pipeline_vs_cuda` alternating
-/// cudarc, raw, cudarc, raw in one device call: 1076.5 / 1043.9 frames/s
-/// through cudarc against 1196.0 / 1232.5 raw, the producer's handover stage
-/// (which holds the launch) 80 / 73 us against 64 / 60 us per frame. The
-/// cost is cudarc's per-slice bookkeeping: two events created per frame (the
-/// slice borrows the mapping, so it cannot be kept), the stream ordered after
-/// them and both recorded around the launch, then destroyed again.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Launch {
-    /// `cuLaunchKernel` with the mapping's device address. The default.
-    Raw,
-    /// cudarc's launch builder with the mapping lent as a cudarc slice
-    /// ([`MappedBuffer::cudarc_slice`], made per frame: the slice borrows
-    /// the mapping). cudarc then creates two events per slice, orders the
-    /// stream after them and records them around each launch, and the
-    /// slice's release orders the stream and destroys them again.
-    /// Selected with `TEGRA_INTEROP_GPU_LAUNCH=cudarc`.
-    Cudarc,
-}
-
-impl Launch {
-    /// The environment variable that selects the launch path.
-    pub const ENV: &'static str = "TEGRA_INTEROP_GPU_LAUNCH";
-
-    /// [`Launch::Raw`] unless [`Launch::ENV`] says `cudarc` (`raw` is
-    /// accepted too; anything else is an error).
-    pub fn from_env() -> Result<Launch, TransportError> {
-        match std::env::var(Self::ENV).as_deref() {
-            Err(std::env::VarError::NotPresent) | Ok("raw") => Ok(Launch::Raw),
-            Ok("cudarc") => Ok(Launch::Cudarc),
-            Ok(v) => Err(TransportError::new(format!(
-                "{}={v:?}: expected `raw` or `cudarc`",
-                Self::ENV
-            ))),
-            Err(e) => Err(TransportError::new(format!("{}: {e}", Self::ENV))),
         }
     }
 }
@@ -404,9 +372,8 @@ pub struct GpuTransport {
     ready_cu: Vec<ExternalSemaphore>,
     /// Each holds its import (and so the context).
     mapped: Vec<MappedBuffer>,
-    /// Copy mode: one device-local buffer per slot (and their addresses).
-    _device_frames: Vec<CudaSlice<u8>>,
-    device_ptrs: Vec<cu_sys::CUdeviceptr>,
+    /// Copy mode: one device-local buffer per slot.
+    device_frames: Vec<CudaSlice<u8>>,
     /// One mismatch counter per slot (device, and pinned host copies).
     counters: Counters,
     events: Arc<Vec<SlotEvents>>,
@@ -416,7 +383,6 @@ pub struct GpuTransport {
     ctx: Context,
     // Vulkan side.
     handover: Handover,
-    launch: Launch,
     /// Per slot: the recorded host <-> CUDA handover batches of its frame.
     handovers: Vec<HostHandover>,
     frames: Vec<VulkanMemory>,
@@ -544,10 +510,18 @@ impl GpuTransport {
             .cudarc()
             .cloned()
             .ok_or_else(|| TransportError::new("the CUDA context did not come from cudarc"))?;
+        // SAFETY: every cudarc slice of this context (the counters, the
+        // copy-mode device buffers, the mappings lent per frame) is used on
+        // one stream, `cstream`, in the order the work is queued, and the
+        // stream is ordered against the Vulkan side by the imported
+        // semaphores: cudarc's per-slice events would only order a stream
+        // after itself. (Measured with them on: two events created,
+        // waited for, recorded and destroyed per frame cost 73-80 us of the
+        // handover stage against 60-64 us without; BENCHMARKS.md.)
+        unsafe { cu.disable_event_tracking() };
         let kernel = Kernel::compile(&cu)?;
         let (frames, location) = allocate_frames(&vk, len, slots)?;
         let handover = Handover::from_env()?;
-        let launch = Launch::from_env()?;
         let mapped = frames
             .iter()
             .map(|m| {
@@ -590,20 +564,15 @@ impl GpuTransport {
             );
         }
 
-        let (device_frames, device_ptrs) = match mode {
-            Mode::ZeroCopy => (Vec::new(), Vec::new()),
-            Mode::DeviceCopy => {
-                let mut bufs = Vec::with_capacity(slots);
-                let mut ptrs = Vec::with_capacity(slots);
-                for _ in 0..slots {
-                    let b = cstream
+        let device_frames = match mode {
+            Mode::ZeroCopy => Vec::new(),
+            Mode::DeviceCopy => (0..slots)
+                .map(|_| {
+                    cstream
                         .alloc_zeros::<u8>(len)
-                        .map_err(|e| err("allocating a device frame buffer")(&e))?;
-                    ptrs.push(b.device_ptr(&cstream).0);
-                    bufs.push(b);
-                }
-                (bufs, ptrs)
-            }
+                        .map_err(|e| err("allocating a device frame buffer")(&e))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
         };
         let counters = Counters::new(&cu, &cstream, slots)?;
         let events = Arc::new(
@@ -642,8 +611,7 @@ impl GpuTransport {
             free_cu,
             ready_cu,
             mapped,
-            _device_frames: device_frames,
-            device_ptrs,
+            device_frames,
             counters,
             events,
             stream,
@@ -651,7 +619,6 @@ impl GpuTransport {
             kernel,
             ctx,
             handover,
-            launch,
             handovers,
             frames,
             ready_vk,
@@ -732,97 +699,102 @@ impl GpuTransport {
         record(&ev.start)?;
         let s = self.cstream.cu_stream();
         let len = self.geometry.frame_len();
+        let len64 = len as u64;
         let frame_ptr = self.mapped[slot].device_ptr();
-        let work_ptr = match self.mode {
-            Mode::ZeroCopy => frame_ptr,
-            Mode::DeviceCopy => {
-                let dev = self.device_ptrs[slot];
-                // SAFETY: both ranges are `len` bytes of live allocations
-                // (the mapping of the slot's import, the slot's device
-                // buffer) that outlive the queued copy (torn down only after
-                // the stream is drained); they do not overlap.
-                unsafe {
-                    self.kernel.copy(
-                        CopyKernel::FromSystem,
-                        self.grid,
-                        s,
-                        dev,
-                        frame_ptr,
-                        len,
-                        "copying the frame into device memory",
-                    )
-                }?;
-                dev
-            }
-        };
+        // The slot's mapping lent to cudarc for this frame's launches (no
+        // events: tracking is off on this transport's context, see `open`).
+        let mut mapped = self.mapped[slot]
+            .cudarc_slice::<u8>(&self.cstream)
+            .map_err(|e| err("lending the frame to cudarc")(&e))?;
+        if self.mode == Mode::DeviceCopy {
+            let dev = &mut self.device_frames[slot];
+            let dev_ptr = dev.device_ptr(&self.cstream).0;
+            // SAFETY: both ranges are `len` bytes of live allocations (the
+            // mapping of the slot's import, the slot's device buffer) that
+            // outlive the queued copy (torn down only after the stream is
+            // drained); they do not overlap.
+            unsafe {
+                self.kernel.copy(
+                    CopyKernel::FromSystem,
+                    self.grid,
+                    &self.cstream,
+                    (dev, dev_ptr),
+                    (&mapped, frame_ptr),
+                    &len64,
+                    "copying the frame into device memory",
+                )
+            }?;
+        }
         record(&ev.kernel_start)?;
         let counter = self.counters.device_ptr(slot)?;
         // SAFETY: `s` is this transport's live stream; the slot's counter is
         // used only by this frame's work, queued on the same stream.
         unsafe { self.counters.clear(slot, s) }?;
-        let memory = match self.mode {
-            Mode::ZeroCopy => FrameMemory::System,
-            Mode::DeviceCopy => FrameMemory::Device,
-        };
-        let work = DeviceFrame {
-            ptr: work_ptr,
-            len,
-            stride: self.geometry.stride,
-        };
-        match (self.launch, self.mode) {
-            (Launch::Cudarc, Mode::ZeroCopy) => {
-                let mut bytes = self.mapped[slot]
-                    .cudarc_slice::<u8>(&self.cstream)
-                    .map_err(|e| err("lending the frame to cudarc")(&e))?;
-                let (len, stride) = (len as u64, self.geometry.stride as u64);
-                let seed = kernel::pattern_seed(frame);
-                let function = self.kernel.check_and_invert_function(memory);
-                let mut args = self.cstream.launch_builder(function);
-                args.arg(&mut bytes)
-                    .arg(&len)
-                    .arg(&stride)
-                    .arg(&seed)
-                    .arg(&counter);
-                let config = LaunchConfig {
-                    grid_dim: (self.grid, 1, 1),
-                    block_dim: (kernel::BLOCK, 1, 1),
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: the arguments match the kernel's parameter list
-                // `(unsigned char*, u64, u64, u32, u64*)`; it touches the
-                // slice's `len` bytes and the slot's counter, kept alive and
-                // untouched by anything else as for the raw launch below. The
-                // slice ends with this block: its release orders the stream
-                // after its events and frees only them, never the mapping.
-                unsafe { args.launch(config) }
-                    .map_err(|e| err("launching the consumer kernel through cudarc")(&e))?;
+        match self.mode {
+            Mode::ZeroCopy => {
+                let args = CheckArgs::new(
+                    DeviceFrame {
+                        ptr: frame_ptr,
+                        len,
+                        stride: self.geometry.stride,
+                    },
+                    frame,
+                    counter,
+                );
+                // SAFETY: the kernel touches `len` bytes of the mapping
+                // (`mapped`, at `frame_ptr`) and the slot's counter, all torn
+                // down only after the stream is drained; on this stream
+                // nothing else touches them until the kernel ran, and the
+                // producer writes the frame again only after the free fence,
+                // which is signalled after it.
+                unsafe {
+                    self.kernel.check_and_invert(
+                        FrameMemory::System,
+                        self.grid,
+                        &self.cstream,
+                        &mut mapped,
+                        &args,
+                    )
+                }?;
+                record(&ev.kernel_end)?;
             }
-            // SAFETY: the kernel touches `len` bytes at `work_ptr` (a live
-            // mapping or device buffer of at least that size) and the slot's
-            // counter, all torn down only after the stream is drained; on
-            // this stream nothing else touches them until the kernel ran, and
-            // the producer writes the frame again only after the free fence,
-            // which is signalled after it.
-            _ => unsafe {
-                self.kernel
-                    .check_and_invert(memory, self.grid, s, work, frame, counter)
-            }?,
+            Mode::DeviceCopy => {
+                let dev = &mut self.device_frames[slot];
+                let args = CheckArgs::new(
+                    DeviceFrame {
+                        ptr: dev.device_ptr(&self.cstream).0,
+                        len,
+                        stride: self.geometry.stride,
+                    },
+                    frame,
+                    counter,
+                );
+                // SAFETY: as above, on the slot's device buffer.
+                unsafe {
+                    self.kernel.check_and_invert(
+                        FrameMemory::Device,
+                        self.grid,
+                        &self.cstream,
+                        &mut *dev,
+                        &args,
+                    )
+                }?;
+                record(&ev.kernel_end)?;
+                // SAFETY: as for the copy in, in the other direction.
+                unsafe {
+                    self.kernel.copy(
+                        CopyKernel::ToSystem,
+                        self.grid,
+                        &self.cstream,
+                        (&mut mapped, frame_ptr),
+                        (&*dev, args.ptr),
+                        &len64,
+                        "copying the frame back from device memory",
+                    )
+                }?;
+            }
         }
-        record(&ev.kernel_end)?;
-        if self.mode == Mode::DeviceCopy {
-            // SAFETY: as for the copy in, in the other direction.
-            unsafe {
-                self.kernel.copy(
-                    CopyKernel::ToSystem,
-                    self.grid,
-                    s,
-                    frame_ptr,
-                    work_ptr,
-                    len,
-                    "copying the frame back from device memory",
-                )
-            }?;
-        }
+        drop(mapped);
         // SAFETY: the host reads the slot's copy only after this frame's
         // end event completed (in `collect`), and the next copy into it is
         // queued only after that (a slot's frame must be collected before

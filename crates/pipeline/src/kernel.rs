@@ -24,14 +24,13 @@
 //! it and has never run on a Jetson (none is reachable from this project).
 //! The host-side pattern arithmetic is unit-tested everywhere.
 
-use std::ffi::c_void;
 use std::fmt::Display;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use cudarc::driver::{
     result as cu_result, sys as cu_sys, CudaContext, CudaFunction, CudaModule, CudaSlice,
-    CudaStream, DevicePtr, PinnedHostSlice,
+    CudaStream, DevicePtr, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
 use crate::transport::TransportError;
@@ -356,133 +355,161 @@ impl Kernel {
         })
     }
 
-    /// Queues the check-and-invert kernel for frame number `index` on
-    /// `stream`: it adds the number of bytes that differ from the frame's
-    /// test pattern to the `u64` at `counter` and inverts every byte in
-    /// place.
+    /// Queues the check-and-invert kernel for frame number `args`'s frame
+    /// on `stream`, through cudarc's launch builder: it adds the number of
+    /// bytes that differ from the frame's test pattern to the `u64` at the
+    /// counter and inverts every byte in place. `frame` is the kernel's first
+    /// argument: a cudarc slice (a mapping lent with
+    /// `MappedBuffer::cudarc_slice`, a device buffer) or `&args.ptr` (see
+    /// [`Kernel::check_and_invert_at`]).
     ///
     /// # Safety
     /// `stream` must be a live stream of the context the kernel was loaded
-    /// into, current on this thread; `frame.ptr` must be a device address of
-    /// at least `frame.len` bytes and `counter` the device address of a
-    /// `u64`, both valid until the kernel has run and not accessed by
-    /// anything else meanwhile. (Alignment is checked here.)
-    pub unsafe fn check_and_invert(
+    /// into; `frame` must be the device memory at `args.ptr`, at least
+    /// `args.len` bytes, and the counter the device address of a `u64`, both
+    /// valid until the kernel has run and not accessed by anything else
+    /// meanwhile. (Alignment is checked here.)
+    pub unsafe fn check_and_invert<'a, F>(
+        &'a self,
+        memory: FrameMemory,
+        grid: u32,
+        stream: &'a CudaStream,
+        frame: F,
+        args: &'a CheckArgs,
+    ) -> Result<(), TransportError>
+    where
+        LaunchArgs<'a>: PushKernelArg<F>,
+    {
+        check_aligned(args.ptr, "launching the consumer kernel")?;
+        let mut launch = stream.launch_builder(self.check_and_invert_function(memory));
+        launch.arg(frame);
+        args.push_scalars(&mut launch);
+        // SAFETY: the arguments match the kernels' parameter list
+        // `(unsigned char*, u64, u64, u32, u64*)`; the memory behind them is
+        // the caller's to keep valid (see the contract above).
+        unsafe { launch.launch(config(grid)) }
+            .map(drop)
+            .map_err(|e| err("launching the consumer kernel")(&e))
+    }
+
+    /// [`Kernel::check_and_invert`] on the frame at the raw device address
+    /// `args.ptr` (memory that is not a cudarc slice: an EGL frame, a
+    /// pinned host buffer's device view).
+    ///
+    /// # Safety
+    /// As for [`Kernel::check_and_invert`].
+    pub unsafe fn check_and_invert_at(
         &self,
         memory: FrameMemory,
         grid: u32,
-        stream: cu_sys::CUstream,
-        frame: DeviceFrame,
-        index: u64,
-        counter: cu_sys::CUdeviceptr,
+        stream: &CudaStream,
+        args: &CheckArgs,
     ) -> Result<(), TransportError> {
-        check_aligned(frame.ptr, "launching the consumer kernel")?;
-        let mut arg_buf = frame.ptr;
-        let mut arg_len = frame.len as u64;
-        let mut arg_stride = frame.stride as u64;
-        let mut arg_seed = pattern_seed(index);
-        let mut arg_counter = counter;
-        let mut params: [*mut c_void; 5] = [
-            (&mut arg_buf as *mut u64).cast(),
-            (&mut arg_len as *mut u64).cast(),
-            (&mut arg_stride as *mut u64).cast(),
-            (&mut arg_seed as *mut u32).cast(),
-            (&mut arg_counter as *mut u64).cast(),
-        ];
-        let function = match memory {
-            FrameMemory::System => &self.sysmem,
-            FrameMemory::Device => &self.device,
-        };
-        // SAFETY: the parameters match the kernels' signature
-        // `(unsigned char*, u64, u64, u32, u64*)` and point at locals that
-        // live across the call; the addresses are the caller's to keep
-        // valid (see the contract above).
-        unsafe {
-            launch(
-                function,
-                grid,
-                stream,
-                &mut params,
-                "launching the consumer kernel",
-            )
-        }
+        // SAFETY: the caller's contract; `&args.ptr` is the frame's address.
+        unsafe { self.check_and_invert(memory, grid, stream, &args.ptr, args) }
     }
 
-    /// The check-and-invert kernel for `memory`, for a launch through
-    /// cudarc's launch builder (parameters as for
-    /// [`Kernel::check_and_invert`], [`BLOCK`] threads per block).
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    pub fn check_and_invert_function(&self, memory: FrameMemory) -> &CudaFunction {
+    /// The check-and-invert kernel for `memory`.
+    fn check_and_invert_function(&self, memory: FrameMemory) -> &CudaFunction {
         match memory {
             FrameMemory::System => &self.sysmem,
             FrameMemory::Device => &self.device,
         }
     }
 
-    /// Queues a copy kernel: `len` bytes from `src` to `dst`; `what` names
-    /// the step in an error.
+    /// Queues a copy kernel through cudarc's launch builder: `len` bytes
+    /// from `src` (device address `src_ptr`) to `dst` (device address
+    /// `dst_ptr`); `what` names the step in an error.
     ///
     /// # Safety
-    /// As for [`Kernel::check_and_invert`]; `src` and `dst` must be device
-    /// addresses of at least `len` bytes each, valid until the copy has run,
-    /// not overlapping.
+    /// As for [`Kernel::check_and_invert`]; `dst` and `src` must be the
+    /// device memory at `dst_ptr` and `src_ptr`, at least `len` bytes each,
+    /// valid until the copy has run, not overlapping.
     #[allow(clippy::too_many_arguments)]
     #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    pub unsafe fn copy(
-        &self,
+    pub unsafe fn copy<'a, D, S>(
+        &'a self,
         which: CopyKernel,
         grid: u32,
-        stream: cu_sys::CUstream,
-        dst: cu_sys::CUdeviceptr,
-        src: cu_sys::CUdeviceptr,
-        len: usize,
+        stream: &'a CudaStream,
+        (dst, dst_ptr): (D, cu_sys::CUdeviceptr),
+        (src, src_ptr): (S, cu_sys::CUdeviceptr),
+        len: &'a u64,
         what: &'static str,
-    ) -> Result<(), TransportError> {
-        check_aligned(dst, what)?;
-        check_aligned(src, what)?;
+    ) -> Result<(), TransportError>
+    where
+        LaunchArgs<'a>: PushKernelArg<D> + PushKernelArg<S>,
+    {
+        check_aligned(dst_ptr, what)?;
+        check_aligned(src_ptr, what)?;
         let function = match which {
             CopyKernel::FromSystem => &self.copy_in,
             CopyKernel::ToSystem => &self.copy_out,
         };
-        let (mut dst, mut src, mut len) = (dst, src, len as u64);
-        let mut params: [*mut c_void; 3] = [
-            (&mut dst as *mut u64).cast(),
-            (&mut src as *mut u64).cast(),
-            (&mut len as *mut u64).cast(),
-        ];
+        let mut launch = stream.launch_builder(function);
+        launch.arg(dst);
+        launch.arg(src);
+        push_len(&mut launch, len);
         // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
-        // kernels' parameter list; the addresses are the caller's to keep
-        // valid.
-        unsafe { launch(function, grid, stream, &mut params, what) }
+        // kernels' parameter list; the memory is the caller's to keep valid.
+        unsafe { launch.launch(config(grid)) }
+            .map(drop)
+            .map_err(|e| err(what)(&e))
     }
 }
 
-/// Launches `function` on `stream` over `grid` blocks of [`BLOCK`] threads.
-///
-/// # Safety
-/// `params` must match the kernel's parameter list (one pointer to a value
-/// of each parameter's type), and every device address among them must stay
-/// valid until the kernel has run.
-unsafe fn launch(
-    function: &CudaFunction,
-    grid: u32,
-    stream: cu_sys::CUstream,
-    params: &mut [*mut c_void],
-    what: &'static str,
-) -> Result<(), TransportError> {
-    // SAFETY: the caller's contract; the driver copies the parameter values
-    // during the call.
-    unsafe {
-        cu_result::launch_kernel(
-            function.cu_function(),
-            (grid, 1, 1),
-            (BLOCK, 1, 1),
-            0,
-            stream,
-            params,
-        )
+/// The scalar arguments of one check-and-invert launch, kept by the caller
+/// until the launch call returns (the launch builder borrows them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckArgs {
+    /// The frame's device address (checked for alignment; the first
+    /// argument of a launch at a raw address).
+    pub ptr: cu_sys::CUdeviceptr,
+    len: u64,
+    stride: u64,
+    seed: u32,
+    counter: cu_sys::CUdeviceptr,
+}
+
+impl CheckArgs {
+    /// The arguments for frame number `index` in `frame`, counting its
+    /// mismatches into the `u64` at device address `counter`.
+    pub fn new(frame: DeviceFrame, index: u64, counter: cu_sys::CUdeviceptr) -> CheckArgs {
+        CheckArgs {
+            ptr: frame.ptr,
+            len: frame.len as u64,
+            stride: frame.stride as u64,
+            seed: pattern_seed(index),
+            counter,
+        }
     }
-    .map_err(|e| err(what)(&e))
+}
+
+impl CheckArgs {
+    /// Pushes the arguments after the frame (outside the generic launch, so
+    /// that its bound on the frame's type does not decide these pushes).
+    fn push_scalars<'a>(&'a self, launch: &mut LaunchArgs<'a>) {
+        launch
+            .arg(&self.len)
+            .arg(&self.stride)
+            .arg(&self.seed)
+            .arg(&self.counter);
+    }
+}
+
+/// Pushes a copy's length (outside the generic launch, as above).
+#[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
+fn push_len<'a>(launch: &mut LaunchArgs<'a>, len: &'a u64) {
+    launch.arg(len);
+}
+
+/// [`BLOCK`] threads per block over `grid` blocks, no shared memory.
+fn config(grid: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// One mismatch counter per ring slot: a `u64` in device memory that the

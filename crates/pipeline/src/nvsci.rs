@@ -80,7 +80,7 @@ use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
 use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
 
 use crate::host::Fault;
-use crate::kernel::{self, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
@@ -585,8 +585,12 @@ impl NvSciTransport {
         // that this stream signals after the kernel, so nothing else
         // touches the bytes meanwhile; the counter is as above.
         unsafe {
-            k.kernel
-                .check_and_invert(FrameMemory::System, k.grid, s, bytes, frame, counter)
+            k.kernel.check_and_invert_at(
+                FrameMemory::System,
+                k.grid,
+                &k.cstream,
+                &CheckArgs::new(bytes, frame, counter),
+            )
         }?;
         after
             .record(&k.cstream)
