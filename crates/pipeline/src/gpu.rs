@@ -75,7 +75,14 @@
 //! while a host signal with no Vulkan work ahead reaches it in about 11 us.
 //! Every frame needs a Vulkan batch (above), so ~314 us is this handover's
 //! floor on that machine; the report's transport line shows ours ("host
-//! ready submission -> stream past the wait").
+//! ready submission -> stream past the wait"). Measured again on an H100
+//! (same driver, gpu_bench, session 6): the ~314 us is paid by the first
+//! CUDA work after any Vulkan queue work, even when the CUDA stream had
+//! nothing queued while the Vulkan batch ran and the host had already seen
+//! that batch complete (a CUDA signal queued then is seen by the host
+//! ~314 us later, against ~3 us with no Vulkan work before it). So it is a
+//! switch between the two contexts on the GPU, not a property of the
+//! semaphore wait, and no ordering of the waits avoids it.
 //!
 //! # Launches
 //!

@@ -1076,6 +1076,33 @@ fn handover_latency(
         },
     ));
     rows.push(run(
+        "Vulkan queue submission that signals, host waits for it, then the CUDA wait \
+         (value reached) queued on the idle stream -> stream past it",
+        &mut |v| {
+            let t0 = Instant::now();
+            vk.submit(&[], &[SemaphoreOp::timeline(&vsem, v)]).unwrap();
+            host_sees(v);
+            cuda_wait(v);
+            stream_done();
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
+        "Vulkan queue submission, host waits for it, then a CUDA signal on the idle stream \
+         -> host sees the value (no wait: the context switch alone)",
+        &mut |v| {
+            let t0 = Instant::now();
+            vk.submit(&[], &[SemaphoreOp::timeline(&batch_done, v)])
+                .unwrap();
+            while batch_done.value().unwrap() < v {
+                std::hint::spin_loop();
+            }
+            cuda_signal(v);
+            host_sees(v);
+            t0.elapsed()
+        },
+    ));
+    rows.push(run(
         "CUDA signal on an idle stream -> host sees the value",
         &mut |v| {
             let t0 = Instant::now();
