@@ -288,7 +288,6 @@ fn hw_conflicts_and_cuda_attributes() {
     let _ = NvSciBufAttrKey::NvSciBufGeneralAttrKey_Types;
 }
 
-#[path = "common/two_process.rs"]
 mod two_process;
 
 /// The BSP's endpoint pair for the two-process flow: `producer,consumer`

@@ -26,7 +26,6 @@ use tegra_interop_driver::nvsci::IpcError;
 use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{NvSciRelease, Sim, SimConfig};
 
-#[path = "common/two_process.rs"]
 mod two_process;
 use two_process::{role_of, Res, MESSAGES};
 

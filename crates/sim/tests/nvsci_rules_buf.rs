@@ -2,7 +2,7 @@
 //! one test per rule, each calling the simulator's C entry points directly
 //! with raw key/value pairs and expecting the real library's documented code.
 //! The NvSciSync rules are in `nvsci_rules_sync.rs`, the per-release ones in
-//! `nvsci_versions.rs`; what they share is in `common/nvsci_rules.rs`.
+//! `nvsci_versions.rs`; what they share is in `nvsci_rules/`.
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::ffi::{c_void, CStr};
@@ -12,9 +12,11 @@ use tegra_interop_sim::nvsci::{color, IpcConfigFile};
 use tegra_interop_sim::{Diagnostic, DiagnosticKind, FunctionTable, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
-#[path = "common/nvsci_rules.rs"]
 #[macro_use]
-mod rules;
+mod nvsci_common;
+#[macro_use]
+mod nvsci_rules;
+use nvsci_rules as rules;
 use rules::*;
 
 /// Types = {RawBuffer} and RawBuffer.Size = `size`.

@@ -8,7 +8,6 @@ use tegra_interop_sim::FunctionTable;
 use tegra_interop_sim::{DiagnosticKind, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
-#[path = "common/nvsci.rs"]
 #[macro_use]
 mod nvsci_common;
 use nvsci_common::*;

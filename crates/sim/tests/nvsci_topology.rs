@@ -12,7 +12,6 @@ use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{FunctionTable, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
-#[path = "common/nvsci.rs"]
 #[macro_use]
 mod nvsci_common;
 use nvsci_common::*;

@@ -9,9 +9,11 @@ use std::ptr;
 
 use tegra_interop_sim::{NvSciRelease, SimConfig};
 
-#[path = "common/nvsci_rules.rs"]
 #[macro_use]
-mod rules;
+mod nvsci_common;
+#[macro_use]
+mod nvsci_rules;
+use nvsci_rules as rules;
 use rules::*;
 
 /// The expected code: `OK` where the release has the feature, else BadParameter.

@@ -11,7 +11,6 @@ use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{DiagnosticKind, FunctionTable, Sim, SimConfig};
 use tegra_interop_sys::nvsci::{NvSciError, NvSciIpcEndpointInfo};
 
-#[path = "common/nvsci.rs"]
 #[macro_use]
 mod nvsci_common;
 

@@ -3,8 +3,8 @@
 //! [`AttrLib`], one trait over the attribute-list calls of NvSciBuf and NvSciSync so that the
 //! create / set / get / reconcile / allocate helpers exist once for both libraries.
 //!
-//! It brings the general NvSci helpers (`common/nvsci.rs`, with the `call!` macro) along, so a
-//! test file includes only this module (with `#[macro_use]`).
+//! It re-exports the general NvSci helpers (`nvsci_common/`, with the `call!` macro) as
+//! `base`; a test file declares `#[macro_use] mod nvsci_common;` and then this module.
 #![allow(dead_code)]
 
 use std::ffi::c_void;
@@ -13,9 +13,9 @@ use std::ptr;
 use tegra_interop_sim::{FunctionTable, NvSciRelease, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
-#[path = "nvsci.rs"]
-#[macro_use]
-pub mod base;
+// The shared NvSci helpers; every test that uses these rules declares
+// `#[macro_use] mod nvsci_common;` before `mod nvsci_rules;`.
+pub(crate) use crate::nvsci_common as base;
 pub use base::*;
 
 // NvSciError codes the rules expect.

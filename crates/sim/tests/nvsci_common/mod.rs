@@ -1,5 +1,5 @@
 //! Raw C-level helpers shared by the NvSci tests (included directly, or by the rule tests
-//! through `common/nvsci_rules.rs`):
+//! through `nvsci_rules/`):
 //! the table-call macro, the set-up, and the parts of the buf and sync attribute helpers that
 //! differ only in the pair and list types.
 #![allow(dead_code)]
