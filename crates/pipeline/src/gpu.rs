@@ -737,69 +737,61 @@ impl GpuTransport {
         // SAFETY: `s` is this transport's live stream; the slot's counter is
         // used only by this frame's work, queued on the same stream.
         unsafe { self.counters.clear(slot, s) }?;
+        let work_ptr = match self.mode {
+            Mode::ZeroCopy => frame_ptr,
+            Mode::DeviceCopy => self.device_frames[slot].device_ptr(&self.cstream).0,
+        };
+        let args = CheckArgs::new(
+            DeviceFrame {
+                ptr: work_ptr,
+                len,
+                stride: self.geometry.stride,
+            },
+            frame,
+            counter,
+        );
+        // Both launches: the kernel touches `len` bytes of the frame (the
+        // mapping lent as `mapped`, at `frame_ptr`, or the slot's device
+        // buffer, at `work_ptr`) and the slot's counter, all torn down only
+        // after the stream is drained; on this stream nothing else touches
+        // them until the kernel ran, and the producer writes the frame again
+        // only after the free fence, which is signalled after it.
         match self.mode {
-            Mode::ZeroCopy => {
-                let args = CheckArgs::new(
-                    DeviceFrame {
-                        ptr: frame_ptr,
-                        len,
-                        stride: self.geometry.stride,
-                    },
-                    frame,
-                    counter,
-                );
-                // SAFETY: the kernel touches `len` bytes of the mapping
-                // (`mapped`, at `frame_ptr`) and the slot's counter, all torn
-                // down only after the stream is drained; on this stream
-                // nothing else touches them until the kernel ran, and the
-                // producer writes the frame again only after the free fence,
-                // which is signalled after it.
-                unsafe {
-                    self.kernel.check_and_invert(
-                        FrameMemory::System,
-                        self.grid,
-                        &self.cstream,
-                        &mut mapped,
-                        &args,
-                    )
-                }?;
-                record(&ev.kernel_end)?;
-            }
-            Mode::DeviceCopy => {
-                let dev = &mut self.device_frames[slot];
-                let args = CheckArgs::new(
-                    DeviceFrame {
-                        ptr: dev.device_ptr(&self.cstream).0,
-                        len,
-                        stride: self.geometry.stride,
-                    },
-                    frame,
-                    counter,
-                );
-                // SAFETY: as above, on the slot's device buffer.
-                unsafe {
-                    self.kernel.check_and_invert(
-                        FrameMemory::Device,
-                        self.grid,
-                        &self.cstream,
-                        &mut *dev,
-                        &args,
-                    )
-                }?;
-                record(&ev.kernel_end)?;
-                // SAFETY: as for the copy in, in the other direction.
-                unsafe {
-                    self.kernel.copy(
-                        CopyKernel::ToSystem,
-                        self.grid,
-                        &self.cstream,
-                        (&mut mapped, frame_ptr),
-                        (&*dev, args.ptr),
-                        &len64,
-                        "copying the frame back from device memory",
-                    )
-                }?;
-            }
+            // SAFETY: as said above, for the mapping.
+            Mode::ZeroCopy => unsafe {
+                self.kernel.check_and_invert(
+                    FrameMemory::System,
+                    self.grid,
+                    &self.cstream,
+                    &mut mapped,
+                    &args,
+                )
+            }?,
+            // SAFETY: as said above, for the slot's device buffer.
+            Mode::DeviceCopy => unsafe {
+                self.kernel.check_and_invert(
+                    FrameMemory::Device,
+                    self.grid,
+                    &self.cstream,
+                    &mut self.device_frames[slot],
+                    &args,
+                )
+            }?,
+        }
+        record(&ev.kernel_end)?;
+        if self.mode == Mode::DeviceCopy {
+            // SAFETY: as for the copy in, in the other direction.
+            unsafe {
+                self.kernel.copy(
+                    CopyKernel::ToSystem,
+                    self.grid,
+                    &self.cstream,
+                    (&mut mapped, frame_ptr),
+                    (&self.device_frames[slot], work_ptr),
+                    &len64,
+                    "copying the frame back from device memory",
+                )
+            }?;
         }
         drop(mapped);
         // SAFETY: the host reads the slot's copy only after this frame's
