@@ -68,21 +68,41 @@
 //!
 //! # What a handover costs here
 //!
-//! Measured on the H200 with raw calls (gpu_bench's handover-latency table,
-//! BENCHMARKS.md "Session 4"): a CUDA stream waiting on a semaphore passes
-//! its wait about 314 us after a Vulkan queue submission that signals it,
-//! and no sooner when the host signals after waiting for a Vulkan batch,
-//! while a host signal with no Vulkan work ahead reaches it in about 11 us.
-//! Every frame needs a Vulkan batch (above), so ~314 us is this handover's
-//! floor on that machine; the report's transport line shows ours ("host
-//! ready submission -> stream past the wait"). Measured again on an H100
-//! (same driver, gpu_bench, session 6): the ~314 us is paid by the first
-//! CUDA work after any Vulkan queue work, even when the CUDA stream had
-//! nothing queued while the Vulkan batch ran and the host had already seen
-//! that batch complete (a CUDA signal queued then is seen by the host
-//! ~314 us later, against ~3 us with no Vulkan work before it). So it is a
-//! switch between the two contexts on the GPU, not a property of the
-//! semaphore wait, and no ordering of the waits avoids it.
+//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS.md
+//! "Session 4" on the H200 and "Session 6" on an H100): a CUDA stream
+//! passes its wait about 300-314 us after a Vulkan submission to the
+//! graphics + compute family (or the compute-only one), and no sooner when
+//! the host signals after waiting for the Vulkan batch, or when the CUDA
+//! work is queued only after the batch completed: the first CUDA work after
+//! any Vulkan work on that engine pays it, a switch between the two
+//! contexts. After a submission to a transfer-only family it is 12-16 us,
+//! hence the queue choice below; a host signal with no Vulkan work ahead
+//! reaches the stream in about 7-13 us. Every frame needs a Vulkan batch
+//! (above); the report's transport line shows ours ("host ready submission
+//! -> stream past the wait").
+//!
+//! # Which queue
+//!
+//! The handover batches go to a queue of a transfer-only family where the
+//! device has one (on NVIDIA, family 1: the copy engines), else to the first
+//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS.md
+//! "Session 6"): after a submission to the first family (graphics + compute)
+//! or to the compute-only family, the next CUDA work ran ~300-314 us later,
+//! the two contexts taking turns on the graphics/compute engine; after a
+//! submission to the transfer-only family, 12-16 us later. The pipeline's
+//! "host ready submission -> stream past the wait" fell from ~340 us to
+//! ~22 us and its zero-copy rate rose from ~1370 to ~1560 frames/s.
+//!
+//! The batches stay correct on such a queue by the Vulkan rules the other
+//! families follow: a queue submission makes the host's earlier writes
+//! available to the device whatever the queue ("Host Write Ordering
+//! Guarantees" in the specification's synchronisation chapter); the
+//! batches' barriers use only the HOST and ALL_COMMANDS stages and the
+//! ownership transfers to and from `VK_QUEUE_FAMILY_EXTERNAL` name the
+//! queue's own family, all of which a transfer-only queue supports; the
+//! timeline semaphore operations do not depend on the family.
+//! `TEGRA_INTEROP_VK_QUEUE=first-compute` (or `compute-only`) selects the
+//! other families for comparison.
 //!
 //! # Launches
 //!
@@ -114,8 +134,8 @@ use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
 };
 use tegra_interop_testkit::vulkan::{
-    HostHandover, MemoryLocation, SemaphoreKind, SemaphoreOp, VulkanExporter, VulkanMemory,
-    VulkanSemaphore,
+    Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
+    VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
 
 use crate::ring::{Peek, Ticket};
@@ -240,6 +260,22 @@ pub fn probe() -> Result<String, String> {
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
     ))
+}
+
+/// The producer's Vulkan device, its queue on a transfer-only family (the
+/// copy engines) where the device has one, else on the first family with
+/// compute; [`QueueChoice::ENV`] overrides the choice (see "Which queue" in
+/// the module docs).
+fn open_exporter(uuid: [u8; 16]) -> Result<VulkanExporter, TransportError> {
+    let chosen = QueueChoice::from_env_if_set().map_err(|e| err("Vulkan")(&e))?;
+    let first = chosen.unwrap_or(QueueChoice::TransferOnly);
+    match VulkanExporter::with_queue(uuid, first) {
+        Err(VkError::NoQueueFamily { .. }) if chosen.is_none() => {
+            VulkanExporter::with_queue(uuid, QueueChoice::FirstCompute)
+        }
+        other => other,
+    }
+    .map_err(|e| err("Vulkan")(&e))
 }
 
 /// CUDA events of one slot, created once and recorded for every frame.
@@ -511,7 +547,7 @@ impl GpuTransport {
             .device(0)
             .and_then(|d| d.uuid())
             .map_err(|e| err("CUDA device 0")(&e))?;
-        let vk = VulkanExporter::new(uuid).map_err(|e| err("Vulkan")(&e))?;
+        let vk = open_exporter(uuid)?;
         let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
         let cu = ctx
             .cudarc()
@@ -979,8 +1015,9 @@ impl FrameTransport for GpuTransport {
     fn details(&self) -> Option<String> {
         let t = self.gpu_times();
         let us = |d: Duration| d.as_secs_f64() * 1e6;
+        let (family, flags) = self.vk.queue_family();
         Some(format!(
-            "host per frame (us, mean): ready submission {:.1}, CUDA enqueue {:.1}, acquire-ahead submission {:.1}; GPU per frame (us, mean of {} frames): blocked in the ready wait {:.1}, copy in {:.1}, kernel {:.1}, tail {:.1}; host ready submission -> stream past the wait {:.1} (over the {} frames the stream waited for)",
+            "Vulkan queue family {family} ({flags:?}); host per frame (us, mean): ready submission {:.1}, CUDA enqueue {:.1}, acquire-ahead submission {:.1}; GPU per frame (us, mean of {} frames): blocked in the ready wait {:.1}, copy in {:.1}, kernel {:.1}, tail {:.1}; host ready submission -> stream past the wait {:.1} (over the {} frames the stream waited for)",
             us(t.host_ready),
             us(t.host_enqueue),
             us(t.host_reclaim),

@@ -12,6 +12,9 @@
 //! (`tegra_interop_testkit::raw_cuda`), called with prepared parameter blocks and a check of the
 //! result code, nothing else.
 //!
+//! With `GPU_BENCH_HANDOVER_ONLY` set, only the handover-latency table is
+//! printed (the exporter's queue family is chosen with `TEGRA_INTEROP_VK_QUEUE`).
+//!
 //! - signal / wait / batched (8) signal / batched (8) wait: blocks of `BLOCK` calls, the two
 //!   sides alternating block by block (and which goes first alternating too), the stream
 //!   synchronised between blocks outside the timed region; the figure is the median over the
@@ -40,7 +43,9 @@ use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Stream,
 };
 use tegra_interop::sys::cuda as sys;
-use tegra_interop_testkit::vulkan::{format_uuid, MemoryLocation, SemaphoreOp, VulkanExporter};
+use tegra_interop_testkit::vulkan::{
+    format_uuid, MemoryLocation, QueueChoice, SemaphoreOp, VulkanExporter,
+};
 
 // ---- counting allocator ----------------------------------------------------------------------
 
@@ -229,8 +234,10 @@ fn machine_line(cu: &RawCuda, vk: &VulkanExporter) -> String {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
+    let (family, flags) = vk.queue_family();
     format!(
-        "{} (uuid {}), CUDA driver API {}.{}, Vulkan {} ({} {}); CPU {} ({} threads), kernel {}",
+        "{} (uuid {}), CUDA driver API {}.{}, Vulkan {} ({} {}), queue family {family} \
+         ({flags:?}); CPU {} ({} threads), kernel {}",
         cu.device_name(dev).unwrap(),
         format_uuid(&cu.device_uuid(dev).unwrap()),
         version / 1000,
@@ -456,6 +463,22 @@ fn main() {
     ctx.bind().unwrap(); // the raw side relies on the context being current
     let s = stream.as_raw();
     let f = cu.f;
+    if std::env::var_os("GPU_BENCH_HANDOVER_ONLY").is_some() {
+        // Only the handover-latency table (for a queue family without
+        // compute, whose exporter cannot run the frame loop's shader).
+        println!("| handover | median | p10..p90 |\n|---|---:|---:|");
+        for (name, mut samples) in handover_latency(&cu, &vk, s) {
+            let m = median(&mut samples);
+            let (p10, p90) = (percentile(&mut samples, 0.1), percentile(&mut samples, 0.9));
+            println!(
+                "| {name} | {} | {}..{} |",
+                fmt_ns(m),
+                fmt_ns(p10),
+                fmt_ns(p90)
+            );
+        }
+        return;
+    }
     let sync = || {
         // SAFETY: a live stream.
         let r = unsafe { (f.cuStreamSynchronize)(s) };
@@ -835,17 +858,28 @@ fn main() {
     .unwrap();
     writeln!(md, "| handover | median | p10..p90 |").unwrap();
     writeln!(md, "|---|---:|---:|").unwrap();
-    for (name, mut samples) in handover_latency(&cu, &vk, s) {
-        let m = median(&mut samples);
-        let (p10, p90) = (percentile(&mut samples, 0.1), percentile(&mut samples, 0.9));
-        writeln!(
-            md,
-            "| {name} | {} | {}..{} |",
-            fmt_ns(m),
-            fmt_ns(p10),
-            fmt_ns(p90)
-        )
-        .unwrap();
+    // The bench's exporter (queue family as `TEGRA_INTEROP_VK_QUEUE` says, the first with
+    // compute by default), then a second one on a transfer-only family where there is one.
+    let (family, flags) = vk.queue_family();
+    let transfer = VulkanExporter::with_queue(uuid, QueueChoice::TransferOnly).ok();
+    let mut exporters = vec![(format!("family {family} ({flags:?})"), &vk)];
+    if let Some(t) = &transfer {
+        let (family, flags) = t.queue_family();
+        exporters.push((format!("family {family} ({flags:?})"), t));
+    }
+    for (queue, exporter) in exporters {
+        for (name, mut samples) in handover_latency(&cu, exporter, s) {
+            let m = median(&mut samples);
+            let (p10, p90) = (percentile(&mut samples, 0.1), percentile(&mut samples, 0.9));
+            writeln!(
+                md,
+                "| [{queue}] {name} | {} | {}..{} |",
+                fmt_ns(m),
+                fmt_ns(p10),
+                fmt_ns(p90)
+            )
+            .unwrap();
+        }
     }
     print!("{md}");
     if let Some(path) = out_path {

@@ -72,6 +72,9 @@ impl VulkanExporter {
         offset: u64,
     ) -> Result<CounterIncrement<'m>> {
         self.check_own(&memory.shared)?;
+        if !self.shared.queue_flags.contains(vk::QueueFlags::COMPUTE) {
+            return Err(Error::NoComputeQueue);
+        }
         memory.check_range(offset, 4)?;
         let align = self.shared.min_storage_align;
         if !offset.is_multiple_of(align) {

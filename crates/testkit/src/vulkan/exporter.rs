@@ -25,18 +25,29 @@ impl VulkanExporter {
     }
 
     /// Opens the system's Vulkan loader and creates a device on the physical device whose
-    /// `deviceUUID` equals `cuda_uuid` (the bytes of `cuDeviceGetUuid_v2`).
+    /// `deviceUUID` equals `cuda_uuid` (the bytes of `cuDeviceGetUuid_v2`). Its queue is of
+    /// the family [`QueueChoice::ENV`] asks for, the first with compute by default.
     pub fn new(cuda_uuid: [u8; 16]) -> Result<Self> {
-        Self::build(load_entry(None)?, cuda_uuid)
+        Self::build(load_entry(None)?, cuda_uuid, QueueChoice::from_env()?)
+    }
+
+    /// Like [`VulkanExporter::new`], with a queue of the family `choice` asks for
+    /// ([`Error::NoQueueFamily`] when the device has none); [`QueueChoice::ENV`] is not read.
+    pub fn with_queue(cuda_uuid: [u8; 16], choice: QueueChoice) -> Result<Self> {
+        Self::build(load_entry(None)?, cuda_uuid, choice)
     }
 
     /// Like [`VulkanExporter::new`] with the loader library at `loader` (a path or a name for
     /// the dynamic linker).
     pub fn with_loader(loader: &std::path::Path, cuda_uuid: [u8; 16]) -> Result<Self> {
-        Self::build(load_entry(Some(loader))?, cuda_uuid)
+        Self::build(
+            load_entry(Some(loader))?,
+            cuda_uuid,
+            QueueChoice::from_env()?,
+        )
     }
 
-    pub(super) fn build(entry: ash::Entry, uuid: [u8; 16]) -> Result<Self> {
+    pub(super) fn build(entry: ash::Entry, uuid: [u8; 16], choice: QueueChoice) -> Result<Self> {
         let inst = InstanceOwner::create(entry)?;
         let devices = enumerate(&inst)?;
         let Some(pos) = devices.iter().position(|(_, i)| i.device_uuid == uuid) else {
@@ -71,14 +82,16 @@ impl VulkanExporter {
             return Err(Error::TimelineSemaphoresUnsupported);
         }
 
-        // A queue family with compute (compute families also support transfer).
+        // The queue family: the first with compute unless `QueueChoice::ENV`
+        // asks for a compute-only or a transfer-only family.
         // SAFETY: `physical` belongs to `instance`.
         let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
-        let queue_family = families
+        let (queue_family, queue_flags) = families
             .iter()
-            .position(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE) && q.queue_count > 0)
-            .and_then(|i| u32::try_from(i).ok())
-            .ok_or(Error::NoComputeQueue)?;
+            .enumerate()
+            .find(|(_, q)| q.queue_count > 0 && choice.accepts(q.queue_flags))
+            .and_then(|(i, q)| Some((u32::try_from(i).ok()?, q.queue_flags)))
+            .ok_or(Error::NoQueueFamily { choice })?;
 
         // SAFETY: `physical` belongs to `instance`.
         let props = unsafe { instance.get_physical_device_properties(physical) };
@@ -130,6 +143,7 @@ impl VulkanExporter {
             memory_props,
             physical,
             queue_family,
+            queue_flags,
             min_storage_align: props.limits.min_storage_buffer_offset_alignment.max(1),
             mem_fd,
             sem_fd,
@@ -158,6 +172,11 @@ impl VulkanExporter {
     /// The selected physical device.
     pub fn device_info(&self) -> &DeviceInfo {
         &self.shared.info
+    }
+
+    /// The queue family the exporter submits to and its capabilities.
+    pub fn queue_family(&self) -> (u32, vk::QueueFlags) {
+        (self.shared.queue_family, self.shared.queue_flags)
     }
 
     /// The required alignment of [`VulkanExporter::counter_incrementer`] offsets.

@@ -106,8 +106,18 @@ pub enum Error {
     },
     /// The selected device does not support timeline semaphores.
     TimelineSemaphoresUnsupported,
-    /// The device has no queue family with compute (and therefore transfer) support.
+    /// The device has no queue family of the kind asked for.
+    NoQueueFamily {
+        /// What was asked for.
+        choice: QueueChoice,
+    },
+    /// A compute dispatch was asked of an exporter whose queue has no compute.
     NoComputeQueue,
+    /// `QueueChoice::ENV` holds a value that is not a choice.
+    BadQueueChoice {
+        /// The value found.
+        value: String,
+    },
     /// No memory type fits the buffer and the requested location.
     NoMemoryType {
         /// The location that was asked for.
@@ -185,7 +195,19 @@ impl fmt::Display for Error {
             Error::TimelineSemaphoresUnsupported => {
                 write!(f, "the Vulkan device does not support timeline semaphores")
             }
-            Error::NoComputeQueue => write!(f, "the Vulkan device has no compute queue"),
+            Error::NoComputeQueue => write!(
+                f,
+                "the exporter's queue family has no compute (unset {} for a compute dispatch)",
+                QueueChoice::ENV
+            ),
+            Error::NoQueueFamily { choice } => {
+                write!(f, "the Vulkan device has no {choice:?} queue family")
+            }
+            Error::BadQueueChoice { value } => write!(
+                f,
+                "{}={value:?}: expected `first-compute`, `compute-only` or `transfer-only`",
+                QueueChoice::ENV
+            ),
             Error::NoMemoryType { location } => {
                 write!(f, "no Vulkan memory type fits a {location:?} buffer")
             }
@@ -360,5 +382,78 @@ impl<'a> SemaphoreOp<'a> {
             semaphore,
             value: 0,
         }
+    }
+}
+
+/// Which queue family an exporter submits to, chosen with the environment
+/// variable [`QueueChoice::ENV`] (a test-kit knob for measuring handovers: on
+/// NVIDIA the first family is the graphics one, and the others are served by
+/// separate engines).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueChoice {
+    /// The first family with compute (the default): on NVIDIA the
+    /// graphics + compute + transfer family.
+    FirstCompute,
+    /// A family with compute and without graphics.
+    ComputeOnly,
+    /// A family with transfer and neither graphics nor compute (copy
+    /// engines). Compute dispatches are refused with
+    /// [`Error::NoComputeQueue`].
+    TransferOnly,
+}
+
+impl QueueChoice {
+    /// The environment variable: `first-compute` (default), `compute-only`
+    /// or `transfer-only`.
+    pub const ENV: &'static str = "TEGRA_INTEROP_VK_QUEUE";
+
+    /// The choice [`QueueChoice::ENV`] asks for ([`QueueChoice::FirstCompute`] when unset).
+    pub fn from_env() -> Result<QueueChoice> {
+        Ok(Self::from_env_if_set()?.unwrap_or(QueueChoice::FirstCompute))
+    }
+
+    /// The choice [`QueueChoice::ENV`] asks for, if it is set.
+    pub fn from_env_if_set() -> Result<Option<QueueChoice>> {
+        match std::env::var(Self::ENV) {
+            Err(_) => Ok(None),
+            Ok(v) => match v.as_str() {
+                "first-compute" => Ok(Some(QueueChoice::FirstCompute)),
+                "compute-only" => Ok(Some(QueueChoice::ComputeOnly)),
+                "transfer-only" => Ok(Some(QueueChoice::TransferOnly)),
+                _ => Err(Error::BadQueueChoice { value: v }),
+            },
+        }
+    }
+
+    /// Whether a family with `flags` is what this choice asks for.
+    pub fn accepts(self, flags: ash::vk::QueueFlags) -> bool {
+        use ash::vk::QueueFlags as F;
+        match self {
+            QueueChoice::FirstCompute => flags.contains(F::COMPUTE),
+            QueueChoice::ComputeOnly => flags.contains(F::COMPUTE) && !flags.contains(F::GRAPHICS),
+            QueueChoice::TransferOnly => {
+                flags.contains(F::TRANSFER) && !flags.intersects(F::COMPUTE | F::GRAPHICS)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod queue_choice_tests {
+    use super::QueueChoice;
+    use ash::vk::QueueFlags as F;
+
+    /// The three families an NVIDIA GPU reports (graphics + compute +
+    /// transfer; transfer only; compute + transfer) and what each choice
+    /// takes of them.
+    #[test]
+    fn each_choice_takes_its_family() {
+        let graphics = F::GRAPHICS | F::COMPUTE | F::TRANSFER | F::SPARSE_BINDING;
+        let copy = F::TRANSFER | F::SPARSE_BINDING;
+        let compute = F::COMPUTE | F::TRANSFER | F::SPARSE_BINDING;
+        let takes = |c: QueueChoice| [graphics, copy, compute].map(|f| c.accepts(f));
+        assert_eq!(takes(QueueChoice::FirstCompute), [true, false, true]);
+        assert_eq!(takes(QueueChoice::ComputeOnly), [false, false, true]);
+        assert_eq!(takes(QueueChoice::TransferOnly), [false, true, false]);
     }
 }

@@ -117,6 +117,7 @@ pub(super) struct Shared {
     pub(super) memory_props: vk::PhysicalDeviceMemoryProperties,
     pub(super) physical: vk::PhysicalDevice,
     pub(super) queue_family: u32,
+    pub(super) queue_flags: vk::QueueFlags,
     pub(super) min_storage_align: u64,
     pub(super) mem_fd: khr::external_memory_fd::Device,
     pub(super) sem_fd: khr::external_semaphore_fd::Device,
