@@ -29,7 +29,11 @@
 //!   that makes this enough). A ring of one acquires inline. The memory types used are
 //!   host-coherent, so the mapped range needs no explicit flush or
 //!   invalidate.
-//! - **Consumer**: one CUDA stream; per frame it waits for *ready*, runs a
+//! - **Consumer**: one CUDA stream; its work for a frame is queued before
+//!   the camera writes the frame ([`FrameTransport::queues_before_ready`]:
+//!   the stream waits for *ready* on the device, so the kernel starts as soon
+//!   as the release batch signals, not after the host has queued ~10 calls);
+//!   per frame it waits for *ready*, runs a
 //!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
 //!   module, shared with the NvSci transport's Jetson path) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
@@ -142,6 +146,10 @@ use crate::ring::{Peek, Ticket};
 use crate::transport::{Completion, FrameGeometry, FrameTransport, Lent, TransportError};
 
 use crate::kernel::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+
+/// `0` queues the consumer after the ready signal instead of before the
+/// write (for comparison; see [`FrameTransport::queues_before_ready`]).
+pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -426,6 +434,9 @@ pub struct GpuTransport {
     ctx: Context,
     // Vulkan side.
     handover: Handover,
+    /// Whether the consumer is queued before the frame is written
+    /// ([`EARLY_ENV`]; on by default).
+    early: bool,
     /// Per slot: the recorded host <-> CUDA handover batches of its frame.
     handovers: Vec<HostHandover>,
     frames: Vec<VulkanMemory>,
@@ -565,6 +576,15 @@ impl GpuTransport {
         let kernel = Kernel::compile(&cu)?;
         let (frames, location) = allocate_frames(&vk, len, slots)?;
         let handover = Handover::from_env()?;
+        let early = match std::env::var(EARLY_ENV).as_deref() {
+            Err(_) | Ok("1") => true,
+            Ok("0") => false,
+            Ok(v) => {
+                return Err(TransportError::new(format!(
+                    "{EARLY_ENV}={v:?}: expected 0 or 1"
+                )))
+            }
+        };
         let mapped = frames
             .iter()
             .map(|m| {
@@ -662,6 +682,7 @@ impl GpuTransport {
             kernel,
             ctx,
             handover,
+            early,
             handovers,
             frames,
             ready_vk,
@@ -1129,12 +1150,31 @@ impl FrameTransport for GpuTransport {
             Ok(()) => tracker
                 .commit(reservation)
                 .map(|_| ())
-                .map_err(|e| err("ready fence")(&e)),
+                .map_err(|e| err("ready fence")(&e))?,
             Err(e) => {
                 let _ = tracker.abort(reservation);
-                Err(e)
+                return Err(e);
             }
         }
+        // The previous frame's acquire goes into the queue behind this
+        // frame's release (see `reclaim_ahead`); this frame's waits for the
+        // next release. Its consumer is queued by now, whichever order the
+        // ring uses.
+        if self.handover == Handover::Queue {
+            if let Some((prev, free)) = self.deferred.take() {
+                let start = Instant::now();
+                self.reclaim_ahead(prev, free)?;
+                self.times.host_reclaim += start.elapsed();
+            }
+            self.deferred = Some((slot, t.free_signal()));
+        }
+        Ok(())
+    }
+
+    fn queues_before_ready(&self) -> bool {
+        // The stream waits for *ready* on the device, and `shut_down` lets
+        // a consumer whose frame was never signalled through.
+        self.early
     }
 
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -1147,15 +1187,7 @@ impl FrameTransport for GpuTransport {
             .map_err(|e| err("binding the CUDA context")(&e))?;
         self.enqueue(t)?;
         self.pending += 1;
-        let enqueued = Instant::now();
-        self.times.host_enqueue += enqueued - entered;
-        if self.handover == Handover::Queue {
-            if let Some((prev, free)) = self.deferred.take() {
-                self.reclaim_ahead(prev, free)?;
-                self.times.host_reclaim += enqueued.elapsed();
-            }
-            self.deferred = Some((slot, t.free_signal()));
-        }
+        self.times.host_enqueue += entered.elapsed();
         self.jobs
             .as_ref()
             .ok_or_else(|| TransportError::new("the transport is shut down"))?

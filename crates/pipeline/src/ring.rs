@@ -31,6 +31,16 @@
 //! | `Ready`    | `InFlight` | [`Ring::submit`]           | `queue_consumer`: wait *ready*, process, signal *free* = `free_signal` |
 //! | `InFlight` | `Free`     | [`Ring::complete`]         | `try_complete` / `wait_complete` returned the frame |
 //!
+//! A transport whose consumer waits for *ready* on the device
+//! ([`FrameTransport::queues_before_ready`]) may have its consumer queued
+//! before the frame is written, so that the device starts on the frame as
+//! soon as *ready* arrives instead of after the host has queued the work:
+//!
+//! | from       | to         | ring call                  | after the transport's |
+//! |------------|------------|----------------------------|-----------------------|
+//! | `Writing`  | `Queued`   | [`Ring::submit_early`]     | `queue_consumer` (before `wait_free`) |
+//! | `Queued`   | `InFlight` | [`Ring::release`]          | `signal_ready` |
+//!
 //! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
 //! always collected before the slot is written again, and every value a
 //! transport waits for has been (or is being) signalled.
@@ -146,6 +156,9 @@ pub enum SlotState {
     Writing(u64),
     /// Written and signalled ready; the consumer is not queued yet.
     Ready(InFlight),
+    /// The consumer is queued for this frame, which the producer still
+    /// writes (only for transports that queue before ready).
+    Queued(u64),
     /// The consumer is queued for it; its completion is not collected yet.
     InFlight(InFlight),
 }
@@ -258,18 +271,27 @@ impl Ring {
         ))
     }
 
-    /// `Writing -> Ready`: the frame was written (from `started`, taking
-    /// `write_ns`) and the transport signalled its ready fence.
+    /// `Writing -> Ready` (or `Queued -> InFlight`): the frame was written
+    /// (from `started`, taking `write_ns`) and the transport signalled its
+    /// ready fence.
     pub fn release(&mut self, t: &Ticket, started: Instant, write_ns: u64) -> Result<(), String> {
-        let ok = self.state(t.slot) == Some(SlotState::Writing(t.frame));
-        self.expect(t, "release", ok)?;
-        self.state[t.slot] = SlotState::Ready(InFlight {
+        let rec = InFlight {
             frame: t.frame,
             started,
             write_ns,
             signalled: Instant::now(),
-        });
-        Ok(())
+        };
+        match self.state(t.slot) {
+            Some(SlotState::Writing(f)) if f == t.frame => {
+                self.state[t.slot] = SlotState::Ready(rec);
+                Ok(())
+            }
+            Some(SlotState::Queued(f)) if f == t.frame => {
+                self.state[t.slot] = SlotState::InFlight(rec);
+                Ok(())
+            }
+            _ => self.expect(t, "release", false),
+        }
     }
 
     /// `Ready -> InFlight`: the transport queued the consumer for the frame.
@@ -281,6 +303,17 @@ impl Ring {
             }
             _ => self.expect(t, "submit", false),
         }
+    }
+
+    /// `Writing -> Queued`: a transport that [queues before
+    /// ready](FrameTransport::queues_before_ready) queued the consumer for
+    /// the frame before it was written ([`Ring::release`] then moves it in
+    /// flight).
+    pub fn submit_early(&mut self, t: &Ticket) -> Result<(), String> {
+        let ok = self.state(t.slot) == Some(SlotState::Writing(t.frame));
+        self.expect(t, "early submit", ok)?;
+        self.state[t.slot] = SlotState::Queued(t.frame);
+        Ok(())
     }
 
     /// `InFlight -> Free`: the transport reported `c` finished. Refused
@@ -363,6 +396,11 @@ impl Ring {
             }
         }
         let ticket = self.acquire()?;
+        let early = t.queues_before_ready();
+        if early {
+            t.queue_consumer(&ticket).map_err(|e| e.0)?;
+            self.submit_early(&ticket)?;
+        }
         let lent = match peek {
             Some(p) => t.wait_free_and_peek(&ticket, p).map_err(|e| e.0)?,
             None => None,
@@ -373,15 +411,19 @@ impl Ring {
         };
         t.signal_ready(&ticket).map_err(|e| e.0)?;
         self.release(&ticket, started, write_ns)?;
-        t.queue_consumer(&ticket).map_err(|e| e.0)?;
-        self.submit(&ticket)?;
+        if !early {
+            t.queue_consumer(&ticket).map_err(|e| e.0)?;
+            self.submit(&ticket)?;
+        }
         Ok(ticket)
     }
 
     /// One frame through the producer's half of the protocol: acquire its
     /// ticket, have `t` wait for the slot, let `write` fill the bytes
     /// (it returns when it started writing and how many nanoseconds it
-    /// took), signal ready, queue the consumer. Returns the frame's ticket
+    /// took), signal ready, queue the consumer (first, right after the
+    /// acquire, where the transport [queues before
+    /// ready](FrameTransport::queues_before_ready)). Returns the frame's ticket
     /// (already submitted). Call [`Ring::make_room`] first.
     pub fn produce<T: FrameTransport + ?Sized>(
         &mut self,
@@ -446,6 +488,48 @@ mod tests {
         t
     }
 
+    /// The early path: `Writing -> Queued` by `submit_early`, `Queued ->
+    /// InFlight` by `release`; a queued frame is not in flight (no
+    /// completion can come before its ready signal), is refused a second
+    /// submit of either kind, and its slot is not free.
+    #[test]
+    fn a_consumer_queued_before_the_write_moves_through_queued() {
+        let mut ring = Ring::new(2).unwrap();
+        let t = ring.acquire().unwrap();
+        ring.submit_early(&t).unwrap();
+        assert_eq!(ring.state(0), Some(SlotState::Queued(0)));
+        assert_eq!(ring.in_flight(), 0);
+        assert!(ring.submit_early(&t).is_err(), "queued twice");
+        assert!(
+            ring.submit(&t).is_err(),
+            "queued again after an early submit"
+        );
+        let t1 = ring.acquire().unwrap();
+        assert_eq!(t1.slot(), 1, "the next frame takes the next slot");
+        ring.release(&t1, Instant::now(), 0).unwrap();
+        assert!(
+            ring.submit_early(&t1).is_err(),
+            "early submit of a released frame"
+        );
+        assert!(
+            ring.complete(&done(&t)).is_err(),
+            "completed before its release"
+        );
+        ring.release(&t, Instant::now(), 0).unwrap();
+        assert!(matches!(ring.state(0), Some(SlotState::InFlight(r)) if r.frame == 0));
+        assert!(
+            ring.release(&t, Instant::now(), 0).is_err(),
+            "released twice"
+        );
+        assert_eq!(ring.in_flight(), 1);
+        ring.complete(&done(&t)).unwrap();
+        assert_eq!(ring.state(0), Some(SlotState::Free));
+        assert!(
+            ring.submit_early(&t).is_err(),
+            "early submit of a collected frame"
+        );
+    }
+
     #[test]
     fn rejects_zero_and_oversized_rings() {
         assert!(Ring::new(0).is_err());
@@ -485,6 +569,13 @@ mod tests {
         let t0 = ring.acquire().unwrap();
         assert_eq!(ring.state(0), Some(SlotState::Writing(0)));
         assert!(ring.submit(&t0).is_err(), "submit before release");
+        ring.release(&t0, Instant::now(), 0).unwrap();
+        assert!(
+            ring.submit_early(&t0).is_err(),
+            "early submit after release"
+        );
+        let mut ring = Ring::new(2).unwrap();
+        let t0 = ring.acquire().unwrap();
         assert!(ring.complete(&done(&t0)).is_err(), "complete while writing");
         ring.release(&t0, Instant::now(), 0).unwrap();
         assert!(
@@ -552,6 +643,8 @@ mod tests {
     struct Lender {
         bufs: Vec<Vec<u8>>,
         lend: bool,
+        /// Whether it queues its consumer before ready.
+        early: bool,
         done: std::collections::VecDeque<Completion>,
         log: Vec<String>,
     }
@@ -582,12 +675,17 @@ mod tests {
             let [w, r] = self.bufs.get_disjoint_mut([t.slot(), p.slot()]).unwrap();
             Ok(Some((w, r)))
         }
-        fn signal_ready(&mut self, _t: &Ticket) -> Result<(), crate::transport::TransportError> {
+        fn signal_ready(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
+            self.log.push(format!("ready {}", t.frame()));
             Ok(())
         }
         fn queue_consumer(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
+            self.log.push(format!("queue {}", t.frame()));
             self.done.push_back(done(t));
             Ok(())
+        }
+        fn queues_before_ready(&self) -> bool {
+            self.early
         }
         fn try_complete(&mut self) -> Result<Option<Completion>, crate::transport::TransportError> {
             Ok(None)
@@ -603,8 +701,42 @@ mod tests {
         Lender {
             bufs: (0..slots).map(|i| vec![i as u8; 4]).collect(),
             lend,
+            early: false,
             done: Default::default(),
             log: Vec::new(),
+        }
+    }
+
+    /// `produce` queues the consumer after the ready signal, or, for a
+    /// transport that queues before ready, right after the acquire (before
+    /// the wait for the slot and the write); the ring's states follow.
+    #[test]
+    fn produce_queues_the_consumer_where_the_transport_can_take_it() {
+        for early in [false, true] {
+            let mut ring = Ring::new(2).unwrap();
+            let mut t = lender(2, false);
+            t.early = early;
+            let mut written = None;
+            let ticket = ring
+                .produce(&mut t, |ticket, _| {
+                    written = Some(ticket.frame());
+                    Ok((Instant::now(), 0))
+                })
+                .unwrap();
+            let want: &[&str] = if early {
+                &["queue 0", "wait_free 0", "ready 0"]
+            } else {
+                &["wait_free 0", "ready 0", "queue 0"]
+            };
+            assert_eq!(t.log, want, "early = {early}");
+            assert_eq!(written, Some(0));
+            assert!(matches!(ring.state(0), Some(SlotState::InFlight(r)) if r.frame == 0));
+            ring.drain(&mut t, |c, _| {
+                assert_eq!(c.frame, ticket.frame());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(ring.state(0), Some(SlotState::Free));
         }
     }
 
@@ -630,7 +762,7 @@ mod tests {
         .unwrap();
         assert_eq!(seen, Some(vec![1; 4]), "slot 1's bytes");
         assert_eq!(t.bufs[0], vec![3; 4]);
-        assert_eq!(t.log.last().unwrap(), "peek 3 1");
+        assert!(t.log.iter().any(|l| l == "peek 3 1"), "{:?}", t.log);
 
         // A transport that cannot lend: plain wait_free, nothing peeked.
         let mut ring = Ring::new(3).unwrap();
@@ -647,7 +779,7 @@ mod tests {
             Ok((Instant::now(), 0))
         })
         .unwrap();
-        assert_eq!(t.log.last().unwrap(), "wait_free 3");
+        assert!(t.log.iter().any(|l| l == "wait_free 3"), "{:?}", t.log);
     }
 
     #[test]

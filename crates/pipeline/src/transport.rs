@@ -160,6 +160,15 @@ pub trait FrameTransport {
     /// Queues the consumer for the ticket's frame: wait for *ready*,
     /// [`process_frame`] in place, signal *free* to [`Ticket::free_signal`].
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError>;
+    /// Whether [`queue_consumer`](Self::queue_consumer) may come before
+    /// [`wait_free`](Self::wait_free) and [`signal_ready`](Self::signal_ready)
+    /// for the same ticket: the consumer waits for *ready* on the device,
+    /// and a consumer queued for a frame that is never signalled is let
+    /// through at teardown. [`crate::ring::Ring::produce`] then queues the
+    /// consumer first. `false` (the default): queue after the signal.
+    fn queues_before_ready(&self) -> bool {
+        false
+    }
     /// The oldest finished frame, if one has finished.
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError>;
     /// Waits for the oldest queued frame to finish.
