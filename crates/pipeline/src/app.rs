@@ -123,6 +123,12 @@ struct Timings {
     write: Samples,
     process: Samples,
     queued: Samples,
+    /// Written frame kept by the producer before its ready signal: the
+    /// check beside the camera finishing, the copy-based variant's copy.
+    held: Samples,
+    /// Per slot: the frame whose `held` time is recorded, and that time
+    /// (taken at completion).
+    held_by_slot: [Option<(u64, u64)>; MAX_SLOTS],
     overhead: Samples,
     /// Host check of the slot's previous frame.
     verify: Samples,
@@ -195,14 +201,20 @@ fn on_completion(
     let latency = c.finished.saturating_duration_since(rec.started).as_nanos() as u64;
     let process = c.process.as_nanos() as u64;
     let queued = done.queued.as_nanos() as u64;
+    let held = match t.held_by_slot.get_mut(c.slot).and_then(Option::take) {
+        Some((frame, ns)) if frame == c.frame => ns,
+        _ => 0,
+    };
     t.latency.push(latency)?;
     t.write.push(rec.write_ns)?;
     t.process.push(process)?;
     t.busy.push(c.busy.as_nanos() as u64)?;
     t.queued.push(queued)?;
+    t.held.push(held)?;
     t.overhead.push(
         latency
             .saturating_sub(rec.write_ns)
+            .saturating_sub(held)
             .saturating_sub(process)
             .saturating_sub(queued),
     )?;
@@ -260,6 +272,8 @@ fn pipeline(
         write: Samples::with_capacity(n),
         process: Samples::with_capacity(n),
         queued: Samples::with_capacity(n),
+        held: Samples::with_capacity(n),
+        held_by_slot: [None; MAX_SLOTS],
         overhead: Samples::with_capacity(n),
         verify: Samples::with_capacity(n),
         handover: Samples::with_capacity(n),
@@ -343,6 +357,7 @@ fn pipeline(
             if host_copy {
                 bytes.copy_from_slice(&staging);
             }
+            t.held_by_slot[ticket.slot()] = Some((frame, written.elapsed().as_nanos() as u64));
             inside = began.elapsed().as_nanos() as u64;
             Ok((started, (written - started).as_nanos() as u64))
         })?;
@@ -391,6 +406,7 @@ fn pipeline(
         write: t.write.summary().ok_or(none)?,
         process: t.process.summary().ok_or(none)?,
         queued: t.queued.summary().ok_or(none)?,
+        held: t.held.summary().ok_or(none)?,
         overhead: t.overhead.summary().ok_or(none)?,
         stages: vec![
             ("camera", t.write.summary().ok_or(none)?),

@@ -73,7 +73,11 @@ pub struct Report {
     pub process: Summary,
     /// Time a ready frame waited behind earlier frames.
     pub queued: Summary,
-    /// latency - write - process - queued.
+    /// Time a written frame stayed with the producer before its ready
+    /// signal: the read-back check running beside the camera finishing
+    /// (when it takes longer than the write), the copy-based variant's copy.
+    pub held: Summary,
+    /// latency - write - held - process - queued.
     pub overhead: Summary,
     /// Busy time per frame of each pipeline stage, by stage name (see
     /// [`STAGES`]), so the bottleneck is visible beside the frame time.
@@ -211,8 +215,9 @@ impl Report {
         out.push_str(&row("camera write", &self.write));
         out.push_str(&row("processing", &self.process));
         out.push_str(&row("queued", &self.queued));
+        out.push_str(&row("held for check", &self.held));
         out.push_str(&row("interop overhead", &self.overhead));
-        out.push_str("  (latency: write start -> consumer done; overhead = latency - write - processing - queued)\n");
+        out.push_str("  (latency: write start -> consumer done; held: written, waiting on the producer for the check beside it; overhead = latency - write - held - processing - queued)\n");
         out.push_str("stages, busy time per frame (us):\n");
         for (name, s) in &self.stages {
             let _ = writeln!(
@@ -245,7 +250,7 @@ impl Report {
             "{{\"backend\": {}, \"why\": {}, \"processing\": {}, \"frames\": {}, \"ring\": {}, \"width\": {}, \"height\": {}, \
 \"format\": {}, \"frame_bytes\": {}, \"mode\": {}, \"verified\": {}, \
 \"verification\": {{\"consumer_ok\": {}, \"readback_ok\": {}, \"pulses\": {}, \"failed\": {}, \"first_failure\": {}}}, \
-\"latency_us\": {}, \"write_us\": {}, \"process_us\": {}, \"queued_us\": {}, \"overhead_us\": {}, \
+\"latency_us\": {}, \"write_us\": {}, \"process_us\": {}, \"queued_us\": {}, \"held_us\": {}, \"overhead_us\": {}, \
 \"stages\": {{{}}}, \"transport_details\": {}, \"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
             json_str(self.backend),
             json_str(&self.why),
@@ -267,6 +272,7 @@ impl Report {
             json_summary(&self.write),
             json_summary(&self.process),
             json_summary(&self.queued),
+            json_summary(&self.held),
             json_summary(&self.overhead),
             self.stages
                 .iter()
@@ -384,6 +390,7 @@ mod tests {
             write: summary(1000),
             process: summary(1500),
             queued: summary(0),
+            held: summary(0),
             overhead: summary(500),
             stages: vec![("camera", summary(1000)), ("consumer", summary(2000))],
             verification,

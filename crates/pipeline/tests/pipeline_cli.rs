@@ -100,6 +100,9 @@ fn host_run_verifies_every_frame() {
             "{out}"
         );
         assert_eq!(out.trim().lines().count(), 1, "one JSON object");
+        for key in ["\"queued_us\": {", "\"held_us\": {", "\"overhead_us\": {"] {
+            assert!(out.contains(key), "{key}: {out}");
+        }
         let want_mode = if mode.is_empty() { "zero-copy" } else { "copy" };
         assert!(out.contains(&format!("\"mode\": \"{want_mode}\"")), "{out}");
     }
@@ -119,6 +122,7 @@ fn human_summary_labels_the_reference_transport() {
         "p99",
         "max",
         "interop overhead",
+        "held for check",
         "frames/s",
         "MB/s",
     ] {
