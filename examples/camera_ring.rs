@@ -2,7 +2,7 @@
 //! frames into a ring of NvSciBuf buffers, a CUDA consumer (a stream-ordered
 //! host function on the simulator) checks and processes each one in place,
 //! and NvSciSync fences order the two. Runs on the built-in simulator, so it
-//! works anywhere: `cargo run --example camera_ring`.
+//! works anywhere: `cargo run -p tegra-interop --example camera_ring`.
 //!
 //! [`CameraRing`] stores the CUDA context, the ring and its buffers and
 //! semaphores (the transport) in one struct, returned from [`open`].
