@@ -115,3 +115,42 @@ fn more_than_max_batch_entries_are_refused_whole() {
         .unwrap();
     assert_eq!(sim.calls(), calls + 2, "bind check + one signal call");
 }
+
+/// A timeline signal to a value with no flags takes the batch's short path;
+/// anything else about a timeline entry takes the general one. Both refuse
+/// the same things before any call, and a refusal anywhere in the batch
+/// advances nothing: a binary payload for a timeline, a flag only NvSciSync
+/// takes, a value not above the last, each behind valid short-path entries.
+#[test]
+fn timeline_entries_are_checked_the_same_on_either_path() {
+    let sim = Sim::new().unwrap();
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (mut sems, _exported) = timelines(&ctx, 3);
+    stream
+        .signal_each(&mut sems, &[SignalParams::timeline(4); 3])
+        .unwrap();
+    let calls = sim.calls();
+    // SAFETY: the flag is refused before any call (a timeline takes no
+    // flags), so the memsync contract never comes into play.
+    let flagged = unsafe { SignalParams::timeline(5).skip_nvscibuf_memsync() };
+    let bad = [
+        (SignalParams::binary(), "binary payload"),
+        (flagged, "NvSciSync flag"),
+        (SignalParams::timeline(4), "value not above the last"),
+    ];
+    for (last, what) in bad {
+        let params = [SignalParams::timeline(5), SignalParams::timeline(5), last];
+        let r = stream.signal_each(&mut sems, &params);
+        assert!(matches!(r, Err(Error::Validation(_))), "{what}: {r:?}");
+        assert_eq!(sim.calls(), calls, "{what}: no driver call");
+        assert!(
+            sems.iter().all(|s| s.last_timeline_value() == Some(4)),
+            "{what}: nothing advanced"
+        );
+    }
+    stream
+        .signal_each(&mut sems, &[SignalParams::timeline(5); 3])
+        .unwrap();
+    assert!(sems.iter().all(|s| s.last_timeline_value() == Some(5)));
+}
