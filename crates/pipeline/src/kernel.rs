@@ -15,13 +15,12 @@
 //! what `crate::transport::process_frame` does on the host: count the bytes
 //! that differ from the frame's `TestPattern` and invert every byte in place.
 //!
-//! What was verified where: the kernel source and the discrete-GPU
-//! transport's launch sequence (counter clear, kernel, counter read-back)
-//! ran on the H200 when they were still part of `gpu.rs` (BENCHMARKS.md);
-//! moving them here kept the source byte for byte and the calls in the same
-//! order, but the module as it is now has not been run on a GPU (the GPU
-//! tests are ignored where there is none). The Jetson path compiles against
-//! it and has never run on a Jetson (none is reachable from this project).
+//! What was verified where: the kernels and the discrete-GPU transport's
+//! launch sequence (counter clear, kernel, counter read-back), launched
+//! through cudarc's launch builder as below, ran on an H100 in session 6
+//! (every frame verified; BENCHMARKS.md), as did the EGL transport's and the
+//! plain-CUDA baseline's launches. The Jetson path compiles against it and
+//! has never run on a Jetson (none is reachable from this project).
 //! The host-side pattern arithmetic is unit-tested everywhere.
 
 use std::fmt::Display;
