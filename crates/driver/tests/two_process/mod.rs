@@ -95,9 +95,15 @@ fn expect(ep: &mut impl IpcEndpoint, message: &str) -> Res {
     Ok(())
 }
 
-pub fn producer(backend: &Arc<Backend>, name: &str, die_at: u32) -> Res {
+/// What both roles open first: the endpoint (dying at its `die_at`-th
+/// message), a CUDA context, both NvSci modules and the GPU's id.
+fn open_role(
+    backend: &Arc<Backend>,
+    name: &str,
+    die_at: u32,
+) -> Res<(Ep, Context, BufModule, SyncModule, GpuId)> {
     let inner = NvSciIpc::open(backend, name, Duration::from_secs(20))?;
-    let mut ep = Ep {
+    let ep = Ep {
         inner,
         count: 0,
         die_at,
@@ -106,6 +112,11 @@ pub fn producer(backend: &Arc<Backend>, name: &str, die_at: u32) -> Res {
     let bufs = BufModule::open(backend)?;
     let syncs = SyncModule::open(backend)?;
     let gpu = GpuId(backend.device(0)?.uuid()?);
+    Ok((ep, ctx, bufs, syncs, gpu))
+}
+
+pub fn producer(backend: &Arc<Backend>, name: &str, die_at: u32) -> Res {
+    let (mut ep, ctx, bufs, syncs, gpu) = open_role(backend, name, die_at)?;
 
     // The consumer's requirements arrive; reconcile with ours; allocate;
     // hand the consumer a read-only handle.
@@ -189,16 +200,7 @@ pub fn consumer_late(backend: &Arc<Backend>, name: &str, die_at: u32) -> Res {
 }
 
 fn consumer_with(backend: &Arc<Backend>, name: &str, die_at: u32, queue_ahead: bool) -> Res {
-    let inner = NvSciIpc::open(backend, name, Duration::from_secs(20))?;
-    let mut ep = Ep {
-        inner,
-        count: 0,
-        die_at,
-    };
-    let ctx = Context::create(Arc::clone(backend), 0, 0)?;
-    let bufs = BufModule::open(backend)?;
-    let syncs = SyncModule::open(backend)?;
-    let gpu = GpuId(backend.device(0)?.uuid()?);
+    let (mut ep, ctx, bufs, syncs, gpu) = open_role(backend, name, die_at)?;
 
     // The same size as the producer's (the library refuses different ones),
     // and read-only: the producer may export no less than a peer asked for.
