@@ -438,23 +438,13 @@ impl EglTransport {
         copied
             .record(&k.cstream)
             .map_err(err("recording a CUDA event"))?;
-        let counter_host = k.counters.host_address(slot)?;
-        self.cstream
-            .launch_host_fn(move || {
-                // SAFETY: the slot's u64 in pinned host memory, alive until
-                // the transport drained the stream; the copy into it ran
-                // before this function on the same stream. No CUDA call.
-                let mismatches = unsafe { (counter_host as *const u64).read_volatile() };
-                let _ = tx.send(Completion {
-                    slot,
-                    frame,
-                    mismatches,
-                    process: Duration::ZERO,
-                    busy: Duration::ZERO,
-                    finished: Instant::now(),
-                });
-            })
-            .map_err(err("cuLaunchHostFunc"))
+        // SAFETY: the counter's copy was queued just above on this stream;
+        // the counters live until the transport drained it, and the slot's
+        // next copy is queued only after this frame was collected.
+        unsafe {
+            k.counters
+                .send_completion_after(&self.cstream, slot, frame, tx)
+        }
     }
 
     fn collected(&mut self, mut c: Completion) -> Result<Completion, TransportError> {

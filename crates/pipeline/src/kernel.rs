@@ -25,14 +25,17 @@
 
 use std::fmt::Display;
 use std::ptr::NonNull;
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{
     result as cu_result, sys as cu_sys, CudaContext, CudaFunction, CudaModule, CudaSlice,
     CudaStream, DevicePtr, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 
-use crate::transport::TransportError;
+use crate::transport::{Completion, TransportError};
+use tegra_interop::driver::Stream;
 
 /// Threads per block of the kernels (a multiple of the warp size).
 pub const BLOCK: u32 = 256;
@@ -620,6 +623,44 @@ impl Counters {
         cu_call("cuMemcpyDtoHAsync", unsafe {
             cu_sys::cuMemcpyDtoHAsync_v2(host.cast(), counter, std::mem::size_of::<u64>(), stream)
         })
+    }
+
+    /// Queues on `stream` a host function that reads `slot`'s host copy and
+    /// sends frame `frame`'s [`Completion`] on `tx` (with `process` and
+    /// `busy` zero: the caller fills them from its CUDA events when it
+    /// collects the frame, since reading events is a CUDA call, which a host
+    /// function must not make).
+    ///
+    /// # Safety
+    /// The copy into `slot`'s host copy ([`Counters::copy_to_host`]) must be
+    /// queued on `stream` before this, the next copy into it only after the
+    /// frame was collected, and the counters must outlive the stream's
+    /// queued work (the transport drains the stream before it drops them).
+    pub unsafe fn send_completion_after(
+        &self,
+        stream: &Stream,
+        slot: usize,
+        frame: u64,
+        tx: Sender<Completion>,
+    ) -> Result<(), TransportError> {
+        let host = self.host_address(slot)?;
+        stream
+            .launch_host_fn(move || {
+                // SAFETY: the caller's contract: `host` is the slot's u64 in
+                // pinned host memory that outlives this function, and the
+                // copy into it ran before this function on the same stream.
+                // Reading memory is not a CUDA call.
+                let mismatches = unsafe { (host as *const u64).read_volatile() };
+                let _ = tx.send(Completion {
+                    slot,
+                    frame,
+                    mismatches,
+                    process: Duration::ZERO,
+                    busy: Duration::ZERO,
+                    finished: Instant::now(),
+                });
+            })
+            .map_err(|e| err("cuLaunchHostFunc")(&e))
     }
 
     /// `slot`'s host copy.

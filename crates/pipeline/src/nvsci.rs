@@ -599,30 +599,14 @@ impl NvSciTransport {
         // queued next on this stream (so after the copy), and the slot's
         // next copy is queued only after this frame was collected.
         unsafe { k.counters.copy_to_host(slot, s) }?;
-        let host = k.counters.host_address(slot)?;
-        self.stream
-            .launch_host_fn(move || {
-                // SAFETY: `host` is the slot's u64 in pinned host memory,
-                // which lives until the transport has drained the stream
-                // (or is leaked with it). The copy into it was queued before
-                // this function on the same stream, so it has completed;
-                // the next copy into it is queued only after this frame was
-                // collected. Reading memory is not a CUDA call, which a host
-                // function must not make.
-                let mismatches = unsafe { (host as *const u64).read_volatile() };
-                let finished = Instant::now();
-                // `process` is filled in from the CUDA events when the frame
-                // is collected (reading them is a CUDA call).
-                let _ = tx.send(Completion {
-                    slot,
-                    frame,
-                    mismatches,
-                    process: Duration::ZERO,
-                    busy: Duration::ZERO,
-                    finished,
-                });
-            })
-            .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
+        // SAFETY: the counter's copy was queued just above on this stream;
+        // the counters live until the transport has drained it (or are
+        // leaked with it), and the slot's next copy is queued only after
+        // this frame was collected.
+        unsafe {
+            k.counters
+                .send_completion_after(&self.stream, slot, frame, tx)
+        }
     }
 
     /// Accounts for a completion received from the stream; on the kernel
