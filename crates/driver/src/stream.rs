@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(feature = "cudarc")]
 use std::sync::Arc;
 
-use tegra_interop_core::{CuResult, Payload, SignalParams, StreamId, ValidationError, WaitParams};
+use tegra_interop_core::{CuResult, SignalParams, StreamId, ValidationError, WaitParams};
 use tegra_interop_sys::cuda::{
     CUcontext, CUexternalSemaphore, CUstream, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
     CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
@@ -16,7 +16,7 @@ use crate::ffi::{call, code, Bind, Current, Lowered, TryBind};
 use crate::nvsci::{CanSignal, CanWait, Fence, NvSciSemaphore};
 use crate::owner::{Owned, Release};
 use crate::semaphore::refuse_raw_nvscisync;
-use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
+use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
 
 /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy
 /// default stream.
@@ -374,12 +374,7 @@ impl Stream {
     /// `SignalBatch::push` (NULL handle, `SignalParams::check_for` against
     /// the kind), the parameters written in place (what the core's
     /// `lower_for` builds), then the tracking check (timeline value above
-    /// the floor, stream order, deterministic count). A timeline signalled
-    /// to a value with no flags, the common entry, takes a short path that
-    /// makes the same checks in one match (about a quarter fewer
-    /// instructions per batch on the host bench; BENCHMARKS.md, session 6);
-    /// `batch_slices::timeline_entries_are_checked_the_same_on_either_path`
-    /// holds the two paths to the same refusals. Nothing is written to
+    /// the floor, stream order, deterministic count). Nothing is written to
     /// any semaphore before the call, so a refusal or a failed call leaves
     /// every tracked value as it was; the callers hold each semaphore
     /// exclusively (`&mut`) until they [`record`](Self::record) it.
@@ -393,24 +388,6 @@ impl Stream {
         let ctx = self.context().as_raw();
         for (semaphore, params) in entries {
             let handle = self.handle_for(ctx, semaphore)?;
-            // The common case in one match: a timeline (its kind carries a
-            // fence value: `Tracking::Timeline` is made for exactly those
-            // kinds) signalled to a value with no flags. These are the
-            // checks the general path below makes for it: flags (none),
-            // payload against kind (a fence value for a fence kind), the
-            // tracker (no reservation, stream order, value above the last).
-            if let (Tracking::Timeline(t), Payload::Fence(value), true) = (
-                semaphore.tracking(),
-                params.payload(),
-                params.flags().is_empty(),
-            ) {
-                t.check_on(self.id, value)?;
-                arrays.push(handle, |raw| {
-                    raw.params.fence.value = value;
-                    Ok::<(), Error>(())
-                })?;
-                continue;
-            }
             let kind = semaphore.kind();
             arrays.push(handle, |raw| params.lower_into(kind, raw))?;
             semaphore.check_signal(params, self.id)?;

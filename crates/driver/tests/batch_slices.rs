@@ -116,13 +116,11 @@ fn more_than_max_batch_entries_are_refused_whole() {
     assert_eq!(sim.calls(), calls + 2, "bind check + one signal call");
 }
 
-/// A timeline signal to a value with no flags takes the batch's short path;
-/// anything else about a timeline entry takes the general one. Both refuse
-/// the same things before any call, and a refusal anywhere in the batch
-/// advances nothing: a binary payload for a timeline, a flag only NvSciSync
-/// takes, a value not above the last, each behind valid short-path entries.
+/// A refusal anywhere in a batch of timeline entries, behind valid ones,
+/// comes before any call and advances nothing: a binary payload for a
+/// timeline, a flag only NvSciSync takes, a value not above the last.
 #[test]
-fn timeline_entries_are_checked_the_same_on_either_path() {
+fn a_refused_timeline_entry_behind_valid_ones_advances_nothing() {
     let sim = Sim::new().unwrap();
     let ctx = Context::primary(sim.backend(), 0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
