@@ -18,6 +18,7 @@
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 
 use std::process::ExitCode;
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Instant;
 
 use crate::camera::{
@@ -32,7 +33,7 @@ use crate::sensor::{ModelSensorBus, SyncLine};
 use crate::stats::Samples;
 #[cfg(feature = "vulkan")]
 use crate::transport::FrameTransport;
-use crate::transport::{Completion, FrameGeometry};
+use crate::transport::{Completion, FrameGeometry, PeekedFrame};
 
 /// The `pipeline` binary: parses the command line, runs, prints the report.
 /// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
@@ -123,8 +124,8 @@ struct Timings {
     write: Samples,
     process: Samples,
     queued: Samples,
-    /// Written frame kept by the producer before its ready signal: the
-    /// check beside the camera finishing, the copy-based variant's copy.
+    /// Written frame kept by the producer before its ready signal (the
+    /// copy-based variant's host copy).
     held: Samples,
     /// Per slot: the frame whose `held` time is recorded, and that time
     /// (taken at completion).
@@ -180,6 +181,44 @@ fn check_readback(
     let (wrong, ns) = first_wrong_byte(stride, frame, bytes);
     record_readback(v, frame, slot, wrong);
     ns
+}
+
+/// A lent frame for the checker thread to check.
+struct CheckJob {
+    frame: u64,
+    slot: usize,
+    bytes: PeekedFrame,
+}
+
+/// The checker thread's answer for one [`CheckJob`].
+struct CheckDone {
+    frame: u64,
+    slot: usize,
+    wrong: Option<usize>,
+    ns: u64,
+}
+
+/// The checker thread: checks each lent frame against the processed
+/// pattern and answers, until its queue closes (or nobody listens).
+fn check_lent_frames(stride: usize, jobs: Receiver<CheckJob>, done: SyncSender<CheckDone>) {
+    for job in jobs {
+        // SAFETY: the frame is `Lent` in the ring until the producer has
+        // received this job's answer and called `Ring::give_back`, so the
+        // transport is not given the slot's next ticket while these bytes
+        // are read; the producer's thread scope joins this thread before it
+        // ends, and the transport outlives that scope.
+        let bytes = unsafe { job.bytes.bytes() };
+        let (wrong, ns) = first_wrong_byte(stride, job.frame, bytes);
+        let answer = CheckDone {
+            frame: job.frame,
+            slot: job.slot,
+            wrong,
+            ns,
+        };
+        if done.send(answer).is_err() {
+            return;
+        }
+    }
 }
 
 /// Verifies and measures one collected frame.
@@ -290,81 +329,127 @@ fn pipeline(
     let mut progress = Progress::new(opts.frames, !opts.quiet && !opts.json);
     let mut first_start = None;
 
-    // The slot each frame's processed bytes are checked in, per slot: the
-    // slot's last checked frame. With three or more slots a frame is checked
-    // while the camera writes a later one (into another slot), off the
-    // producer's critical path: at frame f the ring lends frame f + 1 - n,
-    // whose slot comes round next and which finished two or more frames ago.
-    // Otherwise (fewer slots, or the transport cannot lend the slot now) a
-    // frame is checked when its slot comes round, before the camera
-    // overwrites it. Either way every frame is checked exactly once.
+    // Per slot: the slot's last checked frame. With three or more slots,
+    // frame f lends frame f + 1 - n (collected, in the slot frame f + 1
+    // writes) to the checker thread, which reads it while the camera writes
+    // frame f and the handover goes on; the producer takes the result (and
+    // gives the slot back to the ring) just before frame f + 1, so the check
+    // is off the producer's path unless it is the slowest stage. Otherwise
+    // (fewer slots, or the transport cannot lend the slot now) a frame is
+    // checked when its slot comes round, before the camera overwrites it.
+    // Either way every frame is checked exactly once.
     let mut checked = [None::<u64>; MAX_SLOTS];
     let slots = ring.slots() as u64;
-    for frame in 0..opts.frames {
-        // Collect finished frames; block only for the one holding our slot.
-        ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
-        let peek = match (frame + 1).checked_sub(slots) {
-            Some(g)
-                if opts.readback == Readback::Overlap
-                    && slots >= 3
-                    && checked[(g % slots) as usize] != Some(g) =>
-            {
-                ring.collect_through(transport, g, |c, done| {
-                    on_completion(c, done, &mut t, &mut v)
-                })?;
-                ring.peek(g)
-            }
-            _ => None,
-        };
-        let entered = Instant::now();
-        let mut inside = 0u64;
-        ring.produce_peeking(transport, peek.as_ref(), |ticket, bytes, peeked| {
-            let began = Instant::now();
-            if let Some(prev) = ticket.previous_frame() {
-                if checked[ticket.slot()] != Some(prev) {
-                    let ns = check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
-                    t.verify.push(ns)?;
-                    checked[ticket.slot()] = Some(prev);
-                }
-            }
-            let started = Instant::now();
-            first_start.get_or_insert(started);
-            let mut sink = WriteDone {
-                expected_index: frame,
-                at: None,
+    std::thread::scope(|scope| -> Result<(), String> {
+        let (job_tx, job_rx) = mpsc::sync_channel::<CheckJob>(1);
+        let (done_tx, done_rx) = mpsc::sync_channel::<CheckDone>(1);
+        let stride = geometry.stride;
+        let checker = scope.spawn(move || check_lent_frames(stride, job_rx, done_tx));
+        // The frame lent to the checker and not given back yet.
+        let mut lent: Option<u64> = None;
+        let finish = |lent: &mut Option<u64>,
+                      ring: &mut Ring,
+                      v: &mut Verification,
+                      t: &mut Timings,
+                      checked: &mut [Option<u64>; MAX_SLOTS]|
+         -> Result<(), String> {
+            let Some(frame) = lent.take() else {
+                return Ok(());
             };
-            let target: &mut [u8] = if host_copy { &mut staging } else { bytes };
-            let lent = peek.as_ref().zip(peeked);
-            let (captured, check) = std::thread::scope(|scope| {
-                let checker = lent.map(|(p, r)| {
-                    let (g, stride) = (p.frame(), geometry.stride);
-                    scope.spawn(move || first_wrong_byte(stride, g, r))
-                });
-                let captured = camera.capture(target, &mut sink);
-                (captured, checker.map(|h| h.join()))
-            });
-            if let (Some((p, _)), Some(result)) = (lent, check) {
-                let (wrong, ns) =
-                    result.map_err(|_| "the read-back check of a frame panicked".to_string())?;
-                record_readback(&mut v, p.frame(), p.slot(), wrong);
-                t.verify.push(ns)?;
-                checked[p.slot()] = Some(p.frame());
+            let d = done_rx
+                .recv()
+                .map_err(|_| "the read-back checker stopped".to_string())?;
+            if d.frame != frame {
+                return Err(format!(
+                    "the read-back checker answered for frame {}, frame {frame} was lent",
+                    d.frame
+                ));
             }
-            captured.map_err(|e| e.to_string())?;
-            let written = sink
-                .at
-                .ok_or("camera returned without signalling the frame")?;
-            if host_copy {
-                bytes.copy_from_slice(&staging);
+            record_readback(v, d.frame, d.slot, d.wrong);
+            t.verify.push(d.ns)?;
+            checked[d.slot] = Some(d.frame);
+            ring.give_back(d.frame)
+        };
+        let mut produced = || -> Result<(), String> {
+            for frame in 0..opts.frames {
+                // Collect finished frames; block only for the one holding our slot.
+                ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
+                let peek = match (frame + 1).checked_sub(slots) {
+                    Some(g)
+                        if opts.readback == Readback::Overlap
+                            && slots >= 3
+                            && checked[(g % slots) as usize] != Some(g) =>
+                    {
+                        ring.collect_through(transport, g, |c, done| {
+                            on_completion(c, done, &mut t, &mut v)
+                        })?;
+                        ring.peek(g)
+                    }
+                    _ => None,
+                };
+                // The frame lent during the last frame sits in this frame's
+                // slot: its check must be done before the slot is acquired.
+                finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)?;
+                let entered = Instant::now();
+                let mut inside = 0u64;
+                ring.produce_peeking(transport, peek.as_ref(), |ticket, bytes, peeked| {
+                    let began = Instant::now();
+                    if let Some(prev) = ticket.previous_frame() {
+                        if checked[ticket.slot()] != Some(prev) {
+                            let ns =
+                                check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
+                            t.verify.push(ns)?;
+                            checked[ticket.slot()] = Some(prev);
+                        }
+                    }
+                    if let (Some(p), Some(bytes)) = (peek.as_ref(), peeked) {
+                        let job = CheckJob {
+                            frame: p.frame(),
+                            slot: p.slot(),
+                            bytes,
+                        };
+                        job_tx
+                            .send(job)
+                            .map_err(|_| "the read-back checker stopped".to_string())?;
+                        lent = Some(p.frame());
+                    }
+                    let started = Instant::now();
+                    first_start.get_or_insert(started);
+                    let mut sink = WriteDone {
+                        expected_index: frame,
+                        at: None,
+                    };
+                    let target: &mut [u8] = if host_copy { &mut staging } else { bytes };
+                    camera
+                        .capture(target, &mut sink)
+                        .map_err(|e| e.to_string())?;
+                    let written = sink
+                        .at
+                        .ok_or("camera returned without signalling the frame")?;
+                    if host_copy {
+                        bytes.copy_from_slice(&staging);
+                    }
+                    t.held_by_slot[ticket.slot()] =
+                        Some((frame, written.elapsed().as_nanos() as u64));
+                    inside = began.elapsed().as_nanos() as u64;
+                    Ok((started, (written - started).as_nanos() as u64))
+                })?;
+                t.handover
+                    .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
+                progress.update(frame + 1 - ring.in_flight() as u64);
             }
-            t.held_by_slot[ticket.slot()] = Some((frame, written.elapsed().as_nanos() as u64));
-            inside = began.elapsed().as_nanos() as u64;
-            Ok((started, (written - started).as_nanos() as u64))
-        })?;
-        t.handover
-            .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
-        progress.update(frame + 1 - ring.in_flight() as u64);
-    }
+            finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)
+        };
+        let result = produced();
+        // The checker stops once its queue is closed; a frame still lent
+        // after a failure is read to its end before the scope (and so the
+        // borrow of the transport that lent it) ends.
+        drop(job_tx);
+        match checker.join() {
+            Ok(()) => result,
+            Err(_) => result.and(Err("the read-back checker panicked".to_string())),
+        }
+    })?;
     ring.drain(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
     progress.update(opts.frames);
     progress.finish();

@@ -49,7 +49,7 @@ use crate::nvsci::Processing;
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    Lent, TransportError,
+    Lent, PeekedFrame, TransportError,
 };
 
 /// How long an acquire, a buffer's return or a completion may take before
@@ -574,12 +574,13 @@ impl FrameTransport for EglTransport {
         // bytes owned by the transport; both frames were collected (the
         // ring), so no read-back writes either; the borrows of `self` end
         // before the next transport call.
-        Ok(Some(unsafe {
-            (
-                std::slice::from_raw_parts_mut(a.as_ptr(), len),
-                std::slice::from_raw_parts(b.as_ptr().cast_const(), len),
-            )
-        }))
+        let write = unsafe { std::slice::from_raw_parts_mut(a.as_ptr(), len) };
+        // SAFETY: the other slot's buffer is owned by the transport at a
+        // fixed address until it is dropped; nothing writes it before its
+        // next ticket (the producer after `wait_free` for that ticket, the
+        // read-back of the processed frame only after its ready signal).
+        let peeked = unsafe { PeekedFrame::new(b, len) };
+        Ok(Some((write, peeked)))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

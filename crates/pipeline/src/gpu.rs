@@ -24,7 +24,7 @@
 //!   submitted ahead, once the next frame's release is queued, and also
 //!   signals a host-only semaphore; the producer host-waits only for that
 //!   semaphore when it comes back to the slot, or when the pipeline borrows
-//!   the slot to check its frame beside the camera
+//!   the slot to check its frame on the checker thread
 //!   ([`FrameTransport::wait_free_and_peek`]; `reclaim_ahead` cites the rule
 //!   that makes this enough). A ring of one acquires inline. The memory types used are
 //!   host-coherent, so the mapped range needs no explicit flush or
@@ -126,6 +126,7 @@
 
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -143,7 +144,9 @@ use tegra_interop_testkit::vulkan::{
 };
 
 use crate::ring::{Peek, Ticket};
-use crate::transport::{Completion, FrameGeometry, FrameTransport, Lent, TransportError};
+use crate::transport::{
+    Completion, FrameGeometry, FrameTransport, Lent, PeekedFrame, TransportError,
+};
 
 use crate::kernel::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
 
@@ -1112,10 +1115,16 @@ impl FrameTransport for GpuTransport {
         let small = || TransportError::new("the Vulkan allocation is smaller than a frame");
         let write = write.map_err(|e| err("mapping the frame buffer")(&e))?;
         let read = read.map_err(|e| err("mapping the frame buffer")(&e))?;
-        Ok(Some((
-            write.get_mut(..len).ok_or_else(small)?,
-            read.get(..len).ok_or_else(small)?,
-        )))
+        let read = read.get_mut(..len).ok_or_else(small)?;
+        // SAFETY: the peeked slot's mapping is made once at allocation and
+        // stays at this address until the transport is dropped; its next
+        // write (by the producer, after `wait_free` for the slot's next
+        // ticket) and its next device access (after that ticket's ready
+        // signal) both come after the slot's next ticket, and no call of
+        // this transport for another ticket touches it (the acquire batches
+        // submitted ahead are for the slots written since).
+        let peeked = unsafe { PeekedFrame::new(NonNull::from(read).cast(), len) };
+        Ok(Some((write.get_mut(..len).ok_or_else(small)?, peeked)))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

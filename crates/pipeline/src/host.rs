@@ -10,13 +10,14 @@
 //! receiving side checks it is exactly the value it waits for, as a
 //! deterministic fence would.
 
+use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
-    process_frame, Completion, FrameGeometry, FrameTransport, Lent, TransportError,
+    process_frame, Completion, FrameGeometry, FrameTransport, Lent, PeekedFrame, TransportError,
 };
 
 /// A deliberate defect, so tests can show that verification catches it.
@@ -216,7 +217,16 @@ impl FrameTransport for HostReference {
             (high.first_mut(), low.get(other))
         };
         match (write, read) {
-            (Some(Some(w)), Some(Some(r))) => Ok(Some((w, r))),
+            (Some(Some(w)), Some(Some(r))) => {
+                let len = r.len();
+                // SAFETY: the other slot's boxed buffer stays in `held` at
+                // this address until that slot's next ticket (its ready
+                // signal hands the box to the consumer) or the transport's
+                // drop, and nothing writes it before then: the producer
+                // writes it after `wait_free` for that ticket.
+                let peeked = unsafe { PeekedFrame::new(NonNull::from(&**r).cast(), len) };
+                Ok(Some((w, peeked)))
+            }
             _ => Err(TransportError::new("slot buffer missing")),
         }
     }

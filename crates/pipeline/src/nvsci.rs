@@ -84,7 +84,7 @@ use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel}
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    Lent, TransportError,
+    Lent, PeekedFrame, TransportError,
 };
 
 /// How long a CPU wait or a completion may take before the run is declared
@@ -712,12 +712,13 @@ impl FrameTransport for NvSciTransport {
         // used), and its next access to either waits for a ready signal,
         // which only `signal_ready` makes, and that needs `&mut self`, so it
         // cannot happen while these borrows of `self` are alive.
-        Ok(Some(unsafe {
-            (
-                std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), len),
-                std::slice::from_raw_parts(self.cpu[other].as_ptr().cast_const(), len),
-            )
-        }))
+        let write = unsafe { std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), len) };
+        // SAFETY: the other slot's buffer stays mapped at this address as
+        // long as `self.objects`, and nothing writes it before its next
+        // ticket: the producer writes it after `wait_free` for that ticket,
+        // the consumer after that ticket's ready signal.
+        let peeked = unsafe { PeekedFrame::new(self.cpu[other], len) };
+        Ok(Some((write, peeked)))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

@@ -74,8 +74,8 @@ pub struct Report {
     /// Time a ready frame waited behind earlier frames.
     pub queued: Summary,
     /// Time a written frame stayed with the producer before its ready
-    /// signal: the read-back check running beside the camera finishing
-    /// (when it takes longer than the write), the copy-based variant's copy.
+    /// signal: the `--copy` variant's host copy into the slot (the read-back
+    /// check runs on its own thread and holds no written frame).
     pub held: Summary,
     /// latency - write - held - process - queued.
     pub overhead: Summary,
@@ -95,7 +95,7 @@ pub const STAGES: [(&str, &str); 4] = [
     ),
     (
         "verify",
-        "host check of a processed frame as the consumer left it (all its threads; beside the camera with --readback overlap)",
+        "host check of a processed frame as the consumer left it (all its threads; on its own thread, beside the camera and the handover, with --readback overlap)",
     ),
     (
         "handover",
@@ -215,9 +215,9 @@ impl Report {
         out.push_str(&row("camera write", &self.write));
         out.push_str(&row("processing", &self.process));
         out.push_str(&row("queued", &self.queued));
-        out.push_str(&row("held for check", &self.held));
+        out.push_str(&row("held before ready", &self.held));
         out.push_str(&row("interop overhead", &self.overhead));
-        out.push_str("  (latency: write start -> consumer done; held: written, waiting on the producer for the check beside it; overhead = latency - write - held - processing - queued)\n");
+        out.push_str("  (latency: write start -> consumer done; held: written, kept by the producer before its ready signal; overhead = latency - write - held - processing - queued)\n");
         out.push_str("stages, busy time per frame (us):\n");
         for (name, s) in &self.stages {
             let _ = writeln!(

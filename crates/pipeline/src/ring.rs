@@ -41,15 +41,26 @@
 //! | `Writing`  | `Queued`   | [`Ring::submit_early`]     | `queue_consumer` (before `wait_free`) |
 //! | `Queued`   | `InFlight` | [`Ring::release`]          | `signal_ready` |
 //!
+//! A collected frame may be lent for reading beyond the call that lent it
+//! (the producer's read-back check, on another thread, while the camera
+//! writes the next frames):
+//!
+//! | from       | to         | ring call                  | after the transport's |
+//! |------------|------------|----------------------------|-----------------------|
+//! | `Free`     | `Lent`     | [`Ring::produce_peeking`]  | `wait_free_and_peek` lent the frame ([`PeekedFrame`]) |
+//! | `Lent`     | `Free`     | [`Ring::give_back`]        | (the reader is done with the bytes) |
+//!
 //! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
-//! always collected before the slot is written again, and every value a
-//! transport waits for has been (or is being) signalled.
+//! always collected before the slot is written again, a lent frame is
+//! given back before its slot's next ticket exists (and so before the
+//! transport is asked for those bytes again), and every value a transport
+//! waits for has been (or is being) signalled.
 //! [`Ring::make_room`] and [`Ring::drain`] collect completions for the
 //! caller.
 
 use std::time::{Duration, Instant};
 
-use crate::transport::{Completion, FrameTransport};
+use crate::transport::{Completion, FrameTransport, PeekedFrame};
 
 /// Most slots a ring may have (the ring is a fixed-size array).
 pub const MAX_SLOTS: usize = 8;
@@ -161,6 +172,10 @@ pub enum SlotState {
     Queued(u64),
     /// The consumer is queued for it; its completion is not collected yet.
     InFlight(InFlight),
+    /// Free, but its collected frame is lent for reading
+    /// ([`PeekedFrame`]): no ticket for the slot until
+    /// [`Ring::give_back`].
+    Lent(u64),
 }
 
 /// A collected frame: what the ring recorded for it, and how long it
@@ -340,6 +355,22 @@ impl Ring {
         }
     }
 
+    /// `Lent -> Free`: the reader of lent frame `frame` is done with its
+    /// bytes; the slot's next ticket may be handed out. Refused unless that
+    /// frame is lent.
+    pub fn give_back(&mut self, frame: u64) -> Result<(), String> {
+        let slot = (frame % self.slots as u64) as usize;
+        match self.state[slot] {
+            SlotState::Lent(f) if f == frame => {
+                self.state[slot] = SlotState::Free;
+                Ok(())
+            }
+            other => Err(format!(
+                "give-back of frame {frame} in slot {slot}, which is {other:?}"
+            )),
+        }
+    }
+
     /// Lends collected frame `frame` for reading while its slot waits for its
     /// next ticket. `None` unless the frame was collected and is still the
     /// last one of a `Free` slot (after the slot's next [`Ring::acquire`] the
@@ -375,14 +406,16 @@ impl Ring {
     }
 
     /// [`Ring::produce`], and also lends the bytes of `peek` (another slot's
-    /// collected frame) to `write` for reading while it writes, where the
-    /// transport can ([`FrameTransport::wait_free_and_peek`]); `write` gets
-    /// `None` otherwise, and the frame stays unread.
+    /// collected frame) to `write`, where the transport can
+    /// ([`FrameTransport::wait_free_and_peek`]): the slot is then `Lent`
+    /// until [`Ring::give_back`], and `write` may hand the [`PeekedFrame`] to
+    /// another thread that reads it while this and later frames are
+    /// written. `write` gets `None` otherwise, and the frame stays unread.
     pub fn produce_peeking<T: FrameTransport + ?Sized>(
         &mut self,
         t: &mut T,
         peek: Option<&Peek>,
-        write: impl FnOnce(&Ticket, &mut [u8], Option<&[u8]>) -> Result<(Instant, u64), String>,
+        write: impl FnOnce(&Ticket, &mut [u8], Option<PeekedFrame>) -> Result<(Instant, u64), String>,
     ) -> Result<Ticket, String> {
         if let Some(p) = peek {
             // Checked here, not trusted from the caller: a peek of the slot
@@ -406,7 +439,12 @@ impl Ring {
             None => None,
         };
         let (started, write_ns) = match lent {
-            Some((bytes, peeked)) => write(&ticket, bytes, Some(peeked))?,
+            Some((bytes, peeked)) => {
+                if let Some(p) = peek {
+                    self.state[p.slot] = SlotState::Lent(p.frame);
+                }
+                write(&ticket, bytes, Some(peeked))?
+            }
             None => write(&ticket, t.wait_free(&ticket).map_err(|e| e.0)?, None)?,
         };
         t.signal_ready(&ticket).map_err(|e| e.0)?;
@@ -673,7 +711,7 @@ mod tests {
             }
             self.log.push(format!("peek {} {}", t.frame(), p.frame()));
             let [w, r] = self.bufs.get_disjoint_mut([t.slot(), p.slot()]).unwrap();
-            Ok(Some((w, r)))
+            Ok(Some((w, crate::transport::PeekedFrame::from_slice(r))))
         }
         fn signal_ready(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
             self.log.push(format!("ready {}", t.frame()));
@@ -755,7 +793,9 @@ mod tests {
         let p = ring.peek(1).unwrap();
         let mut seen = None;
         ring.produce_peeking(&mut t, Some(&p), |ticket, bytes, peeked| {
-            seen = peeked.map(<[u8]>::to_vec);
+            // SAFETY: the lender's buffers outlive this closure and are not
+            // written while it runs.
+            seen = peeked.map(|f| unsafe { f.bytes() }.to_vec());
             bytes.fill(ticket.frame() as u8);
             Ok((Instant::now(), 0))
         })
@@ -763,6 +803,21 @@ mod tests {
         assert_eq!(seen, Some(vec![1; 4]), "slot 1's bytes");
         assert_eq!(t.bufs[0], vec![3; 4]);
         assert!(t.log.iter().any(|l| l == "peek 3 1"), "{:?}", t.log);
+        // Frame 1 is lent: slot 1 is neither peeked again nor acquired
+        // (frame 4's ticket) until it is given back.
+        assert_eq!(ring.state(1), Some(SlotState::Lent(1)));
+        assert_eq!(ring.peek(1), None);
+        ring.make_room(&mut t, |_, _| Ok(())).unwrap();
+        let e = ring
+            .produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+            .unwrap_err();
+        assert!(e.contains("slot 1") && e.contains("Lent"), "{e}");
+        assert_eq!(ring.next_frame(), 4, "nothing acquired");
+        assert!(ring.give_back(2).is_err(), "frame 2 was not lent");
+        ring.give_back(1).unwrap();
+        assert!(ring.give_back(1).is_err(), "given back twice");
+        ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
+            .unwrap();
 
         // A transport that cannot lend: plain wait_free, nothing peeked.
         let mut ring = Ring::new(3).unwrap();

@@ -122,7 +122,7 @@ fn human_summary_labels_the_reference_transport() {
         "p99",
         "max",
         "interop overhead",
-        "held for check",
+        "held before ready",
         "frames/s",
         "MB/s",
     ] {
@@ -160,6 +160,16 @@ fn broken_pipelines_do_not_report_success() {
                 stderr(&o).contains("failed verification"),
                 "{backend} {fault}"
             );
+            if fault == "skip-process" {
+                // Every frame's read-back check ran and failed, those on the
+                // checker thread (rings of 3 or more) included.
+                assert!(
+                    out.contains(
+                        "\"consumer_ok\": 40, \"readback_ok\": 0, \"pulses\": 40, \"failed\": 40"
+                    ),
+                    "{backend} {fault}: {out}"
+                );
+            }
         }
     }
 }
