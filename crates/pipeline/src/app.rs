@@ -330,11 +330,12 @@ fn pipeline(
     let mut first_start = None;
 
     // Per slot: the slot's last checked frame. With three or more slots,
-    // frame f lends frame f + 1 - n (collected, in the slot frame f + 1
-    // writes) to the checker thread, which reads it while the camera writes
-    // frame f and the handover goes on; the producer takes the result (and
-    // gives the slot back to the ring) just before frame f + 1, so the check
-    // is off the producer's path unless it is the slowest stage. Otherwise
+    // frame f + 1 - n (collected; its slot is the one frame f + 1 writes) is
+    // lent to the checker thread just before frame f is produced, and its
+    // answer taken (the slot given back to the ring) just before frame f + 1:
+    // the check runs beside the camera and the handover, and holds the
+    // producer only when it is the slowest stage. The checker has at most
+    // two frames: the one it reads and the next one, queued. Otherwise
     // (fewer slots, or the transport cannot lend the slot now) a frame is
     // checked when its slot comes round, before the camera overwrites it.
     // Either way every frame is checked exactly once.
@@ -342,18 +343,19 @@ fn pipeline(
     let slots = ring.slots() as u64;
     std::thread::scope(|scope| -> Result<(), String> {
         let (job_tx, job_rx) = mpsc::sync_channel::<CheckJob>(1);
-        let (done_tx, done_rx) = mpsc::sync_channel::<CheckDone>(1);
+        let (done_tx, done_rx) = mpsc::sync_channel::<CheckDone>(2);
         let stride = geometry.stride;
         let checker = scope.spawn(move || check_lent_frames(stride, job_rx, done_tx));
-        // The frame lent to the checker and not given back yet.
-        let mut lent: Option<u64> = None;
-        let finish = |lent: &mut Option<u64>,
+        // Frames lent to the checker and not given back yet, oldest first.
+        let mut lent = std::collections::VecDeque::<u64>::with_capacity(2);
+        // Takes the checker's answer for the oldest lent frame.
+        let finish = |lent: &mut std::collections::VecDeque<u64>,
                       ring: &mut Ring,
                       v: &mut Verification,
                       t: &mut Timings,
                       checked: &mut [Option<u64>; MAX_SLOTS]|
          -> Result<(), String> {
-            let Some(frame) = lent.take() else {
+            let Some(frame) = lent.pop_front() else {
                 return Ok(());
             };
             let d = done_rx
@@ -374,25 +376,40 @@ fn pipeline(
             for frame in 0..opts.frames {
                 // Collect finished frames; block only for the one holding our slot.
                 ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
-                let peek = match (frame + 1).checked_sub(slots) {
-                    Some(g)
-                        if opts.readback == Readback::Overlap
-                            && slots >= 3
-                            && checked[(g % slots) as usize] != Some(g) =>
+                if let Some(g) = (frame + 1).checked_sub(slots) {
+                    if opts.readback == Readback::Overlap
+                        && slots >= 3
+                        && checked[(g % slots) as usize] != Some(g)
                     {
                         ring.collect_through(transport, g, |c, done| {
                             on_completion(c, done, &mut t, &mut v)
                         })?;
-                        ring.peek(g)
+                        let bytes = match ring.peek(g) {
+                            Some(p) => ring.lend(transport, &p)?,
+                            None => None,
+                        };
+                        if let Some(bytes) = bytes {
+                            let job = CheckJob {
+                                frame: g,
+                                slot: (g % slots) as usize,
+                                bytes,
+                            };
+                            job_tx
+                                .send(job)
+                                .map_err(|_| "the read-back checker stopped".to_string())?;
+                            lent.push_back(g);
+                        }
                     }
-                    _ => None,
-                };
-                // The frame lent during the last frame sits in this frame's
-                // slot: its check must be done before the slot is acquired.
-                finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)?;
+                }
+                // A frame lent earlier may sit in this frame's slot: its
+                // check must be done before the slot is acquired.
+                let slot = (frame % slots) as usize;
+                while lent.iter().any(|&g| (g % slots) as usize == slot) {
+                    finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)?;
+                }
                 let entered = Instant::now();
                 let mut inside = 0u64;
-                ring.produce_peeking(transport, peek.as_ref(), |ticket, bytes, peeked| {
+                ring.produce(transport, |ticket, bytes| {
                     let began = Instant::now();
                     if let Some(prev) = ticket.previous_frame() {
                         if checked[ticket.slot()] != Some(prev) {
@@ -401,17 +418,6 @@ fn pipeline(
                             t.verify.push(ns)?;
                             checked[ticket.slot()] = Some(prev);
                         }
-                    }
-                    if let (Some(p), Some(bytes)) = (peek.as_ref(), peeked) {
-                        let job = CheckJob {
-                            frame: p.frame(),
-                            slot: p.slot(),
-                            bytes,
-                        };
-                        job_tx
-                            .send(job)
-                            .map_err(|_| "the read-back checker stopped".to_string())?;
-                        lent = Some(p.frame());
                     }
                     let started = Instant::now();
                     first_start.get_or_insert(started);
@@ -438,12 +444,15 @@ fn pipeline(
                     .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
                 progress.update(frame + 1 - ring.in_flight() as u64);
             }
-            finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)
+            while !lent.is_empty() {
+                finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)?;
+            }
+            Ok(())
         };
         let result = produced();
-        // The checker stops once its queue is closed; a frame still lent
-        // after a failure is read to its end before the scope (and so the
-        // borrow of the transport that lent it) ends.
+        // The checker stops once its queue is closed; frames still lent
+        // after a failure are read to the end before the scope (and so the
+        // borrow of the transport that lent them) ends.
         drop(job_tx);
         match checker.join() {
             Ok(()) => result,

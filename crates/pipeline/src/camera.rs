@@ -24,6 +24,7 @@ use ::core::fmt;
 
 use embedded_hal::digital::{self, OutputPin};
 use embedded_hal::i2c::{self, I2c};
+use rayon::prelude::*;
 
 /// Register map of the model sensor (16-bit register addresses, sent
 /// big-endian, 8-bit values; multi-byte reads auto-increment).
@@ -495,64 +496,79 @@ impl TestPattern {
         rows.div_ceil(threads.max(1)).max(1)
     }
 
-    /// [`TestPattern::fill`], with the frame split into bands of whole rows
-    /// written by up to `threads` threads at once (the calling thread
-    /// writes one band).
+    /// [`TestPattern::fill`], with the frame split into `threads` bands of
+    /// whole rows written at once by the camera's band pool (persistent
+    /// threads, [`frame_threads`] of them, so no thread is started per
+    /// frame); written by the calling thread alone where `threads` is 1 or
+    /// the pool could not be started.
     pub fn fill_parallel(&self, buf: &mut [u8], threads: usize) {
-        if threads <= 1 || self.stride == 0 {
+        let pool = band_pool(BandPool::Camera);
+        let (Some(pool), true) = (pool, threads > 1 && self.stride > 0) else {
             return self.fill(buf);
-        }
+        };
         let rows = self.band_rows(buf.len(), threads);
-        let mut bands = buf.chunks_mut(rows * self.stride).enumerate();
-        let first = bands.next();
-        std::thread::scope(|scope| {
-            for (i, band) in bands {
-                scope.spawn(move || self.fill_rows(band, i * rows));
-            }
-            if let Some((_, band)) = first {
-                self.fill_rows(band, 0);
-            }
+        pool.install(|| {
+            buf.par_chunks_mut(rows * self.stride)
+                .enumerate()
+                .for_each(|(i, band)| self.fill_rows(band, i * rows));
         });
     }
 
-    /// [`TestPattern::first_mismatch`], with bands of whole rows checked by
-    /// up to `threads` threads at once. Every byte is checked; the lowest
-    /// mismatching offset is returned.
+    /// [`TestPattern::first_mismatch`], with `threads` bands of whole rows
+    /// checked at once by the read-back check's band pool (its own
+    /// persistent threads, so that a check and a camera write run side by
+    /// side). Every byte is checked; the lowest mismatching offset is
+    /// returned.
     pub fn first_mismatch_parallel(
         &self,
         buf: &[u8],
         xor_mask: u8,
         threads: usize,
     ) -> Option<usize> {
-        if threads <= 1 || self.stride == 0 {
+        let pool = band_pool(BandPool::Check);
+        let (Some(pool), true) = (pool, threads > 1 && self.stride > 0) else {
             return self.first_mismatch(buf, xor_mask);
-        }
+        };
         let rows = self.band_rows(buf.len(), threads);
         let band_len = rows * self.stride;
-        let mut bands = buf.chunks(band_len).enumerate();
-        let first = bands.next();
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = bands
-                .map(|(i, band)| {
-                    scope.spawn(move || {
-                        self.first_mismatch_rows(band, i * rows, xor_mask)
-                            .map(|at| i * band_len + at)
-                    })
+        pool.install(|| {
+            buf.par_chunks(band_len)
+                .enumerate()
+                .filter_map(|(i, band)| {
+                    self.first_mismatch_rows(band, i * rows, xor_mask)
+                        .map(|at| i * band_len + at)
                 })
-                .collect();
-            let mut found = first.and_then(|(_, band)| self.first_mismatch_rows(band, 0, xor_mask));
-            for h in handles {
-                // A band's check cannot panic; a thread that did anyway
-                // counts as a mismatch at its band, never as a pass.
-                let r = h.join().unwrap_or(Some(usize::MAX));
-                found = match (found, r) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            }
-            found
+                .min()
         })
     }
+}
+
+/// The two persistent pools of band threads: the camera's writes and the
+/// read-back checks run at the same time, each on its own threads.
+#[derive(Clone, Copy)]
+enum BandPool {
+    Camera,
+    Check,
+}
+
+/// The pool for `which`, started on first use with [`frame_threads`] threads
+/// for a large frame; `None` where it could not be started (the callers then
+/// work on their own thread).
+fn band_pool(which: BandPool) -> Option<&'static rayon::ThreadPool> {
+    static CAMERA: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    static CHECK: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    let (cell, name) = match which {
+        BandPool::Camera => (&CAMERA, "camera-band"),
+        BandPool::Check => (&CHECK, "check-band"),
+    };
+    cell.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(frame_threads(PARALLEL_MIN_BYTES))
+            .thread_name(move |i| format!("{name}-{i}"))
+            .build()
+            .ok()
+    })
+    .as_ref()
 }
 
 /// The splitmix64 finaliser, used to spread frame indices over the pattern seed.

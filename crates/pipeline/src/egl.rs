@@ -49,7 +49,7 @@ use crate::nvsci::Processing;
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    Lent, PeekedFrame, TransportError,
+    PeekedFrame, TransportError,
 };
 
 /// How long an acquire, a buffer's return or a completion may take before
@@ -563,24 +563,16 @@ impl FrameTransport for EglTransport {
         Ok(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), self.geometry.frame_len()) })
     }
 
-    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
-        let (slot, other) = (t.slot(), p.slot());
-        if slot == other {
-            return Ok(None);
-        }
-        let (a, b) = (self.slot_bytes(slot)?, self.slot_bytes(other)?);
-        let len = self.geometry.frame_len();
-        // SAFETY: two different slots, so two disjoint buffers of `len`
-        // bytes owned by the transport; both frames were collected (the
-        // ring), so no read-back writes either; the borrows of `self` end
-        // before the next transport call.
-        let write = unsafe { std::slice::from_raw_parts_mut(a.as_ptr(), len) };
-        // SAFETY: the other slot's buffer is owned by the transport at a
-        // fixed address until it is dropped; nothing writes it before its
-        // next ticket (the producer after `wait_free` for that ticket, the
-        // read-back of the processed frame only after its ready signal).
-        let peeked = unsafe { PeekedFrame::new(b, len) };
-        Ok(Some((write, peeked)))
+    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
+        let bytes = self.slot_bytes(p.slot())?;
+        // SAFETY: the slot's buffer (`frame_len` bytes) is owned by the
+        // transport at a fixed address until it is dropped; the frame was
+        // collected, so its read-back is done, and nothing writes the buffer
+        // before the slot's next ticket (the producer after `wait_free` for
+        // that ticket, the next read-back only after its ready signal).
+        Ok(Some(unsafe {
+            PeekedFrame::new(bytes, self.geometry.frame_len())
+        }))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

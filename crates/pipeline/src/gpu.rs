@@ -144,15 +144,19 @@ use tegra_interop_testkit::vulkan::{
 };
 
 use crate::ring::{Peek, Ticket};
-use crate::transport::{
-    Completion, FrameGeometry, FrameTransport, Lent, PeekedFrame, TransportError,
-};
+use crate::transport::{Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError};
 
 use crate::kernel::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
 
 /// `0` queues the consumer after the ready signal instead of before the
 /// write (for comparison; see [`FrameTransport::queues_before_ready`]).
 pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
+
+/// Microseconds the completion thread spins between two queries of a
+/// frame's end event (default 2; `0`: query back to back, yielding between).
+/// Each query is a driver call that may contend with the producer's CUDA
+/// calls on the same context; the spin keeps them apart.
+pub const POLL_ENV: &str = "TEGRA_INTEROP_GPU_POLL_US";
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -340,6 +344,7 @@ fn completion_loop(
     jobs: Receiver<Job>,
     done: SyncSender<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
+    poll: Duration,
 ) {
     if let Err(e) = ctx.bind_to_thread() {
         let _ = done.send(Err(err("binding the CUDA context")(&e)));
@@ -368,7 +373,14 @@ fn completion_loop(
                     )));
                 }
             }
-            thread::yield_now();
+            if poll.is_zero() {
+                thread::yield_now();
+            } else {
+                let paused = Instant::now();
+                while paused.elapsed() < poll {
+                    std::hint::spin_loop();
+                }
+            }
         };
         let failed = result.is_err();
         if done.send(result).is_err() || failed {
@@ -657,6 +669,12 @@ impl GpuTransport {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| err("recording the frame handover batches")(&e))?;
 
+        let poll = match std::env::var(POLL_ENV) {
+            Err(_) => Duration::from_micros(2),
+            Ok(v) => v.parse::<u64>().map(Duration::from_micros).map_err(|_| {
+                TransportError::new(format!("{POLL_ENV}={v:?}: expected microseconds"))
+            })?,
+        };
         let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
         let (done_tx, done_rx) = mpsc::sync_channel(slots);
         let stopping = Arc::new(AtomicBool::new(false));
@@ -665,7 +683,7 @@ impl GpuTransport {
                 (Arc::clone(&cu), Arc::clone(&events), Arc::clone(&stopping));
             thread::Builder::new()
                 .name("gpu-completions".into())
-                .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
+                .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping, poll))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
         Ok(GpuTransport {
@@ -1075,10 +1093,9 @@ impl FrameTransport for GpuTransport {
             .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))
     }
 
-    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
-        let slot = self.check_slot(t)?;
+    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
         let other = p.slot();
-        if other == slot || other >= self.frames.len() {
+        if other >= self.frames.len() {
             return Ok(None);
         }
         let want = p.free_reached();
@@ -1099,32 +1116,25 @@ impl FrameTransport for GpuTransport {
                 "slot {other}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
             )));
         }
-        self.wait_slot(slot, t.free_wait())?;
         let len = self.geometry.frame_len();
-        let [w, r] = self
-            .frames
-            .get_disjoint_mut([slot, other])
-            .map_err(|_| TransportError::new("peek of the slot being written"))?;
-        // SAFETY: two different slots, so two different allocations. For
-        // both, the free fence reached the value the consumer signals after
-        // its last access (and the acquire batch made its writes visible to
-        // the host); the consumer's next access to either waits for a ready
-        // signal, which only `signal_ready` makes, and that takes `&mut
-        // self`, so it cannot run while these borrows are alive.
-        let (write, read) = unsafe { (w.host_bytes_mut(), r.host_bytes_mut()) };
-        let small = || TransportError::new("the Vulkan allocation is smaller than a frame");
-        let write = write.map_err(|e| err("mapping the frame buffer")(&e))?;
-        let read = read.map_err(|e| err("mapping the frame buffer")(&e))?;
-        let read = read.get_mut(..len).ok_or_else(small)?;
-        // SAFETY: the peeked slot's mapping is made once at allocation and
-        // stays at this address until the transport is dropped; its next
-        // write (by the producer, after `wait_free` for the slot's next
-        // ticket) and its next device access (after that ticket's ready
-        // signal) both come after the slot's next ticket, and no call of
-        // this transport for another ticket touches it (the acquire batches
-        // submitted ahead are for the slots written since).
-        let peeked = unsafe { PeekedFrame::new(NonNull::from(read).cast(), len) };
-        Ok(Some((write.get_mut(..len).ok_or_else(small)?, peeked)))
+        // SAFETY: the free fence reached the value the consumer signals
+        // after its last access (and the acquire batch made its writes
+        // visible to the host); its next access waits for the slot's next
+        // ready signal. The slice lives only for this statement.
+        let read = unsafe { self.frames[other].host_bytes_mut() }
+            .map_err(|e| err("mapping the frame buffer")(&e))?
+            .get_mut(..len)
+            .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))?;
+        // SAFETY: the slot's mapping is made once at allocation and stays at
+        // this address until the transport is dropped; its next write (by
+        // the producer, after `wait_free` for the slot's next ticket) and
+        // its next device access (after that ticket's ready signal) both
+        // come after the slot's next ticket, and no call of this transport
+        // for another ticket touches it (the acquire batches submitted ahead
+        // are for the slots written since).
+        Ok(Some(unsafe {
+            PeekedFrame::new(NonNull::from(read).cast(), len)
+        }))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
-    process_frame, Completion, FrameGeometry, FrameTransport, Lent, PeekedFrame, TransportError,
+    process_frame, Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
 /// A deliberate defect, so tests can show that verification catches it.
@@ -201,31 +201,20 @@ impl FrameTransport for HostReference {
         }
     }
 
-    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
-        let (slot, other) = (t.slot(), p.slot());
-        if slot == other {
-            return Ok(None);
-        }
-        // The peeked slot's buffer comes back first: the value it carries
-        // is the one the slot's next ticket waits for.
-        self.take_free(other, p.free_reached(), p.frame())?;
-        self.take_free(slot, t.free_wait(), t.frame())?;
-        let (low, high) = self.held.split_at_mut(slot.max(other));
-        let (write, read) = if slot < other {
-            (low.get_mut(slot), high.first())
-        } else {
-            (high.first_mut(), low.get(other))
-        };
-        match (write, read) {
-            (Some(Some(w)), Some(Some(r))) => {
-                let len = r.len();
-                // SAFETY: the other slot's boxed buffer stays in `held` at
-                // this address until that slot's next ticket (its ready
-                // signal hands the box to the consumer) or the transport's
-                // drop, and nothing writes it before then: the producer
-                // writes it after `wait_free` for that ticket.
-                let peeked = unsafe { PeekedFrame::new(NonNull::from(&**r).cast(), len) };
-                Ok(Some((w, peeked)))
+    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
+        let slot = p.slot();
+        // The slot's buffer comes back with the value its next ticket waits
+        // for.
+        self.take_free(slot, p.free_reached(), p.frame())?;
+        match self.held.get(slot) {
+            Some(Some(bytes)) => {
+                // SAFETY: the slot's boxed buffer stays in `held` at this
+                // address until the slot's next ticket (its ready signal
+                // hands the box to the consumer) or the transport's drop,
+                // and nothing writes it before then: the producer writes it
+                // after `wait_free` for that ticket.
+                let lent = unsafe { PeekedFrame::new(NonNull::from(&**bytes).cast(), bytes.len()) };
+                Ok(Some(lent))
             }
             _ => Err(TransportError::new("slot buffer missing")),
         }

@@ -84,7 +84,7 @@ use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel}
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    Lent, PeekedFrame, TransportError,
+    PeekedFrame, TransportError,
 };
 
 /// How long a CPU wait or a completion may take before the run is declared
@@ -697,28 +697,21 @@ impl FrameTransport for NvSciTransport {
         })
     }
 
-    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
-        let (slot, other) = (t.slot(), p.slot());
-        if slot == other {
-            return Ok(None);
+    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
+        let slot = p.slot();
+        if slot >= self.cpu.len() {
+            return Err(TransportError::new(format!("no slot {slot}")));
         }
-        self.wait_slot(other, p.free_reached())?;
-        self.wait_slot(slot, t.free_wait())?;
-        let len = self.geometry.frame_len();
-        // SAFETY: two different slots, so two disjoint buffers, each at
-        // least `frame_len` bytes (checked at set-up) and alive as long as
-        // `self.objects`. The consumer is done with both: their free fences
-        // for the frames they hold were reached above (or the slot was never
-        // used), and its next access to either waits for a ready signal,
-        // which only `signal_ready` makes, and that needs `&mut self`, so it
-        // cannot happen while these borrows of `self` are alive.
-        let write = unsafe { std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), len) };
-        // SAFETY: the other slot's buffer stays mapped at this address as
-        // long as `self.objects`, and nothing writes it before its next
-        // ticket: the producer writes it after `wait_free` for that ticket,
-        // the consumer after that ticket's ready signal.
-        let peeked = unsafe { PeekedFrame::new(self.cpu[other], len) };
-        Ok(Some((write, peeked)))
+        self.wait_slot(slot, p.free_reached())?;
+        // SAFETY: the slot's buffer is at least `frame_len` bytes (checked at
+        // set-up) and stays mapped at this address as long as
+        // `self.objects`; the consumer is done with it (its free fence for
+        // the frame reached above), and nothing writes it before the slot's
+        // next ticket: the producer after `wait_free` for that ticket, the
+        // consumer after that ticket's ready signal.
+        Ok(Some(unsafe {
+            PeekedFrame::new(self.cpu[slot], self.geometry.frame_len())
+        }))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {

@@ -47,7 +47,7 @@
 //!
 //! | from       | to         | ring call                  | after the transport's |
 //! |------------|------------|----------------------------|-----------------------|
-//! | `Free`     | `Lent`     | [`Ring::produce_peeking`]  | `wait_free_and_peek` lent the frame ([`PeekedFrame`]) |
+//! | `Free`     | `Lent`     | [`Ring::lend`]             | `lend` lent the frame ([`PeekedFrame`]) |
 //! | `Lent`     | `Free`     | [`Ring::give_back`]        | (the reader is done with the bytes) |
 //!
 //! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
@@ -405,55 +405,30 @@ impl Ring {
         Ok(())
     }
 
-    /// [`Ring::produce`], and also lends the bytes of `peek` (another slot's
-    /// collected frame) to `write`, where the transport can
-    /// ([`FrameTransport::wait_free_and_peek`]): the slot is then `Lent`
-    /// until [`Ring::give_back`], and `write` may hand the [`PeekedFrame`] to
-    /// another thread that reads it while this and later frames are
-    /// written. `write` gets `None` otherwise, and the frame stays unread.
-    pub fn produce_peeking<T: FrameTransport + ?Sized>(
+    /// `Free -> Lent`: lends collected frame `p` (from [`Ring::peek`]) for
+    /// reading beyond this call, where the transport can
+    /// ([`FrameTransport::lend`]): the [`PeekedFrame`] may go to another
+    /// thread that reads it while later frames are written, and the slot's
+    /// next ticket is refused until [`Ring::give_back`]. `Ok(None)`: the
+    /// transport cannot lend it now; the slot stays `Free` and its frame
+    /// unread. A stale `p` (the slot moved on) is refused.
+    pub fn lend<T: FrameTransport + ?Sized>(
         &mut self,
         t: &mut T,
-        peek: Option<&Peek>,
-        write: impl FnOnce(&Ticket, &mut [u8], Option<PeekedFrame>) -> Result<(Instant, u64), String>,
-    ) -> Result<Ticket, String> {
-        if let Some(p) = peek {
-            // Checked here, not trusted from the caller: a peek of the slot
-            // about to be written, or of a slot that is not free, is refused.
-            let still = self.peek(p.frame).is_some_and(|q| q == *p);
-            if !still || p.slot == self.next_slot() {
-                return Err(format!(
-                    "peek of frame {} in slot {}, which is not another free slot's collected frame",
-                    p.frame, p.slot
-                ));
-            }
+        p: &Peek,
+    ) -> Result<Option<PeekedFrame>, String> {
+        // Checked here, not trusted from the caller.
+        if self.peek(p.frame).as_ref() != Some(p) {
+            return Err(format!(
+                "lend of frame {} in slot {}, which is not a free slot's collected frame",
+                p.frame, p.slot
+            ));
         }
-        let ticket = self.acquire()?;
-        let early = t.queues_before_ready();
-        if early {
-            t.queue_consumer(&ticket).map_err(|e| e.0)?;
-            self.submit_early(&ticket)?;
+        let lent = t.lend(p).map_err(|e| e.0)?;
+        if lent.is_some() {
+            self.state[p.slot] = SlotState::Lent(p.frame);
         }
-        let lent = match peek {
-            Some(p) => t.wait_free_and_peek(&ticket, p).map_err(|e| e.0)?,
-            None => None,
-        };
-        let (started, write_ns) = match lent {
-            Some((bytes, peeked)) => {
-                if let Some(p) = peek {
-                    self.state[p.slot] = SlotState::Lent(p.frame);
-                }
-                write(&ticket, bytes, Some(peeked))?
-            }
-            None => write(&ticket, t.wait_free(&ticket).map_err(|e| e.0)?, None)?,
-        };
-        t.signal_ready(&ticket).map_err(|e| e.0)?;
-        self.release(&ticket, started, write_ns)?;
-        if !early {
-            t.queue_consumer(&ticket).map_err(|e| e.0)?;
-            self.submit(&ticket)?;
-        }
-        Ok(ticket)
+        Ok(lent)
     }
 
     /// One frame through the producer's half of the protocol: acquire its
@@ -468,7 +443,20 @@ impl Ring {
         t: &mut T,
         write: impl FnOnce(&Ticket, &mut [u8]) -> Result<(Instant, u64), String>,
     ) -> Result<Ticket, String> {
-        self.produce_peeking(t, None, |ticket, bytes, _| write(ticket, bytes))
+        let ticket = self.acquire()?;
+        let early = t.queues_before_ready();
+        if early {
+            t.queue_consumer(&ticket).map_err(|e| e.0)?;
+            self.submit_early(&ticket)?;
+        }
+        let (started, write_ns) = write(&ticket, t.wait_free(&ticket).map_err(|e| e.0)?)?;
+        t.signal_ready(&ticket).map_err(|e| e.0)?;
+        self.release(&ticket, started, write_ns)?;
+        if !early {
+            t.queue_consumer(&ticket).map_err(|e| e.0)?;
+            self.submit(&ticket)?;
+        }
+        Ok(ticket)
     }
 
     /// Collects every finished frame without blocking, then blocks until
@@ -701,17 +689,15 @@ mod tests {
             self.log.push(format!("wait_free {}", t.frame()));
             Ok(&mut self.bufs[t.slot()])
         }
-        fn wait_free_and_peek(
+        fn lend(
             &mut self,
-            t: &Ticket,
             p: &Peek,
-        ) -> Result<crate::transport::Lent<'_>, crate::transport::TransportError> {
+        ) -> Result<Option<PeekedFrame>, crate::transport::TransportError> {
             if !self.lend {
                 return Ok(None);
             }
-            self.log.push(format!("peek {} {}", t.frame(), p.frame()));
-            let [w, r] = self.bufs.get_disjoint_mut([t.slot(), p.slot()]).unwrap();
-            Ok(Some((w, crate::transport::PeekedFrame::from_slice(r))))
+            self.log.push(format!("lend {}", p.frame()));
+            Ok(Some(PeekedFrame::from_slice(&self.bufs[p.slot()])))
         }
         fn signal_ready(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
             self.log.push(format!("ready {}", t.frame()));
@@ -779,34 +765,41 @@ mod tests {
     }
 
     #[test]
-    fn produce_peeking_lends_the_other_slot_while_writing() {
+    fn lend_keeps_the_slot_until_it_is_given_back() {
         let mut ring = Ring::new(3).unwrap();
         let mut t = lender(3, true);
         for _ in 0..3 {
             ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
                 .unwrap();
         }
-        // Frame 3 (slot 0) may read frame 1 (slot 1) once it is collected.
+        // Frame 1 (slot 1) may be lent once it is collected, not before.
         ring.make_room(&mut t, |_, _| Ok(())).unwrap();
+        let stale = Peek {
+            slot: 2,
+            frame: 2,
+            free_reached: 1,
+        };
+        assert!(ring.lend(&mut t, &stale).is_err(), "frame 2 is in flight");
         ring.collect_through(&mut t, 1, |_, _| Ok(())).unwrap();
         assert_eq!(ring.in_flight(), 1, "frame 2 still in flight");
         let p = ring.peek(1).unwrap();
-        let mut seen = None;
-        ring.produce_peeking(&mut t, Some(&p), |ticket, bytes, peeked| {
-            // SAFETY: the lender's buffers outlive this closure and are not
-            // written while it runs.
-            seen = peeked.map(|f| unsafe { f.bytes() }.to_vec());
+        let lent = ring.lend(&mut t, &p).unwrap().unwrap();
+        assert_eq!(lent.len(), 4);
+        // SAFETY: the lender's buffers are alive and not written here.
+        assert_eq!(unsafe { lent.bytes() }, &[1; 4][..], "slot 1's bytes");
+        assert!(t.log.iter().any(|l| l == "lend 1"), "{:?}", t.log);
+        // Frame 1 is lent: slot 1 is neither peeked nor lent again, nor
+        // acquired (frame 4's ticket) until it is given back; frame 3
+        // (slot 0) goes on meanwhile.
+        assert_eq!(ring.state(1), Some(SlotState::Lent(1)));
+        assert_eq!(ring.peek(1), None);
+        assert!(ring.lend(&mut t, &p).is_err(), "lent twice");
+        ring.produce(&mut t, |ticket, bytes| {
             bytes.fill(ticket.frame() as u8);
             Ok((Instant::now(), 0))
         })
         .unwrap();
-        assert_eq!(seen, Some(vec![1; 4]), "slot 1's bytes");
         assert_eq!(t.bufs[0], vec![3; 4]);
-        assert!(t.log.iter().any(|l| l == "peek 3 1"), "{:?}", t.log);
-        // Frame 1 is lent: slot 1 is neither peeked again nor acquired
-        // (frame 4's ticket) until it is given back.
-        assert_eq!(ring.state(1), Some(SlotState::Lent(1)));
-        assert_eq!(ring.peek(1), None);
         ring.make_room(&mut t, |_, _| Ok(())).unwrap();
         let e = ring
             .produce(&mut t, |_, _| Ok((Instant::now(), 0)))
@@ -818,51 +811,23 @@ mod tests {
         assert!(ring.give_back(1).is_err(), "given back twice");
         ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
             .unwrap();
+        // Slot 1 moved on to frame 4: the old peek is stale even once frame
+        // 4 is collected.
+        ring.drain(&mut t, |_, _| Ok(())).unwrap();
+        assert!(ring.lend(&mut t, &p).is_err(), "stale peek");
+        assert!(ring.peek(4).is_some());
 
-        // A transport that cannot lend: plain wait_free, nothing peeked.
+        // A transport that cannot lend: nothing lent, the slot stays free.
         let mut ring = Ring::new(3).unwrap();
         let mut t = lender(3, false);
         for _ in 0..3 {
             ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
                 .unwrap();
         }
-        ring.make_room(&mut t, |_, _| Ok(())).unwrap();
         ring.collect_through(&mut t, 1, |_, _| Ok(())).unwrap();
         let p = ring.peek(1).unwrap();
-        ring.produce_peeking(&mut t, Some(&p), |_, _, peeked| {
-            assert!(peeked.is_none());
-            Ok((Instant::now(), 0))
-        })
-        .unwrap();
-        assert!(t.log.iter().any(|l| l == "wait_free 3"), "{:?}", t.log);
-    }
-
-    #[test]
-    fn produce_peeking_refuses_the_slot_being_written_and_stale_peeks() {
-        let mut ring = Ring::new(3).unwrap();
-        let mut t = lender(3, true);
-        for _ in 0..3 {
-            ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-                .unwrap();
-        }
-        ring.collect_through(&mut t, 2, |_, _| Ok(())).unwrap();
-        // Frame 3 writes slot 0: frame 0 (slot 0) may not be lent to it.
-        let p0 = ring.peek(0).unwrap();
-        let e = ring
-            .produce_peeking(&mut t, Some(&p0), |_, _, _| Ok((Instant::now(), 0)))
-            .unwrap_err();
-        assert!(e.contains("slot 0"), "{e}");
-        assert_eq!(ring.next_frame(), 3, "nothing acquired");
-        // A peek taken before the slot's next acquire is stale afterwards.
-        let p1 = ring.peek(1).unwrap();
-        ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-            .unwrap();
-        ring.collect_through(&mut t, 3, |_, _| Ok(())).unwrap();
-        ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-            .unwrap(); // frame 4, slot 1
-        ring.collect_through(&mut t, 4, |_, _| Ok(())).unwrap();
-        assert!(ring
-            .produce_peeking(&mut t, Some(&p1), |_, _, _| Ok((Instant::now(), 0)))
-            .is_err());
+        assert!(ring.lend(&mut t, &p).unwrap().is_none());
+        assert_eq!(ring.state(1), Some(SlotState::Free));
+        assert_eq!(ring.peek(1), Some(p));
     }
 }

@@ -118,14 +118,10 @@ pub(crate) fn wait_completion(
     })
 }
 
-/// What [`FrameTransport::wait_free_and_peek`] lends: the bytes to write and
-/// the peeked frame's bytes to read, or `None` where it cannot lend.
-pub type Lent<'a> = Option<(&'a mut [u8], PeekedFrame)>;
-
-/// A collected frame's bytes, lent by [`FrameTransport::wait_free_and_peek`]
-/// for reading **beyond that call**, on another thread: the producer's
-/// read-back check runs while the camera writes the next frames and the
-/// handover goes on. It is a pointer and a length; the ring's
+/// A collected frame's bytes, lent by [`FrameTransport::lend`] for reading
+/// **beyond that call**, on another thread: the producer's read-back check
+/// runs while the camera writes the next frames and the handover goes on.
+/// It is a pointer and a length; the ring's
 /// [`SlotState::Lent`](crate::ring::SlotState::Lent) keeps the slot's next
 /// ticket from being handed out until the reader gives the frame back
 /// ([`Ring::give_back`](crate::ring::Ring::give_back)).
@@ -201,17 +197,16 @@ pub trait FrameTransport {
     /// [`Ticket::free_wait`]) and returns its bytes (`frame_len` long), which
     /// still hold the processed previous frame.
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError>;
-    /// [`wait_free`](Self::wait_free) for `t`, and also the bytes of the
-    /// collected frame `p` (another slot, which the ring keeps untouched
-    /// until its next ticket), made visible to the host as `wait_free` would
-    /// for that slot's next frame, lent for reading until the slot's next
-    /// ticket ([`PeekedFrame`]): the producer checks one frame while it
-    /// writes the next ones.
-    /// `Ok(None)`: this transport cannot lend `p` now (nothing was waited
-    /// for); the caller falls back to [`wait_free`](Self::wait_free) and
-    /// reads the frame when its slot comes round. The default lends nothing.
-    fn wait_free_and_peek(&mut self, t: &Ticket, p: &Peek) -> Result<Lent<'_>, TransportError> {
-        let _ = (t, p);
+    /// The bytes of the collected frame `p` (its slot is free, and the ring
+    /// keeps it untouched until its next ticket), made visible to the host
+    /// as [`wait_free`](Self::wait_free) would for the slot's next frame,
+    /// lent for reading until the slot's next ticket ([`PeekedFrame`]): the
+    /// producer checks one frame on another thread while it writes the next
+    /// ones. `Ok(None)`: this transport cannot lend `p` now (nothing was
+    /// waited for); the caller reads the frame when its slot comes round.
+    /// The default lends nothing.
+    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
+        let _ = p;
         Ok(None)
     }
     /// The transport's own measurements so far, one line for the report
