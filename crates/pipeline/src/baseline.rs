@@ -7,8 +7,9 @@
 //! host thread, per frame: waits for the slot's event (the slot's previous
 //! frame is done), checks that frame's processed bytes and its mismatch
 //! counter, writes the new frame with the camera model's pattern writer
-//! ([`TestPattern::fill_parallel`], the same threads as the pipeline's
-//! camera), then queues the pipeline's own check-and-invert kernel
+//! (as many threads as the pipeline's camera, started per call:
+//! [`TestPattern::fill_on_new_threads`], faster than the pipeline's pools
+//! for this one-thing-after-another loop), then queues the pipeline's own check-and-invert kernel
 //! ([`Kernel::check_and_invert`]) and records the slot's event. Zero-copy:
 //! the kernel works on the host buffer over PCIe. Copy: the stream copies the
 //! frame into a device buffer (`cuMemcpyHtoDAsync`), runs the kernel there
@@ -97,7 +98,7 @@ pub fn run(
         .new_stream()
         .map_err(|e| err("creating a CUDA stream")(&e))?;
     let kern = Kernel::compile(&ctx)?;
-    let counters = Counters::new(&ctx, &stream, slots)?;
+    let counters = Counters::new(&ctx, slots)?;
     let mut ring = Vec::with_capacity(slots);
     for _ in 0..slots {
         let flags = cu_sys::CU_MEMHOSTALLOC_DEVICEMAP | cu_sys::CU_MEMHOSTALLOC_PORTABLE;
@@ -145,14 +146,14 @@ pub fn run(
             .synchronize()
             .map_err(|e| err("waiting for a frame")(&e))?;
         let t = Instant::now();
-        // SAFETY: the slot's event completed, so its counter's copy is done
-        // and nothing queued touches the slot until the host queues more.
-        let mismatches = unsafe { counters.read(index) }?;
+        // SAFETY: the slot's event completed, so its kernel is done, and
+        // the slot's next kernel is queued only after this check.
+        let mismatches = unsafe { counters.take(index) }?;
         // SAFETY: `host_ptr` is `len` bytes of a live allocation that no
         // queued work touches now (the event completed).
         let bytes = unsafe { std::slice::from_raw_parts(slot.host_ptr, len) };
-        let readback =
-            TestPattern::new(frame, geometry.stride).first_mismatch_parallel(bytes, 0xff, threads);
+        let readback = TestPattern::new(frame, geometry.stride)
+            .first_mismatch_on_new_threads(bytes, 0xff, threads);
         if mismatches != 0 || readback.is_some() {
             failed += 1;
         }
@@ -170,7 +171,7 @@ pub fn run(
         // SAFETY: as in `check`: the slot's previous frame is done (or it
         // was never used) and nothing is queued on it.
         let bytes = unsafe { std::slice::from_raw_parts_mut(slot.host_ptr, len) };
-        TestPattern::new(frame, geometry.stride).fill_parallel(bytes, threads);
+        TestPattern::new(frame, geometry.stride).fill_on_new_threads(bytes, threads);
         write_ns += t.elapsed().as_nanos();
         let (memory, ptr) = if copy {
             // SAFETY: both ranges are `len` bytes of live allocations kept
@@ -182,9 +183,6 @@ pub fn run(
         } else {
             (FrameMemory::System, slot.device_view)
         };
-        // SAFETY: the counter belongs to this slot, used only by its frame's
-        // work on this stream.
-        unsafe { counters.clear(index, s) }?;
         let work = DeviceFrame {
             ptr,
             len,
@@ -203,8 +201,6 @@ pub fn run(
                 cu_sys::cuMemcpyDtoHAsync_v2(slot.host_ptr.cast(), slot.device_ptr, len, s)
             })?;
         }
-        // SAFETY: the host reads the pinned copy only after the event.
-        unsafe { counters.copy_to_host(index, s) }?;
         slot.done
             .record(&stream)
             .map_err(|e| err("recording a CUDA event")(&e))?;

@@ -193,7 +193,7 @@ impl EglTransport {
                 kernel::self_check_pattern(geometry.stride, geometry.rows)?;
                 let kernel = Kernel::compile(&cu)?;
                 let cs = cu.new_stream().map_err(err("CUDA stream"))?;
-                let counters = Counters::new(&cu, &cs, slots)?;
+                let counters = Counters::new(&cu, slots)?;
                 let event = || {
                     cu.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
                         .map_err(err("CUDA event"))
@@ -406,9 +406,6 @@ impl EglTransport {
             .record(&k.cstream)
             .map_err(err("recording a CUDA event"))?;
         let counter = k.counters.device_ptr(slot)?;
-        // SAFETY: the transport's live stream; the slot's counter is used only
-        // by this frame's work (the ring collects a slot before reusing it).
-        unsafe { k.counters.clear(slot, s) }?;
         let bytes = DeviceFrame { ptr, len, stride };
         // SAFETY: the acquired frame is `len` bytes (its pitch and height
         // were checked) and is released on this stream after the kernel and
@@ -432,15 +429,12 @@ impl EglTransport {
         if r != cu_sys::CUresult::CUDA_SUCCESS {
             return Err(TransportError::new(format!("cuMemcpyDtoHAsync: {r:?}")));
         }
-        // SAFETY: as for the counters in the NvSci transport: the host reads
-        // the copy only in the host function queued after it.
-        unsafe { k.counters.copy_to_host(slot, s) }?;
         copied
             .record(&k.cstream)
             .map_err(err("recording a CUDA event"))?;
-        // SAFETY: the counter's copy was queued just above on this stream;
-        // the counters live until the transport drained it, and the slot's
-        // next copy is queued only after this frame was collected.
+        // SAFETY: the frame's kernel was queued above on this stream; the
+        // counters live until the transport drained it, and the slot's next
+        // kernel is queued only after this frame was collected.
         unsafe {
             k.counters
                 .send_completion_after(&self.cstream, slot, frame, tx)

@@ -39,9 +39,9 @@
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
 //!   byte in place (exactly [`crate::transport::process_frame`]; launched
 //!   with cudarc's launch builder, the slot's mapping lent as a cudarc
-//!   slice: see "Launches" below), copies the
-//!   slot's mismatch counter into pinned host memory, signals *free* and
-//!   records an event. A completion thread waits for those events in order
+//!   slice: see "Launches" below; the kernel adds any mismatches to the
+//!   slot's counter in mapped host memory), signals *free* and records an
+//!   event. A completion thread waits for those events in order
 //!   and timestamps them, so a frame's finish time does not depend on when
 //!   the pipeline's loop next looks.
 //! - **Copy-based variant** ([`Mode::DeviceCopy`], the pipeline's `--copy`):
@@ -151,12 +151,6 @@ use crate::kernel::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMem
 /// `0` queues the consumer after the ready signal instead of before the
 /// write (for comparison; see [`FrameTransport::queues_before_ready`]).
 pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
-
-/// Microseconds the completion thread spins between two queries of a
-/// frame's end event (default 2; `0`: query back to back, yielding between).
-/// Each query is a driver call that may contend with the producer's CUDA
-/// calls on the same context; the spin keeps them apart.
-pub const POLL_ENV: &str = "TEGRA_INTEROP_GPU_POLL_US";
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -344,7 +338,6 @@ fn completion_loop(
     jobs: Receiver<Job>,
     done: SyncSender<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
-    poll: Duration,
 ) {
     if let Err(e) = ctx.bind_to_thread() {
         let _ = done.send(Err(err("binding the CUDA context")(&e)));
@@ -373,14 +366,7 @@ fn completion_loop(
                     )));
                 }
             }
-            if poll.is_zero() {
-                thread::yield_now();
-            } else {
-                let paused = Instant::now();
-                while paused.elapsed() < poll {
-                    std::hint::spin_loop();
-                }
-            }
+            thread::yield_now();
         };
         let failed = result.is_err();
         if done.send(result).is_err() || failed {
@@ -418,8 +404,8 @@ pub struct GpuTimes {
     pub copy_in: Duration,
     /// The kernel.
     pub kernel: Duration,
-    /// From the kernel's end to the frame's end (the copy back in copy mode,
-    /// the counter read-back and the *free* signal).
+    /// From the kernel's end to the frame's end (the copy back in copy mode
+    /// and the *free* signal).
     pub tail: Duration,
 }
 
@@ -652,7 +638,7 @@ impl GpuTransport {
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
-        let counters = Counters::new(&cu, &cstream, slots)?;
+        let counters = Counters::new(&cu, slots)?;
         let events = Arc::new(
             (0..slots)
                 .map(|_| SlotEvents::new(&cu))
@@ -669,12 +655,6 @@ impl GpuTransport {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| err("recording the frame handover batches")(&e))?;
 
-        let poll = match std::env::var(POLL_ENV) {
-            Err(_) => Duration::from_micros(2),
-            Ok(v) => v.parse::<u64>().map(Duration::from_micros).map_err(|_| {
-                TransportError::new(format!("{POLL_ENV}={v:?}: expected microseconds"))
-            })?,
-        };
         let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
         let (done_tx, done_rx) = mpsc::sync_channel(slots);
         let stopping = Arc::new(AtomicBool::new(false));
@@ -683,7 +663,7 @@ impl GpuTransport {
                 (Arc::clone(&cu), Arc::clone(&events), Arc::clone(&stopping));
             thread::Builder::new()
                 .name("gpu-completions".into())
-                .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping, poll))
+                .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
         Ok(GpuTransport {
@@ -782,7 +762,6 @@ impl GpuTransport {
             .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
         self.ready_awaited[slot] = want;
         record(&ev.start)?;
-        let s = self.cstream.cu_stream();
         let len = self.geometry.frame_len();
         let len64 = len as u64;
         let frame_ptr = self.mapped[slot].device_ptr();
@@ -812,9 +791,6 @@ impl GpuTransport {
         }
         record(&ev.kernel_start)?;
         let counter = self.counters.device_ptr(slot)?;
-        // SAFETY: `s` is this transport's live stream; the slot's counter is
-        // used only by this frame's work, queued on the same stream.
-        unsafe { self.counters.clear(slot, s) }?;
         let work_ptr = match self.mode {
             Mode::ZeroCopy => frame_ptr,
             Mode::DeviceCopy => self.device_frames[slot].device_ptr(&self.cstream).0,
@@ -872,11 +848,6 @@ impl GpuTransport {
             }?;
         }
         drop(mapped);
-        // SAFETY: the host reads the slot's copy only after this frame's
-        // end event completed (in `collect`), and the next copy into it is
-        // queued only after that (a slot's frame must be collected before
-        // the slot's next frame is submitted).
-        unsafe { self.counters.copy_to_host(slot, s) }?;
         let expect = t.free_signal();
         let tracked = self
             .stream
@@ -958,10 +929,10 @@ impl GpuTransport {
         self.times.copy_in += copy_in;
         self.times.kernel += process;
         self.times.tail += tail;
-        // SAFETY: the frame's end event completed, so the copy of its
-        // counter into the pinned u64 (queued before the event) is done,
-        // and no other copy into it is queued until the slot's next frame.
-        let mismatches = unsafe { self.counters.read(d.slot) }?;
+        // SAFETY: the frame's end event completed, so its kernel (queued
+        // before the event) is done, and the slot's next kernel is queued
+        // only after this frame is collected (the ring).
+        let mismatches = unsafe { self.counters.take(d.slot) }?;
         Ok(Completion {
             slot: d.slot,
             frame: d.frame,

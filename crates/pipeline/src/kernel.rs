@@ -9,16 +9,16 @@
 //! What is here: [`KERNEL_SOURCE`] (CUDA C, compiled when a transport opens
 //! with NVRTC through cudarc), [`Kernel`] (the compiled module and its entry
 //! points, with the launches), [`Counters`] (one mismatch counter per ring
-//! slot on the device and its copy in pinned host memory), and the host-side
+//! slot in device-mapped pinned host memory), and the host-side
 //! mirror of the kernel's test-pattern arithmetic ([`pattern_seed`],
 //! [`kernel_pattern_byte`], [`self_check_pattern`]). The kernel does exactly
 //! what `crate::transport::process_frame` does on the host: count the bytes
 //! that differ from the frame's `TestPattern` and invert every byte in place.
 //!
 //! What was verified where: the kernels and the discrete-GPU transport's
-//! launch sequence (counter clear, kernel, counter read-back), launched
-//! through cudarc's launch builder as below, ran on an H100 in session 6
-//! (every frame verified; BENCHMARKS.md), as did the EGL transport's and the
+//! launch sequence, launched through cudarc's launch builder as below, ran
+//! on an H100 (sessions 6 and 7, the counters in mapped host memory since 7;
+//! every frame verified, BENCHMARKS.md), as did the EGL transport's and the
 //! plain-CUDA baseline's launches. The Jetson path compiles against it and
 //! has never run on a Jetson (none is reachable from this project).
 //! The host-side pattern arithmetic is unit-tested everywhere.
@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    result as cu_result, sys as cu_sys, CudaContext, CudaFunction, CudaModule, CudaSlice,
-    CudaStream, DevicePtr, LaunchArgs, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    sys as cu_sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig,
+    PinnedHostSlice, PushKernelArg,
 };
 
 use crate::transport::{Completion, TransportError};
@@ -514,43 +514,53 @@ fn config(grid: u32) -> LaunchConfig {
     }
 }
 
-/// One mismatch counter per ring slot: a `u64` in device memory that the
-/// kernel adds to, and its copy in pinned host memory that the host reads
-/// once the frame is done. Allocated once, when the transport opens.
+/// One mismatch counter per ring slot: a `u64` in pinned host memory mapped
+/// into the device (`cuMemHostAlloc` with `DEVICEMAP`), which the kernel
+/// adds to (only when it finds a mismatch, so normally never) and the host
+/// reads once the frame is done, then sets back to zero for the slot's next
+/// frame. No copy and no clearing is queued per frame (measured: the
+/// device-memory counter's clear and copy back were two more CUDA calls per
+/// frame on the producer's path and a copy-engine hop after the kernel).
+/// Allocated once, when the transport opens.
 pub struct Counters {
-    _device: CudaSlice<u64>,
-    device_ptr: cu_sys::CUdeviceptr,
     _host: PinnedHostSlice<u64>,
     host_ptr: NonNull<u64>,
+    device_ptr: cu_sys::CUdeviceptr,
     slots: usize,
 }
 
 impl Counters {
-    /// Allocates `slots` counters on the device (zeroed, ordered on
-    /// `stream`: synchronise it before the first use) and their host copies.
-    pub fn new(
-        cu: &Arc<CudaContext>,
-        stream: &Arc<CudaStream>,
-        slots: usize,
-    ) -> Result<Counters, TransportError> {
-        let device = stream
-            .alloc_zeros::<u64>(slots)
+    /// Allocates `slots` zeroed counters in device-mapped pinned host memory
+    /// of `cu`'s context.
+    pub fn new(cu: &Arc<CudaContext>, slots: usize) -> Result<Counters, TransportError> {
+        let flags = cu_sys::CU_MEMHOSTALLOC_DEVICEMAP | cu_sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: pinned host memory for `slots` u64 values, zeroed below
+        // before any use.
+        let mut host = unsafe { cu.alloc_pinned_with_flags::<u64>(slots, flags) }
             .map_err(|e| err("allocating the mismatch counters")(&e))?;
-        let device_ptr = device.device_ptr(stream).0;
-        // SAFETY: pinned host memory for `slots` u64 values; it is only read
-        // after a counter was copied into it (see `Counters::read`).
-        let mut host = unsafe { cu.alloc_pinned::<u64>(slots) }
-            .map_err(|e| err("allocating pinned host memory")(&e))?;
         let host_ptr = host
             .as_mut_ptr()
             .ok()
             .and_then(NonNull::new)
             .ok_or_else(|| TransportError::new("pinned host memory has no address"))?;
+        for slot in 0..slots {
+            // SAFETY: `slot` is within the `slots` values of the live
+            // allocation, which nothing else uses yet.
+            unsafe { host_ptr.as_ptr().add(slot).write_volatile(0) };
+        }
+        let mut device_ptr: cu_sys::CUdeviceptr = 0;
+        cu.bind_to_thread()
+            .map_err(|e| err("binding the CUDA context")(&e))?;
+        // SAFETY: `host_ptr` is the start of a live allocation made with
+        // `DEVICEMAP`; the driver writes the device address into
+        // `device_ptr`.
+        cu_call("cuMemHostGetDevicePointer", unsafe {
+            cu_sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, host_ptr.as_ptr().cast(), 0)
+        })?;
         Ok(Counters {
-            _device: device,
-            device_ptr,
             _host: host,
             host_ptr,
+            device_ptr,
             slots,
         })
     }
@@ -566,76 +576,32 @@ impl Counters {
         }
     }
 
-    /// The device address of `slot`'s counter.
+    /// The device address of `slot`'s counter (for the kernel).
     pub fn device_ptr(&self, slot: usize) -> Result<cu_sys::CUdeviceptr, TransportError> {
         self.check(slot)?;
         Ok(self.device_ptr + (slot * std::mem::size_of::<u64>()) as u64)
     }
 
-    fn host_slot(&self, slot: usize) -> Result<*mut u64, TransportError> {
+    /// The host address of `slot`'s counter, for a stream-ordered host
+    /// function that takes it (an address, so that the function can be sent
+    /// to the driver's thread).
+    fn host_address(&self, slot: usize) -> Result<usize, TransportError> {
         self.check(slot)?;
         // SAFETY: `slot` is within the `slots` values of the allocation.
-        Ok(unsafe { self.host_ptr.as_ptr().add(slot) })
+        Ok(unsafe { self.host_ptr.as_ptr().add(slot) } as usize)
     }
 
-    /// The host address of `slot`'s copy, for a stream-ordered host function
-    /// that reads it after [`Counters::copy_to_host`] (an address, so that
-    /// the function can be sent to the driver's thread).
-    pub fn host_address(&self, slot: usize) -> Result<usize, TransportError> {
-        self.host_slot(slot).map(|p| p as usize)
-    }
-
-    /// Queues the zeroing of `slot`'s device counter on `stream`.
+    /// Queues on `stream` a host function that takes `slot`'s counter
+    /// ([`Counters::take`]) and sends frame `frame`'s [`Completion`] on `tx`
+    /// (with `process` and `busy` zero: the caller fills them from its CUDA
+    /// events when it collects the frame, since reading events is a CUDA
+    /// call, which a host function must not make).
     ///
     /// # Safety
-    /// `stream` must be a live stream of the counters' context; nothing else
-    /// may use the counter until the queued work ran.
-    pub unsafe fn clear(
-        &self,
-        slot: usize,
-        stream: cu_sys::CUstream,
-    ) -> Result<(), TransportError> {
-        let counter = self.device_ptr(slot)?;
-        // SAFETY: the slot's 8-byte counter inside the live counter buffer;
-        // the stream is the caller's to vouch for.
-        unsafe { cu_result::memset_d8_async(counter, 0, std::mem::size_of::<u64>(), stream) }
-            .map_err(|e| err("clearing the mismatch counter")(&e))
-    }
-
-    /// Queues the copy of `slot`'s device counter into its host copy on
-    /// `stream`.
-    ///
-    /// # Safety
-    /// `stream` must be a live stream of the counters' context, current on
-    /// this thread. The host must not read `slot`'s copy until the copy ran
-    /// (see [`Counters::read`]) and must not queue another copy into it
-    /// before it read this one.
-    pub unsafe fn copy_to_host(
-        &self,
-        slot: usize,
-        stream: cu_sys::CUstream,
-    ) -> Result<(), TransportError> {
-        let counter = self.device_ptr(slot)?;
-        let host = self.host_slot(slot)?;
-        // SAFETY: the destination is the slot's u64 in pinned host memory
-        // owned by `self`; the source the slot's device counter; the caller
-        // orders the host's reads after the copy.
-        cu_call("cuMemcpyDtoHAsync", unsafe {
-            cu_sys::cuMemcpyDtoHAsync_v2(host.cast(), counter, std::mem::size_of::<u64>(), stream)
-        })
-    }
-
-    /// Queues on `stream` a host function that reads `slot`'s host copy and
-    /// sends frame `frame`'s [`Completion`] on `tx` (with `process` and
-    /// `busy` zero: the caller fills them from its CUDA events when it
-    /// collects the frame, since reading events is a CUDA call, which a host
-    /// function must not make).
-    ///
-    /// # Safety
-    /// The copy into `slot`'s host copy ([`Counters::copy_to_host`]) must be
-    /// queued on `stream` before this, the next copy into it only after the
-    /// frame was collected, and the counters must outlive the stream's
-    /// queued work (the transport drains the stream before it drops them).
+    /// The frame's kernel must be queued on `stream` before this; the slot's
+    /// next kernel only after the frame was collected; and the counters must
+    /// outlive the stream's queued work (the transport drains the stream
+    /// before it drops them).
     pub unsafe fn send_completion_after(
         &self,
         stream: &Stream,
@@ -646,11 +612,16 @@ impl Counters {
         let host = self.host_address(slot)?;
         stream
             .launch_host_fn(move || {
+                let counter = host as *mut u64;
                 // SAFETY: the caller's contract: `host` is the slot's u64 in
-                // pinned host memory that outlives this function, and the
-                // copy into it ran before this function on the same stream.
-                // Reading memory is not a CUDA call.
-                let mismatches = unsafe { (host as *const u64).read_volatile() };
+                // pinned host memory that outlives this function; the kernel
+                // that adds to it ran before this function on the same
+                // stream (so its writes are visible here), and the slot's
+                // next kernel is queued only after this frame is collected.
+                // Reading and writing memory are not CUDA calls.
+                let mismatches = unsafe { counter.read_volatile() };
+                // SAFETY: as above.
+                unsafe { counter.write_volatile(0) };
                 let _ = tx.send(Completion {
                     slot,
                     frame,
@@ -663,18 +634,25 @@ impl Counters {
             .map_err(|e| err("cuLaunchHostFunc")(&e))
     }
 
-    /// `slot`'s host copy.
+    /// Takes `slot`'s count: reads it and sets it back to zero for the
+    /// slot's next frame.
     ///
     /// # Safety
-    /// The copy queued by [`Counters::copy_to_host`] for the frame wanted
-    /// must have completed (its stream passed a later event or host
-    /// function), and no other copy into this slot may be queued yet.
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    pub unsafe fn read(&self, slot: usize) -> Result<u64, TransportError> {
-        let host = self.host_slot(slot)?;
-        // SAFETY: the caller's contract; the address is the slot's u64 in
-        // the live pinned allocation.
-        Ok(unsafe { host.read_volatile() })
+    /// The kernel of the frame wanted must have completed (its stream passed
+    /// a later event the host saw complete), and the slot's next kernel may
+    /// be queued only after this returns.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // gpu.rs and the baseline
+    pub unsafe fn take(&self, slot: usize) -> Result<u64, TransportError> {
+        self.check(slot)?;
+        // SAFETY: the slot's u64 in the live pinned allocation; the caller's
+        // contract orders the device's writes before these accesses and the
+        // next kernel's after them.
+        unsafe {
+            let counter = self.host_ptr.as_ptr().add(slot);
+            let mismatches = counter.read_volatile();
+            counter.write_volatile(0);
+            Ok(mismatches)
+        }
     }
 }
 

@@ -297,7 +297,7 @@ impl KernelPath {
         kernel::self_check_pattern(geometry.stride, geometry.rows).map_err(|e| e.0)?;
         let kernel = Kernel::compile(&cu).map_err(|e| e.0)?;
         let cstream = cu.new_stream().map_err(err("CUDA stream"))?;
-        let counters = Counters::new(&cu, &cstream, slots).map_err(|e| e.0)?;
+        let counters = Counters::new(&cu, slots).map_err(|e| e.0)?;
         let event = || {
             cu.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(err("CUDA event"))
@@ -562,17 +562,11 @@ impl NvSciTransport {
             .context()
             .bind()
             .map_err(|e| fail("binding the CUDA context")(&e))?;
-        let s = k.cstream.cu_stream();
         let (before, after) = &k.events[slot];
         before
             .record(&k.cstream)
             .map_err(|e| fail("recording a CUDA event")(&e))?;
         let counter = k.counters.device_ptr(slot)?;
-        // SAFETY: `s` is the transport's live stream of the current context;
-        // the slot's counter is used only by this frame's work, queued on
-        // this stream (the ring collects the slot's previous frame before it
-        // hands out the slot again).
-        unsafe { k.counters.clear(slot, s) }?;
         let bytes = DeviceFrame {
             ptr: self.mappings[slot].device_ptr(),
             len: self.geometry.frame_len(),
@@ -595,14 +589,10 @@ impl NvSciTransport {
         after
             .record(&k.cstream)
             .map_err(|e| fail("recording a CUDA event")(&e))?;
-        // SAFETY: the host reads the slot's copy only in the host function
-        // queued next on this stream (so after the copy), and the slot's
-        // next copy is queued only after this frame was collected.
-        unsafe { k.counters.copy_to_host(slot, s) }?;
-        // SAFETY: the counter's copy was queued just above on this stream;
-        // the counters live until the transport has drained it (or are
-        // leaked with it), and the slot's next copy is queued only after
-        // this frame was collected.
+        // SAFETY: the frame's kernel was queued above on this stream; the
+        // counters live until the transport has drained it (or are leaked
+        // with it), and the slot's next kernel is queued only after this
+        // frame was collected.
         unsafe {
             k.counters
                 .send_completion_after(&self.stream, slot, frame, tx)
