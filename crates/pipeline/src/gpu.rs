@@ -32,7 +32,10 @@
 //! - **Consumer**: one CUDA stream; its work for a frame is queued before
 //!   the camera writes the frame ([`FrameTransport::queues_before_ready`]:
 //!   the stream waits for *ready* on the device, so the kernel starts as soon
-//!   as the release batch signals, not after the host has queued ~10 calls);
+//!   as the release batch signals, not after the host has queued ~10 calls),
+//!   by an enqueue thread that owns the stream and the imports
+//!   ([`FrameTransport::queue_consumer`] only hands it the ticket's slot and
+//!   values, so those ~30-50 us of driver calls run beside the camera);
 //!   per frame it waits for *ready*, runs a
 //!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
 //!   module, shared with the NvSci transport's Jetson path) that counts the
@@ -127,7 +130,7 @@
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -375,6 +378,194 @@ fn completion_loop(
     }
 }
 
+/// One frame's consumer work, as the producer asked for it
+/// ([`FrameTransport::queue_consumer`]).
+struct Request {
+    slot: usize,
+    frame: u64,
+    /// The *ready* value to wait for.
+    ready: u64,
+    /// The *free* value to signal.
+    free: u64,
+}
+
+/// The CUDA side of the transport: everything the consumer's work is queued
+/// with. It lives on the enqueue thread ([`enqueue_loop`]), so the
+/// producer's thread does not spend the ~30-50 us of driver calls per frame
+/// (event records, the wait, the launch, the signal) between two frames.
+struct Enqueuer {
+    geometry: FrameGeometry,
+    mode: Mode,
+    grid: u32,
+    free_cu: Vec<ExternalSemaphore>,
+    ready_cu: Vec<ExternalSemaphore>,
+    /// Each holds its import (and so the context).
+    mapped: Vec<MappedBuffer>,
+    /// Copy mode: one device-local buffer per slot.
+    device_frames: Vec<CudaSlice<u8>>,
+    /// One mismatch counter per slot (shared with the producer's
+    /// collection, which takes each count).
+    counters: Arc<Counters>,
+    events: Arc<Vec<SlotEvents>>,
+    stream: Stream,
+    cstream: Arc<CudaStream>,
+    kernel: Kernel,
+    ctx: Context,
+}
+
+impl Enqueuer {
+    /// Queues the consumer's work for the requested frame (see
+    /// [`FrameTransport::queue_consumer`]).
+    fn enqueue(&mut self, r: &Request) -> Result<(), TransportError> {
+        let (slot, frame, want) = (r.slot, r.frame, r.ready);
+        let ev = &self.events[slot];
+        let record = |e: &CudaEvent| {
+            e.record(&self.cstream)
+                .map_err(|x| err("recording a CUDA event")(&x))
+        };
+        record(&ev.arrive)?;
+        self.stream
+            .wait(&self.ready_cu[slot], WaitParams::timeline(want))
+            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
+        record(&ev.start)?;
+        let len = self.geometry.frame_len();
+        let len64 = len as u64;
+        let frame_ptr = self.mapped[slot].device_ptr();
+        // The slot's mapping lent to cudarc for this frame's launches (no
+        // events: tracking is off on this transport's context, see `open`).
+        let mut mapped = self.mapped[slot]
+            .cudarc_slice::<u8>(&self.cstream)
+            .map_err(|e| err("lending the frame to cudarc")(&e))?;
+        if self.mode == Mode::DeviceCopy {
+            let dev = &mut self.device_frames[slot];
+            let dev_ptr = dev.device_ptr(&self.cstream).0;
+            // SAFETY: both ranges are `len` bytes of live allocations (the
+            // mapping of the slot's import, the slot's device buffer) that
+            // outlive the queued copy (torn down only after the stream is
+            // drained); they do not overlap.
+            unsafe {
+                self.kernel.copy(
+                    CopyKernel::FromSystem,
+                    self.grid,
+                    &self.cstream,
+                    (dev, dev_ptr),
+                    (&mapped, frame_ptr),
+                    &len64,
+                    "copying the frame into device memory",
+                )
+            }?;
+        }
+        record(&ev.kernel_start)?;
+        let counter = self.counters.device_ptr(slot)?;
+        let work_ptr = match self.mode {
+            Mode::ZeroCopy => frame_ptr,
+            Mode::DeviceCopy => self.device_frames[slot].device_ptr(&self.cstream).0,
+        };
+        let args = CheckArgs::new(
+            DeviceFrame {
+                ptr: work_ptr,
+                len,
+                stride: self.geometry.stride,
+            },
+            frame,
+            counter,
+        );
+        // Both launches: the kernel touches `len` bytes of the frame (the
+        // mapping lent as `mapped`, at `frame_ptr`, or the slot's device
+        // buffer, at `work_ptr`) and the slot's counter, all torn down only
+        // after the stream is drained; on this stream nothing else touches
+        // them until the kernel ran, and the producer writes the frame again
+        // only after the free fence, which is signalled after it.
+        match self.mode {
+            // SAFETY: as said above, for the mapping.
+            Mode::ZeroCopy => unsafe {
+                self.kernel.check_and_invert(
+                    FrameMemory::System,
+                    self.grid,
+                    &self.cstream,
+                    &mut mapped,
+                    &args,
+                )
+            }?,
+            // SAFETY: as said above, for the slot's device buffer.
+            Mode::DeviceCopy => unsafe {
+                self.kernel.check_and_invert(
+                    FrameMemory::Device,
+                    self.grid,
+                    &self.cstream,
+                    &mut self.device_frames[slot],
+                    &args,
+                )
+            }?,
+        }
+        record(&ev.kernel_end)?;
+        if self.mode == Mode::DeviceCopy {
+            // SAFETY: as for the copy in, in the other direction.
+            unsafe {
+                self.kernel.copy(
+                    CopyKernel::ToSystem,
+                    self.grid,
+                    &self.cstream,
+                    (&mut mapped, frame_ptr),
+                    (&self.device_frames[slot], work_ptr),
+                    &len64,
+                    "copying the frame back from device memory",
+                )
+            }?;
+        }
+        drop(mapped);
+        let expect = r.free;
+        let tracked = self
+            .stream
+            .signal(&mut self.free_cu[slot], SignalParams::timeline(expect))
+            .map_err(|e| err("CUDA signal of the free fence")(&e))?;
+        if tracked != Some(expect) {
+            return Err(TransportError::new(format!(
+                "slot {slot}: the free fence is tracked at {tracked:?} after signalling {expect}"
+            )));
+        }
+        record(&ev.end)?;
+        Ok(())
+    }
+}
+
+/// The enqueue thread: queues each requested frame's work in order, then
+/// hands the frame to the completion thread, until its queue closes
+/// (teardown); then it gives the CUDA side back for the teardown to drain
+/// and release. An error goes to the producer through the completion queue
+/// and stops the queueing.
+fn enqueue_loop(
+    mut e: Enqueuer,
+    requests: Receiver<Request>,
+    jobs: SyncSender<Job>,
+    done: SyncSender<Result<Done, TransportError>>,
+    host_ns: Arc<AtomicU64>,
+) -> Enqueuer {
+    if let Err(x) = e.ctx.bind() {
+        let _ = done.send(Err(err("binding the CUDA context")(&x)));
+        return e;
+    }
+    for r in requests {
+        let entered = Instant::now();
+        let queued = e.enqueue(&r);
+        host_ns.fetch_add(entered.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let sent = match queued {
+            Ok(()) => jobs
+                .send(Job {
+                    slot: r.slot,
+                    frame: r.frame,
+                })
+                .map_err(|_| TransportError::new("the completion thread stopped")),
+            Err(x) => Err(x),
+        };
+        if let Err(x) = sent {
+            let _ = done.send(Err(x));
+            break;
+        }
+    }
+    e
+}
+
 /// Mean GPU-side times per frame, from the CUDA events.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct GpuTimes {
@@ -394,8 +585,8 @@ pub struct GpuTimes {
     pub blocked_frames: u64,
     /// Host time in the ready submission (`signal_ready`).
     pub host_ready: Duration,
-    /// Host time queueing the consumer's CUDA work (`queue_consumer`
-    /// without the acquire submitted ahead).
+    /// Host time queueing the consumer's CUDA work, on the enqueue thread
+    /// (off the producer's path).
     pub host_enqueue: Duration,
     /// Host time submitting the acquire ahead (`reclaim_ahead`).
     pub host_reclaim: Duration,
@@ -418,20 +609,14 @@ pub struct GpuTransport {
     mode: Mode,
     location: MemoryLocation,
     note: &'static str,
-    grid: u32,
-    // CUDA side.
-    free_cu: Vec<ExternalSemaphore>,
-    ready_cu: Vec<ExternalSemaphore>,
-    /// Each holds its import (and so the context).
-    mapped: Vec<MappedBuffer>,
-    /// Copy mode: one device-local buffer per slot.
-    device_frames: Vec<CudaSlice<u8>>,
-    /// One mismatch counter per slot (device, and pinned host copies).
-    counters: Counters,
+    // CUDA side: the enqueue thread owns the stream and the imports.
+    /// Requests for the enqueue thread (`None` once shut down).
+    requests: Option<SyncSender<Request>>,
+    enqueuer: Option<JoinHandle<Enqueuer>>,
+    /// Nanoseconds the enqueue thread spent queueing.
+    host_enqueue_ns: Arc<AtomicU64>,
+    counters: Arc<Counters>,
     events: Arc<Vec<SlotEvents>>,
-    stream: Stream,
-    cstream: Arc<CudaStream>,
-    kernel: Kernel,
     ctx: Context,
     // Vulkan side.
     handover: Handover,
@@ -463,7 +648,6 @@ pub struct GpuTransport {
     times: GpuTimes,
     /// Per slot: when the last ready submission returned on the host.
     signalled_at: Vec<Option<Instant>>,
-    jobs: Option<SyncSender<Job>>,
     done: Receiver<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
     worker: Option<JoinHandle<()>>,
@@ -661,26 +845,48 @@ impl GpuTransport {
         let worker = {
             let (cu, events, stopping) =
                 (Arc::clone(&cu), Arc::clone(&events), Arc::clone(&stopping));
+            let done_tx = done_tx.clone();
             thread::Builder::new()
                 .name("gpu-completions".into())
                 .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
+        };
+        let counters = Arc::new(counters);
+        let host_enqueue_ns = Arc::new(AtomicU64::new(0));
+        let enqueue = Enqueuer {
+            geometry,
+            mode,
+            grid: kernel::grid_for(len),
+            free_cu,
+            ready_cu,
+            mapped,
+            device_frames,
+            counters: Arc::clone(&counters),
+            events: Arc::clone(&events),
+            stream,
+            cstream,
+            kernel,
+            ctx: ctx.clone(),
+        };
+        // At most one request per slot is outstanding (the ring).
+        let (requests, requests_rx) = mpsc::sync_channel::<Request>(slots);
+        let enqueuer = {
+            let host_ns = Arc::clone(&host_enqueue_ns);
+            thread::Builder::new()
+                .name("gpu-enqueue".into())
+                .spawn(move || enqueue_loop(enqueue, requests_rx, jobs_tx, done_tx, host_ns))
+                .map_err(|e| err("starting the enqueue thread")(&e))?
         };
         Ok(GpuTransport {
             geometry,
             mode,
             location,
             note: note(mode, location, handover),
-            grid: kernel::grid_for(len),
-            free_cu,
-            ready_cu,
-            mapped,
-            device_frames,
+            requests: Some(requests),
+            enqueuer: Some(enqueuer),
+            host_enqueue_ns,
             counters,
             events,
-            stream,
-            cstream,
-            kernel,
             ctx,
             handover,
             early,
@@ -697,7 +903,6 @@ impl GpuTransport {
             pending: 0,
             times: GpuTimes::default(),
             signalled_at: vec![None; slots],
-            jobs: Some(jobs_tx),
             done: done_rx,
             stopping,
             worker: Some(worker),
@@ -731,7 +936,7 @@ impl GpuTransport {
             ready_to_gpu: self.times.ready_to_gpu / self.times.blocked_frames.max(1) as u32,
             blocked_frames: self.times.blocked_frames,
             host_ready: self.times.host_ready / n,
-            host_enqueue: self.times.host_enqueue / n,
+            host_enqueue: Duration::from_nanos(self.host_enqueue_ns.load(Ordering::Relaxed)) / n,
             host_reclaim: self.times.host_reclaim / n,
             copy_in: self.times.copy_in / n,
             kernel: self.times.kernel / n,
@@ -744,122 +949,6 @@ impl GpuTransport {
             s if s < self.frames.len() => Ok(s),
             s => Err(TransportError::new(format!("no slot {s}"))),
         }
-    }
-
-    /// Queues the consumer's work for the ticket's frame (see
-    /// [`FrameTransport::queue_consumer`]).
-    fn enqueue(&mut self, t: &Ticket) -> Result<(), TransportError> {
-        let (slot, frame) = (t.slot(), t.frame());
-        let want = t.ready();
-        let ev = &self.events[slot];
-        let record = |e: &CudaEvent| {
-            e.record(&self.cstream)
-                .map_err(|x| err("recording a CUDA event")(&x))
-        };
-        record(&ev.arrive)?;
-        self.stream
-            .wait(&self.ready_cu[slot], WaitParams::timeline(want))
-            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
-        self.ready_awaited[slot] = want;
-        record(&ev.start)?;
-        let len = self.geometry.frame_len();
-        let len64 = len as u64;
-        let frame_ptr = self.mapped[slot].device_ptr();
-        // The slot's mapping lent to cudarc for this frame's launches (no
-        // events: tracking is off on this transport's context, see `open`).
-        let mut mapped = self.mapped[slot]
-            .cudarc_slice::<u8>(&self.cstream)
-            .map_err(|e| err("lending the frame to cudarc")(&e))?;
-        if self.mode == Mode::DeviceCopy {
-            let dev = &mut self.device_frames[slot];
-            let dev_ptr = dev.device_ptr(&self.cstream).0;
-            // SAFETY: both ranges are `len` bytes of live allocations (the
-            // mapping of the slot's import, the slot's device buffer) that
-            // outlive the queued copy (torn down only after the stream is
-            // drained); they do not overlap.
-            unsafe {
-                self.kernel.copy(
-                    CopyKernel::FromSystem,
-                    self.grid,
-                    &self.cstream,
-                    (dev, dev_ptr),
-                    (&mapped, frame_ptr),
-                    &len64,
-                    "copying the frame into device memory",
-                )
-            }?;
-        }
-        record(&ev.kernel_start)?;
-        let counter = self.counters.device_ptr(slot)?;
-        let work_ptr = match self.mode {
-            Mode::ZeroCopy => frame_ptr,
-            Mode::DeviceCopy => self.device_frames[slot].device_ptr(&self.cstream).0,
-        };
-        let args = CheckArgs::new(
-            DeviceFrame {
-                ptr: work_ptr,
-                len,
-                stride: self.geometry.stride,
-            },
-            frame,
-            counter,
-        );
-        // Both launches: the kernel touches `len` bytes of the frame (the
-        // mapping lent as `mapped`, at `frame_ptr`, or the slot's device
-        // buffer, at `work_ptr`) and the slot's counter, all torn down only
-        // after the stream is drained; on this stream nothing else touches
-        // them until the kernel ran, and the producer writes the frame again
-        // only after the free fence, which is signalled after it.
-        match self.mode {
-            // SAFETY: as said above, for the mapping.
-            Mode::ZeroCopy => unsafe {
-                self.kernel.check_and_invert(
-                    FrameMemory::System,
-                    self.grid,
-                    &self.cstream,
-                    &mut mapped,
-                    &args,
-                )
-            }?,
-            // SAFETY: as said above, for the slot's device buffer.
-            Mode::DeviceCopy => unsafe {
-                self.kernel.check_and_invert(
-                    FrameMemory::Device,
-                    self.grid,
-                    &self.cstream,
-                    &mut self.device_frames[slot],
-                    &args,
-                )
-            }?,
-        }
-        record(&ev.kernel_end)?;
-        if self.mode == Mode::DeviceCopy {
-            // SAFETY: as for the copy in, in the other direction.
-            unsafe {
-                self.kernel.copy(
-                    CopyKernel::ToSystem,
-                    self.grid,
-                    &self.cstream,
-                    (&mut mapped, frame_ptr),
-                    (&self.device_frames[slot], work_ptr),
-                    &len64,
-                    "copying the frame back from device memory",
-                )
-            }?;
-        }
-        drop(mapped);
-        let expect = t.free_signal();
-        let tracked = self
-            .stream
-            .signal(&mut self.free_cu[slot], SignalParams::timeline(expect))
-            .map_err(|e| err("CUDA signal of the free fence")(&e))?;
-        if tracked != Some(expect) {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the free fence is tracked at {tracked:?} after signalling {expect}"
-            )));
-        }
-        record(&ev.end)?;
-        Ok(())
     }
 
     /// Submits the batch that takes the slot back for the host once the consumer signals
@@ -901,6 +990,9 @@ impl GpuTransport {
     /// Turns a finished frame into its completion.
     fn collect(&mut self, d: Done) -> Result<Completion, TransportError> {
         self.pending = self.pending.saturating_sub(1);
+        self.ctx
+            .bind()
+            .map_err(|e| err("binding the CUDA context")(&e))?;
         let ev = &self.events[d.slot];
         let span = |a: &CudaEvent, b: &CudaEvent| {
             a.elapsed_ms(b)
@@ -944,8 +1036,9 @@ impl GpuTransport {
     }
 
     /// Lets every consumer still waiting for a frame that was never released
-    /// through (it then processes whatever the slot holds), waits for the
-    /// stream and stops the completion thread. Idempotent.
+    /// through (it then processes whatever the slot holds), stops the
+    /// enqueue thread, waits for the stream, releases the CUDA side and
+    /// stops the completion thread. Idempotent.
     fn shut_down(&mut self) -> Result<(), TransportError> {
         let mut first: Option<TransportError> = None;
         for slot in 0..self.ready_vk.len() {
@@ -958,13 +1051,25 @@ impl GpuTransport {
                 }
             }
         }
-        if first.is_none() {
-            if let Err(e) = self.stream.synchronize() {
-                first.get_or_insert(err("draining the CUDA stream")(&e));
+        // Requests still queued are queued on the stream now, their waits
+        // already satisfied.
+        self.requests = None;
+        let cuda_side = match self.enqueuer.take().map(JoinHandle::join) {
+            Some(Ok(e)) => Some(e),
+            Some(Err(_)) => {
+                first.get_or_insert(TransportError::new("the enqueue thread panicked"));
+                None
+            }
+            None => None,
+        };
+        if let (None, Some(e)) = (&first, &cuda_side) {
+            if let Err(x) = e.stream.synchronize() {
+                first.get_or_insert(err("draining the CUDA stream")(&x));
             }
         }
+        // The imports go before the Vulkan objects they import (the fields).
+        drop(cuda_side);
         self.stopping.store(true, Ordering::Release);
-        self.jobs = None;
         if let Some(w) = self.worker.take() {
             if w.join().is_err() {
                 first.get_or_insert(TransportError::new("the completion thread panicked"));
@@ -1170,22 +1275,23 @@ impl FrameTransport for GpuTransport {
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
         // A consumer may be queued before its ready signal (wait before
         // signal): the stream waits on the GPU until the producer signals.
+        // The work is queued by the enqueue thread, in request order; an
+        // error there comes back through `wait_complete`.
         let slot = self.check_slot(t)?;
-        let entered = Instant::now();
-        self.ctx
-            .bind()
-            .map_err(|e| err("binding the CUDA context")(&e))?;
-        self.enqueue(t)?;
-        self.pending += 1;
-        self.times.host_enqueue += entered.elapsed();
-        self.jobs
+        let request = Request {
+            slot,
+            frame: t.frame(),
+            ready: t.ready(),
+            free: t.free_signal(),
+        };
+        self.requests
             .as_ref()
             .ok_or_else(|| TransportError::new("the transport is shut down"))?
-            .send(Job {
-                slot,
-                frame: t.frame(),
-            })
-            .map_err(|_| TransportError::new("the completion thread stopped"))
+            .send(request)
+            .map_err(|_| TransportError::new("the enqueue thread stopped"))?;
+        self.ready_awaited[slot] = t.ready();
+        self.pending += 1;
+        Ok(())
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {

@@ -529,6 +529,14 @@ pub struct Counters {
     slots: usize,
 }
 
+// SAFETY: `host_ptr` points into the pinned allocation the struct owns
+// (`_host`) and lives as long as it; the safe methods only compute
+// addresses, and every read or write of a counter goes through an `unsafe`
+// method whose contract orders it against the device and other threads.
+unsafe impl Send for Counters {}
+// SAFETY: as for `Send`: `&Counters` gives only addresses without `unsafe`.
+unsafe impl Sync for Counters {}
+
 impl Counters {
     /// Allocates `slots` zeroed counters in device-mapped pinned host memory
     /// of `cu`'s context.
