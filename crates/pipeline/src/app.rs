@@ -10,8 +10,9 @@
 //! simulator otherwise (see `backend.rs` and `nvsci.rs`). Every frame is verified twice: the
 //! consumer checks the camera's pattern, and the producer reads the processed
 //! frame back before its slot is written again: with a ring of three or more
-//! on a second thread while the camera writes a later frame into another slot
-//! ([`Ring::produce_peeking`]), otherwise when the slot comes round. Any
+//! on a checker thread, over the frame lent by the ring ([`Ring::lend`]), while
+//! the camera writes later frames into other slots, otherwise when the slot
+//! comes round. Any
 //! failed check gives a non-zero exit.
 //!
 //! Run `cargo run --release -- --help` for the options.

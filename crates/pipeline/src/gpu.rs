@@ -25,7 +25,7 @@
 //!   signals a host-only semaphore; the producer host-waits only for that
 //!   semaphore when it comes back to the slot, or when the pipeline borrows
 //!   the slot to check its frame on the checker thread
-//!   ([`FrameTransport::wait_free_and_peek`]; `reclaim_ahead` cites the rule
+//!   ([`FrameTransport::lend`]; `reclaim_ahead` cites the rule
 //!   that makes this enough). A ring of one acquires inline. The memory types used are
 //!   host-coherent, so the mapped range needs no explicit flush or
 //!   invalidate.
