@@ -542,7 +542,9 @@ fn enqueue_loop(
     host_ns: Arc<AtomicU64>,
 ) -> Enqueuer {
     if let Err(x) = e.ctx.bind() {
-        let _ = done.send(Err(err("binding the CUDA context")(&x)));
+        // Never blocks (a full queue already holds what the producer will
+        // see); the queues close when this thread ends.
+        let _ = done.try_send(Err(err("binding the CUDA context")(&x)));
         return e;
     }
     for r in requests {
@@ -559,7 +561,11 @@ fn enqueue_loop(
             Err(x) => Err(x),
         };
         if let Err(x) = sent {
-            let _ = done.send(Err(x));
+            // Never blocks: at teardown nobody reads the queue, and a full
+            // queue already holds an error or the frames before this one;
+            // either way the producer's next wait ends (with this error, or
+            // with "stopped" once this thread and the completion thread end).
+            let _ = done.try_send(Err(x));
             break;
         }
     }
