@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use tegra_interop_core::{SignalParams, WaitParams};
+use tegra_interop_driver::stream::TimelineSignals;
 use tegra_interop_driver::table::CudaApi;
 use tegra_interop_driver::{
     Backend, Context, ExternalSemaphore, FunctionTable, SemaphoreSignal, SemaphoreWait, Stream,
@@ -232,6 +233,16 @@ fn overhead(c: &mut Criterion) {
             black_box(batch[7].tracked())
         })
     });
+    {
+        let mut set = TimelineSignals::new(&stream, eight.iter_mut()).unwrap();
+        g.bench_function("ours: TimelineSignals::signal", |b| {
+            b.iter(|| {
+                batch_value += 1;
+                let v = black_box(batch_value);
+                set.signal(&stream, &[v; 8]).unwrap();
+            })
+        });
+    }
     let mut raw_batch_value = 0u64;
     let mut p8 = [CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); 8];
     g.bench_function("raw: signal (8)", |b| {

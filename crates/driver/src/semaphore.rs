@@ -432,6 +432,16 @@ impl ExternalSemaphore {
         }
     }
 
+    /// The timeline tracker, for [`crate::stream::TimelineSignals`] (which
+    /// admits only tracked timelines).
+    #[inline]
+    pub(crate) fn timeline_mut(&mut self) -> Option<&mut TimelineTracker> {
+        match &mut self.tracking {
+            Tracking::Timeline(t) => Some(t),
+            _ => None,
+        }
+    }
+
     /// The enqueue of a signal checked with
     /// [`check_signal`](Self::check_signal) succeeded: the tracked value
     /// advances. Returns it (`None` for untracked semaphores).

@@ -16,7 +16,7 @@ use crate::ffi::{call, code, Bind, Current, Lowered, TryBind};
 use crate::nvsci::{CanSignal, CanWait, Fence, NvSciSemaphore};
 use crate::owner::{Owned, Release};
 use crate::semaphore::refuse_raw_nvscisync;
-use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait};
+use crate::{Backend, Context, Error, ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
 
 /// `CU_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy
 /// default stream.
@@ -218,7 +218,7 @@ impl Stream {
     /// another context ([`Error::WrongContext`]) or NULL (as the core's
     /// batches refuse it).
     #[inline]
-    fn handle_for(
+    pub(crate) fn handle_for(
         &self,
         ctx: CUcontext,
         semaphore: &ExternalSemaphore,
@@ -234,7 +234,7 @@ impl Stream {
 
     #[cold]
     #[inline(never)]
-    fn wrong_context(&self, semaphore: &ExternalSemaphore) -> Error {
+    pub(crate) fn wrong_context(&self, semaphore: &ExternalSemaphore) -> Error {
         Error::WrongContext {
             semaphore_ctx: semaphore.context().id(),
             stream_ctx: self.context().id(),
@@ -475,6 +475,172 @@ impl Stream {
 }
 
 /// Refuses two slices of different lengths for the pairwise batches.
+/// A fixed set of timeline semaphores that one context's streams signal
+/// together, again and again: each frame's *free* fences of a ring, say.
+///
+/// [`Stream::signal_batch`] checks every entry on every call. A set holds
+/// each of its semaphores exclusively (`&mut`) for as long as it exists, so
+/// what cannot change meanwhile is checked once, in [`TimelineSignals::new`]:
+/// each semaphore belongs to the stream's context, has a live handle, is of a
+/// kind that takes a fence value and keeps a timeline tracker. Every
+/// [`signal`](Self::signal) still checks what can change: the stream's
+/// context against the set's, and per semaphore the value against the
+/// tracked floor, a pending reservation and the last signalling stream (see
+/// [`ExternalSemaphore::order_streams`]); a refusal queues nothing and
+/// records nothing. The C arrays (handles, zeroed parameter blocks) are
+/// built once; a call writes only the values. No allocation after `new`.
+///
+/// ```
+/// use tegra_interop_driver::{stream::TimelineSignals, Context, ExternalSemaphore, Stream};
+/// use tegra_interop_sim::{export, Sim};
+///
+/// let sim = Sim::new()?;
+/// let ctx = Context::new(sim.backend(), 0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let mut semaphores = Vec::new();
+/// for _ in 0..3 {
+///     let (fd, _exported) = export::timeline_semaphore(0)?;
+///     semaphores.push(ExternalSemaphore::timeline_fd(&ctx, fd)?);
+/// }
+/// let mut set = TimelineSignals::new(&stream, semaphores.iter_mut())?;
+/// for frame in 1..=10u64 {
+///     set.signal(&stream, &[frame; 3])?;
+/// }
+/// // A value that does not exceed the floor is refused, for the whole set.
+/// assert!(set.signal(&stream, &[11, 10, 11]).is_err());
+/// drop(set);
+/// assert!(semaphores.iter().all(|s| s.last_timeline_value() == Some(10)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct TimelineSignals<'s> {
+    ctx: CUcontext,
+    semaphores: Vec<&'s mut ExternalSemaphore>,
+    handles: Vec<CUexternalSemaphore>,
+    params: Vec<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS>,
+}
+
+impl<'s> TimelineSignals<'s> {
+    /// Makes the set of `semaphores` (1 to [`MAX_BATCH`]) for streams of
+    /// `stream`'s context.
+    ///
+    /// # Errors
+    /// [`Error::WrongContext`] for a semaphore of another context; a
+    /// [`ValidationError`] for a NULL handle, for a kind without a fence
+    /// value (`FenceValueNotSupported`) or for more than [`MAX_BATCH`]
+    /// semaphores; [`Error::Unsupported`] for an empty set or a semaphore
+    /// without a timeline tracker.
+    pub fn new(
+        stream: &Stream,
+        semaphores: impl IntoIterator<Item = &'s mut ExternalSemaphore>,
+    ) -> Result<TimelineSignals<'s>, Error> {
+        let ctx = stream.context().as_raw();
+        let semaphores: Vec<&'s mut ExternalSemaphore> = semaphores.into_iter().collect();
+        check_len(semaphores.len())?;
+        let unsupported = |reason| Error::Unsupported {
+            operation: "TimelineSignals::new",
+            reason,
+        };
+        if semaphores.is_empty() {
+            return Err(unsupported("a set needs at least one semaphore"));
+        }
+        let mut handles = Vec::with_capacity(semaphores.len());
+        for semaphore in &semaphores {
+            let handle = stream.handle_for(ctx, semaphore)?;
+            SignalParams::timeline(1).check_for(semaphore.kind())?;
+            if semaphore.last_timeline_value().is_none() {
+                return Err(unsupported(
+                    "every semaphore of a set must keep a timeline tracker",
+                ));
+            }
+            handles.push(handle);
+        }
+        let params = vec![CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); semaphores.len()];
+        Ok(TimelineSignals {
+            ctx,
+            semaphores,
+            handles,
+            params,
+        })
+    }
+
+    /// Semaphores in the set.
+    pub fn len(&self) -> usize {
+        self.semaphores.len()
+    }
+
+    /// Whether the set is empty (never: `new` refuses an empty set).
+    pub fn is_empty(&self) -> bool {
+        self.semaphores.is_empty()
+    }
+
+    /// Queues on `stream`, with one driver call, a signal of each semaphore
+    /// of the set to the value of the same index in `values`; afterwards
+    /// each semaphore's tracked value is its value.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] when `values` has another length than the set;
+    /// [`Error::WrongContext`] for a stream of another context; the
+    /// tracker's [`ValidationError`] for a value that does not exceed a
+    /// semaphore's floor, a pending reservation or a stream not ordered
+    /// after the last signalling one; the driver's error. Nothing is queued
+    /// or recorded on any error before the call, nothing recorded after a
+    /// failed call.
+    pub fn signal(&mut self, stream: &Stream, values: &[u64]) -> Result<(), Error> {
+        pairwise(
+            "TimelineSignals::signal",
+            self.semaphores.len(),
+            values.len(),
+        )?;
+        if stream.context().as_raw() != self.ctx {
+            return Err(match self.semaphores.first() {
+                Some(s) => stream.wrong_context(s),
+                None => Error::Unsupported {
+                    operation: "TimelineSignals::signal",
+                    reason: "the set is empty",
+                },
+            });
+        }
+        for ((semaphore, &value), raw) in self.semaphores.iter().zip(values).zip(&mut self.params) {
+            match semaphore.tracking() {
+                Tracking::Timeline(t) => t.check_on(stream.id, value)?,
+                _ => {
+                    return Err(Error::Unsupported {
+                        operation: "TimelineSignals::signal",
+                        reason: "every semaphore of a set must keep a timeline tracker",
+                    })
+                }
+            }
+            raw.params.fence.value = value;
+        }
+        // Every handle is a live semaphore of this stream's context, held
+        // (`&mut`) by the set; the parameter blocks are zeroed but for the
+        // fence values; the lengths match (checked above and in `new`,
+        // which refused more than `MAX_BATCH`, so the count fits a `u32`).
+        call::cuSignalExternalSemaphoresAsync(
+            Current(stream.context()),
+            self.handles.as_ptr(),
+            self.params.as_ptr(),
+            self.handles.len() as u32,
+            stream.as_raw(),
+        )?;
+        for (semaphore, &value) in self.semaphores.iter_mut().zip(values) {
+            semaphore.mark_used_exclusive();
+            if let Some(t) = semaphore.timeline_mut() {
+                t.record_on(stream.id, value);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for TimelineSignals<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimelineSignals")
+            .field("len", &self.semaphores.len())
+            .finish_non_exhaustive()
+    }
+}
+
 fn pairwise(operation: &'static str, semaphores: usize, params: usize) -> Result<(), Error> {
     if semaphores != params {
         return Err(Error::Unsupported {

@@ -152,3 +152,81 @@ fn a_refused_timeline_entry_behind_valid_ones_advances_nothing() {
         .unwrap();
     assert!(sems.iter().all(|s| s.last_timeline_value() == Some(5)));
 }
+
+/// A `TimelineSignals` set: one driver call per signal, the exported values
+/// reached, and the same refusals as `signal_batch` (before any call,
+/// nothing advanced) for what can change between calls; what cannot is
+/// refused when the set is made.
+#[test]
+fn a_timeline_set_signals_in_one_call_and_refuses_like_a_batch() {
+    use tegra_interop_driver::stream::TimelineSignals;
+    let sim = Sim::new().unwrap();
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (mut sems, exported) = timelines(&ctx, 4);
+    {
+        let mut set = TimelineSignals::new(&stream, sems.iter_mut()).unwrap();
+        assert_eq!(set.len(), 4);
+        let before = sim.call_log().len();
+        set.signal(&stream, &[3, 4, 5, 6]).unwrap();
+        let log = sim.call_log();
+        let signals = log[before..]
+            .iter()
+            .filter(|c| **c == "cuSignalExternalSemaphoresAsync")
+            .count();
+        assert_eq!(signals, 1, "{:?}", &log[before..]);
+
+        // Refused before any call, nothing advanced: a value not above the
+        // floor (last entry), a length mismatch, a stream of another context.
+        let other = Context::create(sim.backend(), 0, 0).unwrap();
+        let elsewhere = Stream::new(&other).unwrap();
+        let second = Stream::new(&ctx).unwrap();
+        let calls = sim.calls();
+        let r = set.signal(&stream, &[7, 7, 7, 6]);
+        assert!(
+            matches!(
+                r,
+                Err(Error::Validation(
+                    ValidationError::FenceNotIncreasing { .. }
+                ))
+            ),
+            "{r:?}"
+        );
+        assert!(matches!(
+            set.signal(&stream, &[7, 7, 7]),
+            Err(Error::Unsupported { .. })
+        ));
+        let r = set.signal(&elsewhere, &[7; 4]);
+        assert!(matches!(r, Err(Error::WrongContext { .. })), "{r:?}");
+        // A second stream that is not ordered after the first.
+        let r = set.signal(&second, &[7; 4]);
+        assert!(matches!(r, Err(Error::Validation(_))), "{r:?}");
+        assert_eq!(sim.calls(), calls, "no driver call");
+        set.signal(&stream, &[7; 4]).unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert!(sems.iter().all(|s| s.last_timeline_value() == Some(7)));
+    assert!(exported.iter().all(|e| e.value() == 7));
+
+    // What cannot change is refused when the set is made.
+    assert!(matches!(
+        TimelineSignals::new(&stream, std::iter::empty()),
+        Err(Error::Unsupported { .. })
+    ));
+    let other = Context::create(sim.backend(), 0, 0).unwrap();
+    let elsewhere = Stream::new(&other).unwrap();
+    assert!(matches!(
+        TimelineSignals::new(&elsewhere, sems.iter_mut()),
+        Err(Error::WrongContext { .. })
+    ));
+    let (fd, _binary) = export::binary_semaphore().unwrap();
+    let mut binary = ExternalSemaphore::binary_fd(&ctx, fd).unwrap();
+    assert!(matches!(
+        TimelineSignals::new(&stream, std::iter::once(&mut binary)),
+        Err(Error::Validation(
+            ValidationError::FenceValueNotSupported { .. }
+        ))
+    ));
+    let (mut many, _e) = timelines(&ctx, MAX_BATCH + 1);
+    assert!(TimelineSignals::new(&stream, many.iter_mut()).is_err());
+}

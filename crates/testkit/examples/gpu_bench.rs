@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use raw_cuda::RawCuda;
 use tegra_interop::core::{SignalParams, WaitParams};
+use tegra_interop::driver::stream::TimelineSignals;
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Stream,
 };
@@ -603,6 +604,38 @@ fn main() {
         },
         &sync,
     ));
+
+    // -- the same eight semaphores as a `TimelineSignals` set (the fixed checks made once) --
+    {
+        // The values go on from the batch rows'; nothing signals these eight later.
+        let mut v = ours.batch_value;
+        let stream = ours.stream;
+        let mut set = TimelineSignals::new(stream, ours.eight.iter_mut()).unwrap();
+        let [row] = compare(
+            ["`TimelineSignals::signal` (the same 8, a set made once) vs raw `cuCtxSetCurrent` + signal (8)"],
+            WARM_BLOCKS,
+            BLOCKS / 2,
+            || {
+                let sample = timed(BLOCK, || {
+                    for _ in 0..BLOCK {
+                        v += 1;
+                        set.signal(stream, &[v; 8]).unwrap();
+                    }
+                });
+                sync();
+                [sample]
+            },
+            || {
+                let sample = raw.signal_batch(&|| {
+                    // SAFETY: a live context.
+                    ok(&cu, "cuCtxSetCurrent", unsafe { (f.cuCtxSetCurrent)(c) });
+                });
+                sync();
+                [sample]
+            },
+        );
+        rows.push(row);
+    }
 
     // -- does an explicit stream need its context current? --
     let (experiment, other_ctx, foreign_signal_ok) = context_experiment(&cu, &vk, c, s);
