@@ -612,7 +612,7 @@ fn main() {
         let stream = ours.stream;
         let mut set = TimelineSignals::new(stream, ours.eight.iter_mut()).unwrap();
         let [row] = compare(
-            ["`TimelineSignals::signal` (the same 8, a set made once) vs raw `cuCtxSetCurrent` + signal (8)"],
+            ["`TimelineSignals::signal` (the same 8, a set made once; Vulkan reads the last values) vs raw `cuCtxSetCurrent` + signal (8)"],
             WARM_BLOCKS,
             BLOCKS / 2,
             || {
@@ -635,6 +635,12 @@ fn main() {
             },
         );
         rows.push(row);
+        // The signals reached the device: each exporter-side semaphore reads
+        // the last value (the bench stops here otherwise).
+        sync();
+        for (i, sem) in vk_sems[1..9].iter().enumerate() {
+            assert_eq!(sem.value().unwrap(), v, "semaphore {i} of the set");
+        }
     }
 
     // -- does an explicit stream need its context current? --
