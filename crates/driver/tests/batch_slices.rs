@@ -23,6 +23,16 @@ fn timelines(ctx: &Context, n: usize) -> (Vec<ExternalSemaphore>, Vec<ExportedTi
     (ours, theirs)
 }
 
+/// Runs `f` and counts the `cuSignalExternalSemaphoresAsync` calls it made.
+fn signal_calls_during(sim: &Sim, f: impl FnOnce()) -> usize {
+    let before = sim.call_log().len();
+    f();
+    sim.call_log()[before..]
+        .iter()
+        .filter(|c| **c == "cuSignalExternalSemaphoresAsync")
+        .count()
+}
+
 #[test]
 fn a_vec_of_semaphores_is_one_driver_call_each_way() {
     let sim = Sim::new().unwrap();
@@ -31,14 +41,8 @@ fn a_vec_of_semaphores_is_one_driver_call_each_way() {
     let (mut sems, exported) = timelines(&ctx, 5);
 
     let params: Vec<SignalParams> = (1..=5).map(SignalParams::timeline).collect();
-    let before = sim.call_log().len();
-    stream.signal_each(&mut sems, &params).unwrap();
-    let log = sim.call_log();
-    let signals = log[before..]
-        .iter()
-        .filter(|c| **c == "cuSignalExternalSemaphoresAsync")
-        .count();
-    assert_eq!(signals, 1, "{:?}", &log[before..]);
+    let signals = signal_calls_during(&sim, || stream.signal_each(&mut sems, &params).unwrap());
+    assert_eq!(signals, 1);
     stream.synchronize().unwrap();
     for (k, (sem, exp)) in sems.iter().zip(&exported).enumerate() {
         assert_eq!(sem.last_timeline_value(), Some(k as u64 + 1));
@@ -167,14 +171,8 @@ fn a_timeline_set_signals_in_one_call_and_refuses_like_a_batch() {
     {
         let mut set = TimelineSignals::new(&stream, sems.iter_mut()).unwrap();
         assert_eq!(set.len(), 4);
-        let before = sim.call_log().len();
-        set.signal(&stream, &[3, 4, 5, 6]).unwrap();
-        let log = sim.call_log();
-        let signals = log[before..]
-            .iter()
-            .filter(|c| **c == "cuSignalExternalSemaphoresAsync")
-            .count();
-        assert_eq!(signals, 1, "{:?}", &log[before..]);
+        let signals = signal_calls_during(&sim, || set.signal(&stream, &[3, 4, 5, 6]).unwrap());
+        assert_eq!(signals, 1);
 
         // Refused before any call, nothing advanced: a value not above the
         // floor (last entry), a length mismatch, a stream of another context.
