@@ -2,10 +2,17 @@
 //! driver codes, DEINITIALIZED at teardown, fd ownership on failure.
 //!
 //! These need no simulator: each fake entry point returns a fixed answer.
+//!
+//! The fd table and the fd-audit counters are process-wide, so every test of
+//! this binary holds one lock: a number one test's fake driver closes cannot
+//! be reused by another test's open before the audit looks at it (CI once
+//! saw exactly that under qemu, counted correctly as `reused`, which made the
+//! test's expectation of `gone` fail).
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use tegra_interop_core::{CuResult, SignalParams, ValidationError};
 use tegra_interop_driver::table::CudaApi;
@@ -19,6 +26,12 @@ use tegra_interop_sys::cuda::{
 };
 
 const OK: CUresult = CUresult(0);
+
+static FD_TABLE: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    FD_TABLE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 unsafe extern "C" fn device_get(out: *mut CUdevice, ordinal: i32) -> CUresult {
     // SAFETY: the driver code passes a valid out-pointer.
@@ -140,6 +153,7 @@ fn some_fd() -> OwnedFd {
 
 #[test]
 fn a_missing_entry_is_not_supported_naming_symbol_and_library() {
+    let _g = serial();
     let backend = backend(CudaApi::empty());
     let err = Context::primary(backend.clone(), 0).unwrap_err();
     assert_eq!(err, Error::not_supported("cuDeviceGet", "libcuda.so.1"));
@@ -154,6 +168,7 @@ fn a_missing_entry_is_not_supported_naming_symbol_and_library() {
 
 #[test]
 fn nvsci_entries_are_named_with_their_library() {
+    let _g = serial();
     assert_eq!(
         tegra_interop_driver::table::library_of("NvSciSyncObjAlloc"),
         "libnvscisync.so.1"
@@ -166,6 +181,7 @@ fn nvsci_entries_are_named_with_their_library() {
 
 #[test]
 fn teardown_after_driver_shutdown_counts_as_already_gone() {
+    let _g = serial();
     // Seed scenario error-driver-not-ready: the process is exiting, the
     // driver's exit handlers already ran, every destroy answers
     // DEINITIALIZED. Drop must neither panic nor record an error, and an
@@ -188,6 +204,7 @@ fn teardown_after_driver_shutdown_counts_as_already_gone() {
 
 #[test]
 fn other_drop_failures_are_recorded_not_panicked() {
+    let _g = serial();
     let mut cuda = base();
     cuda.cuDestroyExternalSemaphore = Some(destroy_sem_fails);
     let backend = backend(cuda);
@@ -211,6 +228,7 @@ fn other_drop_failures_are_recorded_not_panicked() {
 
 #[test]
 fn a_failed_import_hands_the_fd_back_open() {
+    let _g = serial();
     let mut cuda = base();
     cuda.cuImportExternalMemory = Some(import_mem_fails);
     let backend = backend(cuda);
@@ -234,6 +252,7 @@ fn a_failed_import_hands_the_fd_back_open() {
 
 #[test]
 fn a_driver_that_closes_the_fd_on_failure_does_not_close_the_callers() {
+    let _g = serial();
     let mut cuda = base();
     cuda.cuImportExternalMemory = Some(import_mem_fails_closing);
     let ctx = Context::primary(backend(cuda), 0).unwrap();
@@ -247,11 +266,17 @@ fn a_driver_that_closes_the_fd_on_failure_does_not_close_the_callers() {
     // Still open (an OwnedFd of a closed number would abort on drop).
     fd.try_clone().expect("the caller's fd is still open");
     let after = tegra_interop_driver::error::fd_audit();
-    assert!(after.gone > before.gone, "{before:?} -> {after:?}");
+    assert_eq!(after.gone, before.gone + 1, "{before:?} -> {after:?}");
+    assert_eq!(
+        (after.closed, after.reused, after.unproven),
+        (before.closed, before.reused, before.unproven),
+        "{before:?} -> {after:?}"
+    );
 }
 
 #[test]
 fn a_reused_duplicate_number_is_left_alone() {
+    let _g = serial();
     let mut cuda = base();
     cuda.cuImportExternalMemory = Some(import_mem_fails_number_reused);
     let ctx = Context::primary(backend(cuda), 0).unwrap();
@@ -278,6 +303,7 @@ fn a_reused_duplicate_number_is_left_alone() {
 
 #[test]
 fn a_missing_import_entry_also_hands_the_fd_back() {
+    let _g = serial();
     let backend = backend(base());
     let ctx = Context::primary(backend, 0).unwrap();
     let err = ExternalMemory::opaque_fd(&ctx, some_fd(), 4096).unwrap_err();
@@ -290,6 +316,7 @@ fn a_missing_import_entry_also_hands_the_fd_back() {
 
 #[test]
 fn validation_refusals_come_before_the_driver() {
+    let _g = serial();
     let backend = backend(base());
     let ctx = Context::primary(backend, 0).unwrap();
     // No cuImportExternalMemory in this table: a refusal must come first.
@@ -299,6 +326,7 @@ fn validation_refusals_come_before_the_driver() {
 
 #[test]
 fn a_failed_signal_does_not_advance_the_timeline() {
+    let _g = serial();
     let mut cuda = base();
     cuda.cuSignalExternalSemaphoresAsync = Some(signal_fails);
     let backend = backend(cuda);
@@ -321,6 +349,7 @@ fn a_failed_signal_does_not_advance_the_timeline() {
 
 #[test]
 fn a_missing_signal_entry_leaves_the_tracker_alone() {
+    let _g = serial();
     let backend = backend(base());
     let ctx = Context::primary(backend, 0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
@@ -337,6 +366,7 @@ fn a_missing_signal_entry_leaves_the_tracker_alone() {
 
 #[test]
 fn context_ids_are_unique_and_named_in_messages() {
+    let _g = serial();
     let backend = backend(base());
     let a = Context::primary(backend.clone(), 0).unwrap();
     let b = Context::primary(backend, 0).unwrap();
