@@ -12,6 +12,15 @@ use tegra_interop_driver::{Context, Error, ExternalSemaphore, SemaphoreSignal, S
 use tegra_interop_sim::export::ExportedTimelineSemaphore;
 use tegra_interop_sim::{export, Sim};
 
+/// A simulator, its primary context and a stream on it (dropped in reverse:
+/// stream, context, simulator).
+fn sim_stream() -> (Sim, Context, Stream) {
+    let sim = Sim::new().unwrap();
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    (sim, ctx, stream)
+}
+
 fn timelines(ctx: &Context, n: usize) -> (Vec<ExternalSemaphore>, Vec<ExportedTimelineSemaphore>) {
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
@@ -35,9 +44,7 @@ fn signal_calls_during(sim: &Sim, f: impl FnOnce()) -> usize {
 
 #[test]
 fn a_vec_of_semaphores_is_one_driver_call_each_way() {
-    let sim = Sim::new().unwrap();
-    let ctx = Context::primary(sim.backend(), 0).unwrap();
-    let stream = Stream::new(&ctx).unwrap();
+    let (sim, ctx, stream) = sim_stream();
     let (mut sems, exported) = timelines(&ctx, 5);
 
     let params: Vec<SignalParams> = (1..=5).map(SignalParams::timeline).collect();
@@ -67,9 +74,7 @@ fn a_vec_of_semaphores_is_one_driver_call_each_way() {
 
 #[test]
 fn refusals_come_before_the_call_and_advance_nothing() {
-    let sim = Sim::new().unwrap();
-    let ctx = Context::primary(sim.backend(), 0).unwrap();
-    let stream = Stream::new(&ctx).unwrap();
+    let (sim, ctx, stream) = sim_stream();
     let (mut sems, _exported) = timelines(&ctx, 3);
     let calls = sim.calls();
 
@@ -101,9 +106,7 @@ fn refusals_come_before_the_call_and_advance_nothing() {
 
 #[test]
 fn more_than_max_batch_entries_are_refused_whole() {
-    let sim = Sim::new().unwrap();
-    let ctx = Context::primary(sim.backend(), 0).unwrap();
-    let stream = Stream::new(&ctx).unwrap();
+    let (sim, ctx, stream) = sim_stream();
     let (mut sems, _exported) = timelines(&ctx, MAX_BATCH + 1);
     let params = vec![SignalParams::timeline(1); MAX_BATCH + 1];
     let calls = sim.calls();
@@ -125,9 +128,7 @@ fn more_than_max_batch_entries_are_refused_whole() {
 /// timeline, a flag only NvSciSync takes, a value not above the last.
 #[test]
 fn a_refused_timeline_entry_behind_valid_ones_advances_nothing() {
-    let sim = Sim::new().unwrap();
-    let ctx = Context::primary(sim.backend(), 0).unwrap();
-    let stream = Stream::new(&ctx).unwrap();
+    let (sim, ctx, stream) = sim_stream();
     let (mut sems, _exported) = timelines(&ctx, 3);
     stream
         .signal_each(&mut sems, &[SignalParams::timeline(4); 3])
@@ -164,9 +165,7 @@ fn a_refused_timeline_entry_behind_valid_ones_advances_nothing() {
 #[test]
 fn a_timeline_set_signals_in_one_call_and_refuses_like_a_batch() {
     use tegra_interop_driver::stream::TimelineSignals;
-    let sim = Sim::new().unwrap();
-    let ctx = Context::primary(sim.backend(), 0).unwrap();
-    let stream = Stream::new(&ctx).unwrap();
+    let (sim, ctx, stream) = sim_stream();
     let (mut sems, exported) = timelines(&ctx, 4);
     {
         let mut set = TimelineSignals::new(&stream, sems.iter_mut()).unwrap();
