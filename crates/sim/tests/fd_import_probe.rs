@@ -6,8 +6,10 @@
 //!
 //! "Closed" is checked two ways, because tests run in parallel threads and a
 //! closed number can be reused at once by another test: the number no longer
-//! names the same file, and the simulator's fd ledger recorded closing the
-//! caller's fd under that number.
+//! names the same open file description (a sibling test's fresh open of
+//! /dev/null is the same file, but not the same description; see
+//! `Tracked`), and the simulator's fd ledger recorded closing the caller's
+//! fd under that number.
 #![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
 mod common;
 use common::*;
@@ -607,4 +609,31 @@ fn injected_opaque_fd_memory_failures_close_only_for_import_stage_codes() {
         });
     }
     clean(&c);
+}
+
+/// The "closed" check must not be fooled by another thread opening the same
+/// path onto the number an import just closed: same file (device, inode),
+/// but a new open file description. This is the reuse CI met under qemu.
+#[test]
+fn a_number_reopened_on_the_same_path_is_not_still_open() {
+    let open_null = || -> OwnedFd { std::fs::File::open("/dev/null").unwrap().into() };
+    let tracked = Tracked::new(open_null());
+    assert!(tracked.still_open());
+    let other = open_null();
+    assert_eq!(
+        same_description(tracked.raw, other.as_raw_fd()),
+        Some(false),
+        "kcmp(KCMP_FILE) must be available: the fd-ownership tests rely on it"
+    );
+    // dup2 closes the tracked number and opens the other /dev/null on it.
+    // SAFETY: both numbers are this test's own; the tracked one is given up.
+    let rc = unsafe { libc::dup2(other.as_raw_fd(), tracked.raw) };
+    assert_eq!(rc, tracked.raw);
+    assert_eq!(file_id(tracked.raw), Some(tracked.id), "same file");
+    assert!(
+        !tracked.still_open(),
+        "a new description on the same number"
+    );
+    // SAFETY: the number now holds this test's duplicate of `other`.
+    drop(unsafe { OwnedFd::from_raw_fd(tracked.raw) });
 }

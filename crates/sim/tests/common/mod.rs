@@ -177,8 +177,10 @@ pub fn memfd(name: &std::ffi::CStr, len: libc::off_t) -> OwnedFd {
     fd
 }
 
-/// Identity of an open file, to tell "this fd was closed" from "the number
-/// was reused by another thread" (tests run in parallel).
+/// Identity of an open file (device, inode). Two opens of the same path
+/// (say /dev/null) share it, so on its own it cannot tell "still our fd"
+/// from "closed, and the number reused by another thread opening the same
+/// path"; [`Tracked`] adds a check of the open file description.
 pub fn file_id(fd: RawFd) -> Option<(u64, u64)> {
     // SAFETY: all-zero is a valid `stat`.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -189,25 +191,54 @@ pub fn file_id(fd: RawFd) -> Option<(u64, u64)> {
     Some((st.st_dev as u64, st.st_ino as u64))
 }
 
-/// An fd plus the identity of what it refers to.
+/// `kcmp(KCMP_FILE)` on two numbers of this process: `Some(true)` when they
+/// are the same open file description, `None` when the kernel cannot say
+/// (no kcmp, not permitted, a closed number).
+pub fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
+    const KCMP_FILE: libc::c_int = 0;
+    // SAFETY: kcmp compares kernel objects named by numbers of this process;
+    // it reads and writes no memory of ours.
+    let pid = unsafe { libc::getpid() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::syscall(libc::SYS_kcmp, pid, pid, KCMP_FILE, a, b) };
+    match rc {
+        0 => Some(true),
+        1..=3 => Some(false),
+        _ => None,
+    }
+}
+
+/// An fd plus what it refers to, to tell "this fd was closed" from "the
+/// number was reused by another thread" (tests run in parallel).
+///
+/// It keeps a duplicate of the fd (the witness, on another number) so that
+/// "still open" can ask whether the number is the same open file
+/// description, not only the same file: a sibling test opening /dev/null
+/// onto a number the import just closed is the same file but a new
+/// description (CI saw exactly that reuse under qemu). Where the kernel
+/// cannot compare descriptions, the file identity alone is used.
 pub struct Tracked {
     pub raw: RawFd,
     pub id: (u64, u64),
+    witness: OwnedFd,
 }
 
 impl Tracked {
     /// Releases ownership of `fd` and remembers what it was.
     pub fn new(fd: OwnedFd) -> Tracked {
         let id = file_id(fd.as_raw_fd()).unwrap();
+        let witness = fd.try_clone().unwrap();
         Tracked {
             raw: fd.into_raw_fd(),
             id,
+            witness,
         }
     }
 
-    /// Whether the number still refers to the same file.
+    /// Whether the number still refers to the same open file description.
     pub fn still_open(&self) -> bool {
         file_id(self.raw) == Some(self.id)
+            && same_description(self.raw, self.witness.as_raw_fd()) != Some(false)
     }
 
     /// Closes it (the caller still owned it).
