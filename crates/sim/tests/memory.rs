@@ -1,4 +1,7 @@
 //! External memory over memfd, allocations, copies and mipmapped arrays.
+//!
+//! Every test holds `serial()`: one of them closes the simulator's own fd
+//! behind its back and needs the number to stay free until the destroy.
 #![allow(
     clippy::unwrap_used,
     clippy::field_reassign_with_default,
@@ -17,6 +20,7 @@ fn exported_tracked(size: usize) -> (Tracked, export::ExportedMemory) {
 
 #[test]
 fn bytes_are_shared_both_ways() {
+    let _g = serial();
     let c = Cu::new();
     let ctx = c.ctx();
     let (fd, mem) = export::memory(4096).unwrap();
@@ -43,6 +47,7 @@ fn bytes_are_shared_both_ways() {
 
 #[test]
 fn successful_import_closes_the_fd_failed_opaque_import_too() {
+    let _g = serial();
     let c = Cu::ready();
     // A failed OPAQUE_FD import closes the fd once the parameters were
     // valid (measured: UNKNOWN for a file that is not a GPU allocation);
@@ -88,6 +93,7 @@ fn successful_import_closes_the_fd_failed_opaque_import_too() {
 
 #[test]
 fn not_a_gpu_allocation_opaque_fd_is_unknown_and_closed() {
+    let _g = serial();
     // Measured: /dev/null, a pipe, a socket, a memfd and a regular file that
     // are not GPU allocations, as OPAQUE_FD -> UNKNOWN, fd closed. Only
     // memory from `export::memory` is an allocation to the simulator.
@@ -103,6 +109,7 @@ fn not_a_gpu_allocation_opaque_fd_is_unknown_and_closed() {
 
 #[test]
 fn injected_opaque_fd_import_failure_closes_the_fd() {
+    let _g = serial();
     let c = Cu::ready();
     let (t, _mem) = exported_tracked(4096);
     c.sim.fail_symbol("cuImportExternalMemory", 0, 2);
@@ -114,6 +121,7 @@ fn injected_opaque_fd_import_failure_closes_the_fd() {
 
 #[test]
 fn import_codes_match_the_measurements() {
+    let _g = serial();
     let c = Cu::ready();
     // fd -1: UNKNOWN, exactly like the real driver.
     assert_eq!(c.import_mem_raw(1, -1, 4096).0, UNKNOWN);
@@ -147,6 +155,7 @@ fn import_codes_match_the_measurements() {
 
 #[test]
 fn dmabuf_import_is_not_supported_by_default_and_keeps_the_fd() {
+    let _g = serial();
     // Measured on the H200: DMABUF_FD -> NOT_SUPPORTED, fd left open.
     let c = Cu::ready();
     let (t, _mem) = exported_tracked(256);
@@ -162,6 +171,7 @@ fn dmabuf_import_is_not_supported_by_default_and_keeps_the_fd() {
 
 #[test]
 fn dmabuf_import_opt_in_works() {
+    let _g = serial();
     let mut cfg = SimConfig::default();
     cfg.dmabuf_import = true;
     let c = Cu::with(cfg);
@@ -194,6 +204,7 @@ fn imported_with_dup(c: &Cu) -> (CUexternalMemory, RawFd, export::ExportedMemory
 
 #[test]
 fn a_double_close_of_a_held_fd_is_reported() {
+    let _g = serial();
     // Someone closes the simulator's own duplicate behind its back (what a
     // caller does that closes a number it no longer owns): on destroy the
     // simulator finds it closed, does not close it again, and says so.
@@ -216,6 +227,7 @@ fn a_double_close_of_a_held_fd_is_reported() {
 
 #[test]
 fn a_reused_held_fd_number_is_reported_as_foreign_and_left_open() {
+    let _g = serial();
     let c = Cu::ready();
     let (m, dup, _mem) = imported_with_dup(&c);
     // Close it and put another file on the same number.
@@ -239,6 +251,7 @@ fn a_reused_held_fd_number_is_reported_as_foreign_and_left_open() {
 
 #[test]
 fn mapping_rules_match_the_measurements() {
+    let _g = serial();
     let c = Cu::ready();
     let (fd, mem) = export::memory(8192).unwrap();
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
@@ -294,6 +307,7 @@ fn mapping_rules_match_the_measurements() {
 
 #[test]
 fn oversized_import_succeeds_with_a_diagnostic_and_never_crashes() {
+    let _g = serial();
     let c = Cu::ready();
     let (fd, mem) = export::memory(4096).unwrap();
     mem.fill(0x5a);
@@ -317,6 +331,7 @@ fn oversized_import_succeeds_with_a_diagnostic_and_never_crashes() {
 
 #[test]
 fn alloc_copy_memset_and_bounds() {
+    let _g = serial();
     let c = Cu::new();
     let ctx = c.ctx();
     let mut p: CUdeviceptr = 0;
@@ -344,6 +359,7 @@ fn alloc_copy_memset_and_bounds() {
 
 #[test]
 fn context_destroy_takes_mappings_along() {
+    let _g = serial();
     let c = Cu::new();
     let ctx = c.ctx();
     let (fd, _mem) = export::memory(4096).unwrap();
@@ -387,6 +403,7 @@ fn mipmapped(
 
 #[test]
 fn mipmapped_array_levels_and_memcpy3d() {
+    let _g = serial();
     let c = Cu::new();
     let ctx = c.ctx();
     let (w, h) = (64usize, 32usize);
@@ -464,6 +481,7 @@ fn mipmapped_array_levels_and_memcpy3d() {
 
 #[test]
 fn nvscibuf_objects_import_and_need_one_level() {
+    let _g = serial();
     let c = Cu::with(SimConfig::tegra());
     let _ctx = c.ctx();
     let (obj, mem) = c.sim.create_buf_object(4096).unwrap();

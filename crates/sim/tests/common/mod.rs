@@ -177,6 +177,17 @@ pub fn memfd(name: &std::ffi::CStr, len: libc::off_t) -> OwnedFd {
     fd
 }
 
+static FD_NUMBERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// One lock for the tests of a binary that leave an fd number free on
+/// purpose and expect it still free a moment later (closing the
+/// simulator's own duplicate behind its back): fd numbers are process-wide,
+/// so every test of that binary holds it, and no sibling test can open a
+/// file onto the freed number in between (CI saw exactly that under qemu).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    FD_NUMBERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Identity of an open file (device, inode). Two opens of the same path
 /// (say /dev/null) share it, so on its own it cannot tell "still our fd"
 /// from "closed, and the number reused by another thread opening the same
