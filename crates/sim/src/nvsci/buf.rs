@@ -19,6 +19,38 @@ use crate::DiagnosticKind as D;
 
 use super::list::*;
 
+/// The memfd name of NvSciBuf object memory; with the shrink seal
+/// [`shm::memfd`] sets, the mark an IPC import checks (see
+/// [`check_imported_memory`]).
+pub(crate) const MEMFD_NAME: &std::ffi::CStr = c"tegra-interop-sim-nvscibuf";
+
+/// Checks an fd that arrived from a peer for an object import whose
+/// descriptor claims `size` bytes: it must be NvSciBuf object memory (the
+/// library's memfd, sealed against shrinking, so the file can never become
+/// shorter than now) of at least `size` bytes. Anything else would map
+/// pages past the file's end, whose first touch is SIGBUS.
+pub(crate) fn check_imported_memory(
+    fd: std::os::fd::BorrowedFd<'_>,
+    size: u64,
+) -> Result<(), String> {
+    if size == 0 {
+        return Err("the descriptor claims 0 bytes".into());
+    }
+    if !shm::is_exported_memfd(fd, MEMFD_NAME) {
+        return Err(
+            "the memory that came with it is not NvSciBuf object memory sealed against shrinking"
+                .into(),
+        );
+    }
+    match shm::inspect_fd(std::os::fd::AsRawFd::as_raw_fd(&fd)) {
+        shm::FdInfo::File(real) if real >= size => Ok(()),
+        shm::FdInfo::File(real) => Err(format!(
+            "the descriptor claims {size} bytes, the memory that came with it holds {real}"
+        )),
+        _ => Err("the memory that came with it is not a file".into()),
+    }
+}
+
 /// The memory behind one or more object handles.
 pub(crate) struct BufCore {
     pub(crate) fd: OwnedFd,
@@ -79,8 +111,7 @@ pub(crate) fn alloc_core(c: &Call, attrs: Arc<AttrMap>) -> R<Arc<BufCore>> {
         c.diag(D::Misuse, "the reconciled list describes 0 bytes".into());
         return Err(err::BAD_PARAMETER);
     }
-    let fd =
-        shm::memfd(c"tegra-interop-sim-nvscibuf", size).map_err(|_| err::INSUFFICIENT_MEMORY)?;
+    let fd = shm::memfd(MEMFD_NAME, size).map_err(|_| err::INSUFFICIENT_MEMORY)?;
     Ok(Arc::new(BufCore::new(fd, size, attrs)?))
 }
 

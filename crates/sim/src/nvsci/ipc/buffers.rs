@@ -97,6 +97,14 @@ pub(crate) fn NvSciBufObjIpcImport(
             return Err(err::BAD_PARAMETER);
         }
         let fd = e.receive_object(id, Some(c.inst.config.hang_timeout))?;
+        // From here on a refusal drops `fd`: nothing stays behind.
+        if let Err(why) = buf::check_imported_memory(std::os::fd::AsFd::as_fd(&fd), size) {
+            c.diag(
+                D::Misuse,
+                format!("NvSciBufObjIpcImport refused: {why} (nvscibuf.h: BadParameter for an invalid descriptor)"),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
         let min = match min_perm.0 {
             attrs::BUF_READWRITE => attrs::BUF_READWRITE,
             _ => attrs::BUF_READONLY,

@@ -39,6 +39,22 @@
 //! same connection, invisible to the frames (`SCM_RIGHTS` messages tagged
 //! with a transfer id the export descriptor carries).
 //!
+//! # A peer is untrusted: what it can make us hold is bounded
+//! Each exported object's fd waits at the receiver until an import takes
+//! it. Both ends bound that per connection by the endpoint's `nframes` (the
+//! queue depth the configuration gives the pair, which `GetEndpointInfo`
+//! reports): an export while `nframes` of this end's objects are neither
+//! imported nor refused by the peer answers `InsufficientMemory` (the
+//! documented code of `ObjIpcExport` for "no room", as `WriteSafe` answers
+//! for a full frame queue) and sends nothing; the connection stays up and
+//! the export works again once the peer imports one. The receiver tells the
+//! exporter (a `Released` message) when an import took or refused an
+//! object. A receiver never holds more than `nframes` objects or frames
+//! from its peer: a message beyond that (only a peer that bypasses the
+//! library can send one) stays in the socket, unread, until there is room
+//! (the kernel then pushes back on the sender), so neither the fd table nor
+//! the frame queue grows with what the peer sends.
+//!
 //! The socket, epoll and poll syscalls are in `ipc::wire`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -50,8 +66,8 @@ use tegra_interop_sys::nvsci::NvSciError;
 
 use super::config::{fnv, EndpointConfig, IpcTable};
 use super::wire::{
-    accept, bind, connect, epoll_add, epoll_del, epoll_new, header, listen, poll_readable, recv,
-    send, seqpacket, Kind, Received, MAGIC,
+    accept, bind, connect, epoll_add, epoll_del, epoll_new, header, listen, peek_kind,
+    poll_readable, recv, send, seqpacket, Kind, Received, MAGIC,
 };
 use crate::instance::Call;
 use crate::nvsci::{err, R};
@@ -109,8 +125,13 @@ pub(super) struct Conn {
     pub(super) pending_reset: bool,
     pub(super) frames: VecDeque<Vec<u8>>,
     pub(super) outstanding: u32,
+    /// Objects the peer exported over this connection that no import took
+    /// yet (at most `nframes`), by transfer id.
     pub(super) objects: HashMap<u64, OwnedFd>,
     pub(super) claimed: HashSet<u64>,
+    /// Objects this end exported that the peer neither imported nor
+    /// refused yet (at most `nframes`).
+    pub(super) objects_out: u32,
     /// Why the connection was lost.
     pub(super) lost_why: Option<String>,
     /// Whether every frame sent had been read when the connection was lost
@@ -191,6 +212,20 @@ impl Endpoint {
         self.cfg.frame_size
     }
 
+    /// Whether the next waiting message would take the receiver past its
+    /// bounds (`nframes` frames, `nframes` objects): then it stays queued.
+    fn over_bounds(&self, c: &Conn, sock: &OwnedFd) -> bool {
+        let limit = self.cfg.nframes as usize;
+        if c.frames.len() < limit && c.objects.len() < limit {
+            return false;
+        }
+        match peek_kind(sock).and_then(Kind::from_u32) {
+            Some(Kind::Frame) => c.frames.len() >= limit,
+            Some(Kind::Object) => c.objects.len() >= limit,
+            _ => false,
+        }
+    }
+
     /// Takes in whatever arrived: a pending connection, messages.
     pub(super) fn pump(&self, c: &mut Conn) {
         if let Some(l) = &c.listener {
@@ -209,7 +244,7 @@ impl Endpoint {
         }
         loop {
             let Some(sock) = &c.sock else { return };
-            if c.lost {
+            if c.lost || self.over_bounds(c, sock) {
                 return;
             }
             match recv(sock, self.frame_size() as usize) {
@@ -243,7 +278,16 @@ impl Endpoint {
                         }
                         (Some(Kind::Ack), None) => c.outstanding = c.outstanding.saturating_sub(1),
                         (Some(Kind::Object), Some(fd)) => {
+                            if c.claimed.contains(&arg) || c.objects.contains_key(&arg) {
+                                // A transfer id seen before: the peer is not
+                                // the library. Closed at once (`fd` drops).
+                                self.lose(c, format!("the peer sent object {arg:#x} twice"));
+                                return;
+                            }
                             c.objects.insert(arg, fd);
+                        }
+                        (Some(Kind::Released), None) => {
+                            c.objects_out = c.objects_out.saturating_sub(1);
                         }
                         (Some(Kind::Bye), None) => {
                             self.lose(c, "the peer reset the established connection".into());
@@ -285,7 +329,8 @@ impl Endpoint {
         }
     }
 
-    /// Sends an exported object's descriptor to the peer.
+    /// Sends an exported object's descriptor to the peer; `InsufficientMemory`
+    /// while `nframes` earlier ones wait at the peer (see the module doc).
     pub(crate) fn send_object(&self, call: &Call, id: u64, fd: &OwnedFd) -> R {
         let mut c = lock(&self.conn);
         self.pump(&mut c);
@@ -310,10 +355,21 @@ impl Endpoint {
             );
             return Err(err::BAD_PARAMETER);
         };
-        if let Err(e) = send(sock, &header(Kind::Object, id), &[], Some(fd.as_raw_fd())) {
-            self.lose(&mut c, format!("sending to the peer failed: {e}"));
-            return Err(err::CONNECTION_RESET);
+        if c.objects_out >= self.cfg.nframes {
+            return Err(err::INSUFFICIENT_MEMORY);
         }
+        match send(sock, &header(Kind::Object, id), &[], Some(fd.as_raw_fd())) {
+            Ok(()) => {}
+            // The socket is full for now: no room, as above.
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                return Err(err::INSUFFICIENT_MEMORY)
+            }
+            Err(e) => {
+                self.lose(&mut c, format!("sending to the peer failed: {e}"));
+                return Err(err::CONNECTION_RESET);
+            }
+        }
+        c.objects_out += 1;
         Ok(())
     }
 
@@ -332,6 +388,11 @@ impl Endpoint {
                 self.pump(&mut c);
                 if let Some(fd) = c.objects.remove(&id) {
                     c.claimed.insert(id);
+                    // The import has it now (and keeps or refuses it): the
+                    // exporter's window reopens.
+                    if !c.lost {
+                        self.say(&mut c, Kind::Released, id);
+                    }
                     return Ok(fd);
                 }
                 if c.lost {

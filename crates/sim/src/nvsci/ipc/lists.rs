@@ -30,11 +30,29 @@ fn hand_out(c: &Call, sync: bool, bytes: Vec<u8>, desc: CMut<*mut c_void>, len: 
 }
 
 /// Parses an attribute-list descriptor (the caller's bytes; NULL: `None`).
-fn parse(desc: Option<&[u8]>) -> R<Vec<AttrMap>> {
+///
+/// The bytes come from a peer, so nothing in them is trusted: a descriptor
+/// that carries one of the simulator's private keys (which export strips:
+/// the IPC topology, [`attrs::PRIVATE_PEER`] and up) is forged, and is
+/// refused with BadParameter (nvscibuf.h / nvscisync.h: "descBuf represents
+/// an attribute list with invalid attribute key values set").
+fn parse(c: &Call, desc: Option<&[u8]>) -> R<Vec<AttrMap>> {
     let Some(bytes) = desc.filter(|d| !d.is_empty()) else {
         return Err(err::BAD_PARAMETER);
     };
-    attrs::deserialize(bytes).ok_or(err::BAD_PARAMETER)
+    let parts = attrs::deserialize(bytes).ok_or(err::BAD_PARAMETER)?;
+    if let Some(k) = parts
+        .iter()
+        .flat_map(|p| p.keys())
+        .find(|k| **k >= attrs::PRIVATE_PEER)
+    {
+        c.diag(
+            D::Misuse,
+            format!("an imported attribute-list descriptor carries the private key {k:#x}, which export never sends (a forged descriptor; refused with BadParameter)"),
+        );
+        return Err(err::BAD_PARAMETER);
+    }
+    Ok(parts)
 }
 
 fn live_module(c: &Call, sync: bool, m: usize) -> R {
@@ -108,7 +126,7 @@ fn import_unreconciled<T>(
     out: CMut<*mut T>,
 ) -> NvSciError {
     let r = (|| {
-        let mut parts = parse(desc)?;
+        let mut parts = parse(c, desc)?;
         if out.is_null() || parts.is_empty() {
             return Err(err::BAD_PARAMETER);
         }
@@ -162,7 +180,7 @@ fn import_reconciled<T>(
     out: CMut<*mut T>,
 ) -> NvSciError {
     let r = (|| {
-        let mut parts = parse(desc)?;
+        let mut parts = parse(c, desc)?;
         if out.is_null() || parts.len() != 1 {
             return Err(err::BAD_PARAMETER);
         }

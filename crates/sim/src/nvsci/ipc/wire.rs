@@ -28,6 +28,9 @@ pub(crate) enum Kind {
     Object = 4,
     /// The sender reset an established connection (de-init).
     Bye = 5,
+    /// The receiver let go of the exported object `arg` (imported it, or
+    /// refused its import): the exporter's window reopens by one.
+    Released = 6,
 }
 
 impl Kind {
@@ -38,6 +41,7 @@ impl Kind {
             3 => Kind::Ack,
             4 => Kind::Object,
             5 => Kind::Bye,
+            6 => Kind::Released,
             _ => return None,
         })
     }
@@ -236,6 +240,26 @@ pub(crate) fn send(
         return Err(last_err());
     }
     Ok(())
+}
+
+/// The kind word of the next message waiting on `sock`, without taking it
+/// (`None`: nothing waiting, or not even a header's worth).
+pub(crate) fn peek_kind(sock: &OwnedFd) -> Option<u32> {
+    let mut head = [0u8; HEADER];
+    // SAFETY: recv(2) into a live buffer of HEADER bytes; MSG_PEEK leaves
+    // the message (and any descriptor it carries) queued.
+    let n = unsafe {
+        libc::recv(
+            sock.as_raw_fd(),
+            head.as_mut_ptr().cast(),
+            head.len(),
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < HEADER as isize {
+        return None;
+    }
+    Some(u32::from_le_bytes([head[4], head[5], head[6], head[7]]))
 }
 
 pub(crate) enum Received {
