@@ -70,6 +70,7 @@
 //!   library wants the reconciled list from `AttrListIpcImportReconciled`.
 
 mod attrs;
+pub mod forge;
 // Entry-point bodies carry their C names: the generated trampolines find them by name.
 #[allow(non_snake_case)]
 mod buf;

@@ -4,7 +4,7 @@
 
 use super::*;
 
-pub(super) const WIRE_MAGIC: u32 = u32::from_le_bytes(*b"TSAL");
+pub(crate) const WIRE_MAGIC: u32 = u32::from_le_bytes(*b"TSAL");
 
 /// Serialises lists for attribute-list IPC.
 pub(crate) fn serialize(parts: &[&AttrMap]) -> Vec<u8> {
