@@ -1,0 +1,345 @@
+//! The driver's receive side against a hostile peer, over a real simulated
+//! NvSciIpc endpoint pair (two simulators: two processes' libraries): a
+//! peer that rewrites what it sends (a buffer descriptor claiming 1 MiB over
+//! a 4 KiB object, a list carrying the private topology keys), or floods
+//! the connection with legal exports or frames. Each ends in a typed
+//! [`IpcError`] on the side that was wronged, that side alive (it answers
+//! on the same connection afterwards), the simulators' ledgers clean and
+//! the process's fds (`/proc/self/fd`) back where they were.
+#![allow(clippy::unwrap_used)] // tests may unwrap
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tegra_interop_core::nvsci::{BufAttr, BufAttrSet};
+use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm as Perm, NvSciBufType};
+use tegra_interop_core::NvSciError;
+use tegra_interop_driver::nvsci::{BufModule, BufPerm, IpcEndpoint, IpcError, NvSciIpc, Timeout};
+use tegra_interop_driver::{Backend, Error};
+use tegra_interop_sim::nvsci::{forge, IpcConfigFile};
+use tegra_interop_sim::{Sim, SimConfig};
+
+const NFRAMES: u32 = 8;
+const RAW_SIZE_KEY: u32 = 0x10000;
+const SHORT: Duration = Duration::from_millis(300);
+
+/// Every test here counts the process's open fds: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Two simulators with connected endpoints "p" (the first) and "c".
+struct Pair {
+    p: NvSciIpc,
+    c: NvSciIpc,
+    bp: Arc<Backend>,
+    bc: Arc<Backend>,
+    sp: Sim,
+    sc: Sim,
+    _cfg: IpcConfigFile,
+}
+
+fn pair() -> Pair {
+    let cfg = IpcConfigFile::inter_process(&[("p", "c", NFRAMES, 1024)]).unwrap();
+    let mk = || Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    let (sp, sc) = (mk(), mk());
+    let (bp, bc) = (sp.backend(), sc.backend());
+    let (p, c) = std::thread::scope(|s| {
+        let p = s.spawn(|| NvSciIpc::open(&bp, "p", Duration::from_secs(10)).unwrap());
+        let c = NvSciIpc::open(&bc, "c", Duration::from_secs(10)).unwrap();
+        (p.join().unwrap(), c)
+    });
+    Pair {
+        p,
+        c,
+        bp,
+        bc,
+        sp,
+        sc,
+        _cfg: cfg,
+    }
+}
+
+impl Pair {
+    /// Closes everything; both simulators' ledgers must be clean.
+    fn finish(self) {
+        let Pair {
+            p,
+            c,
+            bp,
+            bc,
+            sp,
+            sc,
+            _cfg,
+        } = self;
+        drop((p, c, bp, bc));
+        for sim in [&sp, &sc] {
+            assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+            assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+        }
+    }
+}
+
+fn raw(size: u64, perm: Perm) -> BufAttrSet<4> {
+    let mut a = BufAttrSet::new();
+    a.set(BufAttr::types(&[NvSciBufType::NvSciBufType_RawBuffer]).unwrap())
+        .unwrap();
+    a.set(BufAttr::RawSize(size)).unwrap();
+    a.set(BufAttr::NeedCpuAccess(true)).unwrap();
+    a.set(BufAttr::RequiredPerm(perm)).unwrap();
+    a
+}
+
+/// A peer's endpoint that rewrites its `n`-th outgoing message with
+/// `rewrite` (index, bytes -> bytes), or swallows every outgoing message.
+struct Hostile<'a> {
+    inner: &'a mut NvSciIpc,
+    sent: usize,
+    rewrite: &'a dyn Fn(usize, Vec<u8>) -> Vec<u8>,
+    swallow: bool,
+}
+
+impl IpcEndpoint for Hostile<'_> {
+    fn handle(&self) -> u64 {
+        self.inner.handle()
+    }
+    fn send(&mut self, message: &[u8]) -> Result<(), IpcError> {
+        let n = self.sent;
+        self.sent += 1;
+        if self.swallow {
+            return Ok(());
+        }
+        self.inner.send(&(self.rewrite)(n, message.to_vec()))
+    }
+    fn recv(&mut self) -> Result<Vec<u8>, IpcError> {
+        self.inner.recv()
+    }
+}
+
+fn nvsci_code(e: &IpcError) -> Option<(&'static str, NvSciError)> {
+    match e {
+        IpcError::Driver(Error::NvSci { call, code }) => Some((call, *code)),
+        _ => None,
+    }
+}
+
+/// The receiver answers on the same connection: it is alive.
+fn still_talking(from: &mut NvSciIpc, to: &mut NvSciIpc) {
+    from.send(b"still here").unwrap();
+    assert_eq!(to.recv().unwrap(), b"still here");
+}
+
+/// Issue 23's SIGBUS: the producer legally exports a 4 KiB object, then
+/// rewrites the reconciled list and the descriptor it sends to claim 1 MiB.
+/// The consumer's `receive_obj` is refused by the import (BadParameter),
+/// nothing of the object stays open.
+#[test]
+fn an_oversized_buffer_descriptor_is_a_typed_error_and_leaks_nothing() {
+    let _lock = serial();
+    let baseline = open_fds();
+    let mut pr = pair();
+    const BIG: u64 = 1 << 20;
+    let (bufs_p, bufs_c) = (
+        BufModule::open(&pr.bp).unwrap(),
+        BufModule::open(&pr.bc).unwrap(),
+    );
+    let mine = bufs_c
+        .attr_list(&raw(BIG, Perm::NvSciBufAccessPerm_Readonly))
+        .unwrap();
+    bufs_c.send_unreconciled(&[&mine], &mut pr.c).unwrap();
+    // The hostile producer shrinks the consumer's request before importing
+    // it, so its 4 KiB object is legally in the consumer's topology.
+    let asked = pr.p.recv().unwrap();
+    let shrunk = forge::with_key(&asked, RAW_SIZE_KEY, &4096u64.to_ne_bytes()).unwrap();
+    let theirs = {
+        let mut relay = Relay(Some(shrunk), &mut pr.p);
+        bufs_p.receive_unreconciled(&mut relay).unwrap()
+    };
+    let own = bufs_p
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_ReadWrite))
+        .unwrap();
+    let obj = bufs_p.reconcile_and_alloc(&[&own, &theirs]).unwrap();
+    let lie = |n: usize, bytes: Vec<u8>| match n {
+        0 => forge::with_key(&bytes, RAW_SIZE_KEY, &BIG.to_ne_bytes()).unwrap(),
+        _ => {
+            let mut b = bytes;
+            b[16..24].copy_from_slice(&BIG.to_ne_bytes());
+            b
+        }
+    };
+    let mut hostile = Hostile {
+        inner: &mut pr.p,
+        sent: 0,
+        rewrite: &lie,
+        swallow: false,
+    };
+    obj.send(Some(BufPerm::ReadOnly), &mut hostile).unwrap();
+    let err = bufs_c
+        .receive_obj(
+            &mut pr.c,
+            &[&mine],
+            BufPerm::ReadOnly,
+            Timeout::After(SHORT),
+        )
+        .expect_err("a descriptor claiming more than its memory");
+    assert_eq!(
+        nvsci_code(&err),
+        Some(("NvSciBufObjIpcImport", NvSciError::BAD_PARAMETER)),
+        "{err}"
+    );
+    still_talking(&mut pr.c, &mut pr.p);
+    drop((obj, own, theirs, mine, bufs_p, bufs_c));
+    pr.finish();
+    assert_eq!(open_fds(), baseline);
+}
+
+/// An endpoint that hands out one given message first, then the real ones.
+struct Relay<'a>(Option<Vec<u8>>, &'a mut NvSciIpc);
+
+impl IpcEndpoint for Relay<'_> {
+    fn handle(&self) -> u64 {
+        self.1.handle()
+    }
+    fn send(&mut self, message: &[u8]) -> Result<(), IpcError> {
+        self.1.send(message)
+    }
+    fn recv(&mut self) -> Result<Vec<u8>, IpcError> {
+        match self.0.take() {
+            Some(m) => Ok(m),
+            None => self.1.recv(),
+        }
+    }
+}
+
+/// The topology keys export strips, put back by the sending peer: the
+/// receiver's `receive_unreconciled` is refused (BadParameter).
+#[test]
+fn forged_private_keys_are_a_typed_error() {
+    let _lock = serial();
+    let baseline = open_fds();
+    let mut pr = pair();
+    let (bufs_p, bufs_c) = (
+        BufModule::open(&pr.bp).unwrap(),
+        BufModule::open(&pr.bc).unwrap(),
+    );
+    let mine = bufs_c
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_Readonly))
+        .unwrap();
+    let forge_topology = |_: usize, bytes: Vec<u8>| {
+        let record: Vec<u8> = [1u64, 3].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        forge::with_key(&bytes, forge::FIRST_PRIVATE_KEY + 1, &record).unwrap()
+    };
+    let mut hostile = Hostile {
+        inner: &mut pr.c,
+        sent: 0,
+        rewrite: &forge_topology,
+        swallow: false,
+    };
+    bufs_c.send_unreconciled(&[&mine], &mut hostile).unwrap();
+    let err = bufs_p
+        .receive_unreconciled(&mut pr.p)
+        .expect_err("a forged private key");
+    assert_eq!(
+        nvsci_code(&err),
+        Some((
+            "NvSciBufAttrListIpcImportUnreconciled",
+            NvSciError::BAD_PARAMETER
+        )),
+        "{err}"
+    );
+    still_talking(&mut pr.p, &mut pr.c);
+    // The same list, honestly sent, imports.
+    bufs_c.send_unreconciled(&[&mine], &mut pr.c).unwrap();
+    let theirs = bufs_p.receive_unreconciled(&mut pr.p).unwrap();
+    drop((theirs, mine, bufs_p, bufs_c));
+    pr.finish();
+    assert_eq!(open_fds(), baseline);
+}
+
+/// Legal exports of one object to a consumer that imports none (the
+/// descriptors are never even sent): after `nframes` the export answers
+/// InsufficientMemory, a typed error; the consumer holds exactly `nframes`
+/// fds for them, and the connection stands.
+#[test]
+fn an_export_flood_is_bounded_by_nframes_with_a_typed_error() {
+    let _lock = serial();
+    let baseline = open_fds();
+    let mut pr = pair();
+    let (bufs_p, bufs_c) = (
+        BufModule::open(&pr.bp).unwrap(),
+        BufModule::open(&pr.bc).unwrap(),
+    );
+    let mine = bufs_c
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_Readonly))
+        .unwrap();
+    bufs_c.send_unreconciled(&[&mine], &mut pr.c).unwrap();
+    let theirs = bufs_p.receive_unreconciled(&mut pr.p).unwrap();
+    let own = bufs_p
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_ReadWrite))
+        .unwrap();
+    let obj = bufs_p.reconcile_and_alloc(&[&own, &theirs]).unwrap();
+    let before = open_fds();
+    let keep = |_: usize, b: Vec<u8>| b;
+    let mut hole = Hostile {
+        inner: &mut pr.p,
+        sent: 0,
+        rewrite: &keep,
+        swallow: true,
+    };
+    let mut ok = 0;
+    let mut last = None;
+    for _ in 0..1000 {
+        match obj.send(Some(BufPerm::ReadOnly), &mut hole) {
+            Ok(()) => ok += 1,
+            Err(e) => last = Some(e),
+        }
+    }
+    assert_eq!(ok, NFRAMES);
+    let err = last.unwrap();
+    assert_eq!(
+        nvsci_code(&err),
+        Some(("NvSciBufObjIpcExport", NvSciError::INSUFFICIENT_MEMORY)),
+        "{err}"
+    );
+    // The consumer takes in what came (its next message follows them).
+    still_talking(&mut pr.p, &mut pr.c);
+    assert_eq!(open_fds() - before, NFRAMES as usize);
+    still_talking(&mut pr.c, &mut pr.p);
+    drop((obj, own, theirs, mine, bufs_p, bufs_c));
+    pr.finish();
+    assert_eq!(open_fds(), baseline);
+}
+
+/// Messages to a consumer that reads none: once `nframes` frames wait, the
+/// sender's `send` gives a typed Timeout (the write channel stays full);
+/// the consumer then reads every message that went, and the connection
+/// stands.
+#[test]
+fn a_message_flood_is_back_pressure_and_a_typed_timeout() {
+    let _lock = serial();
+    let baseline = open_fds();
+    let mut pr = pair();
+    pr.p.set_timeout(SHORT);
+    let mut sent = 0u32;
+    let err = loop {
+        match pr.p.send(&sent.to_ne_bytes()) {
+            Ok(()) => sent += 1,
+            Err(e) => break e,
+        }
+        assert!(sent <= 1000, "no back-pressure");
+    };
+    assert!(matches!(err, IpcError::Timeout { .. }), "{err}");
+    assert_eq!(sent, NFRAMES);
+    for k in 0..sent {
+        assert_eq!(pr.c.recv().unwrap(), k.to_ne_bytes());
+    }
+    still_talking(&mut pr.c, &mut pr.p);
+    pr.finish();
+    assert_eq!(open_fds(), baseline);
+}
