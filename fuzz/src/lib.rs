@@ -9,7 +9,12 @@
 //! everywhere else.
 //!
 //! Nothing here calls a driver: handles and pointers are plain numbers that
-//! the core stores but never dereferences.
+//! the core stores but never dereferences. The exception is `peer_messages`
+//! (`src/peer.rs`): a hostile peer against the simulator's NvSci import
+//! paths and the driver's receive side.
+
+mod peer;
+pub use peer::peer_messages;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use core::ffi::c_void;
@@ -845,12 +850,25 @@ fn ipc_frames_inner(u: &mut Unstructured<'_>) -> Result<()> {
             u.bytes(n)?.to_vec()
         };
         if let Ok(c) = a.accept(&frame) {
-            assert!(c.total as u64 <= u64::from(max), "a message above the limit");
-            assert_eq!(c.offset, received, "a chunk that does not continue the message");
-            assert!(c.offset + c.bytes.len() <= c.total, "bytes beyond the announced length");
+            assert!(
+                c.total as u64 <= u64::from(max),
+                "a message above the limit"
+            );
+            assert_eq!(
+                c.offset, received,
+                "a chunk that does not continue the message"
+            );
+            assert!(
+                c.offset + c.bytes.len() <= c.total,
+                "bytes beyond the announced length"
+            );
             let payload = &frame[FRAME_HEADER_LEN..];
             assert!(c.bytes.len() <= payload.len());
-            assert_eq!(c.bytes, &payload[..c.bytes.len()], "bytes from outside the frame");
+            assert_eq!(
+                c.bytes,
+                &payload[..c.bytes.len()],
+                "bytes from outside the frame"
+            );
             received += c.bytes.len();
         }
     }

@@ -7,7 +7,11 @@
 
 use std::path::Path;
 
+/// `peer_messages` counts the process's fds: the replays run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn replay(target: &str, property: fn(&[u8])) {
+    let _lock = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut count = 0;
     for dir in ["corpus", "regressions"] {
@@ -44,4 +48,9 @@ fn fence_trackers_corpus() {
 #[test]
 fn ipc_frames_corpus() {
     replay("ipc_frames", tegra_interop_fuzz::ipc_frames);
+}
+
+#[test]
+fn peer_messages_corpus() {
+    replay("peer_messages", tegra_interop_fuzz::peer_messages);
 }
