@@ -19,6 +19,15 @@
 //! Imports check permissions: the library refuses a handle weaker than the
 //! importer asks for, and the imported handle's `ActualPerm` is checked
 //! again here ([`IpcError::BufPermission`] / [`IpcError::SyncPermission`]).
+//!
+//! The peer is not trusted. What it sends reaches the libraries only through
+//! their import calls, which validate it: a descriptor that does not match
+//! the memory that came with it, or a list carrying keys only the library
+//! may set, is refused, and the receive returns that refusal as
+//! [`IpcError::Driver`] (the raw `NvSciError` inside); an export while the
+//! peer has not taken the earlier ones is refused the same way (no room).
+//! After a refusal the two sides' messages may be out of step: close the
+//! endpoint, which also releases what the peer had sent.
 
 use std::ffi::c_void;
 use std::fmt;
