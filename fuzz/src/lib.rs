@@ -850,25 +850,12 @@ fn ipc_frames_inner(u: &mut Unstructured<'_>) -> Result<()> {
             u.bytes(n)?.to_vec()
         };
         if let Ok(c) = a.accept(&frame) {
-            assert!(
-                c.total as u64 <= u64::from(max),
-                "a message above the limit"
-            );
-            assert_eq!(
-                c.offset, received,
-                "a chunk that does not continue the message"
-            );
-            assert!(
-                c.offset + c.bytes.len() <= c.total,
-                "bytes beyond the announced length"
-            );
+            assert!(c.total as u64 <= u64::from(max), "a message above the limit");
+            assert_eq!(c.offset, received, "a chunk that does not continue the message");
+            assert!(c.offset + c.bytes.len() <= c.total, "bytes beyond the announced length");
             let payload = &frame[FRAME_HEADER_LEN..];
             assert!(c.bytes.len() <= payload.len());
-            assert_eq!(
-                c.bytes,
-                &payload[..c.bytes.len()],
-                "bytes from outside the frame"
-            );
+            assert_eq!(c.bytes, &payload[..c.bytes.len()], "bytes from outside the frame");
             received += c.bytes.len();
         }
     }
