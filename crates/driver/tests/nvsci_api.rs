@@ -361,3 +361,55 @@ fn wait_only_objects_cannot_become_signalling_semaphores() {
     }
     clean(&sim);
 }
+
+#[test]
+fn objects_go_back_only_the_way_a_peer_list_came() {
+    // Two endpoints of one simulator; neither side sends a list first.
+    let cfg =
+        tegra_interop_sim::nvsci::IpcConfigFile::inter_process(&[("a", "b", 8, 1024)]).unwrap();
+    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    let backend = sim.backend();
+    {
+        let open = |name: &'static str| {
+            let backend = Arc::clone(&backend);
+            std::thread::spawn(move || NvSciIpc::open(&backend, name, Duration::from_secs(10)))
+        };
+        let (ta, tb) = (open("a"), open("b"));
+        let mut ea = ta.join().unwrap().unwrap();
+        let _eb = tb.join().unwrap().unwrap();
+        let refused = |e: tegra_interop_driver::nvsci::IpcError, call: &str, code: NvSciError| {
+            assert!(
+                matches!(
+                    &e,
+                    tegra_interop_driver::nvsci::IpcError::Driver(Error::NvSci { call: c, code: k })
+                        if *c == call && *k == code
+                ),
+                "expected {call} -> {code}, got {e}"
+            );
+        };
+
+        // A buffer reconciled from local lists only: NotPermitted (nvscibuf.h).
+        let bufs = BufModule::open(&backend).unwrap();
+        let attrs = raw(4096, NvSciBufType::NvSciBufType_RawBuffer);
+        let buf = bufs
+            .reconcile_and_alloc(&[
+                &bufs.attr_list(&attrs).unwrap(),
+                &bufs.attr_list(&attrs).unwrap(),
+            ])
+            .unwrap();
+        let e = buf.send(None, &mut ea).unwrap_err();
+        refused(e, "NvSciBufObjIpcExport", NvSciError::NOT_PERMITTED);
+
+        // A sync object reconciled locally: BadParameter (nvscisync.h 6.0.5+).
+        let syncs = SyncModule::open(&backend).unwrap();
+        let obj = syncs
+            .reconcile_and_alloc(&[
+                &cpu_list(&syncs, NvSciSyncAccessPerm::NvSciSyncAccessPerm_SignalOnly),
+                &cpu_list(&syncs, NvSciSyncAccessPerm::NvSciSyncAccessPerm_WaitOnly),
+            ])
+            .unwrap();
+        let e = obj.send(None, &mut ea).unwrap_err();
+        refused(e, "NvSciSyncObjIpcExport", NvSciError::BAD_PARAMETER);
+    }
+    clean(&sim);
+}

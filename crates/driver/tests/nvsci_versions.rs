@@ -18,7 +18,9 @@ use tegra_interop_core::sys::nvsci::{
     NvSciBufAttrValAccessPerm, NvSciBufAttrValImageLayoutType, NvSciBufType,
     NvSciSyncAttrValPrimitiveType,
 };
-use tegra_interop_driver::nvsci::{BufModule, FenceSource, LibVersion, SyncModule, VersionSource};
+use tegra_interop_driver::nvsci::{
+    BufModule, FenceSource, LibVersion, NvSciIpc, SyncModule, VersionSource,
+};
 use tegra_interop_driver::{Context, Error, Stream};
 use tegra_interop_sim::{NvSciRelease, Sim, SimConfig};
 
@@ -330,4 +332,64 @@ fn refusals_leak_nothing() {
         }
         assert_clean(&sim, release);
     }
+}
+
+#[test]
+fn nvsciipc_version_compatibility_is_asked_where_the_library_has_it() {
+    for release in NvSciRelease::ALL {
+        let sim = sim_for(release);
+        let backend = sim.backend();
+        let check = |v: LibVersion| NvSciIpc::check_version_compatibility(&backend, v);
+        let Some((major, minor)) = release.ipc_version() else {
+            // DRIVE OS 5.2.6 (and the 2.4 flavour, whose NvSciIpc is not
+            // known): no such call. Refused before calling anything.
+            assert_refused(&sim, || check(LibVersion::new(1, 0)), "1.0");
+            let err = check(NvSciIpc::DECLARED_VERSION).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::NotInLibraryVersion {
+                        item: "NvSciIpcCheckVersionCompatibility",
+                        library: "NvSciIpc",
+                        loaded: LibVersion::UNVERSIONED,
+                        ..
+                    }
+                ),
+                "{release}: {err:?}"
+            );
+            assert!(err.to_string().contains("unversioned"), "{err}");
+            continue;
+        };
+        // The library answers (one call each): same major, minor up to its own.
+        let before = sim.calls();
+        assert!(check(LibVersion::new(major, minor)).unwrap(), "{release}");
+        assert!(check(LibVersion::new(major, 0)).unwrap(), "{release}");
+        assert!(
+            !check(LibVersion::new(major, minor + 1)).unwrap(),
+            "{release}"
+        );
+        assert!(!check(LibVersion::new(major + 1, 0)).unwrap(), "{release}");
+        assert_eq!(sim.calls(), before + 4, "{release}");
+        // These bindings follow NvSciIpc 1.4 (DRIVE OS 6.0.8.1 / 6.0.10).
+        assert_eq!(NvSciIpc::DECLARED_VERSION, LibVersion::new(1, 4));
+        assert_eq!(
+            check(NvSciIpc::DECLARED_VERSION).unwrap(),
+            release == NvSciRelease::V6_0_10,
+            "{release}"
+        );
+    }
+    // No NvSci at all (a discrete GPU): the missing symbol, typed.
+    let sim = Sim::new().unwrap();
+    let err = NvSciIpc::check_version_compatibility(&sim.backend(), NvSciIpc::DECLARED_VERSION)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NotSupported {
+                symbol: "NvSciIpcCheckVersionCompatibility",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

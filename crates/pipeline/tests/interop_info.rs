@@ -161,7 +161,7 @@ fn sim_flag_adds_the_simulators_view() {
     for (lib, n) in [
         ("libnvscibuf.so.1", 24),
         ("libnvscisync.so.1", 32),
-        ("libnvsciipc.so", 15),
+        ("libnvsciipc.so", 16),
     ] {
         assert_eq!(
             value(sim, lib).unwrap(),

@@ -9,7 +9,7 @@ use std::ffi::{c_void, CStr};
 use std::ptr;
 
 use tegra_interop_sim::nvsci::{color, IpcConfigFile};
-use tegra_interop_sim::{Diagnostic, DiagnosticKind, FunctionTable, Sim, SimConfig};
+use tegra_interop_sim::{Diagnostic, DiagnosticKind, FunctionTable, NvSciRelease, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
 #[macro_use]
@@ -668,6 +668,79 @@ fn buf_obj_ipc_export_must_go_back_along_the_path_the_peer_list_came_by() {
     // Invalid permission value.
     assert_eq!(obj_export(ta, o, 2, ea).0, BAD_PARAMETER);
     assert_eq!(obj_export(ta, o, READONLY, ea).0, OK);
+}
+
+/// NvSciBufAttrListIpcExportReconciled of `rec` over `ep`: `Ok` (the
+/// descriptor freed again) or the code; a refusal hands out nothing.
+fn export_reconciled(t: &FunctionTable, rec: NvSciBufAttrList, ep: u64) -> Result<(), u32> {
+    let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
+    let r = call!(
+        t.nvscibuf,
+        NvSciBufAttrListIpcExportReconciled(rec, ep, &mut desc, &mut len)
+    )
+    .0;
+    if r != OK {
+        assert!(
+            desc.is_null() && len == 0,
+            "a refused export handed out a descriptor"
+        );
+        return Err(r);
+    }
+    assert!(!desc.is_null() && len > 0);
+    call!(t.nvscibuf, NvSciBufAttrListFreeDesc(desc));
+    Ok(())
+}
+
+#[test]
+fn buf_reconciled_list_export_goes_back_only_along_a_peer_list_path() {
+    // The same rule in nvscibuf.h of DRIVE OS 5.2.6, 6.0.5, 6.0.6, 6.0.8.1, 6.0.10.
+    for release in NvSciRelease::ALL {
+        // Process A holds endpoints a and c; b and d are two other processes.
+        let cfg =
+            IpcConfigFile::inter_process(&[("a", "b", 16, 4096), ("c", "d", 16, 4096)]).unwrap();
+        let mk = || {
+            setup_with_config(
+                SimConfig::tegra()
+                    .with_nvsciipc_config(cfg.path())
+                    .with_nvsci_release(release),
+            )
+        };
+        let ((sa, ta), (_sb, tb), (_sd, td)) = (mk(), mk(), mk());
+        let (ea, eb) = connect_endpoints(&ta, &tb, "a", "b");
+        let (ec, _ed) = connect_endpoints(&ta, &td, "c", "d");
+        // b's list comes to A over a; A reconciles it with its own.
+        let mb = SciBuf::module(&tb);
+        let lb = raw_list(&tb, mb, 4096);
+        let ma = SciBuf::module(&ta);
+        let imported = send_unreconciled((&tb, eb), lb, (&ta, ea), ma);
+        let rec = SciBuf::reconciled(&ta, &[raw_list(&ta, ma, 4096), imported]);
+        // Over c, by which no list came: NotPermitted, with the reason.
+        assert_eq!(
+            export_reconciled(&ta, rec, ec),
+            Err(NOT_PERMITTED),
+            "{release}"
+        );
+        assert!(diagnosed(&sa, |d| d.kind == DiagnosticKind::Misuse
+            && d.message.contains(
+                "no unreconciled list of its reconciliation came by"
+            )));
+        // A list reconciled from local lists only goes nowhere.
+        let local = SciBuf::reconciled(&ta, &[raw_list(&ta, ma, 4096), raw_list(&ta, ma, 4096)]);
+        assert_eq!(
+            export_reconciled(&ta, local, ea),
+            Err(NOT_PERMITTED),
+            "{release}"
+        );
+        assert_eq!(
+            export_reconciled(&ta, local, ec),
+            Err(NOT_PERMITTED),
+            "{release}"
+        );
+        // Back the way b's list came: allowed, and b imports it.
+        assert_eq!(export_reconciled(&ta, rec, ea), Ok(()), "{release}");
+        let lb_rec = send_reconciled((&ta, ea), rec, (&tb, eb));
+        assert!(!lb_rec.is_null());
+    }
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::ffi::c_void;
 use std::ptr;
 
 use tegra_interop_sim::nvsci::IpcConfigFile;
-use tegra_interop_sim::{FunctionTable, Sim, SimConfig};
+use tegra_interop_sim::{DiagnosticKind, FunctionTable, NvSciRelease, Sim, SimConfig};
 use tegra_interop_sys::nvsci::*;
 
 #[macro_use]
@@ -18,7 +18,6 @@ use nvsci_common::*;
 
 const OK: u32 = 0;
 const ACCESS_DENIED: u32 = 0x20;
-const NOT_PERMITTED: u32 = 0x21;
 const BAD_PARAMETER: u32 = 0x100;
 const VALIDATION_FAILED: u32 = 0x10101;
 const WAIT: u64 = 1;
@@ -53,7 +52,7 @@ fn list(t: &FunctionTable, m: NvSciSyncModule, perm: u64) -> NvSciSyncAttrList {
 }
 
 struct Side {
-    _sim: Sim,
+    sim: Sim,
     t: FunctionTable,
     ep: u64,
     m: NvSciSyncModule,
@@ -61,20 +60,31 @@ struct Side {
 
 /// Signaller `a` and waiter `b`, two simulators joined by an established pair.
 fn sides() -> (Side, Side, IpcConfigFile) {
+    sides_at(NvSciRelease::default())
+}
+
+/// [`sides`] with both simulators claiming `release`.
+fn sides_at(release: NvSciRelease) -> (Side, Side, IpcConfigFile) {
     let cfg = IpcConfigFile::inter_process(&[("a", "b", 16, 4096)]).unwrap();
-    let mk = || setup_with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path()));
+    let mk = || {
+        setup_with_config(
+            SimConfig::tegra()
+                .with_nvsciipc_config(cfg.path())
+                .with_nvsci_release(release),
+        )
+    };
     let ((sa, ta), (sb, tb)) = (mk(), mk());
     let (ea, eb) = connect_endpoints(&ta, &tb, "a", "b");
     let (ma, mb) = (module(&ta), module(&tb));
     (
         Side {
-            _sim: sa,
+            sim: sa,
             t: ta,
             ep: ea,
             m: ma,
         },
         Side {
-            _sim: sb,
+            sim: sb,
             t: tb,
             ep: eb,
             m: mb,
@@ -222,12 +232,57 @@ fn the_documented_sequence_works() {
 
 #[test]
 fn an_object_goes_back_only_along_a_peer_lists_path() {
-    let (a, _b, _cfg) = sides();
-    // Reconciled locally: no peer list came over the endpoint.
-    let (sl, wl) = (list(&a.t, a.m, SIGNAL), list(&a.t, a.m, WAIT));
-    let (_, o) = reconcile_alloc(&a.t, &[sl, wl]);
-    assert_eq!(export(&a, o, AUTO).err(), Some(NOT_PERMITTED));
-    assert_eq!(export(&a, o, WAIT).err(), Some(NOT_PERMITTED));
+    // nvscisync.h of 6.0.5 .. 6.0.10: an endpoint outside the object's
+    // topology is a BadParameter; 5.2.6 documents no such rule and the
+    // simulator refuses there the same way (unknown, so not looser).
+    for release in NvSciRelease::ALL {
+        let (a, b, _cfg) = sides_at(release);
+        // Reconciled locally: no peer list came over the endpoint.
+        let (sl, wl) = (list(&a.t, a.m, SIGNAL), list(&a.t, a.m, WAIT));
+        let (_, o) = reconcile_alloc(&a.t, &[sl, wl]);
+        assert_eq!(export(&a, o, AUTO).err(), Some(BAD_PARAMETER), "{release}");
+        assert_eq!(export(&a, o, WAIT).err(), Some(BAD_PARAMETER), "{release}");
+        assert!(a
+            .sim
+            .take_diagnostics()
+            .iter()
+            .any(|d| d.kind == DiagnosticKind::Misuse
+                && d.message
+                    .contains("no unreconciled list of its reconciliation came by")));
+        // Once the waiter's list came over it, the endpoint takes the object.
+        let imported = waiter_list_to_signaller(&a, &b, list(&b.t, b.m, WAIT));
+        let (_, o) = reconcile_alloc(&a.t, &[list(&a.t, a.m, SIGNAL), imported]);
+        assert!(export(&a, o, AUTO).is_ok(), "{release}");
+        assert!(export(&a, o, WAIT).is_ok(), "{release}");
+    }
+}
+
+#[test]
+fn drive_os_5_2_6_exports_wait_permission_only() {
+    for release in [NvSciRelease::V5_2_6, NvSciRelease::V6_0_10] {
+        let old = release == NvSciRelease::V5_2_6;
+        let refused_at_5_2_6 = |r: Result<NvSciSyncObjIpcExportDescriptor, u32>| {
+            if old {
+                assert_eq!(r.err(), Some(BAD_PARAMETER), "{release}");
+            } else {
+                assert!(r.is_ok(), "{release}: {:?}", r.err());
+            }
+        };
+        // The peer asked to wait: an explicit permission with signalling
+        // rights is refused at 5.2.6 (its header: WaitOnly or Auto only).
+        let (a, b, _cfg) = sides_at(release);
+        let imported = waiter_list_to_signaller(&a, &b, list(&b.t, b.m, WAIT));
+        let (_, o) = reconcile_alloc(&a.t, &[list(&a.t, a.m, SIGNAL), imported]);
+        refused_at_5_2_6(export(&a, o, WAIT | SIGNAL));
+        assert_eq!(export(&a, o, WAIT).err(), None, "{release}");
+        assert_eq!(export(&a, o, AUTO).err(), None, "{release}");
+        // The peer asked to signal: what 5.2.6's Auto grants it is not
+        // documented, so refused there.
+        let (a, b, _cfg) = sides_at(release);
+        let imported = waiter_list_to_signaller(&a, &b, list(&b.t, b.m, SIGNAL));
+        let (_, o) = reconcile_alloc(&a.t, &[list(&a.t, a.m, WAIT), imported]);
+        refused_at_5_2_6(export(&a, o, AUTO));
+    }
 }
 
 #[test]
@@ -274,10 +329,10 @@ fn each_library_frees_only_its_own_descriptors() {
         OK
     );
     call!(b.t.nvscibuf, NvSciBufAttrListFreeDesc(d));
-    assert!(b._sim.take_diagnostics().iter().any(|x| x
+    assert!(b.sim.take_diagnostics().iter().any(|x| x
         .message
         .contains("not a descriptor this library handed out")));
-    assert_eq!(b._sim.nvsci_ledger().export_descriptors, 1);
+    assert_eq!(b.sim.nvsci_ledger().export_descriptors, 1);
     call!(b.t.nvscisync, NvSciSyncAttrListFreeDesc(d));
-    assert_eq!(b._sim.nvsci_ledger().export_descriptors, 0);
+    assert_eq!(b.sim.nvsci_ledger().export_descriptors, 0);
 }

@@ -8,6 +8,7 @@
 use std::ptr;
 
 use tegra_interop_sim::{NvSciRelease, SimConfig};
+use tegra_interop_sys::nvsci as nv;
 
 #[macro_use]
 mod nvsci_common;
@@ -64,6 +65,69 @@ fn version_release_table() {
     assert_eq!(buf, [(2, 0), (2, 8), (2, 8), (2, 9), (2, 11)]);
     assert_eq!(sync, [(2, 0), (2, 3), (2, 4), (2, 5), (2, 8)]);
     assert_eq!(SimConfig::default().nvsci_release, V6_0_10);
+}
+
+/// NvSciIpcCheckVersionCompatibility(major, minor): its code and answer
+/// (`out` NULL when `null`).
+fn ipc_check(
+    t: &tegra_interop_sim::FunctionTable,
+    major: u32,
+    minor: u32,
+    null: bool,
+) -> (u32, bool) {
+    let mut ok = false;
+    let out: *mut bool = if null { ptr::null_mut() } else { &mut ok };
+    let r = call!(
+        t.nvsciipc,
+        NvSciIpcCheckVersionCompatibility(major, minor, out)
+    )
+    .0;
+    (r, ok)
+}
+
+#[test]
+fn version_nvsciipc_check_version_compatibility_exists_from_6_0_5() {
+    // nvsciipc.h: absent in DRIVE OS 5.2.6 (no version at all), NvSciIpc 1.0
+    // in 6.0.5 and 6.0.6, 1.4 in 6.0.8.1 and 6.0.10; the Jetson "2.4"
+    // flavour's NvSciIpc is not known (absent, like its *Safe calls).
+    let versions: Vec<_> = NvSciRelease::ALL.iter().map(|r| r.ipc_version()).collect();
+    assert_eq!(
+        versions,
+        [None, Some((1, 0)), None, Some((1, 0)), Some((1, 4))]
+    );
+    for r in NvSciRelease::ALL {
+        let (_sim, t) = setup_with(r);
+        let name = r.name();
+        let entry = t.nvsciipc.NvSciIpcCheckVersionCompatibility;
+        let Some((major, minor)) = r.ipc_version() else {
+            assert!(entry.is_none(), "{name}");
+            continue;
+        };
+        assert!(entry.is_some(), "{name}");
+        // Same major and a minor up to the library's.
+        assert_eq!(ipc_check(&t, major, minor, false), (OK, true), "{name}");
+        assert_eq!(ipc_check(&t, major, 0, false), (OK, true), "{name}");
+        assert_eq!(
+            ipc_check(&t, major, minor + 1, false),
+            (OK, false),
+            "{name}"
+        );
+        assert_eq!(ipc_check(&t, major + 1, 0, false), (OK, false), "{name}");
+        assert_eq!(
+            ipc_check(&t, major - 1, minor, false),
+            (OK, false),
+            "{name}"
+        );
+        // What these bindings were declared from (1.4) only at 1.4.
+        let ours = (nv::NvSciIpcMajorVersion, nv::NvSciIpcMinorVersion);
+        assert_eq!(
+            ipc_check(&t, ours.0, ours.1, false).1,
+            (major, minor) >= ours,
+            "{name}"
+        );
+        // NULL out -> BadParameter.
+        assert_eq!(ipc_check(&t, major, minor, true).0, BAD_PARAMETER, "{name}");
+    }
 }
 
 #[test]

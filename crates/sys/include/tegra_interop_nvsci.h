@@ -361,5 +361,11 @@ NvSciError NvSciIpcGetEvent(NvSciIpcEndpoint handle, uint32_t *events);
 NvSciError NvSciIpcRead(NvSciIpcEndpoint handle, void *buf, size_t size, int32_t *bytes);
 NvSciError NvSciIpcWrite(NvSciIpcEndpoint handle, const void *buf, size_t size,
                          int32_t *bytes);
+/* Whether the loaded NvSciIpc serves a program built for majorVer.minorVer
+ * (same major, minor at most the library's), written to *isCompatible. It
+ * arrived with NvSciIpc 1.0 (DRIVE OS 6.0.5) together with the version
+ * constants above; DRIVE OS 5.2.6 has neither. */
+NvSciError NvSciIpcCheckVersionCompatibility(uint32_t majorVer, uint32_t minorVer,
+                                             bool *isCompatible);
 
 #endif /* TEGRA_INTEROP_NVSCI_H */

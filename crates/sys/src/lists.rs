@@ -176,6 +176,7 @@ macro_rules! nvsciipc_entry_points {
             NvSciIpcGetEvent { symbol: $crate::nvsci::symbols::NvSciIpcGetEvent, pfn: $crate::nvsci::PFN_NvSciIpcGetEvent, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut u32) -> $crate::nvsci::NvSciError }
             NvSciIpcRead { symbol: $crate::nvsci::symbols::NvSciIpcRead, pfn: $crate::nvsci::PFN_NvSciIpcRead, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut ::core::ffi::c_void, a2: usize, a3: *mut i32) -> $crate::nvsci::NvSciError }
             NvSciIpcWrite { symbol: $crate::nvsci::symbols::NvSciIpcWrite, pfn: $crate::nvsci::PFN_NvSciIpcWrite, ret: fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *const ::core::ffi::c_void, a2: usize, a3: *mut i32) -> $crate::nvsci::NvSciError }
+            NvSciIpcCheckVersionCompatibility { symbol: $crate::nvsci::symbols::NvSciIpcCheckVersionCompatibility, pfn: $crate::nvsci::PFN_NvSciIpcCheckVersionCompatibility, ret: fn(a0: u32, a1: u32, a2: *mut bool) -> $crate::nvsci::NvSciError }
         }
     };
 }

@@ -750,6 +750,9 @@ pub type PFN_NvSciIpcWrite = ::core::option::Option<
         arg4: *mut i32,
     ) -> NvSciError,
 >;
+pub type PFN_NvSciIpcCheckVersionCompatibility = ::core::option::Option<
+    unsafe extern "C" fn(arg1: u32, arg2: u32, arg3: *mut bool) -> NvSciError,
+>;
 
 /// Exported symbol names to resolve in libnvscibuf.so.1 / libnvscisync.so.1 / libnvsciipc.so, one per `PFN_` type.
 ///
@@ -898,4 +901,6 @@ pub mod symbols {
     pub const NvSciIpcRead: &::core::ffi::CStr = c"NvSciIpcRead";
     /// Symbol implementing `NvSciIpcWrite` (type `super::PFN_NvSciIpcWrite`).
     pub const NvSciIpcWrite: &::core::ffi::CStr = c"NvSciIpcWrite";
+    /// Symbol implementing `NvSciIpcCheckVersionCompatibility` (type `super::PFN_NvSciIpcCheckVersionCompatibility`).
+    pub const NvSciIpcCheckVersionCompatibility: &::core::ffi::CStr = c"NvSciIpcCheckVersionCompatibility";
 }

@@ -26,9 +26,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tegra_interop_core::ipc::{Assembly, FrameError, Frames, FRAME_HEADER_LEN};
-use tegra_interop_sys::nvsci::{NvSciIpcEndpoint as RawEndpoint, NvSciIpcEndpointInfo};
+use tegra_interop_sys::nvsci::{
+    NvSciIpcEndpoint as RawEndpoint, NvSciIpcEndpointInfo, NvSciIpcMajorVersion,
+    NvSciIpcMinorVersion,
+};
 
 use super::ipc::{IpcEndpoint, IpcError};
+use super::LibVersion;
 use crate::ffi::{self, call, code, require};
 use crate::{Backend, Error};
 
@@ -241,6 +245,53 @@ impl NvSciIpc {
         let deadline = Instant::now() + timeout;
         ep.wait_for(EV_CONN_EST, deadline)?;
         Ok(ep)
+    }
+
+    /// The NvSciIpc version the project's declarations follow (the
+    /// nvsciipc.h of DRIVE OS 6.0.10: 1.4): what a program built on these
+    /// bindings would pass to [`check_version_compatibility`](Self::check_version_compatibility).
+    pub const DECLARED_VERSION: LibVersion =
+        LibVersion::new(NvSciIpcMajorVersion, NvSciIpcMinorVersion);
+
+    /// Asks the loaded NvSciIpc library whether it serves a program that
+    /// needs NvSciIpc `version` (`NvSciIpcCheckVersionCompatibility`):
+    /// `true` when the library has the same major version and a minor of
+    /// at least `version.minor`. Pass [`DECLARED_VERSION`](Self::DECLARED_VERSION),
+    /// or the version a peer says it was built for. It needs no
+    /// `NvSciIpcInit` and no endpoint.
+    ///
+    /// Errors, before any call: [`Error::NotInLibraryVersion`] where the
+    /// library predates the call (it arrived with NvSciIpc 1.0, DRIVE OS
+    /// 6.0.5; the 5.2.6 library has no version, reported as
+    /// [`LibVersion::UNVERSIONED`]); [`Error::NotSupported`] when no NvSciIpc
+    /// library is loaded at all. Otherwise the library's own error, kept
+    /// in [`Error::NvSci`].
+    pub fn check_version_compatibility(
+        backend: &Backend,
+        version: LibVersion,
+    ) -> Result<bool, Error> {
+        let api = &backend.table().nvsciipc;
+        if api.NvSciIpcCheckVersionCompatibility.is_none() {
+            if api.NvSciIpcInit.is_none() {
+                // No NvSciIpc library at all: the missing symbol, with the
+                // loader's reason where there is one.
+                require::NvSciIpcCheckVersionCompatibility(api)?;
+            }
+            return Err(Error::NotInLibraryVersion {
+                item: "NvSciIpcCheckVersionCompatibility",
+                library: "NvSciIpc",
+                needed: "1.0 (DRIVE OS 6.0.5)",
+                loaded: LibVersion::UNVERSIONED,
+            });
+        }
+        let mut compatible = false;
+        call::NvSciIpcCheckVersionCompatibility(
+            api,
+            version.major,
+            version.minor,
+            &mut compatible,
+        )?;
+        Ok(compatible)
     }
 
     /// The endpoint's name.

@@ -341,7 +341,11 @@ impl BufObj {
     /// Sends this buffer to the peer of `ep`: its reconciled attribute list
     /// (`NvSciBufAttrListIpcExportReconciled`) and the object
     /// (`NvSciBufObjIpcExport`) granting `perm` (`None`: what the peer's
-    /// lists asked for, NvSci's Auto).
+    /// lists asked for, NvSci's Auto). The peer's unreconciled list must
+    /// have come over `ep` before reconciliation
+    /// ([`BufModule::receive_unreconciled`]); otherwise the library refuses
+    /// with NotPermitted (nvscibuf.h: the object and its reconciled list
+    /// alike).
     pub fn send(&self, perm: Option<BufPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
         require::NvSciBufAttrListIpcExportReconciled(self.module().api())?;
         require::NvSciBufObjIpcExport(self.module().api())?;
@@ -407,7 +411,8 @@ impl SyncObj {
     /// lists asked for, NvSci's Auto). The peer's unreconciled list must
     /// have come over `ep` before reconciliation
     /// ([`SyncModule::receive_unreconciled`]); otherwise the library refuses
-    /// with NotPermitted.
+    /// (nvscisync.h of DRIVE OS 6.0.5 to 6.0.10 names BadParameter for an
+    /// endpoint outside the object's topology).
     pub fn send(&self, perm: Option<SyncPerm>, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
         let api = self.module().api();
         require::NvSciSyncAttrListIpcExportReconciled(api)?;

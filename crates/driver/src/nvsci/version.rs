@@ -17,6 +17,13 @@
 //! | sync key 13 `PeerHwEngineArray` | 2.8 | |
 //! | buf keys 9..=11 (GPU cache, coherency, compression) | | 2.8 |
 //!
+//! NvSciIpc has its own numbers: 1.0 from DRIVE OS 6.0.5 (with
+//! `NvSciIpcCheckVersionCompatibility`), 1.4 in 6.0.8.1 and 6.0.10; 5.2.6's
+//! has no version and no such call
+//! ([`NvSciIpc::check_version_compatibility`](super::NvSciIpc::check_version_compatibility)
+//! refuses there with [`Error::NotInLibraryVersion`], loaded version
+//! [`LibVersion::UNVERSIONED`]).
+//!
 //! NvSciSync 2.4 is taken to be the public "2.4" header's flavour (the one
 //! that may ship with Jetson Linux): it has `RequireDeterministicFences` but
 //! no keys >= 7 and no `FenceExtractFence` / `FenceUpdateFence`. A library
@@ -43,10 +50,19 @@ impl LibVersion {
     pub const fn new(major: u32, minor: u32) -> Self {
         Self { major, minor }
     }
+
+    /// 0.0: what a library that reports no version at all is given: the
+    /// NvSciIpc of DRIVE OS 5.2.6, which predates NvSciIpc 1.0 and its
+    /// `NvSciIpcCheckVersionCompatibility`. No NvSci library has this
+    /// version; it prints as "unversioned".
+    pub const UNVERSIONED: LibVersion = LibVersion::new(0, 0);
 }
 
 impl fmt::Display for LibVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if *self == Self::UNVERSIONED {
+            return f.write_str("unversioned (older than its first numbered version)");
+        }
         write!(f, "{}.{}", self.major, self.minor)
     }
 }
@@ -236,5 +252,15 @@ mod tests {
         assert!(v(2, 0).buf_key(NvSciBufAttrKey(9)).is_err());
         assert!(v(2, 8).buf_key(NvSciBufAttrKey(11)).is_ok());
         assert!(v(2, 0).buf_key(NvSciBufAttrKey(0x10000)).is_ok());
+    }
+
+    #[test]
+    fn an_unversioned_library_says_so() {
+        assert_eq!(LibVersion::new(1, 4).to_string(), "1.4");
+        assert_eq!(LibVersion::new(2, 0).to_string(), "2.0");
+        assert!(LibVersion::UNVERSIONED
+            .to_string()
+            .starts_with("unversioned"));
+        assert!(LibVersion::UNVERSIONED < LibVersion::new(1, 0));
     }
 }

@@ -42,6 +42,11 @@
 //! - A sync list without RequiredPerm in a reconciliation: UnsupportedConfig.
 //! - A second import of the same object descriptor: BadParameter.
 //! - A CPU wait context used by two waits at once: Busy.
+//! - DRIVE OS 5.2.6's NvSciSync object export: outside the object's IPC
+//!   topology (a rule that header does not state) still BadParameter; Auto
+//!   for a peer that asked to signal BadParameter too (the header allows
+//!   exporting wait permission only). The Jetson "2.4" flavour has no
+//!   `NvSciIpcCheckVersionCompatibility` (its NvSciIpc is not known).
 //! - Image layout: pitch-linear with tight rows (block-linear is laid out
 //!   the same), plane offsets aligned to `PlaneBaseAddrAlign` (default 256);
 //!   code must read pitch, offsets and sizes back. RawBuffer Align defaults

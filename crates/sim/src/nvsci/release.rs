@@ -3,20 +3,25 @@
 //! A simulator claiming a release lacks what that release lacks, after the
 //! version table of the project's fact sheet (`nvsci-facts.md`, "Versions"):
 //! sync keys and entry points that appeared later are unknown to it, and its
-//! `Nv*CheckVersionCompatibility` answer for its own versions.
+//! `Nv*CheckVersionCompatibility` answer for its own versions (NvSciIpc's
+//! only where the release has one).
 
 #![deny(unsafe_code)]
 
 /// An NvSci release the simulator can claim to be (see
 /// [`SimConfig::nvsci_release`](crate::SimConfig::nvsci_release)).
 ///
-/// | release | NvSciBuf | NvSciSync |
-/// |---|---|---|
-/// | `V5_2_6` (DRIVE OS 5.2.6) | 2.0 | 2.0 |
-/// | `V6_0_5` (DRIVE OS 6.0.5) | 2.8 | 2.3 |
-/// | `JetsonSync2_4` (the public NvSciSync "2.4" header, maybe Jetson Linux) | 2.8 (chosen) | 2.4 |
-/// | `V6_0_6` (DRIVE OS 6.0.6) | 2.9 | 2.5 |
-/// | `V6_0_10` (DRIVE OS 6.0.8.1 / 6.0.10) | 2.11 | 2.8 |
+/// | release | NvSciBuf | NvSciSync | NvSciIpc |
+/// |---|---|---|---|
+/// | `V5_2_6` (DRIVE OS 5.2.6) | 2.0 | 2.0 | no version (before 1.0) |
+/// | `V6_0_5` (DRIVE OS 6.0.5) | 2.8 | 2.3 | 1.0 |
+/// | `JetsonSync2_4` (the public NvSciSync "2.4" header, maybe Jetson Linux) | 2.8 (chosen) | 2.4 | unknown: none claimed |
+/// | `V6_0_6` (DRIVE OS 6.0.6) | 2.9 | 2.5 | 1.0 |
+/// | `V6_0_10` (DRIVE OS 6.0.8.1 / 6.0.10) | 2.11 | 2.8 | 1.4 |
+///
+/// The NvSciIpc versions are those of each release's nvsciipc.h
+/// (`NvSciIpcMajorVersion` / `NvSciIpcMinorVersion`); 5.2.6's header has
+/// no version and no `NvSciIpcCheckVersionCompatibility`.
 ///
 /// The NvSciBuf version that goes with the "2.4" NvSciSync header is not
 /// known; the simulator chooses 2.8 (the NvSciBuf of the nearest DRIVE OS
@@ -73,6 +78,18 @@ impl NvSciRelease {
             NvSciRelease::JetsonSync2_4 => (2, 4),
             NvSciRelease::V6_0_6 => (2, 5),
             NvSciRelease::V6_0_10 => (2, 8),
+        }
+    }
+
+    /// The NvSciIpc (major, minor) version of this release; `None` where
+    /// the library has no version and no `NvSciIpcCheckVersionCompatibility`
+    /// (DRIVE OS 5.2.6; the Jetson "2.4" flavour, whose NvSciIpc is not
+    /// known, is treated the same way: absent, not guessed).
+    pub fn ipc_version(self) -> Option<(u32, u32)> {
+        match self {
+            NvSciRelease::V5_2_6 | NvSciRelease::JetsonSync2_4 => None,
+            NvSciRelease::V6_0_5 | NvSciRelease::V6_0_6 => Some((1, 0)),
+            NvSciRelease::V6_0_10 => Some((1, 4)),
         }
     }
 

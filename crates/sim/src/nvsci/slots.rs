@@ -107,9 +107,13 @@ pub(crate) fn sync_table(slot: usize, release: NvSciRelease) -> NvSciSyncApi {
 }
 
 /// The NvSciIpc part of the table for `slot` as `release` has it: the
-/// `*Safe` calls are absent (None) where that release lacks them.
+/// `*Safe` calls and `NvSciIpcCheckVersionCompatibility` are absent (None)
+/// where that release lacks them.
 pub(crate) fn ipc_table(slot: usize, release: NvSciRelease) -> NvSciIpcApi {
     let mut t = crate::trampolines::nvsciipc_table(slot);
+    if release.ipc_version().is_none() {
+        t.NvSciIpcCheckVersionCompatibility = None;
+    }
     if !release.has_ipc_safe_calls() {
         t.NvSciIpcCloseEndpointSafe = None;
         t.NvSciIpcResetEndpointSafe = None;

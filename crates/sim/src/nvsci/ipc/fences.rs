@@ -1,6 +1,7 @@
 //! NvSciSync over IPC: sync objects and fences exported and imported.
 
 use super::*;
+use crate::nvsci::NvSciRelease;
 
 pub(crate) fn NvSciSyncObjIpcExport(
     c: &Call,
@@ -16,15 +17,40 @@ pub(crate) fn NvSciSyncObjIpcExport(
         }
         let (core, have) = core_and_perm(c, |ns| &ns.sync_objs, "NvSciSync object", h)?;
         let e = endpoint(c, ep)?;
+        let release = c.inst.config.nvsci_release;
         // The object goes back along the path its waiters' unreconciled
-        // lists came by (nvscisync.h: the IPC topology rule).
+        // lists came by: nvscisync.h of 6.0.5 to 6.0.10 counts an endpoint
+        // outside the object's topology among the BadParameter cases; the
+        // 5.2.6 header names no such rule, so there it stays refused (with
+        // the only refusal code that header gives the call).
         let Some(&(_, asked)) = attrs::peers(&core.attrs).iter().find(|(x, _)| *x == ep) else {
+            let why = if release == NvSciRelease::V5_2_6 {
+                " (the DRIVE OS 5.2.6 header documents no such rule; the real answer is not known: refused)"
+            } else {
+                ""
+            };
             c.diag(
                 D::Misuse,
-                format!("NvSciSync object exported over endpoint {ep:#x}, which no unreconciled list of its reconciliation came by (import the peer's list with NvSciSyncAttrListIpcImportUnreconciled over this endpoint before reconciling)"),
+                format!("NvSciSync object exported over endpoint {ep:#x}, which no unreconciled list of its reconciliation came by (import the peer's list with NvSciSyncAttrListIpcImportUnreconciled over this endpoint before reconciling){why}"),
             );
-            return Err(err::NOT_PERMITTED);
+            return Err(err::BAD_PARAMETER);
         };
+        // DRIVE OS 5.2.6's header allows only WaitOnly or Auto: a permission
+        // with signalling rights is a BadParameter there. What its Auto
+        // grants a peer that asked to signal is not documented: refused.
+        if release == NvSciRelease::V5_2_6 {
+            let signals = match perm.0 {
+                attrs::PERM_AUTO => asked & 2 != 0,
+                p => p & 2 != 0,
+            };
+            if signals {
+                c.diag(
+                    D::Misuse,
+                    format!("NvSciSync 2.0 (DRIVE OS 5.2.6) exports wait permission only; permission {:#x} for a peer that required {asked:#x} grants signalling (refused)", perm.0),
+                );
+                return Err(err::BAD_PARAMETER);
+            }
+        }
         let grant = match perm.0 {
             attrs::PERM_AUTO if asked != 0 && asked & !have == 0 => asked,
             attrs::PERM_AUTO => have,

@@ -2,8 +2,9 @@
 //! unreconciled lists travel to the signaller (export/import
 //! unreconciled), the reconciled list travels back (export/import
 //! reconciled). An imported unreconciled list remembers the endpoint it
-//! came over; reconciliation records those peers, and an object may only
-//! be exported back along one of them (`NotPermitted` otherwise).
+//! came over; reconciliation records those peers, and an object (and, for
+//! NvSciBuf, the reconciled list) may only be exported back along one of
+//! them.
 //!
 //! One generic body per call serves both libraries (`sync` picks the
 //! library); the `NvSciBuf*` / `NvSciSync*` entry points are thin wrappers.
@@ -102,9 +103,20 @@ fn export_reconciled(
     let r = (|| {
         let (_, map) = list::reconciled(c, sync, list)?;
         endpoint(c, ep)?;
+        let peer = attrs::peers(&map).into_iter().find(|(e, _)| *e == ep);
+        // NvSciBuf (nvscibuf.h of every checked release, 5.2.6 to 6.0.10): a
+        // reconciled list goes back only the way one of its unreconciled
+        // lists came. NvSciSync's twin documents no such refusal.
+        if !sync && peer.is_none() {
+            c.diag(
+                D::Misuse,
+                format!("reconciled NvSciBuf list exported over endpoint {ep:#x}, which no unreconciled list of its reconciliation came by (import the peer's list with NvSciBufAttrListIpcImportUnreconciled over this endpoint before reconciling)"),
+            );
+            return Err(err::NOT_PERMITTED);
+        }
         // The peer's ActualPerm is what its own lists required.
         let mut m = (*map).clone();
-        if let Some((_, perm)) = attrs::peers(&map).into_iter().find(|(e, _)| *e == ep) {
+        if let Some((_, perm)) = peer {
             if sync {
                 m.insert(sk::ACTUAL_PERM, attrs::enc_u64s(&[perm]));
             } else {

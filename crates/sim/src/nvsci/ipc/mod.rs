@@ -15,6 +15,7 @@ mod config;
 pub(crate) mod endpoint;
 mod fences;
 mod lists;
+mod version;
 mod wire;
 
 pub(crate) use self::buffers::*;
@@ -23,6 +24,7 @@ pub use self::config::IpcConfigFile;
 pub(crate) use self::endpoint::IpcState;
 pub(crate) use self::fences::*;
 pub(crate) use self::lists::*;
+pub(crate) use self::version::*;
 
 use std::ffi::c_void;
 use std::sync::Arc;
