@@ -365,19 +365,29 @@ pub fn fd_audit() -> FdAudit {
 /// to the driver; it is public so that tests and callers can check an fd
 /// handed back by [`ImportError`] against a reference duplicate of their own.
 ///
+/// The descriptors are borrowed, so both are open for the call (a raw
+/// number could name nothing, or someone else's file, by the time it is
+/// asked).
+///
 /// ```
-/// use std::os::fd::AsRawFd;
+/// use std::os::fd::AsFd;
 /// let file = std::fs::File::open("/dev/null")?;
 /// let copy = file.try_clone()?; // dup: the same open file description
 /// let other = std::fs::File::open("/dev/null")?; // a new description
 /// use tegra_interop_driver::error::same_description;
-/// if let Some(same) = same_description(file.as_raw_fd(), copy.as_raw_fd()) {
+/// if let Some(same) = same_description(file.as_fd(), copy.as_fd()) {
 ///     assert!(same);
-///     assert_eq!(same_description(file.as_raw_fd(), other.as_raw_fd()), Some(false));
+///     assert_eq!(same_description(file.as_fd(), other.as_fd()), Some(false));
 /// }
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
+pub fn same_description(a: BorrowedFd<'_>, b: BorrowedFd<'_>) -> Option<bool> {
+    same_description_raw(a.as_raw_fd(), b.as_raw_fd())
+}
+
+/// [`same_description`] on numbers, for the duplicate the driver may have
+/// closed (kcmp only compares; a closed number answers `None`).
+fn same_description_raw(a: RawFd, b: RawFd) -> Option<bool> {
     if cfg!(miri) {
         // Miri does not implement the kcmp system call.
         return None;
@@ -400,7 +410,7 @@ fn release_duplicate(orig: BorrowedFd<'_>, dup: RawFd) {
             return;
         }
     }
-    match same_description(orig.as_raw_fd(), dup) {
+    match same_description_raw(orig.as_raw_fd(), dup) {
         Some(true) => {
             // `dup` is open and is the same open file description as the
             // caller's fd: it is the duplicate we made (the residual race is

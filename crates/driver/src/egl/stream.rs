@@ -53,7 +53,8 @@
 //! assert_eq!(unsafe { (cuda.cuMemAlloc.unwrap())(&mut pixels, 64 * 16 * 4) }.0, 0);
 //! // SAFETY: the 4096 bytes just allocated.
 //! assert_eq!(unsafe { (cuda.cuMemsetD8.unwrap())(pixels, 7, 64 * 16 * 4) }.0, 0);
-//! let frame = ProducerFrame::rgba_pitch(pixels, 64, 16, 64 * 4);
+//! // SAFETY: 64 x 16 RGBA pixels of pitch 256 are the 4096 bytes allocated.
+//! let frame = unsafe { ProducerFrame::rgba_pitch(pixels, 64, 16, 64 * 4) };
 //! // SAFETY: the memory stays allocated until the producer disconnected.
 //! unsafe { producer.present(&frame, Some(&stream))? };
 //! let got = consumer.acquire(Some(&stream), None)?.expect("a frame");
@@ -493,7 +494,19 @@ impl fmt::Debug for ProducerFrame {
 impl ProducerFrame {
     /// One RGBA8 plane of `width` x `height` pixels at `ptr`, rows `pitch`
     /// bytes apart.
-    pub fn rgba_pitch(ptr: CUdeviceptr, width: u32, height: u32, pitch: u32) -> ProducerFrame {
+    ///
+    /// # Safety
+    /// `ptr` must be device memory of at least `pitch` x `height` bytes,
+    /// with `pitch >= 4 * width`: the driver reads that much from it when
+    /// the frame is presented, and [`EglStreamProducer::present`] relies on
+    /// this (its own contract adds how long the memory must live).
+    #[allow(unsafe_code)] // the caller vouches for the device pointer
+    pub unsafe fn rgba_pitch(
+        ptr: CUdeviceptr,
+        width: u32,
+        height: u32,
+        pitch: u32,
+    ) -> ProducerFrame {
         let mut raw = CUeglFrame {
             width,
             height,
@@ -513,7 +526,14 @@ impl ProducerFrame {
     /// NV12 (YUV 4:2:0 semi-planar): a Y plane of `width` x `height` bytes
     /// at `y` and an interleaved U/V plane of half the rows at `uv`, both
     /// with rows `pitch` bytes apart.
-    pub fn nv12_pitch(
+    ///
+    /// # Safety
+    /// `y` must be device memory of at least `pitch` x `height` bytes and
+    /// `uv` of at least `pitch` x `height.div_ceil(2)` bytes, with
+    /// `pitch >= width`: the driver reads that much from them when the frame
+    /// is presented, and [`EglStreamProducer::present`] relies on this.
+    #[allow(unsafe_code)] // the caller vouches for the device pointers
+    pub unsafe fn nv12_pitch(
         y: CUdeviceptr,
         uv: CUdeviceptr,
         width: u32,
@@ -617,7 +637,9 @@ impl EglStreamProducer {
     ///
     /// # Safety
     /// The frame's planes must be live device memory of this producer's
-    /// context, at least `pitch` x rows bytes each, and stay allocated until
+    /// context, at least `pitch` x rows bytes each (what the frame's unsafe
+    /// constructors promised, or a frame [`return_frame`](Self::return_frame)
+    /// handed back), and stay allocated until
     /// the producer disconnected (the header: freeing a presented frame
     /// before that is undefined behaviour); the producer must not write
     /// them while the consumer may hold the frame (get it back with

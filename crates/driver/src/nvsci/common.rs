@@ -22,13 +22,10 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// One NvSci library as the shared types see it (sealed: [`BufLib`] and
-/// [`SyncLib`]). Its items are the library's entry points and types; they
-/// are not meant to be called from outside this crate.
-pub trait Library: sealed::Sealed + Sized + 'static {
-    /// The table struct of the library's entry points.
-    #[doc(hidden)]
-    type Api: HasLoaderNotes + 'static;
+/// The C types of one NvSci library (sealed: [`BufLib`] and [`SyncLib`]),
+/// what the public API names: the handles `as_raw` hands back and the
+/// attribute key.
+pub trait LibraryTypes: sealed::Sealed + Sized + 'static {
     /// The C module handle.
     type RawModule: Copy + fmt::Debug;
     /// The C attribute-list handle.
@@ -39,53 +36,55 @@ pub trait Library: sealed::Sealed + Sized + 'static {
     type Key: Copy + PartialEq + fmt::Debug;
     /// `"NvSciBuf"` / `"NvSciSync"`.
     const NAME: &'static str;
+}
+
+/// The library's raw operations: entry points called on raw handles, whose
+/// soundness rests on the handles being live and owned as the shared types
+/// keep them. Crate-private, so that neither `BufLib::obj_free(..)` nor a
+/// generic `L::obj_free(..)` over `L: Library` can be written outside this
+/// crate (a sealed public trait would stop implementations, not calls).
+pub(crate) trait RawOps: LibraryTypes {
+    /// The table struct of the library's entry points.
+    type Api: HasLoaderNotes + 'static;
     /// The Rust names of the module, list and object types (for `Debug`).
-    #[doc(hidden)]
     const TYPE_NAMES: [&'static str; 3];
 
-    #[doc(hidden)]
     fn api(backend: &Backend) -> &Self::Api;
-    #[doc(hidden)]
     fn probe_version(api: &Self::Api) -> NvSciVersion;
-    #[doc(hidden)]
     fn module_open(api: &Self::Api) -> Result<Self::RawModule, Error>;
-    #[doc(hidden)]
     fn module_close(api: &Self::Api, raw: Self::RawModule);
-    #[doc(hidden)]
     fn list_create(api: &Self::Api, module: Self::RawModule) -> Result<Self::RawList, Error>;
-    #[doc(hidden)]
     fn list_free(api: &Self::Api, raw: Self::RawList);
-    #[doc(hidden)]
     fn list_is_null(raw: Self::RawList) -> bool;
-    #[doc(hidden)]
     fn list_is_set(api: &Self::Api, raw: Self::RawList, key: Self::Key) -> bool;
     /// Reconciles `lists`; the result and the conflict list (either may be
     /// NULL).
-    #[doc(hidden)]
     fn reconcile(
         api: &Self::Api,
         lists: &[Self::RawList],
     ) -> (Result<Self::RawList, Error>, Self::RawList);
     /// Reconciles and allocates; the object and the conflict list.
-    #[doc(hidden)]
     fn reconcile_and_alloc(
         api: &Self::Api,
         lists: &[Self::RawList],
     ) -> (Result<Self::RawObj, Error>, Self::RawList);
-    #[doc(hidden)]
     fn obj_alloc(api: &Self::Api, list: Self::RawList) -> Result<Self::RawObj, Error>;
-    #[doc(hidden)]
     fn obj_free(api: &Self::Api, raw: Self::RawObj);
-    #[doc(hidden)]
     fn obj_dup(api: &Self::Api, raw: Self::RawObj) -> Result<Self::RawObj, Error>;
     /// The object's reconciled list (owned by the object).
-    #[doc(hidden)]
     fn obj_attr_list(api: &Self::Api, raw: Self::RawObj) -> Result<Self::RawList, Error>;
     /// The keys asked for in a conflict list: the keys the project
     /// describes that `version` knows (and that can be in conflict).
-    #[doc(hidden)]
     fn conflict_keys(version: NvSciVersion) -> impl Iterator<Item = Self::Key>;
 }
+
+/// One NvSci library as the shared types see it (sealed: [`BufLib`] and
+/// [`SyncLib`]). Its C types are [`LibraryTypes`]; its raw operations are
+/// a crate-private supertrait, not callable from outside this crate.
+// `RawOps` is crate-private on purpose (a bound users cannot name, so they
+// cannot call its raw operations); the lint warns about exactly that.
+#[allow(private_bounds)]
+pub trait Library: RawOps {}
 
 /// The open module and what closes it.
 pub(crate) struct ModuleInner<L: Library> {
@@ -379,13 +378,18 @@ macro_rules! library {
 
         impl sealed::Sealed for $lib {}
 
-        impl Library for $lib {
-            type Api = $api;
+        impl LibraryTypes for $lib {
             type RawModule = $module;
             type RawList = $list;
             type RawObj = $obj;
             type Key = $key;
             const NAME: &'static str = $name;
+        }
+
+        impl Library for $lib {}
+
+        impl RawOps for $lib {
+            type Api = $api;
             const TYPE_NAMES: [&'static str; 3] = $types;
 
             fn api(backend: &Backend) -> &$api {
