@@ -200,7 +200,7 @@ impl Code for () {
 macro_rules! wrappers {
     (
         [require] $name:ident $library:literal
-        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
+        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: $safety:ident fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
         $(
             #[inline]
@@ -215,7 +215,7 @@ macro_rules! wrappers {
     };
     (
         [$mode:ident] $name:ident $library:literal
-        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
+        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: $safety:ident fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
         $(
             #[inline]
