@@ -72,6 +72,7 @@
 //! assert_eq!(unsafe { (cuda.cuMemFree.unwrap())(pixels) }.0, 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::cell::Cell;
 use std::fmt;
@@ -125,6 +126,15 @@ pub(crate) struct ConnectionRes {
     out: Cell<u32>,
 }
 
+// SAFETY: a `ConnectionRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for ConnectionRes {}
+// No `Sync`: a connection moves between threads but is not shared (a
+// consumer counts its frames in a `Cell`).
+
 /// Why a consumer with frames out is not disconnected.
 const FRAMES_OUT: &str = "a frame acquired from the stream was never released (a leaked \
     StreamFrame): what the driver does on a disconnect with frames held is not measured, so it \
@@ -142,8 +152,15 @@ impl Release for ConnectionRes {
         }
         // Connected by us, disconnected once (`Owned`).
         match self.end {
-            End::Consumer => call::cuEGLStreamConsumerDisconnect(TryBind(&self.ctx), &mut self.raw),
-            End::Producer => call::cuEGLStreamProducerDisconnect(TryBind(&self.ctx), &mut self.raw),
+            // SAFETY: `self.raw` is our connection (connected by us, disconnected once by `Owned`);
+            // the driver writes one handle through the pointer.
+            End::Consumer => unsafe {
+                call::cuEGLStreamConsumerDisconnect(TryBind(&self.ctx), &mut self.raw)
+            },
+            // SAFETY: as for the consumer arm.
+            End::Producer => unsafe {
+                call::cuEGLStreamProducerDisconnect(TryBind(&self.ctx), &mut self.raw)
+            },
         }
     }
 
@@ -252,9 +269,14 @@ impl EglStreamConsumer {
         }
         let mut raw: CUeglStreamConnection = std::ptr::null_mut();
         match location {
-            None => call::cuEGLStreamConsumerConnect(Bind(ctx), &mut raw, stream)?,
+            // SAFETY: `raw` is a local the driver writes one connection to; `stream` is the
+            // caller's live EGLStream (`connect`'s contract).
+            None => unsafe { call::cuEGLStreamConsumerConnect(Bind(ctx), &mut raw, stream) }?,
             Some(l) => {
-                call::cuEGLStreamConsumerConnectWithFlags(Bind(ctx), &mut raw, stream, l.raw())?
+                // SAFETY: as above; `l.raw()` is a location enum value.
+                unsafe {
+                    call::cuEGLStreamConsumerConnectWithFlags(Bind(ctx), &mut raw, stream, l.raw())
+                }?
             }
         }
         Ok(EglStreamConsumer {
@@ -283,13 +305,17 @@ impl EglStreamConsumer {
         let mut cu_stream = stream_handle(stream);
         let mut conn = self.res.raw;
         let began = std::time::Instant::now();
-        let r = call::cuEGLStreamConsumerAcquireFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            &mut resource,
-            &mut cu_stream,
-            us,
-        );
+        // SAFETY: `conn`, `resource` and `cu_stream` are locals the driver reads and writes one
+        // handle each through; `conn` is our live connection.
+        let r = unsafe {
+            call::cuEGLStreamConsumerAcquireFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                &mut resource,
+                &mut cu_stream,
+                us,
+            )
+        };
         let got = acquire_answer(r, began.elapsed(), timeout)?;
         if !got {
             return Ok(None);
@@ -303,13 +329,17 @@ impl EglStreamConsumer {
             released: false,
         };
         // On failure the guard's drop releases the frame again.
-        call::cuGraphicsResourceGetMappedEglFrame(
-            Bind(&self.res.ctx),
-            &mut guard.raw,
-            resource,
-            0,
-            0,
-        )?;
+        // SAFETY: `guard.raw` is a frame the driver writes whole; `resource` was just acquired on
+        // this connection.
+        unsafe {
+            call::cuGraphicsResourceGetMappedEglFrame(
+                Bind(&self.res.ctx),
+                &mut guard.raw,
+                resource,
+                0,
+                0,
+            )
+        }?;
         Ok(Some(guard))
     }
 
@@ -343,12 +373,16 @@ impl EglStreamConsumer {
         }
         let mut conn = self.res.raw;
         let mut cu_stream = stream_handle(stream);
-        call::cuEGLStreamConsumerReleaseFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            resource,
-            &mut cu_stream,
-        )?;
+        // SAFETY: `conn` and `cu_stream` are locals holding our live connection and a stream of
+        // this context; `resource` is the caller's (the function's contract).
+        unsafe {
+            call::cuEGLStreamConsumerReleaseFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                resource,
+                &mut cu_stream,
+            )
+        }?;
         self.res.out.set(self.res.out.get().saturating_sub(1));
         Ok(())
     }
@@ -451,12 +485,16 @@ impl StreamFrame<'_> {
         let c = self.consumer;
         let mut conn = c.res.raw;
         let mut stream = self.stream;
-        let r = call::cuEGLStreamConsumerReleaseFrame(
-            TryBind(&c.res.ctx),
-            &mut conn,
-            self.resource,
-            &mut stream,
-        );
+        // SAFETY: `conn` and `stream` are locals holding the live connection and the stream the
+        // frame was acquired on; the resource is this frame's, released once.
+        let r = unsafe {
+            call::cuEGLStreamConsumerReleaseFrame(
+                TryBind(&c.res.ctx),
+                &mut conn,
+                self.resource,
+                &mut stream,
+            )
+        };
         c.res.out.set(c.res.out.get().saturating_sub(1));
         r
     }
@@ -621,7 +659,9 @@ impl EglStreamProducer {
             });
         };
         let mut raw: CUeglStreamConnection = std::ptr::null_mut();
-        call::cuEGLStreamProducerConnect(Bind(ctx), &mut raw, stream, w, h)?;
+        // SAFETY: `raw` is a local the driver writes one connection to; `stream` is the caller's
+        // live EGLStream (`connect`'s contract).
+        unsafe { call::cuEGLStreamProducerConnect(Bind(ctx), &mut raw, stream, w, h) }?;
         Ok(EglStreamProducer {
             res: Owned::new(ConnectionRes {
                 ctx: ctx.clone(),
@@ -655,12 +695,16 @@ impl EglStreamProducer {
         }
         let mut conn = self.res.raw;
         let mut cu_stream = stream_handle(stream);
-        call::cuEGLStreamProducerPresentFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            frame.raw,
-            &mut cu_stream,
-        )
+        // SAFETY: `conn` and `cu_stream` are locals; the frame is passed by value and its planes
+        // are the caller's promise (`present`'s contract).
+        unsafe {
+            call::cuEGLStreamProducerPresentFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                frame.raw,
+                &mut cu_stream,
+            )
+        }
     }
 
     /// A frame the consumer released, back for reuse
@@ -680,12 +724,16 @@ impl EglStreamProducer {
         let mut conn = self.res.raw;
         let mut cu_stream = stream_handle(stream);
         let mut raw = CUeglFrame::default();
-        let got = timed_out(call::cuEGLStreamProducerReturnFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            &mut raw,
-            &mut cu_stream,
-        ))?;
+        // SAFETY: `conn`, `raw` and `cu_stream` are locals the driver reads and writes one value
+        // each through; `conn` is our live connection.
+        let got = timed_out(unsafe {
+            call::cuEGLStreamProducerReturnFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                &mut raw,
+                &mut cu_stream,
+            )
+        })?;
         Ok(got.then_some(ProducerFrame { raw }))
     }
 

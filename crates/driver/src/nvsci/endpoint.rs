@@ -19,6 +19,7 @@
 //! that is not ours, out of order, of another message, or announcing more
 //! than [`MAX_MESSAGE`] bytes is a typed [`IpcError`], never a panic or an
 //! unbounded allocation.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::CString;
 use std::fmt;
@@ -29,7 +30,7 @@ use tegra_interop_core::ipc::{Assembly, FrameError, Frames, FRAME_HEADER_LEN};
 use tegra_interop_sys::nvsci::{NvSciIpcEndpoint as RawEndpoint, NvSciIpcEndpointInfo};
 
 use super::ipc::{IpcEndpoint, IpcError};
-use crate::ffi::{self, call, code, require};
+use crate::ffi::{call, code, require};
 use crate::{Backend, Error};
 
 /// The largest message [`NvSciIpc`] sends or accepts (attribute-list
@@ -202,7 +203,9 @@ impl NvSciIpc {
         })?;
         let init = InitGuard::acquire(backend)?;
         let mut handle: RawEndpoint = 0;
-        call::NvSciIpcOpenEndpoint(api, cname.as_ptr(), &mut handle)?;
+        // SAFETY: `cname` is a NUL-terminated string alive for the call; `handle` is a local the
+        // library writes one endpoint to.
+        unsafe { call::NvSciIpcOpenEndpoint(api, cname.as_ptr(), &mut handle) }?;
         // From here on the endpoint is ours: `ep` closes it on every path.
         let mut ep = NvSciIpc {
             backend: Arc::clone(backend),
@@ -220,9 +223,12 @@ impl NvSciIpc {
             next_recv: 0,
             _init: init,
         };
-        call::NvSciIpcGetLinuxEventFd(api, handle, &mut ep.event_fd)?;
+        // SAFETY: `ep.event_fd` is a field the library writes one `int` to (the fd stays the
+        // endpoint's).
+        unsafe { call::NvSciIpcGetLinuxEventFd(api, handle, &mut ep.event_fd) }?;
         let mut info = NvSciIpcEndpointInfo::default();
-        call::NvSciIpcGetEndpointInfo(api, handle, &mut info)?;
+        // SAFETY: `info` is a local the library writes one endpoint-info record to.
+        unsafe { call::NvSciIpcGetEndpointInfo(api, handle, &mut info) }?;
         ep.info = EndpointInfo {
             nframes: info.nframes,
             frame_size: info.frame_size,
@@ -283,7 +289,7 @@ impl NvSciIpc {
                     waited: self.timeout,
                 });
             }
-            ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
+            crate::fd::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
         }
     }
 
@@ -296,8 +302,11 @@ impl NvSciIpc {
         let mut ev = 0u32;
         let api = &self.backend.table().nvsciipc;
         match self.calls {
-            Calls::Safe => call::NvSciIpcGetEventSafe(api, self.handle, &mut ev)?,
-            Calls::Legacy => call::NvSciIpcGetEvent(api, self.handle, &mut ev)?,
+            // SAFETY: `ev` is a local the library writes one `u32` to; the endpoint is open (ours
+            // until drop).
+            Calls::Safe => unsafe { call::NvSciIpcGetEventSafe(api, self.handle, &mut ev) }?,
+            // SAFETY: as above.
+            Calls::Legacy => unsafe { call::NvSciIpcGetEvent(api, self.handle, &mut ev) }?,
         }
         if ev & EV_CONN_RESET != 0 {
             // Reported once by the library: remembered here.
@@ -327,7 +336,7 @@ impl NvSciIpc {
                 });
             }
             // The library's event fd lives as long as the endpoint.
-            ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
+            crate::fd::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
         }
     }
 
@@ -379,8 +388,12 @@ impl NvSciIpc {
         let (h, p) = (self.handle, frame.as_ptr().cast());
         self.transfer(EV_WRITE, deadline, "NvSciIpcWriteSafe", || {
             match self.calls {
-                Calls::Safe => code::NvSciIpcWriteSafe(api, h, p, len, &mut 0u32),
-                Calls::Legacy => code::NvSciIpcWrite(api, h, p, frame.len(), &mut 0i32),
+                // SAFETY: `p` points to `frame`, `len` readable bytes alive for the call; the byte
+                // count goes to a temporary.
+                Calls::Safe => unsafe { code::NvSciIpcWriteSafe(api, h, p, len, &mut 0u32) },
+                // SAFETY: `p` points to `frame`, `frame.len()` readable bytes alive for the call;
+                // the byte count goes to a temporary.
+                Calls::Legacy => unsafe { code::NvSciIpcWrite(api, h, p, frame.len(), &mut 0i32) },
             }
         })
     }
@@ -390,8 +403,12 @@ impl NvSciIpc {
         let len = u32::try_from(buf.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         let (h, size, p) = (self.handle, buf.len(), buf.as_mut_ptr().cast());
         self.transfer(EV_READ, deadline, "NvSciIpcReadSafe", || match self.calls {
-            Calls::Safe => code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32),
-            Calls::Legacy => code::NvSciIpcRead(api, h, p, size, &mut 0i32),
+            // SAFETY: `p` points to `buf`, `len` writable bytes alive for the call; the byte count
+            // goes to a temporary.
+            Calls::Safe => unsafe { code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32) },
+            // SAFETY: `p` points to `buf`, `size` writable bytes alive for the call; the byte count
+            // goes to a temporary.
+            Calls::Legacy => unsafe { code::NvSciIpcRead(api, h, p, size, &mut 0i32) },
         })
     }
 }

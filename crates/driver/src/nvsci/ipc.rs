@@ -19,6 +19,7 @@
 //! Imports check permissions: the library refuses a handle weaker than the
 //! importer asks for, and the imported handle's `ActualPerm` is checked
 //! again here ([`IpcError::BufPermission`] / [`IpcError::SyncPermission`]).
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::c_void;
 use std::fmt;
@@ -223,8 +224,12 @@ macro_rules! list_ipc {
                 require::$export_u(self.api())?;
                 let raws: Vec<$raw> = lists.iter().map(|l| l.as_raw()).collect();
                 let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-                call::$export_u(self.api(), raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len)?;
-                let bytes = crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d));
+                // SAFETY: `raws` holds `raws.len()` live list handles, the count passed; `desc` and
+                // `len` are locals the library writes one value each to.
+                unsafe { call::$export_u(self.api(), raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len) }?;
+                // SAFETY: a successful export pointed `desc` at `len` readable bytes, valid until
+                // the library's free, which `take_desc` calls once with that same pointer.
+                let bytes = unsafe { crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d)) };
                 ep.send(&bytes)
             }
 
@@ -234,7 +239,9 @@ macro_rules! list_ipc {
                 require::$import_u(self.api())?;
                 let bytes = ep.recv()?;
                 let mut raw: $raw = ptr::null_mut();
-                call::$import_u(self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(), &mut raw)?;
+                // SAFETY: `bytes` is `bytes.len()` readable bytes, the length passed, alive for the
+                // call; `raw` is a local the library writes one list handle to.
+                unsafe { call::$import_u(self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(), &mut raw) }?;
                 Ok(AttrList::wrap(self.clone(), raw, false))
             }
 
@@ -246,10 +253,15 @@ macro_rules! list_ipc {
                 let bytes = ep.recv()?;
                 let own_raw: Vec<$raw> = own.iter().map(|l| l.as_raw()).collect();
                 let mut raw: $raw = ptr::null_mut();
-                call::$import_r(
-                    self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(),
-                    own_raw.as_ptr(), own_raw.len(), &mut raw,
-                )?;
+                // SAFETY: `bytes` is `bytes.len()` readable bytes and `own_raw` `own_raw.len()`
+                // live list handles, the lengths passed; `raw` is a local the library writes one
+                // list handle to.
+                unsafe {
+                    call::$import_r(
+                        self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(),
+                        own_raw.as_ptr(), own_raw.len(), &mut raw,
+                    )
+                }?;
                 Ok(AttrList::wrap(self.clone(), raw, true))
             }
 
@@ -257,8 +269,12 @@ macro_rules! list_ipc {
             fn send_reconciled(&self, list: $raw, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
                 require::$export_r(self.api())?;
                 let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-                call::$export_r(self.api(), list, ep.handle(), &mut desc, &mut len)?;
-                let bytes = crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d));
+                // SAFETY: `desc` and `len` are locals the library writes one value each to; `list`
+                // is the live reconciled list of the object being sent.
+                unsafe { call::$export_r(self.api(), list, ep.handle(), &mut desc, &mut len) }?;
+                // SAFETY: a successful export pointed `desc` at `len` readable bytes, valid until
+                // the library's free, which `take_desc` calls once with that same pointer.
+                let bytes = unsafe { crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d)) };
                 ep.send(&bytes)
             }
         }
@@ -310,15 +326,19 @@ impl BufModule {
         bytes_to_words("buffer descriptor", &ep.recv()?, &mut words)?;
         let desc = NvSciBufObjIpcExportDescriptor { data: words };
         let mut raw: NvSciBufObj = ptr::null_mut();
-        call::NvSciBufObjIpcImport(
-            self.api(),
-            ep.handle(),
-            &desc,
-            list.as_raw(),
-            required.raw(),
-            timeout.as_micros(),
-            &mut raw,
-        )?;
+        // SAFETY: `desc` is a local descriptor of the size the library reads; `raw` is a local the
+        // library writes one object handle to; `list` is live.
+        unsafe {
+            call::NvSciBufObjIpcImport(
+                self.api(),
+                ep.handle(),
+                &desc,
+                list.as_raw(),
+                required.raw(),
+                timeout.as_micros(),
+                &mut raw,
+            )
+        }?;
         let obj = BufObj::from_raw(self.clone(), raw);
         let granted = obj.actual_perm()?;
         if granted < required {
@@ -339,13 +359,17 @@ impl BufObj {
         let list = self.raw_attr_list()?;
         let mut obj_desc = NvSciBufObjIpcExportDescriptor::default();
         let perm = perm.map_or(AUTO_BUF, BufPerm::raw);
-        call::NvSciBufObjIpcExport(
-            self.module().api(),
-            self.as_raw(),
-            perm,
-            ep.handle(),
-            &mut obj_desc,
-        )?;
+        // SAFETY: `obj_desc` is a local descriptor the library writes whole; the object is live
+        // (`&self`).
+        unsafe {
+            call::NvSciBufObjIpcExport(
+                self.module().api(),
+                self.as_raw(),
+                perm,
+                ep.handle(),
+                &mut obj_desc,
+            )
+        }?;
         self.module().send_reconciled(list, ep)?;
         // Packed descriptor: copy its words out instead of borrowing them.
         let words = obj_desc.data;
@@ -373,15 +397,19 @@ impl SyncModule {
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut raw: NvSciSyncObj = ptr::null_mut();
-        call::NvSciSyncObjIpcImport(
-            self.api(),
-            ep.handle(),
-            &desc,
-            list.as_raw(),
-            NvSciSyncAccessPerm(required.raw()),
-            timeout.as_micros(),
-            &mut raw,
-        )?;
+        // SAFETY: `desc` is a local descriptor of the size the library reads; `raw` is a local the
+        // library writes one object handle to; `list` is live.
+        unsafe {
+            call::NvSciSyncObjIpcImport(
+                self.api(),
+                ep.handle(),
+                &desc,
+                list.as_raw(),
+                NvSciSyncAccessPerm(required.raw()),
+                timeout.as_micros(),
+                &mut raw,
+            )
+        }?;
         let obj = SyncObj::from_raw(self.clone(), raw);
         let granted = obj.actual_perm()?;
         if !granted.covers(required) {
@@ -406,7 +434,9 @@ impl SyncObj {
         let list = self.raw_attr_list()?;
         let perm = NvSciSyncAccessPerm(perm.map_or(1 << 63, SyncPerm::raw));
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
-        call::NvSciSyncObjIpcExport(api, self.as_raw(), perm, ep.handle(), &mut desc)?;
+        // SAFETY: `desc` is a local descriptor the library writes whole; the object is live
+        // (`&self`).
+        unsafe { call::NvSciSyncObjIpcExport(api, self.as_raw(), perm, ep.handle(), &mut desc) }?;
         self.module().send_reconciled(list, ep)?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
@@ -419,9 +449,16 @@ impl SyncObj {
         let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
         bytes_to_words("fence descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut fence = Fence::new(self.module());
-        // the object is live; a received descriptor; the fence is
-        // cleared and writable.
-        call::NvSciSyncIpcImportFence(self.module().api(), self.as_raw(), &desc, fence.raw_mut())?;
+        // SAFETY: `desc` is a local received descriptor the library reads; the fence is cleared and
+        // writable (`raw_mut`); the object is live.
+        unsafe {
+            call::NvSciSyncIpcImportFence(
+                self.module().api(),
+                self.as_raw(),
+                &desc,
+                fence.raw_mut(),
+            )
+        }?;
         Ok(fence)
     }
 }
@@ -431,8 +468,16 @@ impl Fence {
     pub fn send(&self, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
         require::NvSciSyncIpcExportFence(self.module().api())?;
         let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
-        // a valid fence; valid out-pointer.
-        call::NvSciSyncIpcExportFence(self.module().api(), self.as_raw(), ep.handle(), &mut desc)?;
+        // SAFETY: `self.as_raw()` points to this live fence, which the library reads; `desc` is a
+        // local it writes whole.
+        unsafe {
+            call::NvSciSyncIpcExportFence(
+                self.module().api(),
+                self.as_raw(),
+                ep.handle(),
+                &mut desc,
+            )
+        }?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
     }
