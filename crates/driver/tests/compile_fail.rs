@@ -5,7 +5,9 @@
 //! (`library_raw_op_*`: they are a crate-private supertrait); frame
 //! descriptions from raw device pointers outside `unsafe`
 //! (`producer_frame_needs_unsafe`); `same_description` on raw fd numbers
-//! (`same_description_takes_borrowed_fds`).
+//! (`same_description_takes_borrowed_fds`); an `IpcEndpoint` (which hands
+//! the driver a raw endpoint handle) implemented without `unsafe impl`
+//! (`ipc_endpoint_needs_unsafe_impl`).
 //!
 //! What stays a compile error now that handles hold their context (and
 //! mappings their memory) by `Arc`: every `destroy` consumes its handle, so

@@ -433,7 +433,9 @@ impl From<FrameError> for IpcError {
     }
 }
 
-impl IpcEndpoint for NvSciIpc {
+// SAFETY: `handle` is the endpoint this value opened with
+// `NvSciIpcOpenEndpoint` and closes only on drop, through its backend's table.
+unsafe impl IpcEndpoint for NvSciIpc {
     fn handle(&self) -> RawEndpoint {
         self.handle
     }

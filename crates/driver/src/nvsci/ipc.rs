@@ -41,7 +41,17 @@ use crate::Error;
 
 /// One end of an NvSciIpc connection: the endpoint handle NvSci exports and
 /// imports are bound to, plus a channel for the descriptor bytes.
-pub trait IpcEndpoint {
+///
+/// [`NvSciIpc`](super::NvSciIpc) implements it; a wrapper around one (to
+/// count or log messages) forwards [`handle`](Self::handle) to it.
+///
+/// # Safety
+/// The driver passes [`handle`](Self::handle) to the NvSci libraries as an
+/// endpoint. It must return an endpoint opened with `NvSciIpcOpenEndpoint`
+/// through the table of the backend the objects and modules used with it
+/// belong to, open (not closed or reset) for as long as the value lives,
+/// and the same one on every call.
+pub unsafe trait IpcEndpoint {
     /// The `NvSciIpcEndpoint` handle.
     fn handle(&self) -> NvSciIpcEndpoint;
     /// Sends one message to the peer.
