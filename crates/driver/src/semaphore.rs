@@ -602,8 +602,18 @@ impl<'a> SemaphoreWait<'a> {
         }
     }
 
-    /// Wait on an NvSciSync fence (read when the wait is enqueued).
-    pub fn nvscisync(semaphore: &'a ExternalSemaphore, fence: &'a NvSciSyncFence) -> Self {
+    /// Wait on an NvSciSync fence (read when the wait is enqueued). The safe
+    /// way is [`NvSciSemaphore::wait`](crate::nvsci::NvSciSemaphore::wait)
+    /// with the driver's [`Fence`](crate::nvsci::Fence).
+    ///
+    /// # Safety
+    /// `fence` is a raw C fence whose words the NvSci library interprets
+    /// (they refer to its sync objects): it must be cleared (all zero) or a
+    /// fence NvSciSync produced (a signal, `NvSciSyncObjGenerateFence`, a
+    /// dup or an import) in this process for the object `semaphore` was
+    /// imported from, still holding its reference, and not modified since.
+    #[allow(unsafe_code)] // the caller vouches for the raw fence
+    pub unsafe fn nvscisync(semaphore: &'a ExternalSemaphore, fence: &'a NvSciSyncFence) -> Self {
         SemaphoreWait {
             semaphore,
             params: WaitParams::nvscisync(fence),
@@ -615,7 +625,8 @@ impl<'a> SemaphoreWait<'a> {
     /// synchronisation (`WAIT_SKIP_NVSCIBUF_MEMSYNC`).
     ///
     /// # Safety
-    /// The same contract as [`WaitParams::skip_nvscibuf_memsync`]: work after
+    /// The fence contract of [`nvscisync`](Self::nvscisync), and the same
+    /// contract as [`WaitParams::skip_nvscibuf_memsync`]: work after
     /// this wait must not read NvSciBuf memory written by the signaller
     /// through a path that needs the driver's invalidation.
     #[allow(unsafe_code)] // the caller takes on the memsync contract

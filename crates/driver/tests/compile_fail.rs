@@ -7,7 +7,8 @@
 //! (`producer_frame_needs_unsafe`); `same_description` on raw fd numbers
 //! (`same_description_takes_borrowed_fds`); an `IpcEndpoint` (which hands
 //! the driver a raw endpoint handle) implemented without `unsafe impl`
-//! (`ipc_endpoint_needs_unsafe_impl`).
+//! (`ipc_endpoint_needs_unsafe_impl`); a wait on a raw NvSciSync fence the
+//! caller built (`raw_fence_wait_needs_unsafe`).
 //!
 //! What stays a compile error now that handles hold their context (and
 //! mappings their memory) by `Arc`: every `destroy` consumes its handle, so

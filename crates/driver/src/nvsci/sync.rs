@@ -878,7 +878,11 @@ impl<R: CanWait> NvSciSemaphore<R> {
     /// Queues a wait for `fence` on `stream` (a cleared fence: no wait).
     pub fn wait(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
-        stream.wait_batch(&[SemaphoreWait::nvscisync(&self.sem, fence.as_raw())])
+        // SAFETY: `fence` is a driver `Fence` of this semaphore's module
+        // (checked above): cleared or produced by the library, and only the
+        // library writes it.
+        let wait = unsafe { SemaphoreWait::nvscisync(&self.sem, fence.as_raw()) };
+        stream.wait_batch(&[wait])
     }
 
     /// [`wait`](Self::wait) without the NvSciBuf memory synchronisation
@@ -894,7 +898,8 @@ impl<R: CanWait> NvSciSemaphore<R> {
     #[allow(unsafe_code)] // the caller takes on the memsync contract
     pub unsafe fn wait_skip_memsync(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
-        // SAFETY: the caller accepted the condition above.
+        // SAFETY: the caller accepted the memsync condition above; `fence` is
+        // a driver `Fence` of this semaphore's module (checked above).
         let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&self.sem, fence.as_raw()) };
         stream.wait_batch(&[wait])
     }
