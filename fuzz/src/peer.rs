@@ -98,7 +98,11 @@ struct Scripted {
     inbox: std::collections::VecDeque<Vec<u8>>,
 }
 
-impl IpcEndpoint for Scripted {
+// SAFETY: `handle` is an endpoint the harness opened with
+// `NvSciIpcOpenEndpoint` through the same simulator table as the modules used
+// with it, and it stays open (never reset) until `flow` has returned and every
+// `Scripted` is gone.
+unsafe impl IpcEndpoint for Scripted {
     fn handle(&self) -> u64 {
         self.handle
     }

@@ -10,7 +10,10 @@
 //!
 //! The output is a set of `#[macro_export]` "list macros" in the callback
 //! style: `cuda_entry_points!(m extra...)` expands to `m! { [extra...] CudaApi
-//! "libcuda.so.1" cuInit { symbol: .., pfn: .., ret: fn(..) -> .. } ... }`.
+//! "libcuda.so.1" cuInit { symbol: .., pfn: .., ret: safe fn(..) -> .. } ... }`,
+//! where `unsafe fn` instead of `safe fn` marks an entry point that takes a
+//! raw pointer (its wrappers are `unsafe fn`s: the caller vouches for the
+//! pointers).
 //! The sys crate builds the table structs from them, the driver its loader,
 //! the simulator its trampolines; core and the simulator their code names.
 
@@ -25,6 +28,10 @@ pub struct Entry {
     pub args: Vec<String>,
     /// Return type as Rust source; `None` for `void`.
     pub ret: Option<String>,
+    /// Whether an argument is a raw pointer (`*mut`/`*const`, as the `PFN_`
+    /// type writes it): the entry point reads or writes memory the caller
+    /// names.
+    pub takes_pointer: bool,
 }
 
 /// One named result code.
@@ -101,13 +108,29 @@ pub fn entries(bindings: &str, module: &str, functions: &[&str]) -> Result<Vec<E
                 syn::ReturnType::Default => None,
                 syn::ReturnType::Type(_, t) => Some(render(t, module)?),
             };
+            let takes_pointer = bare.inputs.iter().any(|a| has_pointer(&a.ty));
             Ok(Entry {
                 name: (*f).to_string(),
                 args,
                 ret,
+                takes_pointer,
             })
         })
         .collect()
+}
+
+/// Whether `ty` is or contains a raw pointer (`*mut T`, `[*const T; N]`,
+/// a function pointer's own pointer arguments do not count: calling it is
+/// the callee's business). Named types (handles such as `CUcontext`) are
+/// values here: the crate that passes them keeps them valid.
+fn has_pointer(ty: &syn::Type) -> bool {
+    match ty {
+        syn::Type::Ptr(_) => true,
+        syn::Type::Array(a) => has_pointer(&a.elem),
+        syn::Type::Paren(p) => has_pointer(&p.elem),
+        syn::Type::Group(g) => has_pointer(&g.elem),
+        _ => false,
+    }
 }
 
 /// `Option<unsafe extern "C" fn(..)>` -> the fn type.
@@ -248,8 +271,9 @@ pub fn render_file(apis: &[Api<'_>], cuda_codes: &[Code], nvsci_codes: &[Code]) 
          //! The project's lists, written once: every C entry point it resolves (with the\n\
          //! signature of its `PFN_` type and its exported symbol) and every named result\n\
          //! code, as callback macros. `cuda_entry_points!(m extra...)` expands to\n\
-         //! `m! { [extra...] CudaApi \"libcuda.so.1\" cuInit { symbol: .., pfn: .., ret: fn(a0: ..) -> .. } ... }`\n\
-         //! (`void` instead of `ret` for C functions without a result; their return type is `()`).\n\
+         //! `m! { [extra...] CudaApi \"libcuda.so.1\" cuInit { symbol: .., pfn: .., ret: safe fn(a0: ..) -> .. } ... }`\n\
+         //! (`void` instead of `ret` for C functions without a result; their return type is `()`;\n\
+         //! `unsafe fn` instead of `safe fn` for entry points that take a raw pointer argument).\n\
          //! [`crate::table`] builds the function table from them, the driver its loader,\n\
          //! the simulator its trampolines; the result-code lists name the codes in core\n\
          //! and in the simulator.\n",
@@ -273,8 +297,9 @@ pub fn render_file(apis: &[Api<'_>], cuda_codes: &[Code], nvsci_codes: &[Code]) 
                 Some(r) => ("ret", r.as_str()),
                 None => ("void", "()"),
             };
+            let safety = if e.takes_pointer { "unsafe" } else { "safe" };
             out.push_str(&format!(
-                "            {name} {{ symbol: $crate::{m}::symbols::{name}, pfn: $crate::{m}::PFN_{name}, {kind}: fn({args}) -> {ret} }}\n",
+                "            {name} {{ symbol: $crate::{m}::symbols::{name}, pfn: $crate::{m}::PFN_{name}, {kind}: {safety} fn({args}) -> {ret} }}\n",
                 name = e.name,
                 m = api.module,
                 args = args.join(", "),
@@ -316,6 +341,9 @@ mod tests {
         pub type PFN_cuNewThing = ::core::option::Option<
             unsafe extern "C" fn(arg1: *const ::core::ffi::c_int),
         >;
+        pub type PFN_cuValues = ::core::option::Option<
+            unsafe extern "C" fn(arg1: CUdeviceptr, arg2: CUcontext) -> CUresult,
+        >;
         impl cudaError_enum {
             pub const CUDA_SUCCESS: cudaError_enum = cudaError_enum(0);
             pub const CUDA_ERROR_INVALID_VALUE: cudaError_enum = cudaError_enum(1);
@@ -325,13 +353,15 @@ mod tests {
 
     #[test]
     fn a_new_entry_point_is_one_list_line_and_reaches_every_list() {
-        let entries = entries(BINDINGS, "cuda", &["cuMemAlloc", "cuNewThing"]).unwrap();
+        let entries = entries(BINDINGS, "cuda", &["cuMemAlloc", "cuNewThing", "cuValues"]).unwrap();
         assert_eq!(
             entries[0].args,
             ["*mut $crate::cuda::CUdeviceptr".to_string(), "usize".into()]
         );
         assert_eq!(entries[0].ret.as_deref(), Some("$crate::cuda::CUresult"));
         assert_eq!(entries[1].ret, None);
+        assert!(entries[0].takes_pointer && entries[1].takes_pointer);
+        assert!(!entries[2].takes_pointer, "handles and integers are values");
         let api = Api {
             name: "CudaApi",
             module: "cuda",
@@ -341,8 +371,12 @@ mod tests {
         };
         let text = render_file(&[api], &[], &[]);
         assert!(text.contains(
-            "cuNewThing { symbol: $crate::cuda::symbols::cuNewThing, pfn: $crate::cuda::PFN_cuNewThing, void: fn(a0: *const ::core::ffi::c_int) -> () }"
+            "cuNewThing { symbol: $crate::cuda::symbols::cuNewThing, pfn: $crate::cuda::PFN_cuNewThing, void: unsafe fn(a0: *const ::core::ffi::c_int) -> () }"
         ), "{text}");
+        assert!(
+            text.contains("PFN_cuValues, ret: safe fn(a0: $crate::cuda::CUdeviceptr, a1: $crate::cuda::CUcontext) -> $crate::cuda::CUresult }"),
+            "{text}"
+        );
         assert!(text.contains("cuMemAlloc { symbol: $crate::cuda::symbols::cuMemAlloc"));
     }
 

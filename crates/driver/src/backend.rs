@@ -25,7 +25,8 @@ pub enum BackendKind {
 /// use tegra_interop_driver::{Backend, FunctionTable};
 ///
 /// // An empty table: every call reports the missing symbol.
-/// let backend = Backend::from_table("empty", FunctionTable::empty());
+/// // SAFETY: a table without entries calls nothing.
+/// let backend = unsafe { Backend::from_table("empty", FunctionTable::empty()) };
 /// assert_eq!(backend.name(), "empty");
 /// let err = backend.device_count().unwrap_err();
 /// assert!(err.to_string().contains("cuDeviceGetCount"));
@@ -108,8 +109,65 @@ impl Backend {
 
     /// A backend over a table filled by someone else (the simulator, a test
     /// double). Nothing is loaded; `cuInit` is called lazily on first use if
-    /// the table has it.
-    pub fn from_table(name: &'static str, table: FunctionTable) -> Arc<Backend> {
+    /// the table has it. `tegra_interop_sim::Sim::backend` is the safe way
+    /// to get one over the simulator.
+    ///
+    /// # Safety
+    ///
+    /// The driver calls the table's entries with the arguments the C API
+    /// documents and trusts what they do and hand back; it cannot check
+    /// either. Every `Some` entry of `table` must, for as long as the
+    /// backend (or any handle made through it) is alive:
+    ///
+    /// 1. **Signature.** Be a function with the C signature and calling
+    ///    convention of its field's `PFN_` type.
+    /// 2. **Writes.** Behave as the documented C function with respect to
+    ///    memory: write only through the out-pointers it is given, only
+    ///    `size_of` the pointee (or the element count passed next to an
+    ///    array), and only during the call; read pointer arguments only
+    ///    within the sizes and counts given; keep no pointer to the caller's
+    ///    memory after it returns, except the host-function user pointer of
+    ///    `cuLaunchHostFunc`.
+    /// 3. **Returned pointers.** Pointers it writes out point to as many
+    ///    readable, initialised bytes as it reports: an attribute value of
+    ///    `Nv*AttrListGetAttrs` to `len` bytes (valid while the list is
+    ///    alive and unchanged), an export descriptor of
+    ///    `Nv*AttrListIpcExport*` to `len` bytes (valid until the matching
+    ///    `Nv*AttrListFreeDesc`, which frees it once), an error name or
+    ///    string (`cuGetErrorName`/`cuGetErrorString`) to a NUL-terminated
+    ///    string that lives as long as the table. A returned attribute value
+    ///    of a key with a fixed C type is a valid value of that type.
+    /// 4. **Handles.** Handles it returns (contexts, streams, memory,
+    ///    mappings, semaphores, arrays, EGL resources and connections, NvSci
+    ///    modules, lists, objects, endpoints) stay valid until their release
+    ///    call, accept the calls the C API allows on them, and are released
+    ///    by exactly that call; a handle it has not returned (or already
+    ///    released) given back to it is answered with an error code, not
+    ///    undefined behaviour, or never reaches it (the driver passes only
+    ///    handles the table made).
+    /// 5. **Host functions.** A function enqueued with `cuLaunchHostFunc`
+    ///    that returns success is called exactly once, with the user pointer
+    ///    it was given, on a thread that may run Rust code; a launch that
+    ///    returns an error never calls it.
+    /// 6. **File descriptors.** Follow the documented ownership: a
+    ///    successful `cuImportExternalMemory`/`cuImportExternalSemaphore` of
+    ///    an fd kind takes the fd it is handed (the driver hands over a
+    ///    duplicate it no longer uses), a failed one leaves it open or
+    ///    closes it but never closes another descriptor; the fd written out
+    ///    by a successful `cuMemGetHandleForAddressRange` (dma-buf) is a new
+    ///    descriptor of this process that the caller owns; the one written
+    ///    by `NvSciIpcGetLinuxEventFd` stays the endpoint's, open until
+    ///    `NvSciIpcCloseEndpoint`; no entry closes a descriptor it does not
+    ///    own.
+    /// 7. **Threads.** Be callable from any thread, concurrently, as the
+    ///    CUDA driver API and the NvSci libraries are (they serialise calls
+    ///    on one object), and never unwind into Rust.
+    ///
+    /// A table whose entries are all `None` (such as
+    /// [`FunctionTable::empty`]) trivially satisfies this: every call
+    /// reports the missing symbol.
+    #[allow(unsafe_code)] // the caller vouches for the table's entries
+    pub unsafe fn from_table(name: &'static str, table: FunctionTable) -> Arc<Backend> {
         Arc::new(Backend {
             name,
             kind: BackendKind::Table,

@@ -1,4 +1,5 @@
 //! [`Context`]: where imported objects live.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,6 +81,16 @@ pub(crate) struct ContextRes {
     ownership: Ownership,
 }
 
+// SAFETY: a `ContextRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for ContextRes {}
+// SAFETY: `&ContextRes` only allows calls the driver serialises.
+#[allow(unsafe_code)]
+unsafe impl Sync for ContextRes {}
+
 impl Release for ContextRes {
     fn release(&mut self) -> Result<(), Error> {
         let api = &self.backend.table().cuda;
@@ -116,7 +127,8 @@ impl std::fmt::Debug for Context {
 fn device_handle(backend: &Backend, ordinal: i32) -> Result<CUdevice, Error> {
     backend.ensure_init()?;
     let mut device: CUdevice = 0;
-    call::cuDeviceGet(&backend.table().cuda, &mut device, ordinal)?;
+    // SAFETY: `device` is a local the driver writes one `CUdevice` to.
+    unsafe { call::cuDeviceGet(&backend.table().cuda, &mut device, ordinal) }?;
     Ok(device)
 }
 
@@ -161,7 +173,8 @@ impl Context {
     pub fn primary(backend: Arc<Backend>, ordinal: i32) -> Result<Context, Error> {
         let device = device_handle(&backend, ordinal)?;
         let mut raw: CUcontext = ptr::null_mut();
-        call::cuDevicePrimaryCtxRetain(&backend.table().cuda, &mut raw, device)?;
+        // SAFETY: `raw` is a local the driver writes one `CUcontext` to.
+        unsafe { call::cuDevicePrimaryCtxRetain(&backend.table().cuda, &mut raw, device) }?;
         Ok(Context::wrap(ContextRes {
             backend,
             raw,
@@ -176,7 +189,8 @@ impl Context {
     pub fn create(backend: Arc<Backend>, ordinal: i32, flags: u32) -> Result<Context, Error> {
         let device = device_handle(&backend, ordinal)?;
         let mut raw: CUcontext = ptr::null_mut();
-        call::cuCtxCreate(&backend.table().cuda, &mut raw, flags, device)?;
+        // SAFETY: `raw` is a local the driver writes one `CUcontext` to.
+        unsafe { call::cuCtxCreate(&backend.table().cuda, &mut raw, flags, device) }?;
         Ok(Context::wrap(ContextRes {
             backend,
             raw,
@@ -278,7 +292,8 @@ impl Context {
     pub(crate) fn make_current(&self) -> Result<(), Error> {
         if self.api().cuCtxGetCurrent.is_some() {
             let mut current: CUcontext = ptr::null_mut();
-            call::cuCtxGetCurrent(self.api(), &mut current)?;
+            // SAFETY: `current` is a local the driver writes one `CUcontext` to.
+            unsafe { call::cuCtxGetCurrent(self.api(), &mut current) }?;
             if current == self.inner.raw {
                 return Ok(());
             }

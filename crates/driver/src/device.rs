@@ -1,4 +1,5 @@
 //! Device and driver queries.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::{c_char, c_int, CStr};
 
@@ -26,7 +27,8 @@ impl Backend {
     /// Number of CUDA devices (`cuDeviceGetCount`).
     pub fn device_count(&self) -> Result<i32, Error> {
         let mut count: c_int = 0;
-        call::cuDeviceGetCount(Init(self), &mut count)?;
+        // SAFETY: `count` is a local the driver writes one `int` to.
+        unsafe { call::cuDeviceGetCount(Init(self), &mut count) }?;
         Ok(count)
     }
 
@@ -34,14 +36,16 @@ impl Backend {
     /// (`cuDriverGetVersion`; 13000 is CUDA 13.0).
     pub fn driver_version(&self) -> Result<i32, Error> {
         let mut version: c_int = 0;
-        call::cuDriverGetVersion(&self.table().cuda, &mut version)?;
+        // SAFETY: `version` is a local the driver writes one `int` to.
+        unsafe { call::cuDriverGetVersion(&self.table().cuda, &mut version) }?;
         Ok(version)
     }
 
     /// Device `ordinal` (`cuDeviceGet`).
     pub fn device(&self, ordinal: i32) -> Result<Device<'_>, Error> {
         let mut raw: CUdevice = 0;
-        call::cuDeviceGet(Init(self), &mut raw, ordinal)?;
+        // SAFETY: `raw` is a local the driver writes one `CUdevice` to.
+        unsafe { call::cuDeviceGet(Init(self), &mut raw, ordinal) }?;
         Ok(Device {
             backend: self,
             ordinal,
@@ -72,14 +76,16 @@ impl Device<'_> {
     /// The device name (`cuDeviceGetName`).
     pub fn name(&self) -> Result<String, Error> {
         let mut buf = [0 as c_char; 256];
-        // The driver writes a NUL-terminated string of at most the length
-        // passed.
-        call::cuDeviceGetName(
-            &self.backend.table().cuda,
-            buf.as_mut_ptr(),
-            buf.len() as c_int,
-            self.raw,
-        )?;
+        // SAFETY: `buf` is a local array of `buf.len()` chars, the length passed; the driver writes
+        // a NUL-terminated string of at most that length.
+        unsafe {
+            call::cuDeviceGetName(
+                &self.backend.table().cuda,
+                buf.as_mut_ptr(),
+                buf.len() as c_int,
+                self.raw,
+            )
+        }?;
         let bytes = buf.map(|c| c as u8);
         // A buffer filled to the end without a NUL is cut at its end.
         let name = CStr::from_bytes_until_nul(&bytes)
@@ -91,15 +97,19 @@ impl Device<'_> {
     /// The device UUID (`cuDeviceGetUuid_v2`), 16 bytes.
     pub fn uuid(&self) -> Result<[u8; 16], Error> {
         let mut uuid = CUuuid { bytes: [0; 16] };
-        call::cuDeviceGetUuid_v2(&self.backend.table().cuda, &mut uuid, self.raw)?;
+        // SAFETY: `uuid` is a local the driver writes one `CUuuid` to.
+        unsafe { call::cuDeviceGetUuid_v2(&self.backend.table().cuda, &mut uuid, self.raw) }?;
         Ok(uuid.bytes.map(|b| b as u8))
     }
 
     /// Any device attribute (`cuDeviceGetAttribute`); see [`attribute`].
     pub fn attribute(&self, attribute: CUdevice_attribute) -> Result<i32, Error> {
         let mut value: c_int = 0;
-        // An unknown attribute is answered with INVALID_VALUE.
-        call::cuDeviceGetAttribute(&self.backend.table().cuda, &mut value, attribute, self.raw)?;
+        // SAFETY: `value` is a local the driver writes one `int` to (an unknown attribute is
+        // answered with INVALID_VALUE).
+        unsafe {
+            call::cuDeviceGetAttribute(&self.backend.table().cuda, &mut value, attribute, self.raw)
+        }?;
         Ok(value)
     }
 

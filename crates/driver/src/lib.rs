@@ -68,6 +68,7 @@ pub mod cudarc_slice;
 pub mod device;
 pub mod egl;
 pub mod error;
+mod fd;
 mod ffi;
 pub mod memory;
 pub mod nvsci;

@@ -1,4 +1,5 @@
 //! Imported external memory and its mappings.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
@@ -69,6 +70,17 @@ pub(crate) struct MemoryRes {
     size: u64,
 }
 
+// SAFETY: a `MemoryRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for MemoryRes {}
+// SAFETY: `&MemoryRes` only allows mapping calls, which the driver makes
+// thread-safe.
+#[allow(unsafe_code)]
+unsafe impl Sync for MemoryRes {}
+
 impl Release for MemoryRes {
     fn release(&mut self) -> Result<(), Error> {
         // Imported by us, destroyed once (`Owned`); no mapping is alive
@@ -108,7 +120,7 @@ impl ExternalMemory {
         import: MemoryImport,
     ) -> Result<ExternalMemory, ImportError> {
         let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
-        crate::error::import_consuming_fd(
+        crate::fd::import_consuming_fd(
             fd,
             fd_in_desc,
             |dup| import.with_fd(dup),
@@ -170,10 +182,10 @@ impl ExternalMemory {
         let kind = import.kind();
         check_platform(kind.name(), kind.is_win32())?;
         let mut raw: CUexternalMemory = ptr::null_mut();
-        // The descriptor was validated by the core; for fd kinds the fd is
-        // open (we hold its OwnedFd), for others the caller vouched for the
-        // handle (`import_handle` is `unsafe`).
-        call::cuImportExternalMemory(Bind(ctx), &mut raw, import.raw())?;
+        // SAFETY: `raw` is a local the driver writes one handle to; `import.raw()` is a descriptor
+        // the core validated (kind and union member match; for fd kinds the fd is open, we hold it;
+        // for others the caller vouched for the handle: `import_handle` is `unsafe`).
+        unsafe { call::cuImportExternalMemory(Bind(ctx), &mut raw, import.raw()) }?;
         Ok(ExternalMemory {
             res: Arc::new(Owned::new(MemoryRes {
                 ctx: ctx.clone(),
@@ -222,9 +234,16 @@ impl ExternalMemory {
     pub fn map_buffer(&self, mapping: BufferMapping) -> Result<MappedBuffer, Error> {
         let desc = mapping.lower(self.res.size)?;
         let mut ptr: CUdeviceptr = 0;
-        // `desc` was built by the core (flags and reserved zero, range
-        // inside the import).
-        call::cuExternalMemoryGetMappedBuffer(Bind(self.context()), &mut ptr, self.res.raw, &desc)?;
+        // SAFETY: `ptr` is a local the driver writes one device pointer to; `desc` is a local
+        // descriptor the core built (flags and reserved zero, range inside the import).
+        unsafe {
+            call::cuExternalMemoryGetMappedBuffer(
+                Bind(self.context()),
+                &mut ptr,
+                self.res.raw,
+                &desc,
+            )
+        }?;
         Ok(MappedBuffer {
             res: Owned::new(BufferRes {
                 memory: self.holder(),
@@ -249,12 +268,16 @@ impl ExternalMemory {
     ) -> Result<MappedArray, Error> {
         let desc = mapping.lower(self.res.kind, self.res.size)?;
         let mut raw: CUmipmappedArray = ptr::null_mut();
-        call::cuExternalMemoryGetMappedMipmappedArray(
-            Bind(self.context()),
-            &mut raw,
-            self.res.raw,
-            &desc,
-        )?;
+        // SAFETY: `raw` is a local the driver writes one handle to; `desc` is a local descriptor
+        // the core built for this import's kind and size.
+        unsafe {
+            call::cuExternalMemoryGetMappedMipmappedArray(
+                Bind(self.context()),
+                &mut raw,
+                self.res.raw,
+                &desc,
+            )
+        }?;
         Ok(MappedArray {
             res: Owned::new(ArrayRes {
                 memory: self.holder(),
@@ -370,8 +393,9 @@ impl MappedBuffer {
     /// issued on, which returns when it has landed.
     pub fn copy_from_host(&self, offset: u64, src: &[u8]) -> Result<(), Error> {
         let dst = self.bounds(offset, src.len())?;
-        // `dst..dst+len` lies inside this live mapping (checked above).
-        call::cuMemcpyHtoD(Bind(self.ctx()), dst, src.as_ptr().cast(), src.len())?;
+        // SAFETY: `src` is a readable slice of `src.len()` bytes, the length passed; `dst..dst+len`
+        // lies inside this live mapping (checked above).
+        unsafe { call::cuMemcpyHtoD(Bind(self.ctx()), dst, src.as_ptr().cast(), src.len()) }?;
         // The NULL stream is the legacy default stream of the bound context,
         // the stream `cuMemcpyHtoD` used.
         call::cuStreamSynchronize(self.ctx().api(), ptr::null_mut())
@@ -381,8 +405,9 @@ impl MappedBuffer {
     /// returns when the copy is done.
     pub fn copy_to_host(&self, offset: u64, dst: &mut [u8]) -> Result<(), Error> {
         let src = self.bounds(offset, dst.len())?;
-        // `src..src+len` lies inside this live mapping (checked above).
-        call::cuMemcpyDtoH(Bind(self.ctx()), dst.as_mut_ptr().cast(), src, dst.len())
+        // SAFETY: `dst` is a writable slice of `dst.len()` bytes, the length passed; `src..src+len`
+        // lies inside this live mapping (checked above).
+        unsafe { call::cuMemcpyDtoH(Bind(self.ctx()), dst.as_mut_ptr().cast(), src, dst.len()) }
     }
 
     /// Sets every byte of the buffer to `value` (`cuMemsetD8`).
@@ -419,6 +444,16 @@ pub(crate) struct ArrayRes {
     raw: CUmipmappedArray,
     levels: u32,
 }
+
+// SAFETY: a `ArrayRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for ArrayRes {}
+// SAFETY: `&ArrayRes` only queries levels, which is thread-safe.
+#[allow(unsafe_code)]
+unsafe impl Sync for ArrayRes {}
 
 impl Release for ArrayRes {
     fn release(&mut self) -> Result<(), Error> {
@@ -471,8 +506,11 @@ impl MappedArray {
             }));
         }
         let mut array: CUarray = ptr::null_mut();
-        // `level` is below the level count (checked above).
-        call::cuMipmappedArrayGetLevel(Bind(self.ctx()), &mut array, self.res.raw, level)?;
+        // SAFETY: `array` is a local the driver writes one `CUarray` to; `level` is below the level
+        // count (checked above).
+        unsafe {
+            call::cuMipmappedArrayGetLevel(Bind(self.ctx()), &mut array, self.res.raw, level)
+        }?;
         Ok(array)
     }
 

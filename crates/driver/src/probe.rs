@@ -17,6 +17,7 @@
 //! println!("DMABUF_FD import: {found}"); // says what was tried and what it answered
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![allow(unsafe_code)] // calls of pointer-taking entry points, taking the exported fd, each with its `// SAFETY:` line
 
 use std::fmt;
 
@@ -122,7 +123,8 @@ pub fn dma_buf_import(ctx: &Context) -> DmaBufImport {
         };
     }
     let mut ptr: CUdeviceptr = 0;
-    if let Err(e) = call::cuMemAlloc(api, &mut ptr, DMA_BUF_PROBE_BYTES) {
+    // SAFETY: `ptr` is a local the driver writes one device pointer to.
+    if let Err(e) = unsafe { call::cuMemAlloc(api, &mut ptr, DMA_BUF_PROBE_BYTES) } {
         return DmaBufImport::Unknown {
             reason: format!("no probe possible: {e}"),
         };
@@ -146,15 +148,18 @@ pub fn dma_buf_import(ctx: &Context) -> DmaBufImport {
 /// at `ptr` (which the caller frees).
 fn export_and_import(ctx: &Context, ptr: CUdeviceptr) -> DmaBufImport {
     let mut raw_fd: core::ffi::c_int = -1;
-    // The range is the whole live allocation made by the caller; flags 0.
-    let exported = call::cuMemGetHandleForAddressRange(
-        ctx.api(),
-        (&mut raw_fd as *mut core::ffi::c_int).cast(),
-        ptr,
-        DMA_BUF_PROBE_BYTES,
-        CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
-        0,
-    );
+    // SAFETY: `raw_fd` is a local `int`, the size a dma-buf handle is written as; the range is the
+    // whole live allocation made by the caller.
+    let exported = unsafe {
+        call::cuMemGetHandleForAddressRange(
+            ctx.api(),
+            (&mut raw_fd as *mut core::ffi::c_int).cast(),
+            ptr,
+            DMA_BUF_PROBE_BYTES,
+            CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+            0,
+        )
+    };
     if let Err(e) = exported {
         return DmaBufImport::Unknown {
             reason: format!("no probe possible: the export to import back failed: {e}"),
@@ -167,10 +172,11 @@ fn export_and_import(ctx: &Context, ptr: CUdeviceptr) -> DmaBufImport {
             ),
         };
     }
-    // A successful export hands the caller a new descriptor that nothing
-    // else owns; from here on `fd` closes it exactly once (or the driver
-    // takes it on a successful import).
-    let fd = crate::ffi::own_fd(raw_fd);
+    // From here on `fd` closes it exactly once (or the driver takes it on a
+    // successful import).
+    // SAFETY: a successful dma-buf export hands the caller a new, open
+    // descriptor that nothing else owns (the table contract, point 6).
+    let fd = unsafe { crate::fd::own_fd(raw_fd) };
     match ExternalMemory::dma_buf_fd(ctx, fd, DMA_BUF_PROBE_BYTES as u64) {
         Ok(memory) => match memory.destroy() {
             Ok(()) => DmaBufImport::Supported,

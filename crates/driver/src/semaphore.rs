@@ -1,6 +1,7 @@
 //! Imported external semaphores, and what a [`Stream`] signal or wait is
 //! made of ([`SemaphoreSignal`], [`SemaphoreWait`]; the calls are in
 //! [`crate::stream`]).
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -101,6 +102,17 @@ pub(crate) struct SemaphoreRes {
     used: AtomicBool,
 }
 
+// SAFETY: a `SemaphoreRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for SemaphoreRes {}
+// SAFETY: `&SemaphoreRes` only enqueues waits (thread-safe in the driver)
+// and sets the atomic `used` flag.
+#[allow(unsafe_code)]
+unsafe impl Sync for SemaphoreRes {}
+
 impl Release for SemaphoreRes {
     fn release(&mut self) -> Result<(), Error> {
         // A semaphore must have no signal/wait outstanding when destroyed:
@@ -150,7 +162,7 @@ impl ExternalSemaphore {
         import: SemaphoreImport,
     ) -> Result<ExternalSemaphore, ImportError> {
         let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
-        crate::error::import_consuming_fd(
+        crate::fd::import_consuming_fd(
             fd,
             fd_in_desc,
             |dup| import.with_fd(dup),
@@ -208,10 +220,10 @@ impl ExternalSemaphore {
         let kind = import.kind();
         check_platform(kind.name(), kind.is_win32())?;
         let mut raw: CUexternalSemaphore = ptr::null_mut();
-        // The descriptor was validated by the core; for fd kinds the fd is
-        // open (we hold its OwnedFd), for others the caller vouched for the
-        // handle (`import_handle` is `unsafe`).
-        call::cuImportExternalSemaphore(Bind(ctx), &mut raw, import.raw())?;
+        // SAFETY: `raw` is a local the driver writes one handle to; `import.raw()` is a descriptor
+        // the core validated (for fd kinds the fd is open, we hold it; for others the caller
+        // vouched for the handle: `import_handle` is `unsafe`).
+        unsafe { call::cuImportExternalSemaphore(Bind(ctx), &mut raw, import.raw()) }?;
         let tracking = if kind.has_fence_value() {
             Tracking::Timeline(TimelineTracker::new(0))
         } else {
@@ -590,8 +602,18 @@ impl<'a> SemaphoreWait<'a> {
         }
     }
 
-    /// Wait on an NvSciSync fence (read when the wait is enqueued).
-    pub fn nvscisync(semaphore: &'a ExternalSemaphore, fence: &'a NvSciSyncFence) -> Self {
+    /// Wait on an NvSciSync fence (read when the wait is enqueued). The safe
+    /// way is [`NvSciSemaphore::wait`](crate::nvsci::NvSciSemaphore::wait)
+    /// with the driver's [`Fence`](crate::nvsci::Fence).
+    ///
+    /// # Safety
+    /// `fence` is a raw C fence whose words the NvSci library interprets
+    /// (they refer to its sync objects): it must be cleared (all zero) or a
+    /// fence NvSciSync produced (a signal, `NvSciSyncObjGenerateFence`, a
+    /// dup or an import) in this process for the object `semaphore` was
+    /// imported from, still holding its reference, and not modified since.
+    #[allow(unsafe_code)] // the caller vouches for the raw fence
+    pub unsafe fn nvscisync(semaphore: &'a ExternalSemaphore, fence: &'a NvSciSyncFence) -> Self {
         SemaphoreWait {
             semaphore,
             params: WaitParams::nvscisync(fence),
@@ -603,7 +625,8 @@ impl<'a> SemaphoreWait<'a> {
     /// synchronisation (`WAIT_SKIP_NVSCIBUF_MEMSYNC`).
     ///
     /// # Safety
-    /// The same contract as [`WaitParams::skip_nvscibuf_memsync`]: work after
+    /// The fence contract of [`nvscisync`](Self::nvscisync), and the same
+    /// contract as [`WaitParams::skip_nvscibuf_memsync`]: work after
     /// this wait must not read NvSciBuf memory written by the signaller
     /// through a path that needs the driver's invalidation.
     #[allow(unsafe_code)] // the caller takes on the memsync contract

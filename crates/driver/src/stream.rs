@@ -1,5 +1,6 @@
 //! [`Stream`]: where work is queued, and everything queued on it: semaphore
 //! signals and waits (single and batched) and host functions.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,6 +53,17 @@ pub(crate) struct StreamRes {
     raw: CUstream,
     kind: StreamKind,
 }
+
+// SAFETY: a `StreamRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for StreamRes {}
+// SAFETY: the driver serialises concurrent submissions to one stream;
+// `&StreamRes` allows nothing else.
+#[allow(unsafe_code)]
+unsafe impl Sync for StreamRes {}
 
 impl Release for StreamRes {
     fn release(&mut self) -> Result<(), Error> {
@@ -106,7 +118,8 @@ impl Stream {
             return Stream::from_cudarc(ctx, stream);
         }
         let mut raw: CUstream = ptr::null_mut();
-        call::cuStreamCreate(Bind(ctx), &mut raw, CU_STREAM_NON_BLOCKING)?;
+        // SAFETY: `raw` is a local the driver writes one stream handle to.
+        unsafe { call::cuStreamCreate(Bind(ctx), &mut raw, CU_STREAM_NON_BLOCKING) }?;
         Ok(Stream::wrap(ctx, raw, StreamKind::Owned))
     }
 
@@ -396,13 +409,18 @@ impl Stream {
         // (borrowed for the call); NvSciSync fence pointers come from
         // borrows that outlive the call.
         let (handles, params, count) = arrays.as_call();
-        call::cuSignalExternalSemaphoresAsync(
-            Current(self.context()),
-            handles,
-            params,
-            count,
-            self.as_raw(),
-        )
+        // SAFETY: `as_call` hands the two arrays with the count of entries written; every handle is
+        // a live semaphore of this stream's context (borrowed for the call) and NvSciSync fence
+        // pointers come from borrows that outlive the call.
+        unsafe {
+            call::cuSignalExternalSemaphoresAsync(
+                Current(self.context()),
+                handles,
+                params,
+                count,
+                self.as_raw(),
+            )
+        }
     }
 
     /// After the call succeeded: the semaphore's tracked value advances.
@@ -458,13 +476,18 @@ impl Stream {
         // parameter blocks checked by the core, NvSciSync fence pointers
         // from borrows that outlive the call.
         let (handles, params, count) = arrays.as_call();
-        call::cuWaitExternalSemaphoresAsync(
-            Current(self.context()),
-            handles,
-            params,
-            count,
-            self.as_raw(),
-        )?;
+        // SAFETY: `as_call` hands the two arrays with the count of entries written; live semaphores
+        // of this stream's context, parameter blocks checked by the core, NvSciSync fence pointers
+        // from borrows that outlive the call.
+        unsafe {
+            call::cuWaitExternalSemaphoresAsync(
+                Current(self.context()),
+                handles,
+                params,
+                count,
+                self.as_raw(),
+            )
+        }?;
         for (semaphore, _) in entries {
             // Written once: later waits only read the flag (no shared cache
             // line written per call).
@@ -612,17 +635,19 @@ impl<'s> TimelineSignals<'s> {
             }
             raw.params.fence.value = value;
         }
-        // Every handle is a live semaphore of this stream's context, held
-        // (`&mut`) by the set; the parameter blocks are zeroed but for the
-        // fence values; the lengths match (checked above and in `new`,
-        // which refused more than `MAX_BATCH`, so the count fits a `u32`).
-        call::cuSignalExternalSemaphoresAsync(
-            Current(stream.context()),
-            self.handles.as_ptr(),
-            self.params.as_ptr(),
-            self.handles.len() as u32,
-            stream.as_raw(),
-        )?;
+        // SAFETY: the two arrays hold the same count of entries, passed (checked above and in
+        // `new`, which refused more than `MAX_BATCH`); every handle is a live semaphore of this
+        // stream's context, held (`&mut`) by the set; the blocks are zeroed but for the fence
+        // values.
+        unsafe {
+            call::cuSignalExternalSemaphoresAsync(
+                Current(stream.context()),
+                self.handles.as_ptr(),
+                self.params.as_ptr(),
+                self.handles.len() as u32,
+                stream.as_raw(),
+            )
+        }?;
         for (semaphore, &value) in self.semaphores.iter_mut().zip(values) {
             semaphore.mark_used_exclusive();
             if let Some(t) = semaphore.timeline_mut() {

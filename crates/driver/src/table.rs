@@ -50,7 +50,7 @@ pub trait Resolve: Sized {
 macro_rules! resolve_impl {
     (
         [] $name:ident $library:literal
-        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
+        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: $safety:ident fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
         impl Resolve for $name {
             unsafe fn resolve(library: &libloading::Library) -> Self {

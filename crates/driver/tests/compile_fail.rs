@@ -1,3 +1,15 @@
+//! What the seam's contract refuses at compile time (issue 23): a
+//! `Backend` over an arbitrary table outside `unsafe`
+//! (`backend_from_table_needs_unsafe`); the NvSci `Library` trait's raw
+//! operations, called on a library type or through a generic bound
+//! (`library_raw_op_*`: they are a crate-private supertrait); frame
+//! descriptions from raw device pointers outside `unsafe`
+//! (`producer_frame_needs_unsafe`); `same_description` on raw fd numbers
+//! (`same_description_takes_borrowed_fds`); an `IpcEndpoint` (which hands
+//! the driver a raw endpoint handle) implemented without `unsafe impl`
+//! (`ipc_endpoint_needs_unsafe_impl`); a wait on a raw NvSciSync fence the
+//! caller built (`raw_fence_wait_needs_unsafe`).
+//!
 //! What stays a compile error now that handles hold their context (and
 //! mappings their memory) by `Arc`: every `destroy` consumes its handle, so
 //! use after destroy and double destroy (which crash the real driver) do not

@@ -105,7 +105,9 @@ struct Hostile<'a> {
     swallow: bool,
 }
 
-impl IpcEndpoint for Hostile<'_> {
+// SAFETY: `handle` forwards to the wrapped `NvSciIpc`, which keeps its
+// endpoint open for as long as this value lives (it borrows it).
+unsafe impl IpcEndpoint for Hostile<'_> {
     fn handle(&self) -> u64 {
         self.inner.handle()
     }
@@ -202,7 +204,8 @@ fn an_oversized_buffer_descriptor_is_a_typed_error_and_leaks_nothing() {
 /// An endpoint that hands out one given message first, then the real ones.
 struct Relay<'a>(Option<Vec<u8>>, &'a mut NvSciIpc);
 
-impl IpcEndpoint for Relay<'_> {
+// SAFETY: as for `Hostile`: the borrowed `NvSciIpc`'s own endpoint.
+unsafe impl IpcEndpoint for Relay<'_> {
     fn handle(&self) -> u64 {
         self.1.handle()
     }

@@ -438,7 +438,9 @@ fn nvscisync_wait_and_batched_mixed_kinds() {
     // Wait before the producer signals (deterministic fence built ahead).
     let ready = producer.cpu_signal();
     stream
-        .wait_batch(&[SemaphoreWait::nvscisync(&wait_sem, &ready)])
+        // SAFETY: `ready` is a fence the simulated NvSciSync produced for the
+        // object `wait_sem` was imported from.
+        .wait_batch(&[unsafe { SemaphoreWait::nvscisync(&wait_sem, &ready) }])
         .unwrap();
     stream.synchronize().unwrap();
 
@@ -463,7 +465,8 @@ fn nvscisync_wait_and_batched_mixed_kinds() {
     assert!(signal.params().flags().bits() != 0);
     stream.signal_batch(&mut [signal]).unwrap();
     let next = producer.cpu_signal();
-    // SAFETY: nothing after this wait reads NvSciBuf memory.
+    // SAFETY: nothing after this wait reads NvSciBuf memory; `next` is a
+    // fence the simulated NvSciSync produced for `wait_sem`'s object.
     let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&wait_sem, &next) };
     stream.wait_batch(&[wait]).unwrap();
     stream.synchronize().unwrap();

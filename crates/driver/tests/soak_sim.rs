@@ -93,7 +93,9 @@ fn deterministic_fences_soak_with_32_bit_wrap_and_two_ordered_streams() {
             assert_eq!(value, Some(expected), "iteration {i}");
         }
         let waits: [SemaphoreWait<'_>; LANES] =
-            std::array::from_fn(|k| SemaphoreWait::nvscisync(&sems[k], &fences[k]));
+            // SAFETY: each fence was just filled by the signal on the same
+            // object (above) and is not modified.
+            std::array::from_fn(|k| unsafe { SemaphoreWait::nvscisync(&sems[k], &fences[k]) });
         waiter.wait_batch(&waits).unwrap();
         if i % SYNC_EVERY == SYNC_EVERY - 1 {
             waiter.synchronize().unwrap();

@@ -600,8 +600,11 @@ impl FrameTransport for EglTransport {
         }
         let uploaded = Instant::now();
         let g = self.geometry;
-        let frame =
-            ProducerFrame::rgba_pitch(dst, (g.stride / 4) as u32, g.rows as u32, g.stride as u32);
+        // SAFETY: `dst` is a pool buffer of `frame_len` = stride x rows bytes,
+        // and a row of stride / 4 RGBA pixels fits the stride.
+        let frame = unsafe {
+            ProducerFrame::rgba_pitch(dst, (g.stride / 4) as u32, g.rows as u32, g.stride as u32)
+        };
         let Some(producer) = self.producer.as_mut() else {
             return Err(TransportError::new("the producer has disconnected"));
         };

@@ -325,7 +325,10 @@ mod tests {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
         let mut table = sim.table();
         table.nvscibuf.NvSciBufObjFlushCpuCacheRange = None;
-        let why = unavailable(jetson(Ok(&Backend::from_table("t", table))));
+        // SAFETY: the simulator's entries uphold `from_table`'s contract (see
+        // `Sim::backend`); removed entries are only reported as missing.
+        let backend = unsafe { Backend::from_table("t", table) };
+        let why = unavailable(jetson(Ok(&backend)));
         assert!(
             why.starts_with("NvSci libraries or symbols missing (NvSciBufObjFlushCpuCacheRange)"),
             "{why}"
@@ -333,7 +336,10 @@ mod tests {
         let mut table = sim.table();
         table.cuda.cuLaunchHostFunc = None;
         table.cuda.cuWaitExternalSemaphoresAsync = None;
-        let why = unavailable(jetson(Ok(&Backend::from_table("t", table))));
+        // SAFETY: the simulator's entries uphold `from_table`'s contract (see
+        // `Sim::backend`); removed entries are only reported as missing.
+        let backend = unsafe { Backend::from_table("t", table) };
+        let why = unavailable(jetson(Ok(&backend)));
         assert_eq!(
             why,
             "the CUDA driver lacks cuWaitExternalSemaphoresAsync, cuLaunchHostFunc"

@@ -275,7 +275,9 @@ impl Ep {
     }
 }
 
-impl IpcEndpoint for Ep {
+// SAFETY: `handle` forwards to the wrapped `NvSciIpc`, which keeps its
+// endpoint open for as long as this value lives.
+unsafe impl IpcEndpoint for Ep {
     fn handle(&self) -> u64 {
         self.inner.handle()
     }

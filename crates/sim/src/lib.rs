@@ -199,20 +199,54 @@ impl Sim {
     /// `tegra-interop-sys` alone (it is the driver's test double, so it must
     /// not need the crate it tests); the feature is the convenience the
     /// driver's and the facade's tests enable (their dev-dependency on this
-    /// crate names it). Without it, `Backend::from_table("sim", sim.table())`
-    /// does the same, minus the slot keep-alive described below.
+    /// crate names it). Without it, `unsafe { Backend::from_table("sim",
+    /// sim.table()) }` does the same (sound for the reasons below), minus the
+    /// slot keep-alive described below.
     ///
     /// If the `Sim` is dropped while clones of the backend are alive, the
     /// simulator shuts down (every call answers DEINITIALIZED, as the real
     /// driver does after its exit handlers ran) and its slot stays reserved
     /// until the last clone is gone, so stale calls never reach another
     /// simulator.
+    ///
+    /// # Why this is safe
+    ///
+    /// [`Backend::from_table`] is `unsafe` because the driver trusts what
+    /// the table's entries do. The simulator's table keeps every point of
+    /// its `# Safety` list, which is why this function is not `unsafe`:
+    ///
+    /// 1. its entries are the trampolines generated from the same entry
+    ///    point lists as the `PFN_` types (each field is typed by its
+    ///    `PFN_`; a mismatch does not compile);
+    /// 2. they are Rust: out-pointers are written once, with their pointee
+    ///    type, only after the arguments were checked (NULL refused), and
+    ///    arrays only within the counts given;
+    /// 3. attribute values and export descriptors point into memory the
+    ///    simulator keeps for the list's life or until the matching free,
+    ///    holding the length reported;
+    /// 4. handles are keys into the simulator's tables: an unknown, stale or
+    ///    released one is answered with an error code, never dereferenced;
+    /// 5. host functions run once from the simulator's stream, or never
+    ///    when the launch is refused;
+    /// 6. imports of fds follow the measured ownership rules (see the
+    ///    crate's README table); exported fds are new descriptors; the event
+    ///    fd stays the endpoint's;
+    /// 7. all state is behind one lock per simulator, and no entry unwinds
+    ///    (every trampoline catches panics and answers an error code).
+    ///
+    /// The `sim_upholds_the_table_contract` test checks the parts of this
+    /// that can be checked from outside: every generated entry is present,
+    /// and the conformance suite passes over the backend.
     #[cfg(feature = "driver")]
     pub fn backend(&self) -> Arc<Backend> {
-        Arc::clone(
-            self.backend
-                .get_or_init(|| Backend::from_table("sim", self.table())),
-        )
+        Arc::clone(self.backend.get_or_init(|| {
+            // SAFETY: the simulator's table keeps `from_table`'s contract
+            // (the list above).
+            #[allow(unsafe_code)]
+            unsafe {
+                Backend::from_table("sim", self.table())
+            }
+        }))
     }
 
     /// What the simulator holds now.

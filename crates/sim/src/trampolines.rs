@@ -93,7 +93,7 @@ macro_rules! trampoline {
 macro_rules! trampolines_of {
     (
         [$filter:ident $mode:ident] $api:ident $library:literal
-        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
+        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: $safety:ident fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
         mod by_slot {
             use super::*;

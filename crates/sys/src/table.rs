@@ -42,7 +42,7 @@ impl LoaderNotes {
 macro_rules! api_struct {
     (
         [$doc:literal] $name:ident $library:literal
-        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: fn($($a:ident: $t:ty),*) -> $r:ty } )*
+        $( $field:ident { symbol: $sym:expr, pfn: $pfn:ty, $kind:ident: $safety:ident fn($($a:ident: $t:ty),*) -> $r:ty } )*
     ) => {
         #[doc = $doc]
         #[derive(Clone, Copy, Default)]

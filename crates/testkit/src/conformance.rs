@@ -18,7 +18,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1040,7 +1040,7 @@ fn fd_row(
         ensure(check, now == id, || {
             format!("{row} ({error}): fd {raw} now refers to another file")
         })?;
-        let same = tegra_interop_driver::error::same_description(raw, reference.as_raw_fd());
+        let same = tegra_interop_driver::error::same_description(back.as_fd(), reference.as_fd());
         ensure(check, same != Some(false), || {
             format!("{row} ({error}): fd {raw} is another open file description than before")
         })?;

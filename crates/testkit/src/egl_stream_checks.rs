@@ -213,7 +213,9 @@ pub fn frames_through_fifo_and_mailbox<E: EglStreams>(ctx: &Context, egl: &E) {
         let frames: Vec<ProducerFrame> = bufs
             .ptrs()
             .iter()
-            .map(|p| ProducerFrame::rgba_pitch(*p, W, H, W * 4))
+            // SAFETY: each buffer holds FRAME_BYTES, one W x H RGBA8 frame of
+            // pitch W * 4.
+            .map(|p| unsafe { ProducerFrame::rgba_pitch(*p, W, H, W * 4) })
             .collect();
         for f in &frames[..2] {
             // SAFETY: the buffers stay allocated until after the producer left.
@@ -321,7 +323,9 @@ pub fn leaked_frame_refuses_disconnect<E: EglStreams>(ctx: &Context, egl: &E) {
     // SAFETY: as above.
     let mut producer = unsafe { EglStreamProducer::connect(ctx, egl.raw(&s), W, H) }.expect("p");
     let bufs = DeviceBuffers::new(ctx, 1);
-    let f = ProducerFrame::rgba_pitch(bufs.ptrs()[0], W, H, W * 4);
+    // SAFETY: the buffer holds FRAME_BYTES, one W x H RGBA8 frame of pitch
+    // W * 4.
+    let f = unsafe { ProducerFrame::rgba_pitch(bufs.ptrs()[0], W, H, W * 4) };
     // SAFETY: the buffer outlives the producer.
     unsafe { producer.present(&f, None) }.expect("present");
     let frame = consumer
@@ -364,7 +368,9 @@ pub fn two_plane_frame_from_a_cuda_producer<E: EglStreams>(ctx: &Context, egl: &
     let mut producer = unsafe { EglStreamProducer::connect(ctx, egl.raw(&s), W, H) }.expect("p");
     // Buffers of value 1 (Y) and 2 (UV), each larger than its plane.
     let bufs = DeviceBuffers::new(ctx, 2);
-    let f = ProducerFrame::nv12_pitch(bufs.ptrs()[0], bufs.ptrs()[1], W, H, W);
+    // SAFETY: each buffer holds FRAME_BYTES (W x H x 4), more than a Y plane
+    // of W x H and a UV plane of W x H / 2.
+    let f = unsafe { ProducerFrame::nv12_pitch(bufs.ptrs()[0], bufs.ptrs()[1], W, H, W) };
     // SAFETY: the buffers outlive the producer.
     unsafe { producer.present(&f, None) }.expect("present NV12");
     let got = consumer

@@ -61,8 +61,10 @@ fn dropped_consumer_with_leaked_frame_is_reported() {
     // SAFETY: a valid out-pointer; the context is current.
     let r = unsafe { (t.cuMemAlloc.expect("cuMemAlloc"))(&mut p, 256) };
     assert_eq!(r.0, 0);
+    // SAFETY: 256 bytes are one 8 x 8 RGBA8 frame of pitch 32.
+    let frame = unsafe { ProducerFrame::rgba_pitch(p, 8, 8, 32) };
     // SAFETY: the memory stays allocated (leaked with the stream).
-    unsafe { producer.present(&ProducerFrame::rgba_pitch(p, 8, 8, 32), None) }.expect("present");
+    unsafe { producer.present(&frame, None) }.expect("present");
     let f = consumer
         .acquire(None, Some(Duration::from_millis(50)))
         .expect("acquire")

@@ -158,7 +158,9 @@ fn cuda_to_cuda_through_an_egl_stream() {
         let frames: Vec<ProducerFrame> = bufs
             .ptrs()
             .iter()
-            .map(|p| ProducerFrame::rgba_pitch(*p, W, H, W * 4))
+            // SAFETY: each buffer holds FRAME_BYTES, one W x H RGBA8 frame of
+            // pitch W * 4.
+            .map(|p| unsafe { ProducerFrame::rgba_pitch(*p, W, H, W * 4) })
             .collect();
         // Two presents before any acquire.
         for (i, f) in frames.iter().take(2).enumerate() {

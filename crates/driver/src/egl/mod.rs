@@ -41,6 +41,7 @@
 //! registered.unregister()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -145,6 +146,17 @@ pub(crate) struct ResourceRes {
     raw: CUgraphicsResource,
 }
 
+// SAFETY: a `ResourceRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for ResourceRes {}
+// SAFETY: `&ResourceRes` only asks for the mapped frame, which the
+// driver makes thread-safe.
+#[allow(unsafe_code)]
+unsafe impl Sync for ResourceRes {}
+
 impl Release for ResourceRes {
     fn release(&mut self) -> Result<(), Error> {
         // Registered by us, unregistered once (`Owned`).
@@ -196,7 +208,9 @@ impl EglImage {
             });
         }
         let mut raw: CUgraphicsResource = std::ptr::null_mut();
-        call::cuGraphicsEGLRegisterImage(Bind(ctx), &mut raw, image, access.raw())?;
+        // SAFETY: `raw` is a local the driver writes one resource handle to; `image` is the
+        // caller's live EGLImage (`register`'s contract).
+        unsafe { call::cuGraphicsEGLRegisterImage(Bind(ctx), &mut raw, image, access.raw()) }?;
         Ok(EglImage {
             res: Owned::new(ResourceRes {
                 ctx: ctx.clone(),
@@ -210,13 +224,17 @@ impl EglImage {
     /// only while the image is registered.
     pub fn frame(&self) -> Result<EglFrame<'_>, Error> {
         let mut raw = CUeglFrame::default();
-        call::cuGraphicsResourceGetMappedEglFrame(
-            Bind(&self.res.ctx),
-            &mut raw,
-            self.res.raw,
-            0,
-            0,
-        )?;
+        // SAFETY: `raw` is a local frame the driver writes whole; the resource is this live
+        // registration.
+        unsafe {
+            call::cuGraphicsResourceGetMappedEglFrame(
+                Bind(&self.res.ctx),
+                &mut raw,
+                self.res.raw,
+                0,
+                0,
+            )
+        }?;
         Ok(EglFrame {
             raw,
             ctx: &self.res.ctx,
@@ -433,9 +451,10 @@ impl EglFrame<'_> {
             m.dstMemoryType = CUmemorytype::CU_MEMORYTYPE_ARRAY;
             m.dstArray = array;
         }
-        // The array is the registered image's (live while this frame is);
-        // the host side holds `row * rows` bytes (checked above).
-        call::cuMemcpy3D(Bind(self.ctx), &m)
+        // SAFETY: `m` is a local descriptor the driver only reads: the array is the registered
+        // image's (live while this frame is) and the host side holds `row * rows` bytes (checked
+        // above).
+        unsafe { call::cuMemcpy3D(Bind(self.ctx), &m) }
     }
 
     /// Copies plane `i` to the host (synchronous): the first `dst.len()`
@@ -447,8 +466,9 @@ impl EglFrame<'_> {
             return self.copy_array(dst.as_mut_ptr(), dst.len(), true);
         }
         let src = self.plane_range(i, dst.len())?;
-        // `src..src+len` lies inside the plane of the registered image.
-        call::cuMemcpyDtoH(Bind(self.ctx), dst.as_mut_ptr().cast(), src, dst.len())
+        // SAFETY: `dst` is a writable slice of `dst.len()` bytes, the length passed; `src..src+len`
+        // lies inside the plane of the registered image (`plane_range`).
+        unsafe { call::cuMemcpyDtoH(Bind(self.ctx), dst.as_mut_ptr().cast(), src, dst.len()) }
     }
 
     /// Copies `src` into plane `i` and returns when the bytes have landed:
@@ -468,8 +488,9 @@ impl EglFrame<'_> {
             self.copy_array(src.as_ptr().cast_mut(), src.len(), false)?;
         } else {
             let dst = self.plane_range(i, src.len())?;
-            // `dst..dst+len` lies inside the plane of the registered image.
-            call::cuMemcpyHtoD(Bind(self.ctx), dst, src.as_ptr().cast(), src.len())?;
+            // SAFETY: `src` is a readable slice of `src.len()` bytes, the length passed;
+            // `dst..dst+len` lies inside the plane of the registered image (`plane_range`).
+            unsafe { call::cuMemcpyHtoD(Bind(self.ctx), dst, src.as_ptr().cast(), src.len()) }?;
         }
         // The NULL stream is the legacy default stream of the bound
         // context, the stream both copies used.

@@ -53,7 +53,8 @@
 //! assert_eq!(unsafe { (cuda.cuMemAlloc.unwrap())(&mut pixels, 64 * 16 * 4) }.0, 0);
 //! // SAFETY: the 4096 bytes just allocated.
 //! assert_eq!(unsafe { (cuda.cuMemsetD8.unwrap())(pixels, 7, 64 * 16 * 4) }.0, 0);
-//! let frame = ProducerFrame::rgba_pitch(pixels, 64, 16, 64 * 4);
+//! // SAFETY: 64 x 16 RGBA pixels of pitch 256 are the 4096 bytes allocated.
+//! let frame = unsafe { ProducerFrame::rgba_pitch(pixels, 64, 16, 64 * 4) };
 //! // SAFETY: the memory stays allocated until the producer disconnected.
 //! unsafe { producer.present(&frame, Some(&stream))? };
 //! let got = consumer.acquire(Some(&stream), None)?.expect("a frame");
@@ -71,6 +72,7 @@
 //! assert_eq!(unsafe { (cuda.cuMemFree.unwrap())(pixels) }.0, 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::cell::Cell;
 use std::fmt;
@@ -124,6 +126,15 @@ pub(crate) struct ConnectionRes {
     out: Cell<u32>,
 }
 
+// SAFETY: a `ConnectionRes` holds C handles (plain pointers to the driver's
+// objects) and a context clone; the CUDA driver API lets any thread use a
+// handle (calls that act in a context bind it first), so it may move
+// between threads.
+#[allow(unsafe_code)]
+unsafe impl Send for ConnectionRes {}
+// No `Sync`: a connection moves between threads but is not shared (a
+// consumer counts its frames in a `Cell`).
+
 /// Why a consumer with frames out is not disconnected.
 const FRAMES_OUT: &str = "a frame acquired from the stream was never released (a leaked \
     StreamFrame): what the driver does on a disconnect with frames held is not measured, so it \
@@ -141,8 +152,15 @@ impl Release for ConnectionRes {
         }
         // Connected by us, disconnected once (`Owned`).
         match self.end {
-            End::Consumer => call::cuEGLStreamConsumerDisconnect(TryBind(&self.ctx), &mut self.raw),
-            End::Producer => call::cuEGLStreamProducerDisconnect(TryBind(&self.ctx), &mut self.raw),
+            // SAFETY: `self.raw` is our connection (connected by us, disconnected once by `Owned`);
+            // the driver writes one handle through the pointer.
+            End::Consumer => unsafe {
+                call::cuEGLStreamConsumerDisconnect(TryBind(&self.ctx), &mut self.raw)
+            },
+            // SAFETY: as for the consumer arm.
+            End::Producer => unsafe {
+                call::cuEGLStreamProducerDisconnect(TryBind(&self.ctx), &mut self.raw)
+            },
         }
     }
 
@@ -251,9 +269,14 @@ impl EglStreamConsumer {
         }
         let mut raw: CUeglStreamConnection = std::ptr::null_mut();
         match location {
-            None => call::cuEGLStreamConsumerConnect(Bind(ctx), &mut raw, stream)?,
+            // SAFETY: `raw` is a local the driver writes one connection to; `stream` is the
+            // caller's live EGLStream (`connect`'s contract).
+            None => unsafe { call::cuEGLStreamConsumerConnect(Bind(ctx), &mut raw, stream) }?,
             Some(l) => {
-                call::cuEGLStreamConsumerConnectWithFlags(Bind(ctx), &mut raw, stream, l.raw())?
+                // SAFETY: as above; `l.raw()` is a location enum value.
+                unsafe {
+                    call::cuEGLStreamConsumerConnectWithFlags(Bind(ctx), &mut raw, stream, l.raw())
+                }?
             }
         }
         Ok(EglStreamConsumer {
@@ -282,13 +305,17 @@ impl EglStreamConsumer {
         let mut cu_stream = stream_handle(stream);
         let mut conn = self.res.raw;
         let began = std::time::Instant::now();
-        let r = call::cuEGLStreamConsumerAcquireFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            &mut resource,
-            &mut cu_stream,
-            us,
-        );
+        // SAFETY: `conn`, `resource` and `cu_stream` are locals the driver reads and writes one
+        // handle each through; `conn` is our live connection.
+        let r = unsafe {
+            call::cuEGLStreamConsumerAcquireFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                &mut resource,
+                &mut cu_stream,
+                us,
+            )
+        };
         let got = acquire_answer(r, began.elapsed(), timeout)?;
         if !got {
             return Ok(None);
@@ -302,13 +329,17 @@ impl EglStreamConsumer {
             released: false,
         };
         // On failure the guard's drop releases the frame again.
-        call::cuGraphicsResourceGetMappedEglFrame(
-            Bind(&self.res.ctx),
-            &mut guard.raw,
-            resource,
-            0,
-            0,
-        )?;
+        // SAFETY: `guard.raw` is a frame the driver writes whole; `resource` was just acquired on
+        // this connection.
+        unsafe {
+            call::cuGraphicsResourceGetMappedEglFrame(
+                Bind(&self.res.ctx),
+                &mut guard.raw,
+                resource,
+                0,
+                0,
+            )
+        }?;
         Ok(Some(guard))
     }
 
@@ -342,12 +373,16 @@ impl EglStreamConsumer {
         }
         let mut conn = self.res.raw;
         let mut cu_stream = stream_handle(stream);
-        call::cuEGLStreamConsumerReleaseFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            resource,
-            &mut cu_stream,
-        )?;
+        // SAFETY: `conn` and `cu_stream` are locals holding our live connection and a stream of
+        // this context; `resource` is the caller's (the function's contract).
+        unsafe {
+            call::cuEGLStreamConsumerReleaseFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                resource,
+                &mut cu_stream,
+            )
+        }?;
         self.res.out.set(self.res.out.get().saturating_sub(1));
         Ok(())
     }
@@ -450,12 +485,16 @@ impl StreamFrame<'_> {
         let c = self.consumer;
         let mut conn = c.res.raw;
         let mut stream = self.stream;
-        let r = call::cuEGLStreamConsumerReleaseFrame(
-            TryBind(&c.res.ctx),
-            &mut conn,
-            self.resource,
-            &mut stream,
-        );
+        // SAFETY: `conn` and `stream` are locals holding the live connection and the stream the
+        // frame was acquired on; the resource is this frame's, released once.
+        let r = unsafe {
+            call::cuEGLStreamConsumerReleaseFrame(
+                TryBind(&c.res.ctx),
+                &mut conn,
+                self.resource,
+                &mut stream,
+            )
+        };
         c.res.out.set(c.res.out.get().saturating_sub(1));
         r
     }
@@ -493,7 +532,19 @@ impl fmt::Debug for ProducerFrame {
 impl ProducerFrame {
     /// One RGBA8 plane of `width` x `height` pixels at `ptr`, rows `pitch`
     /// bytes apart.
-    pub fn rgba_pitch(ptr: CUdeviceptr, width: u32, height: u32, pitch: u32) -> ProducerFrame {
+    ///
+    /// # Safety
+    /// `ptr` must be device memory of at least `pitch` x `height` bytes,
+    /// with `pitch >= 4 * width`: the driver reads that much from it when
+    /// the frame is presented, and [`EglStreamProducer::present`] relies on
+    /// this (its own contract adds how long the memory must live).
+    #[allow(unsafe_code)] // the caller vouches for the device pointer
+    pub unsafe fn rgba_pitch(
+        ptr: CUdeviceptr,
+        width: u32,
+        height: u32,
+        pitch: u32,
+    ) -> ProducerFrame {
         let mut raw = CUeglFrame {
             width,
             height,
@@ -513,7 +564,14 @@ impl ProducerFrame {
     /// NV12 (YUV 4:2:0 semi-planar): a Y plane of `width` x `height` bytes
     /// at `y` and an interleaved U/V plane of half the rows at `uv`, both
     /// with rows `pitch` bytes apart.
-    pub fn nv12_pitch(
+    ///
+    /// # Safety
+    /// `y` must be device memory of at least `pitch` x `height` bytes and
+    /// `uv` of at least `pitch` x `height.div_ceil(2)` bytes, with
+    /// `pitch >= width`: the driver reads that much from them when the frame
+    /// is presented, and [`EglStreamProducer::present`] relies on this.
+    #[allow(unsafe_code)] // the caller vouches for the device pointers
+    pub unsafe fn nv12_pitch(
         y: CUdeviceptr,
         uv: CUdeviceptr,
         width: u32,
@@ -601,7 +659,9 @@ impl EglStreamProducer {
             });
         };
         let mut raw: CUeglStreamConnection = std::ptr::null_mut();
-        call::cuEGLStreamProducerConnect(Bind(ctx), &mut raw, stream, w, h)?;
+        // SAFETY: `raw` is a local the driver writes one connection to; `stream` is the caller's
+        // live EGLStream (`connect`'s contract).
+        unsafe { call::cuEGLStreamProducerConnect(Bind(ctx), &mut raw, stream, w, h) }?;
         Ok(EglStreamProducer {
             res: Owned::new(ConnectionRes {
                 ctx: ctx.clone(),
@@ -617,7 +677,9 @@ impl EglStreamProducer {
     ///
     /// # Safety
     /// The frame's planes must be live device memory of this producer's
-    /// context, at least `pitch` x rows bytes each, and stay allocated until
+    /// context, at least `pitch` x rows bytes each (what the frame's unsafe
+    /// constructors promised, or a frame [`return_frame`](Self::return_frame)
+    /// handed back), and stay allocated until
     /// the producer disconnected (the header: freeing a presented frame
     /// before that is undefined behaviour); the producer must not write
     /// them while the consumer may hold the frame (get it back with
@@ -633,12 +695,16 @@ impl EglStreamProducer {
         }
         let mut conn = self.res.raw;
         let mut cu_stream = stream_handle(stream);
-        call::cuEGLStreamProducerPresentFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            frame.raw,
-            &mut cu_stream,
-        )
+        // SAFETY: `conn` and `cu_stream` are locals; the frame is passed by value and its planes
+        // are the caller's promise (`present`'s contract).
+        unsafe {
+            call::cuEGLStreamProducerPresentFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                frame.raw,
+                &mut cu_stream,
+            )
+        }
     }
 
     /// A frame the consumer released, back for reuse
@@ -658,12 +724,16 @@ impl EglStreamProducer {
         let mut conn = self.res.raw;
         let mut cu_stream = stream_handle(stream);
         let mut raw = CUeglFrame::default();
-        let got = timed_out(call::cuEGLStreamProducerReturnFrame(
-            Bind(&self.res.ctx),
-            &mut conn,
-            &mut raw,
-            &mut cu_stream,
-        ))?;
+        // SAFETY: `conn`, `raw` and `cu_stream` are locals the driver reads and writes one value
+        // each through; `conn` is our live connection.
+        let got = timed_out(unsafe {
+            call::cuEGLStreamProducerReturnFrame(
+                Bind(&self.res.ctx),
+                &mut conn,
+                &mut raw,
+                &mut cu_stream,
+            )
+        })?;
         Ok(got.then_some(ProducerFrame { raw }))
     }
 

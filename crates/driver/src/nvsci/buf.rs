@@ -1,5 +1,6 @@
 //! NvSciBuf: [`BufModule`], [`BufAttrList`], [`BufObj`] and the CUDA import
 //! [`NvSciMemory`].
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::c_void;
 use std::ops::Deref;
@@ -133,9 +134,17 @@ impl AttrList<BufLib> {
         if pairs.is_empty() {
             return Ok(());
         }
-        // The list is live and ours (`&mut`); the pairs point into `attrs`,
-        // which outlives the call; the library only reads them.
-        call::NvSciBufAttrListSetAttrs(self.module.api(), self.raw, pairs.as_mut_ptr(), pairs.len())
+        // SAFETY: `pairs` is a slice of `pairs.len()` pairs, the count passed, pointing into
+        // `attrs`, which outlives the call; the library only reads them; the list is live and ours
+        // (`&mut`).
+        unsafe {
+            call::NvSciBufAttrListSetAttrs(
+                self.module.api(),
+                self.raw,
+                pairs.as_mut_ptr(),
+                pairs.len(),
+            )
+        }
     }
 
     /// The value of `key`, if set (`NvSciBufAttrListGetAttrs`).
@@ -227,7 +236,10 @@ impl Obj<BufLib> {
     /// Another handle with at most `perm` (`NvSciBufObjDupWithReducePerm`).
     pub fn dup_with_reduced_perm(&self, perm: BufPerm) -> Result<BufObj, Error> {
         let mut raw: NvSciBufObj = ptr::null_mut();
-        call::NvSciBufObjDupWithReducePerm(self.module.api(), self.raw, perm.raw(), &mut raw)?;
+        // SAFETY: `raw` is a local the library writes one object handle to.
+        unsafe {
+            call::NvSciBufObjDupWithReducePerm(self.module.api(), self.raw, perm.raw(), &mut raw)
+        }?;
         Ok(BufObj::from_raw(self.module.clone(), raw))
     }
 
@@ -383,7 +395,8 @@ impl Obj<BufLib> {
     /// bytes, so the caller orders accesses with fences.
     pub fn cpu_ptr(&self) -> Result<NonNull<u8>, Error> {
         let mut p: *mut c_void = ptr::null_mut();
-        call::NvSciBufObjGetCpuPtr(self.module.api(), self.raw, &mut p)?;
+        // SAFETY: `p` is a local the library writes one pointer to.
+        unsafe { call::NvSciBufObjGetCpuPtr(self.module.api(), self.raw, &mut p) }?;
         NonNull::new(p.cast()).ok_or(Error::NvSci {
             call: "NvSciBufObjGetCpuPtr",
             code: tegra_interop_core::NvSciError::BAD_ADDRESS,
@@ -393,7 +406,8 @@ impl Obj<BufLib> {
     /// The read-only CPU address (`NvSciBufObjGetConstCpuPtr`).
     pub fn const_cpu_ptr(&self) -> Result<NonNull<u8>, Error> {
         let mut p: *const c_void = ptr::null();
-        call::NvSciBufObjGetConstCpuPtr(self.module.api(), self.raw, &mut p)?;
+        // SAFETY: `p` is a local the library writes one pointer to.
+        unsafe { call::NvSciBufObjGetConstCpuPtr(self.module.api(), self.raw, &mut p) }?;
         NonNull::new(p.cast_mut().cast()).ok_or(Error::NvSci {
             call: "NvSciBufObjGetConstCpuPtr",
             code: tegra_interop_core::NvSciError::BAD_ADDRESS,

@@ -7,6 +7,7 @@
 //! [`BufLib`] and [`SyncLib`]; `BufModule` is `Module<BufLib>`, and so on.
 //! What only one library has lives in `impl Module<BufLib>` (buf.rs) or
 //! `impl Module<SyncLib>` (sync.rs) blocks.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::fmt;
 use std::ptr;
@@ -22,13 +23,10 @@ mod sealed {
     pub trait Sealed {}
 }
 
-/// One NvSci library as the shared types see it (sealed: [`BufLib`] and
-/// [`SyncLib`]). Its items are the library's entry points and types; they
-/// are not meant to be called from outside this crate.
-pub trait Library: sealed::Sealed + Sized + 'static {
-    /// The table struct of the library's entry points.
-    #[doc(hidden)]
-    type Api: HasLoaderNotes + 'static;
+/// The C types of one NvSci library (sealed: [`BufLib`] and [`SyncLib`]),
+/// what the public API names: the handles `as_raw` hands back and the
+/// attribute key.
+pub trait LibraryTypes: sealed::Sealed + Sized + 'static {
     /// The C module handle.
     type RawModule: Copy + fmt::Debug;
     /// The C attribute-list handle.
@@ -39,53 +37,55 @@ pub trait Library: sealed::Sealed + Sized + 'static {
     type Key: Copy + PartialEq + fmt::Debug;
     /// `"NvSciBuf"` / `"NvSciSync"`.
     const NAME: &'static str;
+}
+
+/// The library's raw operations: entry points called on raw handles, whose
+/// soundness rests on the handles being live and owned as the shared types
+/// keep them. Crate-private, so that neither `BufLib::obj_free(..)` nor a
+/// generic `L::obj_free(..)` over `L: Library` can be written outside this
+/// crate (a sealed public trait would stop implementations, not calls).
+pub(crate) trait RawOps: LibraryTypes {
+    /// The table struct of the library's entry points.
+    type Api: HasLoaderNotes + 'static;
     /// The Rust names of the module, list and object types (for `Debug`).
-    #[doc(hidden)]
     const TYPE_NAMES: [&'static str; 3];
 
-    #[doc(hidden)]
     fn api(backend: &Backend) -> &Self::Api;
-    #[doc(hidden)]
     fn probe_version(api: &Self::Api) -> NvSciVersion;
-    #[doc(hidden)]
     fn module_open(api: &Self::Api) -> Result<Self::RawModule, Error>;
-    #[doc(hidden)]
     fn module_close(api: &Self::Api, raw: Self::RawModule);
-    #[doc(hidden)]
     fn list_create(api: &Self::Api, module: Self::RawModule) -> Result<Self::RawList, Error>;
-    #[doc(hidden)]
     fn list_free(api: &Self::Api, raw: Self::RawList);
-    #[doc(hidden)]
     fn list_is_null(raw: Self::RawList) -> bool;
-    #[doc(hidden)]
     fn list_is_set(api: &Self::Api, raw: Self::RawList, key: Self::Key) -> bool;
     /// Reconciles `lists`; the result and the conflict list (either may be
     /// NULL).
-    #[doc(hidden)]
     fn reconcile(
         api: &Self::Api,
         lists: &[Self::RawList],
     ) -> (Result<Self::RawList, Error>, Self::RawList);
     /// Reconciles and allocates; the object and the conflict list.
-    #[doc(hidden)]
     fn reconcile_and_alloc(
         api: &Self::Api,
         lists: &[Self::RawList],
     ) -> (Result<Self::RawObj, Error>, Self::RawList);
-    #[doc(hidden)]
     fn obj_alloc(api: &Self::Api, list: Self::RawList) -> Result<Self::RawObj, Error>;
-    #[doc(hidden)]
     fn obj_free(api: &Self::Api, raw: Self::RawObj);
-    #[doc(hidden)]
     fn obj_dup(api: &Self::Api, raw: Self::RawObj) -> Result<Self::RawObj, Error>;
     /// The object's reconciled list (owned by the object).
-    #[doc(hidden)]
     fn obj_attr_list(api: &Self::Api, raw: Self::RawObj) -> Result<Self::RawList, Error>;
     /// The keys asked for in a conflict list: the keys the project
     /// describes that `version` knows (and that can be in conflict).
-    #[doc(hidden)]
     fn conflict_keys(version: NvSciVersion) -> impl Iterator<Item = Self::Key>;
 }
+
+/// One NvSci library as the shared types see it (sealed: [`BufLib`] and
+/// [`SyncLib`]). Its C types are [`LibraryTypes`]; its raw operations are
+/// a crate-private supertrait, not callable from outside this crate.
+// `RawOps` is crate-private on purpose (a bound users cannot name, so they
+// cannot call its raw operations); the lint warns about exactly that.
+#[allow(private_bounds)]
+pub trait Library: RawOps {}
 
 /// The open module and what closes it.
 pub(crate) struct ModuleInner<L: Library> {
@@ -93,6 +93,14 @@ pub(crate) struct ModuleInner<L: Library> {
     pub(crate) raw: L::RawModule,
     pub(crate) version: NvSciVersion,
 }
+
+// SAFETY: the module handle may be used from any thread: NvSciBuf and
+// NvSciSync serialise access to a module internally.
+#[allow(unsafe_code)]
+unsafe impl<L: Library> Send for ModuleInner<L> {}
+// SAFETY: `&ModuleInner` only makes calls the library serialises.
+#[allow(unsafe_code)]
+unsafe impl<L: Library> Sync for ModuleInner<L> {}
 
 impl<L: Library> Drop for ModuleInner<L> {
     fn drop(&mut self) {
@@ -252,6 +260,14 @@ pub struct AttrList<L: Library> {
     pub(crate) reconciled: bool,
 }
 
+// SAFETY: the list handle may be used from any thread (the library
+// serialises calls on one object); the module is `Send + Sync`.
+#[allow(unsafe_code)]
+unsafe impl<L: Library> Send for AttrList<L> {}
+// SAFETY: `&AttrList` only reads; mutation needs `&mut`.
+#[allow(unsafe_code)]
+unsafe impl<L: Library> Sync for AttrList<L> {}
+
 impl<L: Library> fmt::Debug for AttrList<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(L::TYPE_NAMES[1])
@@ -319,6 +335,15 @@ pub struct Obj<L: Library> {
     pub(crate) raw: L::RawObj,
 }
 
+// SAFETY: the object handle may be used from any thread (the library
+// serialises calls on one object); the module is `Send + Sync`.
+#[allow(unsafe_code)]
+unsafe impl<L: Library> Send for Obj<L> {}
+// SAFETY: `&Obj` only reads attributes and makes fences, imports and dups,
+// which the library makes thread-safe.
+#[allow(unsafe_code)]
+unsafe impl<L: Library> Sync for Obj<L> {}
+
 impl<L: Library> fmt::Debug for Obj<L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(L::TYPE_NAMES[2])
@@ -379,13 +404,18 @@ macro_rules! library {
 
         impl sealed::Sealed for $lib {}
 
-        impl Library for $lib {
-            type Api = $api;
+        impl LibraryTypes for $lib {
             type RawModule = $module;
             type RawList = $list;
             type RawObj = $obj;
             type Key = $key;
             const NAME: &'static str = $name;
+        }
+
+        impl Library for $lib {}
+
+        impl RawOps for $lib {
+            type Api = $api;
             const TYPE_NAMES: [&'static str; 3] = $types;
 
             fn api(backend: &Backend) -> &$api {
@@ -395,13 +425,15 @@ macro_rules! library {
             fn probe_version(api: &$api) -> NvSciVersion {
                 super::version::probe(api.$check.is_some(), |major, minor| {
                     let mut ok = false;
-                    call::$check(api, major, minor, &mut ok).is_ok() && ok
+                    // SAFETY: `ok` is a local the library writes one `bool` to.
+                    unsafe { call::$check(api, major, minor, &mut ok) }.is_ok() && ok
                 })
             }
 
             fn module_open(api: &$api) -> Result<$module, Error> {
                 let mut raw: $module = ptr::null_mut();
-                call::$open(api, &mut raw)?;
+                // SAFETY: `raw` is a local the library writes one module handle to.
+                unsafe { call::$open(api, &mut raw) }?;
                 Ok(raw)
             }
 
@@ -412,7 +444,8 @@ macro_rules! library {
 
             fn list_create(api: &$api, module: $module) -> Result<$list, Error> {
                 let mut raw: $list = ptr::null_mut();
-                call::$create(api, module, &mut raw)?;
+                // SAFETY: `raw` is a local the library writes one list handle to.
+                unsafe { call::$create(api, module, &mut raw) }?;
                 Ok(raw)
             }
 
@@ -426,34 +459,44 @@ macro_rules! library {
 
             fn list_is_set(api: &$api, raw: $list, key: $key) -> bool {
                 let mut pair = ($pair)(key);
-                // The list is live; one writable pair.
-                call::$get(api, raw, &mut pair, 1).is_ok() && !pair.value.is_null() && pair.len > 0
+                // SAFETY: `pair` is one local pair, the count passed; the list is live.
+                unsafe { call::$get(api, raw, &mut pair, 1) }.is_ok()
+                    && !pair.value.is_null()
+                    && pair.len > 0
             }
 
             fn reconcile(api: &$api, lists: &[$list]) -> (Result<$list, Error>, $list) {
                 let mut out: $list = ptr::null_mut();
                 let mut conflict: $list = ptr::null_mut();
-                let called =
-                    call::$reconcile(api, lists.as_ptr(), lists.len(), &mut out, &mut conflict);
+                // SAFETY: `lists` is a slice of `lists.len()` live list handles, the count passed;
+                // `out` and `conflict` are locals the library writes one handle each to.
+                let called = unsafe {
+                    call::$reconcile(api, lists.as_ptr(), lists.len(), &mut out, &mut conflict)
+                };
                 (called.map(|()| out), conflict)
             }
 
             fn reconcile_and_alloc(api: &$api, lists: &[$list]) -> (Result<$obj, Error>, $list) {
                 let mut obj: $obj = ptr::null_mut();
                 let mut conflict: $list = ptr::null_mut();
-                let called = call::$reconcile_alloc(
-                    api,
-                    lists.as_ptr(),
-                    lists.len(),
-                    &mut obj,
-                    &mut conflict,
-                );
+                // SAFETY: `lists` is a slice of `lists.len()` live list handles, the count passed;
+                // `obj` and `conflict` are locals the library writes one handle each to.
+                let called = unsafe {
+                    call::$reconcile_alloc(
+                        api,
+                        lists.as_ptr(),
+                        lists.len(),
+                        &mut obj,
+                        &mut conflict,
+                    )
+                };
                 (called.map(|()| obj), conflict)
             }
 
             fn obj_alloc(api: &$api, list: $list) -> Result<$obj, Error> {
                 let mut raw: $obj = ptr::null_mut();
-                call::$alloc(api, list, &mut raw)?;
+                // SAFETY: `raw` is a local the library writes one object handle to.
+                unsafe { call::$alloc(api, list, &mut raw) }?;
                 Ok(raw)
             }
 
@@ -463,13 +506,16 @@ macro_rules! library {
 
             fn obj_dup(api: &$api, raw: $obj) -> Result<$obj, Error> {
                 let mut out: $obj = ptr::null_mut();
-                call::$dup(api, raw, &mut out)?;
+                // SAFETY: `out` is a local the library writes one object handle to.
+                unsafe { call::$dup(api, raw, &mut out) }?;
                 Ok(out)
             }
 
             fn obj_attr_list(api: &$api, raw: $obj) -> Result<$list, Error> {
                 let mut list: $list = ptr::null_mut();
-                call::$obj_list(api, raw, &mut list)?;
+                // SAFETY: `list` is a local the library writes one list handle to (owned by the
+                // object).
+                unsafe { call::$obj_list(api, raw, &mut list) }?;
                 Ok(list)
             }
 

@@ -19,6 +19,7 @@
 //! that is not ours, out of order, of another message, or announcing more
 //! than [`MAX_MESSAGE`] bytes is a typed [`IpcError`], never a panic or an
 //! unbounded allocation.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::CString;
 use std::fmt;
@@ -33,7 +34,7 @@ use tegra_interop_sys::nvsci::{
 
 use super::ipc::{IpcEndpoint, IpcError};
 use super::LibVersion;
-use crate::ffi::{self, call, code, require};
+use crate::ffi::{call, code, require};
 use crate::{Backend, Error};
 
 /// The largest message [`NvSciIpc`] sends or accepts (attribute-list
@@ -206,7 +207,9 @@ impl NvSciIpc {
         })?;
         let init = InitGuard::acquire(backend)?;
         let mut handle: RawEndpoint = 0;
-        call::NvSciIpcOpenEndpoint(api, cname.as_ptr(), &mut handle)?;
+        // SAFETY: `cname` is a NUL-terminated string alive for the call; `handle` is a local the
+        // library writes one endpoint to.
+        unsafe { call::NvSciIpcOpenEndpoint(api, cname.as_ptr(), &mut handle) }?;
         // From here on the endpoint is ours: `ep` closes it on every path.
         let mut ep = NvSciIpc {
             backend: Arc::clone(backend),
@@ -224,9 +227,12 @@ impl NvSciIpc {
             next_recv: 0,
             _init: init,
         };
-        call::NvSciIpcGetLinuxEventFd(api, handle, &mut ep.event_fd)?;
+        // SAFETY: `ep.event_fd` is a field the library writes one `int` to (the fd stays the
+        // endpoint's).
+        unsafe { call::NvSciIpcGetLinuxEventFd(api, handle, &mut ep.event_fd) }?;
         let mut info = NvSciIpcEndpointInfo::default();
-        call::NvSciIpcGetEndpointInfo(api, handle, &mut info)?;
+        // SAFETY: `info` is a local the library writes one endpoint-info record to.
+        unsafe { call::NvSciIpcGetEndpointInfo(api, handle, &mut info) }?;
         ep.info = EndpointInfo {
             nframes: info.nframes,
             frame_size: info.frame_size,
@@ -285,12 +291,16 @@ impl NvSciIpc {
             });
         }
         let mut compatible = false;
-        call::NvSciIpcCheckVersionCompatibility(
-            api,
-            version.major,
-            version.minor,
-            &mut compatible,
-        )?;
+        // SAFETY: `compatible` is a live, writable bool for the call; the
+        // version numbers are plain values.
+        unsafe {
+            call::NvSciIpcCheckVersionCompatibility(
+                api,
+                version.major,
+                version.minor,
+                &mut compatible,
+            )
+        }?;
         Ok(compatible)
     }
 
@@ -334,7 +344,7 @@ impl NvSciIpc {
                     waited: self.timeout,
                 });
             }
-            ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
+            crate::fd::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
         }
     }
 
@@ -347,8 +357,11 @@ impl NvSciIpc {
         let mut ev = 0u32;
         let api = &self.backend.table().nvsciipc;
         match self.calls {
-            Calls::Safe => call::NvSciIpcGetEventSafe(api, self.handle, &mut ev)?,
-            Calls::Legacy => call::NvSciIpcGetEvent(api, self.handle, &mut ev)?,
+            // SAFETY: `ev` is a local the library writes one `u32` to; the endpoint is open (ours
+            // until drop).
+            Calls::Safe => unsafe { call::NvSciIpcGetEventSafe(api, self.handle, &mut ev) }?,
+            // SAFETY: as above.
+            Calls::Legacy => unsafe { call::NvSciIpcGetEvent(api, self.handle, &mut ev) }?,
         }
         if ev & EV_CONN_RESET != 0 {
             // Reported once by the library: remembered here.
@@ -378,7 +391,7 @@ impl NvSciIpc {
                 });
             }
             // The library's event fd lives as long as the endpoint.
-            ffi::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
+            crate::fd::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
         }
     }
 
@@ -430,8 +443,12 @@ impl NvSciIpc {
         let (h, p) = (self.handle, frame.as_ptr().cast());
         self.transfer(EV_WRITE, deadline, "NvSciIpcWriteSafe", || {
             match self.calls {
-                Calls::Safe => code::NvSciIpcWriteSafe(api, h, p, len, &mut 0u32),
-                Calls::Legacy => code::NvSciIpcWrite(api, h, p, frame.len(), &mut 0i32),
+                // SAFETY: `p` points to `frame`, `len` readable bytes alive for the call; the byte
+                // count goes to a temporary.
+                Calls::Safe => unsafe { code::NvSciIpcWriteSafe(api, h, p, len, &mut 0u32) },
+                // SAFETY: `p` points to `frame`, `frame.len()` readable bytes alive for the call;
+                // the byte count goes to a temporary.
+                Calls::Legacy => unsafe { code::NvSciIpcWrite(api, h, p, frame.len(), &mut 0i32) },
             }
         })
     }
@@ -441,8 +458,12 @@ impl NvSciIpc {
         let len = u32::try_from(buf.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         let (h, size, p) = (self.handle, buf.len(), buf.as_mut_ptr().cast());
         self.transfer(EV_READ, deadline, "NvSciIpcReadSafe", || match self.calls {
-            Calls::Safe => code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32),
-            Calls::Legacy => code::NvSciIpcRead(api, h, p, size, &mut 0i32),
+            // SAFETY: `p` points to `buf`, `len` writable bytes alive for the call; the byte count
+            // goes to a temporary.
+            Calls::Safe => unsafe { code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32) },
+            // SAFETY: `p` points to `buf`, `size` writable bytes alive for the call; the byte count
+            // goes to a temporary.
+            Calls::Legacy => unsafe { code::NvSciIpcRead(api, h, p, size, &mut 0i32) },
         })
     }
 }
@@ -467,7 +488,9 @@ impl From<FrameError> for IpcError {
     }
 }
 
-impl IpcEndpoint for NvSciIpc {
+// SAFETY: `handle` is the endpoint this value opened with
+// `NvSciIpcOpenEndpoint` and closes only on drop, through its backend's table.
+unsafe impl IpcEndpoint for NvSciIpc {
     fn handle(&self) -> RawEndpoint {
         self.handle
     }

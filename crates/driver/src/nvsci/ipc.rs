@@ -28,6 +28,7 @@
 //! peer has not taken the earlier ones is refused the same way (no room).
 //! After a refusal the two sides' messages may be out of step: close the
 //! endpoint, which also releases what the peer had sent.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::c_void;
 use std::fmt;
@@ -49,7 +50,17 @@ use crate::Error;
 
 /// One end of an NvSciIpc connection: the endpoint handle NvSci exports and
 /// imports are bound to, plus a channel for the descriptor bytes.
-pub trait IpcEndpoint {
+///
+/// [`NvSciIpc`](super::NvSciIpc) implements it; a wrapper around one (to
+/// count or log messages) forwards [`handle`](Self::handle) to it.
+///
+/// # Safety
+/// The driver passes [`handle`](Self::handle) to the NvSci libraries as an
+/// endpoint. It must return an endpoint opened with `NvSciIpcOpenEndpoint`
+/// through the table of the backend the objects and modules used with it
+/// belong to, open (not closed or reset) for as long as the value lives,
+/// and the same one on every call.
+pub unsafe trait IpcEndpoint {
     /// The `NvSciIpcEndpoint` handle.
     fn handle(&self) -> NvSciIpcEndpoint;
     /// Sends one message to the peer.
@@ -232,8 +243,12 @@ macro_rules! list_ipc {
                 require::$export_u(self.api())?;
                 let raws: Vec<$raw> = lists.iter().map(|l| l.as_raw()).collect();
                 let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-                call::$export_u(self.api(), raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len)?;
-                let bytes = crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d));
+                // SAFETY: `raws` holds `raws.len()` live list handles, the count passed; `desc` and
+                // `len` are locals the library writes one value each to.
+                unsafe { call::$export_u(self.api(), raws.as_ptr(), raws.len(), ep.handle(), &mut desc, &mut len) }?;
+                // SAFETY: a successful export pointed `desc` at `len` readable bytes, valid until
+                // the library's free, which `take_desc` calls once with that same pointer.
+                let bytes = unsafe { crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d)) };
                 ep.send(&bytes)
             }
 
@@ -243,7 +258,9 @@ macro_rules! list_ipc {
                 require::$import_u(self.api())?;
                 let bytes = ep.recv()?;
                 let mut raw: $raw = ptr::null_mut();
-                call::$import_u(self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(), &mut raw)?;
+                // SAFETY: `bytes` is `bytes.len()` readable bytes, the length passed, alive for the
+                // call; `raw` is a local the library writes one list handle to.
+                unsafe { call::$import_u(self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(), &mut raw) }?;
                 Ok(AttrList::wrap(self.clone(), raw, false))
             }
 
@@ -255,10 +272,15 @@ macro_rules! list_ipc {
                 let bytes = ep.recv()?;
                 let own_raw: Vec<$raw> = own.iter().map(|l| l.as_raw()).collect();
                 let mut raw: $raw = ptr::null_mut();
-                call::$import_r(
-                    self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(),
-                    own_raw.as_ptr(), own_raw.len(), &mut raw,
-                )?;
+                // SAFETY: `bytes` is `bytes.len()` readable bytes and `own_raw` `own_raw.len()`
+                // live list handles, the lengths passed; `raw` is a local the library writes one
+                // list handle to.
+                unsafe {
+                    call::$import_r(
+                        self.api(), self.as_raw(), ep.handle(), bytes.as_ptr().cast(), bytes.len(),
+                        own_raw.as_ptr(), own_raw.len(), &mut raw,
+                    )
+                }?;
                 Ok(AttrList::wrap(self.clone(), raw, true))
             }
 
@@ -266,8 +288,12 @@ macro_rules! list_ipc {
             fn send_reconciled(&self, list: $raw, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
                 require::$export_r(self.api())?;
                 let (mut desc, mut len) = (ptr::null_mut::<c_void>(), 0usize);
-                call::$export_r(self.api(), list, ep.handle(), &mut desc, &mut len)?;
-                let bytes = crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d));
+                // SAFETY: `desc` and `len` are locals the library writes one value each to; `list`
+                // is the live reconciled list of the object being sent.
+                unsafe { call::$export_r(self.api(), list, ep.handle(), &mut desc, &mut len) }?;
+                // SAFETY: a successful export pointed `desc` at `len` readable bytes, valid until
+                // the library's free, which `take_desc` calls once with that same pointer.
+                let bytes = unsafe { crate::ffi::take_desc(desc, len, |d| call::$free(self.api(), d)) };
                 ep.send(&bytes)
             }
         }
@@ -319,15 +345,19 @@ impl BufModule {
         bytes_to_words("buffer descriptor", &ep.recv()?, &mut words)?;
         let desc = NvSciBufObjIpcExportDescriptor { data: words };
         let mut raw: NvSciBufObj = ptr::null_mut();
-        call::NvSciBufObjIpcImport(
-            self.api(),
-            ep.handle(),
-            &desc,
-            list.as_raw(),
-            required.raw(),
-            timeout.as_micros(),
-            &mut raw,
-        )?;
+        // SAFETY: `desc` is a local descriptor of the size the library reads; `raw` is a local the
+        // library writes one object handle to; `list` is live.
+        unsafe {
+            call::NvSciBufObjIpcImport(
+                self.api(),
+                ep.handle(),
+                &desc,
+                list.as_raw(),
+                required.raw(),
+                timeout.as_micros(),
+                &mut raw,
+            )
+        }?;
         let obj = BufObj::from_raw(self.clone(), raw);
         let granted = obj.actual_perm()?;
         if granted < required {
@@ -352,13 +382,17 @@ impl BufObj {
         let list = self.raw_attr_list()?;
         let mut obj_desc = NvSciBufObjIpcExportDescriptor::default();
         let perm = perm.map_or(AUTO_BUF, BufPerm::raw);
-        call::NvSciBufObjIpcExport(
-            self.module().api(),
-            self.as_raw(),
-            perm,
-            ep.handle(),
-            &mut obj_desc,
-        )?;
+        // SAFETY: `obj_desc` is a local descriptor the library writes whole; the object is live
+        // (`&self`).
+        unsafe {
+            call::NvSciBufObjIpcExport(
+                self.module().api(),
+                self.as_raw(),
+                perm,
+                ep.handle(),
+                &mut obj_desc,
+            )
+        }?;
         self.module().send_reconciled(list, ep)?;
         // Packed descriptor: copy its words out instead of borrowing them.
         let words = obj_desc.data;
@@ -386,15 +420,19 @@ impl SyncModule {
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
         bytes_to_words("sync object descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut raw: NvSciSyncObj = ptr::null_mut();
-        call::NvSciSyncObjIpcImport(
-            self.api(),
-            ep.handle(),
-            &desc,
-            list.as_raw(),
-            NvSciSyncAccessPerm(required.raw()),
-            timeout.as_micros(),
-            &mut raw,
-        )?;
+        // SAFETY: `desc` is a local descriptor of the size the library reads; `raw` is a local the
+        // library writes one object handle to; `list` is live.
+        unsafe {
+            call::NvSciSyncObjIpcImport(
+                self.api(),
+                ep.handle(),
+                &desc,
+                list.as_raw(),
+                NvSciSyncAccessPerm(required.raw()),
+                timeout.as_micros(),
+                &mut raw,
+            )
+        }?;
         let obj = SyncObj::from_raw(self.clone(), raw);
         let granted = obj.actual_perm()?;
         if !granted.covers(required) {
@@ -420,7 +458,9 @@ impl SyncObj {
         let list = self.raw_attr_list()?;
         let perm = NvSciSyncAccessPerm(perm.map_or(1 << 63, SyncPerm::raw));
         let mut desc = NvSciSyncObjIpcExportDescriptor::default();
-        call::NvSciSyncObjIpcExport(api, self.as_raw(), perm, ep.handle(), &mut desc)?;
+        // SAFETY: `desc` is a local descriptor the library writes whole; the object is live
+        // (`&self`).
+        unsafe { call::NvSciSyncObjIpcExport(api, self.as_raw(), perm, ep.handle(), &mut desc) }?;
         self.module().send_reconciled(list, ep)?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
@@ -433,9 +473,16 @@ impl SyncObj {
         let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
         bytes_to_words("fence descriptor", &ep.recv()?, &mut desc.payload)?;
         let mut fence = Fence::new(self.module());
-        // the object is live; a received descriptor; the fence is
-        // cleared and writable.
-        call::NvSciSyncIpcImportFence(self.module().api(), self.as_raw(), &desc, fence.raw_mut())?;
+        // SAFETY: `desc` is a local received descriptor the library reads; the fence is cleared and
+        // writable (`raw_mut`); the object is live.
+        unsafe {
+            call::NvSciSyncIpcImportFence(
+                self.module().api(),
+                self.as_raw(),
+                &desc,
+                fence.raw_mut(),
+            )
+        }?;
         Ok(fence)
     }
 }
@@ -445,8 +492,16 @@ impl Fence {
     pub fn send(&self, ep: &mut impl IpcEndpoint) -> Result<(), IpcError> {
         require::NvSciSyncIpcExportFence(self.module().api())?;
         let mut desc = NvSciSyncFenceIpcExportDescriptor::default();
-        // a valid fence; valid out-pointer.
-        call::NvSciSyncIpcExportFence(self.module().api(), self.as_raw(), ep.handle(), &mut desc)?;
+        // SAFETY: `self.as_raw()` points to this live fence, which the library reads; `desc` is a
+        // local it writes whole.
+        unsafe {
+            call::NvSciSyncIpcExportFence(
+                self.module().api(),
+                self.as_raw(),
+                ep.handle(),
+                &mut desc,
+            )
+        }?;
         ep.send(&words_to_bytes(&desc.payload))?;
         Ok(())
     }

@@ -105,7 +105,7 @@ use crate::Error;
 
 pub use attrs::{BufAttrInput, BufAttrs, BufType, ImageLayout, SyncAttrInput, SyncAttrs};
 pub use buf::{BufAttrList, BufModule, BufObj, BufPerm, ImagePlane, NvSciMemory};
-pub use common::{AttrList, BufLib, Library, Module, Obj, SyncLib};
+pub use common::{AttrList, BufLib, Library, LibraryTypes, Module, Obj, SyncLib};
 pub use endpoint::{EndpointInfo, NvSciIpc, MAX_MESSAGE};
 pub use ipc::{IpcEndpoint, IpcError};
 pub use sync::{

@@ -1,6 +1,7 @@
 //! NvSciSync: [`SyncModule`], [`SyncAttrList`], [`SyncObj`], [`Fence`],
 //! [`CpuWaitContext`], and the CUDA semaphore [`NvSciSemaphore`] whose role
 //! (signaller / waiter) is part of its type.
+#![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -206,14 +207,16 @@ impl AttrList<SyncLib> {
         if pairs.is_empty() {
             return Ok(());
         }
-        // The list is live and ours (`&mut`); the pairs point into `attrs`,
-        // which outlives the call.
-        call::NvSciSyncAttrListSetAttrs(
-            self.module.api(),
-            self.raw,
-            pairs.as_slice().as_ptr(),
-            pairs.len(),
-        )
+        // SAFETY: `pairs` is a slice of pairs pointing into `attrs`, which outlives the call, the
+        // count passed; the list is live and ours (`&mut`).
+        unsafe {
+            call::NvSciSyncAttrListSetAttrs(
+                self.module.api(),
+                self.raw,
+                pairs.as_slice().as_ptr(),
+                pairs.len(),
+            )
+        }
     }
 
     /// Lets CUDA add what it needs to signal and/or wait on `ctx`'s device
@@ -231,14 +234,16 @@ impl AttrList<SyncLib> {
             });
         }
         let flags = flags.for_device_query()?;
-        // The list is a live unreconciled NvSciSync list and ours (`&mut`);
-        // the device handle comes from a live context.
-        call::cuDeviceGetNvSciSyncAttributes(
-            ctx.api(),
-            self.raw.cast::<c_void>(),
-            ctx.device(),
-            flags,
-        )
+        // SAFETY: the list is a live unreconciled NvSciSync list and ours (`&mut`), passed as the
+        // opaque pointer the entry expects; the device comes from a live context.
+        unsafe {
+            call::cuDeviceGetNvSciSyncAttributes(
+                ctx.api(),
+                self.raw.cast::<c_void>(),
+                ctx.device(),
+                flags,
+            )
+        }
     }
 
     /// The value of `key`, if set.
@@ -256,8 +261,9 @@ impl Obj<SyncLib> {
     /// object, `NvSciSyncObjGetAttrList`).
     pub fn attr(&self, key: K) -> Result<Option<SyncAttr>, Error> {
         let mut list: NvSciSyncAttrList = ptr::null_mut();
-        // The list belongs to the object and is not freed by us.
-        call::NvSciSyncObjGetAttrList(self.module.api(), self.raw, &mut list)?;
+        // SAFETY: `list` is a local the library writes one handle to (owned by the object, not
+        // freed by us).
+        unsafe { call::NvSciSyncObjGetAttrList(self.module.api(), self.raw, &mut list) }?;
         get_attr(&self.module, list, key)
     }
 
@@ -366,8 +372,8 @@ impl Obj<SyncLib> {
     /// it with [`cpu_signal`](Self::cpu_signal).
     pub fn generate_fence(&self) -> Result<Fence, Error> {
         let mut fence = Fence::new(&self.module);
-        // The fence is a zeroed, writable fence.
-        call::NvSciSyncObjGenerateFence(self.module.api(), self.raw, &mut fence.raw)?;
+        // SAFETY: `fence.raw` is a zeroed fence the library writes whole.
+        unsafe { call::NvSciSyncObjGenerateFence(self.module.api(), self.raw, &mut fence.raw) }?;
         Ok(fence)
     }
 
@@ -524,17 +530,18 @@ impl Fence {
         if self.is_cleared() {
             return;
         }
-        // The fence holds a value produced by the library. A table without
-        // the entry has nothing to release.
-        let _ = call::NvSciSyncFenceClear(self.module.api(), &mut self.raw);
+        // SAFETY: `self.raw` is this fence, holding a value produced by the library (a table
+        // without the entry has nothing to release).
+        let _ = unsafe { call::NvSciSyncFenceClear(self.module.api(), &mut self.raw) };
         self.raw = NvSciSyncFence::default();
     }
 
     /// A copy of the fence (`NvSciSyncFenceDup`).
     pub fn dup(&self) -> Result<Fence, Error> {
         let mut out = Fence::new(&self.module);
-        // The destination is cleared.
-        call::NvSciSyncFenceDup(self.module.api(), &self.raw, &mut out.raw)?;
+        // SAFETY: `self.raw` is a live fence the library reads; `out.raw` is a cleared fence it
+        // writes.
+        unsafe { call::NvSciSyncFenceDup(self.module.api(), &self.raw, &mut out.raw) }?;
         Ok(out)
     }
 
@@ -544,7 +551,11 @@ impl Fence {
         self.module
             .check_extract_update("NvSciSyncFenceExtractFence")?;
         let (mut id, mut value) = (0u64, 0u64);
-        match call::NvSciSyncFenceExtractFence(self.module.api(), &self.raw, &mut id, &mut value) {
+        // SAFETY: `self.raw` is a live fence the library reads; `id` and `value` are locals it
+        // writes one `u64` each to.
+        match unsafe {
+            call::NvSciSyncFenceExtractFence(self.module.api(), &self.raw, &mut id, &mut value)
+        } {
             Ok(()) => Ok(Some(FenceValue { id, value })),
             Err(Error::NvSci {
                 code: NvSciError::CLEARED_FENCE,
@@ -561,17 +572,22 @@ impl Fence {
             .check_extract_update("NvSciSyncFenceUpdateFence")?;
         if self.module.api().NvSciSyncFenceUpdateFence.is_none() {
             // Refused before the old content is cleared.
-            return call::NvSciSyncFenceUpdateFence(
-                self.module.api(),
-                obj.raw,
-                id,
-                value,
-                &mut self.raw,
-            );
+            // SAFETY: the entry is missing, so nothing is called: this only reports it.
+            return unsafe {
+                call::NvSciSyncFenceUpdateFence(
+                    self.module.api(),
+                    obj.raw,
+                    id,
+                    value,
+                    &mut self.raw,
+                )
+            };
         }
         self.clear();
-        // The fence is cleared and writable.
-        call::NvSciSyncFenceUpdateFence(self.module.api(), obj.raw, id, value, &mut self.raw)
+        // SAFETY: `self.raw` is this fence, cleared and writable; `obj` is a live object.
+        unsafe {
+            call::NvSciSyncFenceUpdateFence(self.module.api(), obj.raw, id, value, &mut self.raw)
+        }
     }
 
     /// Waits on the CPU until the fence completes (`NvSciSyncFenceWait`).
@@ -581,13 +597,16 @@ impl Fence {
         context: &mut CpuWaitContext,
         timeout: impl Into<Timeout>,
     ) -> Result<bool, Error> {
-        // The wait context is live and used by this wait only (`&mut`).
-        let waited = call::NvSciSyncFenceWait(
-            self.module.api(),
-            &self.raw,
-            context.raw,
-            timeout.into().as_micros(),
-        );
+        // SAFETY: `self.raw` is a live fence the library reads; the wait context is live and used
+        // by this wait only (`&mut`).
+        let waited = unsafe {
+            call::NvSciSyncFenceWait(
+                self.module.api(),
+                &self.raw,
+                context.raw,
+                timeout.into().as_micros(),
+            )
+        };
         match waited {
             Ok(()) => Ok(true),
             Err(Error::NvSci {
@@ -616,6 +635,12 @@ pub struct CpuWaitContext {
     raw: NvSciSyncCpuWaitContext,
 }
 
+// SAFETY: the wait context is a C handle of NvSciSync, which lets any
+// thread use it (one at a time), plus the module keeping it alive.
+#[allow(unsafe_code)]
+unsafe impl Send for CpuWaitContext {}
+// No `Sync`: a wait context is never shared (waits take `&mut`).
+
 impl std::fmt::Debug for CpuWaitContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuWaitContext")
@@ -628,7 +653,8 @@ impl CpuWaitContext {
     /// Allocates a wait context (`NvSciSyncCpuWaitContextAlloc`).
     pub fn new(module: &SyncModule) -> Result<CpuWaitContext, Error> {
         let mut raw: NvSciSyncCpuWaitContext = ptr::null_mut();
-        call::NvSciSyncCpuWaitContextAlloc(module.api(), module.as_raw(), &mut raw)?;
+        // SAFETY: `raw` is a local the library writes one wait-context handle to.
+        unsafe { call::NvSciSyncCpuWaitContextAlloc(module.api(), module.as_raw(), &mut raw) }?;
         Ok(CpuWaitContext {
             module: module.clone(),
             raw,
@@ -852,7 +878,11 @@ impl<R: CanWait> NvSciSemaphore<R> {
     /// Queues a wait for `fence` on `stream` (a cleared fence: no wait).
     pub fn wait(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
-        stream.wait_batch(&[SemaphoreWait::nvscisync(&self.sem, fence.as_raw())])
+        // SAFETY: `fence` is a driver `Fence` of this semaphore's module
+        // (checked above): cleared or produced by the library, and only the
+        // library writes it.
+        let wait = unsafe { SemaphoreWait::nvscisync(&self.sem, fence.as_raw()) };
+        stream.wait_batch(&[wait])
     }
 
     /// [`wait`](Self::wait) without the NvSciBuf memory synchronisation
@@ -868,7 +898,8 @@ impl<R: CanWait> NvSciSemaphore<R> {
     #[allow(unsafe_code)] // the caller takes on the memsync contract
     pub unsafe fn wait_skip_memsync(&self, stream: &Stream, fence: &Fence) -> Result<(), Error> {
         self.same_module(fence)?;
-        // SAFETY: the caller accepted the condition above.
+        // SAFETY: the caller accepted the memsync condition above; `fence` is
+        // a driver `Fence` of this semaphore's module (checked above).
         let wait = unsafe { SemaphoreWait::nvscisync_skip_memsync(&self.sem, fence.as_raw()) };
         stream.wait_batch(&[wait])
     }
