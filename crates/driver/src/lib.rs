@@ -69,6 +69,7 @@ pub mod device;
 pub mod egl;
 pub mod error;
 mod ffi;
+mod import;
 pub mod memory;
 pub mod nvsci;
 mod owner;
