@@ -234,6 +234,32 @@ macro_rules! batch {
                     .ok_or(ValidationError::IndexOutOfRange { index, len })
             }
 
+            /// Entry `index`'s parameter block, when its kind is a keyed mutex.
+            fn keyed_mutex_raw(&mut self, index: usize) -> Result<&mut $raw, ValidationError> {
+                let kind = self.check_index(index)?;
+                if !kind.is_keyed_mutex() {
+                    return Err(ValidationError::KeyedMutexNotSupported { kind });
+                }
+                self.raw_mut(index)
+            }
+
+            /// Entry `index`'s parameter block, when its kind is NvSciSync and the new fence
+            /// pointer is not NULL.
+            fn nvscisync_raw(
+                &mut self,
+                index: usize,
+                fence_is_null: bool,
+            ) -> Result<&mut $raw, ValidationError> {
+                let kind = self.check_index(index)?;
+                if !kind.is_nvscisync() {
+                    return Err(ValidationError::NvSciSyncFenceNotSupported { kind });
+                }
+                if fence_is_null {
+                    return Err(ValidationError::NvSciSyncFenceRequired);
+                }
+                self.raw_mut(index)
+            }
+
             /// Replaces entry `index`'s parameters, checking only that entry.
             pub fn set(&mut self, index: usize, params: $params) -> Result<(), ValidationError> {
                 let kind = self.check_index(index)?;
@@ -303,11 +329,7 @@ batch!(
 impl<const N: usize> SignalBatch<N> {
     /// Updates the keyed-mutex key of entry `index`.
     pub fn set_keyed_mutex_key(&mut self, index: usize, key: u64) -> Result<(), ValidationError> {
-        let kind = self.check_index(index)?;
-        if !kind.is_keyed_mutex() {
-            return Err(ValidationError::KeyedMutexNotSupported { kind });
-        }
-        self.raw_mut(index)?.params.keyedMutex.key = key;
+        self.keyed_mutex_raw(index)?.params.keyedMutex.key = key;
         Ok(())
     }
 
@@ -317,14 +339,10 @@ impl<const N: usize> SignalBatch<N> {
         index: usize,
         fence: *mut NvSciSyncFence,
     ) -> Result<(), ValidationError> {
-        let kind = self.check_index(index)?;
-        if !kind.is_nvscisync() {
-            return Err(ValidationError::NvSciSyncFenceNotSupported { kind });
-        }
-        if fence.is_null() {
-            return Err(ValidationError::NvSciSyncFenceRequired);
-        }
-        self.raw_mut(index)?.params.nvSciSync.fence = fence.cast();
+        self.nvscisync_raw(index, fence.is_null())?
+            .params
+            .nvSciSync
+            .fence = fence.cast();
         Ok(())
     }
 }
@@ -337,11 +355,7 @@ impl<const N: usize> WaitBatch<N> {
         key: u64,
         timeout_ms: u32,
     ) -> Result<(), ValidationError> {
-        let kind = self.check_index(index)?;
-        if !kind.is_keyed_mutex() {
-            return Err(ValidationError::KeyedMutexNotSupported { kind });
-        }
-        let raw = self.raw_mut(index)?;
+        let raw = self.keyed_mutex_raw(index)?;
         raw.params.keyedMutex.key = key;
         raw.params.keyedMutex.timeoutMs = timeout_ms;
         Ok(())
@@ -353,14 +367,10 @@ impl<const N: usize> WaitBatch<N> {
         index: usize,
         fence: *const NvSciSyncFence,
     ) -> Result<(), ValidationError> {
-        let kind = self.check_index(index)?;
-        if !kind.is_nvscisync() {
-            return Err(ValidationError::NvSciSyncFenceNotSupported { kind });
-        }
-        if fence.is_null() {
-            return Err(ValidationError::NvSciSyncFenceRequired);
-        }
-        self.raw_mut(index)?.params.nvSciSync.fence = fence.cast_mut().cast();
+        self.nvscisync_raw(index, fence.is_null())?
+            .params
+            .nvSciSync
+            .fence = fence.cast_mut().cast();
         Ok(())
     }
 }

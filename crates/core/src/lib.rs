@@ -11,6 +11,7 @@
 //! |---|---|
 //! | [`error`] | [`CuResult`], [`NvSciError`] (open newtypes), [`ValidationError`], [`Hint`] |
 //! | [`flags`] | bitflags for import, signal, wait and NvSciSync attribute flags |
+//! | [`import`] | [`Import`]: the one import front end of memory and semaphores |
 //! | [`memory`] | [`MemoryImport`], [`BufferMapping`], [`ArrayDesc`], [`MipmappedArrayMapping`] |
 //! | [`semaphore`] | [`SemaphoreImport`], [`SignalParams`], [`WaitParams`] |
 //! | [`batch`] | [`SignalBatch`], [`WaitBatch`]: handles + params as two contiguous arrays |
@@ -39,6 +40,7 @@ pub mod batch;
 pub mod error;
 pub mod fence;
 pub mod flags;
+pub mod import;
 pub mod ipc;
 pub mod memory;
 pub mod nvsci;
@@ -51,6 +53,7 @@ pub use fence::{
     TimelineTracker,
 };
 pub use flags::{MemoryImportFlags, NvSciSyncAttrFlags, SignalFlags, WaitFlags};
+pub use import::{Import, ImportKind};
 pub use memory::{
     ArrayDesc, ArrayFormat, BufferMapping, MemoryHandle, MemoryHandleKind, MemoryImport,
     MipmappedArrayMapping,

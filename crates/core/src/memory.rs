@@ -26,6 +26,7 @@ use tegra_interop_sys::cuda::{
 
 use crate::error::ValidationError;
 use crate::flags::MemoryImportFlags;
+use crate::import::{import_facts, Import};
 
 /// `CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD` (9): a Linux dma-buf fd. Added in CUDA 13.0; the
 /// 12.9 header the sys crate is generated from does not have it, so it is defined here.
@@ -164,28 +165,6 @@ pub enum MemoryHandle {
     NvSciBuf(*const c_void),
 }
 
-/// Checks a Win32 handle/name pair against the kind's rule.
-pub(crate) fn check_win32(
-    kmt: bool,
-    handle: *const c_void,
-    name: *const c_void,
-) -> Result<(), ValidationError> {
-    if kmt {
-        if !name.is_null() {
-            return Err(ValidationError::Win32KmtName);
-        }
-        if handle.is_null() {
-            return Err(ValidationError::NullHandle);
-        }
-        return Ok(());
-    }
-    match (handle.is_null(), name.is_null()) {
-        (false, false) => Err(ValidationError::Win32HandleAndName),
-        (true, true) => Err(ValidationError::Win32NoHandleOrName),
-        _ => Ok(()),
-    }
-}
-
 /// A validated external-memory import: the exact `CUDA_EXTERNAL_MEMORY_HANDLE_DESC`, with its
 /// kind and size kept for the checks of later mappings.
 ///
@@ -201,14 +180,21 @@ pub(crate) fn check_win32(
 /// assert_eq!(MemoryImport::opaque_fd(-1, 65536).unwrap_err(), ValidationError::NegativeFd { fd: -1 });
 /// # Ok::<(), ValidationError>(())
 /// ```
-#[derive(Clone, Copy)]
-pub struct MemoryImport {
-    desc: CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
-    kind: MemoryHandleKind,
-    handle: MemoryHandle,
-}
+pub type MemoryImport = Import<MemoryHandleKind>;
 
-impl MemoryImport {
+import_facts!(
+    MemoryHandleKind,
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC,
+    MemoryHandle::NvSciBuf,
+    nvSciBufObject,
+    "MemoryImport",
+    fn debug_fields(desc: &CUDA_EXTERNAL_MEMORY_HANDLE_DESC, out: &mut fmt::DebugStruct<'_, '_>) {
+        out.field("size", &desc.size)
+            .field("flags", &MemoryImportFlags::from_bits_retain(desc.flags));
+    }
+);
+
+impl Import<MemoryHandleKind> {
     /// A validated import of `size` bytes of `kind` from `handle`.
     ///
     /// Kinds that require `DEDICATED` get it set here; every other kind starts with no flags.
@@ -217,38 +203,15 @@ impl MemoryImport {
         handle: MemoryHandle,
         size: u64,
     ) -> Result<Self, ValidationError> {
-        let mut desc = CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
-            type_: kind.raw(),
-            ..Default::default()
-        };
-        match (kind, handle) {
-            (k, MemoryHandle::Fd(fd)) if k.is_fd() => {
-                if fd < 0 {
-                    return Err(ValidationError::NegativeFd { fd });
-                }
-                desc.handle.fd = fd;
-            }
-            (k, MemoryHandle::Win32 { handle: h, name }) if k.is_win32() => {
-                check_win32(k.is_kmt(), h.cast_const(), name)?;
-                desc.handle.win32.handle = h;
-                desc.handle.win32.name = name;
-            }
-            (MemoryHandleKind::NvSciBuf, MemoryHandle::NvSciBuf(obj)) => {
-                if obj.is_null() {
-                    return Err(ValidationError::NullHandle);
-                }
-                desc.handle.nvSciBufObject = obj;
-            }
-            _ => return Err(ValidationError::HandleKindMismatch),
-        }
+        let mut import = Self::describe(kind, handle)?;
         if size == 0 {
             return Err(ValidationError::ZeroSize);
         }
-        desc.size = size;
+        import.desc.size = size;
         if kind.requires_dedicated() {
-            desc.flags = MemoryImportFlags::DEDICATED.bits();
+            import.desc.flags = MemoryImportFlags::DEDICATED.bits();
         }
-        Ok(Self { desc, kind, handle })
+        Ok(import)
     }
 
     /// Import an opaque POSIX fd (e.g. Vulkan `VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT`).
@@ -361,21 +324,11 @@ impl MemoryImport {
                 bits: flags.unknown_bits(),
             });
         }
-        if self.kind.requires_dedicated() && !flags.contains(MemoryImportFlags::DEDICATED) {
-            return Err(ValidationError::DedicatedRequired { kind: self.kind });
+        if self.kind().requires_dedicated() && !flags.contains(MemoryImportFlags::DEDICATED) {
+            return Err(ValidationError::DedicatedRequired { kind: self.kind() });
         }
         self.desc.flags = flags.bits();
         Ok(self)
-    }
-
-    /// The C descriptor, ready for `cuImportExternalMemory`.
-    pub fn raw(&self) -> &CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
-        &self.desc
-    }
-
-    /// The handle kind.
-    pub fn kind(&self) -> MemoryHandleKind {
-        self.kind
     }
 
     /// The size in bytes.
@@ -386,45 +339,6 @@ impl MemoryImport {
     /// The flags.
     pub fn flags(&self) -> MemoryImportFlags {
         MemoryImportFlags::from_bits_retain(self.desc.flags)
-    }
-
-    /// The handle.
-    pub fn handle(&self) -> MemoryHandle {
-        self.handle
-    }
-
-    /// The fd, for fd kinds.
-    pub fn fd(&self) -> Option<i32> {
-        match self.handle {
-            MemoryHandle::Fd(fd) => Some(fd),
-            _ => None,
-        }
-    }
-
-    /// The same import (kind, size, flags) naming another fd number, for example a
-    /// duplicate of the original. Refuses non-fd kinds (`HandleKindMismatch`) and negative
-    /// numbers (`NegativeFd`), like the constructors.
-    pub fn with_fd(mut self, fd: i32) -> Result<Self, ValidationError> {
-        if !self.kind.is_fd() {
-            return Err(ValidationError::HandleKindMismatch);
-        }
-        if fd < 0 {
-            return Err(ValidationError::NegativeFd { fd });
-        }
-        self.desc.handle.fd = fd;
-        self.handle = MemoryHandle::Fd(fd);
-        Ok(self)
-    }
-}
-
-impl fmt::Debug for MemoryImport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryImport")
-            .field("kind", &self.kind)
-            .field("handle", &self.handle)
-            .field("size", &self.desc.size)
-            .field("flags", &self.flags())
-            .finish()
     }
 }
 

@@ -314,6 +314,24 @@ fn read_u64(key: u32, bytes: &[u8]) -> Result<u64, ValidationError> {
     Ok(u64::from_ne_bytes(exact::<8>(key, bytes)?))
 }
 
+/// The C form of a `GpuId` attribute's value (at most [`MAX_GPUS`] ids).
+fn raw_gpu_ids(ids: &[GpuId]) -> Result<heapless::Vec<NvSciRmGpuId, MAX_GPUS>, ValidationError> {
+    let mut out = heapless::Vec::new();
+    for id in ids {
+        out.push(id.raw())
+            .map_err(|_| ValidationError::CapacityExceeded { capacity: MAX_GPUS })?;
+    }
+    Ok(out)
+}
+
+/// Reads a `GpuId` attribute's value: 16-byte UUIDs.
+fn read_gpu_ids(
+    key: u32,
+    bytes: &[u8],
+) -> Result<heapless::Vec<NvSciRmGpuId, MAX_GPUS>, ValidationError> {
+    read_array::<_, 16, MAX_GPUS>(key, bytes, |b| NvSciRmGpuId { bytes: b })
+}
+
 /// Reads an array of `W`-byte elements into a fixed-capacity list.
 fn read_array<T, const W: usize, const M: usize>(
     key: u32,
@@ -450,12 +468,7 @@ impl BufAttr {
 
     /// `GpuId` from a slice (at most [`MAX_GPUS`]).
     pub fn gpu_ids(ids: &[GpuId]) -> Result<Self, ValidationError> {
-        let mut out = heapless::Vec::new();
-        for id in ids {
-            out.push(id.raw())
-                .map_err(|_| ValidationError::CapacityExceeded { capacity: MAX_GPUS })?;
-        }
-        Ok(Self::GpuId(out))
+        Ok(Self::GpuId(raw_gpu_ids(ids)?))
     }
 
     /// `PlaneWidth` from a slice (at most [`MAX_PLANES`]).
@@ -695,11 +708,7 @@ impl BufAttr {
                 Self::RequiredPerm(NvSciBufAttrValAccessPerm(read_u32(k, bytes)?))
             }
             K::NvSciBufGeneralAttrKey_EnableCpuCache => Self::EnableCpuCache(read_bool(k, bytes)?),
-            K::NvSciBufGeneralAttrKey_GpuId => {
-                Self::GpuId(read_array::<_, 16, MAX_GPUS>(k, bytes, |b| NvSciRmGpuId {
-                    bytes: b,
-                })?)
-            }
+            K::NvSciBufGeneralAttrKey_GpuId => Self::GpuId(read_gpu_ids(k, bytes)?),
             K::NvSciBufGeneralAttrKey_CpuNeedSwCacheCoherency => {
                 Self::CpuNeedSwCacheCoherency(read_bool(k, bytes)?)
             }
@@ -776,12 +785,8 @@ impl BufAttr {
     pub unsafe fn decode_pair(
         pair: &NvSciBufAttrKeyValuePair,
     ) -> Result<Option<Self>, ValidationError> {
-        if pair.value.is_null() || pair.len == 0 {
-            return Ok(None);
-        }
-        // SAFETY: non-NULL, and the caller guarantees `len` readable initialised bytes there.
-        let bytes = unsafe { core::slice::from_raw_parts(pair.value.cast::<u8>(), pair.len) };
-        Self::decode(pair.key, bytes).map(Some)
+        // SAFETY: the caller upholds the same contract `decode_pair` states.
+        unsafe { decode_pair(pair) }
     }
 }
 
@@ -797,151 +802,6 @@ pub enum Padding {
     Left,
     /// `RightPadding`.
     Right,
-}
-
-/// The methods both attribute-set types share (they differ only in their
-/// attribute and key types).
-macro_rules! attr_set_common {
-    ($attr:ty, $key:ty) => {
-        /// An empty set.
-        pub const fn new() -> Self {
-            Self {
-                attrs: heapless::Vec::new(),
-            }
-        }
-
-        /// Adds `attr` after checking its value, that it is an input (output-only keys are
-        /// refused, as the library does), that its key is not set yet (each key at most once
-        /// per list), and the capacity.
-        pub fn set(&mut self, attr: $attr) -> Result<&mut Self, ValidationError> {
-            attr.validate()?;
-            let key = attr.key();
-            if attr.is_output_only() {
-                return Err(ValidationError::OutputOnlyKey { key: key.0 });
-            }
-            if self.attrs.iter().any(|a| a.key() == key) {
-                return Err(ValidationError::DuplicateKey { key: key.0 });
-            }
-            self.attrs
-                .push(attr)
-                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
-            Ok(self)
-        }
-
-        /// The attribute with `key`, if set.
-        pub fn get(&self, key: $key) -> Option<&$attr> {
-            self.attrs.iter().find(|a| a.key() == key)
-        }
-
-        /// The attributes, in insertion order.
-        pub fn attrs(&self) -> &[$attr] {
-            &self.attrs
-        }
-
-        /// Number of keys set.
-        pub fn len(&self) -> usize {
-            self.attrs.len()
-        }
-
-        /// `true` when no key is set.
-        pub fn is_empty(&self) -> bool {
-            self.attrs.is_empty()
-        }
-    };
-}
-
-/// Builds the C pair array of an attribute set with `pair` (the two pair
-/// types differ only in the key field's name), without allocating.
-fn lower_pairs<A, P, const N: usize>(
-    attrs: &[A],
-    pair: impl Fn(&A) -> P,
-) -> Result<heapless::Vec<P, N>, ValidationError> {
-    let mut pairs = heapless::Vec::new();
-    for attr in attrs {
-        pairs
-            .push(pair(attr))
-            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
-    }
-    Ok(pairs)
-}
-
-/// A validated NvSciBuf attribute list of at most `N` keys, each at most once.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BufAttrSet<const N: usize> {
-    attrs: heapless::Vec<BufAttr, N>,
-}
-
-impl<const N: usize> BufAttrSet<N> {
-    attr_set_common!(BufAttr, NvSciBufAttrKey);
-
-    /// Checks the keys against each other: every per-plane key has `PlaneCount` entries.
-    pub fn validate(&self) -> Result<(), ValidationError> {
-        let plane_count = self.attrs.iter().find_map(|a| match a {
-            BufAttr::PlaneCount(n) => Some(*n as usize),
-            _ => None,
-        });
-        if let Some(expected) = plane_count {
-            for attr in &self.attrs {
-                if let Some(actual) = attr.plane_entries() {
-                    if actual != expected {
-                        return Err(ValidationError::PlaneCountMismatch {
-                            key: attr.key().0,
-                            expected,
-                            actual,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Validates and builds the C pair array for `NvSciBufAttrListSetAttrs`, pointing into this
-    /// set's storage (valid while the returned value lives).
-    pub fn lower(&self) -> Result<LoweredBufAttrs<'_, N>, ValidationError> {
-        self.validate()?;
-        let pairs = lower_pairs(&self.attrs, |attr| {
-            let (value, len) = attr.value_ptr_len();
-            NvSciBufAttrKeyValuePair {
-                key: attr.key(),
-                value,
-                len,
-            }
-        })?;
-        Ok(LoweredBufAttrs {
-            pairs,
-            _set: PhantomData,
-        })
-    }
-}
-
-/// The C pairs of a [`BufAttrSet`], borrowing its value storage.
-#[derive(Debug)]
-pub struct LoweredBufAttrs<'a, const N: usize> {
-    pairs: heapless::Vec<NvSciBufAttrKeyValuePair, N>,
-    _set: PhantomData<&'a BufAttrSet<N>>,
-}
-
-impl<const N: usize> LoweredBufAttrs<'_, N> {
-    /// The pairs.
-    pub fn as_slice(&self) -> &[NvSciBufAttrKeyValuePair] {
-        &self.pairs
-    }
-
-    /// Pointer for `NvSciBufAttrListSetAttrs` (which takes a mutable pointer but only reads).
-    pub fn as_mut_ptr(&mut self) -> *mut NvSciBufAttrKeyValuePair {
-        self.pairs.as_mut_ptr()
-    }
-
-    /// Number of pairs.
-    pub fn len(&self) -> usize {
-        self.pairs.len()
-    }
-
-    /// `true` when there are no pairs.
-    pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
-    }
 }
 
 /// One NvSciSync attribute with its value.
@@ -972,12 +832,7 @@ pub enum SyncAttr {
 impl SyncAttr {
     /// `GpuId` from a slice (at most [`MAX_GPUS`]).
     pub fn gpu_ids(ids: &[GpuId]) -> Result<Self, ValidationError> {
-        let mut out = heapless::Vec::new();
-        for id in ids {
-            out.push(id.raw())
-                .map_err(|_| ValidationError::CapacityExceeded { capacity: MAX_GPUS })?;
-        }
-        Ok(Self::GpuId(out))
+        Ok(Self::GpuId(raw_gpu_ids(ids)?))
     }
 
     /// `PrimitiveInfo` from a slice (at most [`MAX_PRIMITIVES`]).
@@ -1077,11 +932,7 @@ impl SyncAttr {
                     NvSciSyncAttrValPrimitiveType(u32::from_ne_bytes(b))
                 })?)
             }
-            K::NvSciSyncAttrKey_GpuId => {
-                Self::GpuId(read_array::<_, 16, MAX_GPUS>(k, bytes, |b| NvSciRmGpuId {
-                    bytes: b,
-                })?)
-            }
+            K::NvSciSyncAttrKey_GpuId => Self::GpuId(read_gpu_ids(k, bytes)?),
             _ => return Err(ValidationError::UnknownAttrKey { key: k }),
         })
     }
@@ -1095,14 +946,162 @@ impl SyncAttr {
     pub unsafe fn decode_pair(
         pair: &NvSciSyncAttrKeyValuePair,
     ) -> Result<Option<Self>, ValidationError> {
-        if pair.value.is_null() || pair.len == 0 {
-            return Ok(None);
-        }
-        // SAFETY: non-NULL, and the caller guarantees `len` readable initialised bytes there.
-        let bytes = unsafe { core::slice::from_raw_parts(pair.value.cast::<u8>(), pair.len) };
-        Self::decode(pair.attrKey, bytes).map(Some)
+        // SAFETY: the caller upholds the same contract `decode_pair` states.
+        unsafe { decode_pair(pair) }
     }
 }
+
+/// The per-library facts the shared set code needs, out of the public API (the pair
+/// structures point at values; only this module builds and reads them).
+mod facts {
+    use core::ffi::c_void;
+
+    use crate::error::ValidationError;
+
+    /// What NvSciBuf and NvSciSync attributes differ in; everything else of a set is written
+    /// once, over this trait.
+    pub trait AttrFacts: Clone + Sized {
+        /// The C key (`NvSciBufAttrKey`, `NvSciSyncAttrKey`).
+        type Key: Copy + PartialEq + core::fmt::Debug;
+        /// The C key/value pair (the two name their key field differently).
+        type Pair: core::fmt::Debug;
+        /// The attribute's key.
+        fn key_of(&self) -> Self::Key;
+        /// The key's number, as errors carry it.
+        fn raw_key(key: Self::Key) -> u32;
+        /// The value checked alone.
+        fn check(&self) -> Result<(), ValidationError>;
+        /// `true` for keys only reconciliation writes.
+        fn output_only(&self) -> bool;
+        /// The keys of one list checked against each other (nothing to check by default).
+        fn check_together(_attrs: &[Self]) -> Result<(), ValidationError> {
+            Ok(())
+        }
+        /// A value read back for `key`.
+        fn decode_from(key: Self::Key, bytes: &[u8]) -> Result<Self, ValidationError>;
+        /// Where the value lies (inside `self`) and its length in bytes.
+        fn value(&self) -> (*const c_void, usize);
+        /// The C pair.
+        fn pair(key: Self::Key, value: *const c_void, len: usize) -> Self::Pair;
+        /// A C pair's key, value pointer and length.
+        fn parts(pair: &Self::Pair) -> (Self::Key, *const c_void, usize);
+    }
+}
+
+/// An NvSci library's attribute type, [`BufAttr`] or [`SyncAttr`] (sealed): the one shape
+/// [`AttrSet`], [`LoweredAttrs`] and [`decode_pair`] are written over, the way the driver's
+/// `nvsci::Library` shares its list and object code between the two libraries.
+pub trait AttrKind: facts::AttrFacts {}
+
+impl AttrKind for BufAttr {}
+impl AttrKind for SyncAttr {}
+
+/// The facts both attribute types answer with their own inherent methods (`key`,
+/// `validate`, `is_output_only`, `decode`, `value_ptr_len`).
+macro_rules! facts_from_inherent {
+    ($key:ty) => {
+        fn key_of(&self) -> $key {
+            self.key()
+        }
+        fn raw_key(key: $key) -> u32 {
+            key.0
+        }
+        fn check(&self) -> Result<(), ValidationError> {
+            self.validate()
+        }
+        fn output_only(&self) -> bool {
+            self.is_output_only()
+        }
+        fn decode_from(key: $key, bytes: &[u8]) -> Result<Self, ValidationError> {
+            Self::decode(key, bytes)
+        }
+        fn value(&self) -> (*const c_void, usize) {
+            self.value_ptr_len()
+        }
+    };
+}
+
+impl facts::AttrFacts for BufAttr {
+    type Key = NvSciBufAttrKey;
+    type Pair = NvSciBufAttrKeyValuePair;
+
+    facts_from_inherent!(NvSciBufAttrKey);
+    /// Every per-plane key has `PlaneCount` entries.
+    fn check_together(attrs: &[Self]) -> Result<(), ValidationError> {
+        let plane_count = attrs.iter().find_map(|a| match a {
+            BufAttr::PlaneCount(n) => Some(*n as usize),
+            _ => None,
+        });
+        let Some(expected) = plane_count else {
+            return Ok(());
+        };
+        for attr in attrs {
+            match attr.plane_entries() {
+                Some(actual) if actual != expected => {
+                    return Err(ValidationError::PlaneCountMismatch {
+                        key: attr.key().0,
+                        expected,
+                        actual,
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    fn pair(key: NvSciBufAttrKey, value: *const c_void, len: usize) -> NvSciBufAttrKeyValuePair {
+        NvSciBufAttrKeyValuePair { key, value, len }
+    }
+    fn parts(pair: &NvSciBufAttrKeyValuePair) -> (NvSciBufAttrKey, *const c_void, usize) {
+        (pair.key, pair.value, pair.len)
+    }
+}
+
+impl facts::AttrFacts for SyncAttr {
+    type Key = NvSciSyncAttrKey;
+    type Pair = NvSciSyncAttrKeyValuePair;
+
+    facts_from_inherent!(NvSciSyncAttrKey);
+    fn pair(key: NvSciSyncAttrKey, value: *const c_void, len: usize) -> NvSciSyncAttrKeyValuePair {
+        NvSciSyncAttrKeyValuePair {
+            attrKey: key,
+            value,
+            len,
+        }
+    }
+    fn parts(pair: &NvSciSyncAttrKeyValuePair) -> (NvSciSyncAttrKey, *const c_void, usize) {
+        (pair.attrKey, pair.value, pair.len)
+    }
+}
+
+/// Decodes a pair filled by `NvSciBufAttrListGetAttrs` / `NvSciSyncAttrListGetAttrs`.
+/// `Ok(None)` when the key is not set (NULL value or zero length). Checks the length against
+/// the key's type; does not apply the value's `validate`.
+///
+/// # Safety
+///
+/// `pair.value` must be NULL or point to `pair.len` readable, initialised bytes that stay
+/// unchanged for the duration of the call (true for a pair just filled by GetAttrs while
+/// its attribute list is alive and not modified).
+pub unsafe fn decode_pair<A: AttrKind>(pair: &A::Pair) -> Result<Option<A>, ValidationError> {
+    let (key, value, len) = A::parts(pair);
+    if value.is_null() || len == 0 {
+        return Ok(None);
+    }
+    // SAFETY: non-NULL, and the caller guarantees `len` readable initialised bytes there.
+    let bytes = unsafe { core::slice::from_raw_parts(value.cast::<u8>(), len) };
+    A::decode_from(key, bytes).map(Some)
+}
+
+/// A validated NvSci attribute list of at most `N` keys, each at most once: a
+/// [`BufAttrSet`] or a [`SyncAttrSet`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttrSet<A: AttrKind, const N: usize> {
+    attrs: heapless::Vec<A, N>,
+}
+
+/// A validated NvSciBuf attribute list of at most `N` keys, each at most once.
+pub type BufAttrSet<const N: usize> = AttrSet<BufAttr, N>;
 
 /// A validated NvSciSync attribute list of at most `N` keys, each at most once.
 ///
@@ -1121,43 +1120,111 @@ impl SyncAttr {
 /// assert_eq!(attrs.lower()?.len(), 2);
 /// # Ok::<(), ValidationError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SyncAttrSet<const N: usize> {
-    attrs: heapless::Vec<SyncAttr, N>,
+pub type SyncAttrSet<const N: usize> = AttrSet<SyncAttr, N>;
+
+impl<A: AttrKind, const N: usize> Default for AttrSet<A, N> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
-impl<const N: usize> SyncAttrSet<N> {
-    attr_set_common!(SyncAttr, NvSciSyncAttrKey);
+impl<A: AttrKind, const N: usize> AttrSet<A, N> {
+    /// An empty set.
+    pub const fn new() -> Self {
+        Self {
+            attrs: heapless::Vec::new(),
+        }
+    }
 
-    /// Builds the C pair array for `NvSciSyncAttrListSetAttrs`, pointing into this set's
-    /// storage (valid while the returned value lives).
-    pub fn lower(&self) -> Result<LoweredSyncAttrs<'_, N>, ValidationError> {
-        let pairs = lower_pairs(&self.attrs, |attr| {
-            let (value, len) = attr.value_ptr_len();
-            NvSciSyncAttrKeyValuePair {
-                attrKey: attr.key(),
-                value,
-                len,
-            }
-        })?;
-        Ok(LoweredSyncAttrs {
+    /// Adds `attr` after checking its value, that it is an input (output-only keys are
+    /// refused, as the library does), that its key is not set yet (each key at most once
+    /// per list), and the capacity.
+    pub fn set(&mut self, attr: A) -> Result<&mut Self, ValidationError> {
+        attr.check()?;
+        let key = attr.key_of();
+        if attr.output_only() {
+            return Err(ValidationError::OutputOnlyKey {
+                key: A::raw_key(key),
+            });
+        }
+        if self.attrs.iter().any(|a| a.key_of() == key) {
+            return Err(ValidationError::DuplicateKey {
+                key: A::raw_key(key),
+            });
+        }
+        self.attrs
+            .push(attr)
+            .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+        Ok(self)
+    }
+
+    /// The attribute with `key`, if set.
+    pub fn get(&self, key: A::Key) -> Option<&A> {
+        self.attrs.iter().find(|a| a.key_of() == key)
+    }
+
+    /// The attributes, in insertion order.
+    pub fn attrs(&self) -> &[A] {
+        &self.attrs
+    }
+
+    /// Number of keys set.
+    pub fn len(&self) -> usize {
+        self.attrs.len()
+    }
+
+    /// `true` when no key is set.
+    pub fn is_empty(&self) -> bool {
+        self.attrs.is_empty()
+    }
+
+    /// Checks the keys against each other (NvSciBuf: every per-plane key has `PlaneCount`
+    /// entries; NvSciSync: nothing to check).
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        A::check_together(&self.attrs)
+    }
+
+    /// Validates and builds the C pair array for `NvSciBufAttrListSetAttrs` /
+    /// `NvSciSyncAttrListSetAttrs`, pointing into this set's storage (valid while the
+    /// returned value lives). No allocation.
+    pub fn lower(&self) -> Result<LoweredAttrs<'_, A, N>, ValidationError> {
+        self.validate()?;
+        let mut pairs = heapless::Vec::new();
+        for attr in &self.attrs {
+            let (value, len) = attr.value();
+            pairs
+                .push(A::pair(attr.key_of(), value, len))
+                .map_err(|_| ValidationError::CapacityExceeded { capacity: N })?;
+        }
+        Ok(LoweredAttrs {
             pairs,
             _set: PhantomData,
         })
     }
 }
 
-/// The C pairs of a [`SyncAttrSet`], borrowing its value storage.
+/// The C pairs of an [`AttrSet`], borrowing its value storage.
 #[derive(Debug)]
-pub struct LoweredSyncAttrs<'a, const N: usize> {
-    pairs: heapless::Vec<NvSciSyncAttrKeyValuePair, N>,
-    _set: PhantomData<&'a SyncAttrSet<N>>,
+pub struct LoweredAttrs<'a, A: AttrKind, const N: usize> {
+    pairs: heapless::Vec<A::Pair, N>,
+    _set: PhantomData<&'a AttrSet<A, N>>,
 }
 
-impl<const N: usize> LoweredSyncAttrs<'_, N> {
-    /// The pairs (`NvSciSyncAttrListSetAttrs` takes a const pointer: use `as_slice().as_ptr()`).
-    pub fn as_slice(&self) -> &[NvSciSyncAttrKeyValuePair] {
+/// The C pairs of a [`BufAttrSet`].
+pub type LoweredBufAttrs<'a, const N: usize> = LoweredAttrs<'a, BufAttr, N>;
+
+/// The C pairs of a [`SyncAttrSet`].
+pub type LoweredSyncAttrs<'a, const N: usize> = LoweredAttrs<'a, SyncAttr, N>;
+
+impl<A: AttrKind, const N: usize> LoweredAttrs<'_, A, N> {
+    /// The pairs (`NvSciSyncAttrListSetAttrs` takes a const pointer: `as_slice().as_ptr()`).
+    pub fn as_slice(&self) -> &[A::Pair] {
         &self.pairs
+    }
+
+    /// Pointer for `NvSciBufAttrListSetAttrs` (which takes a mutable pointer but only reads).
+    pub fn as_mut_ptr(&mut self) -> *mut A::Pair {
+        self.pairs.as_mut_ptr()
     }
 
     /// Number of pairs.

@@ -32,7 +32,7 @@ use tegra_interop_sys::nvsci::NvSciSyncFence;
 
 use crate::error::ValidationError;
 use crate::flags::{SignalFlags, WaitFlags};
-use crate::memory::check_win32;
+use crate::import::{import_facts, Import};
 
 /// Keyed-mutex wait timeout meaning "wait forever" (`INFINITE`, 0xFFFFFFFF milliseconds).
 pub const KEYED_MUTEX_INFINITE: u32 = 0xFFFF_FFFF;
@@ -198,44 +198,23 @@ pub enum SemaphoreHandle {
 /// assert_eq!(sem.raw().flags, 0);
 /// # Ok::<(), tegra_interop_core::ValidationError>(())
 /// ```
-#[derive(Clone, Copy)]
-pub struct SemaphoreImport {
-    desc: CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
-    kind: SemaphoreHandleKind,
-    handle: SemaphoreHandle,
-}
+pub type SemaphoreImport = Import<SemaphoreHandleKind>;
 
-impl SemaphoreImport {
+import_facts!(
+    SemaphoreHandleKind,
+    CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC,
+    SemaphoreHandle::NvSciSync,
+    nvSciSyncObj,
+    "SemaphoreImport"
+);
+
+impl Import<SemaphoreHandleKind> {
     /// A validated import of `kind` from `handle`.
     pub fn new(
         kind: SemaphoreHandleKind,
         handle: SemaphoreHandle,
     ) -> Result<Self, ValidationError> {
-        let mut desc = CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC {
-            type_: kind.raw(),
-            ..Default::default()
-        };
-        match (kind, handle) {
-            (k, SemaphoreHandle::Fd(fd)) if k.is_fd() => {
-                if fd < 0 {
-                    return Err(ValidationError::NegativeFd { fd });
-                }
-                desc.handle.fd = fd;
-            }
-            (k, SemaphoreHandle::Win32 { handle: h, name }) if k.is_win32() => {
-                check_win32(k.is_kmt(), h.cast_const(), name)?;
-                desc.handle.win32.handle = h;
-                desc.handle.win32.name = name;
-            }
-            (SemaphoreHandleKind::NvSciSync, SemaphoreHandle::NvSciSync(obj)) => {
-                if obj.is_null() {
-                    return Err(ValidationError::NullHandle);
-                }
-                desc.handle.nvSciSyncObj = obj;
-            }
-            _ => return Err(ValidationError::HandleKindMismatch),
-        }
-        Ok(Self { desc, kind, handle })
+        Self::describe(kind, handle)
     }
 
     fn win32(
@@ -315,53 +294,6 @@ impl SemaphoreImport {
             SemaphoreHandleKind::NvSciSync,
             SemaphoreHandle::NvSciSync(obj),
         )
-    }
-
-    /// The C descriptor, ready for `cuImportExternalSemaphore`.
-    pub fn raw(&self) -> &CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC {
-        &self.desc
-    }
-
-    /// The handle kind.
-    pub fn kind(&self) -> SemaphoreHandleKind {
-        self.kind
-    }
-
-    /// The handle.
-    pub fn handle(&self) -> SemaphoreHandle {
-        self.handle
-    }
-
-    /// The fd, for fd kinds.
-    pub fn fd(&self) -> Option<i32> {
-        match self.handle {
-            SemaphoreHandle::Fd(fd) => Some(fd),
-            _ => None,
-        }
-    }
-
-    /// The same import (kind) naming another fd number, for example a duplicate of the
-    /// original. Refuses non-fd kinds (`HandleKindMismatch`) and negative numbers
-    /// (`NegativeFd`), like the constructors.
-    pub fn with_fd(mut self, fd: i32) -> Result<Self, ValidationError> {
-        if !self.kind.is_fd() {
-            return Err(ValidationError::HandleKindMismatch);
-        }
-        if fd < 0 {
-            return Err(ValidationError::NegativeFd { fd });
-        }
-        self.desc.handle.fd = fd;
-        self.handle = SemaphoreHandle::Fd(fd);
-        Ok(self)
-    }
-}
-
-impl fmt::Debug for SemaphoreImport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SemaphoreImport")
-            .field("kind", &self.kind)
-            .field("handle", &self.handle)
-            .finish()
     }
 }
 

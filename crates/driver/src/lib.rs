@@ -70,6 +70,7 @@ pub mod egl;
 pub mod error;
 mod fd;
 mod ffi;
+mod import;
 pub mod memory;
 pub mod nvsci;
 mod owner;

@@ -1,7 +1,7 @@
 //! Imported external memory and its mappings.
 #![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::ptr;
 use std::sync::Arc;
 
@@ -119,11 +119,9 @@ impl ExternalMemory {
         fd: OwnedFd,
         import: MemoryImport,
     ) -> Result<ExternalMemory, ImportError> {
-        let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
-        crate::fd::import_consuming_fd(
+        crate::import::import_fd(
             fd,
-            fd_in_desc,
-            |dup| import.with_fd(dup),
+            |_| Ok(import),
             |described| Self::import_desc(ctx, described),
         )
     }
@@ -131,13 +129,11 @@ impl ExternalMemory {
     /// Imports `size` bytes of an opaque fd export (for example Vulkan
     /// `OPAQUE_FD`). See [`import_fd`](Self::import_fd) for fd ownership.
     pub fn opaque_fd(ctx: &Context, fd: OwnedFd, size: u64) -> Result<ExternalMemory, ImportError> {
-        match MemoryImport::opaque_fd(fd.as_raw_fd(), size) {
-            Ok(import) => Self::import_fd(ctx, fd, import),
-            Err(e) => Err(ImportError {
-                error: e.into(),
-                fd,
-            }),
-        }
+        crate::import::import_fd(
+            fd,
+            |raw| MemoryImport::opaque_fd(raw, size),
+            |described| Self::import_desc(ctx, described),
+        )
     }
 
     /// Imports `size` bytes of a Linux dma-buf (CUDA 13.0 and later). See
@@ -147,13 +143,11 @@ impl ExternalMemory {
         fd: OwnedFd,
         size: u64,
     ) -> Result<ExternalMemory, ImportError> {
-        match MemoryImport::dma_buf_fd(fd.as_raw_fd(), size) {
-            Ok(import) => Self::import_fd(ctx, fd, import),
-            Err(e) => Err(ImportError {
-                error: e.into(),
-                fd,
-            }),
-        }
+        crate::import::import_fd(
+            fd,
+            |raw| MemoryImport::dma_buf_fd(raw, size),
+            |described| Self::import_desc(ctx, described),
+        )
     }
 
     /// Imports a handle that is not a file descriptor (an `NvSciBufObj`, or
@@ -170,9 +164,7 @@ impl ExternalMemory {
         ctx: &Context,
         import: &MemoryImport,
     ) -> Result<ExternalMemory, Error> {
-        if import.kind().is_fd() {
-            return Err(Error::Validation(ValidationError::HandleKindMismatch));
-        }
+        crate::import::refuse_fd_kind(import)?;
         Self::import_desc(ctx, import)
     }
 

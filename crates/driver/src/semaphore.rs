@@ -4,7 +4,7 @@
 #![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line
 
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -161,11 +161,9 @@ impl ExternalSemaphore {
         fd: OwnedFd,
         import: SemaphoreImport,
     ) -> Result<ExternalSemaphore, ImportError> {
-        let fd_in_desc = import.kind().is_fd().then(|| import.fd()).flatten();
-        crate::fd::import_consuming_fd(
+        crate::import::import_fd(
             fd,
-            fd_in_desc,
-            |dup| import.with_fd(dup),
+            |_| Ok(import),
             |described| Self::import_desc(ctx, described),
         )
     }
@@ -173,25 +171,17 @@ impl ExternalSemaphore {
     /// Imports a binary semaphore exported as an opaque fd (Vulkan
     /// `OPAQUE_FD`). See [`import_fd`](Self::import_fd) for fd ownership.
     pub fn binary_fd(ctx: &Context, fd: OwnedFd) -> Result<ExternalSemaphore, ImportError> {
-        match SemaphoreImport::opaque_fd(fd.as_raw_fd()) {
-            Ok(import) => Self::import_fd(ctx, fd, import),
-            Err(e) => Err(ImportError {
-                error: e.into(),
-                fd,
-            }),
-        }
+        crate::import::import_fd(fd, SemaphoreImport::opaque_fd, |described| {
+            Self::import_desc(ctx, described)
+        })
     }
 
     /// Imports a timeline semaphore exported as an fd, tracked from 0. See
     /// [`import_fd`](Self::import_fd) for fd ownership.
     pub fn timeline_fd(ctx: &Context, fd: OwnedFd) -> Result<ExternalSemaphore, ImportError> {
-        match SemaphoreImport::timeline_fd(fd.as_raw_fd()) {
-            Ok(import) => Self::import_fd(ctx, fd, import),
-            Err(e) => Err(ImportError {
-                error: e.into(),
-                fd,
-            }),
-        }
+        crate::import::import_fd(fd, SemaphoreImport::timeline_fd, |described| {
+            Self::import_desc(ctx, described)
+        })
     }
 
     /// Imports a semaphore that is not a file descriptor: an `NvSciSyncObj`
@@ -208,9 +198,7 @@ impl ExternalSemaphore {
         ctx: &Context,
         import: &SemaphoreImport,
     ) -> Result<ExternalSemaphore, Error> {
-        if import.kind().is_fd() {
-            return Err(Error::Validation(ValidationError::HandleKindMismatch));
-        }
+        crate::import::refuse_fd_kind(import)?;
         Self::import_desc(ctx, import)
     }
 

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[cfg(feature = "cudarc")]
 use std::sync::Arc;
 
-use tegra_interop_core::{CuResult, SignalParams, StreamId, ValidationError, WaitParams};
+use tegra_interop_core::{
+    CuResult, PushError, SignalBatch, SignalParams, StreamId, ValidationError, WaitParams,
+};
 use tegra_interop_sys::cuda::{
     CUcontext, CUexternalSemaphore, CUstream, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
     CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
@@ -215,6 +217,17 @@ fn check_len(len: usize) -> Result<(), Error> {
         return Err(over_capacity());
     }
     Ok(())
+}
+
+/// An entry pushed on one of the core's batches; a refusal becomes the
+/// driver's error (the entry itself is dropped: it only borrows).
+#[inline]
+fn pushed<T>(result: Result<usize, PushError<T>>) -> Result<(), Error> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(PushError::Invalid(_, e)) => Err(Error::Validation(e)),
+        Err(PushError::Full(_)) => Err(over_capacity()),
+    }
 }
 
 #[cold]
@@ -538,8 +551,9 @@ impl Stream {
 pub struct TimelineSignals<'s> {
     ctx: CUcontext,
     semaphores: Vec<&'s mut ExternalSemaphore>,
-    handles: Vec<CUexternalSemaphore>,
-    params: Vec<CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS>,
+    /// The C arrays, lowered once by the core; each signal updates the
+    /// fence values in place.
+    batch: Box<SignalBatch<MAX_BATCH>>,
 }
 
 impl<'s> TimelineSignals<'s> {
@@ -566,23 +580,20 @@ impl<'s> TimelineSignals<'s> {
         if semaphores.is_empty() {
             return Err(unsupported("a set needs at least one semaphore"));
         }
-        let mut handles = Vec::with_capacity(semaphores.len());
+        let mut batch = Box::new(SignalBatch::<MAX_BATCH>::new());
         for semaphore in &semaphores {
             let handle = stream.handle_for(ctx, semaphore)?;
-            SignalParams::timeline(1).check_for(semaphore.kind())?;
+            pushed(batch.push(handle, semaphore.kind(), SignalParams::timeline(1)))?;
             if semaphore.last_timeline_value().is_none() {
                 return Err(unsupported(
                     "every semaphore of a set must keep a timeline tracker",
                 ));
             }
-            handles.push(handle);
         }
-        let params = vec![CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default(); semaphores.len()];
         Ok(TimelineSignals {
             ctx,
             semaphores,
-            handles,
-            params,
+            batch,
         })
     }
 
@@ -623,7 +634,7 @@ impl<'s> TimelineSignals<'s> {
                 },
             });
         }
-        for ((semaphore, &value), raw) in self.semaphores.iter().zip(values).zip(&mut self.params) {
+        for (index, (semaphore, &value)) in self.semaphores.iter().zip(values).enumerate() {
             match semaphore.tracking() {
                 Tracking::Timeline(t) => t.check_on(stream.id, value)?,
                 _ => {
@@ -633,18 +644,18 @@ impl<'s> TimelineSignals<'s> {
                     })
                 }
             }
-            raw.params.fence.value = value;
+            self.batch.set_fence_value(index, value)?;
         }
-        // SAFETY: the two arrays hold the same count of entries, passed (checked above and in
-        // `new`, which refused more than `MAX_BATCH`); every handle is a live semaphore of this
-        // stream's context, held (`&mut`) by the set; the blocks are zeroed but for the fence
-        // values.
+        // SAFETY: every handle is a live semaphore of this stream's context,
+        // held (`&mut`) by the set; the parameter blocks are the core's
+        // validated lowering, with this call's fence values; both arrays hold
+        // `count()` entries and live for the call.
         unsafe {
             call::cuSignalExternalSemaphoresAsync(
                 Current(stream.context()),
-                self.handles.as_ptr(),
-                self.params.as_ptr(),
-                self.handles.len() as u32,
+                self.batch.handles().as_ptr(),
+                self.batch.params().as_ptr(),
+                self.batch.count(),
                 stream.as_raw(),
             )
         }?;
