@@ -8,7 +8,9 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+#[cfg(not(miri))]
+use std::os::fd::AsRawFd;
+use std::os::fd::BorrowedFd;
 
 /// The system page size.
 pub(crate) fn page_size() -> usize {
@@ -28,6 +30,17 @@ fn round_up(v: usize, page: usize) -> Option<usize> {
 pub(crate) struct Region {
     base: *mut u8,
     len: usize,
+    /// Under Miri, what the range lives in (see `shm::heap`).
+    #[cfg(miri)]
+    backing: Backing,
+}
+
+/// Under Miri a region is heap memory: its own block (anonymous) or a
+/// range of a file's registered block (a "shared mapping").
+#[cfg(miri)]
+enum Backing {
+    Own(#[allow(dead_code)] super::heap::Block),
+    Shared(#[allow(dead_code)] std::sync::Arc<super::heap::Block>),
 }
 
 // SAFETY: a Region is a plain address range; every access through it goes
@@ -38,7 +51,63 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
+    /// Private zeroed memory of at least `len` bytes (cuMemAlloc): under
+    /// Miri, a page-aligned heap block.
+    #[cfg(miri)]
+    pub(crate) fn anonymous(len: usize) -> io::Result<Region> {
+        let page = page_size();
+        let len = round_up(len.max(1), page)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let block = super::heap::Block::zeroed(len, page)?;
+        Ok(Region {
+            base: block.base(),
+            len,
+            backing: Backing::Own(block),
+        })
+    }
+
+    /// Under Miri: `[offset, offset + len)` of a file made by
+    /// [`super::memfd`], as a view of the file's heap block (shared with
+    /// every other region of that file). A descriptor the heap registry
+    /// does not know, or a range reaching past the file's last page (the
+    /// zero pages of the real mapping cannot be spliced onto a heap block),
+    /// is refused with EINVAL.
+    #[cfg(miri)]
+    pub(crate) fn map_file(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let _ = file_len;
+        let (_, block) = super::heap::lookup(fd).ok_or_else(einval)?;
+        let page = page_size();
+        let offset_us = usize::try_from(offset).map_err(|_| einval())?;
+        let start = offset_us & !(page - 1);
+        let delta = offset_us - start;
+        let total = delta
+            .checked_add(len.max(1))
+            .and_then(|t| round_up(t, page))
+            .ok_or_else(einval)?;
+        if start.checked_add(total).is_none_or(|end| end > block.len()) {
+            return Err(einval());
+        }
+        // SAFETY: `start + total <= block.len()` (checked), so both pointers
+        // stay inside the block, which the region keeps alive.
+        let (base, at) = unsafe { (block.base().add(start), block.base().add(offset_us)) };
+        Ok((
+            Region {
+                base,
+                len: total,
+                backing: Backing::Shared(block),
+            },
+            at,
+        ))
+    }
+
     /// Private zeroed memory of at least `len` bytes (cuMemAlloc).
+    #[cfg(not(miri))]
     pub(crate) fn anonymous(len: usize) -> io::Result<Region> {
         let len = round_up(len.max(1), page_size())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
@@ -69,6 +138,7 @@ impl Region {
     /// by private zero pages instead of the file, so touching them never
     /// raises SIGBUS (the simulator's answer to an import declared larger
     /// than the exporter's allocation).
+    #[cfg(not(miri))]
     pub(crate) fn map_file(
         fd: BorrowedFd<'_>,
         file_len: u64,
@@ -181,6 +251,7 @@ impl Region {
     }
 }
 
+#[cfg(not(miri))]
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: `base`/`len` describe a mapping this Region created and owns.
