@@ -403,8 +403,7 @@ pub(crate) fn is_open(fd: RawFd) -> Option<bool> {
 /// `kcmp(KCMP_FILE)`: whether two descriptor numbers of this process name
 /// the same open file description (`None`: cannot tell, e.g. seccomp).
 pub(crate) fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
-    // Miri has no kcmp: it answers "cannot tell", as under a seccomp filter.
-    #[cfg(all(any(target_os = "linux", target_os = "android"), not(miri)))]
+    #[cfg(any(target_os = "linux", target_os = "android"))]
     {
         const KCMP_FILE: libc::c_long = 0;
         // SAFETY: getpid has no preconditions.
@@ -427,7 +426,7 @@ pub(crate) fn same_description(a: RawFd, b: RawFd) -> Option<bool> {
             _ => None,
         }
     }
-    #[cfg(any(not(any(target_os = "linux", target_os = "android")), miri))]
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     {
         let _ = (a, b);
         None
