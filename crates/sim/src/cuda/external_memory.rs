@@ -247,7 +247,10 @@ pub(super) fn import_memory(
                 nvscibuf,
             },
         );
-        put(out, h as usize as CUexternalMemory)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast(),
+        )
     }
 }
 
@@ -411,7 +414,10 @@ pub(crate) fn cuExternalMemoryGetMappedMipmappedArray(
                 _region: region,
             },
         );
-        put(out, mh as usize as CUmipmappedArray)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(mh as usize).cast(),
+        )
     })();
     done(r)
 }
@@ -437,7 +443,10 @@ pub(crate) fn cuMipmappedArrayGetLevel(
             ));
         };
         let a = *m.levels.get(level as usize).ok_or(INVALID_VALUE)?;
-        put(out, a as usize as CUarray)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(a as usize).cast(),
+        )
     })();
     done(r)
 }

@@ -9,7 +9,9 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+#[cfg(not(miri))]
+use std::os::fd::AsRawFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// The memfd name of memory made by [`crate::export::memory`]: the mark of a
 /// "GPU allocation" that an `OPAQUE_FD` memory import accepts. A name is

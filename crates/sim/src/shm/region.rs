@@ -30,8 +30,10 @@ fn round_up(v: usize, page: usize) -> Option<usize> {
 pub(crate) struct Region {
     base: *mut u8,
     len: usize,
-    /// Under Miri, what the range lives in (see `shm::heap`).
+    /// Under Miri, what the range lives in (see `shm::heap`); held only to
+    /// keep it alive while the region is.
     #[cfg(miri)]
+    #[allow(dead_code)]
     backing: Backing,
 }
 
@@ -39,8 +41,8 @@ pub(crate) struct Region {
 /// range of a file's registered block (a "shared mapping").
 #[cfg(miri)]
 enum Backing {
-    Own(#[allow(dead_code)] super::heap::Block),
-    Shared(#[allow(dead_code)] std::sync::Arc<super::heap::Block>),
+    Own(super::heap::Block),
+    Shared(std::sync::Arc<super::heap::Block>),
 }
 
 // SAFETY: a Region is a plain address range; every access through it goes
@@ -56,8 +58,8 @@ impl Region {
     #[cfg(miri)]
     pub(crate) fn anonymous(len: usize) -> io::Result<Region> {
         let page = page_size();
-        let len = round_up(len.max(1), page)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let len =
+            round_up(len.max(1), page).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
         let block = super::heap::Block::zeroed(len, page)?;
         Ok(Region {
             base: block.base(),
@@ -203,7 +205,7 @@ impl Region {
         }
         // SAFETY: the range lies inside our live mapping (checked); `out`
         // is a distinct Rust buffer.
-        unsafe { core::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        unsafe { core::ptr::copy(self.base.with_addr(addr), out.as_mut_ptr(), out.len()) };
         true
     }
 
@@ -214,7 +216,7 @@ impl Region {
             return false;
         }
         // SAFETY: as in `read_at`, for a write.
-        unsafe { core::ptr::copy(data.as_ptr(), addr as *mut u8, data.len()) };
+        unsafe { core::ptr::copy(data.as_ptr(), self.base.with_addr(addr), data.len()) };
         true
     }
 
@@ -225,7 +227,7 @@ impl Region {
             return false;
         }
         // SAFETY: as in `read_at`, for a write.
-        unsafe { core::ptr::write_bytes(addr as *mut u8, v, n) };
+        unsafe { core::ptr::write_bytes(self.base.with_addr(addr), v, n) };
         true
     }
 
@@ -237,7 +239,7 @@ impl Region {
         }
         // SAFETY: inside our live mapping (checked), which lives as long as
         // the borrow of `self`.
-        Some(unsafe { core::slice::from_raw_parts(addr as *const u8, n) })
+        Some(unsafe { core::slice::from_raw_parts(self.base.with_addr(addr), n) })
     }
 
     /// The `n` bytes at address `addr`, writable; `&mut self` makes this
@@ -247,7 +249,7 @@ impl Region {
             return None;
         }
         // SAFETY: as in `bytes`; `&mut self` excludes other views of ours.
-        Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, n) })
+        Some(unsafe { core::slice::from_raw_parts_mut(self.base.with_addr(addr), n) })
     }
 }
 
