@@ -30,16 +30,18 @@ fn round_up(v: usize, page: usize) -> Option<usize> {
 pub(crate) struct Region {
     base: *mut u8,
     len: usize,
-    /// Under Miri, what the range lives in (see `shm::heap`); held only to
-    /// keep it alive while the region is.
+    /// Under Miri, what the range lives in (see `shm::heap`); never read,
+    /// held to keep that memory alive while the region is.
     #[cfg(miri)]
     #[allow(dead_code)]
     backing: Backing,
 }
 
 /// Under Miri a region is heap memory: its own block (anonymous) or a
-/// range of a file's registered block (a "shared mapping").
+/// range of a file's registered block (a "shared mapping"). Never read:
+/// held to keep the memory alive.
 #[cfg(miri)]
+#[allow(dead_code)]
 enum Backing {
     Own(super::heap::Block),
     Shared(std::sync::Arc<super::heap::Block>),
