@@ -35,6 +35,11 @@ pub(crate) struct Region {
     #[cfg(miri)]
     #[allow(dead_code)]
     backing: Backing,
+    /// Under Miri, for a device mapping ([`Region::map_file_device`]): a
+    /// block of the same length whose addresses the callers see instead of
+    /// the file's (see there).
+    #[cfg(miri)]
+    window: Option<super::heap::Block>,
 }
 
 /// Under Miri a region is heap memory: its own block (anonymous) or a
@@ -67,6 +72,7 @@ impl Region {
             base: block.base(),
             len,
             backing: Backing::Own(block),
+            window: None,
         })
     }
 
@@ -105,6 +111,7 @@ impl Region {
                 base,
                 len: total,
                 backing: Backing::Shared(block),
+                window: None,
             },
             at,
         ))
@@ -185,6 +192,71 @@ impl Region {
         Ok((region, at))
     }
 
+    /// A mapping of a file whose addresses are device pointers (CUDA's
+    /// mapped buffers and arrays of imported memory): natively, exactly
+    /// [`Region::map_file`].
+    #[cfg(not(miri))]
+    pub(crate) fn map_file_device(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        Region::map_file(fd, file_len, offset, len)
+    }
+
+    /// Under Miri: as [`Region::map_file`], but the addresses handed out
+    /// come from a block of the region's own (its "window"), and every
+    /// access through the region is translated to the file's block. The
+    /// heap cannot map one file at two addresses, so without the window two
+    /// device mappings of one file would share an address, where natively
+    /// each mapping has its own, and the simulator's books, kept by device
+    /// address, would take them for one allocation. The window's bytes are
+    /// never used: the simulator reaches device memory only through its
+    /// regions.
+    #[cfg(miri)]
+    pub(crate) fn map_file_device(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        let (mut region, at) = Region::map_file(fd, file_len, offset, len)?;
+        let window = super::heap::Block::zeroed(region.len, page_size())?;
+        let delta = at.addr() - region.base.addr();
+        let at = window.base().wrapping_add(delta);
+        region.window = Some(window);
+        Ok((region, at))
+    }
+
+    /// The first address callers see for this region.
+    #[cfg(not(miri))]
+    fn start(&self) -> usize {
+        self.base as usize
+    }
+
+    /// The first address callers see for this region: the window's, if
+    /// it has one.
+    #[cfg(miri)]
+    fn start(&self) -> usize {
+        self.window
+            .as_ref()
+            .map_or(self.base.addr(), |w| w.base().addr())
+    }
+
+    /// The memory behind address `addr` (which `contains` accepted).
+    #[cfg(not(miri))]
+    fn host(&self, addr: usize) -> *mut u8 {
+        self.base.with_addr(addr)
+    }
+
+    /// The memory behind address `addr` (which `contains` accepted),
+    /// translated from the window, if any.
+    #[cfg(miri)]
+    fn host(&self, addr: usize) -> *mut u8 {
+        self.base.wrapping_add(addr - self.start())
+    }
+
     /// First byte of the mapping.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
@@ -192,7 +264,7 @@ impl Region {
 
     /// Whether `[addr, addr + n)` lies inside the mapping.
     pub(crate) fn contains(&self, addr: usize, n: usize) -> bool {
-        let start = self.base as usize;
+        let start = self.start();
         addr >= start
             && addr
                 .checked_add(n)
@@ -207,7 +279,7 @@ impl Region {
         }
         // SAFETY: the range lies inside our live mapping (checked); `out`
         // is a distinct Rust buffer.
-        unsafe { core::ptr::copy(self.base.with_addr(addr), out.as_mut_ptr(), out.len()) };
+        unsafe { core::ptr::copy(self.host(addr), out.as_mut_ptr(), out.len()) };
         true
     }
 
@@ -218,7 +290,7 @@ impl Region {
             return false;
         }
         // SAFETY: as in `read_at`, for a write.
-        unsafe { core::ptr::copy(data.as_ptr(), self.base.with_addr(addr), data.len()) };
+        unsafe { core::ptr::copy(data.as_ptr(), self.host(addr), data.len()) };
         true
     }
 
@@ -229,7 +301,7 @@ impl Region {
             return false;
         }
         // SAFETY: as in `read_at`, for a write.
-        unsafe { core::ptr::write_bytes(self.base.with_addr(addr), v, n) };
+        unsafe { core::ptr::write_bytes(self.host(addr), v, n) };
         true
     }
 
@@ -241,7 +313,7 @@ impl Region {
         }
         // SAFETY: inside our live mapping (checked), which lives as long as
         // the borrow of `self`.
-        Some(unsafe { core::slice::from_raw_parts(self.base.with_addr(addr), n) })
+        Some(unsafe { core::slice::from_raw_parts(self.host(addr), n) })
     }
 
     /// The `n` bytes at address `addr`, writable; `&mut self` makes this
@@ -251,7 +323,7 @@ impl Region {
             return None;
         }
         // SAFETY: as in `bytes`; `&mut self` excludes other views of ours.
-        Some(unsafe { core::slice::from_raw_parts_mut(self.base.with_addr(addr), n) })
+        Some(unsafe { core::slice::from_raw_parts_mut(self.host(addr), n) })
     }
 }
 
