@@ -619,7 +619,8 @@ fn inject_everywhere<T: std::fmt::Debug>(
     // Miri interprets every call, so under Miri the failure goes to every
     // MIRI_STRIDE-th call and to the last one; natively, to every call.
     const MIRI_STRIDE: usize = 6;
-    let chosen = |index: usize| !cfg!(miri) || index % MIRI_STRIDE == 0 || index + 1 == log.len();
+    let chosen =
+        |index: usize| !cfg!(miri) || index.is_multiple_of(MIRI_STRIDE) || index + 1 == log.len();
     for (index, symbol) in log.iter().enumerate().filter(|(i, _)| chosen(*i)) {
         let sim = Sim::new().unwrap();
         let backend = sim.backend();
