@@ -477,6 +477,14 @@ fn failure_at_every_nvsci_call_of_the_flow_leaks_nothing() {
         .map(|(i, s)| (i as u64, *s))
         .collect();
     assert!(targets.len() > 40, "only {} NvSci calls?", targets.len());
+    // Miri interprets every call: under Miri, every 8th target and the last.
+    let last = targets.len() - 1;
+    let chosen = |k: usize| !cfg!(miri) || k.is_multiple_of(8) || k == last;
+    let targets = targets
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| chosen(*k))
+        .map(|(_, t)| t);
     for (index, symbol) in targets {
         let sim = tegra();
         let code = if symbol.starts_with("NvSci") {

@@ -96,6 +96,10 @@ fn output(child: &mut std::process::Child) -> (std::process::ExitStatus, String)
 }
 
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "starts a child process and passes fds over SOCK_SEQPACKET with SCM_RIGHTS; Miri has none of these"
+)]
 fn two_processes_share_frames_and_fences_at_every_release() {
     for (index, release) in NvSciRelease::ALL.into_iter().enumerate() {
         two_processes(index, release);
@@ -132,6 +136,10 @@ fn two_processes(index: usize, release: NvSciRelease) {
 /// error (the connection reset, or no answer), never a hang or a panic, and
 /// its ledgers end at zero.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "starts a child process and passes fds over SOCK_SEQPACKET with SCM_RIGHTS; Miri has none of these"
+)]
 fn a_peer_killed_at_any_message_gives_a_typed_error_and_no_leak() {
     let index = NvSciRelease::ALL
         .iter()
@@ -170,6 +178,10 @@ fn a_peer_killed_at_any_message_gives_a_typed_error_and_no_leak() {
 /// dies before the signal (the simulator keeps it as pending work; a real
 /// stream would stay blocked and a context teardown would wait for it).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "starts a child process and passes fds over SOCK_SEQPACKET with SCM_RIGHTS; Miri has none of these"
+)]
 fn a_wait_queued_ahead_stays_pending_when_the_signaller_dies() {
     let index = NvSciRelease::ALL
         .iter()

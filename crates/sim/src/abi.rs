@@ -122,7 +122,7 @@ pub(crate) mod cuda {
     ) -> CUresult {
         // SAFETY: cuLaunchHostFunc: `f` may be called once with `user`, from
         // a driver thread, after the work queued before it.
-        let cb = f.0.map(|f| unsafe { HostCallback::new(f, user.addr()) });
+        let cb = f.0.map(|f| unsafe { HostCallback::new(f, user.as_raw()) });
         crate::cuda::cuLaunchHostFunc(c, s, cb)
     }
 }

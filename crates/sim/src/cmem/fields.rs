@@ -152,6 +152,23 @@ impl<'c> CIn<'c, CUDA_MEMCPY3D> {
         }
     }
 
+    /// A host side's base as a pointer: the host pointer itself (keeping
+    /// the caller's provenance, which Miri checks), or the device field's
+    /// address for a host pointer passed as a unified address (an integer
+    /// in the descriptor, so only its exposed provenance is available).
+    fn host_ptr(&self, side: Side3D) -> *mut u8 {
+        let m = &self.v;
+        let (host, dev) = match side {
+            Side3D::Src => (m.srcHost.cast_mut(), m.srcDevice),
+            Side3D::Dst => (m.dstHost, m.dstDevice),
+        };
+        if !host.is_null() {
+            host.cast()
+        } else {
+            core::ptr::with_exposed_provenance_mut(dev as usize)
+        }
+    }
+
     /// The byte range `[first, end)` (from the host base) the copy touches
     /// on a host side, by the descriptor's own fields.
     fn host_span(&self, side: Side3D) -> Option<(usize, usize)> {
@@ -193,7 +210,7 @@ impl<'c> CIn<'c, CUDA_MEMCPY3D> {
         if !self.host_row_ok(Side3D::Src, off, out.len()) {
             return false;
         }
-        let p = (self.host_base(Side3D::Src) + off) as *const u8;
+        let p = self.host_ptr(Side3D::Src).wrapping_add(off).cast_const();
         // SAFETY: the C contract of cuMemcpy3D: the host source described by
         // the descriptor (base, pitch, height, offsets, extent) is readable;
         // the range was checked to lie inside it. `out` is our own buffer.
@@ -207,7 +224,7 @@ impl<'c> CIn<'c, CUDA_MEMCPY3D> {
         if !self.host_row_ok(Side3D::Dst, off, data.len()) {
             return false;
         }
-        let p = (self.host_base(Side3D::Dst) + off) as *mut u8;
+        let p = self.host_ptr(Side3D::Dst).wrapping_add(off);
         // SAFETY: as in `read_host_src`, for the writable destination.
         unsafe { core::ptr::copy(data.as_ptr(), p, data.len()) };
         true

@@ -21,23 +21,30 @@ pub(crate) struct HostFn(pub(crate) CUhostFn);
 
 /// A host function with its user pointer, as `cuLaunchHostFunc` queues it:
 /// the C contract says it may be called once, from another thread.
+/// The user pointer is kept as a pointer (not an address), so it keeps the
+/// caller's provenance all the way to the call (Miri checks this).
 pub(crate) struct HostCallback {
     f: unsafe extern "C" fn(*mut c_void),
-    user: usize,
+    user: *mut c_void,
 }
+
+// SAFETY: the C contract of `cuLaunchHostFunc` (promised to `new`) lets the
+// function be called with `user` from another thread; the simulator never
+// reads through `user` itself.
+unsafe impl Send for HostCallback {}
 
 impl HostCallback {
     /// # Safety
     /// `f` may be called once with `user`, from any thread, at a later time
     /// (the C contract of `cuLaunchHostFunc`).
-    pub(crate) unsafe fn new(f: unsafe extern "C" fn(*mut c_void), user: usize) -> Self {
+    pub(crate) unsafe fn new(f: unsafe extern "C" fn(*mut c_void), user: *mut c_void) -> Self {
         HostCallback { f, user }
     }
 
     /// Calls the function.
     pub(crate) fn call(self) {
         // SAFETY: promised in `new`.
-        unsafe { (self.f)(self.user as *mut c_void) }
+        unsafe { (self.f)(self.user) }
     }
 }
 

@@ -18,7 +18,10 @@ pub(crate) fn cuDevicePrimaryCtxRetain(c: &Call, out: CMut<CUcontext>, dev: CUde
             primary: true,
         });
         st.gone.remove(&h);
-        put(out, h as usize as CUcontext)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast(),
+        )
     })();
     done(r)
 }
@@ -83,7 +86,10 @@ pub(crate) fn cuCtxCreate(
             },
         );
         c.inst.set_current(h);
-        put(out, h as usize as CUcontext)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast(),
+        )
     })();
     done(r)
 }
@@ -143,7 +149,11 @@ pub(crate) fn cuCtxSetCurrent(c: &Call, ctx: Handle<CUcontext>) -> CUresult {
 pub(crate) fn cuCtxGetCurrent(c: &Call, out: CMut<CUcontext>) -> CUresult {
     let r = (|| {
         init(&c.state())?;
-        put(out, c.inst.current() as usize as CUcontext)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(c.inst.current() as usize)
+                .cast(),
+        )
     })();
     done(r)
 }

@@ -247,7 +247,10 @@ pub(super) fn import_memory(
                 nvscibuf,
             },
         );
-        put(out, h as usize as CUexternalMemory)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast(),
+        )
     }
 }
 
@@ -299,7 +302,7 @@ pub(crate) fn cuExternalMemoryGetMappedBuffer(
             );
         }
         let len = usize::try_from(desc.size).map_err(|_| INVALID_VALUE)?;
-        let (region, ptr) = Region::map_file(mem.fd.as_fd(), mem.file_len, desc.offset, len)
+        let (region, ptr) = Region::map_file_device(mem.fd.as_fd(), mem.file_len, desc.offset, len)
             .map_err(|_| OUT_OF_MEMORY)?;
         let ctx = mem.ctx;
         let p = st.add_allocation(ptr, ctx, len, AllocKind::Mapped, region);
@@ -385,8 +388,9 @@ pub(crate) fn cuExternalMemoryGetMappedMipmappedArray(
                 format!("mipmapped array reaches past the exporter's {} bytes; that tail is private zero memory", mem.file_len),
             );
         }
-        let (region, base) = Region::map_file(mem.fd.as_fd(), mem.file_len, desc.offset, total)
-            .map_err(|_| OUT_OF_MEMORY)?;
+        let (region, base) =
+            Region::map_file_device(mem.fd.as_fd(), mem.file_len, desc.offset, total)
+                .map_err(|_| OUT_OF_MEMORY)?;
         let ctx = mem.ctx;
         let mh = new_handle(Tag::Mipmap);
         let mut handles = Vec::new();
@@ -411,7 +415,10 @@ pub(crate) fn cuExternalMemoryGetMappedMipmappedArray(
                 _region: region,
             },
         );
-        put(out, mh as usize as CUmipmappedArray)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(mh as usize).cast(),
+        )
     })();
     done(r)
 }
@@ -437,7 +444,10 @@ pub(crate) fn cuMipmappedArrayGetLevel(
             ));
         };
         let a = *m.levels.get(level as usize).ok_or(INVALID_VALUE)?;
-        put(out, a as usize as CUarray)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(a as usize).cast(),
+        )
     })();
     done(r)
 }

@@ -123,7 +123,10 @@ pub(crate) fn cuImportExternalSemaphore(
                 outstanding: Arc::new(AtomicUsize::new(0)),
             },
         );
-        put(out, h as usize as CUexternalSemaphore)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast(),
+        )
     })();
     // Success: the driver owns the fd and closes it (measured). Failure:
     // the H200 left the fd open on every failed semaphore import it was

@@ -58,7 +58,10 @@ pub(crate) fn cuStreamCreate(c: &Call, out: CMut<CUstream>, flags: c_uint) -> CU
                 worker,
             },
         );
-        put(out, h as usize as CUstream)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast(),
+        )
     })();
     done(r)
 }
@@ -119,7 +122,10 @@ pub(crate) fn cuStreamGetCtx(c: &Call, s: Handle<CUstream>, out: CMut<CUcontext>
         let mut st = c.state();
         init(&st)?;
         let (ctx, _) = resolve_stream(c, &mut st, s)?;
-        put(out, ctx as usize as CUcontext)
+        put(
+            out,
+            core::ptr::without_provenance_mut::<core::ffi::c_void>(ctx as usize).cast(),
+        )
     })();
     done(r)
 }

@@ -9,7 +9,9 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+#[cfg(not(miri))]
+use std::os::fd::AsRawFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 /// The memfd name of memory made by [`crate::export::memory`]: the mark of a
 /// "GPU allocation" that an `OPAQUE_FD` memory import accepts. A name is
@@ -25,6 +27,7 @@ pub(crate) const EXPORTED_SEMAPHORE_NAME: &CStr = c"tegra-interop-sim:exported-s
 /// name (read back through `/proc/self/fd`) matches and the file is sealed
 /// against shrinking, as [`memfd`] leaves it. Any other file, a memfd made
 /// by someone else, or a system without `/proc` answers `false`.
+#[cfg(not(miri))]
 pub(crate) fn is_exported_memfd(fd: BorrowedFd<'_>, name: &CStr) -> bool {
     let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
         return false;
@@ -38,8 +41,28 @@ pub(crate) fn is_exported_memfd(fd: BorrowedFd<'_>, name: &CStr) -> bool {
     seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
 }
 
+/// Under Miri: the name comes from the heap registry (`/proc/self/fd` shows
+/// the host's descriptors, not Miri's), and every file made by [`memfd`]
+/// there is as good as sealed (nothing in the simulator shrinks it).
+#[cfg(miri)]
+pub(crate) fn is_exported_memfd(fd: BorrowedFd<'_>, name: &CStr) -> bool {
+    super::heap::lookup(fd).is_some_and(|(n, _)| n.as_c_str() == name)
+}
+
 /// Creates a sealed-against-shrinking memfd of `len` bytes.
+///
+/// Under Miri (no `memfd_create`, no `mmap` of a descriptor) the same call
+/// makes an unlinked temporary file whose pages are a heap block; see
+/// `shm::heap`.
+#[cfg(miri)]
 pub(crate) fn memfd(name: &CStr, len: u64) -> io::Result<OwnedFd> {
+    super::heap::memfd(name, len)
+}
+
+/// Creates a sealed-against-shrinking memfd of `len` bytes.
+#[cfg(not(miri))]
+pub(crate) fn memfd(name: &CStr, len: u64) -> io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
     // SAFETY: `name` is a valid NUL-terminated string; the flags are plain bits.
     let raw =
         unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
@@ -80,17 +103,25 @@ pub(crate) enum FdInfo {
 
 /// Inspects a raw descriptor without taking ownership.
 pub(crate) fn inspect_fd(fd: i32) -> FdInfo {
-    if fd < 0 {
+    let Some(st) = fstat(fd) else {
         return FdInfo::Bad;
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return FdInfo::NotAFile;
+    }
+    FdInfo::File(u64::try_from(st.st_size).unwrap_or(0))
+}
+
+/// `fstat` of a raw descriptor number (`None`: not open, or negative).
+pub(crate) fn fstat(fd: i32) -> Option<libc::stat> {
+    if fd < 0 {
+        return None;
     }
     // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: `st` is a valid out-pointer; fstat on an arbitrary number is harmless.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return FdInfo::Bad;
+        return None;
     }
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return FdInfo::NotAFile;
-    }
-    FdInfo::File(u64::try_from(st.st_size).unwrap_or(0))
+    Some(st)
 }

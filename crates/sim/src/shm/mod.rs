@@ -27,6 +27,8 @@
 #![allow(unsafe_code)]
 
 mod files;
+#[cfg(miri)]
+mod heap;
 mod region;
 mod semaphore;
 

@@ -8,7 +8,9 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+#[cfg(not(miri))]
+use std::os::fd::AsRawFd;
+use std::os::fd::BorrowedFd;
 
 /// The system page size.
 pub(crate) fn page_size() -> usize {
@@ -28,6 +30,26 @@ fn round_up(v: usize, page: usize) -> Option<usize> {
 pub(crate) struct Region {
     base: *mut u8,
     len: usize,
+    /// Under Miri, what the range lives in (see `shm::heap`); never read,
+    /// held to keep that memory alive while the region is.
+    #[cfg(miri)]
+    #[allow(dead_code)]
+    backing: Backing,
+    /// Under Miri, for a device mapping ([`Region::map_file_device`]): a
+    /// block of the same length whose addresses the callers see instead of
+    /// the file's (see there).
+    #[cfg(miri)]
+    window: Option<super::heap::Block>,
+}
+
+/// Under Miri a region is heap memory: its own block (anonymous) or a
+/// range of a file's registered block (a "shared mapping"). Never read:
+/// held to keep the memory alive.
+#[cfg(miri)]
+#[allow(dead_code)]
+enum Backing {
+    Own(super::heap::Block),
+    Shared(std::sync::Arc<super::heap::Block>),
 }
 
 // SAFETY: a Region is a plain address range; every access through it goes
@@ -38,7 +60,65 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
+    /// Private zeroed memory of at least `len` bytes (cuMemAlloc): under
+    /// Miri, a page-aligned heap block.
+    #[cfg(miri)]
+    pub(crate) fn anonymous(len: usize) -> io::Result<Region> {
+        let page = page_size();
+        let len =
+            round_up(len.max(1), page).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let block = super::heap::Block::zeroed(len, page)?;
+        Ok(Region {
+            base: block.base(),
+            len,
+            backing: Backing::Own(block),
+            window: None,
+        })
+    }
+
+    /// Under Miri: `[offset, offset + len)` of a file made by
+    /// [`super::memfd`], as a view of the file's heap block (shared with
+    /// every other region of that file). A descriptor the heap registry
+    /// does not know, or a range reaching past the file's last page (the
+    /// zero pages of the real mapping cannot be spliced onto a heap block),
+    /// is refused with EINVAL.
+    #[cfg(miri)]
+    pub(crate) fn map_file(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+        let _ = file_len;
+        let (_, block) = super::heap::lookup(fd).ok_or_else(einval)?;
+        let page = page_size();
+        let offset_us = usize::try_from(offset).map_err(|_| einval())?;
+        let start = offset_us & !(page - 1);
+        let delta = offset_us - start;
+        let total = delta
+            .checked_add(len.max(1))
+            .and_then(|t| round_up(t, page))
+            .ok_or_else(einval)?;
+        if start.checked_add(total).is_none_or(|end| end > block.len()) {
+            return Err(einval());
+        }
+        // SAFETY: `start + total <= block.len()` (checked), so both pointers
+        // stay inside the block, which the region keeps alive.
+        let (base, at) = unsafe { (block.base().add(start), block.base().add(offset_us)) };
+        Ok((
+            Region {
+                base,
+                len: total,
+                backing: Backing::Shared(block),
+                window: None,
+            },
+            at,
+        ))
+    }
+
     /// Private zeroed memory of at least `len` bytes (cuMemAlloc).
+    #[cfg(not(miri))]
     pub(crate) fn anonymous(len: usize) -> io::Result<Region> {
         let len = round_up(len.max(1), page_size())
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
@@ -69,6 +149,7 @@ impl Region {
     /// by private zero pages instead of the file, so touching them never
     /// raises SIGBUS (the simulator's answer to an import declared larger
     /// than the exporter's allocation).
+    #[cfg(not(miri))]
     pub(crate) fn map_file(
         fd: BorrowedFd<'_>,
         file_len: u64,
@@ -111,6 +192,71 @@ impl Region {
         Ok((region, at))
     }
 
+    /// A mapping of a file whose addresses are device pointers (CUDA's
+    /// mapped buffers and arrays of imported memory): natively, exactly
+    /// [`Region::map_file`].
+    #[cfg(not(miri))]
+    pub(crate) fn map_file_device(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        Region::map_file(fd, file_len, offset, len)
+    }
+
+    /// Under Miri: as [`Region::map_file`], but the addresses handed out
+    /// come from a block of the region's own (its "window"), and every
+    /// access through the region is translated to the file's block. The
+    /// heap cannot map one file at two addresses, so without the window two
+    /// device mappings of one file would share an address, where natively
+    /// each mapping has its own, and the simulator's books, kept by device
+    /// address, would take them for one allocation. The window's bytes are
+    /// never used: the simulator reaches device memory only through its
+    /// regions.
+    #[cfg(miri)]
+    pub(crate) fn map_file_device(
+        fd: BorrowedFd<'_>,
+        file_len: u64,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<(Region, *mut u8)> {
+        let (mut region, at) = Region::map_file(fd, file_len, offset, len)?;
+        let window = super::heap::Block::zeroed(region.len, page_size())?;
+        let delta = at.addr() - region.base.addr();
+        let at = window.base().wrapping_add(delta);
+        region.window = Some(window);
+        Ok((region, at))
+    }
+
+    /// The first address callers see for this region.
+    #[cfg(not(miri))]
+    fn start(&self) -> usize {
+        self.base as usize
+    }
+
+    /// The first address callers see for this region: the window's, if
+    /// it has one.
+    #[cfg(miri)]
+    fn start(&self) -> usize {
+        self.window
+            .as_ref()
+            .map_or(self.base.addr(), |w| w.base().addr())
+    }
+
+    /// The memory behind address `addr` (which `contains` accepted).
+    #[cfg(not(miri))]
+    fn host(&self, addr: usize) -> *mut u8 {
+        self.base.with_addr(addr)
+    }
+
+    /// The memory behind address `addr` (which `contains` accepted),
+    /// translated from the window, if any.
+    #[cfg(miri)]
+    fn host(&self, addr: usize) -> *mut u8 {
+        self.base.wrapping_add(addr - self.start())
+    }
+
     /// First byte of the mapping.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
@@ -118,7 +264,7 @@ impl Region {
 
     /// Whether `[addr, addr + n)` lies inside the mapping.
     pub(crate) fn contains(&self, addr: usize, n: usize) -> bool {
-        let start = self.base as usize;
+        let start = self.start();
         addr >= start
             && addr
                 .checked_add(n)
@@ -133,7 +279,7 @@ impl Region {
         }
         // SAFETY: the range lies inside our live mapping (checked); `out`
         // is a distinct Rust buffer.
-        unsafe { core::ptr::copy(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        unsafe { core::ptr::copy(self.host(addr), out.as_mut_ptr(), out.len()) };
         true
     }
 
@@ -144,7 +290,7 @@ impl Region {
             return false;
         }
         // SAFETY: as in `read_at`, for a write.
-        unsafe { core::ptr::copy(data.as_ptr(), addr as *mut u8, data.len()) };
+        unsafe { core::ptr::copy(data.as_ptr(), self.host(addr), data.len()) };
         true
     }
 
@@ -155,7 +301,7 @@ impl Region {
             return false;
         }
         // SAFETY: as in `read_at`, for a write.
-        unsafe { core::ptr::write_bytes(addr as *mut u8, v, n) };
+        unsafe { core::ptr::write_bytes(self.host(addr), v, n) };
         true
     }
 
@@ -167,7 +313,7 @@ impl Region {
         }
         // SAFETY: inside our live mapping (checked), which lives as long as
         // the borrow of `self`.
-        Some(unsafe { core::slice::from_raw_parts(addr as *const u8, n) })
+        Some(unsafe { core::slice::from_raw_parts(self.host(addr), n) })
     }
 
     /// The `n` bytes at address `addr`, writable; `&mut self` makes this
@@ -177,10 +323,11 @@ impl Region {
             return None;
         }
         // SAFETY: as in `bytes`; `&mut self` excludes other views of ours.
-        Some(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, n) })
+        Some(unsafe { core::slice::from_raw_parts_mut(self.host(addr), n) })
     }
 }
 
+#[cfg(not(miri))]
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: `base`/`len` describe a mapping this Region created and owns.

@@ -48,7 +48,7 @@ fn hand_out(st: &mut State, s: usize, p: Presented, resource: CMut<CUgraphicsRes
         obj.hold(res, p);
     }
     st.egl_streams.connections.insert(res, s);
-    resource.write(res as usize as CUgraphicsResource);
+    resource.write(core::ptr::without_provenance_mut::<core::ffi::c_void>(res as usize).cast());
 }
 
 pub(crate) fn cuEGLStreamConsumerAcquireFrame(

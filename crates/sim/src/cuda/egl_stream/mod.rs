@@ -436,7 +436,7 @@ fn connect_prelude(
 fn record_connection(st: &mut State, s: usize, conn: CMut<CUeglStreamConnection>) -> u64 {
     let h = new_handle(Tag::EglConnection);
     st.egl_streams.connections.insert(h, s);
-    conn.write(h as usize as CUeglStreamConnection);
+    conn.write(core::ptr::without_provenance_mut::<core::ffi::c_void>(h as usize).cast());
     h
 }
 
