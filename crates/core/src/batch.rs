@@ -278,6 +278,29 @@ macro_rules! batch {
                 Ok(())
             }
 
+            /// Sets every entry's fence value at once, `values[i]` for entry `i`: the
+            /// per-frame update of a batch lowered once (a fixed set of timeline
+            /// semaphores). Checked before anything is written, so a refusal changes
+            /// nothing: `values` must hold exactly one value per entry
+            /// ([`ValidationError::IndexOutOfRange`] names the first index without a
+            /// partner) and every entry's kind must carry a fence value.
+            pub fn set_fence_values(&mut self, values: &[u64]) -> Result<(), ValidationError> {
+                let len = self.params.len();
+                if values.len() != len {
+                    return Err(ValidationError::IndexOutOfRange {
+                        index: values.len().min(len),
+                        len,
+                    });
+                }
+                if let Some(&kind) = self.kinds.iter().find(|k| !k.has_fence_value()) {
+                    return Err(ValidationError::FenceValueNotSupported { kind });
+                }
+                for (raw, &value) in self.params.iter_mut().zip(values) {
+                    raw.params.fence.value = value;
+                }
+                Ok(())
+            }
+
             /// The fence value of entry `index` (`None` for kinds without one).
             pub fn fence_value(&self, index: usize) -> Result<Option<u64>, ValidationError> {
                 let kind = self.check_index(index)?;

@@ -577,6 +577,16 @@ fn rule_table() {
             err(binary_batch.set_fence_value(5, 3)),
             E::IndexOutOfRange { index: 5, len: 1 },
         ),
+        (
+            "batch: all fence values only on fence kinds",
+            err(binary_batch.set_fence_values(&[3])),
+            E::FenceValueNotSupported { kind: S::OpaqueFd },
+        ),
+        (
+            "batch: one fence value per entry",
+            err(binary_batch.set_fence_values(&[3, 4])),
+            E::IndexOutOfRange { index: 1, len: 1 },
+        ),
         // --- timeline tracking (driver accepts 3 after 8 and goes back) ---
         (
             "timeline never goes back",
@@ -1095,4 +1105,36 @@ fn deterministic_counter_learns_its_initial_value() {
     assert_eq!(det.current_value(), u64::from(u32::MAX));
     let mut wide = DeterministicCounter::new(PrimitiveWidth::U64, 0).unwrap();
     assert_eq!(wide.learn(2, 1), Ok(u64::MAX));
+}
+
+#[test]
+fn set_fence_values_writes_every_entry_or_nothing() {
+    let mut batch = SignalBatch::<4>::new();
+    for _ in 0..3 {
+        batch
+            .push(sem(), S::TimelineSemaphoreFd, SignalParams::timeline(1))
+            .unwrap();
+    }
+    batch.set_fence_values(&[5, 6, 7]).unwrap();
+    let seen: Vec<_> = (0..3).map(|i| batch.fence_value(i).unwrap()).collect();
+    assert_eq!(seen, [Some(5), Some(6), Some(7)]);
+    // Too few and too many values: refused before anything is written.
+    assert_eq!(
+        batch.set_fence_values(&[9, 9]),
+        Err(E::IndexOutOfRange { index: 2, len: 3 })
+    );
+    assert_eq!(
+        batch.set_fence_values(&[9, 9, 9, 9]),
+        Err(E::IndexOutOfRange { index: 3, len: 3 })
+    );
+    // A kind without a fence value anywhere in the batch: nothing written.
+    batch
+        .push(sem(), S::OpaqueFd, SignalParams::binary())
+        .unwrap();
+    assert_eq!(
+        batch.set_fence_values(&[8, 8, 8, 8]),
+        Err(E::FenceValueNotSupported { kind: S::OpaqueFd })
+    );
+    let seen: Vec<_> = (0..3).map(|i| batch.fence_value(i).unwrap()).collect();
+    assert_eq!(seen, [Some(5), Some(6), Some(7)]);
 }

@@ -634,7 +634,7 @@ impl<'s> TimelineSignals<'s> {
                 },
             });
         }
-        for (index, (semaphore, &value)) in self.semaphores.iter().zip(values).enumerate() {
+        for (semaphore, &value) in self.semaphores.iter().zip(values) {
             match semaphore.tracking() {
                 Tracking::Timeline(t) => t.check_on(stream.id, value)?,
                 _ => {
@@ -644,8 +644,8 @@ impl<'s> TimelineSignals<'s> {
                     })
                 }
             }
-            self.batch.set_fence_value(index, value)?;
         }
+        self.batch.set_fence_values(values)?;
         // SAFETY: every handle is a live semaphore of this stream's context,
         // held (`&mut`) by the set; the parameter blocks are the core's
         // validated lowering, with this call's fence values; both arrays hold
