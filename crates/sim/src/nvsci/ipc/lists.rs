@@ -35,8 +35,8 @@ fn hand_out(c: &Call, sync: bool, bytes: Vec<u8>, desc: CMut<*mut c_void>, len: 
 /// The bytes come from a peer, so nothing in them is trusted: a descriptor
 /// that carries one of the simulator's private keys (which export strips:
 /// the IPC topology, [`attrs::PRIVATE_PEER`] and up) is forged, and is
-/// refused with BadParameter (nvscibuf.h / nvscisync.h: "descBuf represents
-/// an attribute list with invalid attribute key values set").
+/// refused with BadParameter (nvscibuf.h / nvscisync.h give that code for a
+/// descriptor whose list holds keys with invalid values).
 fn parse(c: &Call, desc: Option<&[u8]>) -> R<Vec<AttrMap>> {
     let Some(bytes) = desc.filter(|d| !d.is_empty()) else {
         return Err(err::BAD_PARAMETER);
