@@ -109,6 +109,9 @@ macro_rules! batch {
             handles: heapless::Vec<CUexternalSemaphore, N>,
             params: heapless::Vec<$raw, N>,
             kinds: heapless::Vec<SemaphoreHandleKind, N>,
+            /// How many entries have a kind without a fence value (kept with `kinds`, so
+            /// `set_fence_values` answers without scanning them).
+            fenceless: usize,
         }
 
         impl<const N: usize> $name<N> {
@@ -122,6 +125,7 @@ macro_rules! batch {
                     handles: heapless::Vec::new(),
                     params: heapless::Vec::new(),
                     kinds: heapless::Vec::new(),
+                    fenceless: 0,
                 }
             }
 
@@ -162,6 +166,9 @@ macro_rules! batch {
                     self.handles.truncate(index);
                     self.params.truncate(index);
                     return Err(PushError::Full(entry));
+                }
+                if !entry.kind.has_fence_value() {
+                    self.fenceless += 1;
                 }
                 if let Some(raw) = self.params.last_mut() {
                     entry.params.fill(raw);
@@ -215,6 +222,7 @@ macro_rules! batch {
                 self.handles.clear();
                 self.params.clear();
                 self.kinds.clear();
+                self.fenceless = 0;
             }
 
             fn check_index(&self, index: usize) -> Result<SemaphoreHandleKind, ValidationError> {
@@ -292,13 +300,27 @@ macro_rules! batch {
                         len,
                     });
                 }
-                if let Some(&kind) = self.kinds.iter().find(|k| !k.has_fence_value()) {
-                    return Err(ValidationError::FenceValueNotSupported { kind });
+                if self.fenceless != 0 {
+                    return Err(self.first_fenceless());
                 }
                 for (raw, &value) in self.params.iter_mut().zip(values) {
                     raw.params.fence.value = value;
                 }
                 Ok(())
+            }
+
+            /// The refusal naming the first entry whose kind has no fence value.
+            #[cold]
+            fn first_fenceless(&self) -> ValidationError {
+                match self.kinds.iter().find(|k| !k.has_fence_value()) {
+                    Some(&kind) => ValidationError::FenceValueNotSupported { kind },
+                    // `fenceless` counts such entries, so one exists; an index past the end
+                    // is the honest answer should the count ever disagree.
+                    None => ValidationError::IndexOutOfRange {
+                        index: self.kinds.len(),
+                        len: self.kinds.len(),
+                    },
+                }
             }
 
             /// The fence value of entry `index` (`None` for kinds without one).
