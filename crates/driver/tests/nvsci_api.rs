@@ -45,6 +45,25 @@ fn cpu_list(m: &SyncModule, perm: NvSciSyncAccessPerm) -> SyncAttrList {
     m.attr_list(&cpu(perm)).unwrap()
 }
 
+/// A simulator whose NvSciIpc configuration has one endpoint pair, "a" and
+/// "b" (the configuration file is removed when the first value drops).
+fn sim_with_endpoint_pair() -> (tegra_interop_sim::nvsci::IpcConfigFile, Sim) {
+    let cfg =
+        tegra_interop_sim::nvsci::IpcConfigFile::inter_process(&[("a", "b", 8, 1024)]).unwrap();
+    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    (cfg, sim)
+}
+
+/// Opens "a" and "b" on two threads (each open waits for its peer).
+fn open_pair(backend: &Arc<tegra_interop_driver::Backend>) -> (NvSciIpc, NvSciIpc) {
+    let open = |name: &'static str| {
+        let backend = Arc::clone(backend);
+        std::thread::spawn(move || NvSciIpc::open(&backend, name, Duration::from_secs(10)))
+    };
+    let (ta, tb) = (open("a"), open("b"));
+    (ta.join().unwrap().unwrap(), tb.join().unwrap().unwrap())
+}
+
 fn clean(sim: &Sim) {
     assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
@@ -306,18 +325,10 @@ fn fences_cpu_signal_and_cpu_wait_with_timeouts() {
 )]
 fn wait_only_objects_cannot_become_signalling_semaphores() {
     // Two endpoints of one simulator, to import a wait-only handle.
-    let cfg =
-        tegra_interop_sim::nvsci::IpcConfigFile::inter_process(&[("a", "b", 8, 1024)]).unwrap();
-    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    let (_cfg, sim) = sim_with_endpoint_pair();
     let backend = sim.backend();
     {
-        let open = |name: &'static str| {
-            let backend = Arc::clone(&backend);
-            std::thread::spawn(move || NvSciIpc::open(&backend, name, Duration::from_secs(10)))
-        };
-        let (ta, tb) = (open("a"), open("b"));
-        let mut ea = ta.join().unwrap().unwrap();
-        let mut eb = tb.join().unwrap().unwrap();
+        let (mut ea, mut eb) = open_pair(&backend);
 
         let ctx = Context::create(Arc::clone(&backend), 0, 0).unwrap();
         let m = SyncModule::open(&backend).unwrap();
@@ -373,18 +384,10 @@ fn wait_only_objects_cannot_become_signalling_semaphores() {
 )]
 fn objects_go_back_only_the_way_a_peer_list_came() {
     // Two endpoints of one simulator; neither side sends a list first.
-    let cfg =
-        tegra_interop_sim::nvsci::IpcConfigFile::inter_process(&[("a", "b", 8, 1024)]).unwrap();
-    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    let (_cfg, sim) = sim_with_endpoint_pair();
     let backend = sim.backend();
     {
-        let open = |name: &'static str| {
-            let backend = Arc::clone(&backend);
-            std::thread::spawn(move || NvSciIpc::open(&backend, name, Duration::from_secs(10)))
-        };
-        let (ta, tb) = (open("a"), open("b"));
-        let mut ea = ta.join().unwrap().unwrap();
-        let _eb = tb.join().unwrap().unwrap();
+        let (mut ea, _eb) = open_pair(&backend);
         let refused = |e: tegra_interop_driver::nvsci::IpcError, call: &str, code: NvSciError| {
             assert!(
                 matches!(
