@@ -68,6 +68,14 @@ fn pair() -> Pair {
 
 impl Pair {
     /// Closes everything; both simulators' ledgers must be clean.
+    /// An NvSciBuf module on each side (producer, consumer).
+    fn buf_modules(&self) -> (BufModule, BufModule) {
+        (
+            BufModule::open(&self.bp).unwrap(),
+            BufModule::open(&self.bc).unwrap(),
+        )
+    }
+
     fn finish(self) {
         let Pair {
             p,
@@ -147,10 +155,7 @@ fn an_oversized_buffer_descriptor_is_a_typed_error_and_leaks_nothing() {
     let baseline = open_fds();
     let mut pr = pair();
     const BIG: u64 = 1 << 20;
-    let (bufs_p, bufs_c) = (
-        BufModule::open(&pr.bp).unwrap(),
-        BufModule::open(&pr.bc).unwrap(),
-    );
+    let (bufs_p, bufs_c) = pr.buf_modules();
     let mine = bufs_c
         .attr_list(&raw(BIG, Perm::NvSciBufAccessPerm_Readonly))
         .unwrap();
@@ -227,10 +232,7 @@ fn forged_private_keys_are_a_typed_error() {
     let _lock = serial();
     let baseline = open_fds();
     let mut pr = pair();
-    let (bufs_p, bufs_c) = (
-        BufModule::open(&pr.bp).unwrap(),
-        BufModule::open(&pr.bc).unwrap(),
-    );
+    let (bufs_p, bufs_c) = pr.buf_modules();
     let mine = bufs_c
         .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_Readonly))
         .unwrap();
@@ -274,10 +276,7 @@ fn an_export_flood_is_bounded_by_nframes_with_a_typed_error() {
     let _lock = serial();
     let baseline = open_fds();
     let mut pr = pair();
-    let (bufs_p, bufs_c) = (
-        BufModule::open(&pr.bp).unwrap(),
-        BufModule::open(&pr.bc).unwrap(),
-    );
+    let (bufs_p, bufs_c) = pr.buf_modules();
     let mine = bufs_c
         .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_Readonly))
         .unwrap();
