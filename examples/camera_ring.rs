@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use tegra_interop::driver::Context;
 use tegra_interop_pipeline::camera::TestPattern;
-use tegra_interop_pipeline::host::Fault;
-use tegra_interop_pipeline::nvsci::{NvSciTransport, Processing};
 use tegra_interop_pipeline::ring::{Collected, Ring};
+use tegra_interop_pipeline::transport::host::Fault;
+use tegra_interop_pipeline::transport::nvsci::{NvSciTransport, Processing};
 use tegra_interop_pipeline::transport::{Completion, FrameGeometry, FrameTransport};
 use tegra_interop_sim::{Sim, SimConfig};
 

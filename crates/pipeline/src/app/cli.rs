@@ -4,8 +4,8 @@ use std::ffi::OsString;
 
 use crate::camera::{PixelFormat, SensorConfig};
 
-use crate::host::Fault;
 use crate::ring::MAX_SLOTS;
+use crate::transport::host::Fault;
 
 /// Most frames one run may have (the timing buffers are allocated up front).
 pub const MAX_FRAMES: u64 = 1_000_000;

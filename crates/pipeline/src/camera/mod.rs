@@ -19,6 +19,8 @@
 //! described in [`TestPattern`], seeded by the frame index, so that a consumer
 //! can verify every byte of every frame.
 
+pub mod sensor;
+
 use ::core::convert::Infallible;
 use ::core::fmt;
 

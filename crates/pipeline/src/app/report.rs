@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use crate::stats::Summary;
+use crate::app::stats::Summary;
 
 /// Verification tallies: a run is good only if every frame passed every check.
 #[derive(Debug, Default, Clone)]

@@ -18,6 +18,14 @@
 //! Run `cargo run --release -- --help` for the options.
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 
+pub mod backend;
+pub mod baseline;
+pub mod cli;
+pub mod info;
+pub mod probe;
+pub mod report;
+pub mod stats;
+
 use std::process::ExitCode;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Instant;
@@ -26,21 +34,21 @@ use crate::camera::{
     frame_threads, regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
 };
 
-use crate::backend::{self, Opened};
-use crate::cli::{self, Command, Options, Readback};
-use crate::report::{Progress, Report, Verification};
+use crate::app::report::{Progress, Report, Verification};
+use crate::app::stats::Samples;
+use crate::camera::sensor::{ModelSensorBus, SyncLine};
 use crate::ring::{Collected, Ring, MAX_SLOTS};
-use crate::sensor::{ModelSensorBus, SyncLine};
-use crate::stats::Samples;
 #[cfg(feature = "vulkan")]
 use crate::transport::FrameTransport;
 use crate::transport::{Completion, FrameGeometry, PeekedFrame};
+use backend::Opened;
+use cli::{Command, Options, Readback};
 
 /// The `pipeline` binary: parses the command line, runs, prints the report.
 /// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 pub fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(code) = crate::split::main_if_requested(&args) {
+    if let Some(code) = crate::transport::process::main_if_requested(&args) {
         return code;
     }
     let opts = match cli::parse(args) {
@@ -78,7 +86,7 @@ pub fn main() -> ExitCode {
 /// The discrete-GPU transport, in a build with `--features vulkan`.
 #[cfg(feature = "vulkan")]
 const GPU: Option<backend::GpuHook> = Some(backend::GpuHook {
-    probe: crate::gpu::probe,
+    probe: crate::transport::gpu::probe,
     open: open_gpu,
 });
 
@@ -93,8 +101,8 @@ fn open_gpu(
     slots: usize,
     copy: bool,
 ) -> Result<(Box<dyn FrameTransport>, &'static str), String> {
-    let mode = crate::gpu::Mode::from_copy_flag(copy);
-    let t = crate::gpu::GpuTransport::open(geometry, slots, mode).map_err(|e| e.0)?;
+    let mode = crate::transport::gpu::Mode::from_copy_flag(copy);
+    let t = crate::transport::gpu::GpuTransport::open(geometry, slots, mode).map_err(|e| e.0)?;
     let note = t.note();
     Ok((Box::new(t), note))
 }

@@ -59,8 +59,8 @@ use tegra_interop::driver::{Backend, Context, Stream};
 use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
+use crate::app::cli::{self, BackendChoice, Command as CliCommand, Options};
 use crate::camera::TestPattern;
-use crate::cli::{self, BackendChoice, Command as CliCommand, Options};
 use crate::transport::process_frame;
 
 /// The endpoint names the CUDA process writes into its configuration file

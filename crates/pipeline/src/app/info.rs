@@ -18,9 +18,9 @@
 //! Exit status: 0 report printed (also when no driver exists: that is a
 //! finding, not a failure), 2 bad arguments.
 
+use crate::app::probe;
 #[cfg(feature = "vulkan")]
-use crate::gpu;
-use crate::probe;
+use crate::transport::gpu;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
