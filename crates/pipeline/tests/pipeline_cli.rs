@@ -437,3 +437,14 @@ fn json_has_the_same_fields_in_both_modes() {
 fn no_hidden_test_flag() {
     assert_usage_error(&["--processes", "2", "--die-at", "3"], &["--die-at"]);
 }
+
+/// The progress display is drawn only on a terminal: a run of more than the
+/// half second after which it would appear, without `--quiet`, leaves the
+/// captured stderr empty.
+#[test]
+fn no_progress_display_in_captured_output() {
+    let o = run(&["--backend", "host", "--frames", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{:?}", stderr(&o));
+    assert!(!stdout(&o).contains('\r'), "{}", stdout(&o));
+}

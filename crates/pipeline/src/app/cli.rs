@@ -471,8 +471,8 @@ pub fn help() -> String {
 }
 
 /// Makes a clap error one line: its message, without the usage and the
-/// "for more information" lines.
-fn one_line(e: &clap::Error) -> String {
+/// "for more information" lines (shared by the project's programs).
+pub fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let mut parts: Vec<&str> = Vec::new();
     for line in text.lines() {
