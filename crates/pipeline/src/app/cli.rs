@@ -441,6 +441,18 @@ fn two_process_conflicts(o: &Options) -> Result<(), String> {
             o.backend.name()
         ));
     }
+    // The whole mode in one command starts its camera over a pair of its
+    // own on the simulator; its CUDA side on a Jetson is not written.
+    if o.role.is_none() && (o.endpoints.is_some() || o.backend == BackendChoice::Jetson) {
+        let flag = if o.endpoints.is_some() {
+            "--endpoints"
+        } else {
+            "--backend jetson"
+        };
+        return Err(format!(
+            "{flag} cannot be used with --processes 2: that mode runs on the simulator over a pair it writes, and its CUDA side on a Jetson (the NVRTC kernel path) is not written; name a pair with --role camera / --role cuda and --nvsciipc-config"
+        ));
+    }
     let refused = [
         (o.fault != Fault::None, "--fault"),
         (o.copy, "--copy"),
@@ -587,15 +599,15 @@ mod tests {
     #[test]
     fn two_process_options() {
         let o = run(&[
-            "--processes",
-            "2",
+            "--role",
+            "cuda",
             "--nvsciipc-config",
             "/tmp/x.cfg",
             "--endpoints",
             "cam,cuda",
         ])
         .unwrap();
-        assert_eq!(o.processes, 2);
+        assert_eq!(o.role, Some(Role::Cuda));
         assert_eq!(o.nvsciipc_config, Some(PathBuf::from("/tmp/x.cfg")));
         assert_eq!(o.endpoints, Some(("cam".into(), "cuda".into())));
         assert!(o.two_process());
