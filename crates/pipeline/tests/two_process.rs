@@ -129,16 +129,23 @@ fn kill_one_side(victim: &str, after: Duration) -> Output {
     }
 }
 
+/// The survivor's error names the lost peer: the connection reset, or (the
+/// victim killed before it connected, e.g. under a slow emulator) no answer
+/// within the mode's limit.
+fn peer_gone(err: &str) -> bool {
+    err.contains("connection was reset") || err.contains("no answer from the peer within")
+}
+
 /// The camera process killed at times across set-up and the frame loop:
 /// the CUDA process ends with a one-line typed error, never a hang.
 #[test]
 fn a_camera_that_dies_gives_the_cuda_process_a_clear_error() {
-    for ms in [150, 400, 1000] {
+    for ms in [150, 600, 2000] {
         let o = kill_one_side("camera", Duration::from_millis(ms));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success(), "camera killed at {ms} ms, yet success");
         assert!(
-            err.contains("error (cuda process)") && err.contains("connection was reset"),
+            err.contains("error (cuda process)") && peer_gone(&err),
             "camera killed at {ms} ms: {err}"
         );
     }
@@ -147,7 +154,7 @@ fn a_camera_that_dies_gives_the_cuda_process_a_clear_error() {
 /// The CUDA process killed the same way: the camera ends with the error.
 #[test]
 fn a_cuda_process_that_dies_gives_the_camera_a_clear_error() {
-    for ms in [150, 400, 1000] {
+    for ms in [150, 600, 2000] {
         let o = kill_one_side("cuda", Duration::from_millis(ms));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
@@ -155,7 +162,7 @@ fn a_cuda_process_that_dies_gives_the_camera_a_clear_error() {
             "CUDA killed at {ms} ms, yet the camera succeeded"
         );
         assert!(
-            err.contains("error (camera process)") && err.contains("connection was reset"),
+            err.contains("error (camera process)") && peer_gone(&err),
             "CUDA killed at {ms} ms: {err}"
         );
     }
