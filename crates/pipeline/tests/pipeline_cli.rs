@@ -338,6 +338,7 @@ fn two_process_mode_refuses_options_it_does_not_carry_out() {
         &["--fault", "corrupt"][..],
         &["--copy"][..],
         &["--readback", "inline"][..],
+        &["--frame-threads", "2"][..],
     ] {
         let mut args = vec!["--backend", "sim", "--processes", "2"];
         args.extend_from_slice(SMALL);

@@ -359,8 +359,8 @@ pub struct Args {
     /// configuration file; on a Jetson, of /etc/nvsciipc.cfg)
     #[arg(long, value_name = "CAMERA,CUDA", value_parser = endpoints_arg)]
     endpoints: Option<(String, String)>,
-    /// Threads that write and check a large frame (1..=64; default: a quarter
-    /// of the machine's cores, 1..=8)
+    /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
+    /// a quarter of the machine's cores, 1..=8; not in the two-process mode)
     #[arg(long, value_name = "N", value_parser = threads_arg)]
     frame_threads: Option<usize>,
 }
@@ -457,6 +457,7 @@ fn two_process_conflicts(o: &Options) -> Result<(), String> {
         (o.fault != Fault::None, "--fault"),
         (o.copy, "--copy"),
         (o.readback == Readback::Inline, "--readback inline"),
+        (o.frame_threads.is_some(), "--frame-threads"),
     ];
     for (given, flag) in refused {
         if given {
@@ -627,8 +628,6 @@ mod tests {
                 "/tmp/a b.cfg",
                 "--endpoints",
                 "x,y",
-                "--frame-threads",
-                "2",
                 "--json",
                 "--quiet",
             ][..],
@@ -640,6 +639,8 @@ mod tests {
                 "inline",
                 "--fault",
                 "skip-process",
+                "--frame-threads",
+                "2",
             ][..],
         ] {
             let o = run(args).unwrap();
