@@ -425,8 +425,10 @@ impl Args {
     }
 }
 
-/// What the two-process mode does not carry out is refused, naming both.
-fn two_process_conflicts(o: &Options) -> Result<(), String> {
+/// What the two-process mode does not carry out is refused, naming both
+/// options (the command line's check; [`crate::transport::process::run`]
+/// makes it again for options built in code).
+pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
     let mode = if o.role.is_some() {
         "--role"
     } else {
@@ -714,6 +716,17 @@ mod tests {
             }
             assert!(!e.contains('\n'), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_two_process_entry_point_refuses_what_it_does_not_carry_out() {
+        let o = Options {
+            processes: 2,
+            copy: true,
+            ..Options::default()
+        };
+        let e = crate::transport::process::run(&o).unwrap_err();
+        assert!(e.contains("--copy") && e.contains("--processes 2"), "{e}");
     }
 
     #[test]

@@ -58,7 +58,7 @@ use tegra_interop::driver::{Backend, Context, Stream};
 use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
-use crate::app::cli::{BackendChoice, Options, Role};
+use crate::app::cli::{two_process_conflicts, BackendChoice, Options, Role};
 use crate::app::report::{Report, Verification};
 use crate::app::stats::Summary as Figures;
 use crate::camera::TestPattern;
@@ -102,11 +102,12 @@ impl SplitFlags {
 }
 
 /// Runs the two-process mode as `opts` asks (`opts.processes == 2` or
-/// `opts.role` set; the command line has already refused the options this
-/// mode does not carry out). Returns the report of the CUDA side, the same
+/// `opts.role` set); options this mode does not carry out are refused
+/// ([`two_process_conflicts`], as the command line does). Returns the report of the CUDA side, the same
 /// [`Report`] the one-process mode gives; `None` for the camera side run
 /// alone (`--role camera`), whose figures go to the CUDA process.
 pub fn run(opts: &Options) -> Result<Option<Report>, String> {
+    two_process_conflicts(opts)?;
     let flags = SplitFlags::from_options(opts)?;
     if flags.camera {
         camera_process(opts, &flags)?;
