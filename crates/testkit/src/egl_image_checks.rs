@@ -105,10 +105,14 @@ impl EglImages for RealImages<'_> {
         image.as_raw()
     }
     fn read(&self, image: &Self::Image, width: u32, height: u32) -> Vec<u8> {
-        self.0.read_texture(image, width, height)
+        assert_eq!(image.size(), (width, height), "the image's own size");
+        self.0.read_texture(image).expect("glReadPixels")
     }
     fn write(&self, image: &mut Self::Image, width: u32, height: u32, pixels: &[u8]) {
-        self.0.write_texture(image, width, height, pixels);
+        assert_eq!(image.size(), (width, height), "the image's own size");
+        self.0
+            .write_texture(image, pixels)
+            .expect("glTexSubImage2D");
     }
     fn destroy(&mut self, image: Self::Image) {
         self.0.destroy(image);
