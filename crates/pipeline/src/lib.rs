@@ -70,3 +70,8 @@ pub mod consumer;
 pub mod platform;
 pub mod ring;
 pub mod transport;
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,10 +1,10 @@
 //! The platform APIs that produce frames for CUDA: the other side of each
 //! interop transport, as product code a user can build on.
 //!
-//! - [`vulkan`] (feature `vulkan`): a Vulkan device chosen by the CUDA
+//! - `vulkan` (feature `vulkan`): a Vulkan device chosen by the CUDA
 //!   device's UUID that allocates memory and timeline/binary semaphores
 //!   exportable as opaque POSIX fds, submits copies and semaphore
-//!   operations on a queue family the caller picks ([`vulkan::QueueChoice`],
+//!   operations on a queue family the caller picks (`vulkan::QueueChoice`,
 //!   e.g. the copy engines), and hands host-written memory to the device
 //!   through recorded queue batches. It is the producer of the discrete-GPU
 //!   transport (`transport::gpu`). The Vulkan loader is opened at run time.
