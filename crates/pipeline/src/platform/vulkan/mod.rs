@@ -540,3 +540,68 @@ mod queue_choice_tests {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod error_tests {
+    use super::*;
+
+    /// Host accesses are checked against the allocation before any pointer is formed,
+    /// including ranges whose end overflows `u64`.
+    #[test]
+    fn ranges_outside_the_allocation_are_refused() {
+        assert!(range_within(16, 0, 16).is_ok());
+        assert!(range_within(16, 8, 8).is_ok());
+        assert!(range_within(16, 16, 0).is_ok());
+        for (offset, len) in [(8, 9), (17, 0), (u64::MAX, 2), (1, u64::MAX)] {
+            match range_within(16, offset, len) {
+                Err(Error::OutOfRange {
+                    offset: o,
+                    len: l,
+                    size: 16,
+                }) => {
+                    assert_eq!((o, l), (offset, len));
+                }
+                other => panic!("{offset}+{len}: {other:?}"),
+            }
+        }
+        let e = range_within(16, u64::MAX, 2).unwrap_err().to_string();
+        assert!(e.contains("outside the 16-byte allocation"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_device_lists_the_devices_seen() {
+        let seen = DeviceInfo {
+            name: "Some GPU".into(),
+            device_uuid: [0xab; 16],
+            driver_uuid: [0; 16],
+            vendor_id: 0x10de,
+            device_id: 0x2330,
+            api_version: vk::make_api_version(0, 1, 3, 0),
+            driver_version: (580 << 22) | (159 << 14),
+            driver_name: "NVIDIA".into(),
+            driver_info: "580.159".into(),
+            missing_extensions: Vec::new(),
+        };
+        assert_eq!(seen.nvidia_driver_version(), "580.159.00");
+        assert_eq!(seen.api_version_string(), "1.3.0");
+        let e = Error::DeviceNotFound {
+            uuid: [1; 16],
+            seen: vec![seen],
+        }
+        .to_string();
+        assert!(
+            e.starts_with("no Vulkan device has UUID 01010101-0101-0101-0101-010101010101; seen:"),
+            "{e}"
+        );
+        assert!(
+            e.contains("[Some GPU abababab-abab-abab-abab-abababababab]"),
+            "{e}"
+        );
+        let none = Error::DeviceNotFound {
+            uuid: [0; 16],
+            seen: Vec::new(),
+        };
+        assert!(none.to_string().ends_with("seen: none"), "{none}");
+    }
+}
