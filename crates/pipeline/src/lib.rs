@@ -17,6 +17,10 @@
 //!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
 //!   and [`transport::process`] (the camera in another process).
 //! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
+//! - [`platform`]: the producing side's platform APIs as product code:
+//!   `platform::vulkan` (feature `vulkan`: the Vulkan exporter, device by
+//!   CUDA UUID, exportable memory and semaphores) and [`platform::egl`]
+//!   (EGL display, streams and images).
 //! - [`app`]: the programs built on the library: [`app::cli`],
 //!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
 //!   (which transport runs here and why), [`app::info`] (the
@@ -63,5 +67,11 @@
 pub mod app;
 pub mod camera;
 pub mod consumer;
+pub mod platform;
 pub mod ring;
 pub mod transport;
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

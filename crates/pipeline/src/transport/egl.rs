@@ -744,8 +744,8 @@ pub fn open_sim(
 /// destroyed together.
 #[cfg(feature = "vulkan")]
 struct RealEgl {
-    stream: Option<tegra_interop_testkit::egl::EglStream>,
-    exporter: tegra_interop_testkit::egl::EglExporter,
+    stream: Option<crate::platform::egl::EglStream>,
+    exporter: crate::platform::egl::EglExporter,
 }
 
 #[cfg(feature = "vulkan")]
@@ -769,9 +769,9 @@ pub fn open_real(
     let backend =
         tegra_interop::driver::Backend::real().map_err(|e| format!("CUDA driver: {e}"))?;
     let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| format!("CUDA context: {e}"))?;
-    let exporter = tegra_interop_testkit::egl::EglExporter::new()?;
+    let exporter = crate::platform::egl::EglExporter::new().map_err(|e| e.to_string())?;
     let fifo = i32::try_from(slots).map_err(|e| format!("ring size: {e}"))?;
-    let stream = exporter.create_stream(fifo)?;
+    let stream = exporter.create_stream(fifo).map_err(|e| e.to_string())?;
     let raw = stream.as_raw();
     let egl = RealEgl {
         stream: Some(stream),

@@ -136,14 +136,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::platform::vulkan::{
+    Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
+    VulkanExporter, VulkanMemory, VulkanSemaphore,
+};
 use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
-};
-use tegra_interop_testkit::vulkan::{
-    Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
-    VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
 
 use crate::ring::{Peek, Ticket};
@@ -679,9 +679,7 @@ fn allocate_frames(
             }
             return Ok((frames, MemoryLocation::HostCached));
         }
-        Err(tegra_interop_testkit::vulkan::Error::NoMemoryType { .. }) => {
-            MemoryLocation::HostVisible
-        }
+        Err(VkError::NoMemoryType { .. }) => MemoryLocation::HostVisible,
         Err(e) => return Err(err("allocating a frame buffer in Vulkan")(&e)),
     };
     let frames = (0..slots)
