@@ -73,7 +73,8 @@ pub(crate) enum Injection {
 pub(crate) struct Control {
     pub(crate) injections: Vec<Injection>,
     pub(crate) per_symbol: HashMap<&'static str, u64>,
-    pub(crate) log: Vec<&'static str>,
+    /// The most recent calls (bounded: see `journal`).
+    pub(crate) log: crate::journal::Journal<&'static str>,
     pub(crate) diagnostics: Vec<Diagnostic>,
     pub(crate) injected: u64,
     /// Injected failures of entry points that apply them themselves (so
