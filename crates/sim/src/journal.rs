@@ -175,7 +175,10 @@ mod tests {
         assert_eq!(g.forgotten(), (LOG_LIMIT + 1) as u64);
         assert_eq!(g.get(&ctx), Some(&GoneWhy::Destroyed));
         assert_eq!(g.get(&lost), Some(&GoneWhy::ContextDestroyed));
-        assert!(!g.contains_key(&first), "the oldest destroyed handle is forgotten");
+        assert!(
+            !g.contains_key(&first),
+            "the oldest destroyed handle is forgotten"
+        );
         assert!(g.contains_key(&last), "the newest is remembered");
         g.remove(&last);
         assert!(!g.contains_key(&last));

@@ -10,7 +10,8 @@
 //!
 //! * where the real driver crashes (double destroy, destroy after a context
 //!   reset, use after free) the simulator returns an error code and records a
-//!   [`Diagnostic`] (also printed to stderr), so a test sees the bug;
+//!   [`Diagnostic`] (also written to stderr unless
+//!   [`Sim::set_diagnostic_echo`] turned that off), so a test sees the bug;
 //! * it keeps a [`Ledger`] of live objects, descriptors it holds and pending
 //!   stream work, which must be clean after a correct teardown;
 //! * it can fail the N-th call ([`Sim::fail_at`]) or the N-th call of one
@@ -334,6 +335,15 @@ impl Sim {
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
         self.inner.flush_fd_issues();
         self.inner.lock_control().diagnostics.clone()
+    }
+
+    /// Whether each diagnostic is also written to stderr when it is
+    /// recorded (`true` by default, see [`SimConfig::echo_diagnostics`]).
+    /// Turn it off in a test that provokes misuse on purpose and assert on
+    /// [`Sim::take_diagnostics`] instead; every diagnostic is recorded
+    /// either way.
+    pub fn set_diagnostic_echo(&self, on: bool) {
+        self.inner.set_echo(on);
     }
 
     /// Returns and forgets the diagnostics recorded so far.
