@@ -235,6 +235,11 @@ fn acquire_answer(
 /// drop or with [`disconnect`](Self::disconnect).
 pub struct EglStreamConsumer {
     res: Owned<ConnectionRes>,
+    /// Frames acquired so far (numbers each acquire, from 1).
+    acquires: Cell<u64>,
+    /// Of the frames released, the one acquired last: its acquire number
+    /// and its first plane (the frame the stream keeps for reuse).
+    kept: Cell<Option<(u64, usize)>>,
 }
 
 impl fmt::Debug for EglStreamConsumer {
@@ -286,6 +291,8 @@ impl EglStreamConsumer {
                 end: End::Consumer,
                 out: Cell::new(0),
             }),
+            acquires: Cell::new(0),
+            kept: Cell::new(None),
         })
     }
 
@@ -321,12 +328,16 @@ impl EglStreamConsumer {
             return Ok(None);
         }
         self.res.out.set(self.res.out.get().saturating_add(1));
+        let seq = self.acquires.get().saturating_add(1);
+        self.acquires.set(seq);
         let mut guard = StreamFrame {
             consumer: self,
             resource,
             stream: cu_stream,
             raw: CUeglFrame::default(),
             released: false,
+            seq,
+            repeat: false,
         };
         // On failure the guard's drop releases the frame again.
         // SAFETY: `guard.raw` is a frame the driver writes whole; `resource` was just acquired on
@@ -340,6 +351,10 @@ impl EglStreamConsumer {
                 0,
             )
         }?;
+        guard.repeat = self
+            .kept
+            .get()
+            .is_some_and(|(_, plane)| plane == first_plane(&guard.raw));
         Ok(Some(guard))
     }
 
@@ -452,12 +467,24 @@ pub struct StreamFrame<'c> {
     stream: CUstream,
     raw: CUeglFrame,
     released: bool,
+    /// This consumer's acquire number for the frame (from 1).
+    seq: u64,
+    /// The stream handed back a frame this consumer saw before.
+    repeat: bool,
+}
+
+/// The first plane word of a frame (a pitch frame's device address, an
+/// array frame's array): which of the stream's buffers it is.
+fn first_plane(f: &CUeglFrame) -> usize {
+    crate::ffi::egl_plane_words(f)[0]
 }
 
 impl fmt::Debug for StreamFrame<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StreamFrame")
             .field("resource", &self.resource)
+            .field("acquire", &self.seq)
+            .field("repeat", &self.repeat)
             .finish()
     }
 }
@@ -472,6 +499,30 @@ impl StreamFrame<'_> {
     /// The graphics resource the driver mapped the frame on.
     pub fn as_raw(&self) -> CUgraphicsResource {
         self.resource
+    }
+
+    /// Whether this acquire handed back a frame this consumer had already
+    /// acquired and released, instead of a new one. With nothing new
+    /// presented an acquire may take the stream's kept frame again
+    /// (`EGL_SUPPORT_REUSE_NV`, on by default): the same bytes, which a
+    /// consumer counting camera frames must not count twice.
+    ///
+    /// CUDA's frame description carries no frame number, so this is told
+    /// from the buffer: of the frames released, the stream keeps the one
+    /// acquired last (the others go back to the producer) and hands a new
+    /// frame a buffer the producer gave back, so a frame in the kept
+    /// frame's buffer is that frame again. Measured on the simulator's
+    /// model of the H200 and checked on a GPU by
+    /// `crates/testkit/tests/gpu_egl_stream.rs`
+    /// (`stream_frame_says_when_it_is_a_repeat`).
+    pub fn is_repeat(&self) -> bool {
+        self.repeat
+    }
+
+    /// This consumer's count of acquires up to this one (the first frame
+    /// acquired is 1; a repeat gets a new number too).
+    pub fn acquire_number(&self) -> u64 {
+        self.seq
     }
 
     /// Hands the frame back to the stream (`cuEGLStreamConsumerReleaseFrame`,
@@ -496,6 +547,9 @@ impl StreamFrame<'_> {
             )
         };
         c.res.out.set(c.res.out.get().saturating_sub(1));
+        if r.is_ok() && c.kept.get().is_none_or(|(seq, _)| seq < self.seq) {
+            c.kept.set(Some((self.seq, first_plane(&self.raw))));
+        }
         r
     }
 }
