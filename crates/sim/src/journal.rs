@@ -79,6 +79,13 @@ impl GoneMap {
     /// Records `h` as gone for `why`.
     pub(crate) fn insert(&mut self, h: u64, why: GoneWhy) {
         let evictable = why == GoneWhy::Destroyed && (h >> 48) != Tag::Context as u64;
+        if self.map.capacity() == 0 {
+            // The table's full size at once (its pages are touched as it
+            // fills): a table that doubles late in a long run (57,344
+            // entries: 2 MiB more) looks like a leak in the soak.
+            self.map.reserve(LOG_LIMIT + 1024);
+            self.order.reserve(LOG_LIMIT + 1);
+        }
         if self.map.insert(h, why).is_none() && evictable {
             self.order.push_back(h);
             while self.order.len() > LOG_LIMIT {
