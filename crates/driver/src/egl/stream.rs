@@ -235,11 +235,12 @@ fn acquire_answer(
 /// drop or with [`disconnect`](Self::disconnect).
 pub struct EglStreamConsumer {
     res: Owned<ConnectionRes>,
-    /// Frames acquired so far (numbers each acquire, from 1).
-    acquires: Cell<u64>,
-    /// Of the frames released, the one acquired last: its acquire number
-    /// and its first plane (the frame the stream keeps for reuse).
-    kept: Cell<Option<(u64, usize)>>,
+    /// Acquires so far (numbers each acquire from 1, wrapping) and the
+    /// number of the frame in `kept` (0: none yet).
+    numbers: Cell<(u32, u32)>,
+    /// Of the frames released, the first plane of the one acquired last
+    /// (the frame the stream keeps for reuse).
+    kept: Cell<usize>,
 }
 
 impl fmt::Debug for EglStreamConsumer {
@@ -291,8 +292,8 @@ impl EglStreamConsumer {
                 end: End::Consumer,
                 out: Cell::new(0),
             }),
-            acquires: Cell::new(0),
-            kept: Cell::new(None),
+            numbers: Cell::new((0, 0)),
+            kept: Cell::new(0),
         })
     }
 
@@ -328,8 +329,9 @@ impl EglStreamConsumer {
             return Ok(None);
         }
         self.res.out.set(self.res.out.get().saturating_add(1));
-        let seq = self.acquires.get().saturating_add(1);
-        self.acquires.set(seq);
+        let (last, kept) = self.numbers.get();
+        let seq = last.wrapping_add(1).max(1);
+        self.numbers.set((seq, kept));
         let mut guard = StreamFrame {
             consumer: self,
             resource,
@@ -351,10 +353,7 @@ impl EglStreamConsumer {
                 0,
             )
         }?;
-        guard.repeat = self
-            .kept
-            .get()
-            .is_some_and(|(_, plane)| plane == first_plane(&guard.raw));
+        guard.repeat = kept != 0 && self.kept.get() == first_plane(&guard.raw);
         Ok(Some(guard))
     }
 
@@ -467,8 +466,8 @@ pub struct StreamFrame<'c> {
     stream: CUstream,
     raw: CUeglFrame,
     released: bool,
-    /// This consumer's acquire number for the frame (from 1).
-    seq: u64,
+    /// This consumer's acquire number for the frame (from 1, wrapping).
+    seq: u32,
     /// The stream handed back a frame this consumer saw before.
     repeat: bool,
 }
@@ -519,12 +518,6 @@ impl StreamFrame<'_> {
         self.repeat
     }
 
-    /// This consumer's count of acquires up to this one (the first frame
-    /// acquired is 1; a repeat gets a new number too).
-    pub fn acquire_number(&self) -> u64 {
-        self.seq
-    }
-
     /// Hands the frame back to the stream (`cuEGLStreamConsumerReleaseFrame`,
     /// ordered on the stream it was acquired on) and reports the answer.
     pub fn release(mut self) -> Result<(), Error> {
@@ -547,8 +540,13 @@ impl StreamFrame<'_> {
             )
         };
         c.res.out.set(c.res.out.get().saturating_sub(1));
-        if r.is_ok() && c.kept.get().is_none_or(|(seq, _)| seq < self.seq) {
-            c.kept.set(Some((self.seq, first_plane(&self.raw))));
+        let (last, kept) = c.numbers.get();
+        // Acquired after the kept one (serial-number order: the numbers
+        // wrap, and frames out at once are never 2^31 acquires apart).
+        let later = kept == 0 || (self.seq.wrapping_sub(kept) as i32) > 0;
+        if r.is_ok() && later {
+            c.numbers.set((last, self.seq));
+            c.kept.set(first_plane(&self.raw));
         }
         r
     }
