@@ -47,7 +47,19 @@ fn child_provokes_misuse_on_a_loud_and_on_a_quiet_simulator() {
 
 #[test]
 fn only_a_loud_simulator_writes_to_stderr() {
-    let out = Command::new(std::env::current_exe().unwrap())
+    // Under a cross test runner without binfmt (`TEGRA_INTEROP_TEST_RUNNER`,
+    // e.g. qemu-aarch64) the child goes through it too.
+    let exe = std::env::current_exe().unwrap();
+    let mut command = match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
+        Ok(r) if !r.trim().is_empty() => {
+            let mut words = r.split_whitespace();
+            let mut c = Command::new(words.next().unwrap());
+            c.args(words).arg(exe);
+            c
+        }
+        _ => Command::new(exe),
+    };
+    let out = command
         .args([
             "--exact",
             "child_provokes_misuse_on_a_loud_and_on_a_quiet_simulator",
