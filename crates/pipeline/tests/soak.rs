@@ -28,11 +28,11 @@
 //! Ignored by default (long); run with `--release`:
 //! - CI (`.ci/run soak`): `cargo test --release -p tegra-interop-pipeline
 //!   --test soak -- --ignored --nocapture --test-threads=1 two_hundred_fifty_thousand`
-//!   (about 40 s on 2 cores);
+//!   (15-25 s of running on 2 cores, measured);
 //! - the full soak: `cargo test --release -p tegra-interop-pipeline --test soak
 //!   -- --ignored --nocapture --test-threads=1 million_frames_keep` (about
-//!   70 s), and the program as shipped: `... --test soak -- --ignored
-//!   --nocapture binary_run` (about 60 s).
+//!   40 s measured), and the program as shipped: `... --test soak -- --ignored
+//!   --nocapture binary_run` (about 80 s).
 #![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
@@ -179,7 +179,7 @@ fn assert_flat(which: Transport, points: &[(u64, Rss)], from: u64, to: u64, boun
 }
 
 #[test]
-#[ignore = "long (about 40 s in release): .ci/run soak runs it with --release"]
+#[ignore = "long (15-25 s in release): .ci/run soak runs it with --release"]
 fn two_hundred_fifty_thousand_frames_keep_memory_flat() {
     for which in [Transport::NvSci, Transport::Egl] {
         let points = run(which, 250_000, &[10_000, 50_000]);
@@ -188,7 +188,7 @@ fn two_hundred_fifty_thousand_frames_keep_memory_flat() {
 }
 
 #[test]
-#[ignore = "long (minutes): the documented million-frame soak"]
+#[ignore = "long (about 40 s in release): the documented million-frame soak"]
 fn million_frames_keep_memory_flat() {
     for which in [Transport::NvSci, Transport::Egl] {
         let points = run(which, 1_000_000, &[10_000, 100_000]);
@@ -231,7 +231,7 @@ fn program_peak(frames: u64) -> u64 {
 /// instead of nine vectors of one word per frame, 72 bytes a frame, about
 /// 65 MB over these 900,000 frames).
 #[test]
-#[ignore = "long (about two minutes): the program-level million-frame soak"]
+#[ignore = "long (about 80 s in release): the program-level million-frame soak"]
 fn binary_run_of_a_million_frames() {
     let small = program_peak(100_000);
     let large = program_peak(1_000_000);
