@@ -47,6 +47,13 @@ pub struct SimConfig {
     /// How long [`Sim::with_config`] waits for a free slot when all
     /// [`SLOTS`] are in use. Default 60 s.
     pub slot_wait: Duration,
+    /// Whether each [`Diagnostic`] is also written to stderr when it is
+    /// recorded (default `true`: a program on the simulator sees its misuse
+    /// at once, as a line starting `tegra-interop-sim`). A test that
+    /// provokes misuse on purpose turns it off (here or with
+    /// [`Sim::set_diagnostic_echo`]) and asserts on
+    /// [`Sim::take_diagnostics`] instead.
+    pub echo_diagnostics: bool,
 }
 
 impl Default for SimConfig {
@@ -66,6 +73,7 @@ impl Default for SimConfig {
             hang_timeout: cuda::DEFAULT_HANG_TIMEOUT,
             nvsciipc_config: None,
             slot_wait: Duration::from_secs(60),
+            echo_diagnostics: true,
         }
     }
 }
@@ -96,6 +104,14 @@ impl SimConfig {
     /// (a file in the BSP's `nvsciipc.cfg` format).
     pub fn with_nvsciipc_config(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.nvsciipc_config = Some(path.into());
+        self
+    }
+
+    /// The same configuration with diagnostics written to stderr (`true`,
+    /// the default) or only recorded (`false`); see
+    /// [`SimConfig::echo_diagnostics`].
+    pub fn with_diagnostic_echo(mut self, on: bool) -> Self {
+        self.echo_diagnostics = on;
         self
     }
 
