@@ -1,0 +1,552 @@
+//! The CUDA side of the discrete-GPU transport: the streams, the per-slot
+//! imports and events, the enqueue thread that queues each frame's work and
+//! the completion thread that timestamps each frame's end (see the parent
+//! module's docs for the design, and "Copy mode: three streams" there for
+//! how the copy-based variant overlaps its two copies).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use tegra_interop::core::{SignalParams, WaitParams};
+use tegra_interop::driver::{Context, ExternalSemaphore, MappedBuffer, Stream};
+
+use super::{err, CopyWith, Mode, TEARDOWN_WAIT};
+use crate::consumer::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::transport::{FrameGeometry, TransportError};
+
+/// CUDA events of one slot, created once and recorded for every frame.
+pub(super) struct SlotEvents {
+    /// Before the stream's wait for *ready*.
+    pub(super) arrive: CudaEvent,
+    /// After the stream's wait for *ready*.
+    pub(super) start: CudaEvent,
+    /// Before the kernel (after the copy in, in copy mode).
+    pub(super) kernel_start: CudaEvent,
+    /// After the kernel (in copy mode also what the copy-out stream waits
+    /// for).
+    pub(super) kernel_end: CudaEvent,
+    /// After everything of the frame, *free* signal included (in copy mode
+    /// also what the slot's next copy in waits for: its device buffer is
+    /// read by this frame's copy out until then).
+    pub(super) end: CudaEvent,
+}
+
+impl SlotEvents {
+    fn new(ctx: &Arc<CudaContext>) -> Result<SlotEvents, TransportError> {
+        let make = || {
+            ctx.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| err("creating a CUDA event")(&e))
+        };
+        Ok(SlotEvents {
+            arrive: make()?,
+            start: make()?,
+            kernel_start: make()?,
+            kernel_end: make()?,
+            end: make()?,
+        })
+    }
+
+    /// One set of events per slot.
+    pub(super) fn per_slot(
+        ctx: &Arc<CudaContext>,
+        slots: usize,
+    ) -> Result<Arc<Vec<SlotEvents>>, TransportError> {
+        (0..slots)
+            .map(|_| SlotEvents::new(ctx))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Arc::new)
+    }
+}
+
+/// Work for the completion thread: a submitted frame.
+pub(super) struct Job {
+    pub(super) slot: usize,
+    pub(super) frame: u64,
+}
+
+/// A frame the completion thread saw finish.
+pub(super) struct Done {
+    pub(super) slot: usize,
+    pub(super) frame: u64,
+    pub(super) finished: Instant,
+}
+
+/// Waits for one frame's end event; after teardown began, at most
+/// [`TEARDOWN_WAIT`].
+fn wait_end(event: &CudaEvent, job: &Job, stopping: &AtomicBool) -> Result<Done, TransportError> {
+    let mut stop_seen: Option<Instant> = None;
+    loop {
+        match event.try_is_complete() {
+            Ok(true) => {
+                return Ok(Done {
+                    slot: job.slot,
+                    frame: job.frame,
+                    finished: Instant::now(),
+                })
+            }
+            Ok(false) => {}
+            Err(e) => return Err(err("the consumer stream failed")(&e)),
+        }
+        if stopping.load(Ordering::Acquire) {
+            let since = *stop_seen.get_or_insert_with(Instant::now);
+            if since.elapsed() > TEARDOWN_WAIT {
+                return Err(TransportError::new(format!(
+                    "frame {} in slot {} did not finish within {TEARDOWN_WAIT:?} of teardown",
+                    job.frame, job.slot
+                )));
+            }
+        }
+        thread::yield_now();
+    }
+}
+
+/// Waits, in submission order, for each frame's end event and reports when
+/// it completed.
+pub(super) fn completion_loop(
+    ctx: Arc<CudaContext>,
+    events: Arc<Vec<SlotEvents>>,
+    jobs: Receiver<Job>,
+    done: SyncSender<Result<Done, TransportError>>,
+    stopping: Arc<AtomicBool>,
+) {
+    if let Err(e) = ctx.bind_to_thread() {
+        let _ = done.send(Err(err("binding the CUDA context")(&e)));
+        return;
+    }
+    while let Ok(job) = jobs.recv() {
+        let result = match events.get(job.slot) {
+            Some(ev) => wait_end(&ev.end, &job, &stopping),
+            None => Err(TransportError::new(format!("no slot {}", job.slot))),
+        };
+        let failed = result.is_err();
+        if done.send(result).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// One frame's consumer work, as the producer asked for it
+/// ([`crate::transport::FrameTransport::queue_consumer`]).
+pub(super) struct Request {
+    pub(super) slot: usize,
+    pub(super) frame: u64,
+    /// The *ready* value to wait for.
+    pub(super) ready: u64,
+    /// The *free* value to signal.
+    pub(super) free: u64,
+}
+
+/// The CUDA objects of one ring slot.
+pub(super) struct CudaSlot {
+    /// The imported *ready* semaphore (waited for on the first stream).
+    pub(super) ready: ExternalSemaphore,
+    /// The imported *free* semaphore (signalled on the last stream).
+    pub(super) free: ExternalSemaphore,
+    /// The frame's import, mapped whole (it holds its import, and so the
+    /// context).
+    pub(super) mapped: MappedBuffer,
+    /// Copy mode: the slot's device-local buffer.
+    pub(super) device: Option<CudaSlice<u8>>,
+}
+
+/// The streams the consumer's work goes to.
+pub(super) struct Streams {
+    /// Waits for *ready*, copies in (copy mode) and runs the kernel; in
+    /// zero-copy mode everything of a frame.
+    pub(super) first: Stream,
+    /// The cudarc stream `first` wraps.
+    pub(super) first_cu: Arc<CudaStream>,
+    /// Copy mode: waits for the kernel, copies out, signals *free*.
+    pub(super) out: Option<(Stream, Arc<CudaStream>)>,
+}
+
+impl Streams {
+    /// One stream in zero-copy mode, two in copy mode.
+    pub(super) fn new(
+        ctx: &Context,
+        cu: &Arc<CudaContext>,
+        mode: Mode,
+    ) -> Result<Streams, TransportError> {
+        let make = || -> Result<(Stream, Arc<CudaStream>), TransportError> {
+            let c = cu
+                .new_stream()
+                .map_err(|e| err("creating a CUDA stream")(&e))?;
+            let s = Stream::from_cudarc(ctx, Arc::clone(&c))
+                .map_err(|e| err("wrapping a CUDA stream")(&e))?;
+            Ok((s, c))
+        };
+        let (first, first_cu) = make()?;
+        let out = match mode {
+            Mode::ZeroCopy => None,
+            Mode::DeviceCopy => Some(make()?),
+        };
+        Ok(Streams {
+            first,
+            first_cu,
+            out,
+        })
+    }
+
+    /// The stream that signals *free* and records the frame's end.
+    fn last(&self) -> (&Stream, &Arc<CudaStream>) {
+        match &self.out {
+            Some((s, c)) => (s, c),
+            None => (&self.first, &self.first_cu),
+        }
+    }
+
+    /// Waits until every queued piece of work finished.
+    pub(super) fn synchronize(&self) -> Result<(), TransportError> {
+        for s in std::iter::once(&self.first_cu).chain(self.out.as_ref().map(|(_, c)| c)) {
+            s.synchronize()
+                .map_err(|e| err("draining a CUDA stream")(&e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The CUDA side of the transport: everything the consumer's work is queued
+/// with. It lives on the enqueue thread ([`enqueue_loop`]), so the
+/// producer's thread does not spend the ~30-50 us of driver calls per frame
+/// (event records, the wait, the launch, the signal) between two frames.
+pub(super) struct Enqueuer {
+    pub(super) geometry: FrameGeometry,
+    pub(super) mode: Mode,
+    pub(super) copy_with: CopyWith,
+    pub(super) grid: u32,
+    pub(super) slots: Vec<CudaSlot>,
+    /// One mismatch counter per slot (shared with the producer's
+    /// collection, which takes each count).
+    pub(super) counters: Arc<Counters>,
+    pub(super) events: Arc<Vec<SlotEvents>>,
+    pub(super) streams: Streams,
+    pub(super) kernel: Kernel,
+    pub(super) ctx: Context,
+}
+
+fn record(e: &CudaEvent, on: &CudaStream) -> Result<(), TransportError> {
+    e.record(on).map_err(|x| err("recording a CUDA event")(&x))
+}
+
+/// Which way a frame is copied (copy mode).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    /// From the imported frame into the slot's device buffer.
+    In,
+    /// From the slot's device buffer back into the imported frame.
+    Out,
+}
+
+impl Enqueuer {
+    /// Queues the consumer's work for the requested frame (see
+    /// [`crate::transport::FrameTransport::queue_consumer`]): on the first
+    /// stream the wait for *ready*, the copy in (copy mode) and the kernel;
+    /// in copy mode the copy out on the second stream, which waits for the
+    /// kernel; then the *free* signal and the end event on the last stream.
+    pub(super) fn enqueue(&mut self, r: &Request) -> Result<(), TransportError> {
+        let events = Arc::clone(&self.events);
+        let ev = events
+            .get(r.slot)
+            .ok_or_else(|| TransportError::new(format!("no slot {}", r.slot)))?;
+        let first = Arc::clone(&self.streams.first_cu);
+        record(&ev.arrive, &first)?;
+        self.streams
+            .first
+            .wait(&self.slots[r.slot].ready, WaitParams::timeline(r.ready))
+            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
+        record(&ev.start, &first)?;
+        if self.mode == Mode::DeviceCopy {
+            // The slot's device buffer is read by its previous frame's copy
+            // out (on the other stream) until that frame's end event.
+            first
+                .wait(&ev.end)
+                .map_err(|e| err("ordering the copy in after the slot's last copy out")(&e))?;
+            self.copy(r.slot, Direction::In)?;
+        }
+        record(&ev.kernel_start, &first)?;
+        self.launch(r)?;
+        record(&ev.kernel_end, &first)?;
+        if self.mode == Mode::DeviceCopy {
+            let (_, out) = self.streams.last();
+            out.wait(&ev.kernel_end)
+                .map_err(|e| err("ordering the copy out after the kernel")(&e))?;
+            self.copy(r.slot, Direction::Out)?;
+        }
+        self.signal_free(r)?;
+        let (_, last) = self.streams.last();
+        record(&ev.end, last)
+    }
+
+    /// Queues the check-and-invert kernel of `r`'s frame on the first
+    /// stream, over the imported frame (zero-copy) or the slot's device
+    /// buffer (copy mode).
+    fn launch(&mut self, r: &Request) -> Result<(), TransportError> {
+        let len = self.geometry.frame_len();
+        let counter = self.counters.device_ptr(r.slot)?;
+        let first = &self.streams.first_cu;
+        let slot = &mut self.slots[r.slot];
+        let work_ptr = match &slot.device {
+            Some(dev) => dev.device_ptr(first).0,
+            None => slot.mapped.device_ptr(),
+        };
+        let frame = DeviceFrame {
+            ptr: work_ptr,
+            len,
+            stride: self.geometry.stride,
+        };
+        let args = CheckArgs::new(frame, r.frame, counter);
+        // Both launches: the kernel touches `len` bytes of the frame (the
+        // mapping, lent to cudarc for this launch, or the slot's device
+        // buffer) and the slot's counter, all torn down only after the
+        // streams are drained; nothing else touches them until the kernel
+        // ran (the copy out waits for its end event; the producer writes
+        // the frame again only after the free fence, signalled after it).
+        match &mut slot.device {
+            // SAFETY: as said above, for the slot's device buffer.
+            Some(dev) => unsafe {
+                self.kernel
+                    .check_and_invert(FrameMemory::Device, self.grid, first, dev, &args)
+            },
+            None => {
+                let mut mapped = slot
+                    .mapped
+                    .cudarc_slice::<u8>(first)
+                    .map_err(|e| err("lending the frame to cudarc")(&e))?;
+                // SAFETY: as said above, for the mapping.
+                unsafe {
+                    self.kernel.check_and_invert(
+                        FrameMemory::System,
+                        self.grid,
+                        first,
+                        &mut mapped,
+                        &args,
+                    )
+                }
+            }
+        }
+    }
+
+    /// Queues one copy of the slot's frame (copy mode): the copy in on the
+    /// first stream, the copy out on the second; by the copy engines
+    /// (`cuMemcpyDtoDAsync`) or by copy kernels ([`CopyWith`]).
+    fn copy(&mut self, slot: usize, dir: Direction) -> Result<(), TransportError> {
+        let len = self.geometry.frame_len();
+        let stream = match dir {
+            Direction::In => &self.streams.first_cu,
+            Direction::Out => self.streams.last().1,
+        };
+        let s = &mut self.slots[slot];
+        let dev = s
+            .device
+            .as_mut()
+            .ok_or_else(|| TransportError::new("copy mode without a device buffer"))?;
+        let frame_ptr = s.mapped.device_ptr();
+        let dev_ptr = dev.device_ptr(stream).0;
+        let mut mapped = s
+            .mapped
+            .cudarc_slice::<u8>(stream)
+            .map_err(|e| err("lending the frame to cudarc")(&e))?;
+        let what = match dir {
+            Direction::In => "copying the frame into device memory",
+            Direction::Out => "copying the frame back from device memory",
+        };
+        if mapped.len() < len || dev.len() < len {
+            return Err(TransportError::new(format!(
+                "{what}: a buffer is smaller than the frame"
+            )));
+        }
+        match self.copy_with {
+            CopyWith::Engines => {
+                // Same context, same length (checked above): cudarc queues
+                // one `cuMemcpyDtoDAsync` on `stream` (no events: tracking
+                // is off on this context), which the copy engines carry.
+                let done = match dir {
+                    Direction::In => {
+                        stream.memcpy_dtod(&mapped.slice(..len), &mut dev.slice_mut(..len))
+                    }
+                    Direction::Out => {
+                        stream.memcpy_dtod(&dev.slice(..len), &mut mapped.slice_mut(..len))
+                    }
+                };
+                done.map_err(|e| err(what)(&e))
+            }
+            CopyWith::Kernels => {
+                let len64 = len as u64;
+                // SAFETY: both ranges are `len` bytes of live allocations
+                // (the mapping of the slot's import, the slot's device
+                // buffer) that outlive the queued copy (torn down only after
+                // the streams are drained); they do not overlap; the events
+                // order this copy after the slot's previous user of the
+                // destination and before its next one.
+                unsafe {
+                    match dir {
+                        Direction::In => self.kernel.copy(
+                            CopyKernel::FromSystem,
+                            self.grid,
+                            stream,
+                            (dev, dev_ptr),
+                            (&mapped, frame_ptr),
+                            &len64,
+                            what,
+                        ),
+                        Direction::Out => self.kernel.copy(
+                            CopyKernel::ToSystem,
+                            self.grid,
+                            stream,
+                            (&mut mapped, frame_ptr),
+                            (&*dev, dev_ptr),
+                            &len64,
+                            what,
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Signals the slot's *free* fence on the last stream and checks the
+    /// value the driver tracked.
+    fn signal_free(&mut self, r: &Request) -> Result<(), TransportError> {
+        let (stream, _) = self.streams.last();
+        let tracked = stream
+            .signal(&mut self.slots[r.slot].free, SignalParams::timeline(r.free))
+            .map_err(|e| err("CUDA signal of the free fence")(&e))?;
+        if tracked != Some(r.free) {
+            return Err(TransportError::new(format!(
+                "slot {}: the free fence is tracked at {tracked:?} after signalling {}",
+                r.slot, r.free
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The enqueue thread: queues each requested frame's work in order, then
+/// hands the frame to the completion thread, until its queue closes
+/// (teardown); then it gives the CUDA side back for the teardown to drain
+/// and release. An error goes to the producer through the completion queue
+/// and stops the queueing.
+pub(super) fn enqueue_loop(
+    mut e: Enqueuer,
+    requests: Receiver<Request>,
+    jobs: SyncSender<Job>,
+    done: SyncSender<Result<Done, TransportError>>,
+    host_ns: Arc<AtomicU64>,
+) -> Enqueuer {
+    if let Err(x) = e.ctx.bind() {
+        // Never blocks (a full queue already holds what the producer will
+        // see); the queues close when this thread ends.
+        let _ = done.try_send(Err(err("binding the CUDA context")(&x)));
+        return e;
+    }
+    for r in requests {
+        let entered = Instant::now();
+        let queued = e.enqueue(&r);
+        host_ns.fetch_add(entered.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let sent = match queued {
+            Ok(()) => jobs
+                .send(Job {
+                    slot: r.slot,
+                    frame: r.frame,
+                })
+                .map_err(|_| TransportError::new("the completion thread stopped")),
+            Err(x) => Err(x),
+        };
+        if let Err(x) = sent {
+            // Never blocks: at teardown nobody reads the queue, and a full
+            // queue already holds an error or the frames before this one;
+            // either way the producer's next wait ends (with this error, or
+            // with "stopped" once this thread and the completion thread end).
+            let _ = done.try_send(Err(x));
+            break;
+        }
+    }
+    e
+}
+
+/// Copy mode: one zeroed device-local buffer of `len` bytes per slot.
+pub(super) fn device_frames(
+    stream: &Arc<CudaStream>,
+    len: usize,
+    slots: usize,
+) -> Result<Vec<CudaSlice<u8>>, TransportError> {
+    (0..slots)
+        .map(|_| {
+            stream
+                .alloc_zeros::<u8>(len)
+                .map_err(|e| err("allocating a device frame buffer")(&e))
+        })
+        .collect()
+}
+
+/// Mean GPU-side times per frame, from the CUDA events.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GpuTimes {
+    /// Frames measured.
+    pub frames: u64,
+    /// The stream blocked in the *ready* wait: from the stream reaching it
+    /// to the wait being satisfied (zero when the frame was ready first).
+    pub wait: Duration,
+    /// Over the frames whose stream blocked in the wait (it was idle when
+    /// the frame was signalled, so no queueing): from the producer's ready
+    /// submission returning on the host to the stream passing the wait,
+    /// estimated as the frame's finish (seen by the completion thread) minus
+    /// the GPU time after the wait. Includes the completion thread's
+    /// detection delay.
+    pub ready_to_gpu: Duration,
+    /// Frames in `ready_to_gpu`.
+    pub blocked_frames: u64,
+    /// Host time in the ready submission (`signal_ready`).
+    pub host_ready: Duration,
+    /// Host time queueing the consumer's CUDA work, on the enqueue thread
+    /// (off the producer's path).
+    pub host_enqueue: Duration,
+    /// Host time submitting the acquire ahead (`reclaim_ahead`).
+    pub host_reclaim: Duration,
+    /// From the end of the *ready* wait to the kernel's start (the copy into
+    /// device memory in copy mode, which may also wait for the slot's last
+    /// copy out; about zero in zero-copy mode).
+    pub copy_in: Duration,
+    /// The kernel.
+    pub kernel: Duration,
+    /// From the kernel's end to the frame's end (in copy mode the copy back,
+    /// on its own stream, which may first finish the previous frame's copy
+    /// back; and the *free* signal).
+    pub tail: Duration,
+}
+
+/// The GPU-side spans of one finished frame, read from its slot's events.
+pub(super) struct FrameSpans {
+    pub(super) wait: Duration,
+    pub(super) after_wait: Duration,
+    pub(super) copy_in: Duration,
+    pub(super) process: Duration,
+    pub(super) tail: Duration,
+}
+
+impl FrameSpans {
+    /// Reads the spans of the frame whose end event completed.
+    pub(super) fn read(ev: &SlotEvents) -> Result<FrameSpans, TransportError> {
+        let span = |a: &CudaEvent, b: &CudaEvent| {
+            a.elapsed_ms(b)
+                .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+                .map_err(|e| err("reading CUDA event times")(&e))
+        };
+        Ok(FrameSpans {
+            wait: span(&ev.arrive, &ev.start)?,
+            after_wait: span(&ev.start, &ev.end)?,
+            copy_in: span(&ev.start, &ev.kernel_start)?,
+            process: span(&ev.kernel_start, &ev.kernel_end)?,
+            tail: span(&ev.kernel_end, &ev.end)?,
+        })
+    }
+}
+
+/// The grid of the consumer's launches for frames of `len` bytes.
+pub(super) fn grid(len: usize) -> u32 {
+    consumer::grid_for(len)
+}
