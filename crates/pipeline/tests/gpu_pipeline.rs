@@ -13,7 +13,7 @@ use std::time::Instant;
 use tegra_interop_pipeline::camera::TestPattern;
 
 use tegra_interop_pipeline::ring::{Ring, Ticket};
-use tegra_interop_pipeline::transport::gpu::{self, GpuTransport, Mode};
+use tegra_interop_pipeline::transport::gpu::{self, CopyWith, GpuOptions, GpuTransport, Mode};
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 
 /// Opens the transport and a ring of `slots`, runs `f`, closes it.
@@ -23,7 +23,18 @@ fn with<R>(
     mode: Mode,
     f: impl FnOnce(&mut GpuTransport, &mut Ring) -> R,
 ) -> R {
-    let mut t = GpuTransport::open(geometry, slots, mode).unwrap();
+    with_options(geometry, slots, GpuOptions::new(mode), f)
+}
+
+/// [`with`], with every option given.
+fn with_options<R>(
+    geometry: FrameGeometry,
+    slots: usize,
+    options: GpuOptions,
+    f: impl FnOnce(&mut GpuTransport, &mut Ring) -> R,
+) -> R {
+    let mut t = GpuTransport::open_with(geometry, slots, options).unwrap();
+    assert_eq!(t.options(), options);
     assert!(!t.note().is_empty() && !t.note().contains('\n'));
     let r = f(&mut t, &mut Ring::new(slots).unwrap());
     Box::new(t).close().unwrap();
@@ -55,16 +66,27 @@ fn probe_answers_in_one_line() {
     assert!(!line.is_empty() && !line.contains('\n'), "{line:?}");
 }
 
-/// Frames go round the ring in both modes; the kernel finds no mismatch in
-/// good frames and exactly the damaged bytes in bad ones, and the producer
-/// reads back the inverted pattern; odd sizes exercise the kernel's tail.
+/// Frames go round the ring in both modes (copy mode by the copy engines
+/// and by copy kernels, each on two streams); the kernel finds no mismatch
+/// in good frames and exactly the damaged bytes in bad ones, and the
+/// producer reads back the inverted pattern; odd sizes exercise the
+/// kernel's tail and the copies of lengths that are no multiple of 16.
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn frames_round_trip_in_both_modes() {
-    for mode in [Mode::ZeroCopy, Mode::DeviceCopy] {
+    let copy = |copy_with| GpuOptions {
+        copy_with,
+        ..GpuOptions::new(Mode::DeviceCopy)
+    };
+    for options in [
+        GpuOptions::new(Mode::ZeroCopy),
+        copy(CopyWith::Engines),
+        copy(CopyWith::Kernels),
+    ] {
+        let mode = options.mode;
         for (stride, rows) in [(1920 * 4, 1080), (301, 7), (17, 1)] {
             let g = FrameGeometry { stride, rows };
-            with(g, 3, mode, |t, ring| {
+            with_options(g, 3, options, |t, ring| {
                 assert_eq!(t.mode(), mode);
                 let frames = 24u64;
                 for frame in 0..frames {
@@ -112,7 +134,7 @@ fn frames_round_trip_in_both_modes() {
                 assert_eq!(times.frames, frames);
                 assert!(times.kernel.as_nanos() > 0);
                 println!(
-                    "{mode:?} {stride}x{rows} ({:?}): copy-in {:?}, kernel {:?}, tail {:?} per frame",
+                    "{options:?} {stride}x{rows} ({:?}): copy-in {:?}, kernel {:?}, tail {:?} per frame",
                     t.memory_location(),
                     times.copy_in,
                     times.kernel,
