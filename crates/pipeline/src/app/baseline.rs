@@ -21,6 +21,8 @@
 //! Every frame is checked exactly as in the pipeline: the kernel counts the
 //! bytes that differ from the pattern, the host reads back the inverted frame.
 
+pub mod limit;
+
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{
