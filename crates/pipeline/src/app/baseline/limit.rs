@@ -23,7 +23,7 @@
 //! the CPU's write and check; copy mode needs the two copies (at their
 //! both-directions-at-once time, the copy engines carrying one frame in and
 //! another out at once), the device-memory kernel and the same CPU work.
-//! [`ModeLimit::gpu`] is the same bound without the CPU pieces.
+//! [`ModeLimit::gpu_frames_per_s`] is the same bound without the CPU pieces.
 //!
 //! Every call goes through the driver's function table, so the measurement
 //! also runs on the simulator (with meaningless times: its tests check the
@@ -677,7 +677,10 @@ pub(crate) mod tests {
         assert!((r.plain_over_limit.unwrap() - 3000.0 * 200.0 / 1e6).abs() < 1e-9);
         assert!((r.ours_over_plain.unwrap() - 2800.0 / 3000.0).abs() < 1e-12);
         let failed = ModeRow::new(false, None, Some(3000.0), &p);
-        assert_eq!((failed.ours_over_limit, failed.ours_over_plain), (None, None));
+        assert_eq!(
+            (failed.ours_over_limit, failed.ours_over_plain),
+            (None, None)
+        );
         assert!(failed.plain_over_limit.is_some());
     }
 
