@@ -485,8 +485,8 @@ pub struct ModeRow {
     pub ours_frames_per_s: Option<f64>,
     /// The plain-CUDA baseline's frames/s (`None`: its run failed).
     pub plain_frames_per_s: Option<f64>,
-    /// The machine's limit for the mode.
-    pub limit: ModeLimit,
+    /// The machine's limit for the mode (`None`: not measured).
+    pub limit: Option<ModeLimit>,
     /// ours / limit.
     pub ours_over_limit: Option<f64>,
     /// ours / the GPU-only bound.
@@ -500,17 +500,23 @@ pub struct ModeRow {
 impl ModeRow {
     /// The row for `copy` mode from the measured rates and pieces: every
     /// ratio is computed here, from them.
-    pub fn new(copy: bool, ours: Option<f64>, plain: Option<f64>, pieces: &Pieces) -> ModeRow {
-        let limit = pieces.mode(copy);
-        let over = |a: Option<f64>, b: f64| a.map(|a| a / b);
+    pub fn new(
+        copy: bool,
+        ours: Option<f64>,
+        plain: Option<f64>,
+        pieces: Option<&Pieces>,
+    ) -> ModeRow {
+        let limit = pieces.map(|p| p.mode(copy));
+        let over = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+        let rate = limit.map(|l| l.frames_per_s);
         ModeRow {
             mode: if copy { "copy" } else { "zero-copy" },
             ours_frames_per_s: ours,
             plain_frames_per_s: plain,
             limit,
-            ours_over_limit: over(ours, limit.frames_per_s),
-            ours_over_gpu_bound: over(ours, limit.gpu_frames_per_s),
-            plain_over_limit: over(plain, limit.frames_per_s),
+            ours_over_limit: over(ours, rate),
+            ours_over_gpu_bound: over(ours, limit.map(|l| l.gpu_frames_per_s)),
+            plain_over_limit: over(plain, rate),
             ours_over_plain: ours.zip(plain).map(|(o, p)| o / p),
         }
     }
@@ -531,7 +537,7 @@ pub struct Comparison {
     pub frames: u64,
     /// The limit's pieces (`None`: the measurement failed).
     pub pieces: Option<Pieces>,
-    /// One row per mode that has a limit.
+    /// One row per mode run.
     pub modes: Vec<ModeRow>,
     /// Whether every run passed (verification included).
     pub passed: bool,
@@ -545,13 +551,14 @@ impl Comparison {
             "| mode | ours frames/s | plain CUDA frames/s | limit frames/s (bound by) | ours / limit | ours / GPU bound | plain / limit | ours / plain |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for r in &self.modes {
+            let limit = r.limit.map_or("-".into(), |l| {
+                format!("{:.1} ({})", l.frames_per_s, l.bound_by)
+            });
             out.push_str(&format!(
-                "| {} | {} | {} | {:.1} ({}) | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {limit} | {} | {} | {} | {} |\n",
                 r.mode,
                 f(r.ours_frames_per_s, 1),
                 f(r.plain_frames_per_s, 1),
-                r.limit.frames_per_s,
-                r.limit.bound_by,
                 f(r.ours_over_limit, 3),
                 f(r.ours_over_gpu_bound, 3),
                 f(r.plain_over_limit, 3),
@@ -670,18 +677,22 @@ pub(crate) mod tests {
     #[test]
     fn rows_compute_every_ratio_from_the_measured_pieces() {
         let p = pieces(168.0, 170.0, 255.0, 16.0, 120.0, 200.0);
-        let r = ModeRow::new(true, Some(2800.0), Some(3000.0), &p);
+        let r = ModeRow::new(true, Some(2800.0), Some(3000.0), Some(&p));
         assert_eq!(r.mode, "copy");
         assert!((r.ours_over_limit.unwrap() - 2800.0 * 200.0 / 1e6).abs() < 1e-9);
         assert!((r.ours_over_gpu_bound.unwrap() - 2800.0 * 170.0 / 1e6).abs() < 1e-9);
         assert!((r.plain_over_limit.unwrap() - 3000.0 * 200.0 / 1e6).abs() < 1e-9);
         assert!((r.ours_over_plain.unwrap() - 2800.0 / 3000.0).abs() < 1e-12);
-        let failed = ModeRow::new(false, None, Some(3000.0), &p);
+        let failed = ModeRow::new(false, None, Some(3000.0), Some(&p));
         assert_eq!(
             (failed.ours_over_limit, failed.ours_over_plain),
             (None, None)
         );
         assert!(failed.plain_over_limit.is_some());
+        let unmeasured = ModeRow::new(false, Some(2800.0), Some(3000.0), None);
+        assert_eq!(unmeasured.limit, None);
+        assert_eq!(unmeasured.ours_over_limit, None);
+        assert!(unmeasured.ours_over_plain.is_some());
     }
 
     /// The whole measurement runs on the simulator through the driver's
@@ -714,10 +725,10 @@ pub(crate) mod tests {
         let (ours, plain) = (1000.0, 1200.0);
         let modes: Vec<ModeRow> = [false, true]
             .iter()
-            .map(|&copy| ModeRow::new(copy, Some(ours), Some(plain), &p))
+            .map(|&copy| ModeRow::new(copy, Some(ours), Some(plain), Some(&p)))
             .collect();
         for (r, limit) in modes.iter().zip([p.zero_copy(), p.copy()]) {
-            assert_eq!(r.limit, limit);
+            assert_eq!(r.limit, Some(limit));
             let want = ours / limit.frames_per_s;
             assert!((r.ours_over_limit.unwrap() - want).abs() <= 1e-12 * want.max(1.0));
         }
