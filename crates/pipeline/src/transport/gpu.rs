@@ -37,14 +37,12 @@
 //!   ([`FrameTransport::queue_consumer`] only hands it the ticket's slot and
 //!   values, so those ~30-50 us of driver calls run beside the camera);
 //!   per frame it waits for *ready*, runs a
-//!   kernel compiled at run time with NVRTC (through cudarc; the [`crate::consumer`]
-//!   module, shared with the NvSci transport's Jetson path) that counts the
-//!   bytes that differ from [`TestPattern`] with an atomic and inverts every
-//!   byte in place (exactly [`crate::transport::process_frame`]; launched
-//!   with cudarc's launch builder, the slot's mapping lent as a cudarc
-//!   slice: see "Launches" below; the kernel adds any mismatches to the
-//!   slot's counter in mapped host memory), signals *free* and records an
-//!   event. A completion thread waits for those events in order
+//!   kernel compiled at run time with NVRTC (the [`crate::consumer`]
+//!   module's source, shared with the NvSci transport's Jetson path) that
+//!   counts the bytes that differ from [`TestPattern`] with an atomic and
+//!   inverts every byte in place (exactly [`crate::transport::process_frame`];
+//!   see "Launches" below; the kernel adds any mismatches to the slot's
+//!   counter in mapped host memory), signals *free* and records an event. A completion thread waits for those events in order
 //!   and timestamps them, so a frame's finish time does not depend on when
 //!   the pipeline's loop next looks.
 //! - **Copy-based variant** ([`Mode::DeviceCopy`], the pipeline's `--copy`):
@@ -129,18 +127,16 @@
 //!
 //! # Launches
 //!
-//! Every kernel goes through cudarc's launch builder. Each frame lends the
-//! slot's mapping to cudarc (`MappedBuffer::cudarc_slice`) and passes it
-//! as the kernel's argument (`launch_builder(f).arg(&mut mapped)`); the
-//! copy-based variant passes the slot's device buffer instead. Event
-//! tracking is off on the transport's cudarc context: the slots' events
-//! order its streams against each other and the imported semaphores order
-//! them against Vulkan, so cudarc's per-slice events would only repeat that
-//! order. With them on,
-//! the launch path measured 73-80 us per frame against 60-64 us for a raw
-//! `cuLaunchKernel` (BENCHMARKS.md, "cudarc's launch builder on the
-//! imported memory"): two events made, waited for, recorded and destroyed
-//! per frame.
+//! Every CUDA call goes through the driver's function table (the seam): the
+//! streams, events, device buffers and pinned counters are the driver's
+//! owned handles, the kernels are compiled with the driver's NVRTC wrapper,
+//! loaded as a `Module` and launched with its launch builder
+//! ([`Kernels`]), one `cuLaunchKernel` per kernel with no per-launch
+//! events (with cudarc's builder and its per-slice events the launch path
+//! measured 73-80 us per frame against 60-64 us for a raw
+//! `cuLaunchKernel`; BENCHMARKS.md, "cudarc's launch builder on the
+//! imported memory"). The slots' events order the streams against each
+//! other and the imported semaphores order them against Vulkan.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
 
@@ -153,9 +149,10 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::CudaContext;
 use tegra_interop::core::{MemoryImport, TimelineTracker};
-use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore};
+use tegra_interop::driver::{
+    Backend, Context, ExternalMemory, ExternalSemaphore, Nvrtc, PinnedHostBuffer,
+};
 use tegra_interop_testkit::vulkan::{
     Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
     VulkanExporter, VulkanMemory, VulkanSemaphore,
@@ -164,7 +161,8 @@ use tegra_interop_testkit::vulkan::{
 use crate::ring::{Peek, Ticket};
 use crate::transport::{Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError};
 
-use crate::consumer::{self, Counters, Kernel};
+use crate::app::baseline::limit::Kernels;
+use crate::consumer;
 
 mod cuda;
 
@@ -378,7 +376,7 @@ pub fn probe() -> Result<String, String> {
         .uuid()
         .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
     let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
-    consumer::nvrtc_present().map_err(|e| e.to_string())?;
+    Nvrtc::new(&backend).map_err(|e| format!("NVRTC: {e}").replace('\n', " "))?;
     Ok(format!(
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
@@ -433,7 +431,7 @@ struct CudaSide {
     enqueuer: Option<JoinHandle<Enqueuer>>,
     /// Nanoseconds the enqueue thread spent queueing.
     host_enqueue_ns: Arc<AtomicU64>,
-    counters: Arc<Counters>,
+    counters: Arc<PinnedHostBuffer>,
     events: Arc<Vec<SlotEvents>>,
     ctx: Context,
     done: Receiver<Result<Done, TransportError>>,
@@ -586,11 +584,10 @@ fn note(options: &GpuOptions, location: MemoryLocation) -> &'static str {
     }
 }
 
-/// The CUDA device the transport opens: the driver, context 0 and its
-/// cudarc handle, the device's UUID (to find the same device in Vulkan).
+/// The CUDA device the transport opens: context 0 and the device's UUID
+/// (to find the same device in Vulkan).
 struct CudaDevice {
     ctx: Context,
-    cu: Arc<CudaContext>,
     uuid: [u8; 16],
 }
 
@@ -602,32 +599,14 @@ impl CudaDevice {
             .and_then(|d| d.uuid())
             .map_err(|e| err("CUDA device 0")(&e))?;
         let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
-        let cu = ctx
-            .cudarc()
-            .cloned()
-            .ok_or_else(|| TransportError::new("the CUDA context did not come from cudarc"))?;
-        // SAFETY: every cudarc slice of this context (the counters, the
-        // copy-mode device buffers, the mappings lent per launch or copy)
-        // is used on the transport's streams in the order the work is
-        // queued, and the streams are ordered against each other by the
-        // slots' events and against the Vulkan side by the imported
-        // semaphores: cudarc's per-slice events would only repeat that
-        // order. (Measured with them on: two events created, waited for,
-        // recorded and destroyed per frame cost 73-80 us of the handover
-        // stage against 60-64 us without; BENCHMARKS.md.)
-        unsafe { cu.disable_event_tracking() };
-        Ok(CudaDevice { ctx, cu, uuid })
+        Ok(CudaDevice { ctx, uuid })
     }
 }
 
 impl CudaSide {
     /// Starts the completion thread and the enqueue thread (which takes
     /// `enqueue`).
-    fn start(
-        cu: &Arc<CudaContext>,
-        enqueue: Enqueuer,
-        slots: usize,
-    ) -> Result<CudaSide, TransportError> {
+    fn start(enqueue: Enqueuer, slots: usize) -> Result<CudaSide, TransportError> {
         let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
         let (done_tx, done_rx) = mpsc::sync_channel(slots);
         let stopping = Arc::new(AtomicBool::new(false));
@@ -637,12 +616,11 @@ impl CudaSide {
             enqueue.ctx.clone(),
         );
         let worker = {
-            let (cu, events, stopping) =
-                (Arc::clone(cu), Arc::clone(&events), Arc::clone(&stopping));
+            let (events, stopping) = (Arc::clone(&events), Arc::clone(&stopping));
             let done_tx = done_tx.clone();
             thread::Builder::new()
                 .name("gpu-completions".into())
-                .spawn(move || cuda::completion_loop(cu, events, jobs_rx, done_tx, stopping))
+                .spawn(move || cuda::completion_loop(events, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
         let host_enqueue_ns = Arc::new(AtomicU64::new(0));
@@ -709,7 +687,7 @@ impl GpuTransport {
         consumer::self_check_pattern(geometry.stride, geometry.rows)?;
         let dev = CudaDevice::open()?;
         let vk = open_exporter(dev.uuid, options.queue)?;
-        let kernel = Kernel::compile(&dev.cu)?;
+        let kernels = Kernels::compile(&dev.ctx)?;
         let (frames, location) = allocate_frames(&vk, len, slots)?;
         let (slots_vk, mut slots_cu): (Vec<Slot>, Vec<CudaSlot>) = frames
             .into_iter()
@@ -717,30 +695,30 @@ impl GpuTransport {
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
-        let streams = Streams::new(&dev.ctx, &dev.cu, options.mode)?;
+        let streams = Streams::new(&dev.ctx, options.mode)?;
         if options.mode == Mode::DeviceCopy {
-            let buffers = cuda::device_frames(&streams.first_cu, len, slots)?;
+            let buffers = cuda::device_frames(&dev.ctx, len, slots)?;
             for (s, b) in slots_cu.iter_mut().zip(buffers) {
                 s.device = Some(b);
             }
         }
-        let counters = Arc::new(Counters::new(&dev.cu, slots)?);
-        let events = SlotEvents::per_slot(&dev.cu, slots)?;
-        // Every allocation above is stream-ordered: let it land before use.
-        streams.synchronize()?;
+        let counters = Arc::new(
+            PinnedHostBuffer::new(&dev.ctx, 8 * slots)
+                .map_err(|e| err("allocating the mismatch counters")(&e))?,
+        );
+        let events = SlotEvents::per_slot(&dev.ctx, slots)?;
         let enqueue = Enqueuer {
             geometry,
             mode: options.mode,
             copy_with: options.copy_with,
-            grid: cuda::grid(len),
             slots: slots_cu,
             counters,
             events,
             streams,
-            kernel,
+            kernels,
             ctx: dev.ctx.clone(),
         };
-        let cuda = CudaSide::start(&dev.cu, enqueue, slots)?;
+        let cuda = CudaSide::start(enqueue, slots)?;
         Ok(GpuTransport {
             geometry,
             options,
@@ -867,11 +845,16 @@ impl GpuTransport {
         self.times.copy_in += spans.copy_in;
         self.times.kernel += spans.process;
         self.times.tail += spans.tail;
-        // SAFETY: the frame's end event completed, so its kernel (queued
-        // before the event, or before the kernel-end event the event's
-        // stream waited for) is done, and the slot's next kernel is queued
-        // only after this frame is collected (the ring).
-        let mismatches = unsafe { self.cuda.counters.take(d.slot) }?;
+        // The frame's end event completed, so its kernel (queued before the
+        // event, or before the kernel-end event the event's stream waited
+        // for) is done, and the slot's next kernel is queued only after
+        // this frame is collected (the ring).
+        let mismatches = self
+            .cuda
+            .counters
+            .atomic_u64(d.slot)
+            .map_err(|e| err("the mismatch counter")(&e))?
+            .swap(0, Ordering::AcqRel);
         Ok(Completion {
             slot: d.slot,
             frame: d.frame,

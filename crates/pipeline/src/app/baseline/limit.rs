@@ -49,13 +49,18 @@ fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError 
     move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
 }
 
-/// The consumer's kernels compiled with NVRTC and loaded through the
-/// driver's function table (no cudarc).
+/// The consumer's kernels ([`KERNEL_SOURCE`]) compiled with NVRTC and
+/// loaded through the driver's function table (no cudarc): used by the
+/// baseline, the limit and the discrete-GPU transport.
 pub struct Kernels {
     /// `check_and_invert` (device memory).
     device: Function,
     /// `check_and_invert_sysmem` (memory the CPU maps).
     sysmem: Function,
+    /// `copy_from_sysmem`.
+    copy_in: Function,
+    /// `copy_to_sysmem`.
+    copy_out: Function,
 }
 
 impl Kernels {
@@ -75,7 +80,55 @@ impl Kernels {
         Ok(Kernels {
             device: get("check_and_invert")?,
             sysmem: get("check_and_invert_sysmem")?,
+            copy_in: get("copy_from_sysmem")?,
+            copy_out: get("copy_to_sysmem")?,
         })
+    }
+
+    /// Queues a copy kernel of `len` bytes from `src` to `dst` on `stream`:
+    /// `copy_from_sysmem` when `to_device`, else `copy_to_sysmem` (loads
+    /// that fetch system memory again, write-through stores).
+    ///
+    /// # Safety
+    /// Until the copy completed on `stream`: both stay alive, nothing
+    /// writes the source bytes and nothing reads or writes the destination
+    /// bytes (host views included); the two ranges do not overlap.
+    pub unsafe fn copy(
+        &self,
+        stream: &Stream,
+        dst: &dyn tegra_interop::driver::DeviceMemory,
+        src: &dyn tegra_interop::driver::DeviceMemory,
+        len: u64,
+        to_device: bool,
+    ) -> Result<(), TransportError> {
+        let what = "launching a copy kernel";
+        let d = dst.device_range(0, len).map_err(|e| err(what)(&e))?;
+        let s = src.device_range(0, len).map_err(|e| err(what)(&e))?;
+        for at in [d, s] {
+            if !at.is_multiple_of(consumer::FRAME_ALIGN) {
+                return Err(TransportError::new(format!(
+                    "{what}: device address {at:#x} is not {}-byte aligned",
+                    consumer::FRAME_ALIGN
+                )));
+            }
+        }
+        let f = if to_device {
+            &self.copy_in
+        } else {
+            &self.copy_out
+        };
+        let launch = f
+            .launch(consumer::grid_for(len as usize), BLOCK)
+            // SAFETY: both addresses lie in live buffers (checked by
+            // `device_range`).
+            .arg(unsafe { DevicePtr::from_raw(d) })
+            // SAFETY: as above.
+            .arg(unsafe { DevicePtr::from_raw(s) })
+            .arg(len);
+        // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
+        // kernels' parameter list; the memory is the caller's to keep valid
+        // and untouched (this function's contract).
+        unsafe { launch.launch(stream) }.map_err(|e| err(what)(&e))
     }
 
     /// Queues the check-and-invert kernel over the first `len` bytes of

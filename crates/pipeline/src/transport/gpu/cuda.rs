@@ -10,37 +10,37 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tegra_interop::core::{SignalParams, WaitParams};
-use tegra_interop::driver::{Context, ExternalSemaphore, MappedBuffer, Stream};
+use tegra_interop::driver::{
+    Context, DeviceBuffer, DeviceMemory, Event, EventFlags, ExternalSemaphore, MappedBuffer,
+    PinnedHostBuffer, Stream,
+};
 
 use super::{err, CopyWith, Mode, TEARDOWN_WAIT};
-use crate::consumer::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::app::baseline::limit::Kernels;
 use crate::transport::{FrameGeometry, TransportError};
 
 /// CUDA events of one slot, created once and recorded for every frame.
 pub(super) struct SlotEvents {
     /// Before the stream's wait for *ready*.
-    pub(super) arrive: CudaEvent,
+    pub(super) arrive: Event,
     /// After the stream's wait for *ready*.
-    pub(super) start: CudaEvent,
+    pub(super) start: Event,
     /// Before the kernel (after the copy in, in copy mode).
-    pub(super) kernel_start: CudaEvent,
+    pub(super) kernel_start: Event,
     /// After the kernel (in copy mode also what the copy-out stream waits
     /// for).
-    pub(super) kernel_end: CudaEvent,
+    pub(super) kernel_end: Event,
     /// After everything of the frame, *free* signal included (in copy mode
     /// also what the slot's next copy in waits for: its device buffer is
     /// read by this frame's copy out until then).
-    pub(super) end: CudaEvent,
+    pub(super) end: Event,
 }
 
 impl SlotEvents {
-    fn new(ctx: &Arc<CudaContext>) -> Result<SlotEvents, TransportError> {
-        let make = || {
-            ctx.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| err("creating a CUDA event")(&e))
-        };
+    fn new(ctx: &Context) -> Result<SlotEvents, TransportError> {
+        let make =
+            || Event::new(ctx, EventFlags::DEFAULT).map_err(|e| err("creating a CUDA event")(&e));
         Ok(SlotEvents {
             arrive: make()?,
             start: make()?,
@@ -52,7 +52,7 @@ impl SlotEvents {
 
     /// One set of events per slot.
     pub(super) fn per_slot(
-        ctx: &Arc<CudaContext>,
+        ctx: &Context,
         slots: usize,
     ) -> Result<Arc<Vec<SlotEvents>>, TransportError> {
         (0..slots)
@@ -77,10 +77,10 @@ pub(super) struct Done {
 
 /// Waits for one frame's end event; after teardown began, at most
 /// [`TEARDOWN_WAIT`].
-fn wait_end(event: &CudaEvent, job: &Job, stopping: &AtomicBool) -> Result<Done, TransportError> {
+fn wait_end(event: &Event, job: &Job, stopping: &AtomicBool) -> Result<Done, TransportError> {
     let mut stop_seen: Option<Instant> = None;
     loop {
-        match event.try_is_complete() {
+        match event.is_complete() {
             Ok(true) => {
                 return Ok(Done {
                     slot: job.slot,
@@ -107,16 +107,11 @@ fn wait_end(event: &CudaEvent, job: &Job, stopping: &AtomicBool) -> Result<Done,
 /// Waits, in submission order, for each frame's end event and reports when
 /// it completed.
 pub(super) fn completion_loop(
-    ctx: Arc<CudaContext>,
     events: Arc<Vec<SlotEvents>>,
     jobs: Receiver<Job>,
     done: SyncSender<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
 ) {
-    if let Err(e) = ctx.bind_to_thread() {
-        let _ = done.send(Err(err("binding the CUDA context")(&e)));
-        return;
-    }
     while let Ok(job) = jobs.recv() {
         let result = match events.get(job.slot) {
             Some(ev) => wait_end(&ev.end, &job, &stopping),
@@ -150,7 +145,7 @@ pub(super) struct CudaSlot {
     /// context).
     pub(super) mapped: MappedBuffer,
     /// Copy mode: the slot's device-local buffer.
-    pub(super) device: Option<CudaSlice<u8>>,
+    pub(super) device: Option<DeviceBuffer>,
 }
 
 /// The streams the consumer's work goes to.
@@ -158,50 +153,31 @@ pub(super) struct Streams {
     /// Waits for *ready*, copies in (copy mode) and runs the kernel; in
     /// zero-copy mode everything of a frame.
     pub(super) first: Stream,
-    /// The cudarc stream `first` wraps.
-    pub(super) first_cu: Arc<CudaStream>,
     /// Copy mode: waits for the kernel, copies out, signals *free*.
-    pub(super) out: Option<(Stream, Arc<CudaStream>)>,
+    pub(super) out: Option<Stream>,
 }
 
 impl Streams {
     /// One stream in zero-copy mode, two in copy mode.
-    pub(super) fn new(
-        ctx: &Context,
-        cu: &Arc<CudaContext>,
-        mode: Mode,
-    ) -> Result<Streams, TransportError> {
-        let make = || -> Result<(Stream, Arc<CudaStream>), TransportError> {
-            let c = cu
-                .new_stream()
-                .map_err(|e| err("creating a CUDA stream")(&e))?;
-            let s = Stream::from_cudarc(ctx, Arc::clone(&c))
-                .map_err(|e| err("wrapping a CUDA stream")(&e))?;
-            Ok((s, c))
-        };
-        let (first, first_cu) = make()?;
-        let out = match mode {
-            Mode::ZeroCopy => None,
-            Mode::DeviceCopy => Some(make()?),
-        };
+    pub(super) fn new(ctx: &Context, mode: Mode) -> Result<Streams, TransportError> {
+        let make = || Stream::new(ctx).map_err(|e| err("creating a CUDA stream")(&e));
         Ok(Streams {
-            first,
-            first_cu,
-            out,
+            first: make()?,
+            out: match mode {
+                Mode::ZeroCopy => None,
+                Mode::DeviceCopy => Some(make()?),
+            },
         })
     }
 
     /// The stream that signals *free* and records the frame's end.
-    fn last(&self) -> (&Stream, &Arc<CudaStream>) {
-        match &self.out {
-            Some((s, c)) => (s, c),
-            None => (&self.first, &self.first_cu),
-        }
+    fn last(&self) -> &Stream {
+        self.out.as_ref().unwrap_or(&self.first)
     }
 
     /// Waits until every queued piece of work finished.
     pub(super) fn synchronize(&self) -> Result<(), TransportError> {
-        for s in std::iter::once(&self.first_cu).chain(self.out.as_ref().map(|(_, c)| c)) {
+        for s in std::iter::once(&self.first).chain(&self.out) {
             s.synchronize()
                 .map_err(|e| err("draining a CUDA stream")(&e))?;
         }
@@ -217,18 +193,18 @@ pub(super) struct Enqueuer {
     pub(super) geometry: FrameGeometry,
     pub(super) mode: Mode,
     pub(super) copy_with: CopyWith,
-    pub(super) grid: u32,
     pub(super) slots: Vec<CudaSlot>,
-    /// One mismatch counter per slot (shared with the producer's
-    /// collection, which takes each count).
-    pub(super) counters: Arc<Counters>,
+    /// One mismatch counter per slot, word `slot` of pinned mapped host
+    /// memory (shared with the producer's collection, which takes each
+    /// count).
+    pub(super) counters: Arc<PinnedHostBuffer>,
     pub(super) events: Arc<Vec<SlotEvents>>,
     pub(super) streams: Streams,
-    pub(super) kernel: Kernel,
+    pub(super) kernels: Kernels,
     pub(super) ctx: Context,
 }
 
-fn record(e: &CudaEvent, on: &CudaStream) -> Result<(), TransportError> {
+fn record(e: &Event, on: &Stream) -> Result<(), TransportError> {
     e.record(on).map_err(|x| err("recording a CUDA event")(&x))
 }
 
@@ -252,167 +228,106 @@ impl Enqueuer {
         let ev = events
             .get(r.slot)
             .ok_or_else(|| TransportError::new(format!("no slot {}", r.slot)))?;
-        let first = Arc::clone(&self.streams.first_cu);
-        record(&ev.arrive, &first)?;
-        self.streams
-            .first
+        let first = &self.streams.first;
+        record(&ev.arrive, first)?;
+        first
             .wait(&self.slots[r.slot].ready, WaitParams::timeline(r.ready))
             .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
-        record(&ev.start, &first)?;
+        record(&ev.start, first)?;
         if self.mode == Mode::DeviceCopy {
             // The slot's device buffer is read by its previous frame's copy
             // out (on the other stream) until that frame's end event.
             first
-                .wait(&ev.end)
+                .wait_event(&ev.end)
                 .map_err(|e| err("ordering the copy in after the slot's last copy out")(&e))?;
             self.copy(r.slot, Direction::In)?;
         }
-        record(&ev.kernel_start, &first)?;
+        record(&ev.kernel_start, first)?;
         self.launch(r)?;
-        record(&ev.kernel_end, &first)?;
+        record(&ev.kernel_end, first)?;
         if self.mode == Mode::DeviceCopy {
-            let (_, out) = self.streams.last();
-            out.wait(&ev.kernel_end)
+            self.streams
+                .last()
+                .wait_event(&ev.kernel_end)
                 .map_err(|e| err("ordering the copy out after the kernel")(&e))?;
             self.copy(r.slot, Direction::Out)?;
         }
         self.signal_free(r)?;
-        let (_, last) = self.streams.last();
-        record(&ev.end, last)
+        record(&ev.end, self.streams.last())
     }
 
     /// Queues the check-and-invert kernel of `r`'s frame on the first
     /// stream, over the imported frame (zero-copy) or the slot's device
     /// buffer (copy mode).
-    fn launch(&mut self, r: &Request) -> Result<(), TransportError> {
-        let len = self.geometry.frame_len();
-        let counter = self.counters.device_ptr(r.slot)?;
-        let first = &self.streams.first_cu;
-        let slot = &mut self.slots[r.slot];
-        let work_ptr = match &slot.device {
-            Some(dev) => dev.device_ptr(first).0,
-            None => slot.mapped.device_ptr(),
+    fn launch(&self, r: &Request) -> Result<(), TransportError> {
+        let slot = &self.slots[r.slot];
+        let (frame, mapped): (&dyn DeviceMemory, bool) = match &slot.device {
+            Some(dev) => (dev, false),
+            None => (&slot.mapped, true),
         };
-        let frame = DeviceFrame {
-            ptr: work_ptr,
-            len,
-            stride: self.geometry.stride,
-        };
-        let args = CheckArgs::new(frame, r.frame, counter);
-        // Both launches: the kernel touches `len` bytes of the frame (the
-        // mapping, lent to cudarc for this launch, or the slot's device
-        // buffer) and the slot's counter, all torn down only after the
-        // streams are drained; nothing else touches them until the kernel
-        // ran (the copy out waits for its end event; the producer writes
-        // the frame again only after the free fence, signalled after it).
-        match &mut slot.device {
-            // SAFETY: as said above, for the slot's device buffer.
-            Some(dev) => unsafe {
-                self.kernel
-                    .check_and_invert(FrameMemory::Device, self.grid, first, dev, &args)
-            },
-            None => {
-                let mut mapped = slot
-                    .mapped
-                    .cudarc_slice::<u8>(first)
-                    .map_err(|e| err("lending the frame to cudarc")(&e))?;
-                // SAFETY: as said above, for the mapping.
-                unsafe {
-                    self.kernel.check_and_invert(
-                        FrameMemory::System,
-                        self.grid,
-                        first,
-                        &mut mapped,
-                        &args,
-                    )
-                }
-            }
+        // SAFETY: the kernel touches the frame's first `len` bytes (the
+        // mapping or the slot's device buffer) and the slot's counter, all
+        // torn down only after the streams are drained; nothing else
+        // touches them until the kernel ran (the copy out waits for its end
+        // event; the producer writes the frame again only after the free
+        // fence, signalled after it, and takes the counter only after the
+        // frame's end event).
+        unsafe {
+            self.kernels.check_and_invert(
+                &self.streams.first,
+                frame,
+                self.geometry,
+                r.frame,
+                &self.counters,
+                r.slot,
+                mapped,
+            )
         }
     }
 
     /// Queues one copy of the slot's frame (copy mode): the copy in on the
     /// first stream, the copy out on the second; by the copy engines
     /// (`cuMemcpyDtoDAsync`) or by copy kernels ([`CopyWith`]).
-    fn copy(&mut self, slot: usize, dir: Direction) -> Result<(), TransportError> {
-        let len = self.geometry.frame_len();
+    fn copy(&self, slot: usize, dir: Direction) -> Result<(), TransportError> {
+        let len = self.geometry.frame_len() as u64;
         let stream = match dir {
-            Direction::In => &self.streams.first_cu,
-            Direction::Out => self.streams.last().1,
+            Direction::In => &self.streams.first,
+            Direction::Out => self.streams.last(),
         };
-        let s = &mut self.slots[slot];
+        let s = &self.slots[slot];
         let dev = s
             .device
-            .as_mut()
+            .as_ref()
             .ok_or_else(|| TransportError::new("copy mode without a device buffer"))?;
-        let frame_ptr = s.mapped.device_ptr();
-        let dev_ptr = dev.device_ptr(stream).0;
-        let mut mapped = s
-            .mapped
-            .cudarc_slice::<u8>(stream)
-            .map_err(|e| err("lending the frame to cudarc")(&e))?;
-        let what = match dir {
-            Direction::In => "copying the frame into device memory",
-            Direction::Out => "copying the frame back from device memory",
+        let (dst, src, what): (&dyn DeviceMemory, &dyn DeviceMemory, _) = match dir {
+            Direction::In => (dev, &s.mapped, "copying the frame into device memory"),
+            Direction::Out => (&s.mapped, dev, "copying the frame back from device memory"),
         };
-        if mapped.len() < len || dev.len() < len {
-            return Err(TransportError::new(format!(
-                "{what}: a buffer is smaller than the frame"
-            )));
-        }
+        // Both branches: the imported frame and the slot's device buffer
+        // outlive the queued copy (torn down only after the streams are
+        // drained) and do not overlap; the events order this copy after the
+        // slot's previous user of the destination and before its next one,
+        // and the producer touches the frame only after *free*, which is
+        // signalled after the copy out.
         match self.copy_with {
             CopyWith::Engines => {
-                // Same context, same length (checked above): cudarc queues
-                // one `cuMemcpyDtoDAsync` on `stream` (no events: tracking
-                // is off on this context), which the copy engines carry.
-                let done = match dir {
-                    Direction::In => {
-                        stream.memcpy_dtod(&mapped.slice(..len), &mut dev.slice_mut(..len))
-                    }
-                    Direction::Out => {
-                        stream.memcpy_dtod(&dev.slice(..len), &mut mapped.slice_mut(..len))
-                    }
-                };
-                done.map_err(|e| err(what)(&e))
+                // SAFETY: as said above.
+                unsafe { stream.copy_async(dst, 0, src, 0, len) }.map_err(|e| err(what)(&e))
             }
-            CopyWith::Kernels => {
-                let len64 = len as u64;
-                // SAFETY: both ranges are `len` bytes of live allocations
-                // (the mapping of the slot's import, the slot's device
-                // buffer) that outlive the queued copy (torn down only after
-                // the streams are drained); they do not overlap; the events
-                // order this copy after the slot's previous user of the
-                // destination and before its next one.
-                unsafe {
-                    match dir {
-                        Direction::In => self.kernel.copy(
-                            CopyKernel::FromSystem,
-                            self.grid,
-                            stream,
-                            (dev, dev_ptr),
-                            (&mapped, frame_ptr),
-                            &len64,
-                            what,
-                        ),
-                        Direction::Out => self.kernel.copy(
-                            CopyKernel::ToSystem,
-                            self.grid,
-                            stream,
-                            (&mut mapped, frame_ptr),
-                            (&*dev, dev_ptr),
-                            &len64,
-                            what,
-                        ),
-                    }
-                }
-            }
+            // SAFETY: as said above.
+            CopyWith::Kernels => unsafe {
+                self.kernels
+                    .copy(stream, dst, src, len, dir == Direction::In)
+            },
         }
     }
 
     /// Signals the slot's *free* fence on the last stream and checks the
     /// value the driver tracked.
     fn signal_free(&mut self, r: &Request) -> Result<(), TransportError> {
-        let (stream, _) = self.streams.last();
-        let tracked = stream
+        let tracked = self
+            .streams
+            .last()
             .signal(&mut self.slots[r.slot].free, SignalParams::timeline(r.free))
             .map_err(|e| err("CUDA signal of the free fence")(&e))?;
         if tracked != Some(r.free) {
@@ -468,17 +383,15 @@ pub(super) fn enqueue_loop(
     e
 }
 
-/// Copy mode: one zeroed device-local buffer of `len` bytes per slot.
+/// Copy mode: one device-local buffer of `len` bytes per slot.
 pub(super) fn device_frames(
-    stream: &Arc<CudaStream>,
+    ctx: &Context,
     len: usize,
     slots: usize,
-) -> Result<Vec<CudaSlice<u8>>, TransportError> {
+) -> Result<Vec<DeviceBuffer>, TransportError> {
     (0..slots)
         .map(|_| {
-            stream
-                .alloc_zeros::<u8>(len)
-                .map_err(|e| err("allocating a device frame buffer")(&e))
+            DeviceBuffer::new(ctx, len).map_err(|e| err("allocating a device frame buffer")(&e))
         })
         .collect()
 }
@@ -531,9 +444,8 @@ pub(super) struct FrameSpans {
 impl FrameSpans {
     /// Reads the spans of the frame whose end event completed.
     pub(super) fn read(ev: &SlotEvents) -> Result<FrameSpans, TransportError> {
-        let span = |a: &CudaEvent, b: &CudaEvent| {
-            a.elapsed_ms(b)
-                .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+        let span = |a: &Event, b: &Event| {
+            b.elapsed_since(a)
                 .map_err(|e| err("reading CUDA event times")(&e))
         };
         Ok(FrameSpans {
@@ -544,9 +456,4 @@ impl FrameSpans {
             tail: span(&ev.kernel_end, &ev.end)?,
         })
     }
-}
-
-/// The grid of the consumer's launches for frames of `len` bytes.
-pub(super) fn grid(len: usize) -> u32 {
-    consumer::grid_for(len)
 }
