@@ -232,6 +232,50 @@ fn plain_cuda_baseline_verifies_every_frame() {
     }
 }
 
+/// The machine's limit (`tegra_interop_pipeline::app::baseline::limit`) on
+/// the real GPU: every piece measured and plausible (a copy over PCIe of a
+/// 1920x1080 RGBA8 frame takes longer than the kernel over device memory;
+/// both directions at once take no less than one alone, within noise), and
+/// each mode bound by one of its pieces.
+#[test]
+#[ignore = "needs an NVIDIA GPU and NVRTC"]
+fn the_machine_limit_is_measured_on_the_gpu() {
+    use tegra_interop_pipeline::app::baseline::limit;
+    let g = FrameGeometry {
+        stride: 7680,
+        rows: 1080,
+    };
+    let p = limit::measure_real(g, 20).unwrap();
+    println!("{p:?}");
+    for v in [
+        p.copy_h2d_us,
+        p.copy_d2h_us,
+        p.both_h2d_us,
+        p.both_d2h_us,
+        p.kernel_mapped_us,
+        p.kernel_device_us,
+        p.cpu_fill_us,
+        p.cpu_check_us,
+    ] {
+        assert!(v.is_finite() && v > 0.0, "{p:?}");
+    }
+    assert!(p.copy_h2d_us > p.kernel_device_us, "{p:?}");
+    assert!(p.kernel_mapped_us > p.kernel_device_us, "{p:?}");
+    assert!(p.both_h2d_us > 0.8 * p.copy_h2d_us, "{p:?}");
+    let z = p.zero_copy();
+    assert!(["kernel_mapped", "cpu_fill", "cpu_check"].contains(&z.bound_by));
+    let c = p.copy();
+    assert!([
+        "both_h2d",
+        "both_d2h",
+        "kernel_device",
+        "cpu_fill",
+        "cpu_check"
+    ]
+    .contains(&c.bound_by));
+    assert!(c.gpu_frames_per_s >= c.frames_per_s);
+}
+
 /// The EGLStream transport on the real driver and a real EGL display:
 /// every frame crosses the stream in order and is checked by the kernel
 /// (a damaged frame is caught: the check can fail), the processed frame
