@@ -22,15 +22,15 @@ usage: cargo xtask <command> [options]
 
 commands:
   codegen [--check] [--cuda-include DIR] [--nvsci-include DIR]
-      Regenerate crates/sys/src/{cuda,nvsci}.rs with bindgen.
+      Regenerate crates/sys/src/{cuda,nvrtc,nvsci,lists}.rs with bindgen.
       --check            regenerate in memory and fail if the committed files are stale;
                          with --nvsci-include, also list every difference between the
                          real NvSci headers and the project's own declaration header.
-      --cuda-include DIR use DIR/cuda.h instead of the pinned PyPI wheel.
+      --cuda-include DIR use DIR/{cuda,cudaEGL,nvrtc}.h instead of the pinned PyPI wheels.
       --nvsci-include DIR a Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h.
-      --against DIR      with --check: compare with DIR/{cuda,nvsci}.rs instead of
+      --against DIR      with --check: compare with DIR/{cuda,nvrtc,nvsci,lists}.rs instead of
                          crates/sys/src (used by the xtask's own tests).
-      --cache-dir DIR    where the wheel and cuda.h are cached (default target/codegen-cache).
+      --cache-dir DIR    where the wheels and headers are cached (default target/codegen-cache).
 
   cross [--only TARGET]... [--no-run] [--keep-going] [--list]
       Build the crates for every target described in targets/*.toml, and run the

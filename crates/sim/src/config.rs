@@ -47,6 +47,10 @@ pub struct SimConfig {
     /// How long [`Sim::with_config`] waits for a free slot when all
     /// [`SLOTS`] are in use. Default 60 s.
     pub slot_wait: Duration,
+    /// Whether the table has an NVRTC part (the simulator's stand-in that
+    /// "compiles" sources whose kernels are registered, see
+    /// [`crate::kernels`]); `false` models a machine without NVRTC.
+    pub nvrtc: bool,
 }
 
 impl Default for SimConfig {
@@ -66,6 +70,7 @@ impl Default for SimConfig {
             hang_timeout: cuda::DEFAULT_HANG_TIMEOUT,
             nvsciipc_config: None,
             slot_wait: Duration::from_secs(60),
+            nvrtc: true,
         }
     }
 }
@@ -96,6 +101,12 @@ impl SimConfig {
     /// (a file in the BSP's `nvsciipc.cfg` format).
     pub fn with_nvsciipc_config(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.nvsciipc_config = Some(path.into());
+        self
+    }
+
+    /// The same configuration without NVRTC (`false`) or with it.
+    pub fn with_nvrtc(mut self, present: bool) -> Self {
+        self.nvrtc = present;
         self
     }
 
