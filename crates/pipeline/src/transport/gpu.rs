@@ -267,7 +267,7 @@ pub fn probe() -> Result<String, String> {
         .uuid()
         .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
     let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
-    consumer::nvrtc_present().map_err(|e| e.0)?;
+    consumer::nvrtc_present().map_err(String::from)?;
     Ok(format!(
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
@@ -1342,7 +1342,7 @@ mod tests {
         assert_eq!(Handover::parse("queue").unwrap(), Handover::Queue);
 
         assert_eq!(Handover::parse("host-only").unwrap(), Handover::HostOnly);
-        let e = Handover::parse("host").unwrap_err().0;
+        let e = Handover::parse("host").unwrap_err().to_string();
         assert!(e.contains(Handover::ENV) && e.contains("host-only"), "{e}");
     }
 
