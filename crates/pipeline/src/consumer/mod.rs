@@ -39,7 +39,7 @@ pub mod twin;
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tegra_interop::driver::egl::StreamFrame;
@@ -146,10 +146,31 @@ struct Slot {
     kernel_start: Event,
     kernel_end: Event,
     done: Event,
-    /// Whether `arrive` was recorded for the frame in flight.
-    arrived: bool,
-    /// The frame in flight (queued, not collected).
-    queued: Option<u64>,
+}
+
+/// Where a slot is on the consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    /// Nothing queued; `arrived`: its arrival event was recorded for the
+    /// next frame.
+    Idle { arrived: bool },
+    /// Being queued (by one thread; nobody else may touch the slot).
+    Queueing { arrived: bool },
+    /// Queued and not collected.
+    InFlight { frame: u64, arrived: bool },
+    /// Queueing failed part-way: the slot's work and events are unknown,
+    /// so the slot is never used again.
+    Broken,
+}
+
+/// The consumer's bookkeeping, shared by the threads that queue and
+/// collect (behind a mutex, held only to read or move a slot's state).
+#[derive(Debug)]
+struct Progress {
+    /// Frames in flight, oldest first: their slots.
+    in_flight: VecDeque<usize>,
+    /// Per slot.
+    states: Vec<SlotState>,
 }
 
 impl Slot {
@@ -164,19 +185,17 @@ impl Slot {
             kernel_start: event()?,
             kernel_end: event()?,
             done: event()?,
-            arrived: false,
-            queued: None,
         })
     }
 
-    fn times(&self) -> Result<FrameTimes, TransportError> {
+    fn times(&self, arrived: bool) -> Result<FrameTimes, TransportError> {
         let since = |later: &Event, earlier: &Event| {
             later
                 .elapsed_since(earlier)
                 .during("reading CUDA event times")
         };
         Ok(FrameTimes {
-            wait: match self.arrived {
+            wait: match arrived {
                 true => Some(since(&self.start, &self.arrive)?),
                 false => None,
             },
@@ -216,8 +235,7 @@ struct Resources {
 pub struct Consumer {
     config: ConsumerConfig,
     grid: u32,
-    /// Frames in flight, oldest first: their slots.
-    in_flight: VecDeque<usize>,
+    progress: Mutex<Progress>,
     /// Dropped by `Drop::drop` once the streams drained, else leaked.
     res: ManuallyDrop<Resources>,
     exit: Option<Stream>,
@@ -229,7 +247,7 @@ impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
             .field("config", &self.config)
-            .field("in_flight", &self.in_flight)
+            .field("progress", &self.progress)
             .finish_non_exhaustive()
     }
 }
@@ -277,7 +295,10 @@ impl Consumer {
         Ok(Consumer {
             config,
             grid: grid_for(len),
-            in_flight: VecDeque::with_capacity(config.slots),
+            progress: Mutex::new(Progress {
+                in_flight: VecDeque::with_capacity(config.slots),
+                states: vec![SlotState::Idle { arrived: false }; config.slots],
+            }),
             res: ManuallyDrop::new(Resources {
                 slots,
                 counters,
@@ -353,41 +374,93 @@ impl Consumer {
 
     /// Frames queued and not collected.
     pub fn in_flight(&self) -> usize {
-        self.in_flight.len()
+        self.progress().map_or(0, |p| p.in_flight.len())
     }
 
-    /// The slot, if it exists and has no frame in flight.
-    fn idle_slot(&self, slot: usize) -> Result<&Slot, TransportError> {
-        let s = self
-            .res
-            .slots
-            .get(slot)
+    fn progress(&self) -> Result<MutexGuard<'_, Progress>, TransportError> {
+        self.progress
+            .lock()
+            .map_err(|_| TransportError::misuse("a thread panicked while using the consumer"))
+    }
+
+    /// Moves `slot` from idle to `to(arrived)`, or says why it is not idle.
+    fn take_idle(
+        &self,
+        slot: usize,
+        to: impl FnOnce(bool) -> SlotState,
+    ) -> Result<(), TransportError> {
+        let mut p = self.progress()?;
+        let state = p
+            .states
+            .get_mut(slot)
             .ok_or_else(|| TransportError::no_slot(slot))?;
-        match s.queued {
-            None => Ok(s),
-            Some(frame) => Err(TransportError::misuse(format!(
-                "slot {slot} still has frame {frame} in flight on the consumer"
+        match *state {
+            SlotState::Idle { arrived } => {
+                *state = to(arrived);
+                Ok(())
+            }
+            other => Err(TransportError::misuse(format!(
+                "slot {slot} is not idle on the consumer ({other:?})"
             ))),
         }
     }
 
+    /// Ends the queueing of `slot`: in flight with `frame`, or broken.
+    fn end_queueing(&self, slot: usize, frame: u64, ok: bool) -> Result<(), TransportError> {
+        let mut p = self.progress()?;
+        let state = p
+            .states
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        *state = match (*state, ok) {
+            (SlotState::Queueing { arrived }, true) => SlotState::InFlight { frame, arrived },
+            _ => SlotState::Broken,
+        };
+        if ok {
+            p.in_flight.push_back(slot);
+        }
+        Ok(())
+    }
+
+    /// Runs `work` for `slot` as its queueing (the slot must be idle), then
+    /// marks the frame in flight, or the slot broken if `work` failed.
+    fn queueing(
+        &self,
+        slot: usize,
+        frame: u64,
+        work: impl FnOnce(&Slot) -> Result<(), TransportError>,
+    ) -> Result<(), TransportError> {
+        self.take_idle(slot, |arrived| SlotState::Queueing { arrived })?;
+        let r = work(&self.res.slots[slot]);
+        self.end_queueing(slot, frame, r.is_ok())?;
+        r
+    }
+
     /// Records the slot's arrival event on the entry stream (optional, for
     /// [`FrameTimes::wait`]): call it before queueing the wait for *ready*.
-    pub fn arrive(&mut self, slot: usize) -> Result<(), TransportError> {
-        self.idle_slot(slot)?
+    pub fn arrive(&self, slot: usize) -> Result<(), TransportError> {
+        self.take_idle(slot, |_| SlotState::Queueing { arrived: true })?;
+        let r = self.res.slots[slot]
             .arrive
             .record(&self.entry)
-            .during("recording a CUDA event")?;
-        self.res.slots[slot].arrived = true;
-        Ok(())
+            .during("recording a CUDA event");
+        let mut p = self.progress()?;
+        p.states[slot] = match r {
+            Ok(()) => SlotState::Idle { arrived: true },
+            Err(_) => SlotState::Broken,
+        };
+        r
     }
 
     /// Queues frame `frame`'s work over `slot`'s own frame
     /// ([`Work::InPlace`], [`Work::DeviceCopy`]): the kernel counts into
     /// the slot's counter the bytes that differ from the frame's test
     /// pattern and inverts every byte.
-    pub fn queue(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        let s = self.idle_slot(slot)?;
+    pub fn queue(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        self.queueing(slot, frame, |s| self.queue_own(s, slot, frame))
+    }
+
+    fn queue_own(&self, s: &Slot, slot: usize, frame: u64) -> Result<(), TransportError> {
         let Some(mapped) = s.frame.as_ref() else {
             return Err(TransportError::misuse(
                 "this consumer has no frames of its own: it takes acquired EGL frames",
@@ -425,7 +498,6 @@ impl Consumer {
                     .during("recording a CUDA event")?;
             }
         }
-        self.queued(slot, frame);
         Ok(())
     }
 
@@ -436,12 +508,23 @@ impl Consumer {
     /// stream). Crate-private: the frame must have been acquired on the
     /// entry stream, which the guard does not tell.
     pub(crate) fn queue_acquired(
-        &mut self,
+        &self,
         slot: usize,
         frame: u64,
         acquired: &StreamFrame<'_>,
     ) -> Result<(), TransportError> {
-        let s = self.idle_slot(slot)?;
+        self.queueing(slot, frame, |s| {
+            self.queue_over_acquired(s, slot, frame, acquired)
+        })
+    }
+
+    fn queue_over_acquired(
+        &self,
+        s: &Slot,
+        slot: usize,
+        frame: u64,
+        acquired: &StreamFrame<'_>,
+    ) -> Result<(), TransportError> {
         let Some(host) = s.host.as_ref() else {
             return Err(TransportError::misuse(
                 "this consumer was not made for acquired frames (Work::ReadBack)",
@@ -486,16 +569,7 @@ impl Consumer {
             DevicePtr::of(host),
             plane,
         )?;
-        s.done
-            .record(&self.entry)
-            .during("recording a CUDA event")?;
-        self.queued(slot, frame);
-        Ok(())
-    }
-
-    fn queued(&mut self, slot: usize, frame: u64) {
-        self.res.slots[slot].queued = Some(frame);
-        self.in_flight.push_back(slot);
+        s.done.record(&self.entry).during("recording a CUDA event")
     }
 
     /// Launches the check-and-invert kernel over `target` on the entry
@@ -582,8 +656,8 @@ impl Consumer {
     }
 
     /// The oldest frame in flight, if its work has finished.
-    pub fn try_complete(&mut self) -> Result<Option<(Completion, FrameTimes)>, TransportError> {
-        let Some(&slot) = self.in_flight.front() else {
+    pub fn try_complete(&self) -> Result<Option<(Completion, FrameTimes)>, TransportError> {
+        let Some(slot) = self.progress()?.in_flight.front().copied() else {
             return Ok(None);
         };
         if self.res.slots[slot]
@@ -591,7 +665,7 @@ impl Consumer {
             .is_complete()
             .during("querying a CUDA event")?
         {
-            self.collect().map(Some)
+            self.collect(slot)
         } else {
             Ok(None)
         }
@@ -599,15 +673,24 @@ impl Consumer {
 
     /// Waits at most `limit` for the oldest frame in flight.
     pub fn wait_complete(
-        &mut self,
+        &self,
         limit: Duration,
     ) -> Result<(Completion, FrameTimes), TransportError> {
-        let Some(&slot) = self.in_flight.front() else {
-            return Err(TransportError::misuse("no frame is in flight"));
+        let (slot, state) = {
+            let p = self.progress()?;
+            let Some(slot) = p.in_flight.front().copied() else {
+                return Err(TransportError::misuse("no frame is in flight"));
+            };
+            (slot, p.states[slot])
         };
-        let frame = self.res.slots[slot].queued.unwrap_or_default();
+        let frame = match state {
+            SlotState::InFlight { frame, .. } => frame,
+            _ => u64::MAX,
+        };
         match self.res.slots[slot].done.synchronize(limit) {
-            Ok(()) => self.collect(),
+            Ok(()) => self.collect(slot)?.ok_or_else(|| {
+                TransportError::misuse("another thread collected the frame waited for")
+            }),
             Err(DriverError::Timeout { limit, .. }) => Err(TransportError::timeout(
                 format!("frame {frame} in slot {slot} to finish on the consumer's stream"),
                 limit,
@@ -619,30 +702,31 @@ impl Consumer {
         }
     }
 
-    /// Takes the oldest frame's result (its `done` event completed).
-    fn collect(&mut self) -> Result<(Completion, FrameTimes), TransportError> {
-        let slot = self
-            .in_flight
-            .pop_front()
-            .ok_or_else(|| TransportError::misuse("no frame is in flight"))?;
-        let Resources {
-            slots, counters, ..
-        } = &mut *self.res;
-        let s = &mut slots[slot];
-        let frame = s
-            .queued
-            .take()
-            .ok_or_else(|| TransportError::misuse(format!("slot {slot} had no frame queued")))?;
+    /// Takes the result of the frame in `slot` (whose `done` event
+    /// completed) if it is still the oldest in flight.
+    fn collect(&self, slot: usize) -> Result<Option<(Completion, FrameTimes)>, TransportError> {
+        let mut p = self.progress()?;
+        if p.in_flight.front() != Some(&slot) {
+            return Ok(None);
+        }
+        let SlotState::InFlight { frame, arrived } = p.states[slot] else {
+            return Err(TransportError::misuse(format!(
+                "slot {slot} had no frame in flight"
+            )));
+        };
+        p.in_flight.pop_front();
+        p.states[slot] = SlotState::Idle { arrived: false };
+        drop(p);
         // The kernel's adds completed before `done` (same stream, or the
         // copy back's stream waited for the kernel's event).
-        let mismatches = counters
+        let mismatches = self
+            .res
+            .counters
             .atomic_u64(slot)
             .during("reading the slot's counter")?
             .swap(0, Ordering::AcqRel);
-        let times = s.times();
-        s.arrived = false;
-        let times = times?;
-        Ok((
+        let times = self.res.slots[slot].times(arrived)?;
+        Ok(Some((
             Completion {
                 slot,
                 frame,
@@ -652,14 +736,44 @@ impl Consumer {
                 finished: Instant::now(),
             },
             times,
-        ))
+        )))
+    }
+
+    /// The slot's own frame ([`Work::InPlace`], [`Work::DeviceCopy`]): the
+    /// mapping the kernel works on, for the host's synchronous copies
+    /// (`MappedBuffer::copy_from_host` / `copy_to_host`) while the slot is
+    /// idle.
+    pub fn frame(&self, slot: usize) -> Result<&MappedBuffer, TransportError> {
+        self.res
+            .slots
+            .get(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .frame
+            .as_ref()
+            .ok_or_else(|| TransportError::misuse("this consumer has no frames of its own"))
+    }
+
+    /// Whether `slot` exists and is idle (nothing queued).
+    fn check_idle(&mut self, slot: usize) -> Result<(), TransportError> {
+        let p = self
+            .progress
+            .get_mut()
+            .map_err(|_| TransportError::misuse("a thread panicked while using the consumer"))?;
+        match p.states.get(slot) {
+            Some(SlotState::Idle { .. }) => Ok(()),
+            Some(other) => Err(TransportError::misuse(format!(
+                "slot {slot} is not idle on the consumer ({other:?})"
+            ))),
+            None => Err(TransportError::no_slot(slot)),
+        }
     }
 
     /// The slot's host frame ([`Work::ReadBack`]): the last collected
     /// frame's bytes, read back. Refused while the slot has a frame in
-    /// flight.
-    pub fn host_frame(&self, slot: usize) -> Result<&[u8], TransportError> {
-        match &self.idle_slot(slot)?.host {
+    /// flight (`&mut self`: no thread queues meanwhile).
+    pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
+        self.check_idle(slot)?;
+        match &self.res.slots[slot].host {
             Some(h) => Ok(h.as_slice()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
@@ -668,7 +782,7 @@ impl Consumer {
     /// The slot's host frame, to write (the camera's next frame, for a
     /// producer that copies it onwards). Refused while in flight.
     pub fn host_frame_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
-        self.idle_slot(slot)?;
+        self.check_idle(slot)?;
         match &mut self.res.slots[slot].host {
             Some(h) => Ok(h.as_mut_slice()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
@@ -699,5 +813,184 @@ impl Drop for Consumer {
             // the consumer's drop).
             unsafe { ManuallyDrop::drop(&mut self.res) };
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::camera::TestPattern;
+    use crate::transport::nvsci::Objects;
+    use tegra_interop_sim::{Sim, SimConfig};
+
+    const G: FrameGeometry = FrameGeometry {
+        stride: 64,
+        rows: 8,
+    };
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn the_consumer_can_be_shared_between_threads() {
+        assert_send_sync::<Consumer>();
+    }
+
+    /// A consumer over `slots` NvSciBuf frames imported into CUDA on a
+    /// simulated Tegra (with the twins registered).
+    fn consumer(sim: &Sim, slots: usize, work: Work, skip_kernel: bool) -> Consumer {
+        twin::register(sim);
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let objects = Objects::allocate(&sim.backend(), &ctx, G.frame_len(), slots).unwrap();
+        let frames = objects
+            .import_memories(&ctx)
+            .unwrap()
+            .iter()
+            .map(|m| m.map_whole().unwrap())
+            .collect();
+        let config = ConsumerConfig {
+            geometry: G,
+            slots,
+            memory: FrameMemory::System,
+            work,
+            skip_kernel,
+        };
+        Consumer::new(&ctx, config, frames).unwrap()
+    }
+
+    /// Runs 7 frames through a 2-slot consumer with `work`, frame 3 with
+    /// one damaged byte; checks each result read back from the slot's
+    /// frame and returns the completions.
+    fn run(sim: &Sim, work: Work) -> Vec<(Completion, FrameTimes)> {
+        let c = consumer(sim, 2, work, false);
+        let mut done = Vec::new();
+        let check = |c: &Consumer, done: &mut Vec<_>, slot: usize| {
+            let (got, times): (Completion, FrameTimes) =
+                c.wait_complete(Duration::from_secs(10)).unwrap();
+            assert_eq!(got.slot, slot);
+            let mut out = vec![0u8; G.frame_len()];
+            c.frame(slot).unwrap().copy_to_host(0, &mut out).unwrap();
+            let want = TestPattern::new(got.frame, G.stride);
+            let bad = want.first_mismatch(&out, 0xff);
+            assert_eq!(
+                bad,
+                (got.frame == 3).then_some(G.frame_len() - 1),
+                "{got:?}"
+            );
+            done.push((got, times));
+        };
+        for frame in 0..7u64 {
+            let slot = (frame % 2) as usize;
+            if frame >= 2 {
+                check(&c, &mut done, slot);
+            }
+            let mut bytes = vec![0u8; G.frame_len()];
+            TestPattern::new(frame, G.stride).fill(&mut bytes);
+            if frame == 3 {
+                bytes[G.frame_len() - 1] ^= 0x5a;
+            }
+            c.frame(slot).unwrap().copy_from_host(0, &bytes).unwrap();
+            c.arrive(slot).unwrap();
+            c.queue(slot, frame).unwrap();
+        }
+        check(&c, &mut done, 1);
+        check(&c, &mut done, 0);
+        assert_eq!(c.in_flight(), 0);
+        drop(c);
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+        assert!(sim.diagnostics().is_empty(), "{:#?}", sim.diagnostics());
+        done
+    }
+
+    fn counted(log: &[&str], call: &str) -> usize {
+        log.iter().filter(|c| **c == call).count()
+    }
+
+    #[test]
+    fn every_mode_checks_inverts_and_counts_on_the_simulator() {
+        for work in [
+            Work::InPlace,
+            Work::DeviceCopy(CopyWith::Engines),
+            Work::DeviceCopy(CopyWith::Kernels),
+        ] {
+            let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+            let done = run(&sim, work);
+            let frames: Vec<u64> = done.iter().map(|(c, _)| c.frame).collect();
+            assert_eq!(frames, (0..7).collect::<Vec<_>>(), "{work:?}");
+            for (c, t) in &done {
+                assert_eq!(c.mismatches, u64::from(c.frame == 3), "{work:?} {c:?}");
+                assert!(t.wait.is_some(), "{work:?}");
+            }
+            let log = sim.call_log();
+            let (launches, copies) = (
+                counted(&log, "cuLaunchKernel"),
+                counted(&log, "cuMemcpyDtoDAsync"),
+            );
+            match work {
+                Work::InPlace => assert_eq!((launches, copies), (7, 0)),
+                Work::DeviceCopy(CopyWith::Engines) => {
+                    assert_eq!((launches, copies), (7, 14));
+                    assert_eq!(counted(&log, "cuStreamWaitEvent"), 7);
+                }
+                _ => assert_eq!((launches, copies), (21, 0), "{work:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_slot_in_flight_is_refused_and_nothing_is_collected_twice() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let c = consumer(&sim, 2, Work::InPlace, false);
+        let e = c.wait_complete(Duration::from_millis(10)).unwrap_err();
+        assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
+        c.queue(0, 0).unwrap();
+        let e = c.queue(0, 2).unwrap_err();
+        assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
+        assert!(e.to_string().contains("slot 0 is not idle"), "{e}");
+        assert!(matches!(c.queue(5, 0), Err(TransportError::Misuse { .. })));
+        let (done, _) = c.wait_complete(Duration::from_secs(10)).unwrap();
+        assert_eq!((done.slot, done.frame), (0, 0));
+        assert!(c.try_complete().unwrap().is_none());
+        // The slot is idle again.
+        c.queue(0, 2).unwrap();
+        assert_eq!(c.wait_complete(Duration::from_secs(10)).unwrap().0.frame, 2);
+    }
+
+    #[test]
+    fn skipping_the_kernel_counts_nothing_and_leaves_the_frame() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let c = consumer(&sim, 1, Work::InPlace, true);
+        let mut bytes = vec![0u8; G.frame_len()];
+        TestPattern::new(0, G.stride).fill(&mut bytes);
+        c.frame(0).unwrap().copy_from_host(0, &bytes).unwrap();
+        c.queue(0, 0).unwrap();
+        let (done, _) = c.wait_complete(Duration::from_secs(10)).unwrap();
+        assert_eq!(done.mismatches, 0);
+        let mut out = vec![0u8; G.frame_len()];
+        c.frame(0).unwrap().copy_to_host(0, &mut out).unwrap();
+        assert_eq!(out, bytes, "not inverted");
+        assert!(!sim.call_log().contains(&"cuLaunchKernel"));
+    }
+
+    #[test]
+    fn a_wrong_frame_count_or_size_is_refused_before_anything_is_made() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        twin::register(&sim);
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let config = ConsumerConfig {
+            geometry: G,
+            slots: 2,
+            memory: FrameMemory::System,
+            work: Work::InPlace,
+            skip_kernel: false,
+        };
+        let e = Consumer::new(&ctx, config, Vec::new()).unwrap_err();
+        assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
+        assert!(!sim.call_log().contains(&"nvrtcCompileProgram"));
+        let zero = ConsumerConfig { slots: 0, ..config };
+        assert!(matches!(
+            Consumer::new(&ctx, zero, Vec::new()),
+            Err(TransportError::Refused { .. })
+        ));
     }
 }

@@ -99,7 +99,7 @@ impl Processor {
     }
 
     /// The slot's host buffer (the camera's frame, then the read-back).
-    fn host(&self, slot: usize) -> Result<&[u8], TransportError> {
+    fn host(&mut self, slot: usize) -> Result<&[u8], TransportError> {
         match self {
             Processor::HostFn { host, .. } => host
                 .get(slot)
@@ -275,6 +275,12 @@ impl EglTransport {
     fn processor(&self) -> Result<&Processor, TransportError> {
         self.processor
             .as_ref()
+            .ok_or_else(|| TransportError::misuse("the transport was shut down"))
+    }
+
+    fn processor_mut(&mut self) -> Result<&mut Processor, TransportError> {
+        self.processor
+            .as_mut()
             .ok_or_else(|| TransportError::misuse("the transport was shut down"))
     }
 
@@ -476,7 +482,7 @@ impl FrameTransport for EglTransport {
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
-        let bytes = self.processor()?.host(p.slot())?;
+        let bytes = self.processor_mut()?.host(p.slot())?;
         // SAFETY: the slot's buffer (`frame_len` bytes: a boxed slice or a
         // pinned allocation) is owned by the transport at a fixed address
         // until it is dropped; the frame was collected, so its read-back is
@@ -498,7 +504,10 @@ impl FrameTransport for EglTransport {
         // Synchronous (see the module docs): the slot's bytes, which the
         // camera finished writing, into a pool buffer the stream gave back
         // (or never had).
-        let uploaded = self.processor()?.host(slot).and_then(|src| {
+        let Some(processor) = self.processor.as_mut() else {
+            return Err(TransportError::misuse("the transport was shut down"));
+        };
+        let uploaded = processor.host(slot).and_then(|src| {
             self.pool[index]
                 .copy_from_host(0, src)
                 .during(format!("cuMemcpyHtoD of frame {}", t.frame()))
