@@ -765,6 +765,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(unsafe_code)] // reads a lent frame (transitional, see lib.rs)
     fn lend_keeps_the_slot_until_it_is_given_back() {
         let mut ring = Ring::new(3).unwrap();
         let mut t = lender(3, true);

@@ -31,6 +31,7 @@
 //! them sound), each with its `// SAFETY:` line. Module [`legacy`] is the
 //! cudarc launcher that `transport/gpu.rs` and `app/baseline.rs` still use
 //! until they are ported onto [`Consumer`].
+#![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
 pub mod kernel;
 pub mod legacy;

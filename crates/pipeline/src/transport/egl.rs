@@ -31,6 +31,7 @@
 //! stream-ordered host function over the consumer's copy (whose device
 //! address is a host address there); on a real GPU the NVRTC kernel of
 //! [`crate::consumer`], whose frame time comes from CUDA events.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::any::Any;
 use std::ptr::NonNull;

@@ -126,6 +126,7 @@
 //! per frame.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::fmt::Display;
 use std::os::fd::AsRawFd;

@@ -9,6 +9,7 @@
 //! Each move carries the fence value the [`Ticket`] names, and the
 //! receiving side checks it is exactly the value it waits for, as a
 //! deterministic fence would.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};

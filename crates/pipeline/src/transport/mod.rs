@@ -23,6 +23,7 @@
 //! pipeline's `--copy` mode adds a copy on top, for comparison. A transport is
 //! a value its caller owns (store it, return it); [`FrameTransport::close`]
 //! tears it down and reports what a drop could only swallow.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 pub mod egl;
 #[cfg(feature = "vulkan")]

@@ -61,6 +61,7 @@
 //! coherent. Whether, where it is needed, the flush also drops stale lines
 //! before the CPU reads what the GPU wrote is not verified here; a stale
 //! read would show as failed read-back verification, not as success.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, Sender};
