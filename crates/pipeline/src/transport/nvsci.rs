@@ -71,8 +71,9 @@ use std::time::{Duration, Instant};
 use tegra_interop::core::nvsci::GpuId;
 use tegra_interop::core::DeterministicCounter;
 use tegra_interop::driver::nvsci::{
-    BufAttrs, BufModule, BufObj, BufPerm, BufType, CpuWaitContext, Fence, FenceSource, NvSciMemory,
-    NvSciSemaphore, Signaler, SyncAttrs, SyncModule, SyncObj, SyncPerm, Timeout, Waiter,
+    BufAttrList, BufAttrs, BufModule, BufObj, BufPerm, BufType, CpuWaitContext, Fence, FenceSource,
+    NvSciMemory, NvSciSemaphore, Signaler, SyncAttrList, SyncAttrs, SyncModule, SyncObj, SyncPerm,
+    Timeout, Waiter,
 };
 use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
@@ -154,6 +155,83 @@ struct SlotObjects {
     free: SyncObj,
 }
 
+/// The frame buffers' reconciled attribute list: the camera writes through
+/// the CPU mapping, CUDA reads and writes in place on its GPU.
+fn buffer_list(bufs: &BufModule, gpu: GpuId, size: u64) -> Result<BufAttrList, TransportError> {
+    let v = "buffer attributes";
+    let raw = || -> Result<BufAttrs, TransportError> {
+        let mut a = BufAttrs::new();
+        a.types(&[BufType::RawBuffer])
+            .and_then(|a| a.raw_size(size))
+            .and_then(|a| a.required_perm(BufPerm::ReadWrite))
+            .during(v)?;
+        Ok(a)
+    };
+    let mut producer = raw()?;
+    producer
+        .need_cpu_access(true)
+        .and_then(|a| a.raw_align(4096))
+        .during(v)?;
+    let mut consumer = raw()?;
+    consumer.gpus(&[gpu]).during(v)?;
+    let p = bufs
+        .attr_list(&producer)
+        .during("NvSciBuf attribute list")?;
+    let c = bufs
+        .attr_list(&consumer)
+        .during("NvSciBuf attribute list")?;
+    bufs.reconcile(&[&p, &c]).during("NvSciBuf reconciliation")
+}
+
+/// The reconciled lists of the *ready* objects (the CPU signals, CUDA
+/// waits) and the *free* objects (CUDA signals, the CPU waits), with
+/// deterministic fences where waiters build them (`built`).
+fn sync_lists(
+    syncs: &SyncModule,
+    ctx: &Context,
+    built: bool,
+) -> Result<(SyncAttrList, SyncAttrList), TransportError> {
+    let mut cpu_signal = SyncAttrs::new();
+    let mut cpu_wait = SyncAttrs::new();
+    let mut deterministic = SyncAttrs::new();
+    (|| {
+        cpu_signal
+            .need_cpu_access(true)?
+            .required_perm(SyncPerm::SignalOnly)?;
+        if built {
+            cpu_signal.require_deterministic_fences(true)?;
+            deterministic.require_deterministic_fences(true)?;
+        }
+        cpu_wait
+            .need_cpu_access(true)?
+            .required_perm(SyncPerm::WaitOnly)?;
+        Ok::<(), tegra_interop::driver::Error>(())
+    })()
+    .during("sync attributes")?;
+    let ready_signal = syncs
+        .attr_list(&cpu_signal)
+        .during("NvSciSync attribute list")?;
+    let ready_wait = syncs
+        .cuda_waiter_attrs(ctx)
+        .during("cuDeviceGetNvSciSyncAttributes (wait)")?;
+    let ready = syncs
+        .reconcile(&[&ready_signal, &ready_wait])
+        .during("NvSciSync reconciliation (ready)")?;
+    let mut free_signal = syncs
+        .cuda_signaler_attrs(ctx)
+        .during("cuDeviceGetNvSciSyncAttributes (signal)")?;
+    free_signal
+        .set(&deterministic)
+        .during("NvSciSync attribute list")?;
+    let free_wait = syncs
+        .attr_list(&cpu_wait)
+        .during("NvSciSync attribute list")?;
+    let free = syncs
+        .reconcile(&[&free_signal, &free_wait])
+        .during("NvSciSync reconciliation (free)")?;
+    Ok((ready, free))
+}
+
 impl Objects {
     /// Reconciles the producer's and the consumer's needs (consumer = CUDA
     /// in `ctx`) and allocates `slots` buffers of at least `frame_len` bytes
@@ -171,77 +249,8 @@ impl Objects {
         let size = u64::try_from(frame_len)
             .map_err(|_| TransportError::refused(format!("a frame of {frame_len} bytes")))?;
         let source = syncs.fence_source();
-        let built = source == FenceSource::Built;
-
-        let v = "buffer attributes";
-        let raw = || -> Result<BufAttrs, TransportError> {
-            let mut a = BufAttrs::new();
-            a.types(&[BufType::RawBuffer])
-                .and_then(|a| a.raw_size(size))
-                .and_then(|a| a.required_perm(BufPerm::ReadWrite))
-                .during(v)?;
-            Ok(a)
-        };
-        // The camera writes through the CPU mapping.
-        let mut producer = raw()?;
-        producer
-            .need_cpu_access(true)
-            .and_then(|a| a.raw_align(4096))
-            .during(v)?;
-        // CUDA reads and writes it in place on its GPU.
-        let mut consumer = raw()?;
-        consumer.gpus(&[gpu]).during(v)?;
-        let p = bufs
-            .attr_list(&producer)
-            .during("NvSciBuf attribute list")?;
-        let c = bufs
-            .attr_list(&consumer)
-            .during("NvSciBuf attribute list")?;
-        let buf_list = bufs
-            .reconcile(&[&p, &c])
-            .during("NvSciBuf reconciliation")?;
-
-        let mut cpu_signal = SyncAttrs::new();
-        let mut cpu_wait = SyncAttrs::new();
-        let mut deterministic = SyncAttrs::new();
-        (|| {
-            cpu_signal
-                .need_cpu_access(true)?
-                .required_perm(SyncPerm::SignalOnly)?;
-            if built {
-                cpu_signal.require_deterministic_fences(true)?;
-                deterministic.require_deterministic_fences(true)?;
-            }
-            cpu_wait
-                .need_cpu_access(true)?
-                .required_perm(SyncPerm::WaitOnly)?;
-            Ok::<(), tegra_interop::driver::Error>(())
-        })()
-        .during("sync attributes")?;
-        // ready: the CPU signals, CUDA waits.
-        let ready_signal = syncs
-            .attr_list(&cpu_signal)
-            .during("NvSciSync attribute list")?;
-        let ready_wait = syncs
-            .cuda_waiter_attrs(ctx)
-            .during("cuDeviceGetNvSciSyncAttributes (wait)")?;
-        let ready_list = syncs
-            .reconcile(&[&ready_signal, &ready_wait])
-            .during("NvSciSync reconciliation (ready)")?;
-        // free: CUDA signals, the CPU waits.
-        let mut free_signal = syncs
-            .cuda_signaler_attrs(ctx)
-            .during("cuDeviceGetNvSciSyncAttributes (signal)")?;
-        free_signal
-            .set(&deterministic)
-            .during("NvSciSync attribute list")?;
-        let free_wait = syncs
-            .attr_list(&cpu_wait)
-            .during("NvSciSync attribute list")?;
-        let free_list = syncs
-            .reconcile(&[&free_signal, &free_wait])
-            .during("NvSciSync reconciliation (free)")?;
-
+        let buf_list = buffer_list(&bufs, gpu, size)?;
+        let (ready_list, free_list) = sync_lists(&syncs, ctx, source == FenceSource::Built)?;
         let mut out = Vec::with_capacity(slots);
         for _ in 0..slots {
             let buf = buf_list.alloc().during("NvSciBufObjAlloc")?;
