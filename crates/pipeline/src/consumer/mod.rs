@@ -35,6 +35,7 @@
 
 pub mod kernel;
 pub mod legacy;
+pub mod shared;
 pub mod twin;
 
 use std::collections::VecDeque;

@@ -23,7 +23,6 @@
 //! pipeline's `--copy` mode adds a copy on top, for comparison. A transport is
 //! a value its caller owns (store it, return it); [`FrameTransport::close`]
 //! tears it down and reports what a drop could only swallow.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 pub mod egl;
 #[cfg(feature = "vulkan")]
@@ -347,69 +346,7 @@ pub(crate) fn wait_completion(
     })
 }
 
-/// A collected frame's bytes, lent by [`FrameTransport::lend`] for reading
-/// **beyond that call**, on another thread: the producer's read-back check
-/// runs while the camera writes the next frames and the handover goes on.
-/// It is a pointer and a length; the ring's
-/// [`SlotState::Lent`](crate::ring::SlotState::Lent) keeps the slot's next
-/// ticket from being handed out until the reader gives the frame back
-/// ([`Ring::give_back`](crate::ring::Ring::give_back)).
-#[derive(Debug)]
-pub struct PeekedFrame {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: a pointer to bytes that nothing writes while the frame is lent
-// (the contract of `PeekedFrame::new`); reading them from another thread is
-// what the type is for, and `bytes` states when that is allowed.
-unsafe impl Send for PeekedFrame {}
-
-impl PeekedFrame {
-    /// Lends `len` bytes at `ptr`.
-    ///
-    /// # Safety
-    /// The bytes must be readable, stay allocated at that address and be
-    /// written by nobody (the transport, its consumer, the device) from now
-    /// until the transport is given the slot's next ticket, or is closed or
-    /// dropped, whichever comes first.
-    pub unsafe fn new(ptr: std::ptr::NonNull<u8>, len: usize) -> PeekedFrame {
-        PeekedFrame { ptr, len }
-    }
-
-    /// Lends the bytes of `bytes`, a safe shorthand for borrowed memory the
-    /// caller keeps for as long as the frame is read (tests).
-    pub fn from_slice(bytes: &[u8]) -> PeekedFrame {
-        PeekedFrame {
-            ptr: std::ptr::NonNull::from(bytes).cast(),
-            len: bytes.len(),
-        }
-    }
-
-    /// Bytes lent.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no byte is lent.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The lent bytes.
-    ///
-    /// # Safety
-    /// Only while the lending transport is alive and has not been given the
-    /// slot's next ticket (the ring refuses that ticket while the slot is
-    /// lent), and, for [`PeekedFrame::from_slice`], while the slice it was
-    /// made from is alive.
-    pub unsafe fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `len` readable bytes that nobody writes
-        // until the slot's next ticket (the contract of `new`), which the
-        // caller has not passed yet (this function's contract).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast_const(), self.len) }
-    }
-}
+pub use crate::consumer::shared::PeekedFrame;
 
 /// A ring of shared frame buffers plus the fences between producer and
 /// consumer (see the module docs for the protocol). It does what a

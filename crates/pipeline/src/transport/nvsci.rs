@@ -61,9 +61,7 @@
 //! coherent. Whether, where it is needed, the flush also drops stale lines
 //! before the CPU reads what the GPU wrote is not verified here; a stale
 //! read would show as failed read-back verification, not as success.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
-use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,12 +69,13 @@ use std::time::{Duration, Instant};
 use tegra_interop::core::nvsci::GpuId;
 use tegra_interop::core::DeterministicCounter;
 use tegra_interop::driver::nvsci::{
-    BufAttrList, BufAttrs, BufModule, BufObj, BufPerm, BufType, CpuWaitContext, Fence, FenceSource,
+    BufAttrList, BufAttrs, BufModule, BufPerm, BufType, CpuWaitContext, Fence, FenceSource,
     NvSciMemory, NvSciSemaphore, Signaler, SyncAttrList, SyncAttrs, SyncModule, SyncObj, SyncPerm,
     Timeout, Waiter,
 };
 use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
+use crate::consumer::shared::CpuFrame;
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
 use crate::ring::{Peek, Ticket};
 use crate::transport::host::Fault;
@@ -150,7 +149,8 @@ pub struct Objects {
 }
 
 struct SlotObjects {
-    buf: BufObj,
+    /// The frame buffer, with the producer's CPU view of it.
+    frame: CpuFrame,
     ready: SyncObj,
     free: SyncObj,
 }
@@ -254,14 +254,8 @@ impl Objects {
         let mut out = Vec::with_capacity(slots);
         for _ in 0..slots {
             let buf = buf_list.alloc().during("NvSciBufObjAlloc")?;
-            let have = buf.size().during("NvSciBuf size")?;
-            if have < size {
-                return Err(TransportError::refused(format!(
-                    "NvSciBuf object has {have} bytes, a frame needs {size}"
-                )));
-            }
             out.push(SlotObjects {
-                buf,
+                frame: CpuFrame::new(buf, frame_len)?,
                 ready: ready_list.alloc().during("NvSciSyncObjAlloc (ready)")?,
                 free: free_list.alloc().during("NvSciSyncObjAlloc (free)")?,
             });
@@ -284,7 +278,8 @@ impl Objects {
         self.slots
             .iter()
             .map(|s| {
-                s.buf
+                s.frame
+                    .buf()
                     .import_cuda(ctx)
                     .during("CUDA import of an NvSciBuf object")
             })
@@ -326,8 +321,6 @@ pub struct NvSciTransport {
     note: &'static str,
     geometry: FrameGeometry,
     fault: Fault,
-    /// The producer's CPU address of each slot's buffer.
-    cpu: Vec<NonNull<u8>>,
     /// Counts of the ready objects' CPU signals (values only; built fences).
     ready_counters: Vec<Option<DeterministicCounter>>,
     /// Received fences: per slot, the ready fence the producer handed over.
@@ -349,10 +342,8 @@ pub struct NvSciTransport {
     _ctx: Context,
 }
 
-/// Per slot: the producer's CPU address of the buffer, and the consumer's
-/// mapping of it and its two semaphores.
+/// Per slot: the consumer's mapping of the buffer and its two semaphores.
 struct SlotImports {
-    cpu: Vec<NonNull<u8>>,
     mappings: Vec<MappedBuffer>,
     waiters: Vec<NvSciSemaphore<Waiter>>,
     signalers: Vec<NvSciSemaphore<Signaler>>,
@@ -368,14 +359,11 @@ impl SlotImports {
         let frame_len = geometry.frame_len() as u64;
         let n = objects.slots.len();
         let mut out = SlotImports {
-            cpu: Vec::with_capacity(n),
             mappings: Vec::with_capacity(n),
             waiters: Vec::with_capacity(n),
             signalers: Vec::with_capacity(n),
         };
         for (s, mem) in objects.slots.iter().zip(memories) {
-            out.cpu
-                .push(s.buf.cpu_ptr().during("NvSciBufObjGetCpuPtr")?);
             if mem.size() < frame_len {
                 return Err(TransportError::refused(format!(
                     "CUDA import has {} bytes, a frame needs {frame_len}",
@@ -461,7 +449,6 @@ impl NvSciTransport {
             ),
             geometry,
             fault,
-            cpu: imports.cpu,
             ready_counters: (0..slots).map(|_| None).collect(),
             ready_fences: (0..slots).map(|_| None).collect(),
             free_fences: (0..slots).map(|_| None).collect(),
@@ -485,20 +472,21 @@ impl NvSciTransport {
     /// Damages the last byte of `slot`'s frame (the kernel path's
     /// [`Fault::Corrupt`]), between the camera's write and the ready signal.
     fn corrupt_last_byte(&mut self, slot: usize) {
-        let len = self.geometry.frame_len();
-        if let (Some(p), Some(last)) = (self.cpu.get(slot), len.checked_sub(1)) {
-            // SAFETY: byte `len - 1` of the slot's buffer, which is at least
-            // `len` bytes (checked at set-up) and alive with `self.objects`;
-            // between `wait_free` and the ready signal only the producer
-            // touches it, and `&mut self` excludes any slice of it.
-            unsafe { *p.as_ptr().add(last) ^= 0x5a };
+        if let Some(b) = self
+            .objects
+            .slots
+            .get_mut(slot)
+            .and_then(|s| s.frame.bytes_mut().last_mut())
+        {
+            *b ^= 0x5a;
         }
     }
 
     /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
     fn flush_cpu_cache(&self, slot: usize) -> Result<(), TransportError> {
         self.objects.slots[slot]
-            .buf
+            .frame
+            .buf()
             .flush_cpu_cache_range(0, self.geometry.frame_len() as u64)
             .during(format!("CPU cache flush of slot {slot}"))
     }
@@ -518,57 +506,45 @@ impl NvSciTransport {
 
     /// Queues the processing of `frame` on the stream.
     fn queue_processing(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        let (len, stride, fault) = (self.geometry.frame_len(), self.geometry.stride, self.fault);
-        let (stream, mappings, tx, in_flight) = match &mut self.processor {
+        let (stride, fault) = (self.geometry.stride, self.fault);
+        let (stream, tx, in_flight) = match &mut self.processor {
             Processor::Kernel(consumer) => return consumer.queue(slot, frame),
             Processor::HostFn {
                 stream,
-                mappings,
                 done_tx,
                 in_flight,
                 ..
-            } => (stream, mappings, done_tx.clone(), in_flight),
+            } => (stream, done_tx.clone(), in_flight),
         };
-        let ptr = mappings
+        let cpu = &self
+            .objects
+            .slots
             .get(slot)
             .ok_or_else(|| TransportError::no_slot(slot))?
-            .device_ptr() as usize;
-        stream
-            .launch_host_fn(move || {
-                // SAFETY: (1) with this processing the transport runs on
-                // the simulator, whose device pointers are host addresses of
-                // the mapping's memory; the mapping is `len` bytes or more
-                // (checked at set-up) and outlives this function, because
-                // the transport drains the stream before it unmaps (or
-                // leaks the mappings if it cannot). (2) Nothing else touches
-                // the bytes meanwhile: the producer writes them only after
-                // the slot's free fence, which this stream signals after
-                // this function returns, and this function runs only after
-                // the ready fence.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-                if fault == Fault::Corrupt {
-                    if let Some(b) = bytes.last_mut() {
-                        *b ^= 0x5a;
-                    }
+            .frame;
+        cpu.queue_host_processing(stream, move |bytes| {
+            if fault == Fault::Corrupt {
+                if let Some(b) = bytes.last_mut() {
+                    *b ^= 0x5a;
                 }
-                let start = Instant::now();
-                let mismatches = match fault {
-                    Fault::SkipProcess => 0,
-                    _ => process_frame(frame, stride, bytes),
-                };
-                let process = start.elapsed();
-                // The receiver is gone only when the transport is being
-                // dropped; then nobody needs the result.
-                let _ = tx.send(Completion {
-                    slot,
-                    frame,
-                    mismatches,
-                    process,
-                    busy: process,
-                    finished: Instant::now(),
-                });
-            })
-            .during("cuLaunchHostFunc")?;
+            }
+            let start = Instant::now();
+            let mismatches = match fault {
+                Fault::SkipProcess => 0,
+                _ => process_frame(frame, stride, bytes),
+            };
+            let process = start.elapsed();
+            // The receiver is gone only when the transport is being
+            // dropped; then nobody needs the result.
+            let _ = tx.send(Completion {
+                slot,
+                frame,
+                mismatches,
+                process,
+                busy: process,
+                finished: Instant::now(),
+            });
+        })?;
         *in_flight += 1;
         Ok(())
     }
@@ -577,7 +553,7 @@ impl NvSciTransport {
     /// (nothing for 0) and makes the consumer's writes visible to the CPU.
     /// Waiting again for a value already reached returns at once.
     fn wait_slot(&mut self, slot: usize, k: u64) -> Result<(), TransportError> {
-        if slot >= self.cpu.len() {
+        if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
         if k > 0 {
@@ -626,7 +602,7 @@ impl FrameTransport for NvSciTransport {
     }
 
     fn slot_count(&self) -> usize {
-        self.cpu.len()
+        self.objects.slots.len()
     }
 
     fn geometry(&self) -> FrameGeometry {
@@ -636,36 +612,25 @@ impl FrameTransport for NvSciTransport {
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = t.slot();
         self.wait_slot(slot, t.free_wait())?;
-        // SAFETY: the buffer is at least `frame_len` bytes (checked at
-        // set-up) and lives as long as `self.objects`. The consumer is done
-        // with it: its free fence for the slot's previous frame was reached
-        // above (or the slot was never used). The slice borrows `self`
-        // mutably, so it ends before the next transport call.
-        Ok(unsafe {
-            std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), self.geometry.frame_len())
-        })
+        // The consumer is done with it: its free fence for the slot's
+        // previous frame was reached above (or the slot was never used).
+        Ok(self.objects.slots[slot].frame.bytes_mut())
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
         let slot = p.slot();
-        if slot >= self.cpu.len() {
+        if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
+        // The consumer is done with it once its free fence for the frame
+        // is reached, and nothing writes it before the slot's next ticket.
         self.wait_slot(slot, p.free_reached())?;
-        // SAFETY: the slot's buffer is at least `frame_len` bytes (checked at
-        // set-up) and stays mapped at this address as long as
-        // `self.objects`; the consumer is done with it (its free fence for
-        // the frame reached above), and nothing writes it before the slot's
-        // next ticket: the producer after `wait_free` for that ticket, the
-        // consumer after that ticket's ready signal.
-        Ok(Some(unsafe {
-            PeekedFrame::new(self.cpu[slot], self.geometry.frame_len())
-        }))
+        Ok(Some(self.objects.slots[slot].frame.lend()))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let slot = t.slot();
-        if slot >= self.cpu.len() {
+        if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
         if self.fault == Fault::Corrupt && matches!(self.processor, Processor::Kernel(_)) {
@@ -710,7 +675,7 @@ impl FrameTransport for NvSciTransport {
 
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let (slot, frame) = (t.slot(), t.frame());
-        if slot >= self.cpu.len() {
+        if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
         // Queueing a wait for a signal that may never come would stall the
@@ -804,6 +769,7 @@ impl Drop for NvSciTransport {
         {
             if stream.synchronize().is_err() {
                 std::mem::forget(std::mem::take(mappings));
+                std::mem::forget(std::mem::take(&mut self.objects.slots));
             }
         }
     }
