@@ -139,6 +139,7 @@
 //! other and the imported semaphores order them against Vulkan.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
@@ -150,9 +151,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use tegra_interop::core::{MemoryImport, TimelineTracker};
-use tegra_interop::driver::{
-    Backend, Context, ExternalMemory, ExternalSemaphore, Nvrtc, PinnedHostBuffer,
-};
+use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer};
 use tegra_interop_testkit::vulkan::{
     Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
     VulkanExporter, VulkanMemory, VulkanSemaphore,
@@ -161,13 +160,12 @@ use tegra_interop_testkit::vulkan::{
 use crate::ring::{Peek, Ticket};
 use crate::transport::{Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError};
 
-use crate::app::baseline::limit::Kernels;
-use crate::consumer;
+use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
 
 mod cuda;
 
 pub use cuda::GpuTimes;
-use cuda::{CudaSlot, Done, Enqueuer, FrameSpans, Job, Request, SlotEvents, Streams};
+use cuda::{CudaSlot, Done, Enqueuer, Job, Request};
 
 /// `0` queues the consumer after the ready signal instead of before the
 /// write (for comparison; see [`FrameTransport::queues_before_ready`]); an
@@ -209,29 +207,20 @@ impl Mode {
     }
 }
 
-/// What moves the frame in and out of device memory in copy mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CopyWith {
-    /// The copy engines (`cuMemcpyDtoDAsync` between the imported frame and
-    /// the slot's device buffer): the default. The copy in of one frame and
-    /// the copy out of the one before run at once, each on its own stream.
-    Engines,
-    /// Copy kernels (`copy_from_sysmem` / `copy_to_sysmem`, loads that fetch
-    /// system memory again and write-through stores), on the same two
-    /// streams: the previous design, kept for comparison.
-    Kernels,
-}
+/// What moves the frame in and out of device memory in copy mode (the
+/// shared consumer's choice): the copy engines (default; the copy in of one
+/// frame and the copy back of the one before run at once, on two streams)
+/// or copy kernels (the previous design, on the same two streams).
+pub use crate::consumer::CopyWith;
 
-impl CopyWith {
-    /// `engines` or `kernels`.
-    pub fn parse(value: &str) -> Result<CopyWith, TransportError> {
-        match value {
-            "engines" => Ok(CopyWith::Engines),
-            "kernels" => Ok(CopyWith::Kernels),
-            v => Err(TransportError::new(format!(
-                "{COPY_WITH_ENV}={v:?}: expected `engines` or `kernels`"
-            ))),
-        }
+/// `engines` or `kernels` (the value of [`COPY_WITH_ENV`]).
+pub fn parse_copy_with(value: &str) -> Result<CopyWith, TransportError> {
+    match value {
+        "engines" => Ok(CopyWith::Engines),
+        "kernels" => Ok(CopyWith::Kernels),
+        v => Err(TransportError::refused(format!(
+            "{COPY_WITH_ENV}={v:?}: expected `engines` or `kernels`"
+        ))),
     }
 }
 
@@ -324,7 +313,7 @@ impl GpuOptions {
             self.handover = Handover::parse(&v)?;
         }
         if let Some(v) = var(COPY_WITH_ENV) {
-            self.copy_with = CopyWith::parse(&v)?;
+            self.copy_with = parse_copy_with(&v)?;
         }
         match var(EARLY_ENV).as_deref() {
             None => {}
@@ -376,7 +365,7 @@ pub fn probe() -> Result<String, String> {
         .uuid()
         .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
     let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
-    Nvrtc::new(&backend).map_err(|e| format!("NVRTC: {e}").replace('\n', " "))?;
+    consumer::nvrtc_present_in(&backend).map_err(String::from)?;
     Ok(format!(
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
@@ -431,8 +420,9 @@ struct CudaSide {
     enqueuer: Option<JoinHandle<Enqueuer>>,
     /// Nanoseconds the enqueue thread spent queueing.
     host_enqueue_ns: Arc<AtomicU64>,
-    counters: Arc<PinnedHostBuffer>,
-    events: Arc<Vec<SlotEvents>>,
+    /// The shared consumer (its streams drained at teardown; it owns the
+    /// frames' imports, so it drops before the Vulkan side).
+    consumer: Arc<Consumer>,
     ctx: Context,
     done: Receiver<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
@@ -524,7 +514,7 @@ fn make_slot(
     vk: &VulkanExporter,
     ctx: &Context,
     frame: VulkanMemory,
-) -> Result<(Slot, CudaSlot), TransportError> {
+) -> Result<(Slot, CudaSlot, MappedBuffer), TransportError> {
     let reclaimed_vk = vk
         .create_semaphore(SemaphoreKind::Timeline, 0)
         .map_err(|e| err("creating a Vulkan semaphore")(&e))?;
@@ -547,13 +537,7 @@ fn make_slot(
         ready_awaited: 0,
         signalled_at: None,
     };
-    let cuda = CudaSlot {
-        ready,
-        free,
-        mapped,
-        device: None,
-    };
-    Ok((slot, cuda))
+    Ok((slot, CudaSlot { ready, free }, mapped))
 }
 
 /// What the pipeline prints about how frames are processed.
@@ -610,17 +594,13 @@ impl CudaSide {
         let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
         let (done_tx, done_rx) = mpsc::sync_channel(slots);
         let stopping = Arc::new(AtomicBool::new(false));
-        let (counters, events, ctx) = (
-            Arc::clone(&enqueue.counters),
-            Arc::clone(&enqueue.events),
-            enqueue.ctx.clone(),
-        );
+        let (consumer, ctx) = (Arc::clone(&enqueue.consumer), enqueue.ctx.clone());
         let worker = {
-            let (events, stopping) = (Arc::clone(&events), Arc::clone(&stopping));
+            let (consumer, stopping) = (Arc::clone(&consumer), Arc::clone(&stopping));
             let done_tx = done_tx.clone();
             thread::Builder::new()
                 .name("gpu-completions".into())
-                .spawn(move || cuda::completion_loop(events, jobs_rx, done_tx, stopping))
+                .spawn(move || cuda::completion_loop(consumer, jobs_rx, done_tx, stopping))
                 .map_err(|e| err("starting the completion thread")(&e))?
         };
         let host_enqueue_ns = Arc::new(AtomicU64::new(0));
@@ -645,8 +625,7 @@ impl CudaSide {
             requests: Some(requests),
             enqueuer: Some(enqueuer),
             host_enqueue_ns,
-            counters,
-            events,
+            consumer,
             ctx,
             done: done_rx,
             stopping,
@@ -679,43 +658,37 @@ impl GpuTransport {
     ) -> Result<GpuTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || geometry.stride == 0 {
-            return Err(TransportError::new("frames of zero bytes cannot be shared"));
+            return Err(TransportError::refused(
+                "frames of zero bytes cannot be shared",
+            ));
         }
         if slots == 0 {
-            return Err(TransportError::new("a ring needs at least one slot"));
+            return Err(TransportError::refused("a ring needs at least one slot"));
         }
         consumer::self_check_pattern(geometry.stride, geometry.rows)?;
         let dev = CudaDevice::open()?;
         let vk = open_exporter(dev.uuid, options.queue)?;
-        let kernels = Kernels::compile(&dev.ctx)?;
         let (frames, location) = allocate_frames(&vk, len, slots)?;
-        let (slots_vk, mut slots_cu): (Vec<Slot>, Vec<CudaSlot>) = frames
-            .into_iter()
-            .map(|frame| make_slot(&vk, &dev.ctx, frame))
-            .collect::<Result<Vec<_>, _>>()?
-            .into_iter()
-            .unzip();
-        let streams = Streams::new(&dev.ctx, options.mode)?;
-        if options.mode == Mode::DeviceCopy {
-            let buffers = cuda::device_frames(&dev.ctx, len, slots)?;
-            for (s, b) in slots_cu.iter_mut().zip(buffers) {
-                s.device = Some(b);
-            }
+        let (mut slots_vk, mut fences, mut mapped) = (Vec::new(), Vec::new(), Vec::new());
+        for frame in frames {
+            let (s, f, m) = make_slot(&vk, &dev.ctx, frame)?;
+            slots_vk.push(s);
+            fences.push(f);
+            mapped.push(m);
         }
-        let counters = Arc::new(
-            PinnedHostBuffer::new(&dev.ctx, 8 * slots)
-                .map_err(|e| err("allocating the mismatch counters")(&e))?,
-        );
-        let events = SlotEvents::per_slot(&dev.ctx, slots)?;
-        let enqueue = Enqueuer {
+        let config = ConsumerConfig {
             geometry,
-            mode: options.mode,
-            copy_with: options.copy_with,
-            slots: slots_cu,
-            counters,
-            events,
-            streams,
-            kernels,
+            slots,
+            memory: FrameMemory::System,
+            work: match options.mode {
+                Mode::ZeroCopy => Work::InPlace,
+                Mode::DeviceCopy => Work::DeviceCopy(options.copy_with),
+            },
+            skip_kernel: false,
+        };
+        let enqueue = Enqueuer {
+            consumer: Arc::new(Consumer::new(&dev.ctx, config, mapped)?),
+            slots: fences,
             ctx: dev.ctx.clone(),
         };
         let cuda = CudaSide::start(enqueue, slots)?;
@@ -818,51 +791,26 @@ impl GpuTransport {
     /// Turns a finished frame into its completion.
     fn collect(&mut self, d: Done) -> Result<Completion, TransportError> {
         self.pending = self.pending.saturating_sub(1);
-        self.cuda
-            .ctx
-            .bind()
-            .map_err(|e| err("binding the CUDA context")(&e))?;
-        let ev = self
-            .cuda
-            .events
-            .get(d.slot)
-            .ok_or_else(|| TransportError::new(format!("no slot {}", d.slot)))?;
-        let spans = FrameSpans::read(ev)?;
-        let blocked = spans.wait > Duration::ZERO;
-        let ready_to_gpu = match self.slots[d.slot].signalled_at {
-            Some(at) if blocked => d
+        let (c, t) = (d.completion, d.times);
+        let wait = t.wait.unwrap_or(Duration::ZERO);
+        let blocked = wait > Duration::ZERO;
+        let ready_to_gpu = match self.slots.get(c.slot).and_then(|s| s.signalled_at) {
+            Some(at) if blocked => c
                 .finished
-                .checked_sub(spans.after_wait)
+                .checked_sub(c.busy)
                 .map_or(Duration::ZERO, |passed| {
                     passed.saturating_duration_since(at)
                 }),
             _ => Duration::ZERO,
         };
         self.times.frames += 1;
-        self.times.wait += spans.wait;
+        self.times.wait += wait;
         self.times.ready_to_gpu += ready_to_gpu;
         self.times.blocked_frames += u64::from(blocked);
-        self.times.copy_in += spans.copy_in;
-        self.times.kernel += spans.process;
-        self.times.tail += spans.tail;
-        // The frame's end event completed, so its kernel (queued before the
-        // event, or before the kernel-end event the event's stream waited
-        // for) is done, and the slot's next kernel is queued only after
-        // this frame is collected (the ring).
-        let mismatches = self
-            .cuda
-            .counters
-            .atomic_u64(d.slot)
-            .map_err(|e| err("the mismatch counter")(&e))?
-            .swap(0, Ordering::AcqRel);
-        Ok(Completion {
-            slot: d.slot,
-            frame: d.frame,
-            mismatches,
-            process: spans.process,
-            busy: spans.after_wait,
-            finished: d.finished,
-        })
+        self.times.copy_in += t.copy_in;
+        self.times.kernel += t.kernel;
+        self.times.tail += t.copy_out;
+        Ok(c)
     }
 
     /// Signals *ready* up to the value each slot's last queued consumer
@@ -900,12 +848,14 @@ impl GpuTransport {
             }
             None => None,
         };
-        if let (None, Some(e)) = (&first, &cuda_side) {
-            if let Err(x) = e.streams.synchronize() {
+        if first.is_none() {
+            if let Err(x) = self.cuda.consumer.drain() {
                 first.get_or_insert(x);
             }
         }
-        // The imports go before the Vulkan objects they import (the fields).
+        // The fences' imports go here; the frames' imports (the consumer's)
+        // go with the transport's `cuda` field, before the Vulkan objects
+        // they import (the fields' order).
         drop(cuda_side);
         self.cuda.stopping.store(true, Ordering::Release);
         if let Some(w) = self.cuda.worker.take() {

@@ -34,12 +34,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tegra_interop::driver::{
-    Backend, Context, DeviceBuffer, DevicePtr, Event, EventFlags, Function, Module, Nvrtc,
-    PinnedHostBuffer, Stream,
+    Backend, Context, DeviceBuffer, DevicePtr, Event, EventFlags, PinnedHostBuffer, Stream,
 };
 
 use crate::camera::{frame_threads, TestPattern};
-use crate::consumer::{self, pattern_seed, BLOCK, KERNEL_SOURCE};
+use crate::consumer::{self, pattern_seed, FrameMemory, BLOCK};
 use crate::transport::{FrameGeometry, TransportError};
 
 /// How long one measurement may take before it counts as stuck.
@@ -49,86 +48,15 @@ fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError 
     move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
 }
 
-/// The consumer's kernels ([`KERNEL_SOURCE`]) compiled with NVRTC and
-/// loaded through the driver's function table (no cudarc): used by the
-/// baseline, the limit and the discrete-GPU transport.
-pub struct Kernels {
-    /// `check_and_invert` (device memory).
-    device: Function,
-    /// `check_and_invert_sysmem` (memory the CPU maps).
-    sysmem: Function,
-    /// `copy_from_sysmem`.
-    copy_in: Function,
-    /// `copy_to_sysmem`.
-    copy_out: Function,
-}
+/// The consumer's kernels ([`consumer::Kernels`]: [`consumer::KERNEL_SOURCE`]
+/// compiled with the driver's NVRTC and loaded through the function table),
+/// with the launch the baseline and the limit queue over their own buffers.
+pub struct Kernels(consumer::Kernels);
 
 impl Kernels {
-    /// Compiles [`KERNEL_SOURCE`] with the backend's NVRTC and loads it into
-    /// `ctx`.
+    /// Compiles and loads the kernels into `ctx`.
     pub fn compile(ctx: &Context) -> Result<Kernels, TransportError> {
-        let nvrtc = Nvrtc::new(ctx.backend()).map_err(|e| err("NVRTC")(&e))?;
-        let ptx = nvrtc
-            .compile(KERNEL_SOURCE, "consumer.cu", &[])
-            .map_err(|e| err("NVRTC could not compile the consumer kernel")(&e))?;
-        let module = Module::load(ctx, &ptx).map_err(|e| err("loading the consumer kernel")(&e))?;
-        let get = |name: &str| {
-            module
-                .function(name)
-                .map_err(|e| err("finding a consumer kernel")(&e))
-        };
-        Ok(Kernels {
-            device: get("check_and_invert")?,
-            sysmem: get("check_and_invert_sysmem")?,
-            copy_in: get("copy_from_sysmem")?,
-            copy_out: get("copy_to_sysmem")?,
-        })
-    }
-
-    /// Queues a copy kernel of `len` bytes from `src` to `dst` on `stream`:
-    /// `copy_from_sysmem` when `to_device`, else `copy_to_sysmem` (loads
-    /// that fetch system memory again, write-through stores).
-    ///
-    /// # Safety
-    /// Until the copy completed on `stream`: both stay alive, nothing
-    /// writes the source bytes and nothing reads or writes the destination
-    /// bytes (host views included); the two ranges do not overlap.
-    pub unsafe fn copy(
-        &self,
-        stream: &Stream,
-        dst: &dyn tegra_interop::driver::DeviceMemory,
-        src: &dyn tegra_interop::driver::DeviceMemory,
-        len: u64,
-        to_device: bool,
-    ) -> Result<(), TransportError> {
-        let what = "launching a copy kernel";
-        let d = dst.device_range(0, len).map_err(|e| err(what)(&e))?;
-        let s = src.device_range(0, len).map_err(|e| err(what)(&e))?;
-        for at in [d, s] {
-            if !at.is_multiple_of(consumer::FRAME_ALIGN) {
-                return Err(TransportError::new(format!(
-                    "{what}: device address {at:#x} is not {}-byte aligned",
-                    consumer::FRAME_ALIGN
-                )));
-            }
-        }
-        let f = if to_device {
-            &self.copy_in
-        } else {
-            &self.copy_out
-        };
-        let launch = f
-            .launch(consumer::grid_for(len as usize), BLOCK)
-            // SAFETY: both addresses lie in live buffers (checked by
-            // `device_range`).
-            .arg(unsafe { DevicePtr::from_raw(d) })
-            // SAFETY: as above.
-            .arg(unsafe { DevicePtr::from_raw(s) })
-            .arg(len);
-        // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
-        // kernels' parameter list; the memory is the caller's to keep valid
-        // and untouched (this function's contract).
-        unsafe { launch.launch(stream) }.map_err(|e| err(what)(&e))
+        consumer::Kernels::compile(ctx).map(Kernels)
     }
 
     /// Queues the check-and-invert kernel over the first `len` bytes of
@@ -163,7 +91,10 @@ impl Kernels {
         }
         let counter = DevicePtr::at(counters, 8 * slot as u64, 8)
             .map_err(|e| err("the mismatch counter")(&e))?;
-        let f = if mapped { &self.sysmem } else { &self.device };
+        let f = self.0.check_and_invert(match mapped {
+            true => FrameMemory::System,
+            false => FrameMemory::Device,
+        });
         let launch = f
             .launch(consumer::grid_for(len as usize), BLOCK)
             // SAFETY: `at` lies in `frame` (checked by `device_range`).
@@ -646,49 +577,14 @@ impl Comparison {
 #[allow(clippy::unwrap_used)]
 pub(crate) mod tests {
     use super::*;
-    use tegra_interop_sim::kernels::{KernelFault, KernelLaunch, KernelSpec};
+    use tegra_interop_sim::kernels::KernelSpec;
     use tegra_interop_sim::Sim;
 
-    /// The check-and-invert kernel as a Rust function over the simulator's
-    /// memory: the host mirror of the kernel's arithmetic
-    /// ([`consumer::kernel_pattern_byte`]).
-    fn check_and_invert(k: &mut KernelLaunch<'_>) -> Result<(), KernelFault> {
-        let (buf, len, stride) = (k.arg_u64(0)?, k.arg_u64(1)?, k.arg_u64(2)?);
-        let (seed, counter) = (k.arg_u32(3)?, k.arg_u64(4)?);
-        let n = usize::try_from(len).map_err(|_| KernelFault::new("len"))?;
-        let mut bytes = vec![0u8; n];
-        k.read(buf, &mut bytes)?;
-        let mut count = 0u64;
-        for (i, b) in bytes.iter_mut().enumerate() {
-            let (row, col) = (i as u64 / stride.max(1), i as u64 % stride.max(1));
-            count += u64::from(*b != consumer::kernel_pattern_byte(seed, row, col));
-            *b = !*b;
-        }
-        k.write(buf, &bytes)?;
-        if count != 0 {
-            let mut old = [0u8; 8];
-            k.read(counter, &mut old)?;
-            k.write(counter, &(u64::from_ne_bytes(old) + count).to_ne_bytes())?;
-        }
-        Ok(())
-    }
-
-    fn copy(k: &mut KernelLaunch<'_>) -> Result<(), KernelFault> {
-        let (dst, src, len) = (k.arg_u64(0)?, k.arg_u64(1)?, k.arg_u64(2)?);
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| KernelFault::new("len"))?];
-        k.read(src, &mut bytes)?;
-        k.write(dst, &bytes)
-    }
-
-    /// A simulator with the consumer's four kernels registered.
+    /// A simulator with the consumer's four kernels registered (their
+    /// Rust twins).
     pub(crate) fn sim_with_kernels() -> Sim {
         let sim = Sim::new().unwrap();
-        for name in ["check_and_invert", "check_and_invert_sysmem"] {
-            sim.register_kernel(KernelSpec::new(name, &[8, 8, 8, 4, 8]), check_and_invert);
-        }
-        for name in ["copy_from_sysmem", "copy_to_sysmem"] {
-            sim.register_kernel(KernelSpec::new(name, &[8, 8, 8]), copy);
-        }
+        consumer::twin::register(&sim);
         sim
     }
 
