@@ -28,13 +28,10 @@
 //!
 //! This module is the pipeline's only one with `unsafe` code: the kernel
 //! launches and the queued copies (see [`Consumer`] for the rules that make
-//! them sound), each with its `// SAFETY:` line. Module [`legacy`] is the
-//! cudarc launcher that `transport/gpu.rs` and `app/baseline.rs` still use
-//! until they are ported onto [`Consumer`].
+//! them sound), each with its `// SAFETY:` line.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
 pub mod kernel;
-pub mod legacy;
 pub mod shared;
 pub mod twin;
 
@@ -56,7 +53,6 @@ pub use kernel::{
     grid_for, kernel_pattern_byte, pattern_seed, self_check_pattern, CopyKernel, FrameMemory,
     Kernels, BLOCK, BYTES_PER_THREAD, FRAME_ALIGN, KERNEL_SOURCE,
 };
-pub use legacy::{CheckArgs, Counters, DeviceFrame, Kernel};
 
 /// Whether `backend` has NVRTC, which the consumer compiles its kernel
 /// with (the driver's own loader: the table's optional NVRTC part).
