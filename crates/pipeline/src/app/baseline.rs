@@ -35,15 +35,11 @@ use tegra_interop::driver::{
 };
 
 use crate::camera::{frame_threads, TestPattern};
-use crate::transport::{FrameGeometry, TransportError};
+use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
 use limit::Kernels;
 
 /// How long the baseline waits for one frame before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(10);
-
-fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError {
-    move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
-}
 
 /// What one baseline run measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -91,8 +87,8 @@ pub fn run(
     frames: u64,
     copy: bool,
 ) -> Result<BaselineReport, TransportError> {
-    let backend: Arc<Backend> = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
-    let ctx = Context::new(backend, 0).map_err(|e| err("creating a CUDA context")(&e))?;
+    let backend: Arc<Backend> = Backend::real().during("CUDA driver")?;
+    let ctx = Context::new(backend, 0).during("creating a CUDA context")?;
     run_in(&ctx, geometry, slots, frames, copy)
 }
 
@@ -102,16 +98,12 @@ fn ring(ctx: &Context, len: usize, slots: usize, copy: bool) -> Result<Vec<Slot>
         .map(|_| {
             Ok(Slot {
                 host: PinnedHostBuffer::new(ctx, len)
-                    .map_err(|e| err("allocating pinned mapped host memory")(&e))?,
+                    .during("allocating pinned mapped host memory")?,
                 device: match copy {
-                    true => Some(
-                        DeviceBuffer::new(ctx, len)
-                            .map_err(|e| err("allocating a device frame")(&e))?,
-                    ),
+                    true => Some(DeviceBuffer::new(ctx, len).during("allocating a device frame")?),
                     false => None,
                 },
-                done: Event::new(ctx, EventFlags::NO_TIMING)
-                    .map_err(|e| err("creating a CUDA event")(&e))?,
+                done: Event::new(ctx, EventFlags::NO_TIMING).during("creating a CUDA event")?,
             })
         })
         .collect()
@@ -128,12 +120,10 @@ fn check(
     geometry: FrameGeometry,
     threads: usize,
 ) -> Result<bool, TransportError> {
-    slot.done
-        .synchronize(STUCK)
-        .map_err(|e| err("waiting for a frame")(&e))?;
+    slot.done.synchronize(STUCK).during("waiting for a frame")?;
     let mismatches = counters
         .atomic_u64(index)
-        .map_err(|e| err("the mismatch counter")(&e))?
+        .during("the mismatch counter")?
         .swap(0, Ordering::AcqRel);
     let readback = TestPattern::new(frame, geometry.stride).first_mismatch_on_new_threads(
         slot.host.as_slice(),
@@ -166,7 +156,7 @@ fn queue(
     if let Some(d) = &slot.device {
         // SAFETY: as said above.
         unsafe { d.copy_from_pinned_async(0, &slot.host, 0, len, stream) }
-            .map_err(|e| err("cuMemcpyHtoDAsync")(&e))?;
+            .during("cuMemcpyHtoDAsync")?;
     }
     // SAFETY: as above.
     unsafe {
@@ -183,11 +173,9 @@ fn queue(
     if let Some(d) = &slot.device {
         // SAFETY: as above.
         unsafe { d.copy_to_pinned_async(0, &slot.host, 0, len, stream) }
-            .map_err(|e| err("cuMemcpyDtoHAsync")(&e))?;
+            .during("cuMemcpyDtoHAsync")?;
     }
-    slot.done
-        .record(stream)
-        .map_err(|e| err("recording a CUDA event")(&e))
+    slot.done.record(stream).during("recording a CUDA event")
 }
 
 /// Runs `frames` frames of `geometry` through a ring of `slots` in `ctx`
@@ -201,14 +189,14 @@ pub fn run_in(
 ) -> Result<BaselineReport, TransportError> {
     let len = geometry.frame_len();
     if len == 0 || slots == 0 {
-        return Err(TransportError::new(
+        return Err(TransportError::refused(
             "the baseline needs frames of at least one byte and one slot",
         ));
     }
-    let stream = Stream::new(ctx).map_err(|e| err("creating a CUDA stream")(&e))?;
+    let stream = Stream::new(ctx).during("creating a CUDA stream")?;
     let kernels = Kernels::compile(ctx)?;
-    let counters = PinnedHostBuffer::new(ctx, 8 * slots)
-        .map_err(|e| err("allocating the mismatch counters")(&e))?;
+    let counters =
+        PinnedHostBuffer::new(ctx, 8 * slots).during("allocating the mismatch counters")?;
     let mut ring = ring(ctx, len, slots, copy)?;
     let threads = frame_threads(len);
     let (mut failed, mut write_ns, mut verify_ns) = (0u64, 0u128, 0u128);
@@ -239,9 +227,7 @@ pub fn run_in(
         last_done = Instant::now();
     }
     let wall = last_done.saturating_duration_since(start);
-    stream
-        .synchronize()
-        .map_err(|e| err("draining the CUDA stream")(&e))?;
+    stream.synchronize().during("draining the CUDA stream")?;
     let n = u128::from(frames.max(1));
     Ok(BaselineReport {
         frames,

@@ -158,7 +158,9 @@ use tegra_interop_testkit::vulkan::{
 };
 
 use crate::ring::{Peek, Ticket};
-use crate::transport::{Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError};
+use crate::transport::{
+    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+};
 
 use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
 
@@ -255,7 +257,7 @@ impl Handover {
         match value {
             "queue" => Ok(Handover::Queue),
             "host-only" => Ok(Handover::HostOnly),
-            v => Err(TransportError::new(format!(
+            v => Err(TransportError::refused(format!(
                 "{}={v:?}: expected `queue` or `host-only`",
                 Self::ENV
             ))),
@@ -320,7 +322,7 @@ impl GpuOptions {
             Some("1") => self.early = true,
             Some("0") => self.early = false,
             Some(v) => {
-                return Err(TransportError::new(format!(
+                return Err(TransportError::refused(format!(
                     "{EARLY_ENV}={v:?}: expected 0 or 1"
                 )))
             }
@@ -491,7 +493,8 @@ fn import_frame(ctx: &Context, memory: &VulkanMemory) -> Result<ExternalMemory, 
         import = import.dedicated();
     }
     ExternalMemory::import_fd(ctx, fd, import)
-        .map_err(|e| err("importing a frame buffer into CUDA")(&e.into_parts().0))
+        .map_err(|e| e.into_parts().0)
+        .during("importing a frame buffer into CUDA")
 }
 
 /// Exports a timeline semaphore from Vulkan and imports it into CUDA;
@@ -522,7 +525,7 @@ fn make_slot(
     let (free_vk, free) = shared_semaphore(vk, ctx, "sharing a free semaphore")?;
     let mapped = import_frame(ctx, &frame)?
         .map_whole()
-        .map_err(|e| err("mapping a frame buffer in CUDA")(&e))?;
+        .during("mapping a frame buffer in CUDA")?;
     let handover = vk
         .host_handover(&frame)
         .map_err(|e| err("recording the frame handover batches")(&e))?;
@@ -577,12 +580,12 @@ struct CudaDevice {
 
 impl CudaDevice {
     fn open() -> Result<CudaDevice, TransportError> {
-        let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
+        let backend = Backend::real().during("loading the CUDA driver")?;
         let uuid = backend
             .device(0)
             .and_then(|d| d.uuid())
-            .map_err(|e| err("CUDA device 0")(&e))?;
-        let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
+            .during("reading CUDA device 0's UUID")?;
+        let ctx = Context::new(Arc::clone(&backend), 0).during("creating a CUDA context")?;
         Ok(CudaDevice { ctx, uuid })
     }
 }
@@ -747,7 +750,7 @@ impl GpuTransport {
     fn check_slot(&self, t: &Ticket) -> Result<usize, TransportError> {
         match t.slot() {
             s if s < self.slots.len() => Ok(s),
-            s => Err(TransportError::new(format!("no slot {s}"))),
+            s => Err(TransportError::no_slot(s)),
         }
     }
 
@@ -843,7 +846,7 @@ impl GpuTransport {
         let cuda_side = match self.cuda.enqueuer.take().map(JoinHandle::join) {
             Some(Ok(e)) => Some(e),
             Some(Err(_)) => {
-                first.get_or_insert(TransportError::new("the enqueue thread panicked"));
+                first.get_or_insert(TransportError::misuse("the enqueue thread panicked"));
                 None
             }
             None => None,
@@ -860,7 +863,7 @@ impl GpuTransport {
         self.cuda.stopping.store(true, Ordering::Release);
         if let Some(w) = self.cuda.worker.take() {
             if w.join().is_err() {
-                first.get_or_insert(TransportError::new("the completion thread panicked"));
+                first.get_or_insert(TransportError::misuse("the completion thread panicked"));
             }
         }
         match first {
@@ -892,9 +895,10 @@ impl GpuTransport {
         }
         .map_err(|e| err("waiting for the free fence")(&e))?;
         if !reached {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
-            )));
+            return Err(TransportError::timeout(
+                format!("the consumer to free slot {slot} (free fence value {want})"),
+                FREE_WAIT,
+            ));
         }
         Ok(true)
     }
@@ -922,7 +926,7 @@ impl GpuTransport {
             .map_err(|e| err("mapping the frame buffer")(&e))?;
         bytes
             .get_mut(..len)
-            .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))
+            .ok_or_else(|| TransportError::refused("the Vulkan allocation is smaller than a frame"))
     }
 
     /// Submits `slot`'s release batch (or, as the diagnosis control, a host
@@ -1085,9 +1089,9 @@ impl FrameTransport for GpuTransport {
         self.cuda
             .requests
             .as_ref()
-            .ok_or_else(|| TransportError::new("the transport is shut down"))?
+            .ok_or_else(|| TransportError::misuse("the transport is shut down"))?
             .send(request)
-            .map_err(|_| TransportError::new("the enqueue thread stopped"))?;
+            .map_err(|_| TransportError::misuse("the enqueue thread stopped"))?;
         self.slots[slot].ready_awaited = t.ready();
         self.pending += 1;
         Ok(())
@@ -1098,20 +1102,20 @@ impl FrameTransport for GpuTransport {
             Ok(d) => self.collect(d?).map(Some),
             Err(TryRecvError::Empty) => Ok(None),
             Err(TryRecvError::Disconnected) => {
-                Err(TransportError::new("the completion thread stopped"))
+                Err(TransportError::misuse("the completion thread stopped"))
             }
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
         if self.pending == 0 {
-            return Err(TransportError::new("no frame is in flight"));
+            return Err(TransportError::misuse("no frame is in flight"));
         }
         let d = self
             .cuda
             .done
             .recv()
-            .map_err(|_| TransportError::new("the completion thread stopped"))??;
+            .map_err(|_| TransportError::misuse("the completion thread stopped"))??;
         self.collect(d)
     }
 

@@ -39,14 +39,10 @@ use tegra_interop::driver::{
 
 use crate::camera::{frame_threads, TestPattern};
 use crate::consumer::{self, pattern_seed, FrameMemory, BLOCK};
-use crate::transport::{FrameGeometry, TransportError};
+use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
 
 /// How long one measurement may take before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(30);
-
-fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError {
-    move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
-}
 
 /// The consumer's kernels ([`consumer::Kernels`]: [`consumer::KERNEL_SOURCE`]
 /// compiled with the driver's NVRTC and loaded through the function table),
@@ -82,15 +78,14 @@ impl Kernels {
         let len = geometry.frame_len() as u64;
         let at = frame
             .device_range(0, len)
-            .map_err(|e| err("the frame for the kernel")(&e))?;
+            .during("the frame for the kernel")?;
         if !at.is_multiple_of(consumer::FRAME_ALIGN) {
-            return Err(TransportError::new(format!(
+            return Err(TransportError::refused(format!(
                 "the frame at {at:#x} is not {}-byte aligned, which the kernel's vector accesses need",
                 consumer::FRAME_ALIGN
             )));
         }
-        let counter = DevicePtr::at(counters, 8 * slot as u64, 8)
-            .map_err(|e| err("the mismatch counter")(&e))?;
+        let counter = DevicePtr::at(counters, 8 * slot as u64, 8).during("the mismatch counter")?;
         let f = self.0.check_and_invert(match mapped {
             true => FrameMemory::System,
             false => FrameMemory::Device,
@@ -107,7 +102,7 @@ impl Kernels {
         // `(unsigned char*, u64, u64, u32, u64*)`; the memory behind them is
         // the caller's to keep valid and untouched (this function's
         // contract).
-        unsafe { launch.launch(stream) }.map_err(|e| err("launching the consumer kernel")(&e))
+        unsafe { launch.launch(stream) }.during("launching the consumer kernel")
     }
 }
 
@@ -228,15 +223,15 @@ fn per_rep(total: Duration, reps: u32) -> f64 {
 impl Rig {
     fn new(ctx: &Context, geometry: FrameGeometry) -> Result<Rig, TransportError> {
         let len = geometry.frame_len();
-        let pinned = || PinnedHostBuffer::new(ctx, len).map_err(|e| err("pinned host memory")(&e));
-        let device = || DeviceBuffer::new(ctx, len).map_err(|e| err("device memory")(&e));
-        let stream = || Stream::new(ctx).map_err(|e| err("creating a CUDA stream")(&e));
-        let event = || Event::new(ctx, EventFlags::DEFAULT).map_err(|e| err("CUDA event")(&e));
+        let pinned = || PinnedHostBuffer::new(ctx, len).during("pinned host memory");
+        let device = || DeviceBuffer::new(ctx, len).during("device memory");
+        let stream = || Stream::new(ctx).during("creating a CUDA stream");
+        let event = || Event::new(ctx, EventFlags::DEFAULT).during("CUDA event");
         Ok(Rig {
             geometry,
             host: [pinned()?, pinned()?],
             device: [device()?, device()?],
-            counters: PinnedHostBuffer::new(ctx, 16).map_err(|e| err("pinned host memory")(&e))?,
+            counters: PinnedHostBuffer::new(ctx, 16).during("pinned host memory")?,
             streams: [stream()?, stream()?],
             events: [event()?, event()?, event()?, event()?],
             kernels: Kernels::compile(ctx)?,
@@ -250,19 +245,18 @@ impl Rig {
     fn record(&self, event: usize, stream: usize) -> Result<(), TransportError> {
         self.events[event]
             .record(&self.streams[stream])
-            .map_err(|e| err("recording a CUDA event")(&e))
+            .during("recording a CUDA event")
     }
 
     /// Waits for both streams and returns the time between events `a` and
     /// `b`.
     fn span(&self, a: usize, b: usize) -> Result<Duration, TransportError> {
         for s in &self.streams {
-            s.synchronize()
-                .map_err(|e| err("waiting for a CUDA stream")(&e))?;
+            s.synchronize().during("waiting for a CUDA stream")?;
         }
         self.events[b]
             .elapsed_since(&self.events[a])
-            .map_err(|e| err("reading CUDA event times")(&e))
+            .during("reading CUDA event times")
     }
 
     /// Queues `reps` host -> device copies on stream `s` (pair `s`).
@@ -280,7 +274,7 @@ impl Rig {
                     &self.streams[s],
                 )
             }
-            .map_err(|e| err("cuMemcpyHtoDAsync")(&e))?;
+            .during("cuMemcpyHtoDAsync")?;
         }
         Ok(())
     }
@@ -299,7 +293,7 @@ impl Rig {
                     &self.streams[s],
                 )
             }
-            .map_err(|e| err("cuMemcpyDtoHAsync")(&e))?;
+            .during("cuMemcpyDtoHAsync")?;
         }
         Ok(())
     }
@@ -318,7 +312,7 @@ impl Rig {
         self.record(0, 0)?;
         self.streams[1]
             .wait_event(&self.events[0])
-            .map_err(|e| err("cuStreamWaitEvent")(&e))?;
+            .during("cuStreamWaitEvent")?;
         self.record(2, 1)?;
         self.h2d(0, reps)?;
         self.d2h(1, reps)?;
@@ -348,7 +342,7 @@ impl Rig {
                         &self.streams[0],
                     )
                 }
-                .map_err(|e| err("cuMemcpyHtoDAsync")(&e))?;
+                .during("cuMemcpyHtoDAsync")?;
             }
             self.record(0, 0)?;
             let frame: &dyn tegra_interop::driver::DeviceMemory = if mapped {
@@ -374,12 +368,16 @@ impl Rig {
             let mismatches = self
                 .counters
                 .atomic_u64(0)
-                .map_err(|e| err("the mismatch counter")(&e))?
+                .during("the mismatch counter")?
                 .swap(0, std::sync::atomic::Ordering::AcqRel);
             if mismatches != 0 {
-                return Err(TransportError::new(format!(
+                return Err(TransportError::frame_check(
+                    0,
+                    index,
+                    format!(
                     "the kernel found {mismatches} bytes off the pattern in a frame that holds it: the measurement does not run the pipeline's work"
-                )));
+                ),
+                ));
             }
         }
         Ok(per_rep(total, reps))
@@ -400,9 +398,11 @@ fn cpu(geometry: FrameGeometry, threads: usize, reps: u32) -> Result<(f64, f64),
         let found = p.first_mismatch_parallel(&frame, 0, threads);
         check += t.elapsed();
         if let Some(at) = found {
-            return Err(TransportError::new(format!(
-                "the CPU check found byte {at} off the pattern it just wrote"
-            )));
+            return Err(TransportError::frame_check(
+                0,
+                index,
+                format!("the CPU check found byte {at} off the pattern it just wrote"),
+            ));
         }
     }
     Ok((per_rep(fill, reps), per_rep(check, reps)))
@@ -417,7 +417,7 @@ pub fn measure(
     reps: u32,
 ) -> Result<Pieces, TransportError> {
     if geometry.frame_len() == 0 || reps == 0 {
-        return Err(TransportError::new(
+        return Err(TransportError::refused(
             "the limit needs a frame of at least one byte and one repetition",
         ));
     }
@@ -455,8 +455,8 @@ fn log_slow(took: Duration) {
 
 /// [`measure`] on the real driver, device 0.
 pub fn measure_real(geometry: FrameGeometry, reps: u32) -> Result<Pieces, TransportError> {
-    let backend: Arc<Backend> = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
-    let ctx = Context::new(backend, 0).map_err(|e| err("CUDA context")(&e))?;
+    let backend: Arc<Backend> = Backend::real().during("CUDA driver")?;
+    let ctx = Context::new(backend, 0).during("CUDA context")?;
     measure(&ctx, geometry, reps)
 }
 
