@@ -6,7 +6,7 @@
 //!   system memory where the device offers it), mapped once. The camera (the
 //!   CPU) writes each frame through that mapping. Each allocation is exported
 //!   as an opaque fd and imported into CUDA once
-//!   ([`ExternalMemory`] + [`MappedBuffer`](tegra_interop::driver::MappedBuffer), with the size Vulkan allocated).
+//!   ([`ExternalMemory`] + [`MappedBuffer`], with the size Vulkan allocated).
 //! - **Fences**: per slot two Vulkan timeline semaphores, imported into CUDA.
 //!   *ready*: after the camera wrote the frame, the producer submits a
 //!   recorded Vulkan queue batch ([`VulkanExporter::release_host_writes`])
@@ -42,9 +42,10 @@
 //!   counts the bytes that differ from [`TestPattern`] with an atomic and
 //!   inverts every byte in place (exactly [`crate::transport::process_frame`];
 //!   see "Launches" below; the kernel adds any mismatches to the slot's
-//!   counter in mapped host memory), signals *free* and records an event. A completion thread waits for those events in order
-//!   and timestamps them, so a frame's finish time does not depend on when
-//!   the pipeline's loop next looks.
+//!   counter in mapped host memory) and signals *free*. A completion
+//!   thread collects the frames from the consumer in order as their events
+//!   complete and timestamps them, so a frame's finish time does not depend
+//!   on when the pipeline's loop next looks.
 //! - **Copy-based variant** ([`Mode::DeviceCopy`], the pipeline's `--copy`):
 //!   the same, except that the frame is copied into a device-local CUDA
 //!   buffer (a host-to-device transfer over PCIe), processed there and
@@ -62,11 +63,12 @@
 //! design, which ran them one after the other). So the first stream waits
 //! for *ready*, copies the frame in (`cuMemcpyDtoDAsync` from the imported
 //! frame to the slot's device buffer) and runs the kernel; the second stream
-//! waits for the kernel's end event, copies the frame back, signals *free*
-//! and records the frame's end. The first stream's copy in of a slot's next
-//! frame waits for that slot's end event (its device buffer is read by the
-//! copy out until then); *ready* and *free* order both streams against the
-//! producer as before. [`CopyWith::Kernels`] keeps the earlier copy kernels
+//! waits for the kernel's end event, copies the frame back, records the
+//! frame's end and signals *free* (the shared [`Consumer`]'s
+//! `Work::DeviceCopy`). A slot's next frame is queued only after the
+//! slot's last frame was collected (its end event completed: the ring), so
+//! its copy in cannot overtake the last copy out of the same device buffer;
+//! *ready* and *free* order both streams against the producer as before. [`CopyWith::Kernels`] keeps the earlier copy kernels
 //! (on the same two streams) for comparison.
 //!
 //! Everything is allocated when the transport is opened (fixed capacity): the
@@ -127,16 +129,16 @@
 //!
 //! # Launches
 //!
-//! Every CUDA call goes through the driver's function table (the seam): the
-//! streams, events, device buffers and pinned counters are the driver's
-//! owned handles, the kernels are compiled with the driver's NVRTC wrapper,
-//! loaded as a `Module` and launched with its launch builder
-//! ([`Kernels`]), one `cuLaunchKernel` per kernel with no per-launch
-//! events (with cudarc's builder and its per-slice events the launch path
-//! measured 73-80 us per frame against 60-64 us for a raw
+//! The consumer's CUDA work is the pipeline's shared [`Consumer`]
+//! (`Work::InPlace` for zero-copy, `Work::DeviceCopy` for copy mode), on
+//! the driver's function table (the seam): its streams, events, device
+//! buffers, pinned counters and the NVRTC-compiled kernels are the
+//! driver's owned handles, one `cuLaunchKernel` per kernel with no
+//! per-launch events (with cudarc's builder and its per-slice events the
+//! launch path measured 73-80 us per frame against 60-64 us for a raw
 //! `cuLaunchKernel`; BENCHMARKS.md, "cudarc's launch builder on the
-//! imported memory"). The slots' events order the streams against each
-//! other and the imported semaphores order them against Vulkan.
+//! imported memory"). This module adds the fences: the entry stream waits
+//! for *ready*, the exit stream signals *free*.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
 #![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
