@@ -35,6 +35,14 @@ const CUDA_WHEEL_HEADER: &str = "nvidia/cuda_runtime/include/cuda.h";
 /// system's EGL headers: Debian `libegl-dev`).
 const CUDA_WHEEL_EGL_HEADER: &str = "nvidia/cuda_runtime/include/cudaEGL.h";
 
+/// Pinned NVRTC header source: the runtime compiler of the same CUDA 12.9
+/// release (its own wheel).
+const NVRTC_WHEEL_SPEC: &str = "nvidia-cuda-nvrtc-cu12==12.9.86";
+const NVRTC_WHEEL_FILE: &str =
+    "nvidia_cuda_nvrtc_cu12-12.9.86-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl";
+const NVRTC_WHEEL_SHA256: &str = "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4";
+const NVRTC_WHEEL_HEADER: &str = "nvidia/cuda_nvrtc/include/nvrtc.h";
+
 /// The CUDA driver entry points the project resolves at run time, by the name
 /// used in C source (the header's macros pick the exported symbol).
 pub const CUDA_FUNCTIONS: &[&str] = &[
@@ -80,6 +88,26 @@ pub const CUDA_FUNCTIONS: &[&str] = &[
     "cuDestroyExternalSemaphore",
     "cuDeviceGetNvSciSyncAttributes",
     "cuLaunchHostFunc",
+    // Pinned host memory, asynchronous copies, events, modules and launches
+    // (the pipeline's consumer).
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemHostGetDevicePointer",
+    "cuMemcpyHtoDAsync",
+    "cuMemcpyDtoHAsync",
+    "cuMemcpyDtoDAsync",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+    "cuEventDestroy",
+    "cuStreamWaitEvent",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuFuncGetParamInfo",
+    "cuLaunchKernel",
     // EGL interop (cudaEGL.h): EGLImage registration and EGLStreams.
     "cuGraphicsEGLRegisterImage",
     "cuGraphicsResourceGetMappedEglFrame",
@@ -126,13 +154,32 @@ const CUDA_TYPES: &[&str] = &[
     "CUeglStreamConnection",
     "CUgraphicsResource",
     "CUgraphicsMapResourceFlags",
+    "CUevent",
+    "CUmodule",
+    "CUfunction",
 ];
+
+/// The NVRTC entry points (`nvrtc.h`), an optional library of the table.
+pub const NVRTC_FUNCTIONS: &[&str] = &[
+    "nvrtcVersion",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcDestroyProgram",
+];
+
+/// NVRTC types beyond what its functions pull in.
+const NVRTC_TYPES: &[&str] = &["nvrtcResult", "nvrtcProgram"];
 
 /// CUDA macros (constants) the project needs.
 const CUDA_VARS: &str = "CUDA_VERSION|CUDA_EXTERNAL_MEMORY_DEDICATED|\
 CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC|CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC|\
 CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT|\
-MAX_PLANES";
+MAX_PLANES|CU_MEMHOSTALLOC_.*|CU_EVENT_DEFAULT|CU_EVENT_BLOCKING_SYNC|CU_EVENT_DISABLE_TIMING|\
+CU_EVENT_INTERPROCESS";
 
 // NvSci entry points are not listed here: they are every prototype declared
 // in `OWN_NVSCI_HEADER`, in declaration order (`nvsci_functions`), so adding
@@ -198,6 +245,7 @@ pub fn run(options: Options) -> Result<()> {
     if let Some(dir) = &options.cuda_include {
         require_file(&dir.join("cuda.h"), "--cuda-include")?;
         require_file(&dir.join("cudaEGL.h"), "--cuda-include")?;
+        require_file(&dir.join("nvrtc.h"), "--cuda-include")?;
     }
     if let Some(dir) = &options.nvsci_include {
         require_file(&dir.join("nvscibuf.h"), "--nvsci-include")?;
@@ -223,12 +271,17 @@ pub fn run(options: Options) -> Result<()> {
         None => format!("cuda.h of the PyPI wheel {CUDA_WHEEL_SPEC}"),
     };
     let cuda = generate_cuda(&cuda_dir, &cuda_source)?;
+    let nvrtc_source = match &options.cuda_include {
+        Some(dir) => format!("nvrtc.h from {}", dir.display()),
+        None => format!("nvrtc.h of the PyPI wheel {NVRTC_WHEEL_SPEC}"),
+    };
+    let nvrtc = generate_nvrtc(&cuda_dir, &nvrtc_source)?;
 
     let own_nvsci_dir = root.join("crates/sys/include");
     let nvsci_names = nvsci_functions(&own_nvsci_dir)?;
     let nvsci_functions: Vec<&str> = nvsci_names.iter().map(String::as_str).collect();
     let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own, &nvsci_functions)?;
-    let lists = generate_lists(&cuda, &own_nvsci, &nvsci_functions)?;
+    let lists = generate_lists(&cuda, &nvrtc, &own_nvsci, &nvsci_functions)?;
 
     let out_dir = options
         .against
@@ -237,6 +290,7 @@ pub fn run(options: Options) -> Result<()> {
     let cuda_path = out_dir.join("cuda.rs");
     let nvsci_path = out_dir.join("nvsci.rs");
     let lists_path = out_dir.join("lists.rs");
+    let nvrtc_path = out_dir.join("nvrtc.rs");
 
     if options.check {
         let mut stale = Vec::new();
@@ -244,6 +298,7 @@ pub fn run(options: Options) -> Result<()> {
             (&cuda_path, &cuda),
             (&nvsci_path, &own_nvsci),
             (&lists_path, &lists),
+            (&nvrtc_path, &nvrtc),
         ] {
             let committed = std::fs::read_to_string(path).unwrap_or_default();
             if committed != *fresh {
@@ -266,8 +321,9 @@ pub fn run(options: Options) -> Result<()> {
             )));
         }
         println!(
-            "codegen --check: {}, {} and {} are up to date",
+            "codegen --check: {}, {}, {} and {} are up to date",
             relative(&root, &cuda_path),
+            relative(&root, &nvrtc_path),
             relative(&root, &nvsci_path),
             relative(&root, &lists_path)
         );
@@ -281,9 +337,11 @@ pub fn run(options: Options) -> Result<()> {
     util::write(&cuda_path, &cuda)?;
     util::write(&nvsci_path, &nvsci)?;
     util::write(&lists_path, &lists)?;
+    util::write(&nvrtc_path, &nvrtc)?;
     println!(
-        "codegen: wrote {}, {} and {}",
+        "codegen: wrote {}, {}, {} and {}",
         relative(&root, &cuda_path),
+        relative(&root, &nvrtc_path),
         relative(&root, &nvsci_path),
         relative(&root, &lists_path)
     );
@@ -308,22 +366,47 @@ fn require_file(path: &Path, flag: &str) -> Result<()> {
     }
 }
 
-/// Fetches (once) the pinned wheel and returns the directory holding cuda.h.
+/// Fetches (once) the pinned wheels and returns the directory holding
+/// cuda.h, cudaEGL.h and nvrtc.h.
 fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
     let include = cache.join("cuda-12.9.79/include");
-    let header = include.join("cuda.h");
-    let egl_header = include.join("cudaEGL.h");
-    if header.is_file() && egl_header.is_file() {
-        return Ok(include);
-    }
     std::fs::create_dir_all(&include)
         .map_err(|e| Failure::new(format!("cannot create {}: {e}", include.display())))?;
-    let wheel = cache.join(CUDA_WHEEL_FILE);
+    fetch_headers(
+        cache,
+        CUDA_WHEEL_SPEC,
+        CUDA_WHEEL_FILE,
+        CUDA_WHEEL_SHA256,
+        &[
+            (CUDA_WHEEL_HEADER, include.join("cuda.h")),
+            (CUDA_WHEEL_EGL_HEADER, include.join("cudaEGL.h")),
+        ],
+    )?;
+    fetch_headers(
+        cache,
+        NVRTC_WHEEL_SPEC,
+        NVRTC_WHEEL_FILE,
+        NVRTC_WHEEL_SHA256,
+        &[(NVRTC_WHEEL_HEADER, include.join("nvrtc.h"))],
+    )?;
+    Ok(include)
+}
+
+/// Fetches (once) one pinned wheel into `cache`, checks its digest and
+/// unpacks `headers` (path in the wheel, destination) unless all exist.
+fn fetch_headers(
+    cache: &Path,
+    spec: &str,
+    file: &str,
+    sha256: &str,
+    headers: &[(&str, PathBuf)],
+) -> Result<()> {
+    if headers.iter().all(|(_, dest)| dest.is_file()) {
+        return Ok(());
+    }
+    let wheel = cache.join(file);
     if !wheel.is_file() {
-        eprintln!(
-            "codegen: fetching {CUDA_WHEEL_SPEC} with pip into {}",
-            cache.display()
-        );
+        eprintln!("codegen: fetching {spec} with pip into {}", cache.display());
         let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
         let output = Command::new(&python)
             .args([
@@ -338,11 +421,11 @@ fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
                 "--dest",
             ])
             .arg(cache)
-            .arg(CUDA_WHEEL_SPEC)
+            .arg(spec)
             .output()
             .map_err(|e| {
                 Failure::new(format!(
-                    "cannot run `{python} -m pip` to fetch {CUDA_WHEEL_SPEC}: {e} (install pip, or pass --cuda-include DIR)"
+                    "cannot run `{python} -m pip` to fetch {spec}: {e} (install pip, or pass --cuda-include DIR)"
                 ))
             })?;
         if !output.status.success() || !wheel.is_file() {
@@ -353,7 +436,7 @@ fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("no output");
             return Err(Failure::new(format!(
-                "could not fetch the wheel {CUDA_WHEEL_SPEC} ({}); pass --cuda-include DIR to use a local cuda.h",
+                "could not fetch the wheel {spec} ({}); pass --cuda-include DIR to use local headers",
                 last.trim()
             )));
         }
@@ -361,20 +444,17 @@ fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
     let bytes = std::fs::read(&wheel)
         .map_err(|e| Failure::new(format!("cannot read {}: {e}", wheel.display())))?;
     let digest = sha256_hex(&bytes);
-    if digest != CUDA_WHEEL_SHA256 {
+    if digest != sha256 {
         // A corrupt or substituted download must not be used, nor kept.
         let _ = std::fs::remove_file(&wheel);
         return Err(Failure::new(format!(
-            "{} has SHA-256 {digest}, expected {CUDA_WHEEL_SHA256}; removed it, run again",
+            "{} has SHA-256 {digest}, expected {sha256}; removed it, run again",
             wheel.display()
         )));
     }
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| Failure::new(format!("{} is not a valid wheel: {e}", wheel.display())))?;
-    for (name, dest) in [
-        (CUDA_WHEEL_HEADER, &header),
-        (CUDA_WHEEL_EGL_HEADER, &egl_header),
-    ] {
+    for (name, dest) in headers {
         let mut entry = archive
             .by_name(name)
             .map_err(|e| Failure::new(format!("{name} not found in the wheel: {e}")))?;
@@ -383,7 +463,7 @@ fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
             .map_err(|e| Failure::new(format!("cannot unpack {name}: {e}")))?;
         util::write(dest, &text)?;
     }
-    Ok(include)
+    Ok(())
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -542,6 +622,32 @@ fn generate_cuda(include: &Path, source: &str) -> Result<String> {
     ))
 }
 
+/// The NVRTC bindings: `nvrtc.h` alone (it has no rename macros: each
+/// symbol is the C name).
+fn generate_nvrtc(include: &Path, source: &str) -> Result<String> {
+    let wrapper = pfn_wrapper("#include <nvrtc.h>\n", NVRTC_FUNCTIONS);
+    let mut b = builder("tegra_interop_nvrtc.h", &wrapper, include);
+    for t in NVRTC_TYPES {
+        b = b.allowlist_type(t);
+    }
+    for f in NVRTC_FUNCTIONS {
+        b = b.allowlist_type(format!("PFN_{f}"));
+    }
+    let types = bindgen_text(b, "nvrtc.h")?;
+    let probe = bindgen_text(
+        builder("tegra_interop_nvrtc.h", &wrapper, include)
+            .allowlist_type("tegra_interop_symbol_probe"),
+        "nvrtc.h (symbol probe)",
+    )?;
+    let symbols = probe_symbols(&probe, NVRTC_FUNCTIONS)?;
+    Ok(format!(
+        "{}{}{}",
+        preamble(source),
+        types,
+        symbols_module(&symbols, "libnvrtc.so.12")
+    ))
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum NvSciHeaders {
     Own,
@@ -634,7 +740,7 @@ fn check_abi(
 }
 
 /// The files `cargo xtask codegen` writes into `crates/sys/src`.
-const GENERATED: [&str; 3] = ["cuda.rs", "nvsci.rs", "lists.rs"];
+const GENERATED: [&str; 4] = ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs"];
 
 /// Every NvSci entry point: the functions [`OWN_NVSCI_HEADER`] declares, in
 /// declaration order.
@@ -652,8 +758,14 @@ fn nvsci_functions(own_dir: &Path) -> Result<Vec<String>> {
 }
 
 /// The text of `crates/sys/src/lists.rs` from the freshly generated bindings.
-fn generate_lists(cuda: &str, nvsci: &str, nvsci_functions: &[&str]) -> Result<String> {
+fn generate_lists(
+    cuda: &str,
+    nvrtc: &str,
+    nvsci: &str,
+    nvsci_functions: &[&str],
+) -> Result<String> {
     let cuda_entries = lists::entries(cuda, "cuda", CUDA_FUNCTIONS)?;
+    let nvrtc_entries = lists::entries(nvrtc, "nvrtc", NVRTC_FUNCTIONS)?;
     let group = |prefix: &str| -> Vec<&str> {
         nvsci_functions
             .iter()
@@ -698,6 +810,13 @@ fn generate_lists(cuda: &str, nvsci: &str, nvsci_functions: &[&str]) -> Result<S
             library: "libnvsciipc.so",
             macro_name: "nvsciipc_entry_points",
             entries: &ipc,
+        },
+        lists::Api {
+            name: "NvrtcApi",
+            module: "nvrtc",
+            library: "libnvrtc.so.12",
+            macro_name: "nvrtc_entry_points",
+            entries: &nvrtc_entries,
         },
     ];
     let cuda_codes = lists::codes(cuda, "cudaError_enum", &["CUDA_ERROR_", "CUDA_"])?;

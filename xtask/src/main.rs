@@ -36,7 +36,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Regenerate crates/sys/src/{cuda,nvsci}.rs with bindgen
+    /// Regenerate crates/sys/src/{cuda,nvrtc,nvsci,lists}.rs with bindgen
     Codegen(codegen::Options),
     /// Build the crates for every target described in targets/*.toml, and run
     /// the host-runnable test suites for aarch64-unknown-linux-gnu under

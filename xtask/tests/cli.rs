@@ -87,7 +87,7 @@ fn repo() -> PathBuf {
 /// Copies the committed generated files into a fresh directory.
 fn copy_of_generated(name: &str) -> PathBuf {
     let dir = temp_dir(name);
-    for file in ["cuda.rs", "nvsci.rs", "lists.rs"] {
+    for file in ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs"] {
         std::fs::copy(repo().join("crates/sys/src").join(file), dir.join(file)).unwrap();
     }
     dir
@@ -135,6 +135,26 @@ fn check_fails_after_a_whitespace_only_edit_of_nvsci_rs() {
     assert!(
         !line.contains("cuda.rs"),
         "only nvsci.rs was edited: {line}"
+    );
+}
+
+#[test]
+fn check_fails_after_a_hand_edit_of_nvrtc_rs_and_names_it() {
+    let dir = copy_of_generated("nvrtc-edit");
+    let path = dir.join("nvrtc.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "pub const NVRTC_ERROR_COMPILATION: nvrtcResult = nvrtcResult(6);",
+        "pub const NVRTC_ERROR_COMPILATION: nvrtcResult = nvrtcResult(7);",
+    );
+    assert_ne!(text, edited, "the edit must change the file");
+    std::fs::write(&path, edited).unwrap();
+
+    let out = xtask(&["codegen", "--check", "--against", dir.to_str().unwrap()]);
+    let line = assert_clean_failure(&out, 1, &["stale", "nvrtc.rs"]);
+    assert!(
+        !line.contains("cuda.rs"),
+        "only nvrtc.rs was edited: {line}"
     );
 }
 

@@ -90,7 +90,7 @@ impl Backend {
     }
 
     /// What the run-time loader said about each library of the table (CUDA,
-    /// NvSciBuf, NvSciSync, NvSciIpc, in that order): whether it loaded, the
+    /// NvSciBuf, NvSciSync, NvSciIpc, NVRTC, in that order): whether it loaded, the
     /// loader's message if not (for example an NvSci library that is present
     /// but fails to load), and `dlsym`'s message for every missing symbol.
     /// Empty for backends over a table filled by someone else.
@@ -101,6 +101,7 @@ impl Backend {
             t.nvscibuf.loader,
             t.nvscisync.loader,
             t.nvsciipc.loader,
+            t.nvrtc.loader,
         ]
         .into_iter()
         .flatten()

@@ -64,6 +64,39 @@ pub enum Error {
         /// What it returned.
         code: NvSciError,
     },
+    /// An NVRTC call returned an error.
+    Nvrtc {
+        /// The C function that failed.
+        call: &'static str,
+        /// What it returned.
+        code: crate::nvrtc::NvrtcResult,
+    },
+    /// NVRTC (or the simulator's stand-in) refused to compile a program;
+    /// the compiler's log says why.
+    CompileFailed {
+        /// The program's name (as given to [`crate::Nvrtc::compile`]).
+        program: String,
+        /// What `nvrtcCompileProgram` returned.
+        code: crate::nvrtc::NvrtcResult,
+        /// The compiler's log (may be empty).
+        log: String,
+    },
+    /// A bounded wait ran out before what it waited for happened.
+    Timeout {
+        /// What was waited for (e.g. `"Event::synchronize (event recorded on stream #3)"`).
+        waited_for: String,
+        /// The limit.
+        limit: std::time::Duration,
+    },
+    /// A kernel launch refused before the call: wrong argument count or
+    /// sizes for the kernel's parameters, or launch dimensions outside the
+    /// device's limits.
+    BadLaunch {
+        /// The kernel's name.
+        kernel: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// A rule checked before the call was broken; the driver was not called.
     Validation(ValidationError),
     /// A semaphore was used on a stream of another context (the driver would
@@ -209,6 +242,21 @@ impl fmt::Display for Error {
                     write!(f, "; {hint}")?;
                 }
                 Ok(())
+            }
+            Error::Nvrtc { call, code } => write!(f, "{call} failed: {code}"),
+            Error::CompileFailed { program, code, log } => {
+                write!(f, "compiling `{program}` failed ({code})")?;
+                if log.trim().is_empty() {
+                    write!(f, "; the compiler gave no log")
+                } else {
+                    write!(f, "; compiler log:\n{}", log.trim_end())
+                }
+            }
+            Error::Timeout { waited_for, limit } => {
+                write!(f, "timed out after {limit:?} waiting for {waited_for}")
+            }
+            Error::BadLaunch { kernel, reason } => {
+                write!(f, "launch of kernel `{kernel}` refused before the call: {reason}")
             }
             Error::Validation(e) => write!(f, "refused before the call: {e}"),
             Error::WrongContext {

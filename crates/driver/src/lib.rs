@@ -13,6 +13,14 @@
 //! | [`MappedBuffer`] | `CUdeviceptr` of a mapping | `cuMemFree` |
 //! | [`MappedArray`] | `CUmipmappedArray` of a mapping | `cuMipmappedArrayDestroy` |
 //! | [`ExternalSemaphore`] | `CUexternalSemaphore` | `cuDestroyExternalSemaphore` |
+//! | [`DeviceBuffer`] | `CUdeviceptr` of `cuMemAlloc` | `cuMemFree` |
+//! | [`PinnedHostBuffer`] | `cuMemHostAlloc` (device-mapped) | `cuMemFreeHost` |
+//! | [`Event`] | `CUevent` | `cuEventDestroy` |
+//! | [`Module`] / [`Function`] | `CUmodule` / its `CUfunction` | `cuModuleUnload` |
+//!
+//! [`Nvrtc`] compiles CUDA C to [`Ptx`] through the table's optional NVRTC
+//! part (on the simulator: its registry of Rust kernels, see
+//! `tegra_interop_sim::kernels`).
 //!
 //! Handles hold what they depend on, cudarc's model: a [`Context`] is a
 //! cheap clone of an `Arc`, every handle holds a clone, and a mapping holds
@@ -62,16 +70,20 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+pub mod buffer;
 pub mod context;
 #[cfg(feature = "cudarc")]
 pub mod cudarc_slice;
 pub mod device;
 pub mod egl;
 pub mod error;
+pub mod event;
 mod fd;
 mod ffi;
 mod import;
 pub mod memory;
+pub mod module;
+pub mod nvrtc;
 pub mod nvsci;
 mod owner;
 pub mod probe;
@@ -80,10 +92,14 @@ pub mod stream;
 pub mod table;
 
 pub use backend::{Backend, BackendKind};
+pub use buffer::{DeviceBuffer, DeviceMemory, PinnedHostBuffer};
 pub use context::Context;
 pub use device::Device;
 pub use error::{ContextId, Error, ImportError};
+pub use event::{Event, EventFlags};
 pub use memory::{ExternalMemory, MappedArray, MappedBuffer};
+pub use module::{DevicePtr, Dim3, Function, KernelArg, Launch, Module};
+pub use nvrtc::{Nvrtc, NvrtcResult, Ptx};
 pub use semaphore::{ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Tracking};
 pub use stream::Stream;
 pub use table::FunctionTable;

@@ -21,13 +21,15 @@
 //! opening a library runs its initialisers, and each resolved address is
 //! trusted to have the signature of its `PFN_` type. Both rest on one
 //! invariant: a library is only ever opened by the soname its API struct
-//! names (`CudaApi::LIBRARY`, ...), the vendor's system libraries whose
+//! names (`CudaApi::LIBRARY`, ...; NVRTC also by the few other names of
+//! the same library, `NVRTC_ALTERNATES`), the vendor's libraries whose
 //! exported symbols have the C signatures of the headers the `PFN_` types
 //! were generated from. `load` is the only place that opens libraries.
 #![allow(unsafe_code)]
 
 pub use tegra_interop_sys::table::{
     library_of, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
+    NvrtcApi,
 };
 
 /// Filling a table from a loaded library: the four API structs of
@@ -93,6 +95,7 @@ tegra_interop_sys::cuda_entry_points!(resolve_impl);
 tegra_interop_sys::nvscibuf_entry_points!(resolve_impl);
 tegra_interop_sys::nvscisync_entry_points!(resolve_impl);
 tegra_interop_sys::nvsciipc_entry_points!(resolve_impl);
+tegra_interop_sys::nvrtc_entry_points!(resolve_impl);
 
 /// Opens a library by soname.
 fn open(soname: &str) -> Result<libloading::Library, libloading::Error> {
@@ -128,6 +131,43 @@ macro_rules! library_name {
 }
 library_name!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi);
 
+/// Where NVRTC is looked for, in order, after its soname
+/// (`NvrtcApi::LIBRARY`, `libnvrtc.so.12`): the unversioned development
+/// link, the CUDA 13 soname, then the toolkit's usual folder. Every name is
+/// NVIDIA's NVRTC, whose entry points of the table keep the C signatures of
+/// the 12.9 header across these releases (the calls the table makes exist
+/// unchanged in 11.2 through 13.0).
+const NVRTC_ALTERNATES: &[&str] = &[
+    "libnvrtc.so",
+    "libnvrtc.so.13",
+    "/usr/local/cuda/lib64/libnvrtc.so",
+];
+
+/// Opens NVRTC by its soname or one of [`NVRTC_ALTERNATES`] and resolves it;
+/// when none loads, the first loader's reason (the soname's) is kept.
+fn open_nvrtc(libraries: &mut Vec<libloading::Library>) -> NvrtcApi {
+    let first = match open(NvrtcApi::LIBRARY) {
+        Ok(lib) => Ok(lib),
+        Err(e) => {
+            let reason = loader_reason(&e, None);
+            NVRTC_ALTERNATES
+                .iter()
+                .find_map(|name| open(name).ok())
+                .ok_or(reason)
+        }
+    };
+    match first {
+        Ok(lib) => {
+            // SAFETY: `lib` is NVIDIA's NVRTC, opened by one of the names
+            // listed above (module docs, `NVRTC_ALTERNATES`).
+            let api = unsafe { NvrtcApi::resolve(&lib) };
+            libraries.push(lib);
+            api
+        }
+        Err(reason) => NvrtcApi::not_loaded(reason),
+    }
+}
+
 /// Loads the installed driver: `libcuda.so.1` (required: else
 /// [`crate::Error::DriverNotFound`] with the loader's reason) and, where
 /// they load, the three NvSci libraries (a library that does not load
@@ -147,6 +187,7 @@ pub(crate) fn load() -> Result<(FunctionTable, Vec<libloading::Library>), crate:
         .unwrap_or_else(|e| NvSciSyncApi::not_loaded(loader_reason(&e, None)));
     table.nvsciipc = open_and_resolve(&mut libraries)
         .unwrap_or_else(|e| NvSciIpcApi::not_loaded(loader_reason(&e, None)));
+    table.nvrtc = open_nvrtc(&mut libraries);
     Ok((table, libraries))
 }
 
@@ -166,7 +207,7 @@ macro_rules! has_loader_notes {
         })*
     };
 }
-has_loader_notes!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi);
+has_loader_notes!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi, NvrtcApi);
 
 impl<T: HasLoaderNotes> HasLoaderNotes for &T {
     fn loader_notes(&self) -> Option<&'static LoaderNotes> {

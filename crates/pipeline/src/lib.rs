@@ -62,7 +62,20 @@
 //! [`transport::nvsci::NvSciTransport::open`] / [`transport::nvsci::NvSciTransport::new`],
 //! [`transport::host::HostReference::new`], `transport::gpu::GpuTransport::open`;
 //! [`transport::FrameTransport::close`] tears one down and reports errors.
+//!
+//! # Unsafe code
+//!
+//! The crate denies `unsafe` code. [`consumer`] is the module meant to hold
+//! all of it (kernel launches and queued copies over frame memory, each
+//! with its `// SAFETY:` line). Until issue 24's other parts land, these
+//! modules still allow it, each for the raw frame views it has (listed so
+//! the list can only shrink): `transport` (`PeekedFrame`), `transport::host`,
+//! `transport::nvsci`, `transport::egl` (CPU views of shared frames, EGL
+//! stream ends), `transport::gpu`, `transport::process`, `app` (the checker
+//! thread's lent frame), `app::baseline`, `app::probe` (the Vulkan loader
+//! probe).
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(unsafe_code)]
 
 pub mod app;
 pub mod camera;

@@ -13,7 +13,7 @@ use std::time::Instant;
 use tegra_interop_pipeline::camera::TestPattern;
 
 use tegra_interop_pipeline::ring::{Ring, Ticket};
-use tegra_interop_pipeline::transport::gpu::{self, GpuTransport, Mode};
+use tegra_interop_pipeline::transport::gpu::{self, CopyWith, GpuOptions, GpuTransport, Mode};
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 
 /// Opens the transport and a ring of `slots`, runs `f`, closes it.
@@ -23,7 +23,18 @@ fn with<R>(
     mode: Mode,
     f: impl FnOnce(&mut GpuTransport, &mut Ring) -> R,
 ) -> R {
-    let mut t = GpuTransport::open(geometry, slots, mode).unwrap();
+    with_options(geometry, slots, GpuOptions::new(mode), f)
+}
+
+/// [`with`], with every option given.
+fn with_options<R>(
+    geometry: FrameGeometry,
+    slots: usize,
+    options: GpuOptions,
+    f: impl FnOnce(&mut GpuTransport, &mut Ring) -> R,
+) -> R {
+    let mut t = GpuTransport::open_with(geometry, slots, options).unwrap();
+    assert_eq!(t.options(), options);
     assert!(!t.note().is_empty() && !t.note().contains('\n'));
     let r = f(&mut t, &mut Ring::new(slots).unwrap());
     Box::new(t).close().unwrap();
@@ -55,16 +66,27 @@ fn probe_answers_in_one_line() {
     assert!(!line.is_empty() && !line.contains('\n'), "{line:?}");
 }
 
-/// Frames go round the ring in both modes; the kernel finds no mismatch in
-/// good frames and exactly the damaged bytes in bad ones, and the producer
-/// reads back the inverted pattern; odd sizes exercise the kernel's tail.
+/// Frames go round the ring in both modes (copy mode by the copy engines
+/// and by copy kernels, each on two streams); the kernel finds no mismatch
+/// in good frames and exactly the damaged bytes in bad ones, and the
+/// producer reads back the inverted pattern; odd sizes exercise the
+/// kernel's tail and the copies of lengths that are no multiple of 16.
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan and NVRTC (run on the GPU machine)"]
 fn frames_round_trip_in_both_modes() {
-    for mode in [Mode::ZeroCopy, Mode::DeviceCopy] {
+    let copy = |copy_with| GpuOptions {
+        copy_with,
+        ..GpuOptions::new(Mode::DeviceCopy)
+    };
+    for options in [
+        GpuOptions::new(Mode::ZeroCopy),
+        copy(CopyWith::Engines),
+        copy(CopyWith::Kernels),
+    ] {
+        let mode = options.mode;
         for (stride, rows) in [(1920 * 4, 1080), (301, 7), (17, 1)] {
             let g = FrameGeometry { stride, rows };
-            with(g, 3, mode, |t, ring| {
+            with_options(g, 3, options, |t, ring| {
                 assert_eq!(t.mode(), mode);
                 let frames = 24u64;
                 for frame in 0..frames {
@@ -112,7 +134,7 @@ fn frames_round_trip_in_both_modes() {
                 assert_eq!(times.frames, frames);
                 assert!(times.kernel.as_nanos() > 0);
                 println!(
-                    "{mode:?} {stride}x{rows} ({:?}): copy-in {:?}, kernel {:?}, tail {:?} per frame",
+                    "{options:?} {stride}x{rows} ({:?}): copy-in {:?}, kernel {:?}, tail {:?} per frame",
                     t.memory_location(),
                     times.copy_in,
                     times.kernel,
@@ -208,6 +230,50 @@ fn plain_cuda_baseline_verifies_every_frame() {
             assert_eq!((r.frames, r.failed, r.copy), (20, 0, copy), "{geometry:?}");
         }
     }
+}
+
+/// The machine's limit (`tegra_interop_pipeline::app::baseline::limit`) on
+/// the real GPU: every piece measured and plausible (a copy over PCIe of a
+/// 1920x1080 RGBA8 frame takes longer than the kernel over device memory;
+/// both directions at once take no less than one alone, within noise), and
+/// each mode bound by one of its pieces.
+#[test]
+#[ignore = "needs an NVIDIA GPU and NVRTC"]
+fn the_machine_limit_is_measured_on_the_gpu() {
+    use tegra_interop_pipeline::app::baseline::limit;
+    let g = FrameGeometry {
+        stride: 7680,
+        rows: 1080,
+    };
+    let p = limit::measure_real(g, 20).unwrap();
+    println!("{p:?}");
+    for v in [
+        p.copy_h2d_us,
+        p.copy_d2h_us,
+        p.both_h2d_us,
+        p.both_d2h_us,
+        p.kernel_mapped_us,
+        p.kernel_device_us,
+        p.cpu_fill_us,
+        p.cpu_check_us,
+    ] {
+        assert!(v.is_finite() && v > 0.0, "{p:?}");
+    }
+    assert!(p.copy_h2d_us > p.kernel_device_us, "{p:?}");
+    assert!(p.kernel_mapped_us > p.kernel_device_us, "{p:?}");
+    assert!(p.both_h2d_us > 0.8 * p.copy_h2d_us, "{p:?}");
+    let z = p.zero_copy();
+    assert!(["kernel_mapped", "cpu_fill", "cpu_check"].contains(&z.bound_by));
+    let c = p.copy();
+    assert!([
+        "both_h2d",
+        "both_d2h",
+        "kernel_device",
+        "cpu_fill",
+        "cpu_check"
+    ]
+    .contains(&c.bound_by));
+    assert!(c.gpu_frames_per_s >= c.frames_per_s);
 }
 
 /// The EGLStream transport on the real driver and a real EGL display:

@@ -25,8 +25,9 @@ pub(crate) mod cuda {
     use core::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 
     use tegra_interop_sys::cuda::{
-        CUdevice, CUdeviceptr, CUexternalSemaphore, CUmemRangeHandleType, CUresult, CUstream_st,
-        CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS, CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
+        CUdevice, CUdeviceptr, CUexternalSemaphore, CUfunc_st, CUmemRangeHandleType, CUmodule,
+        CUresult, CUstream_st, CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS,
+        CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS,
     };
 
     use crate::cmem::{CArr, CMut, CPtr, HostCallback, HostFn};
@@ -66,6 +67,60 @@ pub(crate) mod cuda {
         // SAFETY: cuMemcpyHtoD: `src` holds `n` readable bytes.
         let src = unsafe { src.cast::<u8>().slice(n) };
         crate::cuda::cuMemcpyHtoD(c, dst, src, n)
+    }
+
+    pub(crate) fn cuModuleLoadData(c: &Call, out: CMut<CUmodule>, image: CPtr<c_void>) -> CUresult {
+        // SAFETY: cuModuleLoadData: a PTX image is a NUL-terminated string
+        // (the simulator loads nothing else; a binary image ends at its
+        // first NUL byte, which the real format holds early).
+        let image = unsafe { image.cast::<c_char>() };
+        crate::cuda::cuModuleLoadData(c, out, image)
+    }
+
+    /// `cuLaunchKernel`: reads one argument per parameter of the launched
+    /// kernel (the sizes its registration gives) from `kernelParams`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn cuLaunchKernel(
+        c: &Call,
+        f: CMut<CUfunc_st>,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        shared: c_uint,
+        s: CMut<CUstream_st>,
+        params: CMut<*mut c_void>,
+        extra: CMut<*mut c_void>,
+    ) -> CUresult {
+        let args = crate::cuda::launch_param_sizes(c, f.addr() as u64).and_then(|sizes| {
+            if sizes.is_empty() {
+                return Some(Vec::new());
+            }
+            // SAFETY: cuLaunchKernel: `kernelParams` holds one pointer per
+            // parameter of the kernel (these are its sizes), each to as many
+            // readable bytes as the parameter's size.
+            let ptrs = unsafe { params.slice_mut(sizes.len()) }?;
+            ptrs.iter()
+                .zip(&sizes)
+                .map(|(p, size)| {
+                    // SAFETY: as above, for one parameter.
+                    let bytes = unsafe { CPtr::new(p.cast_const().cast::<u8>()).slice(*size) }?;
+                    Some(bytes.to_vec())
+                })
+                .collect::<Option<Vec<Vec<u8>>>>()
+        });
+        crate::cuda::cuLaunchKernel(
+            c,
+            f,
+            [gx, gy, gz],
+            [bx, by, bz],
+            shared,
+            s,
+            args,
+            !extra.is_null(),
+        )
     }
 
     pub(crate) fn cuMemcpyDtoH(
@@ -337,5 +392,81 @@ pub(crate) mod nvsci {
         // SAFETY: NvSciIpcWrite: `buf` holds `size` readable bytes.
         let buf = unsafe { buf.cast::<u8>().slice(legacy_len(size)) };
         b::NvSciIpcWrite(c, h, buf, size, bytes)
+    }
+}
+
+/// NVRTC.
+pub(crate) mod nvrtc {
+    pub(crate) use crate::nvrtc::{
+        nvrtcCreateProgram, nvrtcDestroyProgram, nvrtcGetPTXSize, nvrtcGetProgramLogSize,
+        nvrtcVersion,
+    };
+
+    use core::ffi::{c_char, c_int};
+
+    use tegra_interop_sys::nvrtc::{_nvrtcProgram, nvrtcResult};
+
+    use crate::cmem::{CMut, CPtr};
+    use crate::instance::Call;
+
+    pub(crate) fn nvrtcCompileProgram(
+        c: &Call,
+        prog: CMut<_nvrtcProgram>,
+        count: c_int,
+        options: CPtr<*const c_char>,
+    ) -> nvrtcResult {
+        let n = usize::try_from(count).unwrap_or(0);
+        let strings = if n == 0 {
+            Some(Vec::new())
+        } else {
+            // SAFETY: nvrtcCompileProgram: `options` holds `count` pointers
+            // to NUL-terminated strings, valid for the call.
+            unsafe { options.slice(n) }.and_then(|ptrs| {
+                ptrs.iter()
+                    .map(|p| {
+                        // SAFETY: as above, for one option string.
+                        unsafe { CPtr::new(*p) }
+                            .c_str()
+                            .map(|s| s.to_string_lossy().into_owned())
+                    })
+                    .collect::<Option<Vec<String>>>()
+            })
+        };
+        crate::nvrtc::compile(c, prog, count, strings)
+    }
+
+    fn write_output(
+        c: &Call,
+        prog: CMut<_nvrtcProgram>,
+        out: CMut<c_char>,
+        ptx: bool,
+    ) -> nvrtcResult {
+        match crate::nvrtc::output(c, prog.addr() as u64, ptx) {
+            Ok(bytes) => {
+                // SAFETY: nvrtcGetPTX / nvrtcGetProgramLog: `out` holds as
+                // many writable chars as the matching size call reported,
+                // which is `bytes.len()` (the program is unchanged since:
+                // the caller may not compile it concurrently).
+                let out = unsafe { out.slice_mut(bytes.len()) };
+                crate::nvrtc::fill(out, &bytes)
+            }
+            Err(e) => e,
+        }
+    }
+
+    pub(crate) fn nvrtcGetPTX(
+        c: &Call,
+        prog: CMut<_nvrtcProgram>,
+        out: CMut<c_char>,
+    ) -> nvrtcResult {
+        write_output(c, prog, out, true)
+    }
+
+    pub(crate) fn nvrtcGetProgramLog(
+        c: &Call,
+        prog: CMut<_nvrtcProgram>,
+        out: CMut<c_char>,
+    ) -> nvrtcResult {
+        write_output(c, prog, out, false)
     }
 }

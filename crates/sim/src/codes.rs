@@ -38,6 +38,12 @@ pub const NOT_SUPPORTED: CUresult = CUresult::CUDA_ERROR_NOT_SUPPORTED;
 pub const TIMEOUT: CUresult = CUresult::CUDA_ERROR_TIMEOUT;
 /// `CUDA_ERROR_LAUNCH_TIMEOUT` (702).
 pub const LAUNCH_TIMEOUT: CUresult = CUresult::CUDA_ERROR_LAUNCH_TIMEOUT;
+/// `CUDA_ERROR_INVALID_IMAGE` (200).
+pub const INVALID_IMAGE: CUresult = CUresult::CUDA_ERROR_INVALID_IMAGE;
+/// `CUDA_ERROR_NOT_FOUND` (500).
+pub const NOT_FOUND: CUresult = CUresult::CUDA_ERROR_NOT_FOUND;
+/// `CUDA_ERROR_INVALID_PTX` (218).
+pub const INVALID_PTX: CUresult = CUresult::CUDA_ERROR_INVALID_PTX;
 /// `CUDA_ERROR_UNKNOWN` (999).
 pub const UNKNOWN: CUresult = CUresult::CUDA_ERROR_UNKNOWN;
 
@@ -52,9 +58,12 @@ const DESCRIPTIONS: &[(u32, &CStr)] = &[
     (4, c"driver shutting down"),
     (100, c"no CUDA-capable device is detected"),
     (101, c"invalid device ordinal"),
+    (200, c"device kernel image is invalid"),
     (201, c"invalid device context"),
+    (218, c"a PTX JIT compilation failed"),
     (304, c"OS call failed or operation not supported on this OS"),
     (400, c"invalid resource handle"),
+    (500, c"named symbol not found"),
     (600, c"device not ready"),
     (709, c"context is destroyed"),
     (800, c"operation not permitted"),

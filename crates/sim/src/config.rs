@@ -54,6 +54,10 @@ pub struct SimConfig {
     /// [`Sim::set_diagnostic_echo`]) and asserts on
     /// [`Sim::take_diagnostics`] instead.
     pub echo_diagnostics: bool,
+    /// Whether the table has an NVRTC part (the simulator's stand-in that
+    /// "compiles" sources whose kernels are registered, see
+    /// [`crate::kernels`]); `false` models a machine without NVRTC.
+    pub nvrtc: bool,
 }
 
 impl Default for SimConfig {
@@ -74,6 +78,7 @@ impl Default for SimConfig {
             nvsciipc_config: None,
             slot_wait: Duration::from_secs(60),
             echo_diagnostics: true,
+            nvrtc: true,
         }
     }
 }
@@ -112,6 +117,12 @@ impl SimConfig {
     /// [`SimConfig::echo_diagnostics`].
     pub fn with_diagnostic_echo(mut self, on: bool) -> Self {
         self.echo_diagnostics = on;
+        self
+    }
+
+    /// The same configuration without NVRTC (`false`) or with it.
+    pub fn with_nvrtc(mut self, present: bool) -> Self {
+        self.nvrtc = present;
         self
     }
 

@@ -58,6 +58,8 @@ mod fds;
 pub mod fence;
 mod instance;
 mod journal;
+pub mod kernels;
+mod nvrtc;
 pub mod nvsci;
 mod objects;
 mod report;
@@ -146,7 +148,7 @@ impl Sim {
     /// [`SimConfig::slot_wait`].
     pub fn with_config(config: SimConfig) -> Result<Sim, SimError> {
         let deadline = Instant::now().checked_add(config.slot_wait);
-        let inner = Arc::new(Instance::new(config));
+        let inner = Arc::new_cyclic(|me| Instance::new(config, me.clone()));
         loop {
             #[cfg(feature = "driver")]
             reap_zombies();
@@ -192,6 +194,9 @@ impl Sim {
             table.nvscibuf = nvsci::buf_table(self.slot);
             table.nvscisync = nvsci::sync_table(self.slot, self.inner.config.nvsci_release);
             table.nvsciipc = nvsci::ipc_table(self.slot, self.inner.config.nvsci_release);
+        }
+        if self.inner.config.nvrtc {
+            table.nvrtc = trampolines::nvrtc_table(self.slot);
         }
         table
     }
@@ -377,6 +382,28 @@ impl Sim {
     /// Whether [`Sim::shutdown`] ran.
     pub fn is_shut_down(&self) -> bool {
         self.inner.is_shut()
+    }
+
+    /// Registers `body` as the kernel `spec` names (replacing a kernel of
+    /// the same name): the simulator's NVRTC then compiles sources that
+    /// declare it with the same parameter sizes, `cuModuleLoadData` loads
+    /// images naming it, and `cuLaunchKernel` runs `body` in stream order
+    /// (see [`kernels`]). Modules loaded before keep the body they had.
+    pub fn register_kernel<F>(&self, spec: kernels::KernelSpec, body: F)
+    where
+        F: Fn(&mut kernels::KernelLaunch<'_>) -> Result<(), kernels::KernelFault>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (name, params) = (spec.name().to_string(), spec.param_sizes().to_vec());
+        self.inner.lock_state().kernels.kernels.insert(
+            name,
+            kernels::Registered {
+                params,
+                body: Arc::new(body),
+            },
+        );
     }
 
     /// Makes a sync object that `cuImportExternalSemaphore` accepts as an

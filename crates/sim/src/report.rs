@@ -33,6 +33,14 @@ pub struct Ledger {
     pub open_fds: usize,
     /// Stream work enqueued and not finished (destroyed streams included).
     pub pending_work: usize,
+    /// `cuMemHostAlloc` allocations not freed with `cuMemFreeHost`.
+    pub live_host_allocations: usize,
+    /// Events made with `cuEventCreate` and not destroyed.
+    pub live_events: usize,
+    /// Modules loaded with `cuModuleLoadData` and not unloaded.
+    pub live_modules: usize,
+    /// NVRTC programs created and not destroyed.
+    pub live_programs: usize,
 }
 
 impl Ledger {
@@ -46,7 +54,7 @@ impl fmt::Display for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, graphics resources {}, EGLStream connections {}, fds {}, pending work {}",
+            "contexts {}, primary refs {}, streams {}, memories {}, mappings {}, allocations {}, semaphores {}, graphics resources {}, EGLStream connections {}, fds {}, pending work {}, host allocations {}, events {}, modules {}, NVRTC programs {}",
             self.live_contexts,
             self.primary_context_refs,
             self.live_streams,
@@ -57,7 +65,11 @@ impl fmt::Display for Ledger {
             self.live_graphics_resources,
             self.live_egl_connections,
             self.open_fds,
-            self.pending_work
+            self.pending_work,
+            self.live_host_allocations,
+            self.live_events,
+            self.live_modules,
+            self.live_programs
         )
     }
 }

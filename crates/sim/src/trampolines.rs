@@ -27,7 +27,7 @@
 use core::ffi::c_char;
 
 use tegra_interop_sys::cuda::CUresult;
-use tegra_interop_sys::table::{CudaApi, NvSciBufApi, NvSciIpcApi, NvSciSyncApi};
+use tegra_interop_sys::table::{CudaApi, NvSciBufApi, NvSciIpcApi, NvSciSyncApi, NvrtcApi};
 
 use crate::cmem::FromC;
 use crate::instance::Call;
@@ -165,6 +165,22 @@ pub(crate) mod nvsciipc {
     use crate::abi::nvsci as bodies;
     use crate::nvsci::{run_ret, run_void};
     tegra_interop_sys::nvsciipc_entry_points!(trampolines_of all_provided wrap);
+}
+
+/// NVRTC.
+#[allow(non_snake_case, unused_unsafe, clippy::too_many_arguments)]
+pub(crate) mod nvrtc {
+    use super::*;
+    use crate::abi::nvrtc as bodies;
+    use crate::nvrtc::run_ret;
+    tegra_interop_sys::nvrtc_entry_points!(trampolines_of all_provided wrap);
+}
+
+/// The NVRTC part of the table for `slot`.
+pub(crate) fn nvrtc_table(slot: usize) -> NvrtcApi {
+    nvrtc::TABLES
+        .get(slot)
+        .map_or_else(NvrtcApi::empty, |f| f())
 }
 
 /// The CUDA part of the table for `slot` (without the shared lookups).

@@ -7,6 +7,8 @@ pub mod cuda;
 #[rustfmt::skip]
 pub mod nvsci;
 #[rustfmt::skip]
+pub mod nvrtc;
+#[rustfmt::skip]
 #[macro_use]
 pub mod lists;
 pub mod table;

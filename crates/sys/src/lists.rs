@@ -60,6 +60,24 @@ macro_rules! cuda_entry_points {
             cuDestroyExternalSemaphore { symbol: $crate::cuda::symbols::cuDestroyExternalSemaphore, pfn: $crate::cuda::PFN_cuDestroyExternalSemaphore, ret: safe fn(a0: $crate::cuda::CUexternalSemaphore) -> $crate::cuda::CUresult }
             cuDeviceGetNvSciSyncAttributes { symbol: $crate::cuda::symbols::cuDeviceGetNvSciSyncAttributes, pfn: $crate::cuda::PFN_cuDeviceGetNvSciSyncAttributes, ret: unsafe fn(a0: *mut ::core::ffi::c_void, a1: $crate::cuda::CUdevice, a2: ::core::ffi::c_int) -> $crate::cuda::CUresult }
             cuLaunchHostFunc { symbol: $crate::cuda::symbols::cuLaunchHostFunc, pfn: $crate::cuda::PFN_cuLaunchHostFunc, ret: unsafe fn(a0: $crate::cuda::CUstream, a1: $crate::cuda::CUhostFn, a2: *mut ::core::ffi::c_void) -> $crate::cuda::CUresult }
+            cuMemHostAlloc { symbol: $crate::cuda::symbols::cuMemHostAlloc, pfn: $crate::cuda::PFN_cuMemHostAlloc, ret: unsafe fn(a0: *mut *mut ::core::ffi::c_void, a1: usize, a2: ::core::ffi::c_uint) -> $crate::cuda::CUresult }
+            cuMemFreeHost { symbol: $crate::cuda::symbols::cuMemFreeHost, pfn: $crate::cuda::PFN_cuMemFreeHost, ret: unsafe fn(a0: *mut ::core::ffi::c_void) -> $crate::cuda::CUresult }
+            cuMemHostGetDevicePointer { symbol: $crate::cuda::symbols::cuMemHostGetDevicePointer, pfn: $crate::cuda::PFN_cuMemHostGetDevicePointer, ret: unsafe fn(a0: *mut $crate::cuda::CUdeviceptr, a1: *mut ::core::ffi::c_void, a2: ::core::ffi::c_uint) -> $crate::cuda::CUresult }
+            cuMemcpyHtoDAsync { symbol: $crate::cuda::symbols::cuMemcpyHtoDAsync, pfn: $crate::cuda::PFN_cuMemcpyHtoDAsync, ret: unsafe fn(a0: $crate::cuda::CUdeviceptr, a1: *const ::core::ffi::c_void, a2: usize, a3: $crate::cuda::CUstream) -> $crate::cuda::CUresult }
+            cuMemcpyDtoHAsync { symbol: $crate::cuda::symbols::cuMemcpyDtoHAsync, pfn: $crate::cuda::PFN_cuMemcpyDtoHAsync, ret: unsafe fn(a0: *mut ::core::ffi::c_void, a1: $crate::cuda::CUdeviceptr, a2: usize, a3: $crate::cuda::CUstream) -> $crate::cuda::CUresult }
+            cuMemcpyDtoDAsync { symbol: $crate::cuda::symbols::cuMemcpyDtoDAsync, pfn: $crate::cuda::PFN_cuMemcpyDtoDAsync, ret: safe fn(a0: $crate::cuda::CUdeviceptr, a1: $crate::cuda::CUdeviceptr, a2: usize, a3: $crate::cuda::CUstream) -> $crate::cuda::CUresult }
+            cuEventCreate { symbol: $crate::cuda::symbols::cuEventCreate, pfn: $crate::cuda::PFN_cuEventCreate, ret: unsafe fn(a0: *mut $crate::cuda::CUevent, a1: ::core::ffi::c_uint) -> $crate::cuda::CUresult }
+            cuEventRecord { symbol: $crate::cuda::symbols::cuEventRecord, pfn: $crate::cuda::PFN_cuEventRecord, ret: safe fn(a0: $crate::cuda::CUevent, a1: $crate::cuda::CUstream) -> $crate::cuda::CUresult }
+            cuEventQuery { symbol: $crate::cuda::symbols::cuEventQuery, pfn: $crate::cuda::PFN_cuEventQuery, ret: safe fn(a0: $crate::cuda::CUevent) -> $crate::cuda::CUresult }
+            cuEventSynchronize { symbol: $crate::cuda::symbols::cuEventSynchronize, pfn: $crate::cuda::PFN_cuEventSynchronize, ret: safe fn(a0: $crate::cuda::CUevent) -> $crate::cuda::CUresult }
+            cuEventElapsedTime { symbol: $crate::cuda::symbols::cuEventElapsedTime, pfn: $crate::cuda::PFN_cuEventElapsedTime, ret: unsafe fn(a0: *mut f32, a1: $crate::cuda::CUevent, a2: $crate::cuda::CUevent) -> $crate::cuda::CUresult }
+            cuEventDestroy { symbol: $crate::cuda::symbols::cuEventDestroy, pfn: $crate::cuda::PFN_cuEventDestroy, ret: safe fn(a0: $crate::cuda::CUevent) -> $crate::cuda::CUresult }
+            cuStreamWaitEvent { symbol: $crate::cuda::symbols::cuStreamWaitEvent, pfn: $crate::cuda::PFN_cuStreamWaitEvent, ret: safe fn(a0: $crate::cuda::CUstream, a1: $crate::cuda::CUevent, a2: ::core::ffi::c_uint) -> $crate::cuda::CUresult }
+            cuModuleLoadData { symbol: $crate::cuda::symbols::cuModuleLoadData, pfn: $crate::cuda::PFN_cuModuleLoadData, ret: unsafe fn(a0: *mut $crate::cuda::CUmodule, a1: *const ::core::ffi::c_void) -> $crate::cuda::CUresult }
+            cuModuleGetFunction { symbol: $crate::cuda::symbols::cuModuleGetFunction, pfn: $crate::cuda::PFN_cuModuleGetFunction, ret: unsafe fn(a0: *mut $crate::cuda::CUfunction, a1: $crate::cuda::CUmodule, a2: *const ::core::ffi::c_char) -> $crate::cuda::CUresult }
+            cuModuleUnload { symbol: $crate::cuda::symbols::cuModuleUnload, pfn: $crate::cuda::PFN_cuModuleUnload, ret: safe fn(a0: $crate::cuda::CUmodule) -> $crate::cuda::CUresult }
+            cuFuncGetParamInfo { symbol: $crate::cuda::symbols::cuFuncGetParamInfo, pfn: $crate::cuda::PFN_cuFuncGetParamInfo, ret: unsafe fn(a0: $crate::cuda::CUfunction, a1: usize, a2: *mut usize, a3: *mut usize) -> $crate::cuda::CUresult }
+            cuLaunchKernel { symbol: $crate::cuda::symbols::cuLaunchKernel, pfn: $crate::cuda::PFN_cuLaunchKernel, ret: unsafe fn(a0: $crate::cuda::CUfunction, a1: ::core::ffi::c_uint, a2: ::core::ffi::c_uint, a3: ::core::ffi::c_uint, a4: ::core::ffi::c_uint, a5: ::core::ffi::c_uint, a6: ::core::ffi::c_uint, a7: ::core::ffi::c_uint, a8: $crate::cuda::CUstream, a9: *mut *mut ::core::ffi::c_void, a10: *mut *mut ::core::ffi::c_void) -> $crate::cuda::CUresult }
             cuGraphicsEGLRegisterImage { symbol: $crate::cuda::symbols::cuGraphicsEGLRegisterImage, pfn: $crate::cuda::PFN_cuGraphicsEGLRegisterImage, ret: unsafe fn(a0: *mut $crate::cuda::CUgraphicsResource, a1: $crate::cuda::EGLImageKHR, a2: ::core::ffi::c_uint) -> $crate::cuda::CUresult }
             cuGraphicsResourceGetMappedEglFrame { symbol: $crate::cuda::symbols::cuGraphicsResourceGetMappedEglFrame, pfn: $crate::cuda::PFN_cuGraphicsResourceGetMappedEglFrame, ret: unsafe fn(a0: *mut $crate::cuda::CUeglFrame, a1: $crate::cuda::CUgraphicsResource, a2: ::core::ffi::c_uint, a3: ::core::ffi::c_uint) -> $crate::cuda::CUresult }
             cuGraphicsUnregisterResource { symbol: $crate::cuda::symbols::cuGraphicsUnregisterResource, pfn: $crate::cuda::PFN_cuGraphicsUnregisterResource, ret: safe fn(a0: $crate::cuda::CUgraphicsResource) -> $crate::cuda::CUresult }
@@ -178,6 +196,25 @@ macro_rules! nvsciipc_entry_points {
             NvSciIpcRead { symbol: $crate::nvsci::symbols::NvSciIpcRead, pfn: $crate::nvsci::PFN_NvSciIpcRead, ret: unsafe fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *mut ::core::ffi::c_void, a2: usize, a3: *mut i32) -> $crate::nvsci::NvSciError }
             NvSciIpcWrite { symbol: $crate::nvsci::symbols::NvSciIpcWrite, pfn: $crate::nvsci::PFN_NvSciIpcWrite, ret: unsafe fn(a0: $crate::nvsci::NvSciIpcEndpoint, a1: *const ::core::ffi::c_void, a2: usize, a3: *mut i32) -> $crate::nvsci::NvSciError }
             NvSciIpcCheckVersionCompatibility { symbol: $crate::nvsci::symbols::NvSciIpcCheckVersionCompatibility, pfn: $crate::nvsci::PFN_NvSciIpcCheckVersionCompatibility, ret: unsafe fn(a0: u32, a1: u32, a2: *mut bool) -> $crate::nvsci::NvSciError }
+        }
+    };
+}
+
+/// Calls `$m! { [extra...] NvrtcApi "libnvrtc.so.12" entries... }` with every entry point of
+/// `libnvrtc.so.12` the project resolves (see the module documentation for the form).
+#[macro_export]
+macro_rules! nvrtc_entry_points {
+    ($m:ident $($extra:tt)*) => {
+        $m! {
+            [$($extra)*] NvrtcApi "libnvrtc.so.12"
+            nvrtcVersion { symbol: $crate::nvrtc::symbols::nvrtcVersion, pfn: $crate::nvrtc::PFN_nvrtcVersion, ret: unsafe fn(a0: *mut ::core::ffi::c_int, a1: *mut ::core::ffi::c_int) -> $crate::nvrtc::nvrtcResult }
+            nvrtcCreateProgram { symbol: $crate::nvrtc::symbols::nvrtcCreateProgram, pfn: $crate::nvrtc::PFN_nvrtcCreateProgram, ret: unsafe fn(a0: *mut $crate::nvrtc::nvrtcProgram, a1: *const ::core::ffi::c_char, a2: *const ::core::ffi::c_char, a3: ::core::ffi::c_int, a4: *const *const ::core::ffi::c_char, a5: *const *const ::core::ffi::c_char) -> $crate::nvrtc::nvrtcResult }
+            nvrtcCompileProgram { symbol: $crate::nvrtc::symbols::nvrtcCompileProgram, pfn: $crate::nvrtc::PFN_nvrtcCompileProgram, ret: unsafe fn(a0: $crate::nvrtc::nvrtcProgram, a1: ::core::ffi::c_int, a2: *const *const ::core::ffi::c_char) -> $crate::nvrtc::nvrtcResult }
+            nvrtcGetPTXSize { symbol: $crate::nvrtc::symbols::nvrtcGetPTXSize, pfn: $crate::nvrtc::PFN_nvrtcGetPTXSize, ret: unsafe fn(a0: $crate::nvrtc::nvrtcProgram, a1: *mut usize) -> $crate::nvrtc::nvrtcResult }
+            nvrtcGetPTX { symbol: $crate::nvrtc::symbols::nvrtcGetPTX, pfn: $crate::nvrtc::PFN_nvrtcGetPTX, ret: unsafe fn(a0: $crate::nvrtc::nvrtcProgram, a1: *mut ::core::ffi::c_char) -> $crate::nvrtc::nvrtcResult }
+            nvrtcGetProgramLogSize { symbol: $crate::nvrtc::symbols::nvrtcGetProgramLogSize, pfn: $crate::nvrtc::PFN_nvrtcGetProgramLogSize, ret: unsafe fn(a0: $crate::nvrtc::nvrtcProgram, a1: *mut usize) -> $crate::nvrtc::nvrtcResult }
+            nvrtcGetProgramLog { symbol: $crate::nvrtc::symbols::nvrtcGetProgramLog, pfn: $crate::nvrtc::PFN_nvrtcGetProgramLog, ret: unsafe fn(a0: $crate::nvrtc::nvrtcProgram, a1: *mut ::core::ffi::c_char) -> $crate::nvrtc::nvrtcResult }
+            nvrtcDestroyProgram { symbol: $crate::nvrtc::symbols::nvrtcDestroyProgram, pfn: $crate::nvrtc::PFN_nvrtcDestroyProgram, ret: unsafe fn(a0: *mut $crate::nvrtc::nvrtcProgram) -> $crate::nvrtc::nvrtcResult }
         }
     };
 }

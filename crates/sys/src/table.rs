@@ -1,7 +1,7 @@
 //! The seam: one table of C entry points, one `Option<PFN_*>` field per entry
 //! point, named as in C.
 //!
-//! The four structs are built from the generated lists ([`crate::lists`]), so
+//! The five structs are built from the generated lists ([`crate::lists`]), so
 //! an entry point exists here as soon as it is in the list (CUDA) or declared
 //! in the project's NvSci header. Who fills a table is not this crate's
 //! business: the driver resolves it from the real libraries, the simulator
@@ -108,6 +108,7 @@ cuda_entry_points!(api_struct "CUDA driver entry points (`libcuda.so.1`).");
 nvscibuf_entry_points!(api_struct "NvSciBuf entry points (`libnvscibuf.so.1`).");
 nvscisync_entry_points!(api_struct "NvSciSync entry points (`libnvscisync.so.1`).");
 nvsciipc_entry_points!(api_struct "NvSciIpc entry points (`libnvsciipc.so`).");
+nvrtc_entry_points!(api_struct "NVRTC entry points (`libnvrtc.so.12`, the CUDA runtime compiler; optional).");
 
 /// The whole seam: every C entry point the project calls.
 #[derive(Clone, Copy, Debug, Default)]
@@ -120,6 +121,8 @@ pub struct FunctionTable {
     pub nvscisync: NvSciSyncApi,
     /// NvSciIpc.
     pub nvsciipc: NvSciIpcApi,
+    /// NVRTC (run-time compilation of CUDA C to PTX).
+    pub nvrtc: NvrtcApi,
 }
 
 impl FunctionTable {
@@ -130,6 +133,7 @@ impl FunctionTable {
             nvscibuf: NvSciBufApi::empty(),
             nvscisync: NvSciSyncApi::empty(),
             nvsciipc: NvSciIpcApi::empty(),
+            nvrtc: NvrtcApi::empty(),
         }
     }
 }
@@ -142,6 +146,8 @@ pub fn library_of(symbol: &str) -> &'static str {
         NvSciSyncApi::LIBRARY
     } else if symbol.starts_with("NvSciIpc") {
         NvSciIpcApi::LIBRARY
+    } else if symbol.starts_with("nvrtc") {
+        NvrtcApi::LIBRARY
     } else {
         CudaApi::LIBRARY
     }

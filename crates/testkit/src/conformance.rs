@@ -27,8 +27,9 @@ use tegra_interop_core::{
 };
 
 use tegra_interop_driver::{
-    Backend, Context, Error, ExternalMemory, ExternalSemaphore, SemaphoreSignal, SemaphoreWait,
-    Stream,
+    Backend, Context, DeviceBuffer, DevicePtr, Error, Event, EventFlags, ExternalMemory,
+    ExternalSemaphore, Module, Nvrtc, NvrtcResult, PinnedHostBuffer, SemaphoreSignal,
+    SemaphoreWait, Stream,
 };
 
 /// Errors of an exporter.
@@ -138,6 +139,14 @@ pub const CHECKS: &[(&str, Check)] = &[
         "copy_from_host_done_on_return",
         copy_from_host_done_on_return,
     ),
+    ("device_buffer_round_trip", device_buffer_round_trip),
+    (
+        "pinned_mapped_visible_both_ways",
+        pinned_mapped_visible_both_ways,
+    ),
+    ("event_ordering", event_ordering),
+    ("nvrtc_module_launch", nvrtc_module_launch),
+    ("launch_and_module_refusals", launch_and_module_refusals),
 ];
 
 /// Checks that compare the process's fd table (`/proc/self/fd`) before and
@@ -1148,5 +1157,397 @@ pub fn copy_from_host_done_on_return(
     drop(buffer);
     memory.destroy().during(C, "destroy")?;
     drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+// --------------------------------------------- device memory, events, kernels
+
+/// The kernel the suite compiles with NVRTC and launches: adds 1 to each of
+/// `len` bytes at `buf`.
+pub const ADD_ONE_SOURCE: &str = r#"
+typedef unsigned long long u64;
+extern "C" __global__ void add_one(unsigned char *buf, u64 len) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len) {
+        buf[i] = (unsigned char)(buf[i] + 1);
+    }
+}
+"#;
+
+/// The kernel name and parameter sizes of [`ADD_ONE_SOURCE`].
+pub const ADD_ONE: (&str, &[usize]) = ("add_one", &[8, 8]);
+
+/// Registers the simulator's Rust twins of the suite's kernels
+/// ([`ADD_ONE_SOURCE`]); the simulator refuses to compile kernels it
+/// cannot run. Call it on a simulator before running the suite there.
+pub fn register_sim_kernels(sim: &tegra_interop_sim::Sim) {
+    use tegra_interop_sim::kernels::{KernelFault, KernelSpec};
+    sim.register_kernel(KernelSpec::new(ADD_ONE.0, ADD_ONE.1), |k| {
+        let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
+        // Threads past the grid do nothing, as in the CUDA source.
+        let covered = k.threads().min(len);
+        let n = usize::try_from(covered).map_err(|_| KernelFault::new("length too large"))?;
+        let mut bytes = vec![0u8; n];
+        k.read(buf, &mut bytes)?;
+        for b in &mut bytes {
+            *b = b.wrapping_add(1);
+        }
+        k.write(buf, &bytes)
+    });
+}
+
+/// A bounded wait for an event, as a check failure.
+fn wait_event(check: &'static str, event: &Event, what: &str) -> CheckResult {
+    event.synchronize(WAIT_TIMEOUT).during(check, what)
+}
+
+/// Device memory: synchronous copies both ways, fill, and asynchronous
+/// copies through pinned memory and between device buffers.
+pub fn device_buffer_round_trip(
+    backend: &Arc<Backend>,
+    _exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "device_buffer_round_trip";
+    const N: usize = 256 * 1024 + 3;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let a = DeviceBuffer::new(&ctx, N).during(C, "alloc a")?;
+    let b = DeviceBuffer::new(&ctx, N).during(C, "alloc b")?;
+    ensure(C, a.len() == N && a.device_ptr() != 0, || format!("{a:?}"))?;
+
+    let data = pattern(3, N);
+    a.copy_from_host(0, &data).during(C, "copy_from_host")?;
+    let mut back = vec![0u8; N];
+    a.copy_to_host(0, &mut back).during(C, "copy_to_host")?;
+    ensure(C, back == data, || "synchronous round trip differs".into())?;
+
+    b.fill(0xa5).during(C, "fill")?;
+    let mut filled = vec![0u8; N];
+    b.copy_to_host(0, &mut filled)
+        .during(C, "copy_to_host after fill")?;
+    ensure(C, filled.iter().all(|x| *x == 0xa5), || {
+        "fill not seen".into()
+    })?;
+
+    let mut src = PinnedHostBuffer::new(&ctx, N).during(C, "pinned src")?;
+    let dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
+    let data2 = pattern(77, N);
+    src.as_mut_slice().copy_from_slice(&data2);
+    let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "event")?;
+    // SAFETY: every buffer outlives the copies (we wait for `done` below)
+    // and the host touches none of them until then.
+    unsafe {
+        b.copy_from_pinned_async(0, &src, 0, N, &stream)
+            .during(C, "copy_from_pinned_async")?;
+        stream
+            .copy_async(&a, 0, &b, 0, N as u64)
+            .during(C, "copy_async device to device")?;
+        a.copy_to_pinned_async(0, &dst, 0, N, &stream)
+            .during(C, "copy_to_pinned_async")?;
+    }
+    done.record(&stream).during(C, "record")?;
+    wait_event(C, &done, "event after the copies")?;
+    ensure(C, dst.as_slice() == data2.as_slice(), || {
+        let first = dst.as_slice().iter().zip(&data2).position(|(x, y)| x != y);
+        format!("asynchronous chain differs, first at {first:?}")
+    })?;
+
+    // Out of range: refused before the call.
+    let r = a.copy_to_host(N - 1, &mut [0u8; 2]);
+    ensure(C, matches!(r, Err(Error::OutOfBounds { .. })), || {
+        format!("copy past the end gave {r:?}")
+    })?;
+    let r = DeviceBuffer::new(&ctx, 0);
+    ensure(C, matches!(r, Err(Error::Unsupported { .. })), || {
+        format!("zero-byte alloc gave {r:?}")
+    })?;
+    done.destroy().during(C, "destroy event")?;
+    drop((src, dst));
+    a.destroy().during(C, "free a")?;
+    b.destroy().during(C, "free b")?;
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Pinned memory mapped into the device: a host write is seen through the
+/// device pointer, a device write through the host view.
+pub fn pinned_mapped_visible_both_ways(
+    backend: &Arc<Backend>,
+    _exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "pinned_mapped_visible_both_ways";
+    const N: usize = 64 * 1024;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let mut pinned = PinnedHostBuffer::new(&ctx, N).during(C, "pinned")?;
+    ensure(C, pinned.device_ptr() != 0, || "no device pointer".into())?;
+    ensure(C, pinned.as_slice().iter().all(|b| *b == 0), || {
+        "new pinned memory is not zero".into()
+    })?;
+    let device = DeviceBuffer::new(&ctx, N).during(C, "device")?;
+    let data = pattern(9, N);
+    pinned.as_mut_slice().copy_from_slice(&data);
+    let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "event")?;
+    // SAFETY: both live until `done` completes; the host does not touch
+    // them meanwhile.
+    unsafe { stream.copy_async(&device, 0, &pinned, 0, N as u64) }
+        .during(C, "device <- pinned through its device pointer")?;
+    done.record(&stream).during(C, "record")?;
+    wait_event(C, &done, "copy from the device pointer")?;
+    let mut seen = vec![0u8; N];
+    device.copy_to_host(0, &mut seen).during(C, "read device")?;
+    ensure(C, seen == data, || {
+        "the device did not see the host's write through the mapped pointer".into()
+    })?;
+
+    let data2 = pattern(200, N);
+    device.copy_from_host(0, &data2).during(C, "write device")?;
+    // SAFETY: as above.
+    unsafe { stream.copy_async(&pinned, 0, &device, 0, N as u64) }
+        .during(C, "pinned <- device through its device pointer")?;
+    done.record(&stream).during(C, "record 2")?;
+    wait_event(C, &done, "copy to the device pointer")?;
+    ensure(C, pinned.as_slice() == data2.as_slice(), || {
+        "the host view did not see the device's write".into()
+    })?;
+    // Atomic view of a word the device wrote.
+    let word = pinned.atomic_u64(1).during(C, "atomic view")?;
+    let want = u64::from_ne_bytes(data2[8..16].try_into().unwrap_or([0; 8]));
+    let got = word.load(std::sync::atomic::Ordering::Acquire);
+    ensure(C, got == want, || {
+        format!("atomic view {got:#x}, bytes {want:#x}")
+    })?;
+    let r = pinned.atomic_u64(N / 8);
+    ensure(C, matches!(r, Err(Error::OutOfBounds { .. })), || {
+        format!("atomic view past the end gave {r:?}")
+    })?;
+    drop(done);
+    pinned.destroy().during(C, "free pinned")?;
+    drop(device);
+    drop(stream);
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// Events complete in stream order; another stream waits on one; timing
+/// events measure, timing-less ones refuse; a bounded wait says what it
+/// waited for.
+pub fn event_ordering(backend: &Arc<Backend>, _exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "event_ordering";
+    const N: usize = 4 << 20;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let s1 = Stream::new(&ctx).during(C, "stream 1")?;
+    let s2 = Stream::new(&ctx).during(C, "stream 2")?;
+    let never = Event::new(&ctx, EventFlags::DEFAULT).during(C, "event")?;
+    ensure(C, never.is_complete().during(C, "query")?, || {
+        "an event never recorded is not complete".into()
+    })?;
+    let start = Event::new(&ctx, EventFlags::DEFAULT).during(C, "start")?;
+    let end = Event::new(&ctx, EventFlags::DEFAULT).during(C, "end")?;
+    let handoff = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "handoff")?;
+    let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "done")?;
+
+    let mut src = PinnedHostBuffer::new(&ctx, N).during(C, "pinned src")?;
+    let dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
+    let mid = DeviceBuffer::new(&ctx, N).during(C, "device")?;
+    let data = pattern(41, N);
+    src.as_mut_slice().copy_from_slice(&data);
+    // s1: start, copy in, end, handoff. s2: wait handoff, copy out, done.
+    // SAFETY: all buffers live until `done` completed; the host touches
+    // none of them meanwhile.
+    unsafe {
+        start.record(&s1).during(C, "record start")?;
+        mid.copy_from_pinned_async(0, &src, 0, N, &s1)
+            .during(C, "copy in on s1")?;
+        end.record(&s1).during(C, "record end")?;
+        handoff.record(&s1).during(C, "record handoff")?;
+        s2.wait_event(&handoff).during(C, "s2 waits")?;
+        mid.copy_to_pinned_async(0, &dst, 0, N, &s2)
+            .during(C, "copy out on s2")?;
+    }
+    done.record(&s2).during(C, "record done")?;
+    wait_event(C, &done, "the copy on the waiting stream")?;
+    ensure(C, dst.as_slice() == data.as_slice(), || {
+        "the second stream ran before the first one's copy (event wait not honoured)".into()
+    })?;
+    ensure(C, end.is_complete().during(C, "query end")?, || {
+        "end not complete after the waiting stream finished".into()
+    })?;
+    let elapsed = end.elapsed_since(&start).during(C, "elapsed")?;
+    ensure(C, elapsed < Duration::from_secs(5), || {
+        format!("elapsed {elapsed:?}")
+    })?;
+    let r = done.elapsed_since(&handoff);
+    ensure(C, matches!(r, Err(Error::Unsupported { .. })), || {
+        format!("elapsed of timing-less events gave {r:?}")
+    })?;
+    // A stream of another context is refused before the call.
+    let other = Context::create(backend.clone(), 0, 0).during(C, "context b")?;
+    let other_stream = Stream::new(&other).during(C, "stream b")?;
+    let r = done.record(&other_stream);
+    ensure(C, matches!(r, Err(Error::Unsupported { .. })), || {
+        format!("record on another context's stream gave {r:?}")
+    })?;
+    drop(other_stream);
+    other.destroy().during(C, "destroy context b")?;
+    drop((never, start, end, handoff, done));
+    drop((src, dst, mid));
+    drop((s1, s2));
+    drop(ctx);
+    no_drop_errors(C, backend)
+}
+
+/// NVRTC compiles the suite's kernel, the module loads, the function
+/// reports its parameters, and launches over device memory and over
+/// mapped pinned memory (zero-copy) change the bytes as the kernel says.
+pub fn nvrtc_module_launch(backend: &Arc<Backend>, _exporter: &mut dyn Exporter) -> CheckResult {
+    const C: &str = "nvrtc_module_launch";
+    const N: usize = 100_000;
+    let nvrtc = Nvrtc::new(backend).during(C, "NVRTC")?;
+    let (major, _) = nvrtc.version().during(C, "version")?;
+    ensure(C, major >= 11, || format!("NVRTC major version {major}"))?;
+    let ptx = nvrtc
+        .compile(ADD_ONE_SOURCE, "add_one.cu", &[])
+        .during(C, "compile")?;
+    ensure(C, ptx.entries() == ["add_one"], || {
+        format!("PTX entries {:?}", ptx.entries())
+    })?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let module = Module::load(&ctx, &ptx).during(C, "load")?;
+    let add_one = module.function(ADD_ONE.0).during(C, "function")?;
+    if let Some(sizes) = add_one.param_sizes() {
+        ensure(C, sizes == ADD_ONE.1, || format!("param sizes {sizes:?}"))?;
+    }
+    let grid = u32::try_from(N.div_ceil(256)).unwrap_or(u32::MAX);
+
+    let device = DeviceBuffer::new(&ctx, N).during(C, "device")?;
+    let data = pattern(5, N);
+    device.copy_from_host(0, &data).during(C, "upload")?;
+    let mut pinned = PinnedHostBuffer::new(&ctx, N).during(C, "pinned")?;
+    pinned.as_mut_slice().copy_from_slice(&data);
+    let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "event")?;
+    // SAFETY: (pointer, u64) as the kernel declares; it writes `N` bytes of
+    // each buffer, which outlive it (we wait for `done`); the host does not
+    // touch them meanwhile.
+    unsafe {
+        add_one
+            .launch(grid, 256u32)
+            .arg(&device)
+            .arg(N as u64)
+            .launch(&stream)
+            .during(C, "launch on device memory")?;
+        add_one
+            .launch(grid, 256u32)
+            .arg(DevicePtr::of(&pinned))
+            .arg(N as u64)
+            .launch(&stream)
+            .during(C, "launch on mapped pinned memory")?;
+    }
+    done.record(&stream).during(C, "record")?;
+    wait_event(C, &done, "the kernels")?;
+    let want: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+    let mut seen = vec![0u8; N];
+    device.copy_to_host(0, &mut seen).during(C, "download")?;
+    ensure(C, seen == want, || "device memory not incremented".into())?;
+    ensure(C, pinned.as_slice() == want.as_slice(), || {
+        "mapped pinned memory not incremented".into()
+    })?;
+    drop(done);
+    drop(add_one);
+    module.destroy().during(C, "unload")?;
+    drop((device, pinned, stream, ctx));
+    no_drop_errors(C, backend)
+}
+
+/// Bad inputs get typed errors: a source that does not compile (with the
+/// log), a missing kernel name, wrong argument count or size, launch
+/// dimensions past the limits; unloading while a function lives.
+pub fn launch_and_module_refusals(
+    backend: &Arc<Backend>,
+    _exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "launch_and_module_refusals";
+    let nvrtc = Nvrtc::new(backend).during(C, "NVRTC")?;
+    let bad =
+        "extern \"C\" __global__ void conformance_not_a_kernel(int x) { undeclared_name = x; }";
+    match nvrtc.compile(bad, "bad.cu", &[]) {
+        Err(Error::CompileFailed { code, log, program }) => {
+            ensure(
+                C,
+                code == NvrtcResult::COMPILATION && program == "bad.cu",
+                || format!("compile failure {code} for {program}"),
+            )?;
+            ensure(C, !log.trim().is_empty(), || "empty compile log".into())?;
+        }
+        other => return ensure(C, false, || format!("bad source gave {other:?}")),
+    }
+    let r = nvrtc.compile(ADD_ONE_SOURCE, "nul\0name.cu", &[]);
+    ensure(C, matches!(r, Err(Error::CompileFailed { .. })), || {
+        format!("program name with NUL gave {r:?}")
+    })?;
+    let r = nvrtc.compile(ADD_ONE_SOURCE, "add_one.cu", &["--no-such-option-at-all"]);
+    ensure(
+        C,
+        matches!(&r, Err(Error::CompileFailed { code, .. }) if *code == NvrtcResult::INVALID_OPTION),
+        || format!("unknown option gave {r:?}"),
+    )?;
+
+    let ptx = nvrtc
+        .compile(ADD_ONE_SOURCE, "add_one.cu", &[])
+        .during(C, "compile")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let module = Module::load(&ctx, &ptx).during(C, "load")?;
+    let r = module.function("no_such_kernel");
+    ensure(
+        C,
+        matches!(&r, Err(Error::Driver { call: "cuModuleGetFunction", code }) if code.0 == 500),
+        || format!("missing kernel gave {r:?}"),
+    )?;
+    let add_one = module.function(ADD_ONE.0).during(C, "function")?;
+    let buf = DeviceBuffer::new(&ctx, 1024).during(C, "device")?;
+    // SAFETY: every launch below is refused before the call (checked).
+    unsafe {
+        let r = add_one
+            .launch(1u32, 2048u32)
+            .arg(&buf)
+            .arg(1024u64)
+            .launch(&stream);
+        ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
+            format!("2048 threads per block gave {r:?}")
+        })?;
+        let r = add_one
+            .launch(0u32, 32u32)
+            .arg(&buf)
+            .arg(1024u64)
+            .launch(&stream);
+        ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
+            format!("an empty grid gave {r:?}")
+        })?;
+        if add_one.param_sizes().is_some() {
+            let r = add_one.launch(1u32, 32u32).arg(&buf).launch(&stream);
+            ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
+                format!("a missing argument gave {r:?}")
+            })?;
+            let r = add_one
+                .launch(1u32, 32u32)
+                .arg(&buf)
+                .arg(1024u32)
+                .launch(&stream);
+            ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
+                format!("a 4-byte argument for an 8-byte parameter gave {r:?}")
+            })?;
+        }
+    }
+    let r = module.clone().destroy();
+    ensure(C, matches!(r, Err(Error::InUse { .. })), || {
+        format!("unloading while a function lives gave {r:?}")
+    })?;
+    stream.synchronize().during(C, "synchronize")?;
+    drop(add_one);
+    module.destroy().during(C, "unload")?;
+    drop((buf, stream, ctx));
     no_drop_errors(C, backend)
 }

@@ -14,6 +14,7 @@ use tegra_interop_testkit::sim_exporter::SimExporter;
 
 fn run(name: &str, check: conformance::Check) {
     let sim = quiet(SimConfig::default());
+    conformance::register_sim_kernels(&sim);
     let backend = sim.backend();
     check(&backend, &mut SimExporter).unwrap();
     drop(backend);
@@ -66,11 +67,17 @@ checks!(
     cross_context_refused,
     failed_imports_return_the_callers_fd,
     copy_from_host_done_on_return,
+    device_buffer_round_trip,
+    pinned_mapped_visible_both_ways,
+    event_ordering,
+    nvrtc_module_launch,
+    launch_and_module_refusals,
 );
 
 #[test]
 fn run_all_reports_no_failures() {
     let sim = quiet(SimConfig::default());
+    conformance::register_sim_kernels(&sim);
     let failures = conformance::run_all(&sim.backend(), &mut SimExporter);
     assert!(failures.is_empty(), "{failures:#?}");
 }
@@ -84,6 +91,7 @@ fn run_all_reports_no_failures() {
 #[test]
 fn sim_upholds_the_table_contract() {
     let sim = quiet(SimConfig::tegra());
+    conformance::register_sim_kernels(&sim);
     let backend = sim.backend();
     let (ours, theirs) = (backend.table(), sim.table());
     let lists = [
@@ -106,6 +114,11 @@ fn sim_upholds_the_table_contract() {
             ours.nvsciipc.present().collect(),
             theirs.nvsciipc.present().collect(),
             ours.nvsciipc.missing().collect(),
+        ),
+        (
+            ours.nvrtc.present().collect(),
+            theirs.nvrtc.present().collect(),
+            ours.nvrtc.missing().collect(),
         ),
     ];
     // Left out on purpose (an absent entry is reported as NotSupported,

@@ -248,6 +248,11 @@ checks!(
     cross_context_refused,
     failed_imports_return_the_callers_fd,
     copy_from_host_done_on_return,
+    device_buffer_round_trip,
+    pinned_mapped_visible_both_ways,
+    event_ordering,
+    nvrtc_module_launch,
+    launch_and_module_refusals,
 );
 
 #[test]

@@ -154,6 +154,20 @@ impl Code for tegra_interop_sys::nvsci::NvSciError {
     }
 }
 
+impl Code for tegra_interop_sys::nvrtc::nvrtcResult {
+    #[inline]
+    fn check(self, call: &'static str) -> Result<(), Error> {
+        if self.0 == 0 {
+            Ok(())
+        } else {
+            Err(Error::Nvrtc {
+                call,
+                code: crate::nvrtc::NvrtcResult(self.0),
+            })
+        }
+    }
+}
+
 impl Code for () {
     #[inline]
     fn check(self, _call: &'static str) -> Result<(), Error> {
@@ -240,6 +254,7 @@ pub(crate) mod call {
     tegra_interop_sys::nvscibuf_entry_points!(wrappers checked);
     tegra_interop_sys::nvscisync_entry_points!(wrappers checked);
     tegra_interop_sys::nvsciipc_entry_points!(wrappers checked);
+    tegra_interop_sys::nvrtc_entry_points!(wrappers checked);
 }
 
 /// Every entry point, its code handed back (for codes that are answers).
@@ -248,6 +263,7 @@ pub(crate) mod code {
     tegra_interop_sys::nvscibuf_entry_points!(wrappers raw);
     tegra_interop_sys::nvscisync_entry_points!(wrappers raw);
     tegra_interop_sys::nvsciipc_entry_points!(wrappers raw);
+    tegra_interop_sys::nvrtc_entry_points!(wrappers raw);
 }
 
 /// Every entry point's presence alone, for operations that must know all
@@ -258,4 +274,5 @@ pub(crate) mod require {
     tegra_interop_sys::nvscibuf_entry_points!(wrappers require);
     tegra_interop_sys::nvscisync_entry_points!(wrappers require);
     tegra_interop_sys::nvsciipc_entry_points!(wrappers require);
+    tegra_interop_sys::nvrtc_entry_points!(wrappers require);
 }

@@ -68,7 +68,7 @@ impl Opened {
     /// run that leaves objects behind or that the simulator flagged as a
     /// misuse of the API fails here; on the real driver, a failed release.
     pub fn close(self) -> Result<(), String> {
-        self.transport.close().map_err(|e| e.0)?;
+        self.transport.close().map_err(String::from)?;
         match self.after {
             After::Nothing => Ok(()),
             After::Driver(backend) => match backend.take_drop_errors().first() {

@@ -2,15 +2,17 @@
 //! pipeline on a discrete GPU, doing the same work, so that the ratio of the
 //! two measures what the interop costs.
 //!
-//! A ring of `slots` pinned, device-mapped host buffers (`cuMemHostAlloc`
-//! with `DEVICEMAP | PORTABLE`), one CUDA stream, one event per slot. One
+//! A ring of `slots` pinned, device-mapped host buffers
+//! ([`PinnedHostBuffer`]: `cuMemHostAlloc` with `DEVICEMAP | PORTABLE`), one
+//! CUDA stream, one event per slot, all through the driver's function
+//! table (so it also runs on the simulator, [`run_in`]). One
 //! host thread, per frame: waits for the slot's event (the slot's previous
 //! frame is done), checks that frame's processed bytes and its mismatch
 //! counter, writes the new frame with the camera model's pattern writer
 //! (as many threads as the pipeline's camera, started per call:
 //! [`TestPattern::fill_on_new_threads`], faster than the pipeline's pools
 //! for this one-thing-after-another loop), then queues the pipeline's own check-and-invert kernel
-//! ([`Kernel::check_and_invert`]) and records the slot's event. Zero-copy:
+//! ([`limit::Kernels::check_and_invert`]) and records the slot's event. Zero-copy:
 //! the kernel works on the host buffer over PCIe. Copy: the stream copies the
 //! frame into a device buffer (`cuMemcpyHtoDAsync`), runs the kernel there
 //! and copies it back. No Vulkan, no external memory, no semaphores: CUDA's
@@ -20,28 +22,24 @@
 //!
 //! Every frame is checked exactly as in the pipeline: the kernel counts the
 //! bytes that differ from the pattern, the host reads back the inverted frame.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
+pub mod limit;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    sys as cu_sys, CudaContext, CudaEvent, CudaSlice, DevicePtr, PinnedHostSlice,
+use tegra_interop::driver::{
+    Backend, Context, DeviceBuffer, DeviceMemory, Event, EventFlags, PinnedHostBuffer, Stream,
 };
 
 use crate::camera::{frame_threads, TestPattern};
-use crate::consumer::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
-use crate::transport::{FrameGeometry, TransportError};
+use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
+use limit::Kernels;
 
-fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError {
-    move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
-}
-
-fn cu(what: &'static str, r: cu_sys::CUresult) -> Result<(), TransportError> {
-    if r == cu_sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(TransportError::new(format!("{what}: {r:?}")))
-    }
-}
+/// How long the baseline waits for one frame before it counts as stuck.
+const STUCK: Duration = Duration::from_secs(10);
 
 /// What one baseline run measured.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,148 +72,162 @@ impl BaselineReport {
 
 /// One slot of the ring.
 struct Slot {
-    /// Owns the pinned buffer `host_ptr` points into.
-    _host: PinnedHostSlice<u8>,
-    host_ptr: *mut u8,
-    device_view: cu_sys::CUdeviceptr,
-    /// Copy mode: owns the device buffer at `device_ptr`.
-    _device: Option<CudaSlice<u8>>,
-    device_ptr: cu_sys::CUdeviceptr,
-    done: CudaEvent,
+    /// The frame, in pinned host memory mapped into the device.
+    host: PinnedHostBuffer,
+    /// Copy mode: the frame's device buffer.
+    device: Option<DeviceBuffer>,
+    /// Recorded after the slot's frame's last queued work.
+    done: Event,
 }
 
-/// Runs `frames` frames of `geometry` through a ring of `slots` (see the
-/// module docs); `copy` selects the copy-based variant.
+/// [`run_in`] on the real driver, device 0.
 pub fn run(
     geometry: FrameGeometry,
     slots: usize,
     frames: u64,
     copy: bool,
 ) -> Result<BaselineReport, TransportError> {
+    let backend: Arc<Backend> = Backend::real().during("CUDA driver")?;
+    let ctx = Context::new(backend, 0).during("creating a CUDA context")?;
+    run_in(&ctx, geometry, slots, frames, copy)
+}
+
+/// The ring's slots (see the module docs).
+fn ring(ctx: &Context, len: usize, slots: usize, copy: bool) -> Result<Vec<Slot>, TransportError> {
+    (0..slots)
+        .map(|_| {
+            Ok(Slot {
+                host: PinnedHostBuffer::new(ctx, len)
+                    .during("allocating pinned mapped host memory")?,
+                device: match copy {
+                    true => Some(DeviceBuffer::new(ctx, len).during("allocating a device frame")?),
+                    false => None,
+                },
+                done: Event::new(ctx, EventFlags::NO_TIMING).during("creating a CUDA event")?,
+            })
+        })
+        .collect()
+}
+
+/// Waits for `slot`'s frame number `frame` and checks it: the kernel's
+/// mismatch count (word `index` of `counters`) and the host read-back of
+/// the inverted pattern. `Ok(true)` when it passed.
+fn check(
+    slot: &Slot,
+    counters: &PinnedHostBuffer,
+    index: usize,
+    frame: u64,
+    geometry: FrameGeometry,
+    threads: usize,
+) -> Result<bool, TransportError> {
+    slot.done.synchronize(STUCK).during("waiting for a frame")?;
+    let mismatches = counters
+        .atomic_u64(index)
+        .during("the mismatch counter")?
+        .swap(0, Ordering::AcqRel);
+    let readback = TestPattern::new(frame, geometry.stride).first_mismatch_on_new_threads(
+        slot.host.as_slice(),
+        0xff,
+        threads,
+    );
+    Ok(mismatches == 0 && readback.is_none())
+}
+
+/// Queues frame number `frame`'s work for `slot` on `stream`: the copy in,
+/// the kernel and the copy out (copy mode) or the kernel over the host
+/// buffer (zero-copy), then the slot's event.
+fn queue(
+    slot: &Slot,
+    stream: &Stream,
+    kernels: &Kernels,
+    (counters, index): (&PinnedHostBuffer, usize),
+    frame: u64,
+    geometry: FrameGeometry,
+) -> Result<(), TransportError> {
     let len = geometry.frame_len();
-    let ctx = CudaContext::new(0).map_err(|e| err("creating a CUDA context")(&e))?;
-    let stream = ctx
-        .new_stream()
-        .map_err(|e| err("creating a CUDA stream")(&e))?;
-    let kern = Kernel::compile(&ctx)?;
-    let counters = Counters::new(&ctx, slots)?;
-    let mut ring = Vec::with_capacity(slots);
-    for _ in 0..slots {
-        let flags = cu_sys::CU_MEMHOSTALLOC_DEVICEMAP | cu_sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: the bytes are written (the whole frame) before anything
-        // reads them.
-        let mut host = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, flags) }
-            .map_err(|e| err("allocating pinned mapped host memory")(&e))?;
-        let host_ptr = host
-            .as_mut_ptr()
-            .map_err(|e| err("pinned host memory")(&e))?;
-        let mut device_view: cu_sys::CUdeviceptr = 0;
-        // SAFETY: `host_ptr` is the start of a live DEVICEMAP allocation;
-        // the out-pointer is a local.
-        cu("cuMemHostGetDevicePointer", unsafe {
-            cu_sys::cuMemHostGetDevicePointer_v2(&mut device_view, host_ptr.cast(), 0)
-        })?;
-        let device = if copy {
-            Some(
-                stream
-                    .alloc_zeros::<u8>(len)
-                    .map_err(|e| err("allocating a device frame")(&e))?,
-            )
-        } else {
-            None
-        };
-        let device_ptr = device.as_ref().map_or(0, |d| d.device_ptr(&stream).0);
-        let done = ctx
-            .new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(|e| err("creating a CUDA event")(&e))?;
-        ring.push(Slot {
-            _host: host,
-            host_ptr,
-            device_view,
-            _device: device,
-            device_ptr,
-            done,
-        });
+    let memory: &dyn DeviceMemory = match &slot.device {
+        Some(d) => d,
+        None => &slot.host,
+    };
+    // The three calls below: the buffers live as long as the ring, which
+    // outlives the stream's work (the caller drains the stream before
+    // dropping them); the host touches the slot's bytes and counter again
+    // only after the slot's event, recorded after this work, completed.
+    if let Some(d) = &slot.device {
+        // SAFETY: as said above.
+        unsafe { d.copy_from_pinned_async(0, &slot.host, 0, len, stream) }
+            .during("cuMemcpyHtoDAsync")?;
     }
+    // SAFETY: as above.
+    unsafe {
+        kernels.check_and_invert(
+            stream,
+            memory,
+            geometry,
+            frame,
+            counters,
+            index,
+            slot.device.is_none(),
+        )
+    }?;
+    if let Some(d) = &slot.device {
+        // SAFETY: as above.
+        unsafe { d.copy_to_pinned_async(0, &slot.host, 0, len, stream) }
+            .during("cuMemcpyDtoHAsync")?;
+    }
+    slot.done.record(stream).during("recording a CUDA event")
+}
+
+/// Runs `frames` frames of `geometry` through a ring of `slots` in `ctx`
+/// (see the module docs); `copy` selects the copy-based variant.
+pub fn run_in(
+    ctx: &Context,
+    geometry: FrameGeometry,
+    slots: usize,
+    frames: u64,
+    copy: bool,
+) -> Result<BaselineReport, TransportError> {
+    let len = geometry.frame_len();
+    if len == 0 || slots == 0 {
+        return Err(TransportError::refused(
+            "the baseline needs frames of at least one byte and one slot",
+        ));
+    }
+    let stream = Stream::new(ctx).during("creating a CUDA stream")?;
+    let kernels = Kernels::compile(ctx)?;
+    let counters =
+        PinnedHostBuffer::new(ctx, 8 * slots).during("allocating the mismatch counters")?;
+    let mut ring = ring(ctx, len, slots, copy)?;
     let threads = frame_threads(len);
-    let grid = consumer::grid_for(len);
-    let s = stream.cu_stream();
     let (mut failed, mut write_ns, mut verify_ns) = (0u64, 0u128, 0u128);
-    let mut check = |slot: &Slot, index: usize, frame: u64| -> Result<(), TransportError> {
-        slot.done
-            .synchronize()
-            .map_err(|e| err("waiting for a frame")(&e))?;
+    let n = slots as u64;
+    let mut checked = |slot: &Slot, index: usize, frame: u64| -> Result<(), TransportError> {
         let t = Instant::now();
-        // SAFETY: the slot's event completed, so its kernel is done, and
-        // the slot's next kernel is queued only after this check.
-        let mismatches = unsafe { counters.take(index) }?;
-        // SAFETY: `host_ptr` is `len` bytes of a live allocation that no
-        // queued work touches now (the event completed).
-        let bytes = unsafe { std::slice::from_raw_parts(slot.host_ptr, len) };
-        let readback = TestPattern::new(frame, geometry.stride)
-            .first_mismatch_on_new_threads(bytes, 0xff, threads);
-        if mismatches != 0 || readback.is_some() {
-            failed += 1;
-        }
+        failed += u64::from(!check(slot, &counters, index, frame, geometry, threads)?);
         verify_ns += t.elapsed().as_nanos();
         Ok(())
     };
     let start = Instant::now();
     for frame in 0..frames {
-        let index = (frame % slots as u64) as usize;
-        let slot = &ring[index];
-        if frame >= slots as u64 {
-            check(slot, index, frame - slots as u64)?;
+        let index = (frame % n) as usize;
+        if frame >= n {
+            checked(&ring[index], index, frame - n)?;
         }
         let t = Instant::now();
-        // SAFETY: as in `check`: the slot's previous frame is done (or it
-        // was never used) and nothing is queued on it.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(slot.host_ptr, len) };
-        TestPattern::new(frame, geometry.stride).fill_on_new_threads(bytes, threads);
+        let slot = &mut ring[index];
+        TestPattern::new(frame, geometry.stride)
+            .fill_on_new_threads(slot.host.as_mut_slice(), threads);
         write_ns += t.elapsed().as_nanos();
-        let (memory, ptr) = if copy {
-            // SAFETY: both ranges are `len` bytes of live allocations kept
-            // until the stream is drained below.
-            cu("cuMemcpyHtoDAsync", unsafe {
-                cu_sys::cuMemcpyHtoDAsync_v2(slot.device_ptr, slot.host_ptr.cast(), len, s)
-            })?;
-            (FrameMemory::Device, slot.device_ptr)
-        } else {
-            (FrameMemory::System, slot.device_view)
-        };
-        let work = DeviceFrame {
-            ptr,
-            len,
-            stride: geometry.stride,
-        };
-        let counter = counters.device_ptr(index)?;
-        // SAFETY: `len` bytes at `ptr` and the counter stay allocated until
-        // the stream is drained; the host touches the slot again only after
-        // the slot's event, recorded after this work, completed.
-        unsafe {
-            kern.check_and_invert_at(memory, grid, &stream, &CheckArgs::new(work, frame, counter))
-        }?;
-        if copy {
-            // SAFETY: as for the copy in.
-            cu("cuMemcpyDtoHAsync", unsafe {
-                cu_sys::cuMemcpyDtoHAsync_v2(slot.host_ptr.cast(), slot.device_ptr, len, s)
-            })?;
-        }
-        slot.done
-            .record(&stream)
-            .map_err(|e| err("recording a CUDA event")(&e))?;
+        queue(slot, &stream, &kernels, (&counters, index), frame, geometry)?;
     }
-    let first_pending = frames.saturating_sub(slots as u64);
     let mut last_done = start;
-    for frame in first_pending..frames {
-        let index = (frame % slots as u64) as usize;
-        check(&ring[index], index, frame)?;
+    for frame in frames.saturating_sub(n)..frames {
+        let index = (frame % n) as usize;
+        checked(&ring[index], index, frame)?;
         last_done = Instant::now();
     }
     let wall = last_done.saturating_duration_since(start);
-    stream
-        .synchronize()
-        .map_err(|e| err("draining the CUDA stream")(&e))?;
+    stream.synchronize().during("draining the CUDA stream")?;
     let n = u128::from(frames.max(1));
     Ok(BaselineReport {
         frames,
@@ -225,4 +237,49 @@ pub fn run(
         write: Duration::from_nanos((write_ns / n) as u64),
         verify: Duration::from_nanos((verify_ns / n) as u64),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use tegra_interop_sim::kernels::KernelSpec;
+
+    /// The baseline runs on the simulator in both modes and verifies every
+    /// frame, each slot used several times.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the simulator's stream threads and NVRTC model")]
+    fn the_baseline_verifies_every_frame_on_the_simulator() {
+        let sim = limit::tests::sim_with_kernels();
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let g = FrameGeometry {
+            stride: 301,
+            rows: 7,
+        };
+        for copy in [false, true] {
+            let r = run_in(&ctx, g, 3, 10, copy).unwrap();
+            assert_eq!((r.frames, r.failed, r.copy), (10, 0, copy));
+            assert!(r.frames_per_s() > 0.0);
+        }
+    }
+
+    /// A consumer that does not invert fails every frame's read-back: the
+    /// baseline's check can fail.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the simulator's stream threads and NVRTC model")]
+    fn a_kernel_that_does_not_invert_fails_every_frame() {
+        let sim = limit::tests::sim_with_kernels();
+        for name in ["check_and_invert", "check_and_invert_sysmem"] {
+            sim.register_kernel(KernelSpec::new(name, &[8, 8, 8, 4, 8]), |_| Ok(()));
+        }
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let g = FrameGeometry {
+            stride: 64,
+            rows: 3,
+        };
+        for copy in [false, true] {
+            let r = run_in(&ctx, g, 2, 6, copy).unwrap();
+            assert_eq!(r.failed, 6, "copy {copy}");
+        }
+    }
 }

@@ -17,6 +17,7 @@
 //!
 //! Run `cargo run --release -- --help` for the options.
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 pub mod backend;
 pub mod baseline;
@@ -113,7 +114,8 @@ fn open_gpu(
     copy: bool,
 ) -> Result<(Box<dyn FrameTransport>, &'static str), String> {
     let mode = crate::transport::gpu::Mode::from_copy_flag(copy);
-    let t = crate::transport::gpu::GpuTransport::open(geometry, slots, mode).map_err(|e| e.0)?;
+    let t =
+        crate::transport::gpu::GpuTransport::open(geometry, slots, mode).map_err(String::from)?;
     let note = t.note();
     Ok((Box::new(t), note))
 }
@@ -480,7 +482,7 @@ fn pipeline(
         let ticket = ring.acquire()?;
         if let Some(last) = ticket.previous_frame() {
             if checked[ticket.slot()] != Some(last) {
-                let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
+                let bytes = transport.wait_free(&ticket).map_err(String::from)?;
                 let ns = check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
                 t.verify.push(ns);
             }

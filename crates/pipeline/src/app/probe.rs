@@ -5,6 +5,7 @@
 //! what is missing (no driver, a discrete GPU where NvSci needs Tegra, a
 //! missing library or symbol, NVRTC, or a part of this example that is not
 //! built).
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::sync::Arc;
 
@@ -65,6 +66,15 @@ pub const CUDA_NEEDED_FOR_NVSCI: &[&str] = &[
     "cuWaitExternalSemaphoresAsync",
     "cuDestroyExternalSemaphore",
     "cuLaunchHostFunc",
+    "cuModuleLoadData",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventElapsedTime",
+    "cuMemHostAlloc",
+    "cuMemHostGetDevicePointer",
 ];
 
 /// Needed CUDA entry points for the NvSci transport the table lacks.
@@ -77,21 +87,35 @@ pub fn cuda_missing_for_nvsci(table: &FunctionTable) -> Vec<&'static str> {
         .collect()
 }
 
-/// Whether cudarc can load the CUDA driver and NVRTC, which the jetson
-/// backend's kernel needs (cudarc makes the context the kernel is loaded
-/// into, NVRTC compiles it): `Err` says which is missing.
-fn kernel_libraries() -> Result<(), String> {
-    // SAFETY: `is_culib_present` only tries to open the driver library
-    // under its usual names (libcuda.so.1, which `Backend::real` already
-    // opened); opening it runs no code of ours.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err("cudarc cannot load the CUDA driver library, which the kernel path uses to make its context and load the kernel".into());
+/// The NVRTC entry points the consumer compiles its kernel with.
+pub const NVRTC_NEEDED: &[&str] = &[
+    "nvrtcVersion",
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcDestroyProgram",
+];
+
+/// Whether the backend's table has NVRTC, which the jetson backend's kernel
+/// is compiled with at run time (the driver's own loader fills the table's
+/// optional NVRTC part): `Err` says what is missing.
+fn kernel_libraries(backend: &Backend) -> Result<(), String> {
+    let present: Vec<&str> = backend.table().nvrtc.present().collect();
+    let missing: Vec<&str> = NVRTC_NEEDED
+        .iter()
+        .copied()
+        .filter(|n| !present.contains(n))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
     }
-    // SAFETY: as above, for the NVRTC library.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err("NVRTC (libnvrtc.so) was not found, and the kernel that processes frames is compiled with it at run time: install the CUDA toolkit's NVRTC (JetPack has it) or add its lib folder to LD_LIBRARY_PATH".into());
-    }
-    Ok(())
+    Err(format!(
+        "NVRTC (libnvrtc.so) lacks {}, and the kernel that processes frames is compiled with it at run time: install the CUDA toolkit's NVRTC (JetPack has it) or add its lib folder to LD_LIBRARY_PATH",
+        missing.join(", ")
+    ))
 }
 
 /// Needed NvSci entry points the table lacks (by C name).
@@ -164,7 +188,7 @@ pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
             "not the real CUDA driver: device 0 ({name}) is integrated and NvSci is present, but the jetson backend processes frames with a CUDA kernel (NVRTC), which only a real GPU runs; the simulator's processing is the `sim` backend"
         ));
     }
-    if let Err(why) = kernel_libraries() {
+    if let Err(why) = kernel_libraries(backend) {
         return Verdict::Unavailable(why);
     }
     Verdict::Available(format!(
@@ -344,10 +368,25 @@ mod tests {
             why,
             "the CUDA driver lacks cuWaitExternalSemaphoresAsync, cuLaunchHostFunc"
         );
+        // NVRTC comes from the table's NVRTC part (the driver's loader), not
+        // from cudarc: present on the simulator, named when missing.
+        assert_eq!(kernel_libraries(&sim.backend()), Ok(()));
+        let mut table = sim.table();
+        table.nvrtc.nvrtcCompileProgram = None;
+        // SAFETY: as above.
+        let backend = unsafe { Backend::from_table("t", table) };
+        let why = kernel_libraries(&backend).unwrap_err();
+        assert!(
+            why.starts_with("NVRTC (libnvrtc.so) lacks nvrtcCompileProgram,"),
+            "{why}"
+        );
         // Every name in the lists is an entry of the table.
         let all = sim.table();
         for n in CUDA_NEEDED_FOR_NVSCI {
             assert!(all.cuda.present().any(|p| p == *n), "{n}");
+        }
+        for n in NVRTC_NEEDED {
+            assert!(all.nvrtc.present().any(|p| p == *n), "{n}");
         }
         for n in NVSCI_NEEDED {
             assert!(

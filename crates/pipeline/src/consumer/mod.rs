@@ -1,665 +1,815 @@
-//! The consumer's CUDA kernel, shared by the transports whose consumer runs
-//! on a real CUDA device:
+//! The pipeline's one CUDA consumer, shared by the transports whose
+//! consumer runs CUDA work: the NvSci transport (a Jetson, or the
+//! simulator), the EGLStream transport and the discrete-GPU transport.
 //!
-//! - the discrete-GPU transport (`gpu.rs`, feature `vulkan`), over imported
-//!   Vulkan memory (zero-copy) or a device-local copy of each frame;
-//! - the NvSci transport on a Jetson (`nvsci.rs`,
-//!   `Processing::CudaKernel`), over the imported NvSciBuf buffers.
+//! A [`Consumer`] owns everything of the consumer side but the fences:
+//! the check-and-invert kernel ([`kernel::KERNEL_SOURCE`], compiled when it
+//! is made, with the backend's NVRTC, and loaded into the context), one
+//! mismatch counter per slot in device-mapped pinned host memory, per-slot
+//! CUDA events, the slot's frame (a mapped import) or, per mode, its
+//! device-local copy or its pinned host buffer, and the streams. Per frame
+//! the transport queues its wait for *ready* on [`Consumer::entry_stream`],
+//! calls [`Consumer::queue`] (or [`Consumer::queue_acquired`] for an EGL
+//! frame) and queues its *free* signal on [`Consumer::exit_stream`]; the
+//! frame's [`Completion`] comes from [`Consumer::try_complete`] /
+//! [`Consumer::wait_complete`], in queueing order, with the mismatch count
+//! and the GPU times of its events.
 //!
-//! What is here: [`KERNEL_SOURCE`] (CUDA C, compiled when a transport opens
-//! with NVRTC through cudarc), [`Kernel`] (the compiled module and its entry
-//! points, with the launches), [`Counters`] (one mismatch counter per ring
-//! slot in device-mapped pinned host memory), and the host-side
-//! mirror of the kernel's test-pattern arithmetic ([`pattern_seed`],
-//! [`kernel_pattern_byte`], [`self_check_pattern`]). The kernel does exactly
-//! what `crate::transport::process_frame` does on the host: count the bytes
-//! that differ from the frame's `TestPattern` and invert every byte in place.
+//! Everything goes through the driver's seam (`tegra_interop::driver`:
+//! [`Nvrtc`](tegra_interop::driver::Nvrtc), `Module`, `Function::launch`,
+//! `Event`, `PinnedHostBuffer`, `DeviceBuffer`, `Stream::copy_async`), so the
+//! same code runs on a GPU and on the simulator, where the kernels are their
+//! Rust twins ([`twin::register`]). On a GPU the kernels, launches and
+//! events of this design ran on an H100 and the H200 before they moved onto
+//! the seam (BENCHMARKS.md, sessions 6 to 9, through cudarc); the seam's
+//! version is verified on the simulator here and must be run on the GPU
+//! machine again. The Jetson path (NvSci on Tegra) has never run on a
+//! Jetson.
 //!
-//! What was verified where: the kernels and the discrete-GPU transport's
-//! launch sequence, launched through cudarc's launch builder as below, ran
-//! on an H100 (sessions 6 and 7, the counters in mapped host memory since 7;
-//! every frame verified, BENCHMARKS.md), as did the EGL transport's and the
-//! plain-CUDA baseline's launches. The Jetson path compiles against it and
-//! has never run on a Jetson (none is reachable from this project).
-//! The host-side pattern arithmetic is unit-tested everywhere.
+//! This module is the pipeline's only one with `unsafe` code: the kernel
+//! launches and the queued copies (see [`Consumer`] for the rules that make
+//! them sound), each with its `// SAFETY:` line.
+#![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
-use std::fmt::Display;
-use std::ptr::NonNull;
-use std::sync::mpsc::Sender;
-use std::sync::Arc;
+pub mod kernel;
+pub mod shared;
+pub mod twin;
+
+use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{
-    sys as cu_sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig,
-    PinnedHostSlice, PushKernelArg,
+use tegra_interop::driver::egl::StreamFrame;
+use tegra_interop::driver::{
+    Backend, Context, DeviceBuffer, DevicePtr, Event, EventFlags, MappedBuffer, Nvrtc,
+    PinnedHostBuffer, Stream,
 };
 
-use crate::transport::{Completion, TransportError};
-use tegra_interop::driver::Stream;
+use crate::transport::{Completion, DriverError, DriverResultExt, FrameGeometry, TransportError};
 
-/// Threads per block of the kernels (a multiple of the warp size).
-pub const BLOCK: u32 = 256;
+pub use kernel::{
+    grid_for, kernel_pattern_byte, pattern_seed, self_check_pattern, CopyKernel, FrameMemory,
+    Kernels, BLOCK, BYTES_PER_THREAD, FRAME_ALIGN, KERNEL_SOURCE,
+};
 
-/// Bytes each kernel thread handles per step (one 16-byte vector).
-pub const BYTES_PER_THREAD: usize = 16;
+/// Whether `backend` has NVRTC, which the consumer compiles its kernel
+/// with (the driver's own loader: the table's optional NVRTC part).
+pub fn nvrtc_present_in(backend: &Arc<Backend>) -> Result<(), TransportError> {
+    Nvrtc::new(backend).map(drop).map_err(|e| {
+        TransportError::driver(
+            "NVRTC (libnvrtc.so) was not found: install the CUDA toolkit's NVRTC or add its lib64 folder to LD_LIBRARY_PATH",
+            e,
+        )
+    })
+}
 
-/// The alignment the kernels' 16-byte vector accesses need at the start of
-/// a frame (checked before every launch: a misaligned frame is an error,
-/// not a faulting kernel).
-pub const FRAME_ALIGN: u64 = 16;
+/// Whether the real driver's backend has NVRTC ([`nvrtc_present_in`] on
+/// `Backend::real()`).
+pub fn nvrtc_present() -> Result<(), TransportError> {
+    let backend = Backend::real().during("loading the CUDA driver")?;
+    nvrtc_present_in(&backend)
+}
 
-fn check_aligned(ptr: cu_sys::CUdeviceptr, what: &'static str) -> Result<(), TransportError> {
-    if ptr.is_multiple_of(FRAME_ALIGN) {
-        Ok(())
-    } else {
-        Err(TransportError::new(format!(
-            "{what}: device address {ptr:#x} is not {FRAME_ALIGN}-byte aligned, which the kernel's vector accesses need"
-        )))
+/// How a copy between a frame and its device-local copy is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyWith {
+    /// The copy engines (`cuMemcpyDtoDAsync`): the copy in and an earlier
+    /// frame's copy back run at once, on two streams.
+    Engines,
+    /// The copy kernels of [`KERNEL_SOURCE`] (loads that fetch system
+    /// memory again, write-through stores), on the same two streams.
+    Kernels,
+}
+
+/// What the consumer does with each frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Check and invert the slot's frame where it is (zero-copy): one
+    /// stream.
+    InPlace,
+    /// Copy the slot's frame into the slot's device buffer, check and
+    /// invert it there, copy it back. The copy in and the kernel run on the
+    /// entry stream, the copy back on the exit stream after the kernel's
+    /// event: a frame's copy back and a later frame's copy in overlap.
+    DeviceCopy(CopyWith),
+    /// Check and invert a frame that is not the consumer's (an acquired
+    /// EGL frame, [`Consumer::queue_acquired`]) in place, then copy it into
+    /// the slot's pinned host buffer ([`Consumer::host_frame`]): one stream.
+    ReadBack,
+}
+
+/// How a [`Consumer`] is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// Layout of every frame.
+    pub geometry: FrameGeometry,
+    /// Slots of the ring.
+    pub slots: usize,
+    /// Where the frames the kernel works on in place live (the kernel's
+    /// variant; device copies are always [`FrameMemory::Device`]).
+    pub memory: FrameMemory,
+    /// What is done per frame.
+    pub work: Work,
+    /// Report every frame done without running the kernel (fault
+    /// injection: the producer's read-back must catch it).
+    pub skip_kernel: bool,
+}
+
+/// GPU times of one collected frame, from its events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameTimes {
+    /// From [`Consumer::arrive`] to the start of the frame's work: the
+    /// transport's wait for *ready* (`None` when `arrive` was not called).
+    pub wait: Option<Duration>,
+    /// From the start to the kernel (the copy in, in copy mode).
+    pub copy_in: Duration,
+    /// The kernel.
+    pub kernel: Duration,
+    /// From the kernel to the frame's end (the copy back or read-back).
+    pub copy_out: Duration,
+}
+
+/// One slot's consumer state: its events, memory and frame in flight.
+struct Slot {
+    /// The slot's frame ([`Work::InPlace`], [`Work::DeviceCopy`]).
+    frame: Option<MappedBuffer>,
+    /// Its device-local copy ([`Work::DeviceCopy`]).
+    device: Option<DeviceBuffer>,
+    /// Its host copy ([`Work::ReadBack`]).
+    host: Option<PinnedHostBuffer>,
+    arrive: Event,
+    start: Event,
+    kernel_start: Event,
+    kernel_end: Event,
+    done: Event,
+}
+
+/// Where a slot is on the consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    /// Nothing queued; `arrived`: its arrival event was recorded for the
+    /// next frame.
+    Idle { arrived: bool },
+    /// Being queued (by one thread; nobody else may touch the slot).
+    Queueing { arrived: bool },
+    /// Queued and not collected.
+    InFlight { frame: u64, arrived: bool },
+    /// Queueing failed part-way: the slot's work and events are unknown,
+    /// so the slot is never used again.
+    Broken,
+}
+
+/// The consumer's bookkeeping, shared by the threads that queue and
+/// collect (behind a mutex, held only to read or move a slot's state).
+#[derive(Debug)]
+struct Progress {
+    /// Frames in flight, oldest first: their slots.
+    in_flight: VecDeque<usize>,
+    /// Per slot.
+    states: Vec<SlotState>,
+}
+
+impl Slot {
+    fn new(ctx: &Context) -> Result<Slot, TransportError> {
+        let event = || Event::new(ctx, EventFlags::DEFAULT).during("creating a CUDA event");
+        Ok(Slot {
+            frame: None,
+            device: None,
+            host: None,
+            arrive: event()?,
+            start: event()?,
+            kernel_start: event()?,
+            kernel_end: event()?,
+            done: event()?,
+        })
+    }
+
+    fn times(&self, arrived: bool) -> Result<FrameTimes, TransportError> {
+        let since = |later: &Event, earlier: &Event| {
+            later
+                .elapsed_since(earlier)
+                .during("reading CUDA event times")
+        };
+        Ok(FrameTimes {
+            wait: match arrived {
+                true => Some(since(&self.start, &self.arrive)?),
+                false => None,
+            },
+            copy_in: since(&self.kernel_start, &self.start)?,
+            kernel: since(&self.kernel_end, &self.kernel_start)?,
+            copy_out: since(&self.done, &self.kernel_end)?,
+        })
     }
 }
 
-/// The CUDA C source the consumer compiles with NVRTC when the transport
-/// opens.
+/// What queued work may use: freed only after the streams drained.
+struct Resources {
+    slots: Vec<Slot>,
+    counters: PinnedHostBuffer,
+    kernels: Kernels,
+}
+
+/// The consumer (see the module docs).
 ///
-/// `check_and_invert*` do what `process_frame` does on the host: byte `i` of
-/// the frame is at `row = i / stride`, `col = i % stride`; it is compared
-/// with the test pattern of the frame (the seed bytes `s0`, `s1`, `s2` are the
-/// low three bytes of `seed`, see [`pattern_seed`]), counted when different,
-/// and inverted. Each thread handles 16 bytes at a time, a warp adds up its
-/// counts with shuffles and one lane adds them to the frame's counter with an
-/// atomic.
+/// # Why its safe methods are sound
 ///
-/// The `_sysmem` variant and the two copy kernels touch the frame with
-/// `ld.global.cv` loads (cached system-memory lines are treated as stale and
-/// fetched again) and `st.global.wt` stores (written through to system
-/// memory). On the discrete GPU they were tried while frames were still
-/// handed over with host-side semaphore operations only, and did not stop
-/// the consumer from reading stale bytes (see `gpu.rs`'s module docs and
-/// BENCHMARKS.md); the fix there was the queue handover. They are kept
-/// because they cost nothing measurable on the H200 and do not rely on
-/// cached system-memory lines, which is also why the Jetson path, whose
-/// frames are NvSciBuf buffers in the DRAM the CPU shares, uses the
-/// `_sysmem` variant (not measured on a Jetson).
-pub const KERNEL_SOURCE: &str = r#"
-typedef unsigned long long u64;
-typedef unsigned int u32;
-
-__device__ __forceinline__ u32 col_term(u64 col, u32 seed) {
-    return (((u32)col & 0xffu) ^ (seed & 0xffu)) + 7u * (u32)(col >> 8);
+/// Kernels and copies are queued on its own streams over memory it owns
+/// (the slots' frames, device buffers, host buffers and counters) or that
+/// a borrowed guard keeps alive until work queued after it (an acquired
+/// EGL frame, released on the same stream after the work). A slot's memory
+/// is touched by the host only through [`Consumer::host_frame`] /
+/// [`Consumer::host_frame_mut`], which refuse a slot whose frame is in
+/// flight, and a slot is queued again only after its frame was collected
+/// (its `done` event completed). Before anything is freed the streams are
+/// drained (`Drop`), or, where they cannot be, the memory is leaked. What
+/// the consumer cannot see is the producer writing a frame through its
+/// own mapping (the NvSciBuf CPU pointer, the Vulkan mapping): the
+/// transport's fences order that, as the ring's protocol says
+/// ([`crate::ring`]): the producer writes a slot only after its *free*
+/// fence, which the transport signals on the exit stream after the
+/// consumer's work.
+pub struct Consumer {
+    config: ConsumerConfig,
+    grid: u32,
+    progress: Mutex<Progress>,
+    /// Dropped by `Drop::drop` once the streams drained, else leaked.
+    res: ManuallyDrop<Resources>,
+    exit: Option<Stream>,
+    entry: Stream,
+    ctx: Context,
 }
 
-__device__ __forceinline__ u32 row_term(u64 row, u32 seed) {
-    return 3u * (((u32)row & 0xffu) ^ ((seed >> 8) & 0xffu))
-         + 5u * (u32)(row >> 8) + ((seed >> 16) & 0xffu);
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.config)
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
 }
 
-template <bool SYS> __device__ __forceinline__ uint4 load16(const uint4 *p) {
-    if (SYS) { return __ldcv(p); } else { return *p; }
-}
-template <bool SYS> __device__ __forceinline__ void store16(uint4 *p, uint4 v) {
-    if (SYS) { __stwt(p, v); } else { *p = v; }
-}
-template <bool SYS> __device__ __forceinline__ unsigned char load1(const unsigned char *p) {
-    if (SYS) { return __ldcv(p); } else { return *p; }
-}
-template <bool SYS> __device__ __forceinline__ void store1(unsigned char *p, unsigned char v) {
-    if (SYS) { __stwt(p, v); } else { *p = v; }
-}
+impl Consumer {
+    /// Makes the consumer in `ctx`: compiles and loads the kernels, makes
+    /// the streams, the counters and each slot's events and memory.
+    /// `frames` are the slots' frames, one per slot, for
+    /// [`Work::InPlace`] and [`Work::DeviceCopy`] (each at least a frame
+    /// long, 16-byte aligned); none for [`Work::ReadBack`].
+    pub fn new(
+        ctx: &Context,
+        config: ConsumerConfig,
+        frames: Vec<MappedBuffer>,
+    ) -> Result<Consumer, TransportError> {
+        let g = config.geometry;
+        let len = g.frame_len();
+        if len == 0 || config.slots == 0 {
+            return Err(TransportError::refused(
+                "the consumer needs frames and slots",
+            ));
+        }
+        let want = match config.work {
+            Work::ReadBack => 0,
+            _ => config.slots,
+        };
+        if frames.len() != want {
+            return Err(TransportError::refused(format!(
+                "the consumer was given {} frame(s) for {} slot(s) of {:?} work",
+                frames.len(),
+                config.slots,
+                config.work
+            )));
+        }
+        self_check_pattern(g.stride, g.rows)?;
+        let kernels = Kernels::compile(ctx)?;
+        let counters = PinnedHostBuffer::new(ctx, config.slots * 8)
+            .during("allocating the mismatch counters")?;
+        let entry = Stream::new(ctx).during("creating the consumer's stream")?;
+        let exit = match config.work {
+            Work::DeviceCopy(_) => Some(Stream::new(ctx).during("creating the copy-back stream")?),
+            _ => None,
+        };
+        let slots = Self::make_slots(ctx, &config, frames)?;
+        Ok(Consumer {
+            config,
+            grid: grid_for(len),
+            progress: Mutex::new(Progress {
+                in_flight: VecDeque::with_capacity(config.slots),
+                states: vec![SlotState::Idle { arrived: false }; config.slots],
+            }),
+            res: ManuallyDrop::new(Resources {
+                slots,
+                counters,
+                kernels,
+            }),
+            exit,
+            entry,
+            ctx: ctx.clone(),
+        })
+    }
 
-template <bool SYS>
-__device__ __forceinline__ void check_and_invert_body(unsigned char *buf, u64 len, u64 stride,
-                                                      u32 seed, u64 *mismatches) {
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 threads = (u64)gridDim.x * blockDim.x;
-    const u64 vectors = len / 16;
-    u32 count = 0;
-    uint4 *v = (uint4 *)buf;
-    for (u64 i = tid; i < vectors; i += threads) {
-        uint4 w = load16<SYS>(v + i);
-        u32 words[4] = {w.x, w.y, w.z, w.w};
-        u64 off = i * 16;
-        u64 row = off / stride;
-        u64 col = off - row * stride;
-        u32 rt = row_term(row, seed);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            u32 word = words[k];
-            u32 out = 0;
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                u32 have = (word >> (8 * b)) & 0xffu;
-                u32 want = (col_term(col, seed) + rt) & 0xffu;
-                count += (have != want);
-                out |= ((~have) & 0xffu) << (8 * b);
-                col++;
-                if (col == stride) {
-                    col = 0;
-                    row++;
-                    rt = row_term(row, seed);
+    /// Each slot's events and memory.
+    fn make_slots(
+        ctx: &Context,
+        config: &ConsumerConfig,
+        frames: Vec<MappedBuffer>,
+    ) -> Result<Vec<Slot>, TransportError> {
+        let len = config.geometry.frame_len();
+        let mut frames = frames.into_iter();
+        let mut slots = Vec::with_capacity(config.slots);
+        for index in 0..config.slots {
+            let mut slot = Slot::new(ctx)?;
+            match config.work {
+                Work::ReadBack => {
+                    slot.host = Some(
+                        PinnedHostBuffer::new(ctx, len).during("allocating a host frame buffer")?,
+                    );
+                }
+                Work::InPlace | Work::DeviceCopy(_) => {
+                    let frame = frames
+                        .next()
+                        .ok_or_else(|| TransportError::no_slot(index))?;
+                    if frame.size() < len as u64 {
+                        return Err(TransportError::refused(format!(
+                            "slot {index}'s frame has {} bytes, a frame needs {len}",
+                            frame.size()
+                        )));
+                    }
+                    kernel::check_aligned(frame.device_ptr(), "a slot's frame")?;
+                    slot.frame = Some(frame);
                 }
             }
-            words[k] = out;
+            if let Work::DeviceCopy(_) = config.work {
+                slot.device =
+                    Some(DeviceBuffer::new(ctx, len).during("allocating a device frame buffer")?);
+            }
+            slots.push(slot);
         }
-        store16<SYS>(v + i, make_uint4(words[0], words[1], words[2], words[3]));
+        Ok(slots)
     }
-    const u64 tail = len - vectors * 16;
-    if (tid < tail) {
-        u64 off = vectors * 16 + tid;
-        u64 row = off / stride;
-        u64 col = off - row * stride;
-        u32 have = load1<SYS>(buf + off);
-        u32 want = (col_term(col, seed) + row_term(row, seed)) & 0xffu;
-        count += (have != want);
-        store1<SYS>(buf + off, (unsigned char)(~have));
+
+    /// How it was made.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.config
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        count += __shfl_down_sync(0xffffffffu, count, o);
+
+    /// The context it works in.
+    pub fn context(&self) -> &Context {
+        &self.ctx
     }
-    if ((threadIdx.x & 31u) == 0 && count != 0) {
-        atomicAdd(mismatches, (u64)count);
+
+    /// The stream the frame's work starts on: queue the wait for *ready*
+    /// here before [`Consumer::queue`].
+    pub fn entry_stream(&self) -> &Stream {
+        &self.entry
     }
-}
 
-/* The frame in device memory (copy-based variant). */
-extern "C" __global__ void check_and_invert(unsigned char *buf, u64 len, u64 stride,
-                                            u32 seed, u64 *mismatches) {
-    check_and_invert_body<false>(buf, len, stride, seed, mismatches);
-}
-
-/* The frame in imported host memory (zero-copy variant). */
-extern "C" __global__ void check_and_invert_sysmem(unsigned char *buf, u64 len, u64 stride,
-                                                   u32 seed, u64 *mismatches) {
-    check_and_invert_body<true>(buf, len, stride, seed, mismatches);
-}
-
-/* Copies `len` bytes; SRC_SYS / DST_SYS say which side is imported host memory. */
-template <bool SRC_SYS, bool DST_SYS>
-__device__ __forceinline__ void copy_body(unsigned char *dst, const unsigned char *src, u64 len) {
-    const u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 threads = (u64)gridDim.x * blockDim.x;
-    const u64 vectors = len / 16;
-    for (u64 i = tid; i < vectors; i += threads) {
-        store16<DST_SYS>((uint4 *)dst + i, load16<SRC_SYS>((const uint4 *)src + i));
+    /// The stream the frame's work ends on: queue the *free* signal here
+    /// after [`Consumer::queue`] (the entry stream except in copy mode).
+    pub fn exit_stream(&self) -> &Stream {
+        self.exit.as_ref().unwrap_or(&self.entry)
     }
-    const u64 tail = len - vectors * 16;
-    if (tid < tail) {
-        u64 off = vectors * 16 + tid;
-        store1<DST_SYS>(dst + off, load1<SRC_SYS>(src + off));
+
+    /// Frames queued and not collected.
+    pub fn in_flight(&self) -> usize {
+        self.progress().map_or(0, |p| p.in_flight.len())
     }
-}
 
-extern "C" __global__ void copy_from_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
-    copy_body<true, false>(dst, src, len);
-}
+    fn progress(&self) -> Result<MutexGuard<'_, Progress>, TransportError> {
+        self.progress
+            .lock()
+            .map_err(|_| TransportError::misuse("a thread panicked while using the consumer"))
+    }
 
-extern "C" __global__ void copy_to_sysmem(unsigned char *dst, const unsigned char *src, u64 len) {
-    copy_body<false, true>(dst, src, len);
-}
-"#;
+    /// Moves `slot` from idle to `to(arrived)`, or says why it is not idle.
+    fn take_idle(
+        &self,
+        slot: usize,
+        to: impl FnOnce(bool) -> SlotState,
+    ) -> Result<(), TransportError> {
+        let mut p = self.progress()?;
+        let state = p
+            .states
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        match *state {
+            SlotState::Idle { arrived } => {
+                *state = to(arrived);
+                Ok(())
+            }
+            other => Err(TransportError::misuse(format!(
+                "slot {slot} is not idle on the consumer ({other:?})"
+            ))),
+        }
+    }
 
-/// The splitmix64 finaliser that `TestPattern` uses to turn a frame index
-/// into its seed (the formula is documented on `TestPattern`).
-const fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+    /// Ends the queueing of `slot`: in flight with `frame`, or broken.
+    fn end_queueing(&self, slot: usize, frame: u64, ok: bool) -> Result<(), TransportError> {
+        let mut p = self.progress()?;
+        let state = p
+            .states
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        *state = match (*state, ok) {
+            (SlotState::Queueing { arrived }, true) => SlotState::InFlight { frame, arrived },
+            _ => SlotState::Broken,
+        };
+        if ok {
+            p.in_flight.push_back(slot);
+        }
+        Ok(())
+    }
 
-/// The kernel's `seed` argument for `frame`: the pattern's seed bytes `s0`,
-/// `s1`, `s2` in its low three bytes.
-pub fn pattern_seed(frame: u64) -> u32 {
-    (splitmix64(frame) & 0x00ff_ffff) as u32
-}
+    /// Runs `work` for `slot` as its queueing (the slot must be idle), then
+    /// marks the frame in flight, or the slot broken if `work` failed.
+    fn queueing(
+        &self,
+        slot: usize,
+        frame: u64,
+        work: impl FnOnce(&Slot) -> Result<(), TransportError>,
+    ) -> Result<(), TransportError> {
+        self.take_idle(slot, |arrived| SlotState::Queueing { arrived })?;
+        let r = work(&self.res.slots[slot]);
+        self.end_queueing(slot, frame, r.is_ok())?;
+        r
+    }
 
-/// The byte the kernel expects at (`row`, `col`) for `seed`: the same
-/// arithmetic as [`KERNEL_SOURCE`], on the host (checked against
-/// `TestPattern` in the tests and once per open).
-pub fn kernel_pattern_byte(seed: u32, row: u64, col: u64) -> u8 {
-    let col_term =
-        ((col as u32 & 0xff) ^ (seed & 0xff)).wrapping_add(7u32.wrapping_mul((col >> 8) as u32));
-    let row_term = 3u32
-        .wrapping_mul((row as u32 & 0xff) ^ ((seed >> 8) & 0xff))
-        .wrapping_add(5u32.wrapping_mul((row >> 8) as u32))
-        .wrapping_add((seed >> 16) & 0xff);
-    (col_term.wrapping_add(row_term) & 0xff) as u8
-}
+    /// Records the slot's arrival event on the entry stream (optional, for
+    /// [`FrameTimes::wait`]): call it before queueing the wait for *ready*.
+    pub fn arrive(&self, slot: usize) -> Result<(), TransportError> {
+        self.take_idle(slot, |_| SlotState::Queueing { arrived: true })?;
+        let r = self.res.slots[slot]
+            .arrive
+            .record(&self.entry)
+            .during("recording a CUDA event");
+        let mut p = self.progress()?;
+        p.states[slot] = match r {
+            Ok(()) => SlotState::Idle { arrived: true },
+            Err(_) => SlotState::Broken,
+        };
+        r
+    }
 
-/// Checks the kernel's pattern arithmetic against `TestPattern` for a few
-/// frames and positions; a mismatch means the kernel would report every
-/// frame as corrupt.
-pub fn self_check_pattern(stride: usize, rows: usize) -> Result<(), TransportError> {
-    use crate::camera::TestPattern;
-    for frame in [0u64, 1, 2, 255, 1 << 20, u64::MAX] {
-        let p = TestPattern::new(frame, stride);
-        let seed = pattern_seed(frame);
-        for (row, col) in [
-            (0, 0),
-            (0, stride.saturating_sub(1)),
-            (rows / 2, stride / 2),
-            (rows.saturating_sub(1), stride.saturating_sub(1)),
-            (300, 700),
-        ] {
-            if kernel_pattern_byte(seed, row as u64, col as u64) != p.byte(row, col) {
-                return Err(TransportError::new(format!(
-                    "the kernel's test-pattern arithmetic disagrees with TestPattern at frame {frame}, row {row}, column {col}"
-                )));
+    /// Queues frame `frame`'s work over `slot`'s own frame
+    /// ([`Work::InPlace`], [`Work::DeviceCopy`]): the kernel counts into
+    /// the slot's counter the bytes that differ from the frame's test
+    /// pattern and inverts every byte.
+    pub fn queue(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        self.queueing(slot, frame, |s| self.queue_own(s, slot, frame))
+    }
+
+    fn queue_own(&self, s: &Slot, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let Some(mapped) = s.frame.as_ref() else {
+            return Err(TransportError::misuse(
+                "this consumer has no frames of its own: it takes acquired EGL frames",
+            ));
+        };
+        s.start
+            .record(&self.entry)
+            .during("recording a CUDA event")?;
+        match (self.config.work, s.device.as_ref()) {
+            (Work::DeviceCopy(with), Some(device)) => {
+                self.copy(with, CopyKernel::FromSystem, &self.entry, device, mapped)?;
+                s.kernel_start
+                    .record(&self.entry)
+                    .during("recording a CUDA event")?;
+                self.check(slot, frame, FrameMemory::Device, DevicePtr::of(device))?;
+                s.kernel_end
+                    .record(&self.entry)
+                    .during("recording a CUDA event")?;
+                let exit = self.exit_stream();
+                exit.wait_event(&s.kernel_end)
+                    .during("ordering the copy back after the kernel")?;
+                self.copy(with, CopyKernel::ToSystem, exit, mapped, device)?;
+                s.done.record(exit).during("recording a CUDA event")?;
+            }
+            _ => {
+                s.kernel_start
+                    .record(&self.entry)
+                    .during("recording a CUDA event")?;
+                self.check(slot, frame, self.config.memory, DevicePtr::of(mapped))?;
+                s.kernel_end
+                    .record(&self.entry)
+                    .during("recording a CUDA event")?;
+                s.done
+                    .record(&self.entry)
+                    .during("recording a CUDA event")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues frame `frame`'s work over `acquired`, an EGL frame acquired
+    /// on [`Consumer::entry_stream`] ([`Work::ReadBack`]): check and invert
+    /// it in place, then copy it into the slot's host buffer. Release the
+    /// frame after this (its release is ordered after the work on the same
+    /// stream). Crate-private: the frame must have been acquired on the
+    /// entry stream, which the guard does not tell.
+    pub(crate) fn queue_acquired(
+        &self,
+        slot: usize,
+        frame: u64,
+        acquired: &StreamFrame<'_>,
+    ) -> Result<(), TransportError> {
+        self.queueing(slot, frame, |s| {
+            self.queue_over_acquired(s, slot, frame, acquired)
+        })
+    }
+
+    fn queue_over_acquired(
+        &self,
+        s: &Slot,
+        slot: usize,
+        frame: u64,
+        acquired: &StreamFrame<'_>,
+    ) -> Result<(), TransportError> {
+        let Some(host) = s.host.as_ref() else {
+            return Err(TransportError::misuse(
+                "this consumer was not made for acquired frames (Work::ReadBack)",
+            ));
+        };
+        let g = self.config.geometry;
+        let ptr = {
+            let f = acquired.frame().during("reading the acquired frame")?;
+            let fits = f.pitch() as usize == g.stride
+                && f.height() as usize == g.rows
+                && f.plane_count() == 1;
+            match (fits, f.plane_ptr(0)) {
+                (true, Some(p)) => p,
+                _ => {
+                    return Err(TransportError::frame_check(slot, frame, format!(
+                        "arrived as {}x{} pitch {} with {} plane(s); the ring's frames are {} bytes x {} lines in one pitch plane",
+                        f.width(), f.height(), f.pitch(), f.plane_count(), g.stride, g.rows
+                    )))
+                }
+            }
+        };
+        kernel::check_aligned(ptr, "the acquired frame")?;
+        // SAFETY: the acquired frame's plane 0 is `frame_len` bytes at `ptr`
+        // (its pitch and height checked above) and stays mapped while the
+        // guard lives and, for work queued on the stream it was acquired on
+        // (the entry stream, this function's crate-private contract),
+        // until its release, which the caller queues after this work.
+        let plane = unsafe { DevicePtr::from_raw(ptr) };
+        s.start
+            .record(&self.entry)
+            .during("recording a CUDA event")?;
+        s.kernel_start
+            .record(&self.entry)
+            .during("recording a CUDA event")?;
+        self.check(slot, frame, FrameMemory::Device, plane)?;
+        s.kernel_end
+            .record(&self.entry)
+            .during("recording a CUDA event")?;
+        self.copy_kernel(
+            CopyKernel::ToSystem,
+            &self.entry,
+            DevicePtr::of(host),
+            plane,
+        )?;
+        s.done.record(&self.entry).during("recording a CUDA event")
+    }
+
+    /// Launches the check-and-invert kernel over `target` on the entry
+    /// stream, counting into `slot`'s counter (nothing with `skip_kernel`).
+    fn check(
+        &self,
+        slot: usize,
+        frame: u64,
+        memory: FrameMemory,
+        target: DevicePtr<'_>,
+    ) -> Result<(), TransportError> {
+        if self.config.skip_kernel {
+            return Ok(());
+        }
+        let counter = DevicePtr::at(&self.res.counters, slot as u64 * 8, 8)
+            .during("addressing the slot's counter")?;
+        let g = self.config.geometry;
+        let launch = self
+            .res
+            .kernels
+            .check_and_invert(memory)
+            .launch(self.grid, BLOCK)
+            .arg(target)
+            .arg(g.frame_len() as u64)
+            .arg(g.stride as u64)
+            .arg(pattern_seed(frame))
+            .arg(counter);
+        // SAFETY: the arguments are the kernel's `(unsigned char *, u64,
+        // u64, u32, u64 *)`; `target` is `frame_len` bytes the consumer owns
+        // or an acquired frame alive until after this work (`queue`,
+        // `queue_acquired`), and the counter is the slot's word of the
+        // counters the consumer owns; the slot has nothing else in flight,
+        // the host touches neither before the frame is collected (see
+        // `Consumer`), and both outlive the stream's work (`Drop`).
+        unsafe { launch.launch(&self.entry) }.during("launching the consumer kernel")
+    }
+
+    /// Copies a frame between `dst` and `src` (the slot's frame and its
+    /// device copy) on `stream`, with the copy engines or a copy kernel.
+    fn copy(
+        &self,
+        with: CopyWith,
+        which: CopyKernel,
+        stream: &Stream,
+        dst: &dyn tegra_interop::driver::DeviceMemory,
+        src: &dyn tegra_interop::driver::DeviceMemory,
+    ) -> Result<(), TransportError> {
+        let len = self.config.geometry.frame_len() as u64;
+        match with {
+            // SAFETY: both are buffers the consumer owns, at least `len`
+            // bytes (checked at `new`; the driver checks the ranges again),
+            // alive until the streams are drained (`Drop`); the slot has no
+            // other work in flight and the host does not touch them until
+            // the frame is collected (see `Consumer`).
+            CopyWith::Engines => unsafe { stream.copy_async(dst, 0, src, 0, len) }
+                .during("copying a frame (cuMemcpyDtoDAsync)"),
+            CopyWith::Kernels => {
+                self.copy_kernel(which, stream, DevicePtr::of(dst), DevicePtr::of(src))
             }
         }
     }
-    Ok(())
-}
 
-/// Blocks of [`BLOCK`] threads for a frame of `len` bytes: one
-/// [`BYTES_PER_THREAD`]-byte vector per thread, at least 1 and at most
-/// 2^20 blocks (the kernels loop over the rest).
-pub fn grid_for(len: usize) -> u32 {
-    let vectors = len.div_ceil(BYTES_PER_THREAD);
-    u32::try_from(vectors.div_ceil(BLOCK as usize).clamp(1, 1 << 20)).unwrap_or(1 << 20)
-}
-
-fn err(what: &'static str) -> impl Fn(&dyn Display) -> TransportError {
-    move |e| TransportError::new(format!("{what}: {}", e.to_string().replace('\n', " ")))
-}
-
-fn cu_call(call: &'static str, r: cu_sys::CUresult) -> Result<(), TransportError> {
-    r.result()
-        .map_err(|e| TransportError::new(format!("{call} failed: {e}")))
-}
-
-/// Whether cudarc can load NVRTC (it panics on first use when it cannot).
-pub fn nvrtc_present() -> Result<(), TransportError> {
-    // SAFETY: `is_culib_present` only tries to open the NVRTC library under
-    // its usual names; opening it runs no code of ours.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(TransportError::new(
-            "NVRTC (libnvrtc.so) was not found: install the CUDA toolkit's NVRTC or add its lib64 folder to LD_LIBRARY_PATH",
-        ))
-    }
-}
-
-/// Where the frame a check-and-invert kernel works on lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameMemory {
-    /// Device-local memory (the discrete GPU's copy-based variant):
-    /// `check_and_invert`, plain loads and stores.
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    Device,
-    /// Memory the CPU also maps (imported Vulkan host memory, NvSciBuf
-    /// buffers on a Jetson): `check_and_invert_sysmem`, loads that fetch
-    /// again and write-through stores.
-    System,
-}
-
-/// Which copy kernel (the discrete GPU's copy-based variant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-pub enum CopyKernel {
-    /// `copy_from_sysmem`: from memory the CPU maps into device memory.
-    FromSystem,
-    /// `copy_to_sysmem`: from device memory back into memory the CPU maps.
-    ToSystem,
-}
-
-/// A frame as the kernels see it: `len` bytes at device address `ptr`,
-/// lines of `stride` bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceFrame {
-    /// Device address of the first byte.
-    pub ptr: cu_sys::CUdeviceptr,
-    /// Bytes in the frame.
-    pub len: usize,
-    /// Bytes per line.
-    pub stride: usize,
-}
-
-/// The NVRTC-compiled consumer kernels, loaded into one CUDA context.
-pub struct Kernel {
-    _module: Arc<CudaModule>,
-    /// `check_and_invert` (device memory).
-    device: CudaFunction,
-    /// `check_and_invert_sysmem` (memory the CPU maps).
-    sysmem: CudaFunction,
-    /// `copy_from_sysmem`.
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    copy_in: CudaFunction,
-    /// `copy_to_sysmem`.
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    copy_out: CudaFunction,
-}
-
-impl Kernel {
-    /// Compiles [`KERNEL_SOURCE`] with NVRTC and loads it into `ctx`.
-    pub fn compile(ctx: &Arc<CudaContext>) -> Result<Kernel, TransportError> {
-        nvrtc_present()?;
-        let ptx = cudarc::nvrtc::compile_ptx(KERNEL_SOURCE).map_err(|e| {
-            TransportError::new(format!(
-                "NVRTC could not compile the consumer kernel: {}",
-                format!("{e:?}").replace('\n', " ")
-            ))
-        })?;
-        let module = ctx
-            .load_module(ptx)
-            .map_err(|e| err("loading the consumer kernel")(&e))?;
-        let get = |name: &str| {
-            module
-                .load_function(name)
-                .map_err(|e| err("finding a consumer kernel")(&e))
-        };
-        Ok(Kernel {
-            device: get("check_and_invert")?,
-            sysmem: get("check_and_invert_sysmem")?,
-            copy_in: get("copy_from_sysmem")?,
-            copy_out: get("copy_to_sysmem")?,
-            _module: module,
-        })
-    }
-
-    /// Queues the check-and-invert kernel for frame number `args`'s frame
-    /// on `stream`, through cudarc's launch builder: it adds the number of
-    /// bytes that differ from the frame's test pattern to the `u64` at the
-    /// counter and inverts every byte in place. `frame` is the kernel's first
-    /// argument: a cudarc slice (a mapping lent with
-    /// `MappedBuffer::cudarc_slice`, a device buffer) or `&args.ptr` (see
-    /// [`Kernel::check_and_invert_at`]).
-    ///
-    /// # Safety
-    /// `stream` must be a live stream of the context the kernel was loaded
-    /// into; `frame` must be the device memory at `args.ptr`, at least
-    /// `args.len` bytes, and the counter the device address of a `u64`, both
-    /// valid until the kernel has run and not accessed by anything else
-    /// meanwhile. (Alignment is checked here.)
-    pub unsafe fn check_and_invert<'a, F>(
-        &'a self,
-        memory: FrameMemory,
-        grid: u32,
-        stream: &'a CudaStream,
-        frame: F,
-        args: &'a CheckArgs,
-    ) -> Result<(), TransportError>
-    where
-        LaunchArgs<'a>: PushKernelArg<F>,
-    {
-        check_aligned(args.ptr, "launching the consumer kernel")?;
-        let mut launch = stream.launch_builder(self.check_and_invert_function(memory));
-        launch.arg(frame);
-        args.push_scalars(&mut launch);
-        // SAFETY: the arguments match the kernels' parameter list
-        // `(unsigned char*, u64, u64, u32, u64*)`; the memory behind them is
-        // the caller's to keep valid (see the contract above).
-        unsafe { launch.launch(config(grid)) }
-            .map(drop)
-            .map_err(|e| err("launching the consumer kernel")(&e))
-    }
-
-    /// [`Kernel::check_and_invert`] on the frame at the raw device address
-    /// `args.ptr` (memory that is not a cudarc slice: an EGL frame, a
-    /// pinned host buffer's device view).
-    ///
-    /// # Safety
-    /// As for [`Kernel::check_and_invert`].
-    pub unsafe fn check_and_invert_at(
+    /// Launches a copy kernel of a whole frame from `src` to `dst`.
+    fn copy_kernel(
         &self,
-        memory: FrameMemory,
-        grid: u32,
-        stream: &CudaStream,
-        args: &CheckArgs,
-    ) -> Result<(), TransportError> {
-        // SAFETY: the caller's contract; `&args.ptr` is the frame's address.
-        unsafe { self.check_and_invert(memory, grid, stream, &args.ptr, args) }
-    }
-
-    /// The check-and-invert kernel for `memory`.
-    fn check_and_invert_function(&self, memory: FrameMemory) -> &CudaFunction {
-        match memory {
-            FrameMemory::System => &self.sysmem,
-            FrameMemory::Device => &self.device,
-        }
-    }
-
-    /// Queues a copy kernel through cudarc's launch builder: `len` bytes
-    /// from `src` (device address `src_ptr`) to `dst` (device address
-    /// `dst_ptr`); `what` names the step in an error.
-    ///
-    /// # Safety
-    /// As for [`Kernel::check_and_invert`]; `dst` and `src` must be the
-    /// device memory at `dst_ptr` and `src_ptr`, at least `len` bytes each,
-    /// valid until the copy has run, not overlapping.
-    #[allow(clippy::too_many_arguments)]
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-    pub unsafe fn copy<'a, D, S>(
-        &'a self,
         which: CopyKernel,
-        grid: u32,
-        stream: &'a CudaStream,
-        (dst, dst_ptr): (D, cu_sys::CUdeviceptr),
-        (src, src_ptr): (S, cu_sys::CUdeviceptr),
-        len: &'a u64,
-        what: &'static str,
-    ) -> Result<(), TransportError>
-    where
-        LaunchArgs<'a>: PushKernelArg<D> + PushKernelArg<S>,
-    {
-        check_aligned(dst_ptr, what)?;
-        check_aligned(src_ptr, what)?;
-        let function = match which {
-            CopyKernel::FromSystem => &self.copy_in,
-            CopyKernel::ToSystem => &self.copy_out,
-        };
-        let mut launch = stream.launch_builder(function);
-        launch.arg(dst);
-        launch.arg(src);
-        push_len(&mut launch, len);
-        // SAFETY: `(unsigned char*, const unsigned char*, u64)` is the copy
-        // kernels' parameter list; the memory is the caller's to keep valid.
-        unsafe { launch.launch(config(grid)) }
-            .map(drop)
-            .map_err(|e| err(what)(&e))
-    }
-}
-
-/// The scalar arguments of one check-and-invert launch, kept by the caller
-/// until the launch call returns (the launch builder borrows them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CheckArgs {
-    /// The frame's device address (checked for alignment; the first
-    /// argument of a launch at a raw address).
-    pub ptr: cu_sys::CUdeviceptr,
-    len: u64,
-    stride: u64,
-    seed: u32,
-    counter: cu_sys::CUdeviceptr,
-}
-
-impl CheckArgs {
-    /// The arguments for frame number `index` in `frame`, counting its
-    /// mismatches into the `u64` at device address `counter`.
-    pub fn new(frame: DeviceFrame, index: u64, counter: cu_sys::CUdeviceptr) -> CheckArgs {
-        CheckArgs {
-            ptr: frame.ptr,
-            len: frame.len as u64,
-            stride: frame.stride as u64,
-            seed: pattern_seed(index),
-            counter,
-        }
-    }
-}
-
-impl CheckArgs {
-    /// Pushes the arguments after the frame (outside the generic launch, so
-    /// that its bound on the frame's type does not decide these pushes).
-    fn push_scalars<'a>(&'a self, launch: &mut LaunchArgs<'a>) {
-        launch
-            .arg(&self.len)
-            .arg(&self.stride)
-            .arg(&self.seed)
-            .arg(&self.counter);
-    }
-}
-
-/// Pushes a copy's length (outside the generic launch, as above).
-#[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // used by gpu.rs only
-fn push_len<'a>(launch: &mut LaunchArgs<'a>, len: &'a u64) {
-    launch.arg(len);
-}
-
-/// [`BLOCK`] threads per block over `grid` blocks, no shared memory.
-fn config(grid: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    }
-}
-
-/// One mismatch counter per ring slot: a `u64` in pinned host memory mapped
-/// into the device (`cuMemHostAlloc` with `DEVICEMAP`), which the kernel
-/// adds to (only when it finds a mismatch, so normally never) and the host
-/// reads once the frame is done, then sets back to zero for the slot's next
-/// frame. No copy and no clearing is queued per frame (measured: the
-/// device-memory counter's clear and copy back were two more CUDA calls per
-/// frame on the producer's path and a copy-engine hop after the kernel).
-/// Allocated once, when the transport opens.
-pub struct Counters {
-    _host: PinnedHostSlice<u64>,
-    host_ptr: NonNull<u64>,
-    device_ptr: cu_sys::CUdeviceptr,
-    slots: usize,
-}
-
-// SAFETY: `host_ptr` points into the pinned allocation the struct owns
-// (`_host`) and lives as long as it; the safe methods only compute
-// addresses, and every read or write of a counter goes through an `unsafe`
-// method whose contract orders it against the device and other threads.
-unsafe impl Send for Counters {}
-// SAFETY: as for `Send`: `&Counters` gives only addresses without `unsafe`.
-unsafe impl Sync for Counters {}
-
-impl Counters {
-    /// Allocates `slots` zeroed counters in device-mapped pinned host memory
-    /// of `cu`'s context.
-    pub fn new(cu: &Arc<CudaContext>, slots: usize) -> Result<Counters, TransportError> {
-        let flags = cu_sys::CU_MEMHOSTALLOC_DEVICEMAP | cu_sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: pinned host memory for `slots` u64 values, zeroed below
-        // before any use.
-        let mut host = unsafe { cu.alloc_pinned_with_flags::<u64>(slots, flags) }
-            .map_err(|e| err("allocating the mismatch counters")(&e))?;
-        let host_ptr = host
-            .as_mut_ptr()
-            .ok()
-            .and_then(NonNull::new)
-            .ok_or_else(|| TransportError::new("pinned host memory has no address"))?;
-        for slot in 0..slots {
-            // SAFETY: `slot` is within the `slots` values of the live
-            // allocation, which nothing else uses yet.
-            unsafe { host_ptr.as_ptr().add(slot).write_volatile(0) };
-        }
-        let mut device_ptr: cu_sys::CUdeviceptr = 0;
-        cu.bind_to_thread()
-            .map_err(|e| err("binding the CUDA context")(&e))?;
-        // SAFETY: `host_ptr` is the start of a live allocation made with
-        // `DEVICEMAP`; the driver writes the device address into
-        // `device_ptr`.
-        cu_call("cuMemHostGetDevicePointer", unsafe {
-            cu_sys::cuMemHostGetDevicePointer_v2(&mut device_ptr, host_ptr.as_ptr().cast(), 0)
-        })?;
-        Ok(Counters {
-            _host: host,
-            host_ptr,
-            device_ptr,
-            slots,
-        })
-    }
-
-    fn check(&self, slot: usize) -> Result<(), TransportError> {
-        if slot < self.slots {
-            Ok(())
-        } else {
-            Err(TransportError::new(format!(
-                "mismatch counter {slot} of {} requested",
-                self.slots
-            )))
-        }
-    }
-
-    /// The device address of `slot`'s counter (for the kernel).
-    pub fn device_ptr(&self, slot: usize) -> Result<cu_sys::CUdeviceptr, TransportError> {
-        self.check(slot)?;
-        Ok(self.device_ptr + (slot * std::mem::size_of::<u64>()) as u64)
-    }
-
-    /// The host address of `slot`'s counter, for a stream-ordered host
-    /// function that takes it (an address, so that the function can be sent
-    /// to the driver's thread).
-    fn host_address(&self, slot: usize) -> Result<usize, TransportError> {
-        self.check(slot)?;
-        // SAFETY: `slot` is within the `slots` values of the allocation.
-        Ok(unsafe { self.host_ptr.as_ptr().add(slot) } as usize)
-    }
-
-    /// Queues on `stream` a host function that takes `slot`'s counter
-    /// ([`Counters::take`]) and sends frame `frame`'s [`Completion`] on `tx`
-    /// (with `process` and `busy` zero: the caller fills them from its CUDA
-    /// events when it collects the frame, since reading events is a CUDA
-    /// call, which a host function must not make).
-    ///
-    /// # Safety
-    /// The frame's kernel must be queued on `stream` before this; the slot's
-    /// next kernel only after the frame was collected; and the counters must
-    /// outlive the stream's queued work (the transport drains the stream
-    /// before it drops them).
-    pub unsafe fn send_completion_after(
-        &self,
         stream: &Stream,
-        slot: usize,
-        frame: u64,
-        tx: Sender<Completion>,
+        dst: DevicePtr<'_>,
+        src: DevicePtr<'_>,
     ) -> Result<(), TransportError> {
-        let host = self.host_address(slot)?;
-        stream
-            .launch_host_fn(move || {
-                let counter = host as *mut u64;
-                // SAFETY: the caller's contract: `host` is the slot's u64 in
-                // pinned host memory that outlives this function; the kernel
-                // that adds to it ran before this function on the same
-                // stream (so its writes are visible here), and the slot's
-                // next kernel is queued only after this frame is collected.
-                // Reading and writing memory are not CUDA calls.
-                let mismatches = unsafe { counter.read_volatile() };
-                // SAFETY: as above.
-                unsafe { counter.write_volatile(0) };
-                let _ = tx.send(Completion {
-                    slot,
-                    frame,
-                    mismatches,
-                    process: Duration::ZERO,
-                    busy: Duration::ZERO,
-                    finished: Instant::now(),
-                });
-            })
-            .map_err(|e| err("cuLaunchHostFunc")(&e))
+        let launch = self
+            .res
+            .kernels
+            .copy(which)
+            .launch(self.grid, BLOCK)
+            .arg(dst)
+            .arg(src)
+            .arg(self.config.geometry.frame_len() as u64);
+        // SAFETY: `(unsigned char *, const unsigned char *, u64)` is the copy
+        // kernels' parameter list; both ranges are `frame_len` bytes that
+        // stay valid until the work completed and that nothing else touches
+        // meanwhile (as for `check`).
+        unsafe { launch.launch(stream) }.during("launching a copy kernel")
     }
 
-    /// Takes `slot`'s count: reads it and sets it back to zero for the
-    /// slot's next frame.
-    ///
-    /// # Safety
-    /// The kernel of the frame wanted must have completed (its stream passed
-    /// a later event the host saw complete), and the slot's next kernel may
-    /// be queued only after this returns.
-    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))] // gpu.rs and the baseline
-    pub unsafe fn take(&self, slot: usize) -> Result<u64, TransportError> {
-        self.check(slot)?;
-        // SAFETY: the slot's u64 in the live pinned allocation; the caller's
-        // contract orders the device's writes before these accesses and the
-        // next kernel's after them.
-        unsafe {
-            let counter = self.host_ptr.as_ptr().add(slot);
-            let mismatches = counter.read_volatile();
-            counter.write_volatile(0);
-            Ok(mismatches)
+    /// The oldest frame in flight, if its work has finished.
+    pub fn try_complete(&self) -> Result<Option<(Completion, FrameTimes)>, TransportError> {
+        let Some(slot) = self.progress()?.in_flight.front().copied() else {
+            return Ok(None);
+        };
+        if self.res.slots[slot]
+            .done
+            .is_complete()
+            .during("querying a CUDA event")?
+        {
+            self.collect(slot)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Waits at most `limit` for the oldest frame in flight.
+    pub fn wait_complete(
+        &self,
+        limit: Duration,
+    ) -> Result<(Completion, FrameTimes), TransportError> {
+        let (slot, state) = {
+            let p = self.progress()?;
+            let Some(slot) = p.in_flight.front().copied() else {
+                return Err(TransportError::misuse("no frame is in flight"));
+            };
+            (slot, p.states[slot])
+        };
+        let frame = match state {
+            SlotState::InFlight { frame, .. } => frame,
+            _ => u64::MAX,
+        };
+        match self.res.slots[slot].done.synchronize(limit) {
+            Ok(()) => self.collect(slot)?.ok_or_else(|| {
+                TransportError::misuse("another thread collected the frame waited for")
+            }),
+            Err(DriverError::Timeout { limit, .. }) => Err(TransportError::timeout(
+                format!("frame {frame} in slot {slot} to finish on the consumer's stream"),
+                limit,
+            )),
+            Err(e) => Err(TransportError::driver(
+                "waiting for the consumer's stream",
+                e,
+            )),
+        }
+    }
+
+    /// Takes the result of the frame in `slot` (whose `done` event
+    /// completed) if it is still the oldest in flight.
+    fn collect(&self, slot: usize) -> Result<Option<(Completion, FrameTimes)>, TransportError> {
+        let mut p = self.progress()?;
+        if p.in_flight.front() != Some(&slot) {
+            return Ok(None);
+        }
+        let SlotState::InFlight { frame, arrived } = p.states[slot] else {
+            return Err(TransportError::misuse(format!(
+                "slot {slot} had no frame in flight"
+            )));
+        };
+        p.in_flight.pop_front();
+        p.states[slot] = SlotState::Idle { arrived: false };
+        drop(p);
+        // The kernel's adds completed before `done` (same stream, or the
+        // copy back's stream waited for the kernel's event).
+        let mismatches = self
+            .res
+            .counters
+            .atomic_u64(slot)
+            .during("reading the slot's counter")?
+            .swap(0, Ordering::AcqRel);
+        let times = self.res.slots[slot].times(arrived)?;
+        Ok(Some((
+            Completion {
+                slot,
+                frame,
+                mismatches,
+                process: times.kernel,
+                busy: times.copy_in + times.kernel + times.copy_out,
+                finished: Instant::now(),
+            },
+            times,
+        )))
+    }
+
+    /// The slot's own frame ([`Work::InPlace`], [`Work::DeviceCopy`]): the
+    /// mapping the kernel works on, for the host's synchronous copies
+    /// (`MappedBuffer::copy_from_host` / `copy_to_host`) while the slot is
+    /// idle.
+    pub fn frame(&self, slot: usize) -> Result<&MappedBuffer, TransportError> {
+        self.res
+            .slots
+            .get(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .frame
+            .as_ref()
+            .ok_or_else(|| TransportError::misuse("this consumer has no frames of its own"))
+    }
+
+    /// Whether `slot` exists and is idle (nothing queued).
+    fn check_idle(&mut self, slot: usize) -> Result<(), TransportError> {
+        let p = self
+            .progress
+            .get_mut()
+            .map_err(|_| TransportError::misuse("a thread panicked while using the consumer"))?;
+        match p.states.get(slot) {
+            Some(SlotState::Idle { .. }) => Ok(()),
+            Some(other) => Err(TransportError::misuse(format!(
+                "slot {slot} is not idle on the consumer ({other:?})"
+            ))),
+            None => Err(TransportError::no_slot(slot)),
+        }
+    }
+
+    /// The slot's host frame ([`Work::ReadBack`]): the last collected
+    /// frame's bytes, read back. Refused while the slot has a frame in
+    /// flight (`&mut self`: no thread queues meanwhile).
+    pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
+        self.check_idle(slot)?;
+        match &self.res.slots[slot].host {
+            Some(h) => Ok(h.as_slice()),
+            None => Err(TransportError::misuse("this consumer has no host frames")),
+        }
+    }
+
+    /// The slot's host frame, to write (the camera's next frame, for a
+    /// producer that copies it onwards). Refused while in flight.
+    pub fn host_frame_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        self.check_idle(slot)?;
+        match &mut self.res.slots[slot].host {
+            Some(h) => Ok(h.as_mut_slice()),
+            None => Err(TransportError::misuse("this consumer has no host frames")),
+        }
+    }
+
+    /// Waits for everything queued on the consumer's streams (frames not
+    /// collected stay in flight).
+    pub fn drain(&self) -> Result<(), TransportError> {
+        self.entry
+            .synchronize()
+            .during("draining the consumer's stream")?;
+        if let Some(exit) = &self.exit {
+            exit.synchronize()
+                .during("draining the consumer's copy-back stream")?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Queued work may still use the slots' memory and the counters: if
+        // the streams cannot be drained, leak them rather than free them
+        // under the device.
+        if self.drain().is_ok() {
+            // SAFETY: dropped once, here, and never used again (this is
+            // the consumer's drop).
+            unsafe { ManuallyDrop::drop(&mut self.res) };
         }
     }
 }
@@ -669,50 +819,176 @@ impl Counters {
 mod tests {
     use super::*;
     use crate::camera::TestPattern;
+    use crate::transport::nvsci::Objects;
+    use tegra_interop_sim::{Sim, SimConfig};
+
+    const G: FrameGeometry = FrameGeometry {
+        stride: 64,
+        rows: 8,
+    };
+
+    fn assert_send_sync<T: Send + Sync>() {}
 
     #[test]
-    fn kernel_pattern_matches_test_pattern() {
-        for stride in [1usize, 3, 64, 300, 7680] {
-            for frame in [0u64, 1, 7, 1000, u64::MAX - 1] {
-                let p = TestPattern::new(frame, stride);
-                let seed = pattern_seed(frame);
-                for row in [0usize, 1, 255, 256, 1079, 4095] {
-                    for col in (0..stride).step_by(stride.div_ceil(97)) {
-                        assert_eq!(
-                            kernel_pattern_byte(seed, row as u64, col as u64),
-                            p.byte(row, col),
-                            "frame {frame} stride {stride} row {row} col {col}"
-                        );
-                    }
+    fn the_consumer_can_be_shared_between_threads() {
+        assert_send_sync::<Consumer>();
+    }
+
+    /// A consumer over `slots` NvSciBuf frames imported into CUDA on a
+    /// simulated Tegra (with the twins registered).
+    fn consumer(sim: &Sim, slots: usize, work: Work, skip_kernel: bool) -> Consumer {
+        twin::register(sim);
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let objects = Objects::allocate(&sim.backend(), &ctx, G.frame_len(), slots).unwrap();
+        let frames = objects
+            .import_memories(&ctx)
+            .unwrap()
+            .iter()
+            .map(|m| m.map_whole().unwrap())
+            .collect();
+        let config = ConsumerConfig {
+            geometry: G,
+            slots,
+            memory: FrameMemory::System,
+            work,
+            skip_kernel,
+        };
+        Consumer::new(&ctx, config, frames).unwrap()
+    }
+
+    /// Runs 7 frames through a 2-slot consumer with `work`, frame 3 with
+    /// one damaged byte; checks each result read back from the slot's
+    /// frame and returns the completions.
+    fn run(sim: &Sim, work: Work) -> Vec<(Completion, FrameTimes)> {
+        let c = consumer(sim, 2, work, false);
+        let mut done = Vec::new();
+        let check = |c: &Consumer, done: &mut Vec<_>, slot: usize| {
+            let (got, times): (Completion, FrameTimes) =
+                c.wait_complete(Duration::from_secs(10)).unwrap();
+            assert_eq!(got.slot, slot);
+            let mut out = vec![0u8; G.frame_len()];
+            c.frame(slot).unwrap().copy_to_host(0, &mut out).unwrap();
+            let want = TestPattern::new(got.frame, G.stride);
+            let bad = want.first_mismatch(&out, 0xff);
+            assert_eq!(
+                bad,
+                (got.frame == 3).then_some(G.frame_len() - 1),
+                "{got:?}"
+            );
+            done.push((got, times));
+        };
+        for frame in 0..7u64 {
+            let slot = (frame % 2) as usize;
+            if frame >= 2 {
+                check(&c, &mut done, slot);
+            }
+            let mut bytes = vec![0u8; G.frame_len()];
+            TestPattern::new(frame, G.stride).fill(&mut bytes);
+            if frame == 3 {
+                bytes[G.frame_len() - 1] ^= 0x5a;
+            }
+            c.frame(slot).unwrap().copy_from_host(0, &bytes).unwrap();
+            c.arrive(slot).unwrap();
+            c.queue(slot, frame).unwrap();
+        }
+        check(&c, &mut done, 1);
+        check(&c, &mut done, 0);
+        assert_eq!(c.in_flight(), 0);
+        drop(c);
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+        assert!(sim.diagnostics().is_empty(), "{:#?}", sim.diagnostics());
+        done
+    }
+
+    fn counted(log: &[&str], call: &str) -> usize {
+        log.iter().filter(|c| **c == call).count()
+    }
+
+    #[test]
+    fn every_mode_checks_inverts_and_counts_on_the_simulator() {
+        for work in [
+            Work::InPlace,
+            Work::DeviceCopy(CopyWith::Engines),
+            Work::DeviceCopy(CopyWith::Kernels),
+        ] {
+            let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+            let done = run(&sim, work);
+            let frames: Vec<u64> = done.iter().map(|(c, _)| c.frame).collect();
+            assert_eq!(frames, (0..7).collect::<Vec<_>>(), "{work:?}");
+            for (c, t) in &done {
+                assert_eq!(c.mismatches, u64::from(c.frame == 3), "{work:?} {c:?}");
+                assert!(t.wait.is_some(), "{work:?}");
+            }
+            let log = sim.call_log();
+            let (launches, copies) = (
+                counted(&log, "cuLaunchKernel"),
+                counted(&log, "cuMemcpyDtoDAsync"),
+            );
+            match work {
+                Work::InPlace => assert_eq!((launches, copies), (7, 0)),
+                Work::DeviceCopy(CopyWith::Engines) => {
+                    assert_eq!((launches, copies), (7, 14));
+                    assert_eq!(counted(&log, "cuStreamWaitEvent"), 7);
                 }
+                _ => assert_eq!((launches, copies), (21, 0), "{work:?}"),
             }
         }
-        self_check_pattern(7680, 1080).unwrap();
     }
 
     #[test]
-    fn grid_covers_the_frame_within_limits() {
-        assert_eq!(grid_for(0), 1);
-        assert_eq!(grid_for(1), 1);
-        assert_eq!(grid_for(BLOCK as usize * BYTES_PER_THREAD), 1);
-        assert_eq!(grid_for(BLOCK as usize * BYTES_PER_THREAD + 1), 2);
-        // 1920x1080 RGBA8: 518400 vectors of 16 bytes, 2025 blocks.
-        assert_eq!(grid_for(1920 * 1080 * 4), 2025);
-        assert_eq!(grid_for(usize::MAX), 1 << 20);
+    fn a_slot_in_flight_is_refused_and_nothing_is_collected_twice() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let c = consumer(&sim, 2, Work::InPlace, false);
+        let e = c.wait_complete(Duration::from_millis(10)).unwrap_err();
+        assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
+        c.queue(0, 0).unwrap();
+        let e = c.queue(0, 2).unwrap_err();
+        assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
+        assert!(e.to_string().contains("slot 0 is not idle"), "{e}");
+        assert!(matches!(c.queue(5, 0), Err(TransportError::Misuse { .. })));
+        let (done, _) = c.wait_complete(Duration::from_secs(10)).unwrap();
+        assert_eq!((done.slot, done.frame), (0, 0));
+        assert!(c.try_complete().unwrap().is_none());
+        // The slot is idle again.
+        c.queue(0, 2).unwrap();
+        assert_eq!(c.wait_complete(Duration::from_secs(10)).unwrap().0.frame, 2);
     }
 
     #[test]
-    fn the_source_has_every_entry_point_the_module_loads() {
-        for name in [
-            "check_and_invert",
-            "check_and_invert_sysmem",
-            "copy_from_sysmem",
-            "copy_to_sysmem",
-        ] {
-            assert!(
-                KERNEL_SOURCE.contains(&format!("extern \"C\" __global__ void {name}(")),
-                "{name}"
-            );
-        }
+    fn skipping_the_kernel_counts_nothing_and_leaves_the_frame() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let c = consumer(&sim, 1, Work::InPlace, true);
+        let mut bytes = vec![0u8; G.frame_len()];
+        TestPattern::new(0, G.stride).fill(&mut bytes);
+        c.frame(0).unwrap().copy_from_host(0, &bytes).unwrap();
+        c.queue(0, 0).unwrap();
+        let (done, _) = c.wait_complete(Duration::from_secs(10)).unwrap();
+        assert_eq!(done.mismatches, 0);
+        let mut out = vec![0u8; G.frame_len()];
+        c.frame(0).unwrap().copy_to_host(0, &mut out).unwrap();
+        assert_eq!(out, bytes, "not inverted");
+        assert!(!sim.call_log().contains(&"cuLaunchKernel"));
+    }
+
+    #[test]
+    fn a_wrong_frame_count_or_size_is_refused_before_anything_is_made() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        twin::register(&sim);
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let config = ConsumerConfig {
+            geometry: G,
+            slots: 2,
+            memory: FrameMemory::System,
+            work: Work::InPlace,
+            skip_kernel: false,
+        };
+        let e = Consumer::new(&ctx, config, Vec::new()).unwrap_err();
+        assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
+        assert!(!sim.call_log().contains(&"nvrtcCompileProgram"));
+        let zero = ConsumerConfig { slots: 0, ..config };
+        assert!(matches!(
+            Consumer::new(&ctx, zero, Vec::new()),
+            Err(TransportError::Refused { .. })
+        ));
     }
 }

@@ -31,25 +31,25 @@
 //! stream-ordered host function over the consumer's copy (whose device
 //! address is a host address there); on a real GPU the NVRTC kernel of
 //! [`crate::consumer`], whose frame time comes from CUDA events.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::any::Any;
-use std::fmt::Display;
 use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream, PinnedHostSlice};
-use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerFrame};
-use tegra_interop::driver::{Context, Stream};
+use tegra_interop::driver::egl::{
+    EglStreamConsumer, EglStreamProducer, ProducerFrame, StreamFrame,
+};
+use tegra_interop::driver::{Context, DeviceBuffer, Stream};
 use tegra_interop::sys::cuda::{CUdeviceptr, EGLStreamKHR};
 
-use crate::consumer::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
 use crate::ring::{Peek, Ticket};
 use crate::transport::nvsci::Processing;
 use crate::transport::{
-    process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    PeekedFrame, TransportError,
+    process_frame, try_recv_completion, wait_completion, Completion, DriverResultExt,
+    FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
 /// How long an acquire, a buffer's return or a completion may take before
@@ -72,27 +72,53 @@ pub fn pool_size(slots: usize) -> usize {
         .unwrap_or(slots + 1)
 }
 
-fn err<E: Display>(what: &'static str) -> impl FnOnce(E) -> TransportError {
-    move |e| TransportError::new(format!("{what}: {e}"))
+/// The consumer side: where acquired frames are processed and read back.
+enum Processor {
+    /// [`Processing::HostFnOverSimulatedDeviceMemory`]: a stream-ordered
+    /// host function over the acquired copy, which writes the result into
+    /// the slot's heap buffer.
+    HostFn {
+        stream: Stream,
+        host: Vec<Box<[u8]>>,
+        done_tx: Sender<Completion>,
+        done_rx: Receiver<Completion>,
+        in_flight: usize,
+    },
+    /// [`Processing::CudaKernel`]: the pipeline's [`Consumer`]
+    /// ([`Work::ReadBack`]: the kernel over the acquired frame, then a copy
+    /// into the slot's pinned host buffer, which it owns).
+    Kernel(Box<Consumer>),
 }
 
-/// The slots' host buffers: plain heap memory on the simulator, pinned
-/// host memory on a real GPU (for the read-back's asynchronous copy).
-/// (Held only to keep the memory alive.)
-#[allow(dead_code)]
-enum HostMemory {
-    Heap(Vec<Box<[u8]>>),
-    Pinned(Vec<PinnedHostSlice<u8>>),
-}
+impl Processor {
+    /// The stream frames are acquired, processed and released on.
+    fn stream(&self) -> &Stream {
+        match self {
+            Processor::HostFn { stream, .. } => stream,
+            Processor::Kernel(c) => c.entry_stream(),
+        }
+    }
 
-/// The consumer's CUDA state on a real GPU.
-struct KernelPath {
-    kernel: Kernel,
-    counters: Counters,
-    /// Per slot: before the kernel, after it, after the read-back.
-    events: Vec<[CudaEvent; 3]>,
-    cstream: Arc<CudaStream>,
-    grid: u32,
+    /// The slot's host buffer (the camera's frame, then the read-back).
+    fn host(&mut self, slot: usize) -> Result<&[u8], TransportError> {
+        match self {
+            Processor::HostFn { host, .. } => host
+                .get(slot)
+                .map(|b| &b[..])
+                .ok_or_else(|| TransportError::no_slot(slot)),
+            Processor::Kernel(c) => c.host_frame(slot),
+        }
+    }
+
+    fn host_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        match self {
+            Processor::HostFn { host, .. } => host
+                .get_mut(slot)
+                .map(|b| &mut b[..])
+                .ok_or_else(|| TransportError::no_slot(slot)),
+            Processor::Kernel(c) => c.host_frame_mut(slot),
+        }
+    }
 }
 
 /// Per-frame figures of the EGLStream handover, for the report.
@@ -110,28 +136,22 @@ pub struct EglTransport {
     name: &'static str,
     note: &'static str,
     geometry: FrameGeometry,
-    /// Each slot's host buffer (`frame_len` bytes).
-    host: Vec<NonNull<u8>>,
-    /// Device buffers the producer may present into now.
-    free: Vec<CUdeviceptr>,
-    /// Every device buffer of the pool (freed after the producer left).
-    pool: Vec<CUdeviceptr>,
+    /// Indices into `pool` of the buffers the producer may present into now.
+    free: Vec<usize>,
+    /// The producer's device buffers (freed after the producer left).
+    pool: Vec<DeviceBuffer>,
     /// Frames presented and not yet handed to the consumer, per slot.
     presented: Vec<bool>,
     /// Whether anything was presented (returns are asked for only then).
     presented_any: bool,
-    kernel: Option<KernelPath>,
-    done_tx: Sender<Completion>,
-    done_rx: Receiver<Completion>,
-    in_flight: usize,
     figures: Figures,
     // Torn down in this order by `shut_down` (see Drop).
     producer: Option<EglStreamProducer>,
     consumer: Option<EglStreamConsumer>,
     pstream: Stream,
-    cstream: Stream,
-    host_memory: HostMemory,
-    ctx: Context,
+    processor: Option<Processor>,
+    /// The producer's and consumer's context (held until the end).
+    _ctx: Context,
     /// The EGL side that owns the `EGLStreamKHR` (a simulated stream, or
     /// a real display and its stream); dropped after both connections.
     egl: Option<Box<dyn Any>>,
@@ -159,7 +179,7 @@ impl EglTransport {
     ) -> Result<EglTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || slots == 0 {
-            return Err(TransportError::new(
+            return Err(TransportError::refused(
                 "an EGLStream ring needs frames and slots",
             ));
         }
@@ -167,72 +187,14 @@ impl EglTransport {
             .ok()
             .filter(|w| *w as usize * 4 == geometry.stride)
             .ok_or_else(|| {
-                TransportError::new("RGBA8 lines: the stride must be a multiple of 4")
+                TransportError::refused("RGBA8 lines: the stride must be a multiple of 4")
             })?;
-        let height = u32::try_from(geometry.rows).map_err(err("frame height"))?;
-        ctx.bind().map_err(err("binding the CUDA context"))?;
-        let (kernel, cstream, host_memory, host) = match processing {
-            Processing::HostFnOverSimulatedDeviceMemory => {
-                let mut bufs: Vec<Box<[u8]>> = (0..slots)
-                    .map(|_| vec![0u8; len].into_boxed_slice())
-                    .collect();
-                let host = bufs
-                    .iter_mut()
-                    .map(|b| NonNull::new(b.as_mut_ptr()).ok_or("null"))
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(err("host buffer"))?;
-                let cstream = Stream::new(ctx).map_err(err("CUDA stream"))?;
-                (None, cstream, HostMemory::Heap(bufs), host)
-            }
-            Processing::CudaKernel => {
-                let cu = ctx.cudarc().cloned().ok_or_else(|| {
-                    TransportError::new(
-                        "the kernel path needs a CUDA context of the real driver made through cudarc",
-                    )
-                })?;
-                consumer::self_check_pattern(geometry.stride, geometry.rows)?;
-                let kernel = Kernel::compile(&cu)?;
-                let cs = cu.new_stream().map_err(err("CUDA stream"))?;
-                let counters = Counters::new(&cu, slots)?;
-                let event = || {
-                    cu.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(err("CUDA event"))
-                };
-                let events = (0..slots)
-                    .map(|_| Ok([event()?, event()?, event()?]))
-                    .collect::<Result<Vec<_>, TransportError>>()?;
-                let mut pinned = Vec::with_capacity(slots);
-                let mut host = Vec::with_capacity(slots);
-                for _ in 0..slots {
-                    // SAFETY: pinned host memory of `len` bytes; it is read
-                    // only after the camera or a completed read-back wrote it
-                    // (the ring orders both).
-                    let mut p = unsafe { cu.alloc_pinned::<u8>(len) }
-                        .map_err(err("allocating pinned host memory"))?;
-                    host.push(
-                        p.as_mut_ptr()
-                            .ok()
-                            .and_then(NonNull::new)
-                            .ok_or_else(|| TransportError::new("pinned memory has no address"))?,
-                    );
-                    pinned.push(p);
-                }
-                cs.synchronize()
-                    .map_err(err("synchronising the CUDA stream"))?;
-                let cstream =
-                    Stream::from_cudarc(ctx, Arc::clone(&cs)).map_err(err("CUDA stream"))?;
-                let path = KernelPath {
-                    kernel,
-                    counters,
-                    events,
-                    cstream: cs,
-                    grid: consumer::grid_for(len),
-                };
-                (Some(path), cstream, HostMemory::Pinned(pinned), host)
-            }
-        };
-        let pstream = Stream::new(ctx).map_err(err("CUDA stream"))?;
-        let (done_tx, done_rx) = mpsc::channel();
+        let height = u32::try_from(geometry.rows)
+            .map_err(|_| TransportError::refused("the frame height exceeds 32 bits"))?;
+        let processor = Self::make_processor(ctx, processing, geometry, slots)?;
+        let pool = (0..pool_size(slots))
+            .map(|_| DeviceBuffer::new(ctx, len).during("allocating a frame buffer (cuMemAlloc)"))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut t = EglTransport {
             name,
             note: match processing {
@@ -244,62 +206,83 @@ impl EglTransport {
                 }
             },
             geometry,
-            host,
-            free: Vec::new(),
-            pool: Vec::new(),
+            free: (0..pool.len()).collect(),
+            pool,
             presented: vec![false; slots],
             presented_any: false,
-            kernel,
-            done_tx,
-            done_rx,
-            in_flight: 0,
             figures: Figures::default(),
             producer: None,
             consumer: None,
-            pstream,
-            cstream,
-            host_memory,
-            ctx: ctx.clone(),
+            pstream: Stream::new(ctx).during("CUDA stream")?,
+            processor: Some(processor),
+            _ctx: ctx.clone(),
             egl: Some(egl),
         };
         // From here on a failure tears down what exists (Drop).
-        let table = &ctx.backend().table().cuda;
-        let alloc = table
-            .cuMemAlloc
-            .ok_or_else(|| TransportError::new("cuMemAlloc is missing from the driver"))?;
-        for _ in 0..pool_size(slots) {
-            let mut p: CUdeviceptr = 0;
-            // SAFETY: a valid out-pointer; the context is current (bound
-            // above).
-            let r = unsafe { alloc(&mut p, len) };
-            if r.0 != 0 {
-                return Err(TransportError::new(format!(
-                    "cuMemAlloc of a {len}-byte frame buffer: {}",
-                    tegra_interop::core::CuResult(r.0)
-                )));
-            }
-            t.pool.push(p);
-            t.free.push(p);
-        }
         // The consumer connects first (measured: a producer first gets
         // CUDA_ERROR_UNKNOWN).
         // SAFETY: the caller vouches that `stream` is live while `egl` is,
         // and `egl` is dropped only after both connections ended.
         t.consumer = Some(
             unsafe { EglStreamConsumer::connect(ctx, stream, None) }
-                .map_err(err("cuEGLStreamConsumerConnect"))?,
+                .during("cuEGLStreamConsumerConnect")?,
         );
         // SAFETY: as above.
         t.producer = Some(
             unsafe { EglStreamProducer::connect(ctx, stream, width, height) }
-                .map_err(err("cuEGLStreamProducerConnect"))?,
+                .during("cuEGLStreamProducerConnect")?,
         );
         Ok(t)
+    }
+
+    /// The consumer side for `processing`.
+    fn make_processor(
+        ctx: &Context,
+        processing: Processing,
+        geometry: FrameGeometry,
+        slots: usize,
+    ) -> Result<Processor, TransportError> {
+        Ok(match processing {
+            Processing::HostFnOverSimulatedDeviceMemory => {
+                let (done_tx, done_rx) = mpsc::channel();
+                Processor::HostFn {
+                    stream: Stream::new(ctx).during("CUDA stream")?,
+                    host: (0..slots)
+                        .map(|_| vec![0u8; geometry.frame_len()].into_boxed_slice())
+                        .collect(),
+                    done_tx,
+                    done_rx,
+                    in_flight: 0,
+                }
+            }
+            Processing::CudaKernel => {
+                let config = ConsumerConfig {
+                    geometry,
+                    slots,
+                    memory: FrameMemory::Device,
+                    work: Work::ReadBack,
+                    skip_kernel: false,
+                };
+                Processor::Kernel(Box::new(Consumer::new(ctx, config, Vec::new())?))
+            }
+        })
     }
 
     /// One line for the summary: how frames travel and are processed.
     pub fn note(&self) -> &'static str {
         self.note
+    }
+
+    fn processor(&self) -> Result<&Processor, TransportError> {
+        self.processor
+            .as_ref()
+            .ok_or_else(|| TransportError::misuse("the transport was shut down"))
+    }
+
+    fn processor_mut(&mut self) -> Result<&mut Processor, TransportError> {
+        self.processor
+            .as_mut()
+            .ok_or_else(|| TransportError::misuse("the transport was shut down"))
     }
 
     /// Takes a buffer back from the stream when none is free, waiting
@@ -315,145 +298,99 @@ impl EglTransport {
         }
         if !self.presented_any {
             // Measured: a return before any present answers UNKNOWN.
-            return Err(TransportError::new("no frame buffer and nothing presented"));
+            return Err(TransportError::misuse(
+                "no frame buffer and nothing presented",
+            ));
         }
         let began = Instant::now();
         let Some(producer) = self.producer.as_mut() else {
-            return Err(TransportError::new("the producer has disconnected"));
+            return Err(TransportError::misuse("the producer has disconnected"));
         };
         while self.free.is_empty() {
             if let Some(back) = producer
                 .return_frame(Some(&self.pstream))
-                .map_err(err("cuEGLStreamProducerReturnFrame"))?
+                .during("cuEGLStreamProducerReturnFrame")?
             {
-                let p = back
+                let index = back
                     .plane_ptr(0)
-                    .filter(|p| self.pool.contains(p))
+                    .and_then(|p| self.pool.iter().position(|b| b.device_ptr() == p))
                     .ok_or_else(|| {
-                        TransportError::new(
+                        TransportError::peer(
                             "the stream returned a frame the producer never presented",
                         )
                     })?;
-                self.free.push(p);
+                self.free.push(index);
             } else if began.elapsed() > STUCK {
-                return Err(TransportError::new(format!(
-                    "no frame buffer came back from the EGLStream within {STUCK:?}"
-                )));
+                return Err(TransportError::timeout(
+                    "a frame buffer to come back from the EGLStream",
+                    STUCK,
+                ));
             }
         }
         self.figures.returns_waited += began.elapsed();
         Ok(())
     }
 
-    fn slot_bytes(&self, slot: usize) -> Result<NonNull<u8>, TransportError> {
-        self.host
-            .get(slot)
-            .copied()
-            .ok_or_else(|| TransportError::new(format!("no slot {slot}")))
-    }
-
-    /// Queues the processing and read-back of `frame` (acquired, at device
-    /// address `ptr`) on the consumer's stream, then the completion.
+    /// Queues the processing and read-back of `frame` (acquired as `got`)
+    /// on the consumer's stream, then the completion.
     fn queue_processing(
-        &self,
+        &mut self,
         slot: usize,
         frame: u64,
+        got: &StreamFrame<'_>,
         ptr: CUdeviceptr,
     ) -> Result<(), TransportError> {
-        let tx = self.done_tx.clone();
         let len = self.geometry.frame_len();
         let stride = self.geometry.stride;
-        let host = self.slot_bytes(slot)?.as_ptr() as usize;
-        let Some(k) = &self.kernel else {
-            let src = ptr as usize;
-            return self
-                .cstream
-                .launch_host_fn(move || {
-                    // SAFETY: this path runs on the simulator only (the
-                    // caller of `open` vouched for it), where the acquired
-                    // frame's device address is a host address of `len`
-                    // bytes (checked against the frame's pitch and height
-                    // when acquired); the frame is released on this stream
-                    // after this function, so it is alive and nothing else
-                    // writes it. The slot's host buffer is `len` bytes owned
-                    // by the transport, which drains the stream before it
-                    // frees it, and nobody touches it until this frame is
-                    // collected (the ring).
-                    let (bytes, out) = unsafe {
-                        (
-                            std::slice::from_raw_parts_mut(src as *mut u8, len),
-                            std::slice::from_raw_parts_mut(host as *mut u8, len),
-                        )
-                    };
-                    let start = Instant::now();
-                    let mismatches = process_frame(frame, stride, bytes);
-                    let process = start.elapsed();
-                    out.copy_from_slice(bytes);
-                    let _ = tx.send(Completion {
-                        slot,
-                        frame,
-                        mismatches,
-                        process,
-                        busy: start.elapsed(),
-                        finished: Instant::now(),
-                    });
-                })
-                .map_err(err("cuLaunchHostFunc"));
+        let (stream, host, tx, in_flight) = match self.processor.as_mut() {
+            None => return Err(TransportError::misuse("the transport was shut down")),
+            Some(Processor::Kernel(c)) => return c.queue_acquired(slot, frame, got),
+            Some(Processor::HostFn {
+                stream,
+                host,
+                done_tx,
+                in_flight,
+                ..
+            }) => (stream, host, done_tx.clone(), in_flight),
         };
-        let s = k.cstream.cu_stream();
-        let [before, after, copied] = &k.events[slot];
-        before
-            .record(&k.cstream)
-            .map_err(err("recording a CUDA event"))?;
-        let counter = k.counters.device_ptr(slot)?;
-        let bytes = DeviceFrame { ptr, len, stride };
-        // SAFETY: the acquired frame is `len` bytes (its pitch and height
-        // were checked) and is released on this stream after the kernel and
-        // the read-back, so it stays valid and nothing else writes it.
-        unsafe {
-            k.kernel.check_and_invert_at(
-                FrameMemory::Device,
-                k.grid,
-                &k.cstream,
-                &CheckArgs::new(bytes, frame, counter),
-            )
-        }?;
-        after
-            .record(&k.cstream)
-            .map_err(err("recording a CUDA event"))?;
-        // SAFETY: the destination is the slot's `len` bytes of pinned host
-        // memory, which the host reads only after this frame's completion
-        // (queued after the copy on this stream); the source is the frame,
-        // valid as above.
-        let r = unsafe { cu_sys::cuMemcpyDtoHAsync_v2(host as *mut _, ptr, len, s) };
-        if r != cu_sys::CUresult::CUDA_SUCCESS {
-            return Err(TransportError::new(format!("cuMemcpyDtoHAsync: {r:?}")));
-        }
-        copied
-            .record(&k.cstream)
-            .map_err(err("recording a CUDA event"))?;
-        // SAFETY: the frame's kernel was queued above on this stream; the
-        // counters live until the transport drained it, and the slot's next
-        // kernel is queued only after this frame was collected.
-        unsafe {
-            k.counters
-                .send_completion_after(&self.cstream, slot, frame, tx)
-        }
-    }
-
-    fn collected(&mut self, mut c: Completion) -> Result<Completion, TransportError> {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        if let Some(k) = &self.kernel {
-            let [before, after, copied] = &k.events[c.slot];
-            let ms = |a: &CudaEvent, b: &CudaEvent| {
-                a.elapsed_ms(b)
-                    .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
-                    .map_err(err("reading CUDA event times"))
-            };
-            c.process = ms(before, after)?;
-            c.busy = ms(before, copied)?;
-        }
-        Ok(c)
+        let out = host
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .as_mut_ptr() as usize;
+        let src = ptr as usize;
+        stream
+            .launch_host_fn(move || {
+                // SAFETY: this path runs on the simulator only (the caller
+                // of `open` vouched for it), where the acquired frame's
+                // device address is a host address of `len` bytes (checked
+                // against the frame's pitch and height when acquired); the
+                // frame is released on this stream after this function, so
+                // it is alive and nothing else writes it. The slot's host
+                // buffer is `len` bytes owned by the transport, which drains
+                // the stream before it frees it, and nobody touches it until
+                // this frame is collected (the ring).
+                let (bytes, out) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(src as *mut u8, len),
+                        std::slice::from_raw_parts_mut(out as *mut u8, len),
+                    )
+                };
+                let start = Instant::now();
+                let mismatches = process_frame(frame, stride, bytes);
+                let process = start.elapsed();
+                out.copy_from_slice(bytes);
+                let _ = tx.send(Completion {
+                    slot,
+                    frame,
+                    mismatches,
+                    process,
+                    busy: start.elapsed(),
+                    finished: Instant::now(),
+                });
+            })
+            .during("cuLaunchHostFunc")?;
+        *in_flight += 1;
+        Ok(())
     }
 
     /// Drains the consumer, disconnects both ends, frees the pool, drops
@@ -465,24 +402,23 @@ impl EglTransport {
                 first.get_or_insert(e);
             }
         };
-        if let Err(e) = self.cstream.synchronize() {
-            // Host functions or copies may still touch the host buffers and
-            // counters: leak them rather than free them under the stream.
-            std::mem::forget(std::mem::replace(
-                &mut self.host_memory,
-                HostMemory::Heap(Vec::new()),
-            ));
-            std::mem::forget(self.kernel.take());
-            note(Err(err("draining the consumer")(e)));
+        match self.processor.take() {
+            Some(Processor::HostFn { stream, host, .. }) => {
+                if let Err(e) = stream.synchronize() {
+                    // Host functions may still touch the host buffers: leak
+                    // them rather than free them under the stream.
+                    std::mem::forget(host);
+                    note(Err(TransportError::driver("draining the consumer", e)));
+                }
+            }
+            // Drains its streams, or leaks what they use, when dropped.
+            Some(Processor::Kernel(c)) => note(c.drain()),
+            None => {}
         }
-        note(
-            self.pstream
-                .synchronize()
-                .map_err(err("draining the producer")),
-        );
+        note(self.pstream.synchronize().during("draining the producer"));
         let producer_left = match self.producer.take() {
             Some(p) => {
-                let r = p.disconnect().map_err(err("cuEGLStreamProducerDisconnect"));
+                let r = p.disconnect().during("cuEGLStreamProducerDisconnect");
                 let ok = r.is_ok();
                 note(r);
                 ok
@@ -492,33 +428,21 @@ impl EglTransport {
         };
         if let Some(c) = self.consumer.take() {
             note(
-                c.disconnect().map_err(|e| {
-                    TransportError::new(format!("cuEGLStreamConsumerDisconnect: {e}"))
-                }),
+                c.disconnect()
+                    .map_err(|e| TransportError::driver("cuEGLStreamConsumerDisconnect", e.into())),
             );
         }
         if producer_left {
             // The header: presented memory stays allocated until the
-            // producer disconnected. If it could not, the pool is leaked.
-            let _ = self.ctx.bind();
-            if let Some(free) = self.ctx.backend().table().cuda.cuMemFree {
-                for p in self.pool.drain(..) {
-                    // SAFETY: allocated by `open`, freed once (drained), after
-                    // the producer left and both streams drained.
-                    let r = unsafe { free(p) };
-                    if r.0 != 0 {
-                        note(Err(TransportError::new(format!(
-                            "cuMemFree of a frame buffer: {}",
-                            tegra_interop::core::CuResult(r.0)
-                        ))));
-                    }
-                }
+            // producer disconnected; freed now (cuMemFree).
+            for b in self.pool.drain(..) {
+                note(b.destroy().during("cuMemFree of a frame buffer"));
             }
         } else if !self.pool.is_empty() {
-            note(Err(TransportError::new(
+            note(Err(TransportError::refused(
                 "the producer did not disconnect, so its frame buffers are left allocated",
             )));
-            self.pool.clear();
+            std::mem::forget(std::mem::take(&mut self.pool));
         }
         self.free.clear();
         self.egl = None;
@@ -541,7 +465,7 @@ impl FrameTransport for EglTransport {
     }
 
     fn slot_count(&self) -> usize {
-        self.host.len()
+        self.presented.len()
     }
 
     fn geometry(&self) -> FrameGeometry {
@@ -549,70 +473,54 @@ impl FrameTransport for EglTransport {
     }
 
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
-        let p = self.slot_bytes(t.slot())?;
-        // SAFETY: the slot's `frame_len` bytes, owned by the transport. The
-        // ring hands out a slot only after its previous frame was collected,
-        // whose completion came after the read-back into this buffer; the
-        // slice borrows `self` mutably, so it ends before the next call.
-        Ok(unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), self.geometry.frame_len()) })
+        // The ring hands out a slot only after its previous frame was
+        // collected, whose completion came after the read-back into this
+        // buffer (the consumer also refuses a slot in flight).
+        match self.processor.as_mut() {
+            Some(p) => p.host_mut(t.slot()),
+            None => Err(TransportError::misuse("the transport was shut down")),
+        }
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
-        let bytes = self.slot_bytes(p.slot())?;
-        // SAFETY: the slot's buffer (`frame_len` bytes) is owned by the
-        // transport at a fixed address until it is dropped; the frame was
-        // collected, so its read-back is done, and nothing writes the buffer
-        // before the slot's next ticket (the producer after `wait_free` for
-        // that ticket, the next read-back only after its ready signal).
+        let bytes = self.processor_mut()?.host(p.slot())?;
+        // SAFETY: the slot's buffer (`frame_len` bytes: a boxed slice or a
+        // pinned allocation) is owned by the transport at a fixed address
+        // until it is dropped; the frame was collected, so its read-back is
+        // done, and nothing writes the buffer before the slot's next ticket
+        // (the producer after `wait_free` for that ticket, the next
+        // read-back only after its ready signal).
         Ok(Some(unsafe {
-            PeekedFrame::new(bytes, self.geometry.frame_len())
+            PeekedFrame::new(NonNull::from(bytes).cast(), bytes.len())
         }))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let slot = t.slot();
-        let src = self.slot_bytes(slot)?;
-        let len = self.geometry.frame_len();
         self.take_returns()?;
-        let Some(dst) = self.free.pop() else {
-            return Err(TransportError::new("no free frame buffer"));
+        let Some(index) = self.free.pop() else {
+            return Err(TransportError::misuse("no free frame buffer"));
         };
-        self.ctx.bind().map_err(err("binding the CUDA context"))?;
         let began = Instant::now();
-        let copy = self
-            .ctx
-            .backend()
-            .table()
-            .cuda
-            .cuMemcpyHtoD
-            .ok_or_else(|| TransportError::new("cuMemcpyHtoD is missing from the driver"))?;
-        // SAFETY: `dst` is a pool buffer of `len` bytes that the stream gave
-        // back (or never had); `src` the slot's `len` host bytes, which the
-        // camera finished writing. The copy is synchronous.
-        let r = unsafe { copy(dst, src.as_ptr().cast_const().cast(), len) };
-        if r.0 != 0 {
-            self.free.push(dst);
-            return Err(TransportError::new(format!(
-                "cuMemcpyHtoD of frame {}: {}",
-                t.frame(),
-                tegra_interop::core::CuResult(r.0)
-            )));
+        // Synchronous (see the module docs): the slot's bytes, which the
+        // camera finished writing, into a pool buffer the stream gave back
+        // (or never had).
+        let Some(processor) = self.processor.as_mut() else {
+            return Err(TransportError::misuse("the transport was shut down"));
+        };
+        let uploaded = processor.host(slot).and_then(|src| {
+            self.pool[index]
+                .copy_from_host(0, src)
+                .during(format!("cuMemcpyHtoD of frame {}", t.frame()))
+        });
+        if let Err(e) = uploaded {
+            self.free.push(index);
+            return Err(e);
         }
         let uploaded = Instant::now();
-        let g = self.geometry;
-        // SAFETY: `dst` is a pool buffer of `frame_len` = stride x rows bytes,
-        // and a row of stride / 4 RGBA pixels fits the stride.
-        let frame = unsafe {
-            ProducerFrame::rgba_pitch(dst, (g.stride / 4) as u32, g.rows as u32, g.stride as u32)
-        };
-        let Some(producer) = self.producer.as_mut() else {
-            return Err(TransportError::new("the producer has disconnected"));
-        };
-        // SAFETY: the pool's memory stays allocated until after the producer
-        // disconnected (`shut_down`).
-        if let Err(e) = unsafe { producer.present(&frame, Some(&self.pstream)) } {
-            self.free.push(dst);
-            return Err(err("cuEGLStreamProducerPresentFrame")(e));
+        if let Err(e) = self.present(index) {
+            self.free.push(index);
+            return Err(e);
         }
         self.figures.upload += uploaded - began;
         self.figures.present += uploaded.elapsed();
@@ -624,68 +532,47 @@ impl FrameTransport for EglTransport {
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let (slot, frame) = (t.slot(), t.frame());
         if !self.presented.get(slot).copied().unwrap_or(false) {
-            return Err(TransportError::new(format!(
+            return Err(TransportError::misuse(format!(
                 "consumer of frame {frame} in slot {slot} queued before the frame was presented"
             )));
         }
-        let Some(consumer) = self.consumer.as_ref() else {
-            return Err(TransportError::new("the consumer has disconnected"));
+        let Some(consumer) = self.consumer.take() else {
+            return Err(TransportError::misuse("the consumer has disconnected"));
         };
-        let began = Instant::now();
-        let got = consumer
-            .acquire(Some(&self.cstream), Some(STUCK))
-            .map_err(err("cuEGLStreamConsumerAcquireFrame"))?
-            .ok_or_else(|| {
-                TransportError::new(format!(
-                    "frame {frame} was presented but not acquired within {STUCK:?}"
-                ))
-            })?;
-        self.figures.acquire += began.elapsed();
-        self.figures.frames += 1;
-        self.presented[slot] = false;
-        let g = self.geometry;
-        let ptr = {
-            let f = got.frame().map_err(err("the acquired frame"))?;
-            let fits = f.pitch() as usize == g.stride
-                && f.height() as usize == g.rows
-                && f.plane_count() == 1;
-            match (fits, f.plane_ptr(0)) {
-                (true, Some(p)) => p,
-                _ => {
-                    return Err(TransportError::new(format!(
-                        "frame {frame} arrived as {}x{} pitch {} with {} plane(s); the ring's frames are {} bytes x {} lines in one pitch plane",
-                        f.width(),
-                        f.height(),
-                        f.pitch(),
-                        f.plane_count(),
-                        g.stride,
-                        g.rows
-                    )))
-                }
-            }
-        };
-        // The consumer's work first, then the release ordered after it on
-        // the same stream (the guard's release), then nothing else touches
-        // the frame.
-        let queued = self.queue_processing(slot, frame, ptr);
-        let released = got
-            .release()
-            .map_err(err("cuEGLStreamConsumerReleaseFrame"));
-        queued?;
-        self.in_flight += 1;
-        released
+        // Taken out for the frame's guard, which borrows it; put back below.
+        let r = self.consume(&consumer, slot, frame);
+        self.consumer = Some(consumer);
+        r
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        match try_recv_completion(&self.done_rx)? {
-            Some(c) => self.collected(c).map(Some),
-            None => Ok(None),
+        match self.processor.as_mut() {
+            Some(Processor::Kernel(c)) => Ok(c.try_complete()?.map(|(c, _)| c)),
+            Some(Processor::HostFn {
+                done_rx, in_flight, ..
+            }) => {
+                let c = try_recv_completion(done_rx)?;
+                if c.is_some() {
+                    *in_flight = in_flight.saturating_sub(1);
+                }
+                Ok(c)
+            }
+            None => Err(TransportError::misuse("the transport was shut down")),
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        let c = wait_completion(&self.done_rx, self.in_flight, STUCK)?;
-        self.collected(c)
+        match self.processor.as_mut() {
+            Some(Processor::Kernel(c)) => c.wait_complete(STUCK).map(|(c, _)| c),
+            Some(Processor::HostFn {
+                done_rx, in_flight, ..
+            }) => {
+                let c = wait_completion(done_rx, *in_flight, STUCK)?;
+                *in_flight = in_flight.saturating_sub(1);
+                Ok(c)
+            }
+            None => Err(TransportError::misuse("the transport was shut down")),
+        }
     }
 
     fn details(&self) -> Option<String> {
@@ -706,37 +593,111 @@ impl FrameTransport for EglTransport {
     }
 }
 
+impl EglTransport {
+    /// Presents pool buffer `index` (`cuEGLStreamProducerPresentFrame`).
+    fn present(&mut self, index: usize) -> Result<(), TransportError> {
+        let g = self.geometry;
+        let dst = self.pool[index].device_ptr();
+        // SAFETY: `dst` is a pool buffer of `frame_len` = stride x rows
+        // bytes, and a row of stride / 4 RGBA pixels fits the stride.
+        let frame = unsafe {
+            ProducerFrame::rgba_pitch(dst, (g.stride / 4) as u32, g.rows as u32, g.stride as u32)
+        };
+        let Some(producer) = self.producer.as_mut() else {
+            return Err(TransportError::misuse("the producer has disconnected"));
+        };
+        // SAFETY: the pool's memory stays allocated until after the producer
+        // disconnected (`shut_down`).
+        unsafe { producer.present(&frame, Some(&self.pstream)) }
+            .during("cuEGLStreamProducerPresentFrame")
+    }
+
+    /// Acquires the slot's frame on the consumer's stream, queues its
+    /// processing, then its release (ordered after that work).
+    fn consume(
+        &mut self,
+        consumer: &EglStreamConsumer,
+        slot: usize,
+        frame: u64,
+    ) -> Result<(), TransportError> {
+        let began = Instant::now();
+        let got = consumer
+            .acquire(Some(self.processor()?.stream()), Some(STUCK))
+            .during("cuEGLStreamConsumerAcquireFrame")?
+            .ok_or_else(|| {
+                TransportError::timeout(format!("presented frame {frame} to be acquired"), STUCK)
+            })?;
+        self.figures.acquire += began.elapsed();
+        self.figures.frames += 1;
+        self.presented[slot] = false;
+        let g = self.geometry;
+        let ptr = {
+            let f = got.frame().during("the acquired frame")?;
+            let fits = f.pitch() as usize == g.stride
+                && f.height() as usize == g.rows
+                && f.plane_count() == 1;
+            match (fits, f.plane_ptr(0)) {
+                (true, Some(p)) => p,
+                _ => {
+                    return Err(TransportError::frame_check(slot, frame, format!(
+                        "arrived as {}x{} pitch {} with {} plane(s); the ring's frames are {} bytes x {} lines in one pitch plane",
+                        f.width(), f.height(), f.pitch(), f.plane_count(), g.stride, g.rows
+                    )))
+                }
+            }
+        };
+        // The consumer's work first, then the release ordered after it on
+        // the same stream, then nothing else touches the frame.
+        let queued = self.queue_processing(slot, frame, &got, ptr);
+        let released = got.release().during("cuEGLStreamConsumerReleaseFrame");
+        queued?;
+        released
+    }
+}
+
 /// Opens the transport on the simulator: a simulated FIFO stream of
 /// `slots` frames, processing by a host function. Gives the simulator too,
 /// for its ledger after the run.
 pub fn open_sim(
     geometry: FrameGeometry,
     slots: usize,
-) -> Result<(EglTransport, tegra_interop_sim::Sim), String> {
+) -> Result<(EglTransport, tegra_interop_sim::Sim), TransportError> {
+    open_sim_with(geometry, slots, Processing::HostFnOverSimulatedDeviceMemory)
+}
+
+/// [`open_sim`] with the given processing ([`Processing::CudaKernel`]: the
+/// pipeline's [`Consumer`], whose kernels run as their Rust twins, which
+/// this registers with the simulator it makes).
+pub fn open_sim_with(
+    geometry: FrameGeometry,
+    slots: usize,
+    processing: Processing,
+) -> Result<(EglTransport, tegra_interop_sim::Sim), TransportError> {
     use tegra_interop_sim::egl::EglStreamMode;
-    let sim =
-        tegra_interop_sim::Sim::new().map_err(|e| format!("cannot start the simulator: {e}"))?;
-    let ctx = Context::new(sim.backend(), 0).map_err(|e| format!("CUDA context: {e}"))?;
-    let fifo = u32::try_from(slots).map_err(|e| format!("ring size: {e}"))?;
+    let sim = tegra_interop_sim::Sim::new()
+        .map_err(|e| TransportError::refused(format!("cannot start the simulator: {e}")))?;
+    crate::consumer::twin::register(&sim);
+    let ctx = Context::new(sim.backend(), 0).during("CUDA context")?;
+    let fifo = u32::try_from(slots)
+        .map_err(|_| TransportError::refused(format!("a ring of {slots} slots")))?;
     let stream = sim
         .create_egl_stream(EglStreamMode::Fifo(fifo))
-        .ok_or("the simulator refused an EGLStream")?;
+        .ok_or_else(|| TransportError::refused("the simulator refused an EGLStream"))?;
     let raw = stream.as_raw();
     // SAFETY: `stream` is the simulator's live stream, handed to the
-    // transport, which drops it after both ends disconnected; the
-    // host-function processing is for the simulator, which this is.
+    // transport, which drops it after both ends disconnected; both
+    // processings suit the simulator, which this is.
     let t = unsafe {
         EglTransport::open(
             &ctx,
             raw,
             Box::new(stream),
             "egl-sim",
-            Processing::HostFnOverSimulatedDeviceMemory,
+            processing,
             geometry,
             slots,
         )
-    }
-    .map_err(|e| e.0)?;
+    }?;
     Ok((t, sim))
 }
 
@@ -765,13 +726,17 @@ impl Drop for RealEgl {
 pub fn open_real(
     geometry: FrameGeometry,
     slots: usize,
-) -> Result<(EglTransport, Arc<tegra_interop::driver::Backend>), String> {
-    let backend =
-        tegra_interop::driver::Backend::real().map_err(|e| format!("CUDA driver: {e}"))?;
-    let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| format!("CUDA context: {e}"))?;
-    let exporter = crate::platform::egl::EglExporter::new().map_err(|e| e.to_string())?;
-    let fifo = i32::try_from(slots).map_err(|e| format!("ring size: {e}"))?;
-    let stream = exporter.create_stream(fifo).map_err(|e| e.to_string())?;
+) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
+    let backend = tegra_interop::driver::Backend::real().during("CUDA driver")?;
+    let ctx = Context::new(std::sync::Arc::clone(&backend), 0).during("CUDA context")?;
+    let exporter =
+        crate::platform::egl::EglExporter::new()
+        .map_err(|e| TransportError::refused(e.to_string()))?;
+    let fifo = i32::try_from(slots)
+        .map_err(|_| TransportError::refused(format!("a ring of {slots} slots")))?;
+    let stream = exporter
+        .create_stream(fifo)
+        .map_err(|e| TransportError::refused(e.to_string()))?;
     let raw = stream.as_raw();
     let egl = RealEgl {
         stream: Some(stream),
@@ -790,8 +755,7 @@ pub fn open_real(
             geometry,
             slots,
         )
-    }
-    .map_err(|e| e.0)?;
+    }?;
     Ok((t, backend))
 }
 
@@ -800,11 +764,10 @@ pub fn open_real(
 pub fn open_real(
     _geometry: FrameGeometry,
     _slots: usize,
-) -> Result<(EglTransport, Arc<tegra_interop::driver::Backend>), String> {
-    Err(
-        "this program was built without `--features vulkan`, which brings the EGL display code"
-            .into(),
-    )
+) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
+    Err(TransportError::refused(
+        "this program was built without `--features vulkan`, which brings the EGL display code",
+    ))
 }
 
 #[cfg(test)]
@@ -826,7 +789,26 @@ mod tests {
     #[test]
     fn frames_cross_the_stream_verified_and_nothing_is_left() {
         for slots in 1..=4usize {
-            let (mut t, sim) = open_sim(G, slots).unwrap();
+            run_verified(slots, Processing::HostFnOverSimulatedDeviceMemory);
+        }
+    }
+
+    #[test]
+    fn the_kernel_path_crosses_the_stream_verified_on_the_simulator() {
+        for slots in [1usize, 3] {
+            let log = run_verified(slots, Processing::CudaKernel);
+            for call in ["nvrtcCompileProgram", "cuLaunchKernel", "cuEventQuery"] {
+                assert!(log.contains(&call), "{call} not called: {log:?}");
+            }
+            assert!(!log.contains(&"cuLaunchHostFunc"), "{log:?}");
+        }
+    }
+
+    /// Every frame through the simulated EGLStream with `processing`,
+    /// checked on both sides; the simulator's call log.
+    fn run_verified(slots: usize, processing: Processing) -> Vec<&'static str> {
+        {
+            let (mut t, sim) = open_sim_with(G, slots, processing).unwrap();
             let mut ring = Ring::new(slots).unwrap();
             let mut collected = Vec::new();
             let mut note = |c: &Completion| {
@@ -857,6 +839,7 @@ mod tests {
             Box::new(t).close().unwrap();
             assert!(sim.ledger().is_clean(), "{}", sim.ledger());
             assert!(sim.diagnostics().is_empty(), "{:?}", sim.diagnostics());
+            sim.call_log()
         }
     }
 
@@ -867,7 +850,11 @@ mod tests {
         let ticket = ring.acquire().unwrap();
         t.wait_free(&ticket).unwrap();
         let e = t.queue_consumer(&ticket).unwrap_err();
-        assert!(e.0.contains("before the frame was presented"), "{e}");
+        assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("before the frame was presented"),
+            "{e}"
+        );
         drop(t);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }
@@ -876,6 +863,7 @@ mod tests {
     fn odd_strides_are_refused_before_anything_is_made() {
         let g = FrameGeometry { stride: 6, rows: 2 };
         let e = open_sim(g, 2).err().unwrap();
-        assert!(e.contains("multiple of 4"), "{e}");
+        assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
+        assert!(e.to_string().contains("multiple of 4"), "{e}");
     }
 }

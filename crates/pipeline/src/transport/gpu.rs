@@ -15,7 +15,7 @@
 //!   the buffer released to the external owner) and then signals *ready*; the
 //!   values it signals go through a core [`TimelineTracker`], and the CUDA
 //!   stream waits for exactly the tracked value. *free*: the CUDA stream
-//!   signals it after processing ([`Stream::signal`], whose driver-side
+//!   signals it after processing ([`Stream::signal`](tegra_interop::driver::Stream::signal), whose driver-side
 //!   tracking returns the value); before the host touches the slot again the
 //!   producer submits the second recorded batch
 //!   ([`VulkanExporter::acquire_for_host`]), which waits for *free* on the
@@ -29,7 +29,7 @@
 //!   that makes this enough). A ring of one acquires inline. The memory types used are
 //!   host-coherent, so the mapped range needs no explicit flush or
 //!   invalidate.
-//! - **Consumer**: one CUDA stream; its work for a frame is queued before
+//! - **Consumer**: one CUDA stream (two in copy mode); its work for a frame is queued before
 //!   the camera writes the frame ([`FrameTransport::queues_before_ready`]:
 //!   the stream waits for *ready* on the device, so the kernel starts as soon
 //!   as the release batch signals, not after the host has queued ~10 calls),
@@ -37,23 +37,39 @@
 //!   ([`FrameTransport::queue_consumer`] only hands it the ticket's slot and
 //!   values, so those ~30-50 us of driver calls run beside the camera);
 //!   per frame it waits for *ready*, runs a
-//!   kernel compiled at run time with NVRTC (through cudarc; the [`crate::consumer`]
-//!   module, shared with the NvSci transport's Jetson path) that counts the
-//!   bytes that differ from [`TestPattern`] with an atomic and inverts every
-//!   byte in place (exactly [`crate::transport::process_frame`]; launched
-//!   with cudarc's launch builder, the slot's mapping lent as a cudarc
-//!   slice: see "Launches" below; the kernel adds any mismatches to the
-//!   slot's counter in mapped host memory), signals *free* and records an
-//!   event. A completion thread waits for those events in order
-//!   and timestamps them, so a frame's finish time does not depend on when
-//!   the pipeline's loop next looks.
+//!   kernel compiled at run time with NVRTC (the [`crate::consumer`]
+//!   module's source, shared with the NvSci transport's Jetson path) that
+//!   counts the bytes that differ from [`TestPattern`] with an atomic and
+//!   inverts every byte in place (exactly [`crate::transport::process_frame`];
+//!   see "Launches" below; the kernel adds any mismatches to the slot's
+//!   counter in mapped host memory) and signals *free*. A completion
+//!   thread collects the frames from the consumer in order as their events
+//!   complete and timestamps them, so a frame's finish time does not depend
+//!   on when the pipeline's loop next looks.
 //! - **Copy-based variant** ([`Mode::DeviceCopy`], the pipeline's `--copy`):
-//!   the same, except that the stream copies the frame into a device-local
-//!   CUDA buffer (a host-to-device transfer over PCIe), processes it there and
-//!   copies it back before signalling *free*. The kernel time is
-//!   [`Completion::process`]; the copies count as interop overhead. The
-//!   copies are copy kernels that use loads that refetch system memory and
-//!   write-through stores (see [`consumer::KERNEL_SOURCE`]).
+//!   the same, except that the frame is copied into a device-local CUDA
+//!   buffer (a host-to-device transfer over PCIe), processed there and
+//!   copied back before *free* is signalled, on two streams (see "Copy
+//!   mode: two streams" below). The kernel time is [`Completion::process`];
+//!   the copies count as interop overhead.
+//!
+//! # Copy mode: two streams
+//!
+//! A frame's copy in and the previous frame's copy out use the PCIe link in
+//! opposite directions, and the copy engines carry both at once (measured
+//! on an H100, issue 24: a pinned copy of a 1920x1080 RGBA8 frame takes
+//! 168 / 170 us each way with both directions at once, against the 192 us
+//! in + 12 us kernel + 163 us out per frame of the earlier one-stream
+//! design, which ran them one after the other). So the first stream waits
+//! for *ready*, copies the frame in (`cuMemcpyDtoDAsync` from the imported
+//! frame to the slot's device buffer) and runs the kernel; the second stream
+//! waits for the kernel's end event, copies the frame back, records the
+//! frame's end and signals *free* (the shared [`Consumer`]'s
+//! `Work::DeviceCopy`). A slot's next frame is queued only after the
+//! slot's last frame was collected (its end event completed: the ring), so
+//! its copy in cannot overtake the last copy out of the same device buffer;
+//! *ready* and *free* order both streams against the producer as before. [`CopyWith::Kernels`] keeps the earlier copy kernels
+//! (on the same two streams) for comparison.
 //!
 //! Everything is allocated when the transport is opened (fixed capacity): the
 //! steady state allocates nothing, on the host or on the GPU.
@@ -113,19 +129,19 @@
 //!
 //! # Launches
 //!
-//! Every kernel goes through cudarc's launch builder. Each frame lends the
-//! slot's mapping to cudarc ([`MappedBuffer::cudarc_slice`]) and passes it
-//! as the kernel's argument (`launch_builder(f).arg(&mut mapped)`); the
-//! copy-based variant passes the slot's device buffer too. Event tracking is
-//! off on the transport's cudarc context: all its work is on one stream and
-//! the imported semaphores order that stream against Vulkan, so cudarc's
-//! per-slice events could only order the stream after itself. With them on,
-//! the launch path measured 73-80 us per frame against 60-64 us for a raw
-//! `cuLaunchKernel` (BENCHMARKS.md, "cudarc's launch builder on the
-//! imported memory"): two events made, waited for, recorded and destroyed
-//! per frame.
+//! The consumer's CUDA work is the pipeline's shared [`Consumer`]
+//! (`Work::InPlace` for zero-copy, `Work::DeviceCopy` for copy mode), on
+//! the driver's function table (the seam): its streams, events, device
+//! buffers, pinned counters and the NVRTC-compiled kernels are the
+//! driver's owned handles, one `cuLaunchKernel` per kernel with no
+//! per-launch events (with cudarc's builder and its per-slice events the
+//! launch path measured 73-80 us per frame against 60-64 us for a raw
+//! `cuLaunchKernel`; BENCHMARKS.md, "cudarc's launch builder on the
+//! imported memory"). This module adds the fences: the entry stream waits
+//! for *ready*, the exit stream signals *free*.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
@@ -136,24 +152,33 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use tegra_interop::core::{MemoryImport, TimelineTracker};
+use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer};
 use crate::platform::vulkan::{
     Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
     VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
-use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
-use tegra_interop::driver::{
-    Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
-};
 
 use crate::ring::{Peek, Ticket};
-use crate::transport::{Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError};
+use crate::transport::{
+    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+};
 
-use crate::consumer::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
+
+mod cuda;
+
+pub use cuda::GpuTimes;
+use cuda::{CudaSlot, Done, Enqueuer, Job, Request};
 
 /// `0` queues the consumer after the ready signal instead of before the
-/// write (for comparison; see [`FrameTransport::queues_before_ready`]).
+/// write (for comparison; see [`FrameTransport::queues_before_ready`]); an
+/// override of [`GpuOptions::early`] read by [`GpuOptions::with_env`].
 pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
+
+/// `engines` or `kernels`: an override of [`GpuOptions::copy_with`] read by
+/// [`GpuOptions::with_env`].
+pub const COPY_WITH_ENV: &str = "TEGRA_INTEROP_GPU_COPY_WITH";
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -186,6 +211,23 @@ impl Mode {
     }
 }
 
+/// What moves the frame in and out of device memory in copy mode (the
+/// shared consumer's choice): the copy engines (default; the copy in of one
+/// frame and the copy back of the one before run at once, on two streams)
+/// or copy kernels (the previous design, on the same two streams).
+pub use crate::consumer::CopyWith;
+
+/// `engines` or `kernels` (the value of [`COPY_WITH_ENV`]).
+pub fn parse_copy_with(value: &str) -> Result<CopyWith, TransportError> {
+    match value {
+        "engines" => Ok(CopyWith::Engines),
+        "kernels" => Ok(CopyWith::Kernels),
+        v => Err(TransportError::refused(format!(
+            "{COPY_WITH_ENV}={v:?}: expected `engines` or `kernels`"
+        ))),
+    }
+}
+
 /// How the producer hands a frame to CUDA and takes the slot back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Handover {
@@ -208,29 +250,89 @@ pub enum Handover {
 }
 
 impl Handover {
-    /// The environment variable that selects the diagnosis control.
+    /// The environment variable that selects the diagnosis control (an
+    /// override of [`GpuOptions::handover`] read by [`GpuOptions::with_env`]).
     pub const ENV: &'static str = "TEGRA_INTEROP_GPU_HANDOVER";
-
-    /// [`Handover::Queue`] unless [`Handover::ENV`] says `host-only`
-    /// (`queue` is accepted too; anything else is an error).
-    pub fn from_env() -> Result<Handover, TransportError> {
-        match std::env::var(Self::ENV) {
-            Err(std::env::VarError::NotPresent) => Ok(Handover::Queue),
-            Ok(v) => Self::parse(&v),
-            Err(e) => Err(TransportError::new(format!("{}: {e}", Self::ENV))),
-        }
-    }
 
     /// `queue` or `host-only`.
     pub fn parse(value: &str) -> Result<Handover, TransportError> {
         match value {
             "queue" => Ok(Handover::Queue),
             "host-only" => Ok(Handover::HostOnly),
-            v => Err(TransportError::new(format!(
+            v => Err(TransportError::refused(format!(
                 "{}={v:?}: expected `queue` or `host-only`",
                 Self::ENV
             ))),
         }
+    }
+}
+
+/// How the discrete-GPU transport works: what the program passes to
+/// [`GpuTransport::open_with`]. [`GpuOptions::new`] gives the defaults (the
+/// fastest correct choices measured); the other values are for comparison
+/// and diagnosis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuOptions {
+    /// Zero-copy or copy-based.
+    pub mode: Mode,
+    /// Copy mode: copy engines (default) or copy kernels.
+    pub copy_with: CopyWith,
+    /// The handover (default [`Handover::Queue`]).
+    pub handover: Handover,
+    /// Whether the consumer is queued before the frame is written (default
+    /// on; see [`FrameTransport::queues_before_ready`]).
+    pub early: bool,
+    /// The Vulkan queue family of the handover batches; `None` (default): a
+    /// transfer-only family where the device has one, else the first with
+    /// compute (see "Which queue" in the module docs).
+    pub queue: Option<QueueChoice>,
+}
+
+impl GpuOptions {
+    /// The defaults for `mode`.
+    pub fn new(mode: Mode) -> GpuOptions {
+        GpuOptions {
+            mode,
+            copy_with: CopyWith::Engines,
+            handover: Handover::Queue,
+            early: true,
+            queue: None,
+        }
+    }
+
+    /// These options with the environment's overrides applied, where set:
+    /// [`Handover::ENV`], [`EARLY_ENV`] (`0` or `1`), [`COPY_WITH_ENV`] and
+    /// the queue choice's variable (`QueueChoice::ENV`). A program that
+    /// accepts them lists them in its `--help`.
+    pub fn with_env(self) -> Result<GpuOptions, TransportError> {
+        self.with_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`GpuOptions::with_env`] over any source of variables (testable).
+    fn with_vars(
+        mut self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<GpuOptions, TransportError> {
+        if let Some(v) = var(Handover::ENV) {
+            self.handover = Handover::parse(&v)?;
+        }
+        if let Some(v) = var(COPY_WITH_ENV) {
+            self.copy_with = parse_copy_with(&v)?;
+        }
+        match var(EARLY_ENV).as_deref() {
+            None => {}
+            Some("1") => self.early = true,
+            Some("0") => self.early = false,
+            Some(v) => {
+                return Err(TransportError::refused(format!(
+                    "{EARLY_ENV}={v:?}: expected 0 or 1"
+                )))
+            }
+        }
+        if var(QueueChoice::ENV).is_some() {
+            self.queue = QueueChoice::from_env_if_set().map_err(|e| err("Vulkan")(&e))?;
+        }
+        Ok(self)
     }
 }
 
@@ -267,19 +369,20 @@ pub fn probe() -> Result<String, String> {
         .uuid()
         .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
     let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
-    consumer::nvrtc_present().map_err(|e| e.0)?;
+    consumer::nvrtc_present_in(&backend).map_err(String::from)?;
     Ok(format!(
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
     ))
 }
 
-/// The producer's Vulkan device, its queue on a transfer-only family (the
-/// copy engines) where the device has one, else on the first family with
-/// compute; [`QueueChoice::ENV`] overrides the choice (see "Which queue" in
-/// the module docs).
-fn open_exporter(uuid: [u8; 16]) -> Result<VulkanExporter, TransportError> {
-    let chosen = QueueChoice::from_env_if_set().map_err(|e| err("Vulkan")(&e))?;
+/// The producer's Vulkan device, its queue on `chosen`, or by default on a
+/// transfer-only family (the copy engines) where the device has one, else
+/// on the first family with compute (see "Which queue" in the module docs).
+fn open_exporter(
+    uuid: [u8; 16],
+    chosen: Option<QueueChoice>,
+) -> Result<VulkanExporter, TransportError> {
     let first = chosen.unwrap_or(QueueChoice::TransferOnly);
     match VulkanExporter::with_queue(uuid, first) {
         Err(VkError::NoQueueFamily { .. }) if chosen.is_none() => {
@@ -290,373 +393,64 @@ fn open_exporter(uuid: [u8; 16]) -> Result<VulkanExporter, TransportError> {
     .map_err(|e| err("Vulkan")(&e))
 }
 
-/// CUDA events of one slot, created once and recorded for every frame.
-struct SlotEvents {
-    /// Before the stream's wait for *ready*.
-    arrive: CudaEvent,
-    /// After the stream's wait for *ready*.
-    start: CudaEvent,
-    /// Before the kernel (after the copy in, in copy mode).
-    kernel_start: CudaEvent,
-    /// After the kernel.
-    kernel_end: CudaEvent,
-    /// After everything of the frame, *free* signal included.
-    end: CudaEvent,
+/// The producer's state of one ring slot: its Vulkan frame and fences and
+/// what the producer tracks about them.
+struct Slot {
+    /// The recorded host <-> CUDA handover batches of the slot's frame.
+    handover: HostHandover,
+    frame: VulkanMemory,
+    ready_vk: VulkanSemaphore,
+    free_vk: VulkanSemaphore,
+    /// Host-only: signalled by a batch submitted right after the slot's
+    /// pre-submitted acquire batch (see [`GpuTransport::reclaim_ahead`]).
+    reclaimed_vk: VulkanSemaphore,
+    /// The *free* value the pre-submitted acquire waits for (0: none
+    /// pending) and the `reclaimed_vk` value that says it completed.
+    reclaim_pending: (u64, u64),
+    /// Values signalled on the *ready* semaphore.
+    ready_track: TimelineTracker,
+    /// The *ready* value the slot's last queued consumer waits for (so a
+    /// teardown can let a consumer queued before its signal through).
+    ready_awaited: u64,
+    /// When the last ready submission returned on the host.
+    signalled_at: Option<Instant>,
 }
 
-impl SlotEvents {
-    fn new(ctx: &Arc<CudaContext>) -> Result<SlotEvents, TransportError> {
-        let make = || {
-            ctx.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| err("creating a CUDA event")(&e))
-        };
-        Ok(SlotEvents {
-            arrive: make()?,
-            start: make()?,
-            kernel_start: make()?,
-            kernel_end: make()?,
-            end: make()?,
-        })
-    }
-}
-
-/// Work for the completion thread: a submitted frame.
-struct Job {
-    slot: usize,
-    frame: u64,
-}
-
-/// A frame the completion thread saw finish.
-struct Done {
-    slot: usize,
-    frame: u64,
-    finished: Instant,
-}
-
-/// Waits, in submission order, for each frame's end event and reports when
-/// it completed.
-fn completion_loop(
-    ctx: Arc<CudaContext>,
-    events: Arc<Vec<SlotEvents>>,
-    jobs: Receiver<Job>,
-    done: SyncSender<Result<Done, TransportError>>,
-    stopping: Arc<AtomicBool>,
-) {
-    if let Err(e) = ctx.bind_to_thread() {
-        let _ = done.send(Err(err("binding the CUDA context")(&e)));
-        return;
-    }
-    while let Ok(Job { slot, frame }) = jobs.recv() {
-        let event = &events[slot].end;
-        let mut stop_seen: Option<Instant> = None;
-        let result = loop {
-            match event.try_is_complete() {
-                Ok(true) => {
-                    break Ok(Done {
-                        slot,
-                        frame,
-                        finished: Instant::now(),
-                    })
-                }
-                Ok(false) => {}
-                Err(e) => break Err(err("the consumer stream failed")(&e)),
-            }
-            if stopping.load(Ordering::Acquire) {
-                let since = *stop_seen.get_or_insert_with(Instant::now);
-                if since.elapsed() > TEARDOWN_WAIT {
-                    break Err(TransportError::new(format!(
-                        "frame {frame} in slot {slot} did not finish within {TEARDOWN_WAIT:?} of teardown"
-                    )));
-                }
-            }
-            thread::yield_now();
-        };
-        let failed = result.is_err();
-        if done.send(result).is_err() || failed {
-            return;
-        }
-    }
-}
-
-/// One frame's consumer work, as the producer asked for it
-/// ([`FrameTransport::queue_consumer`]).
-struct Request {
-    slot: usize,
-    frame: u64,
-    /// The *ready* value to wait for.
-    ready: u64,
-    /// The *free* value to signal.
-    free: u64,
-}
-
-/// The CUDA side of the transport: everything the consumer's work is queued
-/// with. It lives on the enqueue thread ([`enqueue_loop`]), so the
-/// producer's thread does not spend the ~30-50 us of driver calls per frame
-/// (event records, the wait, the launch, the signal) between two frames.
-struct Enqueuer {
-    geometry: FrameGeometry,
-    mode: Mode,
-    grid: u32,
-    free_cu: Vec<ExternalSemaphore>,
-    ready_cu: Vec<ExternalSemaphore>,
-    /// Each holds its import (and so the context).
-    mapped: Vec<MappedBuffer>,
-    /// Copy mode: one device-local buffer per slot.
-    device_frames: Vec<CudaSlice<u8>>,
-    /// One mismatch counter per slot (shared with the producer's
-    /// collection, which takes each count).
-    counters: Arc<Counters>,
-    events: Arc<Vec<SlotEvents>>,
-    stream: Stream,
-    cstream: Arc<CudaStream>,
-    kernel: Kernel,
-    ctx: Context,
-}
-
-impl Enqueuer {
-    /// Queues the consumer's work for the requested frame (see
-    /// [`FrameTransport::queue_consumer`]).
-    fn enqueue(&mut self, r: &Request) -> Result<(), TransportError> {
-        let (slot, frame, want) = (r.slot, r.frame, r.ready);
-        let ev = &self.events[slot];
-        let record = |e: &CudaEvent| {
-            e.record(&self.cstream)
-                .map_err(|x| err("recording a CUDA event")(&x))
-        };
-        record(&ev.arrive)?;
-        self.stream
-            .wait(&self.ready_cu[slot], WaitParams::timeline(want))
-            .map_err(|e| err("CUDA wait for the ready fence")(&e))?;
-        record(&ev.start)?;
-        let len = self.geometry.frame_len();
-        let len64 = len as u64;
-        let frame_ptr = self.mapped[slot].device_ptr();
-        // The slot's mapping lent to cudarc for this frame's launches (no
-        // events: tracking is off on this transport's context, see `open`).
-        let mut mapped = self.mapped[slot]
-            .cudarc_slice::<u8>(&self.cstream)
-            .map_err(|e| err("lending the frame to cudarc")(&e))?;
-        if self.mode == Mode::DeviceCopy {
-            let dev = &mut self.device_frames[slot];
-            let dev_ptr = dev.device_ptr(&self.cstream).0;
-            // SAFETY: both ranges are `len` bytes of live allocations (the
-            // mapping of the slot's import, the slot's device buffer) that
-            // outlive the queued copy (torn down only after the stream is
-            // drained); they do not overlap.
-            unsafe {
-                self.kernel.copy(
-                    CopyKernel::FromSystem,
-                    self.grid,
-                    &self.cstream,
-                    (dev, dev_ptr),
-                    (&mapped, frame_ptr),
-                    &len64,
-                    "copying the frame into device memory",
-                )
-            }?;
-        }
-        record(&ev.kernel_start)?;
-        let counter = self.counters.device_ptr(slot)?;
-        let work_ptr = match self.mode {
-            Mode::ZeroCopy => frame_ptr,
-            Mode::DeviceCopy => self.device_frames[slot].device_ptr(&self.cstream).0,
-        };
-        let args = CheckArgs::new(
-            DeviceFrame {
-                ptr: work_ptr,
-                len,
-                stride: self.geometry.stride,
-            },
-            frame,
-            counter,
-        );
-        // Both launches: the kernel touches `len` bytes of the frame (the
-        // mapping lent as `mapped`, at `frame_ptr`, or the slot's device
-        // buffer, at `work_ptr`) and the slot's counter, all torn down only
-        // after the stream is drained; on this stream nothing else touches
-        // them until the kernel ran, and the producer writes the frame again
-        // only after the free fence, which is signalled after it.
-        match self.mode {
-            // SAFETY: as said above, for the mapping.
-            Mode::ZeroCopy => unsafe {
-                self.kernel.check_and_invert(
-                    FrameMemory::System,
-                    self.grid,
-                    &self.cstream,
-                    &mut mapped,
-                    &args,
-                )
-            }?,
-            // SAFETY: as said above, for the slot's device buffer.
-            Mode::DeviceCopy => unsafe {
-                self.kernel.check_and_invert(
-                    FrameMemory::Device,
-                    self.grid,
-                    &self.cstream,
-                    &mut self.device_frames[slot],
-                    &args,
-                )
-            }?,
-        }
-        record(&ev.kernel_end)?;
-        if self.mode == Mode::DeviceCopy {
-            // SAFETY: as for the copy in, in the other direction.
-            unsafe {
-                self.kernel.copy(
-                    CopyKernel::ToSystem,
-                    self.grid,
-                    &self.cstream,
-                    (&mut mapped, frame_ptr),
-                    (&self.device_frames[slot], work_ptr),
-                    &len64,
-                    "copying the frame back from device memory",
-                )
-            }?;
-        }
-        drop(mapped);
-        let expect = r.free;
-        let tracked = self
-            .stream
-            .signal(&mut self.free_cu[slot], SignalParams::timeline(expect))
-            .map_err(|e| err("CUDA signal of the free fence")(&e))?;
-        if tracked != Some(expect) {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the free fence is tracked at {tracked:?} after signalling {expect}"
-            )));
-        }
-        record(&ev.end)?;
-        Ok(())
-    }
-}
-
-/// The enqueue thread: queues each requested frame's work in order, then
-/// hands the frame to the completion thread, until its queue closes
-/// (teardown); then it gives the CUDA side back for the teardown to drain
-/// and release. An error goes to the producer through the completion queue
-/// and stops the queueing.
-fn enqueue_loop(
-    mut e: Enqueuer,
-    requests: Receiver<Request>,
-    jobs: SyncSender<Job>,
-    done: SyncSender<Result<Done, TransportError>>,
-    host_ns: Arc<AtomicU64>,
-) -> Enqueuer {
-    if let Err(x) = e.ctx.bind() {
-        // Never blocks (a full queue already holds what the producer will
-        // see); the queues close when this thread ends.
-        let _ = done.try_send(Err(err("binding the CUDA context")(&x)));
-        return e;
-    }
-    for r in requests {
-        let entered = Instant::now();
-        let queued = e.enqueue(&r);
-        host_ns.fetch_add(entered.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        let sent = match queued {
-            Ok(()) => jobs
-                .send(Job {
-                    slot: r.slot,
-                    frame: r.frame,
-                })
-                .map_err(|_| TransportError::new("the completion thread stopped")),
-            Err(x) => Err(x),
-        };
-        if let Err(x) = sent {
-            // Never blocks: at teardown nobody reads the queue, and a full
-            // queue already holds an error or the frames before this one;
-            // either way the producer's next wait ends (with this error, or
-            // with "stopped" once this thread and the completion thread end).
-            let _ = done.try_send(Err(x));
-            break;
-        }
-    }
-    e
-}
-
-/// Mean GPU-side times per frame, from the CUDA events.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct GpuTimes {
-    /// Frames measured.
-    pub frames: u64,
-    /// The stream blocked in the *ready* wait: from the stream reaching it
-    /// to the wait being satisfied (zero when the frame was ready first).
-    pub wait: Duration,
-    /// Over the frames whose stream blocked in the wait (it was idle when
-    /// the frame was signalled, so no queueing): from the producer's ready
-    /// submission returning on the host to the stream passing the wait,
-    /// estimated as the frame's finish (seen by the completion thread) minus
-    /// the GPU time after the wait. Includes the completion thread's
-    /// detection delay.
-    pub ready_to_gpu: Duration,
-    /// Frames in `ready_to_gpu`.
-    pub blocked_frames: u64,
-    /// Host time in the ready submission (`signal_ready`).
-    pub host_ready: Duration,
-    /// Host time queueing the consumer's CUDA work, on the enqueue thread
-    /// (off the producer's path).
-    pub host_enqueue: Duration,
-    /// Host time submitting the acquire ahead (`reclaim_ahead`).
-    pub host_reclaim: Duration,
-    /// From the end of the *ready* wait to the kernel's start (the copy into
-    /// device memory in copy mode; about zero in zero-copy mode).
-    pub copy_in: Duration,
-    /// The kernel.
-    pub kernel: Duration,
-    /// From the kernel's end to the frame's end (the copy back in copy mode
-    /// and the *free* signal).
-    pub tail: Duration,
-}
-
-/// The discrete-GPU transport (see the module docs): a value that owns its
-/// CUDA context, Vulkan device, ring and kernel ([`GpuTransport::open`]).
-/// Fields drop in order: the CUDA side (after `Drop::drop` drained the
-/// stream and stopped the completion thread), then the Vulkan side.
-pub struct GpuTransport {
-    geometry: FrameGeometry,
-    mode: Mode,
-    location: MemoryLocation,
-    note: &'static str,
-    // CUDA side: the enqueue thread owns the stream and the imports.
+/// The CUDA side as the producer's thread holds it: the enqueue and
+/// completion threads and what it shares with them.
+struct CudaSide {
     /// Requests for the enqueue thread (`None` once shut down).
     requests: Option<SyncSender<Request>>,
     enqueuer: Option<JoinHandle<Enqueuer>>,
     /// Nanoseconds the enqueue thread spent queueing.
     host_enqueue_ns: Arc<AtomicU64>,
-    counters: Arc<Counters>,
-    events: Arc<Vec<SlotEvents>>,
+    /// The shared consumer (its streams drained at teardown; it owns the
+    /// frames' imports, so it drops before the Vulkan side).
+    consumer: Arc<Consumer>,
     ctx: Context,
-    // Vulkan side.
-    handover: Handover,
-    /// Whether the consumer is queued before the frame is written
-    /// ([`EARLY_ENV`]; on by default).
-    early: bool,
-    /// Per slot: the recorded host <-> CUDA handover batches of its frame.
-    handovers: Vec<HostHandover>,
-    frames: Vec<VulkanMemory>,
-    ready_vk: Vec<VulkanSemaphore>,
-    free_vk: Vec<VulkanSemaphore>,
-    /// Per slot, host-only: signalled by a batch submitted right after the
-    /// slot's pre-submitted acquire batch (see [`GpuTransport::reclaim_ahead`]).
-    reclaimed_vk: Vec<VulkanSemaphore>,
-    /// Per slot: the *free* value the pre-submitted acquire waits for (0:
-    /// none pending) and the `reclaimed_vk` value that says it completed.
-    reclaim_pending: Vec<(u64, u64)>,
-    /// The last queued frame's slot and *free* value, whose acquire is
-    /// submitted once the next frame's release is in the queue.
-    deferred: Option<(usize, u64)>,
-    vk: VulkanExporter,
-    /// Values signalled on each slot's *ready* semaphore.
-    ready_track: Vec<TimelineTracker>,
-    /// The *ready* value each slot's last queued consumer waits for (so a
-    /// teardown can let a consumer queued before its signal through).
-    ready_awaited: Vec<u64>,
-    /// Frames queued and not yet collected (a wait with none fails at once).
-    pending: usize,
-    times: GpuTimes,
-    /// Per slot: when the last ready submission returned on the host.
-    signalled_at: Vec<Option<Instant>>,
     done: Receiver<Result<Done, TransportError>>,
     stopping: Arc<AtomicBool>,
     worker: Option<JoinHandle<()>>,
+}
+
+/// The discrete-GPU transport (see the module docs): a value that owns its
+/// CUDA context, Vulkan device, ring and kernel ([`GpuTransport::open_with`]).
+/// Fields drop in order: the CUDA side (after `Drop::drop` drained the
+/// streams and stopped the threads), then the Vulkan side.
+pub struct GpuTransport {
+    geometry: FrameGeometry,
+    options: GpuOptions,
+    location: MemoryLocation,
+    note: &'static str,
+    cuda: CudaSide,
+    slots: Vec<Slot>,
+    /// The last queued frame's slot and *free* value, whose acquire is
+    /// submitted once the next frame's release is in the queue.
+    deferred: Option<(usize, u64)>,
+    /// Frames queued and not yet collected (a wait with none fails at once).
+    pending: usize,
+    times: GpuTimes,
+    vk: VulkanExporter,
 }
 
 /// Allocates one exportable host-visible Vulkan allocation per slot:
@@ -701,215 +495,219 @@ fn import_frame(ctx: &Context, memory: &VulkanMemory) -> Result<ExternalMemory, 
         import = import.dedicated();
     }
     ExternalMemory::import_fd(ctx, fd, import)
-        .map_err(|e| err("importing a frame buffer into CUDA")(&e.into_parts().0))
+        .map_err(|e| e.into_parts().0)
+        .during("importing a frame buffer into CUDA")
+}
+
+/// Exports a timeline semaphore from Vulkan and imports it into CUDA;
+/// `what` names it in an error.
+fn shared_semaphore(
+    vk: &VulkanExporter,
+    ctx: &Context,
+    what: &'static str,
+) -> Result<(VulkanSemaphore, ExternalSemaphore), TransportError> {
+    let (fd, sem) = vk.export_timeline_semaphore(0).map_err(|e| err(what)(&e))?;
+    let imported =
+        ExternalSemaphore::timeline_fd(ctx, fd).map_err(|e| err(what)(&e.into_parts().0))?;
+    Ok((sem, imported))
+}
+
+/// The producer's and the consumer's halves of one slot over `frame`:
+/// its fences made in Vulkan and imported into CUDA, the frame imported
+/// and mapped, the handover batches recorded.
+fn make_slot(
+    vk: &VulkanExporter,
+    ctx: &Context,
+    frame: VulkanMemory,
+) -> Result<(Slot, CudaSlot, MappedBuffer), TransportError> {
+    let reclaimed_vk = vk
+        .create_semaphore(SemaphoreKind::Timeline, 0)
+        .map_err(|e| err("creating a Vulkan semaphore")(&e))?;
+    let (ready_vk, ready) = shared_semaphore(vk, ctx, "sharing a ready semaphore")?;
+    let (free_vk, free) = shared_semaphore(vk, ctx, "sharing a free semaphore")?;
+    let mapped = import_frame(ctx, &frame)?
+        .map_whole()
+        .during("mapping a frame buffer in CUDA")?;
+    let handover = vk
+        .host_handover(&frame)
+        .map_err(|e| err("recording the frame handover batches")(&e))?;
+    let slot = Slot {
+        handover,
+        frame,
+        ready_vk,
+        free_vk,
+        reclaimed_vk,
+        reclaim_pending: (0, 0),
+        ready_track: TimelineTracker::new(0),
+        ready_awaited: 0,
+        signalled_at: None,
+    };
+    Ok((slot, CudaSlot { ready, free }, mapped))
 }
 
 /// What the pipeline prints about how frames are processed.
-fn note(mode: Mode, location: MemoryLocation, handover: Handover) -> &'static str {
-    if handover == Handover::HostOnly {
+fn note(options: &GpuOptions, location: MemoryLocation) -> &'static str {
+    if options.handover == Handover::HostOnly {
         return "DIAGNOSIS CONTROL (TEGRA_INTEROP_GPU_HANDOVER=host-only): ready is signalled and free waited for on the host only, with no Vulkan queue batch; expected to fail verification";
     }
-    match (mode, location) {
-        (Mode::ZeroCopy, MemoryLocation::HostCached) => {
+    let cached = location == MemoryLocation::HostCached;
+    match (options.mode, cached, options.copy_with) {
+        (Mode::ZeroCopy, true, _) => {
             "zero-copy: frames live in host-cached Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
         }
-        (Mode::ZeroCopy, _) => {
+        (Mode::ZeroCopy, false, _) => {
             "zero-copy: frames live in host-visible (uncached) Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
         }
-        (Mode::DeviceCopy, MemoryLocation::HostCached) => {
-            "copy-based: frames live in host-cached Vulkan memory; a CUDA copy kernel moves each into device memory, an NVRTC kernel checks and inverts it there, a copy kernel moves it back"
+        (Mode::DeviceCopy, true, CopyWith::Engines) => {
+            "copy-based: frames live in host-cached Vulkan memory; the copy engines move each into device memory and back (the copy in of one frame beside the copy out of the one before, on two streams), an NVRTC kernel checks and inverts it there"
         }
-        (Mode::DeviceCopy, _) => {
-            "copy-based: frames live in host-visible (uncached) Vulkan memory; a CUDA copy kernel moves each into device memory, an NVRTC kernel checks and inverts it there, a copy kernel moves it back"
+        (Mode::DeviceCopy, false, CopyWith::Engines) => {
+            "copy-based: frames live in host-visible (uncached) Vulkan memory; the copy engines move each into device memory and back (the copy in of one frame beside the copy out of the one before, on two streams), an NVRTC kernel checks and inverts it there"
         }
+        (Mode::DeviceCopy, true, CopyWith::Kernels) => {
+            "copy-based: frames live in host-cached Vulkan memory; copy kernels move each into device memory and back (on two streams), an NVRTC kernel checks and inverts it there"
+        }
+        (Mode::DeviceCopy, false, CopyWith::Kernels) => {
+            "copy-based: frames live in host-visible (uncached) Vulkan memory; copy kernels move each into device memory and back (on two streams), an NVRTC kernel checks and inverts it there"
+        }
+    }
+}
+
+/// The CUDA device the transport opens: context 0 and the device's UUID
+/// (to find the same device in Vulkan).
+struct CudaDevice {
+    ctx: Context,
+    uuid: [u8; 16],
+}
+
+impl CudaDevice {
+    fn open() -> Result<CudaDevice, TransportError> {
+        let backend = Backend::real().during("loading the CUDA driver")?;
+        let uuid = backend
+            .device(0)
+            .and_then(|d| d.uuid())
+            .during("reading CUDA device 0's UUID")?;
+        let ctx = Context::new(Arc::clone(&backend), 0).during("creating a CUDA context")?;
+        Ok(CudaDevice { ctx, uuid })
+    }
+}
+
+impl CudaSide {
+    /// Starts the completion thread and the enqueue thread (which takes
+    /// `enqueue`).
+    fn start(enqueue: Enqueuer, slots: usize) -> Result<CudaSide, TransportError> {
+        let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
+        let (done_tx, done_rx) = mpsc::sync_channel(slots);
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (consumer, ctx) = (Arc::clone(&enqueue.consumer), enqueue.ctx.clone());
+        let worker = {
+            let (consumer, stopping) = (Arc::clone(&consumer), Arc::clone(&stopping));
+            let done_tx = done_tx.clone();
+            thread::Builder::new()
+                .name("gpu-completions".into())
+                .spawn(move || cuda::completion_loop(consumer, jobs_rx, done_tx, stopping))
+                .map_err(|e| err("starting the completion thread")(&e))?
+        };
+        let host_enqueue_ns = Arc::new(AtomicU64::new(0));
+        // At most one request per slot is outstanding (the ring).
+        let (requests, requests_rx) = mpsc::sync_channel::<Request>(slots);
+        let enqueuer = {
+            let host_ns = Arc::clone(&host_enqueue_ns);
+            let spawned = thread::Builder::new()
+                .name("gpu-enqueue".into())
+                .spawn(move || cuda::enqueue_loop(enqueue, requests_rx, jobs_tx, done_tx, host_ns));
+            match spawned {
+                Ok(h) => h,
+                Err(e) => {
+                    // The completion thread ends once its job queue closes
+                    // (the closure that held its sender was dropped).
+                    let _ = worker.join();
+                    return Err(err("starting the enqueue thread")(&e));
+                }
+            }
+        };
+        Ok(CudaSide {
+            requests: Some(requests),
+            enqueuer: Some(enqueuer),
+            host_enqueue_ns,
+            consumer,
+            ctx,
+            done: done_rx,
+            stopping,
+            worker: Some(worker),
+        })
     }
 }
 
 impl GpuTransport {
-    /// Opens the discrete-GPU transport for `geometry` and `slots` slots:
-    /// CUDA context, Vulkan device, frames, semaphores, their imports, the
-    /// kernel and the completion thread, all made here (fixed capacity).
-    /// [`FrameTransport::close`] tears it down in order and reports errors;
-    /// a consumer still waiting for a frame that was never signalled ready is
-    /// let through first, so teardown does not hang.
+    /// [`GpuTransport::open_with`] with [`GpuOptions::new`]`(mode)` and the
+    /// environment's overrides ([`GpuOptions::with_env`]).
     pub fn open(
         geometry: FrameGeometry,
         slots: usize,
         mode: Mode,
     ) -> Result<GpuTransport, TransportError> {
+        Self::open_with(geometry, slots, GpuOptions::new(mode).with_env()?)
+    }
+
+    /// Opens the discrete-GPU transport for `geometry` and `slots` slots:
+    /// CUDA context, Vulkan device, frames, semaphores, their imports, the
+    /// kernel, the streams and the threads, all made here (fixed capacity).
+    /// [`FrameTransport::close`] tears it down in order and reports errors;
+    /// a consumer still waiting for a frame that was never signalled ready is
+    /// let through first, so teardown does not hang.
+    pub fn open_with(
+        geometry: FrameGeometry,
+        slots: usize,
+        options: GpuOptions,
+    ) -> Result<GpuTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || geometry.stride == 0 {
-            return Err(TransportError::new("frames of zero bytes cannot be shared"));
+            return Err(TransportError::refused(
+                "frames of zero bytes cannot be shared",
+            ));
+        }
+        if slots == 0 {
+            return Err(TransportError::refused("a ring needs at least one slot"));
         }
         consumer::self_check_pattern(geometry.stride, geometry.rows)?;
-        let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
-        let uuid = backend
-            .device(0)
-            .and_then(|d| d.uuid())
-            .map_err(|e| err("CUDA device 0")(&e))?;
-        let vk = open_exporter(uuid)?;
-        let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| err("CUDA context")(&e))?;
-        let cu = ctx
-            .cudarc()
-            .cloned()
-            .ok_or_else(|| TransportError::new("the CUDA context did not come from cudarc"))?;
-        // SAFETY: every cudarc slice of this context (the counters, the
-        // copy-mode device buffers, the mappings lent per frame) is used on
-        // one stream, `cstream`, in the order the work is queued, and the
-        // stream is ordered against the Vulkan side by the imported
-        // semaphores: cudarc's per-slice events would only order a stream
-        // after itself. (Measured with them on: two events created,
-        // waited for, recorded and destroyed per frame cost 73-80 us of the
-        // handover stage against 60-64 us without; BENCHMARKS.md.)
-        unsafe { cu.disable_event_tracking() };
-        let kernel = Kernel::compile(&cu)?;
+        let dev = CudaDevice::open()?;
+        let vk = open_exporter(dev.uuid, options.queue)?;
         let (frames, location) = allocate_frames(&vk, len, slots)?;
-        let handover = Handover::from_env()?;
-        let early = match std::env::var(EARLY_ENV).as_deref() {
-            Err(_) | Ok("1") => true,
-            Ok("0") => false,
-            Ok(v) => {
-                return Err(TransportError::new(format!(
-                    "{EARLY_ENV}={v:?}: expected 0 or 1"
-                )))
-            }
-        };
-        let mapped = frames
-            .iter()
-            .map(|m| {
-                import_frame(&ctx, m)?
-                    .map_whole()
-                    .map_err(|e| err("mapping a frame buffer in CUDA")(&e))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let cstream = cu
-            .new_stream()
-            .map_err(|e| err("creating the CUDA stream")(&e))?;
-        let stream = Stream::from_cudarc(&ctx, Arc::clone(&cstream))
-            .map_err(|e| err("wrapping the CUDA stream")(&e))?;
-
-        let mut ready_vk = Vec::with_capacity(slots);
-        let mut free_vk = Vec::with_capacity(slots);
-        let mut ready_cu = Vec::with_capacity(slots);
-        let mut free_cu = Vec::with_capacity(slots);
-        let mut reclaimed_vk = Vec::with_capacity(slots);
-        for _ in 0..slots {
-            reclaimed_vk.push(
-                vk.create_semaphore(SemaphoreKind::Timeline, 0)
-                    .map_err(|e| err("creating a Vulkan semaphore")(&e))?,
-            );
-            let (fd, sem) = vk
-                .export_timeline_semaphore(0)
-                .map_err(|e| err("exporting a ready semaphore from Vulkan")(&e))?;
-            ready_vk.push(sem);
-            ready_cu.push(
-                ExternalSemaphore::timeline_fd(&ctx, fd)
-                    .map_err(|e| err("importing a ready semaphore")(&e.into_parts().0))?,
-            );
-            let (fd, sem) = vk
-                .export_timeline_semaphore(0)
-                .map_err(|e| err("exporting a free semaphore from Vulkan")(&e))?;
-            free_vk.push(sem);
-            free_cu.push(
-                ExternalSemaphore::timeline_fd(&ctx, fd)
-                    .map_err(|e| err("importing a free semaphore")(&e.into_parts().0))?,
-            );
+        let (mut slots_vk, mut fences, mut mapped) = (Vec::new(), Vec::new(), Vec::new());
+        for frame in frames {
+            let (s, f, m) = make_slot(&vk, &dev.ctx, frame)?;
+            slots_vk.push(s);
+            fences.push(f);
+            mapped.push(m);
         }
-
-        let device_frames = match mode {
-            Mode::ZeroCopy => Vec::new(),
-            Mode::DeviceCopy => (0..slots)
-                .map(|_| {
-                    cstream
-                        .alloc_zeros::<u8>(len)
-                        .map_err(|e| err("allocating a device frame buffer")(&e))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        };
-        let counters = Counters::new(&cu, slots)?;
-        let events = Arc::new(
-            (0..slots)
-                .map(|_| SlotEvents::new(&cu))
-                .collect::<Result<Vec<_>, _>>()?,
-        );
-        // Every allocation above is stream-ordered: let it land before use.
-        cstream
-            .synchronize()
-            .map_err(|e| err("synchronising the CUDA stream")(&e))?;
-
-        let handovers = frames
-            .iter()
-            .map(|m| vk.host_handover(m))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| err("recording the frame handover batches")(&e))?;
-
-        let (jobs_tx, jobs_rx) = mpsc::sync_channel::<Job>(slots);
-        let (done_tx, done_rx) = mpsc::sync_channel(slots);
-        let stopping = Arc::new(AtomicBool::new(false));
-        let worker = {
-            let (cu, events, stopping) =
-                (Arc::clone(&cu), Arc::clone(&events), Arc::clone(&stopping));
-            let done_tx = done_tx.clone();
-            thread::Builder::new()
-                .name("gpu-completions".into())
-                .spawn(move || completion_loop(cu, events, jobs_rx, done_tx, stopping))
-                .map_err(|e| err("starting the completion thread")(&e))?
-        };
-        let counters = Arc::new(counters);
-        let host_enqueue_ns = Arc::new(AtomicU64::new(0));
-        let enqueue = Enqueuer {
+        let config = ConsumerConfig {
             geometry,
-            mode,
-            grid: consumer::grid_for(len),
-            free_cu,
-            ready_cu,
-            mapped,
-            device_frames,
-            counters: Arc::clone(&counters),
-            events: Arc::clone(&events),
-            stream,
-            cstream,
-            kernel,
-            ctx: ctx.clone(),
+            slots,
+            memory: FrameMemory::System,
+            work: match options.mode {
+                Mode::ZeroCopy => Work::InPlace,
+                Mode::DeviceCopy => Work::DeviceCopy(options.copy_with),
+            },
+            skip_kernel: false,
         };
-        // At most one request per slot is outstanding (the ring).
-        let (requests, requests_rx) = mpsc::sync_channel::<Request>(slots);
-        let enqueuer = {
-            let host_ns = Arc::clone(&host_enqueue_ns);
-            thread::Builder::new()
-                .name("gpu-enqueue".into())
-                .spawn(move || enqueue_loop(enqueue, requests_rx, jobs_tx, done_tx, host_ns))
-                .map_err(|e| err("starting the enqueue thread")(&e))?
+        let enqueue = Enqueuer {
+            consumer: Arc::new(Consumer::new(&dev.ctx, config, mapped)?),
+            slots: fences,
+            ctx: dev.ctx.clone(),
         };
+        let cuda = CudaSide::start(enqueue, slots)?;
         Ok(GpuTransport {
             geometry,
-            mode,
+            options,
             location,
-            note: note(mode, location, handover),
-            requests: Some(requests),
-            enqueuer: Some(enqueuer),
-            host_enqueue_ns,
-            counters,
-            events,
-            ctx,
-            handover,
-            early,
-            handovers,
-            frames,
-            ready_vk,
-            free_vk,
-            reclaimed_vk,
-            reclaim_pending: vec![(0, 0); slots],
+            note: note(&options, location),
+            cuda,
+            slots: slots_vk,
             deferred: None,
-            vk,
-            ready_track: vec![TimelineTracker::new(0); slots],
-            ready_awaited: vec![0; slots],
             pending: 0,
             times: GpuTimes::default(),
-            signalled_at: vec![None; slots],
-            done: done_rx,
-            stopping,
-            worker: Some(worker),
+            vk,
         })
     }
 
@@ -919,28 +717,31 @@ impl GpuTransport {
     }
 
     /// Processing mode.
-    #[allow(dead_code)] // for tests/gpu_pipeline.rs; the pipeline prints the note instead
     pub fn mode(&self) -> Mode {
-        self.mode
+        self.options.mode
+    }
+
+    /// The options the transport was opened with.
+    pub fn options(&self) -> GpuOptions {
+        self.options
     }
 
     /// Where the frame buffers live (host-cached or plain host-visible).
-    #[allow(dead_code)] // for tests/gpu_pipeline.rs
     pub fn memory_location(&self) -> MemoryLocation {
         self.location
     }
 
     /// Mean GPU-side times of the frames collected so far.
-    #[allow(dead_code)] // for tests/gpu_pipeline.rs
     pub fn gpu_times(&self) -> GpuTimes {
         let n = self.times.frames.max(1) as u32;
+        let enqueue_ns = self.cuda.host_enqueue_ns.load(Ordering::Relaxed);
         GpuTimes {
             frames: self.times.frames,
             wait: self.times.wait / n,
             ready_to_gpu: self.times.ready_to_gpu / self.times.blocked_frames.max(1) as u32,
             blocked_frames: self.times.blocked_frames,
             host_ready: self.times.host_ready / n,
-            host_enqueue: Duration::from_nanos(self.host_enqueue_ns.load(Ordering::Relaxed)) / n,
+            host_enqueue: Duration::from_nanos(enqueue_ns) / n,
             host_reclaim: self.times.host_reclaim / n,
             copy_in: self.times.copy_in / n,
             kernel: self.times.kernel / n,
@@ -950,8 +751,8 @@ impl GpuTransport {
 
     fn check_slot(&self, t: &Ticket) -> Result<usize, TransportError> {
         match t.slot() {
-            s if s < self.frames.len() => Ok(s),
-            s => Err(TransportError::new(format!("no slot {s}"))),
+            s if s < self.slots.len() => Ok(s),
+            s => Err(TransportError::no_slot(s)),
         }
     }
 
@@ -978,105 +779,93 @@ impl GpuTransport {
     fn reclaim_ahead(&mut self, slot: usize, free: u64) -> Result<(), TransportError> {
         // One batch: it waits for *free*, takes the buffer back, makes the
         // device's writes visible to the host and signals `reclaimed_vk`.
-        let value = self.reclaim_pending[slot].1 + 1;
+        let s = &mut self.slots[slot];
+        let value = s.reclaim_pending.1 + 1;
         self.vk
             .acquire_for_host_ahead(
-                &self.handovers[slot],
-                &self.frames[slot],
-                &[SemaphoreOp::timeline(&self.free_vk[slot], free)],
-                &[SemaphoreOp::timeline(&self.reclaimed_vk[slot], value)],
+                &s.handover,
+                &s.frame,
+                &[SemaphoreOp::timeline(&s.free_vk, free)],
+                &[SemaphoreOp::timeline(&s.reclaimed_vk, value)],
             )
             .map_err(|e| err("submitting the slot's acquire for the host")(&e))?;
-        self.reclaim_pending[slot] = (free, value);
+        s.reclaim_pending = (free, value);
         Ok(())
     }
 
     /// Turns a finished frame into its completion.
     fn collect(&mut self, d: Done) -> Result<Completion, TransportError> {
         self.pending = self.pending.saturating_sub(1);
-        self.ctx
-            .bind()
-            .map_err(|e| err("binding the CUDA context")(&e))?;
-        let ev = &self.events[d.slot];
-        let span = |a: &CudaEvent, b: &CudaEvent| {
-            a.elapsed_ms(b)
-                .map(|ms| Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
-                .map_err(|e| err("reading CUDA event times")(&e))
-        };
-        let wait = span(&ev.arrive, &ev.start)?;
-        let after_wait = span(&ev.start, &ev.end)?;
+        let (c, t) = (d.completion, d.times);
+        let wait = t.wait.unwrap_or(Duration::ZERO);
         let blocked = wait > Duration::ZERO;
-        let ready_to_gpu = match self.signalled_at[d.slot] {
-            Some(at) if blocked => d
+        let ready_to_gpu = match self.slots.get(c.slot).and_then(|s| s.signalled_at) {
+            Some(at) if blocked => c
                 .finished
-                .checked_sub(after_wait)
+                .checked_sub(c.busy)
                 .map_or(Duration::ZERO, |passed| {
                     passed.saturating_duration_since(at)
                 }),
             _ => Duration::ZERO,
         };
-        let copy_in = span(&ev.start, &ev.kernel_start)?;
-        let process = span(&ev.kernel_start, &ev.kernel_end)?;
-        let tail = span(&ev.kernel_end, &ev.end)?;
         self.times.frames += 1;
         self.times.wait += wait;
         self.times.ready_to_gpu += ready_to_gpu;
         self.times.blocked_frames += u64::from(blocked);
-        self.times.copy_in += copy_in;
-        self.times.kernel += process;
-        self.times.tail += tail;
-        // SAFETY: the frame's end event completed, so its kernel (queued
-        // before the event) is done, and the slot's next kernel is queued
-        // only after this frame is collected (the ring).
-        let mismatches = unsafe { self.counters.take(d.slot) }?;
-        Ok(Completion {
-            slot: d.slot,
-            frame: d.frame,
-            mismatches,
-            process,
-            busy: after_wait,
-            finished: d.finished,
-        })
+        self.times.copy_in += t.copy_in;
+        self.times.kernel += t.kernel;
+        self.times.tail += t.copy_out;
+        Ok(c)
+    }
+
+    /// Signals *ready* up to the value each slot's last queued consumer
+    /// waits for, where the producer never did (so a consumer queued before
+    /// its frame was released gets through and teardown does not hang).
+    fn release_waiting_consumers(&mut self) -> Option<TransportError> {
+        let mut first = None;
+        for s in &mut self.slots {
+            if s.ready_awaited > s.ready_track.last() {
+                match s.ready_vk.signal(s.ready_awaited) {
+                    Ok(()) => s.ready_track = TimelineTracker::new(s.ready_awaited),
+                    Err(e) => {
+                        first.get_or_insert(err("releasing a waiting consumer")(&e));
+                    }
+                }
+            }
+        }
+        first
     }
 
     /// Lets every consumer still waiting for a frame that was never released
     /// through (it then processes whatever the slot holds), stops the
-    /// enqueue thread, waits for the stream, releases the CUDA side and
+    /// enqueue thread, waits for the streams, releases the CUDA side and
     /// stops the completion thread. Idempotent.
     fn shut_down(&mut self) -> Result<(), TransportError> {
-        let mut first: Option<TransportError> = None;
-        for slot in 0..self.ready_vk.len() {
-            let last = self.ready_track[slot].last();
-            if self.ready_awaited[slot] > last {
-                if let Err(e) = self.ready_vk[slot].signal(self.ready_awaited[slot]) {
-                    first.get_or_insert(err("releasing a waiting consumer")(&e));
-                } else {
-                    self.ready_track[slot] = TimelineTracker::new(self.ready_awaited[slot]);
-                }
-            }
-        }
-        // Requests still queued are queued on the stream now, their waits
+        let mut first = self.release_waiting_consumers();
+        // Requests still queued are queued on the streams now, their waits
         // already satisfied.
-        self.requests = None;
-        let cuda_side = match self.enqueuer.take().map(JoinHandle::join) {
+        self.cuda.requests = None;
+        let cuda_side = match self.cuda.enqueuer.take().map(JoinHandle::join) {
             Some(Ok(e)) => Some(e),
             Some(Err(_)) => {
-                first.get_or_insert(TransportError::new("the enqueue thread panicked"));
+                first.get_or_insert(TransportError::misuse("the enqueue thread panicked"));
                 None
             }
             None => None,
         };
-        if let (None, Some(e)) = (&first, &cuda_side) {
-            if let Err(x) = e.stream.synchronize() {
-                first.get_or_insert(err("draining the CUDA stream")(&x));
+        if first.is_none() {
+            if let Err(x) = self.cuda.consumer.drain() {
+                first.get_or_insert(x);
             }
         }
-        // The imports go before the Vulkan objects they import (the fields).
+        // The fences' imports go here; the frames' imports (the consumer's)
+        // go with the transport's `cuda` field, before the Vulkan objects
+        // they import (the fields' order).
         drop(cuda_side);
-        self.stopping.store(true, Ordering::Release);
-        if let Some(w) = self.worker.take() {
+        self.cuda.stopping.store(true, Ordering::Release);
+        if let Some(w) = self.cuda.worker.take() {
             if w.join().is_err() {
-                first.get_or_insert(TransportError::new("the completion thread panicked"));
+                first.get_or_insert(TransportError::misuse("the completion thread panicked"));
             }
         }
         match first {
@@ -1085,41 +874,87 @@ impl GpuTransport {
         }
     }
 
+    /// Host-waits until `slot`'s *free* fence reached `want`, with the
+    /// device's writes visible to the host: through the acquire submitted
+    /// ahead for exactly that value, else (`inline`) through an acquire
+    /// submitted and waited for here; `Ok(false)` when neither applies.
+    fn reach_free(&self, slot: usize, want: u64, inline: bool) -> Result<bool, TransportError> {
+        let s = &self.slots[slot];
+        let (pending_free, reclaimed) = s.reclaim_pending;
+        let reached = match self.options.handover {
+            Handover::Queue if want != 0 && pending_free == want => {
+                // Submitted by `reclaim_ahead` after the slot's last frame.
+                s.reclaimed_vk.wait(reclaimed, FREE_WAIT)
+            }
+            Handover::Queue if !inline => return Ok(false),
+            Handover::Queue => self.vk.acquire_for_host(
+                &s.handover,
+                &s.frame,
+                &[SemaphoreOp::timeline(&s.free_vk, want)],
+                FREE_WAIT,
+            ),
+            Handover::HostOnly => s.free_vk.wait(want, FREE_WAIT),
+        }
+        .map_err(|e| err("waiting for the free fence")(&e))?;
+        if !reached {
+            return Err(TransportError::timeout(
+                format!("the consumer to free slot {slot} (free fence value {want})"),
+                FREE_WAIT,
+            ));
+        }
+        Ok(true)
+    }
+
     /// Waits until `slot`'s *free* fence reached `want` and the device's
     /// writes to the slot are visible to the host (see the module docs).
     fn wait_slot(&mut self, slot: usize, want: u64) -> Result<(), TransportError> {
-        let (pending_free, reclaimed) = self.reclaim_pending[slot];
         if self.deferred.is_some_and(|(s, _)| s == slot) {
             // Not submitted ahead (a ring of one): acquired below, inline.
             self.deferred = None;
         }
-        let reached = match self.handover {
-            Handover::Queue if want != 0 && pending_free == want => {
-                // Submitted by `reclaim_ahead` after the slot's last frame.
-                self.reclaimed_vk[slot].wait(reclaimed, FREE_WAIT)
-            }
-            Handover::Queue => self.vk.acquire_for_host(
-                &self.handovers[slot],
-                &self.frames[slot],
-                &[SemaphoreOp::timeline(&self.free_vk[slot], want)],
-                FREE_WAIT,
-            ),
-            Handover::HostOnly => self.free_vk[slot].wait(want, FREE_WAIT),
+        self.reach_free(slot, want, true).map(drop)
+    }
+
+    /// The slot's frame bytes, for the host.
+    ///
+    /// # Safety
+    /// The slot's *free* fence must have reached the value the consumer
+    /// signals after its last access, with the device's writes visible to
+    /// the host, and no device access may start while the slice lives.
+    unsafe fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        let len = self.geometry.frame_len();
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { self.slots[slot].frame.host_bytes_mut() }
+            .map_err(|e| err("mapping the frame buffer")(&e))?;
+        bytes
+            .get_mut(..len)
+            .ok_or_else(|| TransportError::refused("the Vulkan allocation is smaller than a frame"))
+    }
+
+    /// Submits `slot`'s release batch (or, as the diagnosis control, a host
+    /// signal) that signals *ready* at `value`.
+    fn submit_ready(&mut self, slot: usize, value: u64) -> Result<(), TransportError> {
+        let s = &self.slots[slot];
+        let vk_signal = err("Vulkan signal of the ready fence");
+        match self.options.handover {
+            Handover::Queue => self
+                .vk
+                .release_host_writes(
+                    &s.handover,
+                    &s.frame,
+                    &[],
+                    &[SemaphoreOp::timeline(&s.ready_vk, value)],
+                )
+                .map_err(|e| vk_signal(&e)),
+            Handover::HostOnly => s.ready_vk.signal(value).map_err(|e| vk_signal(&e)),
         }
-        .map_err(|e| err("waiting for the free fence")(&e))?;
-        if !reached {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
-            )));
-        }
-        Ok(())
     }
 }
 
 impl Drop for GpuTransport {
     fn drop(&mut self) {
         // Errors were reported by `close` where it was called; a drop
-        // after a failed run only needs the stream drained and the thread
+        // after a failed run only needs the streams drained and the threads
         // stopped.
         let _ = self.shut_down();
     }
@@ -1131,7 +966,7 @@ impl FrameTransport for GpuTransport {
     }
 
     fn slot_count(&self) -> usize {
-        self.frames.len()
+        self.slots.len()
     }
 
     fn details(&self) -> Option<String> {
@@ -1160,51 +995,31 @@ impl FrameTransport for GpuTransport {
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = self.check_slot(t)?;
         self.wait_slot(slot, t.free_wait())?;
-        let len = self.geometry.frame_len();
         // SAFETY: the slot's free fence reached the value the consumer
         // signals after its last access to this memory (kernel, copies);
         // the consumer's next access waits for this slot's ready fence,
         // which only `signal_ready` signals, and that takes `&mut self`,
         // so it cannot run while the returned slice is alive.
-        let bytes = unsafe { self.frames[slot].host_bytes_mut() }
-            .map_err(|e| err("mapping the frame buffer")(&e))?;
-        bytes
-            .get_mut(..len)
-            .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))
+        unsafe { self.host_frame(slot) }
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
         let other = p.slot();
-        if other >= self.frames.len() {
+        if other >= self.slots.len() {
             return Ok(None);
         }
-        let want = p.free_reached();
-        let (pending_free, reclaimed) = self.reclaim_pending[other];
-        let reached = match self.handover {
-            // Only where the slot's acquire for the host was submitted ahead
-            // for exactly this value: an inline acquire here would be
-            // followed by the ahead one, taking the buffer back twice.
-            Handover::Queue if pending_free == want => {
-                self.reclaimed_vk[other].wait(reclaimed, FREE_WAIT)
-            }
-            Handover::Queue => return Ok(None),
-            Handover::HostOnly => self.free_vk[other].wait(want, FREE_WAIT),
+        // Only where the slot's acquire for the host was submitted ahead for
+        // exactly this value: an inline acquire here would be followed by
+        // the ahead one, taking the buffer back twice.
+        if !self.reach_free(other, p.free_reached(), false)? {
+            return Ok(None);
         }
-        .map_err(|e| err("waiting for the free fence")(&e))?;
-        if !reached {
-            return Err(TransportError::new(format!(
-                "slot {other}: the consumer did not free it (value {want}) within {FREE_WAIT:?}"
-            )));
-        }
-        let len = self.geometry.frame_len();
         // SAFETY: the free fence reached the value the consumer signals
         // after its last access (and the acquire batch made its writes
         // visible to the host); its next access waits for the slot's next
         // ready signal. The slice lives only for this statement.
-        let read = unsafe { self.frames[other].host_bytes_mut() }
-            .map_err(|e| err("mapping the frame buffer")(&e))?
-            .get_mut(..len)
-            .ok_or_else(|| TransportError::new("the Vulkan allocation is smaller than a frame"))?;
+        let read = unsafe { self.host_frame(other) }?;
+        let len = read.len();
         // SAFETY: the slot's mapping is made once at allocation and stays at
         // this address until the transport is dropped; its next write (by
         // the producer, after `wait_free` for the slot's next ticket) and
@@ -1220,38 +1035,23 @@ impl FrameTransport for GpuTransport {
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let entered = Instant::now();
         let slot = self.check_slot(t)?;
-        let tracker = &mut self.ready_track[slot];
-        let reservation = tracker
+        let reservation = self.slots[slot]
+            .ready_track
             .reserve(t.ready())
             .map_err(|e| err("ready fence")(&e))?;
-        let vk_signal = err("Vulkan signal of the ready fence");
-        let signalled = match self.handover {
-            Handover::Queue => self
-                .vk
-                .release_host_writes(
-                    &self.handovers[slot],
-                    &self.frames[slot],
-                    &[],
-                    &[SemaphoreOp::timeline(
-                        &self.ready_vk[slot],
-                        reservation.value(),
-                    )],
-                )
-                .map_err(|e| vk_signal(&e)),
-            Handover::HostOnly => self.ready_vk[slot]
-                .signal(reservation.value())
-                .map_err(|e| vk_signal(&e)),
-        };
+        let signalled = self.submit_ready(slot, reservation.value());
         let now = Instant::now();
-        self.signalled_at[slot] = Some(now);
+        let s = &mut self.slots[slot];
+        s.signalled_at = Some(now);
         self.times.host_ready += now - entered;
         match signalled {
-            Ok(()) => tracker
+            Ok(()) => s
+                .ready_track
                 .commit(reservation)
                 .map(|_| ())
                 .map_err(|e| err("ready fence")(&e))?,
             Err(e) => {
-                let _ = tracker.abort(reservation);
+                let _ = s.ready_track.abort(reservation);
                 return Err(e);
             }
         }
@@ -1259,7 +1059,7 @@ impl FrameTransport for GpuTransport {
         // frame's release (see `reclaim_ahead`); this frame's waits for the
         // next release. Its consumer is queued by now, whichever order the
         // ring uses.
-        if self.handover == Handover::Queue {
+        if self.options.handover == Handover::Queue {
             if let Some((prev, free)) = self.deferred.take() {
                 let start = Instant::now();
                 self.reclaim_ahead(prev, free)?;
@@ -1273,7 +1073,7 @@ impl FrameTransport for GpuTransport {
     fn queues_before_ready(&self) -> bool {
         // The stream waits for *ready* on the device, and `shut_down` lets
         // a consumer whose frame was never signalled through.
-        self.early
+        self.options.early
     }
 
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -1288,39 +1088,41 @@ impl FrameTransport for GpuTransport {
             ready: t.ready(),
             free: t.free_signal(),
         };
-        self.requests
+        self.cuda
+            .requests
             .as_ref()
-            .ok_or_else(|| TransportError::new("the transport is shut down"))?
+            .ok_or_else(|| TransportError::misuse("the transport is shut down"))?
             .send(request)
-            .map_err(|_| TransportError::new("the enqueue thread stopped"))?;
-        self.ready_awaited[slot] = t.ready();
+            .map_err(|_| TransportError::misuse("the enqueue thread stopped"))?;
+        self.slots[slot].ready_awaited = t.ready();
         self.pending += 1;
         Ok(())
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        match self.done.try_recv() {
+        match self.cuda.done.try_recv() {
             Ok(d) => self.collect(d?).map(Some),
             Err(TryRecvError::Empty) => Ok(None),
             Err(TryRecvError::Disconnected) => {
-                Err(TransportError::new("the completion thread stopped"))
+                Err(TransportError::misuse("the completion thread stopped"))
             }
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
         if self.pending == 0 {
-            return Err(TransportError::new("no frame is in flight"));
+            return Err(TransportError::misuse("no frame is in flight"));
         }
         let d = self
+            .cuda
             .done
             .recv()
-            .map_err(|_| TransportError::new("the completion thread stopped"))??;
+            .map_err(|_| TransportError::misuse("the completion thread stopped"))??;
         self.collect(d)
     }
 
     fn close(mut self: Box<Self>) -> Result<(), TransportError> {
-        let backend = Arc::clone(self.ctx.backend());
+        let backend = Arc::clone(self.cuda.ctx.backend());
         self.shut_down()?;
         drop(self);
         match backend.take_drop_errors().first() {
@@ -1338,9 +1140,8 @@ mod tests {
     #[test]
     fn handover_values_parse() {
         assert_eq!(Handover::parse("queue").unwrap(), Handover::Queue);
-
         assert_eq!(Handover::parse("host-only").unwrap(), Handover::HostOnly);
-        let e = Handover::parse("host").unwrap_err().0;
+        let e = Handover::parse("host").unwrap_err().to_string();
         assert!(e.contains(Handover::ENV) && e.contains("host-only"), "{e}");
     }
 
@@ -1348,6 +1149,65 @@ mod tests {
     fn copy_flag_selects_the_mode() {
         assert_eq!(Mode::from_copy_flag(false), Mode::ZeroCopy);
         assert_eq!(Mode::from_copy_flag(true), Mode::DeviceCopy);
+    }
+
+    #[test]
+    fn options_default_to_the_measured_choices() {
+        let o = GpuOptions::new(Mode::DeviceCopy);
+        assert_eq!(o.mode, Mode::DeviceCopy);
+        assert_eq!(o.copy_with, CopyWith::Engines);
+        assert_eq!(o.handover, Handover::Queue);
+        assert!(o.early);
+        assert_eq!(o.queue, None);
+        // No variable set: nothing changes.
+        assert_eq!(o.with_vars(|_| None).unwrap(), o);
+    }
+
+    #[test]
+    fn environment_overrides_each_option_or_is_refused() {
+        let o = GpuOptions::new(Mode::ZeroCopy);
+        let set = |name: &'static str, value: &'static str| {
+            move |n: &str| (n == name).then(|| value.to_string())
+        };
+        let h = o.with_vars(set(Handover::ENV, "host-only")).unwrap();
+        assert_eq!(h.handover, Handover::HostOnly);
+        assert!(!note(&h, MemoryLocation::HostCached).is_empty());
+        assert!(!o.with_vars(set(EARLY_ENV, "0")).unwrap().early);
+        assert!(o.with_vars(set(EARLY_ENV, "1")).unwrap().early);
+        assert_eq!(
+            o.with_vars(set(COPY_WITH_ENV, "kernels"))
+                .unwrap()
+                .copy_with,
+            CopyWith::Kernels
+        );
+        for (name, bad) in [
+            (EARLY_ENV, "yes"),
+            (COPY_WITH_ENV, "dma"),
+            (Handover::ENV, "host"),
+        ] {
+            let e = o.with_vars(set(name, bad)).unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn every_option_combination_has_a_one_line_note() {
+        for mode in [Mode::ZeroCopy, Mode::DeviceCopy] {
+            for copy_with in [CopyWith::Engines, CopyWith::Kernels] {
+                for location in [MemoryLocation::HostCached, MemoryLocation::HostVisible] {
+                    let o = GpuOptions {
+                        copy_with,
+                        ..GpuOptions::new(mode)
+                    };
+                    let n = note(&o, location);
+                    assert!(!n.contains('\n'));
+                    assert_eq!(n.starts_with("copy-based"), mode == Mode::DeviceCopy);
+                    if mode == Mode::DeviceCopy {
+                        assert_eq!(n.contains("copy engines"), copy_with == CopyWith::Engines);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,16 +9,21 @@
 //! Each move carries the fence value the [`Ticket`] names, and the
 //! receiving side checks it is exactly the value it waits for, as a
 //! deterministic fence would.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::ptr::NonNull;
-use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
+
+/// How long the producer waits for a free slot or a finished frame before
+/// it reports the consumer thread stuck.
+const STUCK: Duration = Duration::from_secs(10);
 
 /// A deliberate defect, so tests can show that verification catches it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,13 +121,17 @@ fn consumer_loop(
     {
         let result = (|| {
             let Ok(mut token) = ready[slot].recv() else {
-                return Err(TransportError::new("producer side of the ring is gone"));
+                return Err(TransportError::peer("producer side of the ring is gone"));
             };
             if token.value != want {
-                return Err(TransportError::new(format!(
-                    "slot {slot} ready fence is {}, consumer of frame {frame} waits for {want}",
-                    token.value
-                )));
+                return Err(TransportError::frame_check(
+                    slot,
+                    frame,
+                    format!(
+                        "ready fence is {}, the consumer waits for {want}",
+                        token.value
+                    ),
+                ));
             }
             if fault == Fault::Corrupt {
                 if let Some(b) = token.bytes.last_mut() {
@@ -138,7 +147,7 @@ fn consumer_loop(
             token.value = next;
             free[slot]
                 .send(token)
-                .map_err(|_| TransportError::new("producer side of the ring is gone"))?;
+                .map_err(|_| TransportError::peer("producer side of the ring is gone"))?;
             Ok(Completion {
                 slot,
                 frame,
@@ -161,17 +170,24 @@ impl HostReference {
     /// `want` (`frame` names the waiter in the error).
     fn take_free(&mut self, slot: usize, want: u64, frame: u64) -> Result<(), TransportError> {
         let (Some(held), Some(rx)) = (self.held.get_mut(slot), self.free_rx.get(slot)) else {
-            return Err(TransportError::new(format!("no slot {slot}")));
+            return Err(TransportError::no_slot(slot));
         };
         if held.is_none() {
-            let token = rx
-                .recv()
-                .map_err(|_| TransportError::new("consumer thread stopped"))?;
+            let token = rx.recv_timeout(STUCK).map_err(|e| match e {
+                RecvTimeoutError::Timeout => {
+                    TransportError::timeout(format!("slot {slot}'s free fence"), STUCK)
+                }
+                RecvTimeoutError::Disconnected => TransportError::peer("consumer thread stopped"),
+            })?;
             if token.value != want {
-                return Err(TransportError::new(format!(
-                    "slot {slot} free fence is {}, producer of frame {frame} waits for {want}",
-                    token.value
-                )));
+                return Err(TransportError::frame_check(
+                    slot,
+                    frame,
+                    format!(
+                        "free fence is {}, the producer waits for {want}",
+                        token.value
+                    ),
+                ));
             }
             *held = Some(token.bytes);
         }
@@ -197,7 +213,7 @@ impl FrameTransport for HostReference {
         self.take_free(slot, t.free_wait(), t.frame())?;
         match self.held.get_mut(slot) {
             Some(Some(bytes)) => Ok(bytes),
-            _ => Err(TransportError::new("slot buffer missing")),
+            _ => Err(TransportError::misuse("slot buffer missing")),
         }
     }
 
@@ -216,7 +232,7 @@ impl FrameTransport for HostReference {
                 let lent = unsafe { PeekedFrame::new(NonNull::from(&**bytes).cast(), bytes.len()) };
                 Ok(Some(lent))
             }
-            _ => Err(TransportError::new("slot buffer missing")),
+            _ => Err(TransportError::misuse("slot buffer missing")),
         }
     }
 
@@ -227,7 +243,7 @@ impl FrameTransport for HostReference {
             .get_mut(slot)
             .and_then(Option::take)
             .ok_or_else(|| {
-                TransportError::new(format!(
+                TransportError::misuse(format!(
                     "ready signal of slot {slot}, which was not waited for"
                 ))
             })?;
@@ -237,7 +253,7 @@ impl FrameTransport for HostReference {
         };
         self.ready_tx[slot]
             .send(token)
-            .map_err(|_| TransportError::new("consumer thread stopped"))
+            .map_err(|_| TransportError::peer("consumer thread stopped"))
     }
 
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -250,21 +266,24 @@ impl FrameTransport for HostReference {
         self.jobs
             .as_ref()
             .and_then(|j| j.send(job).ok())
-            .ok_or_else(|| TransportError::new("consumer thread stopped"))
+            .ok_or_else(|| TransportError::peer("consumer thread stopped"))
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
         match self.done.try_recv() {
             Ok(r) => r.map(Some),
             Err(TryRecvError::Empty) => Ok(None),
-            Err(TryRecvError::Disconnected) => Err(TransportError::new("consumer thread stopped")),
+            Err(TryRecvError::Disconnected) => Err(TransportError::peer("consumer thread stopped")),
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        self.done
-            .recv()
-            .map_err(|_| TransportError::new("consumer thread stopped"))?
+        self.done.recv_timeout(STUCK).map_err(|e| match e {
+            RecvTimeoutError::Timeout => {
+                TransportError::timeout("the consumer thread's next frame", STUCK)
+            }
+            RecvTimeoutError::Disconnected => TransportError::peer("consumer thread stopped"),
+        })?
     }
 }
 
@@ -363,7 +382,19 @@ mod tests {
         let stale = Ring::new(1).unwrap().acquire().unwrap();
         let e = t.wait_free(&stale).unwrap_err();
         assert!(
-            e.0.contains("free fence is 1") && e.0.contains("waits for 0"),
+            matches!(
+                e,
+                TransportError::FrameCheck {
+                    slot: 0,
+                    frame: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(
+            e.contains("free fence is 1") && e.contains("waits for 0"),
             "{e}"
         );
         // A ready signal without the wait is refused, not sent.

@@ -31,7 +31,9 @@ pub mod host;
 pub mod nvsci;
 pub mod process;
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::camera::TestPattern;
@@ -73,24 +75,243 @@ pub struct Completion {
     pub finished: Instant,
 }
 
-/// A transport failure, as one line of text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TransportError(pub String);
+/// The driver's error type (CUDA and NvSci calls), kept as a
+/// [`TransportError`]'s `source()`.
+pub type DriverError = tegra_interop::driver::Error;
+
+/// Why a transport call failed. Every variant prints as one line; a failed
+/// driver or NvSci call keeps the driver's [`DriverError`] (with its raw
+/// `CUresult` / `NvSciError`) as [`std::error::Error::source`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// A CUDA or NvSci call failed.
+    Driver {
+        /// What the transport was doing (often the C call's name).
+        doing: Cow<'static, str>,
+        /// The driver's error, with the raw result code.
+        source: DriverError,
+    },
+    /// A wait ran past its limit.
+    Timeout {
+        /// What was waited for.
+        waiting_for: Cow<'static, str>,
+        /// How long it was waited for.
+        limit: Duration,
+    },
+    /// A frame, or one of its fences, failed a check (wrong layout, a fence
+    /// value other than the deterministic counter's, a kernel fault).
+    FrameCheck {
+        /// The ring slot.
+        slot: usize,
+        /// The frame number.
+        frame: u64,
+        /// What did not hold.
+        reason: String,
+    },
+    /// The other side (a peer process, the other end of a stream, the
+    /// consumer's thread or stream) failed or went away.
+    Peer {
+        /// What happened.
+        reason: Cow<'static, str>,
+        /// The peer's own error, where it sent one.
+        source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+    },
+    /// Set-up was refused: this transport cannot run with these settings
+    /// here (the reason says what is missing or what conflicts).
+    Refused {
+        /// Why.
+        reason: Cow<'static, str>,
+    },
+    /// A call out of the ring's order, or for a slot the transport does not
+    /// have: the caller's bug, refused before anything was queued.
+    Misuse {
+        /// What was wrong.
+        reason: Cow<'static, str>,
+    },
+    /// Any other failure, as a message.
+    Other(String),
+}
 
 impl TransportError {
-    /// Wraps a message.
+    /// A failure described by a message only ([`TransportError::Other`]).
     pub fn new(msg: impl fmt::Display) -> Self {
-        TransportError(msg.to_string())
+        TransportError::Other(msg.to_string())
     }
+
+    /// A failed driver or NvSci call while `doing` something.
+    pub fn driver(doing: impl Into<Cow<'static, str>>, source: DriverError) -> Self {
+        TransportError::Driver {
+            doing: doing.into(),
+            source,
+        }
+    }
+
+    /// A wait for `waiting_for` that ran past `limit`.
+    pub fn timeout(waiting_for: impl Into<Cow<'static, str>>, limit: Duration) -> Self {
+        TransportError::Timeout {
+            waiting_for: waiting_for.into(),
+            limit,
+        }
+    }
+
+    /// Frame `frame` in `slot` failed a check.
+    pub fn frame_check(slot: usize, frame: u64, reason: impl fmt::Display) -> Self {
+        TransportError::FrameCheck {
+            slot,
+            frame,
+            reason: reason.to_string(),
+        }
+    }
+
+    /// The other side failed or went away.
+    pub fn peer(reason: impl Into<Cow<'static, str>>) -> Self {
+        TransportError::Peer {
+            reason: reason.into(),
+            source: None,
+        }
+    }
+
+    /// The other side failed with its own error.
+    pub fn peer_error(
+        reason: impl Into<Cow<'static, str>>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        TransportError::Peer {
+            reason: reason.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// Set-up refused, with the reason.
+    pub fn refused(reason: impl Into<Cow<'static, str>>) -> Self {
+        TransportError::Refused {
+            reason: reason.into(),
+        }
+    }
+
+    /// A call out of order (the caller's bug).
+    pub fn misuse(reason: impl Into<Cow<'static, str>>) -> Self {
+        TransportError::Misuse {
+            reason: reason.into(),
+        }
+    }
+
+    /// A request for a slot the transport does not have.
+    pub fn no_slot(slot: usize) -> Self {
+        TransportError::misuse(format!("no slot {slot}"))
+    }
+
+    /// The driver's error, where a driver or NvSci call failed.
+    pub fn driver_error(&self) -> Option<&DriverError> {
+        match self {
+            TransportError::Driver { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a [`TransportError::Timeout`].
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, TransportError::Timeout { .. })
+    }
+}
+
+/// Writes `text` with line breaks turned into spaces (every error is one
+/// line).
+fn one_line(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    let mut lines = text.lines();
+    if let Some(first) = lines.next() {
+        f.write_str(first)?;
+    }
+    for line in lines {
+        write!(f, " {line}")?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for TransportError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            TransportError::Driver { doing, source } => {
+                write!(f, "{doing}: ")?;
+                one_line(f, &source.to_string())
+            }
+            TransportError::Timeout { waiting_for, limit } => {
+                write!(f, "timed out after {limit:?} waiting for {waiting_for}")
+            }
+            TransportError::FrameCheck {
+                slot,
+                frame,
+                reason,
+            } => {
+                write!(f, "frame {frame} in slot {slot}: ")?;
+                one_line(f, reason)
+            }
+            TransportError::Peer { reason, source } => {
+                one_line(f, reason)?;
+                match source {
+                    Some(e) => {
+                        f.write_str(": ")?;
+                        one_line(f, &e.to_string())
+                    }
+                    None => Ok(()),
+                }
+            }
+            TransportError::Refused { reason } | TransportError::Misuse { reason } => {
+                one_line(f, reason)
+            }
+            TransportError::Other(msg) => one_line(f, msg),
+        }
     }
 }
 
-impl std::error::Error for TransportError {}
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TransportError::Driver { source, .. } => Some(source),
+            TransportError::Peer {
+                source: Some(e), ..
+            } => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<TransportError> for String {
+    /// The one-line message (for callers that still report `String`s).
+    fn from(e: TransportError) -> String {
+        e.to_string()
+    }
+}
+
+/// `.during("what")` on a driver result: a failed call becomes a
+/// [`TransportError::Driver`] that keeps the driver's error.
+pub trait DriverResultExt<T> {
+    /// Maps the driver's error to [`TransportError::Driver`] with `doing`.
+    fn during(self, doing: impl Into<Cow<'static, str>>) -> Result<T, TransportError>;
+}
+
+impl<T> DriverResultExt<T> for Result<T, DriverError> {
+    fn during(self, doing: impl Into<Cow<'static, str>>) -> Result<T, TransportError> {
+        self.map_err(|e| TransportError::driver(doing, e))
+    }
+}
+
+impl<T, K: fmt::Debug> DriverResultExt<T>
+    for Result<T, tegra_interop::driver::nvsci::ReconcileError<K>>
+{
+    /// The keys in conflict, where the library named them, join `doing`.
+    fn during(self, doing: impl Into<Cow<'static, str>>) -> Result<T, TransportError> {
+        self.map_err(|e| {
+            let doing = doing.into();
+            let doing = match e.conflicts.is_empty() {
+                true => doing,
+                false => Cow::Owned(format!("{doing} (keys in conflict: {:?})", e.conflicts)),
+            };
+            TransportError::driver(doing, e.error)
+        })
+    }
+}
 
 /// The oldest completion a transport's consumer sent, if one is there
 /// (the shared half of [`FrameTransport::try_complete`] for transports whose
@@ -102,7 +323,7 @@ pub(crate) fn try_recv_completion(
     match rx.try_recv() {
         Ok(c) => Ok(Some(c)),
         Err(TryRecvError::Empty) => Ok(None),
-        Err(TryRecvError::Disconnected) => Err(TransportError::new("completion queue closed")),
+        Err(TryRecvError::Disconnected) => Err(TransportError::peer("completion queue closed")),
     }
 }
 
@@ -115,79 +336,17 @@ pub(crate) fn wait_completion(
 ) -> Result<Completion, TransportError> {
     use std::sync::mpsc::RecvTimeoutError;
     if in_flight == 0 {
-        return Err(TransportError::new("no frame is in flight"));
+        return Err(TransportError::misuse("no frame is in flight"));
     }
     rx.recv_timeout(stuck).map_err(|e| match e {
-        RecvTimeoutError::Timeout => TransportError::new(format!(
-            "no frame finished within {stuck:?}: the consumer's stream is stuck"
-        )),
-        RecvTimeoutError::Disconnected => TransportError::new("completion queue closed"),
+        RecvTimeoutError::Timeout => {
+            TransportError::timeout("the next frame to finish (the consumer is stuck)", stuck)
+        }
+        RecvTimeoutError::Disconnected => TransportError::peer("completion queue closed"),
     })
 }
 
-/// A collected frame's bytes, lent by [`FrameTransport::lend`] for reading
-/// **beyond that call**, on another thread: the producer's read-back check
-/// runs while the camera writes the next frames and the handover goes on.
-/// It is a pointer and a length; the ring's
-/// [`SlotState::Lent`](crate::ring::SlotState::Lent) keeps the slot's next
-/// ticket from being handed out until the reader gives the frame back
-/// ([`Ring::give_back`](crate::ring::Ring::give_back)).
-#[derive(Debug)]
-pub struct PeekedFrame {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: a pointer to bytes that nothing writes while the frame is lent
-// (the contract of `PeekedFrame::new`); reading them from another thread is
-// what the type is for, and `bytes` states when that is allowed.
-unsafe impl Send for PeekedFrame {}
-
-impl PeekedFrame {
-    /// Lends `len` bytes at `ptr`.
-    ///
-    /// # Safety
-    /// The bytes must be readable, stay allocated at that address and be
-    /// written by nobody (the transport, its consumer, the device) from now
-    /// until the transport is given the slot's next ticket, or is closed or
-    /// dropped, whichever comes first.
-    pub unsafe fn new(ptr: std::ptr::NonNull<u8>, len: usize) -> PeekedFrame {
-        PeekedFrame { ptr, len }
-    }
-
-    /// Lends the bytes of `bytes`, a safe shorthand for borrowed memory the
-    /// caller keeps for as long as the frame is read (tests).
-    pub fn from_slice(bytes: &[u8]) -> PeekedFrame {
-        PeekedFrame {
-            ptr: std::ptr::NonNull::from(bytes).cast(),
-            len: bytes.len(),
-        }
-    }
-
-    /// Bytes lent.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no byte is lent.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The lent bytes.
-    ///
-    /// # Safety
-    /// Only while the lending transport is alive and has not been given the
-    /// slot's next ticket (the ring refuses that ticket while the slot is
-    /// lent), and, for [`PeekedFrame::from_slice`], while the slice it was
-    /// made from is alive.
-    pub unsafe fn bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `len` readable bytes that nobody writes
-        // until the slot's next ticket (the contract of `new`), which the
-        // caller has not passed yet (this function's contract).
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast_const(), self.len) }
-    }
-}
+pub use crate::consumer::shared::PeekedFrame;
 
 /// A ring of shared frame buffers plus the fences between producer and
 /// consumer (see the module docs for the protocol). It does what a

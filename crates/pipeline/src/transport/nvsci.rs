@@ -38,21 +38,20 @@
 //! process the frame in place -> signal(free). The processing step depends
 //! on [`Processing`]:
 //!
-//! - on the simulator ([`Processing::HostFnOverSimulatedDeviceMemory`]) it
-//!   is a stream-ordered host function (`cuLaunchHostFunc`) over the mapped
-//!   device pointer, which the simulator backs with host memory;
-//! - on the real driver, i.e. a Jetson ([`Processing::CudaKernel`]), it is
-//!   the NVRTC kernel of [`crate::consumer`] (the one the discrete-GPU
-//!   transport runs), launched on the same stream over the mapped device
-//!   pointer: it counts the bytes that differ from the test pattern into
-//!   the slot's device counter and inverts the frame in place; the counter
-//!   is copied into pinned host memory, and a host function queued after
-//!   the copy reports the frame finished (it makes no CUDA call, it only
-//!   reads that copy). CUDA events around the kernel give its time.
+//! - [`Processing::CudaKernel`]: the pipeline's [`Consumer`] (the one the
+//!   EGL and discrete-GPU transports use): the NVRTC kernel of
+//!   [`crate::consumer`], launched on the consumer's stream over the mapped
+//!   buffer, counts the bytes that differ from the test pattern into the
+//!   slot's counter in mapped pinned host memory and inverts the frame in
+//!   place; the frame's completion comes from its CUDA events, which also
+//!   give the kernel's time. On a Jetson, and on the simulator, where the
+//!   kernel runs as its Rust twin (the same compile, load, launch, events
+//!   and counters: CI runs this path);
+//! - [`Processing::HostFnOverSimulatedDeviceMemory`] (simulator only): a
+//!   stream-ordered host function (`cuLaunchHostFunc`) over the mapped
+//!   device pointer, which the simulator backs with host memory.
 //!
-//! The kernel path compiles and its set-up refuses cleanly where it cannot
-//! run (tested on the simulator), but it has never run on a Jetson: nothing
-//! here has one. The simulator path runs in CI.
+//! The kernel path has never run on a Jetson: nothing here has one.
 //!
 //! CPU caches: the producer calls `NvSciBufObjFlushCpuCacheRange` over the
 //! frame after writing it (before signalling *ready*) and again after the
@@ -63,8 +62,6 @@
 //! before the CPU reads what the GPU wrote is not verified here; a stale
 //! read would show as failed read-back verification, not as success.
 
-use std::fmt::Display;
-use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,19 +69,19 @@ use std::time::{Duration, Instant};
 use tegra_interop::core::nvsci::GpuId;
 use tegra_interop::core::DeterministicCounter;
 use tegra_interop::driver::nvsci::{
-    BufAttrs, BufModule, BufObj, BufPerm, BufType, CpuWaitContext, Fence, FenceSource, NvSciMemory,
-    NvSciSemaphore, Signaler, SyncAttrs, SyncModule, SyncObj, SyncPerm, Timeout, Waiter,
+    BufAttrList, BufAttrs, BufModule, BufPerm, BufType, CpuWaitContext, Fence, FenceSource,
+    NvSciMemory, NvSciSemaphore, Signaler, SyncAttrList, SyncAttrs, SyncModule, SyncObj, SyncPerm,
+    Timeout, Waiter,
 };
-use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
+use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
-use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
-
-use crate::consumer::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::consumer::shared::CpuFrame;
+use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
 use crate::ring::{Peek, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::{
-    process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    PeekedFrame, TransportError,
+    process_frame, try_recv_completion, wait_completion, Completion, DriverResultExt,
+    FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
 /// How long a CPU wait or a completion may take before the run is declared
@@ -99,36 +96,47 @@ pub enum Processing {
     /// pointer. Sound only where device pointers are host addresses, which
     /// is true of the simulator and of no real GPU.
     HostFnOverSimulatedDeviceMemory,
-    /// Real driver only (a Jetson): the NVRTC kernel of [`crate::consumer`]
-    /// on the consumer's CUDA stream, over the mapped device pointer. Needs
-    /// a context that came from cudarc (`Context::new` on
-    /// `Backend::real()`) and NVRTC; built, never run on a Jetson.
+    /// The pipeline's [`Consumer`]: the NVRTC kernel of
+    /// [`crate::consumer`] on the consumer's CUDA stream, over the mapped
+    /// buffer, its mismatch counter in mapped pinned memory, completions
+    /// from its events. On a Jetson (built, never run on one) and on the
+    /// simulator, where the kernel runs as its Rust twin (register the
+    /// twins first: [`crate::consumer::twin::register`]).
     CudaKernel,
 }
 
 impl Processing {
-    /// One line for the summary: the processing and how fences travel.
+    /// One line for the summary: the processing and how fences travel
+    /// (the kernel path as on a Jetson).
     pub fn describe_with(self, source: FenceSource) -> &'static str {
+        self.describe(source, true)
+    }
+
+    /// As [`Processing::describe_with`], for the real driver (`real`) or the
+    /// simulator.
+    pub fn describe(self, source: FenceSource, real: bool) -> &'static str {
         use FenceSource::{Built, Received};
-        match (self, source) {
-            (Processing::HostFnOverSimulatedDeviceMemory, Built) => {
+        match (self, real, source) {
+            (Processing::HostFnOverSimulatedDeviceMemory, _, Built) => {
                 "sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
             }
-            (Processing::HostFnOverSimulatedDeviceMemory, Received) => {
+            (Processing::HostFnOverSimulatedDeviceMemory, _, Received) => {
                 "sim: processing runs as a stream-ordered host function over simulated device memory; fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
             }
-            (Processing::CudaKernel, Built) => {
+            (Processing::CudaKernel, false, Built) => {
+                "sim: the consumer's NVRTC kernel path (compile, load, launch, events, counters) with the kernel run as its Rust twin; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
+            }
+            (Processing::CudaKernel, false, Received) => {
+                "sim: the consumer's NVRTC kernel path (compile, load, launch, events, counters) with the kernel run as its Rust twin; fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
+            }
+            (Processing::CudaKernel, true, Built) => {
                 "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson); deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)"
             }
-            (Processing::CudaKernel, Received) => {
+            (Processing::CudaKernel, true, Received) => {
                 "jetson: an NVRTC kernel on the consumer's CUDA stream checks and inverts each frame in place in its NvSciBuf buffer (this path is built but has never been run on a Jetson); fences received from the signaller (this NvSciSync has no FenceUpdateFence)"
             }
         }
     }
-}
-
-fn err<E: Display>(what: &'static str) -> impl FnOnce(E) -> String {
-    move |e| format!("{what}: {e}")
 }
 
 /// The NvSci objects of the ring, allocated once (the producer's side).
@@ -141,9 +149,87 @@ pub struct Objects {
 }
 
 struct SlotObjects {
-    buf: BufObj,
+    /// The frame buffer, with the producer's CPU view of it.
+    frame: CpuFrame,
     ready: SyncObj,
     free: SyncObj,
+}
+
+/// The frame buffers' reconciled attribute list: the camera writes through
+/// the CPU mapping, CUDA reads and writes in place on its GPU.
+fn buffer_list(bufs: &BufModule, gpu: GpuId, size: u64) -> Result<BufAttrList, TransportError> {
+    let v = "buffer attributes";
+    let raw = || -> Result<BufAttrs, TransportError> {
+        let mut a = BufAttrs::new();
+        a.types(&[BufType::RawBuffer])
+            .and_then(|a| a.raw_size(size))
+            .and_then(|a| a.required_perm(BufPerm::ReadWrite))
+            .during(v)?;
+        Ok(a)
+    };
+    let mut producer = raw()?;
+    producer
+        .need_cpu_access(true)
+        .and_then(|a| a.raw_align(4096))
+        .during(v)?;
+    let mut consumer = raw()?;
+    consumer.gpus(&[gpu]).during(v)?;
+    let p = bufs
+        .attr_list(&producer)
+        .during("NvSciBuf attribute list")?;
+    let c = bufs
+        .attr_list(&consumer)
+        .during("NvSciBuf attribute list")?;
+    bufs.reconcile(&[&p, &c]).during("NvSciBuf reconciliation")
+}
+
+/// The reconciled lists of the *ready* objects (the CPU signals, CUDA
+/// waits) and the *free* objects (CUDA signals, the CPU waits), with
+/// deterministic fences where waiters build them (`built`).
+fn sync_lists(
+    syncs: &SyncModule,
+    ctx: &Context,
+    built: bool,
+) -> Result<(SyncAttrList, SyncAttrList), TransportError> {
+    let mut cpu_signal = SyncAttrs::new();
+    let mut cpu_wait = SyncAttrs::new();
+    let mut deterministic = SyncAttrs::new();
+    (|| {
+        cpu_signal
+            .need_cpu_access(true)?
+            .required_perm(SyncPerm::SignalOnly)?;
+        if built {
+            cpu_signal.require_deterministic_fences(true)?;
+            deterministic.require_deterministic_fences(true)?;
+        }
+        cpu_wait
+            .need_cpu_access(true)?
+            .required_perm(SyncPerm::WaitOnly)?;
+        Ok::<(), tegra_interop::driver::Error>(())
+    })()
+    .during("sync attributes")?;
+    let ready_signal = syncs
+        .attr_list(&cpu_signal)
+        .during("NvSciSync attribute list")?;
+    let ready_wait = syncs
+        .cuda_waiter_attrs(ctx)
+        .during("cuDeviceGetNvSciSyncAttributes (wait)")?;
+    let ready = syncs
+        .reconcile(&[&ready_signal, &ready_wait])
+        .during("NvSciSync reconciliation (ready)")?;
+    let mut free_signal = syncs
+        .cuda_signaler_attrs(ctx)
+        .during("cuDeviceGetNvSciSyncAttributes (signal)")?;
+    free_signal
+        .set(&deterministic)
+        .during("NvSciSync attribute list")?;
+    let free_wait = syncs
+        .attr_list(&cpu_wait)
+        .during("NvSciSync attribute list")?;
+    let free = syncs
+        .reconcile(&[&free_signal, &free_wait])
+        .during("NvSciSync reconciliation (free)")?;
+    Ok((ready, free))
 }
 
 impl Objects {
@@ -155,99 +241,23 @@ impl Objects {
         ctx: &Context,
         frame_len: usize,
         slots: usize,
-    ) -> Result<Objects, String> {
-        let bufs = BufModule::open(backend).map_err(err("NvSciBufModuleOpen"))?;
-        let syncs = SyncModule::open(backend).map_err(err("NvSciSyncModuleOpen"))?;
-        let device = backend.device(ctx.ordinal()).map_err(err("CUDA device"))?;
-        let gpu = GpuId(device.uuid().map_err(err("CUDA device UUID"))?);
-        let size = u64::try_from(frame_len).map_err(err("frame size"))?;
+    ) -> Result<Objects, TransportError> {
+        let bufs = BufModule::open(backend).during("NvSciBufModuleOpen")?;
+        let syncs = SyncModule::open(backend).during("NvSciSyncModuleOpen")?;
+        let device = backend.device(ctx.ordinal()).during("CUDA device")?;
+        let gpu = GpuId(device.uuid().during("CUDA device UUID")?);
+        let size = u64::try_from(frame_len)
+            .map_err(|_| TransportError::refused(format!("a frame of {frame_len} bytes")))?;
         let source = syncs.fence_source();
-        let built = source == FenceSource::Built;
-
-        let v = "buffer attributes";
-        let raw = || -> Result<BufAttrs, String> {
-            let mut a = BufAttrs::new();
-            a.types(&[BufType::RawBuffer])
-                .and_then(|a| a.raw_size(size))
-                .and_then(|a| a.required_perm(BufPerm::ReadWrite))
-                .map_err(err(v))?;
-            Ok(a)
-        };
-        // The camera writes through the CPU mapping.
-        let mut producer = raw()?;
-        producer
-            .need_cpu_access(true)
-            .and_then(|a| a.raw_align(4096))
-            .map_err(err(v))?;
-        // CUDA reads and writes it in place on its GPU.
-        let mut consumer = raw()?;
-        consumer.gpus(&[gpu]).map_err(err(v))?;
-        let p = bufs
-            .attr_list(&producer)
-            .map_err(err("NvSciBuf attribute list"))?;
-        let c = bufs
-            .attr_list(&consumer)
-            .map_err(err("NvSciBuf attribute list"))?;
-        let buf_list = bufs
-            .reconcile(&[&p, &c])
-            .map_err(err("NvSciBuf reconciliation"))?;
-
-        let mut cpu_signal = SyncAttrs::new();
-        let mut cpu_wait = SyncAttrs::new();
-        let mut deterministic = SyncAttrs::new();
-        (|| {
-            cpu_signal
-                .need_cpu_access(true)?
-                .required_perm(SyncPerm::SignalOnly)?;
-            if built {
-                cpu_signal.require_deterministic_fences(true)?;
-                deterministic.require_deterministic_fences(true)?;
-            }
-            cpu_wait
-                .need_cpu_access(true)?
-                .required_perm(SyncPerm::WaitOnly)?;
-            Ok::<(), tegra_interop::driver::Error>(())
-        })()
-        .map_err(err("sync attributes"))?;
-        // ready: the CPU signals, CUDA waits.
-        let ready_signal = syncs
-            .attr_list(&cpu_signal)
-            .map_err(err("NvSciSync attribute list"))?;
-        let ready_wait = syncs
-            .cuda_waiter_attrs(ctx)
-            .map_err(err("cuDeviceGetNvSciSyncAttributes (wait)"))?;
-        let ready_list = syncs
-            .reconcile(&[&ready_signal, &ready_wait])
-            .map_err(err("NvSciSync reconciliation (ready)"))?;
-        // free: CUDA signals, the CPU waits.
-        let mut free_signal = syncs
-            .cuda_signaler_attrs(ctx)
-            .map_err(err("cuDeviceGetNvSciSyncAttributes (signal)"))?;
-        free_signal
-            .set(&deterministic)
-            .map_err(err("NvSciSync attribute list"))?;
-        let free_wait = syncs
-            .attr_list(&cpu_wait)
-            .map_err(err("NvSciSync attribute list"))?;
-        let free_list = syncs
-            .reconcile(&[&free_signal, &free_wait])
-            .map_err(err("NvSciSync reconciliation (free)"))?;
-
+        let buf_list = buffer_list(&bufs, gpu, size)?;
+        let (ready_list, free_list) = sync_lists(&syncs, ctx, source == FenceSource::Built)?;
         let mut out = Vec::with_capacity(slots);
         for _ in 0..slots {
-            let buf = buf_list.alloc().map_err(err("NvSciBufObjAlloc"))?;
-            let have = buf.size().map_err(err("NvSciBuf size"))?;
-            if have < size {
-                return Err(format!(
-                    "NvSciBuf object has {have} bytes, a frame needs {size}"
-                ));
-            }
+            let buf = buf_list.alloc().during("NvSciBufObjAlloc")?;
             out.push(SlotObjects {
-                buf,
-                ready: ready_list
-                    .alloc()
-                    .map_err(err("NvSciSyncObjAlloc (ready)"))?,
-                free: free_list.alloc().map_err(err("NvSciSyncObjAlloc (free)"))?,
+                frame: CpuFrame::new(buf, frame_len)?,
+                ready: ready_list.alloc().during("NvSciSyncObjAlloc (ready)")?,
+                free: free_list.alloc().during("NvSciSyncObjAlloc (free)")?,
             });
         }
         Ok(Objects {
@@ -264,58 +274,43 @@ impl Objects {
     }
 
     /// The consumer's CUDA imports of the frame buffers, one per slot.
-    pub fn import_memories(&self, ctx: &Context) -> Result<Vec<NvSciMemory>, String> {
+    pub fn import_memories(&self, ctx: &Context) -> Result<Vec<NvSciMemory>, TransportError> {
         self.slots
             .iter()
             .map(|s| {
-                s.buf
+                s.frame
+                    .buf()
                     .import_cuda(ctx)
-                    .map_err(err("CUDA import of an NvSciBuf object"))
+                    .during("CUDA import of an NvSciBuf object")
             })
             .collect()
     }
 }
 
-/// The consumer's CUDA state for [`Processing::CudaKernel`].
-struct KernelPath {
-    kernel: Kernel,
-    counters: Counters,
-    /// Per slot: recorded just before and just after the kernel.
-    events: Vec<(CudaEvent, CudaEvent)>,
-    /// The consumer's stream (also wrapped in the transport's `Stream`).
-    cstream: Arc<CudaStream>,
-    grid: u32,
+/// The consumer side of the transport: where the frames are processed.
+enum Processor {
+    /// [`Processing::HostFnOverSimulatedDeviceMemory`]: the transport's own
+    /// stream, the mappings, and the channel the host functions report on.
+    HostFn {
+        stream: Stream,
+        mappings: Vec<MappedBuffer>,
+        done_tx: Sender<Completion>,
+        done_rx: Receiver<Completion>,
+        /// Completions queued and not yet collected.
+        in_flight: usize,
+    },
+    /// [`Processing::CudaKernel`]: the pipeline's [`Consumer`], which owns
+    /// the mappings.
+    Kernel(Box<Consumer>),
 }
 
-impl KernelPath {
-    /// Compiles the kernel into `ctx` (which must come from cudarc) and
-    /// allocates the per-slot counters and events on a new stream.
-    fn new(ctx: &Context, geometry: FrameGeometry, slots: usize) -> Result<KernelPath, String> {
-        let cu = ctx.cudarc().cloned().ok_or(
-            "the kernel path needs a CUDA context of the real driver made through cudarc (cudarc could not load libcuda, or this is the simulator, which processes frames with a host function)",
-        )?;
-        consumer::self_check_pattern(geometry.stride, geometry.rows).map_err(|e| e.0)?;
-        let kernel = Kernel::compile(&cu).map_err(|e| e.0)?;
-        let cstream = cu.new_stream().map_err(err("CUDA stream"))?;
-        let counters = Counters::new(&cu, slots).map_err(|e| e.0)?;
-        let event = || {
-            cu.new_event(Some(cu_sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(err("CUDA event"))
-        };
-        let events = (0..slots)
-            .map(|_| Ok((event()?, event()?)))
-            .collect::<Result<Vec<_>, String>>()?;
-        // The counters' allocation is stream-ordered: let it land first.
-        cstream
-            .synchronize()
-            .map_err(err("synchronising the CUDA stream"))?;
-        Ok(KernelPath {
-            kernel,
-            counters,
-            events,
-            cstream,
-            grid: consumer::grid_for(geometry.frame_len()),
-        })
+impl Processor {
+    /// The stream the consumer's waits and signals go on.
+    fn stream(&self) -> &Stream {
+        match self {
+            Processor::HostFn { stream, .. } => stream,
+            Processor::Kernel(c) => c.entry_stream(),
+        }
     }
 }
 
@@ -325,10 +320,7 @@ pub struct NvSciTransport {
     name: &'static str,
     note: &'static str,
     geometry: FrameGeometry,
-    processing: Processing,
     fault: Fault,
-    /// The producer's CPU address of each slot's buffer.
-    cpu: Vec<NonNull<u8>>,
     /// Counts of the ready objects' CPU signals (values only; built fences).
     ready_counters: Vec<Option<DeterministicCounter>>,
     /// Received fences: per slot, the ready fence the producer handed over.
@@ -340,22 +332,61 @@ pub struct NvSciTransport {
     ready_signalled: Vec<u64>,
     cpu_wait: CpuWaitContext,
     // Consumer side: dropped after the stream has drained (see Drop).
-    mappings: Vec<MappedBuffer>,
     waiters: Vec<NvSciSemaphore<Waiter>>,
     signalers: Vec<NvSciSemaphore<Signaler>>,
-    stream: Stream,
-    /// [`Processing::CudaKernel`] only.
-    kernel: Option<KernelPath>,
-    done_tx: Sender<Completion>,
-    done_rx: Receiver<Completion>,
-    /// Completions queued and not yet collected (so a wait with none
-    /// queued fails at once instead of timing out).
-    in_flight: usize,
+    processor: Processor,
     // Dropped last: the imports (the mappings hold theirs too), the NvSci
     // objects, the consumer's context.
     _memories: Vec<NvSciMemory>,
     objects: Objects,
     _ctx: Context,
+}
+
+/// Per slot: the consumer's mapping of the buffer and its two semaphores.
+struct SlotImports {
+    mappings: Vec<MappedBuffer>,
+    waiters: Vec<NvSciSemaphore<Waiter>>,
+    signalers: Vec<NvSciSemaphore<Signaler>>,
+}
+
+impl SlotImports {
+    fn new(
+        ctx: &Context,
+        objects: &Objects,
+        memories: &[NvSciMemory],
+        geometry: FrameGeometry,
+    ) -> Result<SlotImports, TransportError> {
+        let frame_len = geometry.frame_len() as u64;
+        let n = objects.slots.len();
+        let mut out = SlotImports {
+            mappings: Vec::with_capacity(n),
+            waiters: Vec::with_capacity(n),
+            signalers: Vec::with_capacity(n),
+        };
+        for (s, mem) in objects.slots.iter().zip(memories) {
+            if mem.size() < frame_len {
+                return Err(TransportError::refused(format!(
+                    "CUDA import has {} bytes, a frame needs {frame_len}",
+                    mem.size()
+                )));
+            }
+            out.mappings
+                .push(mem.map_whole().during("CUDA mapping of a frame buffer")?);
+            out.waiters.push(
+                s.ready
+                    .import_cuda_waiter(ctx)
+                    .during("CUDA import of the ready object")?,
+            );
+            // The free signaller keeps (and learns) its own counter; the
+            // ready counter is learned from the first generated fence.
+            out.signalers.push(
+                s.free
+                    .import_cuda_signaler(ctx)
+                    .during("CUDA import of the free object")?,
+            );
+        }
+        Ok(out)
+    }
 }
 
 impl NvSciTransport {
@@ -369,8 +400,8 @@ impl NvSciTransport {
         geometry: FrameGeometry,
         slots: usize,
         fault: Fault,
-    ) -> Result<Self, String> {
-        let ctx = Context::new(Arc::clone(backend), 0).map_err(err("CUDA context"))?;
+    ) -> Result<Self, TransportError> {
+        let ctx = Context::new(Arc::clone(backend), 0).during("CUDA context")?;
         Self::new(&ctx, name, processing, geometry, slots, fault)
     }
 
@@ -383,80 +414,49 @@ impl NvSciTransport {
         geometry: FrameGeometry,
         slots: usize,
         fault: Fault,
-    ) -> Result<Self, String> {
-        let backend = ctx.backend();
-        let objects = Objects::allocate(backend, ctx, geometry.frame_len(), slots)?;
+    ) -> Result<Self, TransportError> {
+        let objects = Objects::allocate(ctx.backend(), ctx, geometry.frame_len(), slots)?;
         let memories = objects.import_memories(ctx)?;
-        let (stream, kernel) = match processing {
+        let imports = SlotImports::new(ctx, &objects, &memories, geometry)?;
+        let processor = match processing {
             Processing::HostFnOverSimulatedDeviceMemory => {
-                (Stream::new(ctx).map_err(err("CUDA stream"))?, None)
+                let (done_tx, done_rx) = mpsc::channel();
+                Processor::HostFn {
+                    stream: Stream::new(ctx).during("CUDA stream")?,
+                    mappings: imports.mappings,
+                    done_tx,
+                    done_rx,
+                    in_flight: 0,
+                }
             }
             Processing::CudaKernel => {
-                if fault != Fault::None {
-                    return Err(format!(
-                        "fault injection ({fault:?}) is implemented by the simulator's host-function processing only, not by the CUDA kernel"
-                    ));
-                }
-                let path = KernelPath::new(ctx, geometry, slots)?;
-                let stream = Stream::from_cudarc(ctx, Arc::clone(&path.cstream))
-                    .map_err(err("CUDA stream"))?;
-                (stream, Some(path))
+                let config = ConsumerConfig {
+                    geometry,
+                    slots,
+                    memory: FrameMemory::System,
+                    work: Work::InPlace,
+                    skip_kernel: fault == Fault::SkipProcess,
+                };
+                Processor::Kernel(Box::new(Consumer::new(ctx, config, imports.mappings)?))
             }
         };
-        let frame_len = geometry.frame_len() as u64;
-        let mut cpu = Vec::with_capacity(slots);
-        let mut ready_counters = Vec::with_capacity(slots);
-        let mut mappings = Vec::with_capacity(slots);
-        let mut waiters = Vec::with_capacity(slots);
-        let mut signalers = Vec::with_capacity(slots);
-        for (s, mem) in objects.slots.iter().zip(&memories) {
-            cpu.push(s.buf.cpu_ptr().map_err(err("NvSciBufObjGetCpuPtr"))?);
-            if mem.size() < frame_len {
-                return Err(format!(
-                    "CUDA import has {} bytes, a frame needs {frame_len}",
-                    mem.size()
-                ));
-            }
-            mappings.push(
-                mem.map_whole()
-                    .map_err(err("CUDA mapping of a frame buffer"))?,
-            );
-            waiters.push(
-                s.ready
-                    .import_cuda_waiter(ctx)
-                    .map_err(err("CUDA import of the ready object"))?,
-            );
-            // The free signaller keeps (and learns) its own counter; the
-            // ready counter is learned from the first generated fence.
-            signalers.push(
-                s.free
-                    .import_cuda_signaler(ctx)
-                    .map_err(err("CUDA import of the free object"))?,
-            );
-            ready_counters.push(None);
-        }
-        let cpu_wait = CpuWaitContext::new(&objects.syncs).map_err(err("CPU wait context"))?;
-        let (done_tx, done_rx) = mpsc::channel();
+        let cpu_wait = CpuWaitContext::new(&objects.syncs).during("CPU wait context")?;
         Ok(NvSciTransport {
             name,
-            note: processing.describe_with(objects.fence_source()),
+            note: processing.describe(
+                objects.fence_source(),
+                ctx.backend().kind() == BackendKind::Real,
+            ),
             geometry,
-            processing,
             fault,
-            cpu,
-            ready_counters,
+            ready_counters: (0..slots).map(|_| None).collect(),
             ready_fences: (0..slots).map(|_| None).collect(),
             free_fences: (0..slots).map(|_| None).collect(),
             ready_signalled: vec![0; slots],
             cpu_wait,
-            mappings,
-            waiters,
-            signalers,
-            stream,
-            kernel,
-            done_tx,
-            done_rx,
-            in_flight: 0,
+            waiters: imports.waiters,
+            signalers: imports.signalers,
+            processor,
             _memories: memories,
             objects,
             _ctx: ctx.clone(),
@@ -469,12 +469,26 @@ impl NvSciTransport {
         self.note
     }
 
+    /// Damages the last byte of `slot`'s frame (the kernel path's
+    /// [`Fault::Corrupt`]), between the camera's write and the ready signal.
+    fn corrupt_last_byte(&mut self, slot: usize) {
+        if let Some(b) = self
+            .objects
+            .slots
+            .get_mut(slot)
+            .and_then(|s| s.frame.bytes_mut().last_mut())
+        {
+            *b ^= 0x5a;
+        }
+    }
+
     /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
     fn flush_cpu_cache(&self, slot: usize) -> Result<(), TransportError> {
         self.objects.slots[slot]
-            .buf
+            .frame
+            .buf()
             .flush_cpu_cache_range(0, self.geometry.frame_len() as u64)
-            .map_err(|e| TransportError::new(format!("CPU cache flush of slot {slot}: {e}")))
+            .during(format!("CPU cache flush of slot {slot}"))
     }
 
     /// The ready object's fence value of the ticket's ready signal.
@@ -483,7 +497,7 @@ impl NvSciTransport {
             .get(t.slot())
             .and_then(Option::as_ref)
             .map(|c| c.value_of_signal(t.ready()))
-            .ok_or_else(|| TransportError::new("no ready counter: fences are received"))
+            .ok_or_else(|| TransportError::misuse("no ready counter: fences are received"))
     }
 
     fn built(&self) -> bool {
@@ -491,146 +505,66 @@ impl NvSciTransport {
     }
 
     /// Queues the processing of `frame` on the stream.
-    fn queue_processing(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
-        let tx = self.done_tx.clone();
-        match self.processing {
-            Processing::HostFnOverSimulatedDeviceMemory => {
-                let ptr = self.mappings[slot].device_ptr() as usize;
-                let len = self.geometry.frame_len();
-                let stride = self.geometry.stride;
-                let fault = self.fault;
-                self.stream
-                    .launch_host_fn(move || {
-                        // SAFETY: (1) with this processing the transport
-                        // runs on the simulator, whose device pointers are
-                        // host addresses of the mapping's memory; the
-                        // mapping is `len` bytes or more (checked at set-up)
-                        // and outlives this function, because the
-                        // transport drains the stream before it unmaps (or
-                        // leaks the mappings if it cannot). (2) Nothing else
-                        // touches the bytes meanwhile: the producer writes
-                        // them only after the slot's free fence, which this
-                        // stream signals after this function returns, and
-                        // this function runs only after the ready fence.
-                        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-                        if fault == Fault::Corrupt {
-                            if let Some(b) = bytes.last_mut() {
-                                *b ^= 0x5a;
-                            }
-                        }
-                        let start = Instant::now();
-                        let mismatches = match fault {
-                            Fault::SkipProcess => 0,
-                            _ => process_frame(frame, stride, bytes),
-                        };
-                        let process = start.elapsed();
-                        // The receiver is gone only when the transport is
-                        // being dropped; then nobody needs the result.
-                        let _ = tx.send(Completion {
-                            slot,
-                            frame,
-                            mismatches,
-                            process,
-                            busy: process,
-                            finished: Instant::now(),
-                        });
-                    })
-                    .map_err(|e| TransportError::new(format!("cuLaunchHostFunc: {e}")))
+    fn queue_processing(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let (stride, fault) = (self.geometry.stride, self.fault);
+        let (stream, tx, in_flight) = match &mut self.processor {
+            Processor::Kernel(consumer) => return consumer.queue(slot, frame),
+            Processor::HostFn {
+                stream,
+                done_tx,
+                in_flight,
+                ..
+            } => (stream, done_tx.clone(), in_flight),
+        };
+        let cpu = &self
+            .objects
+            .slots
+            .get(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .frame;
+        cpu.queue_host_processing(stream, move |bytes| {
+            if fault == Fault::Corrupt {
+                if let Some(b) = bytes.last_mut() {
+                    *b ^= 0x5a;
+                }
             }
-            Processing::CudaKernel => self.queue_kernel(slot, frame, tx),
-        }
-    }
-
-    /// [`Processing::CudaKernel`]: queues the kernel over the slot's
-    /// mapping, the read-back of its mismatch counter and a host function
-    /// that reports the frame finished. Built; never run on a Jetson.
-    fn queue_kernel(
-        &self,
-        slot: usize,
-        frame: u64,
-        tx: Sender<Completion>,
-    ) -> Result<(), TransportError> {
-        let Some(k) = &self.kernel else {
-            return Err(TransportError::new(
-                "the CUDA kernel path was not set up for this transport",
-            ));
-        };
-        let fail =
-            |what: &'static str| move |e: &dyn Display| TransportError::new(format!("{what}: {e}"));
-        // The raw launches below use the current context.
-        self.stream
-            .context()
-            .bind()
-            .map_err(|e| fail("binding the CUDA context")(&e))?;
-        let (before, after) = &k.events[slot];
-        before
-            .record(&k.cstream)
-            .map_err(|e| fail("recording a CUDA event")(&e))?;
-        let counter = k.counters.device_ptr(slot)?;
-        let bytes = DeviceFrame {
-            ptr: self.mappings[slot].device_ptr(),
-            len: self.geometry.frame_len(),
-            stride: self.geometry.stride,
-        };
-        // SAFETY: the mapping is at least `len` bytes (checked at set-up)
-        // and stays mapped until the stream has drained (see Drop); on this
-        // stream the kernel runs after the wait for the slot's ready fence,
-        // and the producer writes the slot again only after the free fence
-        // that this stream signals after the kernel, so nothing else
-        // touches the bytes meanwhile; the counter is as above.
-        unsafe {
-            k.kernel.check_and_invert_at(
-                FrameMemory::System,
-                k.grid,
-                &k.cstream,
-                &CheckArgs::new(bytes, frame, counter),
-            )
-        }?;
-        after
-            .record(&k.cstream)
-            .map_err(|e| fail("recording a CUDA event")(&e))?;
-        // SAFETY: the frame's kernel was queued above on this stream; the
-        // counters live until the transport has drained it (or are leaked
-        // with it), and the slot's next kernel is queued only after this
-        // frame was collected.
-        unsafe {
-            k.counters
-                .send_completion_after(&self.stream, slot, frame, tx)
-        }
-    }
-
-    /// Accounts for a completion received from the stream; on the kernel
-    /// path, fills in the kernel's time from the slot's events.
-    fn collected(&mut self, mut c: Completion) -> Result<Completion, TransportError> {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        if let Some(k) = &self.kernel {
-            let (before, after) = &k.events[c.slot];
-            let ms = before
-                .elapsed_ms(after)
-                .map_err(|e| TransportError::new(format!("reading CUDA event times: {e}")))?;
-            c.process = Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3);
-            // Only the kernel is timed on this path.
-            c.busy = c.process;
-        }
-        Ok(c)
+            let start = Instant::now();
+            let mismatches = match fault {
+                Fault::SkipProcess => 0,
+                _ => process_frame(frame, stride, bytes),
+            };
+            let process = start.elapsed();
+            // The receiver is gone only when the transport is being
+            // dropped; then nobody needs the result.
+            let _ = tx.send(Completion {
+                slot,
+                frame,
+                mismatches,
+                process,
+                busy: process,
+                finished: Instant::now(),
+            });
+        })?;
+        *in_flight += 1;
+        Ok(())
     }
 
     /// Waits (on the CPU) until `slot`'s *free* fence reached signal `k`
     /// (nothing for 0) and makes the consumer's writes visible to the CPU.
     /// Waiting again for a value already reached returns at once.
     fn wait_slot(&mut self, slot: usize, k: u64) -> Result<(), TransportError> {
-        if slot >= self.cpu.len() {
-            return Err(TransportError::new(format!("no slot {slot}")));
+        if slot >= self.objects.slots.len() {
+            return Err(TransportError::no_slot(slot));
         }
         if k > 0 {
             let reached = if self.built() {
                 let Some(counter) = self.signalers[slot].counter() else {
-                    return Err(TransportError::new("free semaphore lost its counter"));
+                    return Err(TransportError::misuse("free semaphore lost its counter"));
                 };
                 self.objects.slots[slot]
                     .free
                     .fence_for_value(counter.value_of_signal(k))
-                    .map_err(|e| TransportError::new(format!("free fence: {e}")))?
+                    .during("free fence")?
                     .wait(&mut self.cpu_wait, Timeout::After(STUCK))
             } else {
                 // The fence of free signal k, handed back at queue_consumer;
@@ -639,17 +573,18 @@ impl NvSciTransport {
                 self.free_fences[slot]
                     .as_ref()
                     .ok_or_else(|| {
-                        TransportError::new(format!(
+                        TransportError::misuse(format!(
                             "slot {slot}: the consumer handed back no free fence for signal {k}"
                         ))
                     })?
                     .wait(&mut self.cpu_wait, Timeout::After(STUCK))
             }
-            .map_err(|e| TransportError::new(format!("CPU wait on free fence: {e}")))?;
+            .during("CPU wait on free fence")?;
             if !reached {
-                return Err(TransportError::new(format!(
-                    "slot {slot}: free signal {k} not reached within {STUCK:?}"
-                )));
+                return Err(TransportError::timeout(
+                    format!("slot {slot}'s free signal {k}"),
+                    STUCK,
+                ));
             }
         }
         // Before the CPU reads what the consumer wrote (see the module docs
@@ -667,7 +602,7 @@ impl FrameTransport for NvSciTransport {
     }
 
     fn slot_count(&self) -> usize {
-        self.cpu.len()
+        self.objects.slots.len()
     }
 
     fn geometry(&self) -> FrameGeometry {
@@ -677,70 +612,59 @@ impl FrameTransport for NvSciTransport {
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = t.slot();
         self.wait_slot(slot, t.free_wait())?;
-        // SAFETY: the buffer is at least `frame_len` bytes (checked at
-        // set-up) and lives as long as `self.objects`. The consumer is done
-        // with it: its free fence for the slot's previous frame was reached
-        // above (or the slot was never used). The slice borrows `self`
-        // mutably, so it ends before the next transport call.
-        Ok(unsafe {
-            std::slice::from_raw_parts_mut(self.cpu[slot].as_ptr(), self.geometry.frame_len())
-        })
+        // The consumer is done with it: its free fence for the slot's
+        // previous frame was reached above (or the slot was never used).
+        Ok(self.objects.slots[slot].frame.bytes_mut())
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
         let slot = p.slot();
-        if slot >= self.cpu.len() {
-            return Err(TransportError::new(format!("no slot {slot}")));
+        if slot >= self.objects.slots.len() {
+            return Err(TransportError::no_slot(slot));
         }
+        // The consumer is done with it once its free fence for the frame
+        // is reached, and nothing writes it before the slot's next ticket.
         self.wait_slot(slot, p.free_reached())?;
-        // SAFETY: the slot's buffer is at least `frame_len` bytes (checked at
-        // set-up) and stays mapped at this address as long as
-        // `self.objects`; the consumer is done with it (its free fence for
-        // the frame reached above), and nothing writes it before the slot's
-        // next ticket: the producer after `wait_free` for that ticket, the
-        // consumer after that ticket's ready signal.
-        Ok(Some(unsafe {
-            PeekedFrame::new(self.cpu[slot], self.geometry.frame_len())
-        }))
+        Ok(Some(self.objects.slots[slot].frame.lend()))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let slot = t.slot();
-        if slot >= self.cpu.len() {
-            return Err(TransportError::new(format!("no slot {slot}")));
+        if slot >= self.objects.slots.len() {
+            return Err(TransportError::no_slot(slot));
+        }
+        if self.fault == Fault::Corrupt && matches!(self.processor, Processor::Kernel(_)) {
+            // The kernel path's fault: one byte damaged after the camera
+            // wrote the frame (the host-function path damages it in the
+            // consumer).
+            self.corrupt_last_byte(slot);
         }
         // The camera's writes reach memory before the consumer may read them
         // (see the module docs on CPU caches).
         self.flush_cpu_cache(slot)?;
         let ready = &self.objects.slots[slot].ready;
         // The fence of the CPU signal about to be made, from the library.
-        let fence = ready
-            .generate_fence()
-            .map_err(|e| TransportError::new(format!("ready fence: {e}")))?;
+        let fence = ready.generate_fence().during("ready fence")?;
         if self.built() && self.ready_counters[slot].is_none() {
             // The first ready signal teaches the counter its initial value.
             let learned = ready
                 .counter_from_fence(t.ready(), &fence)
-                .map_err(|e| TransportError::new(format!("ready fence counter: {e}")))?;
+                .during("ready fence counter")?;
             self.ready_counters[slot] = Some(learned);
         }
         if self.built() {
             // It must be the value the consumer computes on its own.
             let want = self.ready_value(t)?;
-            let got = fence
-                .extract()
-                .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
-                .map(|f| f.value);
+            let got = fence.extract().during("ready fence")?.map(|f| f.value);
             if got != Some(want) {
-                return Err(TransportError::new(format!(
-                    "slot {slot}: the ready signal of frame {} has fence value {got:?}, the deterministic counter says {want}",
-                    t.frame()
-                )));
+                return Err(TransportError::frame_check(
+                    slot,
+                    t.frame(),
+                    format!("the ready signal has fence value {got:?}, the deterministic counter says {want}"),
+                ));
             }
         }
-        ready
-            .cpu_signal()
-            .map_err(|e| TransportError::new(format!("CPU signal: {e}")))?;
+        ready.cpu_signal().during("CPU signal")?;
         self.ready_signalled[slot] = t.ready();
         if !self.built() {
             // Handed to the consumer (the standard NvSci flow).
@@ -751,13 +675,13 @@ impl FrameTransport for NvSciTransport {
 
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let (slot, frame) = (t.slot(), t.frame());
-        if slot >= self.cpu.len() {
-            return Err(TransportError::new(format!("no slot {slot}")));
+        if slot >= self.objects.slots.len() {
+            return Err(TransportError::no_slot(slot));
         }
         // Queueing a wait for a signal that may never come would stall the
         // stream (and everything after it) for good: refused.
         if self.ready_signalled[slot] < t.ready() {
-            return Err(TransportError::new(format!(
+            return Err(TransportError::misuse(format!(
                 "consumer of frame {frame} in slot {slot} queued before its ready signal"
             )));
         }
@@ -769,23 +693,22 @@ impl FrameTransport for NvSciTransport {
             waiter
                 .object()
                 .fence_for_value(self.ready_value(t)?)
-                .map_err(|e| TransportError::new(format!("ready fence: {e}")))?
+                .during("ready fence")?
         } else {
             self.ready_fences[slot].take().ok_or_else(|| {
-                TransportError::new(format!(
+                TransportError::misuse(format!(
                     "slot {slot}: the producer handed over no ready fence for frame {frame}"
                 ))
             })?
         };
         waiter
-            .wait(&self.stream, &ready)
-            .map_err(|e| TransportError::new(format!("CUDA wait on ready fence: {e}")))?;
-        self.queue_processing(slot, frame)?;
+            .wait(self.processor.stream(), &ready)
+            .during("CUDA wait on ready fence")?;
         // From here on the frame's completion will arrive.
-        self.in_flight += 1;
+        self.queue_processing(slot, frame)?;
         let free = self.signalers[slot]
-            .signal(&self.stream)
-            .map_err(|e| TransportError::new(format!("CUDA signal of free fence: {e}")))?;
+            .signal(self.processor.stream())
+            .during("CUDA signal of free fence")?;
         let produced = self.signalers[slot].counter().map(|c| c.current_value());
         if !self.built() {
             // Handed back to the producer, which waits on it before reusing
@@ -793,40 +716,61 @@ impl FrameTransport for NvSciTransport {
             self.free_fences[slot] = Some(free);
             return Ok(());
         }
-        let filled = free
-            .extract()
-            .map_err(|e| TransportError::new(format!("free fence: {e}")))?
-            .map(|f| f.value);
+        let filled = free.extract().during("free fence")?.map(|f| f.value);
         if produced.is_none() || filled != produced {
-            return Err(TransportError::new(format!(
-                "slot {slot}: the driver's free fence for frame {frame} is {filled:?}, the deterministic counter says {produced:?}"
-            )));
+            return Err(TransportError::frame_check(
+                slot,
+                frame,
+                format!("the driver's free fence is {filled:?}, the deterministic counter says {produced:?}"),
+            ));
         }
         Ok(())
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        match try_recv_completion(&self.done_rx)? {
-            Some(c) => self.collected(c).map(Some),
-            None => Ok(None),
+        match &mut self.processor {
+            Processor::Kernel(c) => Ok(c.try_complete()?.map(|(c, _)| c)),
+            Processor::HostFn {
+                done_rx, in_flight, ..
+            } => {
+                let c = try_recv_completion(done_rx)?;
+                if c.is_some() {
+                    *in_flight = in_flight.saturating_sub(1);
+                }
+                Ok(c)
+            }
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        let c = wait_completion(&self.done_rx, self.in_flight, STUCK)?;
-        self.collected(c)
+        match &mut self.processor {
+            Processor::Kernel(c) => c.wait_complete(STUCK).map(|(c, _)| c),
+            Processor::HostFn {
+                done_rx, in_flight, ..
+            } => {
+                let c = wait_completion(done_rx, *in_flight, STUCK)?;
+                *in_flight = in_flight.saturating_sub(1);
+                Ok(c)
+            }
+        }
     }
 }
 
 impl Drop for NvSciTransport {
     fn drop(&mut self) {
         // Every queued wait has had its signal (`queue_consumer` refuses
-        // one before it), so the stream drains. If it cannot be drained, host functions may
-        // still touch the mappings: leak them rather than unmap under them.
-        // The same holds for the kernel path's counters, events and module.
-        if self.stream.synchronize().is_err() {
-            std::mem::forget(std::mem::take(&mut self.mappings));
-            std::mem::forget(self.kernel.take());
+        // one before it), so the stream drains. If it cannot be drained,
+        // host functions may still touch the mappings: leak them rather
+        // than unmap under them. (The kernel path's `Consumer` drains its
+        // own streams, or leaks what they use, when it drops.)
+        if let Processor::HostFn {
+            stream, mappings, ..
+        } = &mut self.processor
+        {
+            if stream.synchronize().is_err() {
+                std::mem::forget(std::mem::take(mappings));
+                std::mem::forget(std::mem::take(&mut self.objects.slots));
+            }
         }
     }
 }
@@ -849,7 +793,8 @@ mod tests {
         processing: Processing,
         slots: usize,
         fault: Fault,
-    ) -> Result<NvSciTransport, String> {
+    ) -> Result<NvSciTransport, TransportError> {
+        crate::consumer::twin::register(sim);
         NvSciTransport::open(&sim.backend(), "nvsci-sim", processing, G, slots, fault)
     }
 
@@ -882,11 +827,11 @@ mod tests {
 
     /// Wait, write the pattern, signal ready (the ring's first two moves).
     fn write(t: &mut NvSciTransport, ring: &mut Ring) -> Result<Ticket, TransportError> {
-        let ticket = ring.acquire().map_err(TransportError)?;
+        let ticket = ring.acquire().map_err(TransportError::new)?;
         TestPattern::new(ticket.frame(), G.stride).fill(t.wait_free(&ticket)?);
         t.signal_ready(&ticket)?;
         ring.release(&ticket, Instant::now(), 0)
-            .map_err(TransportError)?;
+            .map_err(TransportError::new)?;
         Ok(ticket)
     }
 
@@ -1013,7 +958,8 @@ mod tests {
             TestPattern::new(0, G.stride).fill(t.wait_free(&ticket).unwrap());
             // Out of order: queued before the ready signal is refused.
             let e = t.queue_consumer(&ticket).unwrap_err();
-            assert!(e.0.contains("before its ready signal"), "{e}");
+            assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
+            assert!(e.to_string().contains("before its ready signal"), "{e}");
             t.signal_ready(&ticket).unwrap();
             ring.release(&ticket, Instant::now(), 0).unwrap();
             t.queue_consumer(&ticket).unwrap();
@@ -1059,43 +1005,118 @@ mod tests {
         .unwrap();
         let ticket = write(&mut t, &mut Ring::new(1).unwrap()).unwrap();
         let e = t.queue_consumer(&ticket).unwrap_err();
-        assert!(e.0.contains("cuLaunchHostFunc"), "{e}");
+        assert!(e.to_string().contains("cuLaunchHostFunc"), "{e}");
+        assert!(e.driver_error().is_some(), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some(), "{e:?}");
         drop(t);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
         assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
     }
 
-    #[test]
-    fn the_kernel_path_refuses_the_simulator_and_leaves_nothing_behind() {
-        // The kernel path needs a cudarc context of the real driver; on the
-        // simulator it must refuse at set-up, in one line, not launch
-        // anything. (Its per-frame path has never run: no Jetson here.)
-        for fault in [Fault::None, Fault::Corrupt] {
-            let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-            let e = NvSciTransport::open(
-                &sim.backend(),
-                "nvsci-jetson",
-                Processing::CudaKernel,
-                G,
-                2,
-                fault,
-            )
-            .err()
+    /// Runs `frames` frames through the kernel path on a fresh simulator
+    /// (every release's fence flavour is covered by the host-function
+    /// test above; this is the tegra default) and returns the completions.
+    fn kernel_run(slots: usize, frames: u64, fault: Fault) -> Vec<Completion> {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let mut t = open_on(&sim, Processing::CudaKernel, slots, fault).unwrap();
+        assert!(t
+            .note()
+            .starts_with("sim: the consumer's NVRTC kernel path"));
+        let mut ring = Ring::new(slots).unwrap();
+        let mut done = Vec::new();
+        for frame in 0..frames {
+            ring.make_room(&mut t, |c, _| {
+                done.push(*c);
+                Ok(())
+            })
             .unwrap();
-            let want = match fault {
-                Fault::None => "needs a CUDA context of the real driver made through cudarc",
-                _ => "fault injection (Corrupt) is implemented by the simulator's host-function processing only",
-            };
-            assert!(e.contains(want), "{e}");
-            assert!(!e.contains('\n'), "{e}");
-            assert!(
-                !sim.call_log().contains(&"cuLaunchHostFunc"),
-                "{:?}",
-                sim.call_log()
-            );
-            assert!(sim.ledger().is_clean(), "{}", sim.ledger());
-            assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+            let ticket = ring.acquire().unwrap();
+            let buf = t.wait_free(&ticket).unwrap();
+            if frame >= slots as u64 && fault == Fault::None {
+                // The kernel's in-place result, through the CPU pointer.
+                let prev = TestPattern::new(frame - slots as u64, G.stride);
+                assert_eq!(prev.first_mismatch(buf, 0xff), None, "frame {frame}");
+            }
+            TestPattern::new(frame, G.stride).fill(buf);
+            t.signal_ready(&ticket).unwrap();
+            ring.release(&ticket, Instant::now(), 0).unwrap();
+            t.queue_consumer(&ticket).unwrap();
+            ring.submit(&ticket).unwrap();
         }
+        ring.drain(&mut t, |c, _| {
+            done.push(*c);
+            Ok(())
+        })
+        .unwrap();
+        drop(t);
+        let log = sim.call_log();
+        for call in ["nvrtcCompileProgram", "cuModuleLoadData", "cuEventQuery"] {
+            assert!(log.contains(&call), "{call} not called: {log:?}");
+        }
+        // The kernel runs unless the fault skips it.
+        assert_eq!(
+            log.contains(&"cuLaunchKernel"),
+            fault != Fault::SkipProcess,
+            "{log:?}"
+        );
+        assert!(!log.contains(&"cuLaunchHostFunc"), "{log:?}");
+        assert!(sim.ledger().is_clean(), "CUDA ledger: {}", sim.ledger());
+        assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+        assert!(sim.diagnostics().is_empty(), "{:#?}", sim.diagnostics());
+        done
+    }
+
+    #[test]
+    fn the_kernel_path_runs_on_the_simulator_and_verifies_every_frame() {
+        let done = kernel_run(3, 10, Fault::None);
+        let frames: Vec<u64> = done.iter().map(|c| c.frame).collect();
+        assert_eq!(frames, (0..10).collect::<Vec<_>>());
+        assert!(done.iter().all(|c| c.mismatches == 0), "{done:?}");
+        assert!(done.iter().all(|c| c.slot == (c.frame % 3) as usize));
+    }
+
+    #[test]
+    fn the_kernel_path_counts_a_corrupted_byte_in_every_frame() {
+        // One byte damaged after the camera wrote each frame: the kernel's
+        // counter (read from mapped pinned memory) reports it, per frame,
+        // and sets back to zero for the slot's next frame.
+        let done = kernel_run(2, 6, Fault::Corrupt);
+        assert_eq!(done.len(), 6);
+        assert!(done.iter().all(|c| c.mismatches == 1), "{done:?}");
+        // Skipping the kernel: nothing counted, and the frame not inverted
+        // (the producer's read-back check would catch it).
+        let done = kernel_run(1, 2, Fault::SkipProcess);
+        assert!(done.iter().all(|c| c.mismatches == 0), "{done:?}");
+    }
+
+    #[test]
+    fn the_kernel_path_without_its_twins_is_refused_in_one_line() {
+        // The simulator's NVRTC compiles only kernels it can run.
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let e = NvSciTransport::open(
+            &sim.backend(),
+            "nvsci-sim",
+            Processing::CudaKernel,
+            G,
+            2,
+            Fault::None,
+        )
+        .err()
+        .unwrap();
+        assert!(e.driver_error().is_some(), "{e:?}");
+        let text = e.to_string();
+        assert!(
+            text.contains("NVRTC compiling the consumer kernel"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'), "{text}");
+        assert!(
+            !sim.call_log().contains(&"cuLaunchKernel"),
+            "{:?}",
+            sim.call_log()
+        );
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+        assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
         for source in [FenceSource::Built, FenceSource::Received] {
             assert!(Processing::CudaKernel
                 .describe_with(source)
@@ -1140,7 +1161,10 @@ mod tests {
         )
         .unwrap();
         let e = write(&mut t, &mut Ring::new(1).unwrap()).unwrap_err();
-        assert!(e.0.contains("NvSciBufObjFlushCpuCacheRange"), "{e}");
+        assert!(
+            e.to_string().contains("NvSciBufObjFlushCpuCacheRange"),
+            "{e}"
+        );
         drop(t);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }
@@ -1157,6 +1181,8 @@ mod tests {
         )
         .err()
         .unwrap();
+        assert!(e.driver_error().is_some(), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with("NvSciBufModuleOpen"), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }

@@ -42,6 +42,7 @@
 //! Processing on the simulator is a stream-ordered host function over the
 //! mapped memory (as the in-process NvSci transport does there); the CUDA
 //! kernel path of a Jetson is not written for this mode, which says so.
+#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::process::{Child, Command};
 use std::sync::mpsc;

@@ -76,6 +76,7 @@ macro_rules! plain {
 
 plain!(
     u8,
+    f32,
     i8,
     u32,
     i32,

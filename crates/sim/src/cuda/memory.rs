@@ -9,6 +9,13 @@ pub(super) fn device_range(c: &Call, st: &State, p: CUdeviceptr, n: usize) -> R<
     }
     if let Some((start, a)) = st.allocations.range(..=p).next_back() {
         let end = start.saturating_add(a.len as u64);
+        if p < end && matches!(a.kind, AllocKind::Host { mapped: false }) {
+            c.diag(
+                D::Misuse,
+                format!("{p:#x} is pinned host memory allocated without CU_MEMHOSTALLOC_DEVICEMAP: not device-accessible"),
+            );
+            return Err(INVALID_VALUE);
+        }
         if p < end {
             if p.saturating_add(n as u64) <= end {
                 return Ok(());
@@ -73,6 +80,15 @@ pub(crate) fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
                 ),
             );
             return Err(INVALID_VALUE);
+        }
+        if let Some(a) = st.allocations.get(&p) {
+            if matches!(a.kind, AllocKind::Host { .. }) {
+                c.diag(
+                    D::Misuse,
+                    format!("cuMemFree({p:#x}): pinned host memory is freed with cuMemFreeHost"),
+                );
+                return Err(INVALID_VALUE);
+            }
         }
         match st.allocations.remove(&p) {
             Some(a) => {

@@ -16,8 +16,11 @@ mod device;
 mod dmabuf;
 pub(crate) mod egl;
 pub(crate) mod egl_stream;
+mod events;
 mod external_memory;
+mod host;
 mod memory;
+mod modules;
 mod semaphores;
 mod streams;
 
@@ -27,11 +30,16 @@ pub(crate) use self::device::*;
 pub(crate) use self::dmabuf::*;
 pub(crate) use self::egl::*;
 pub(crate) use self::egl_stream::*;
+pub(crate) use self::events::*;
 pub(crate) use self::external_memory::*;
+pub(crate) use self::host::*;
 pub(crate) use self::memory::*;
+pub(crate) use self::modules::*;
 pub(crate) use self::semaphores::*;
 pub(crate) use self::streams::*;
 
+#[allow(unused_imports)]
+use core::ffi::CStr;
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -12,8 +12,8 @@ mod records;
 mod state;
 
 pub(crate) use records::{
-    AllocKind, AllocObj, ArrayObj, BufObjectEntry, Ctx, GoneWhy, MemObj, MipObj, Primary, SemObj,
-    SemSource, StreamObj, SyncObjectEntry,
+    AllocKind, AllocObj, ArrayObj, BufObjectEntry, Ctx, EventCore, EventObj, FuncObj, GoneWhy,
+    MemObj, MipObj, ModuleObj, Primary, ProgramObj, SemObj, SemSource, StreamObj, SyncObjectEntry,
 };
 pub(crate) use state::State;
 
@@ -41,8 +41,12 @@ pub(crate) enum Tag {
     Array = 0x7c06,
     SyncObject = 0x7c10,
     BufObject = 0x7c11,
+    Event = 0x7c07,
+    Module = 0x7c08,
+    Function = 0x7c09,
     GraphicsResource = 0x7c20,
     EglConnection = 0x7c21,
+    Program = 0x7c30,
 }
 
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(1);
@@ -102,6 +106,9 @@ pub(crate) struct Instance {
     pub(crate) control: Mutex<Control>,
     /// Every descriptor the simulator opened or closed.
     pub(crate) fds: SharedFdLedger,
+    /// This instance, for stream work that runs later (a weak reference:
+    /// queued work does not keep a dropped simulator alive).
+    me: std::sync::Weak<Instance>,
 }
 
 /// The call being served, for diagnostics.
@@ -125,7 +132,7 @@ impl Call<'_> {
 }
 
 impl Instance {
-    pub(crate) fn new(config: SimConfig) -> Instance {
+    pub(crate) fn new(config: SimConfig, me: std::sync::Weak<Instance>) -> Instance {
         let mut state = State::default();
         for _ in 0..config.devices {
             state.primaries.push(Primary {
@@ -143,6 +150,7 @@ impl Instance {
             state: Mutex::new(state),
             control: Mutex::new(Control::default()),
             fds: SharedFdLedger::default(),
+            me,
         };
         inst.set_echo(echo);
         inst
@@ -152,6 +160,11 @@ impl Instance {
     pub(crate) fn set_echo(&self, on: bool) {
         self.echo.store(on, Ordering::Release);
         self.fds.lock().unwrap_or_else(|e| e.into_inner()).quiet = !on;
+    }
+
+    /// A weak reference to this instance, for stream work.
+    pub(crate) fn weak(&self) -> std::sync::Weak<Instance> {
+        self.me.clone()
     }
 
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {

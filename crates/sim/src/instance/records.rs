@@ -77,6 +77,13 @@ pub(crate) struct MemObj {
 pub(crate) enum AllocKind {
     /// cuMemAlloc.
     Alloc,
+    /// cuMemHostAlloc: pinned host memory (the device address is the host
+    /// address, as with unified addressing); `mapped` when allocated with
+    /// `CU_MEMHOSTALLOC_DEVICEMAP`, which device access needs.
+    Host {
+        /// Allocated with DEVICEMAP.
+        mapped: bool,
+    },
     /// cuExternalMemoryGetMappedBuffer of this memory handle.
     Mapped,
 }
@@ -140,4 +147,71 @@ pub(crate) struct SyncObjectEntry {
 pub(crate) struct BufObjectEntry {
     pub(crate) fd: OwnedFd,
     pub(crate) size: u64,
+}
+
+/// The completion state of one event, shared with the stream work that
+/// completes it.
+#[derive(Default)]
+pub(crate) struct EventCore {
+    pub(crate) state: std::sync::Mutex<EventState>,
+    pub(crate) changed: std::sync::Condvar,
+}
+
+/// Records made and completed (a record completes when the stream work
+/// queued before it has run).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct EventState {
+    /// Records made so far.
+    pub(crate) recorded: u64,
+    /// The highest record that completed.
+    pub(crate) completed: u64,
+    /// When the last completed record completed.
+    pub(crate) stamp: Option<std::time::Instant>,
+}
+
+impl EventCore {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, EventState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks record `n` complete (records complete in stream order).
+    pub(crate) fn complete(&self, n: u64) {
+        let mut st = self.lock();
+        if n > st.completed {
+            st.completed = n;
+            st.stamp = Some(std::time::Instant::now());
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+}
+
+/// An event made with cuEventCreate.
+pub(crate) struct EventObj {
+    pub(crate) ctx: u64,
+    pub(crate) flags: u32,
+    pub(crate) core: Arc<EventCore>,
+}
+
+/// A module loaded with cuModuleLoadData: its entries, each a registered kernel.
+pub(crate) struct ModuleObj {
+    pub(crate) ctx: u64,
+    pub(crate) entries: std::collections::HashMap<String, crate::kernels::Registered>,
+}
+
+/// A function of a loaded module.
+pub(crate) struct FuncObj {
+    pub(crate) module: u64,
+    pub(crate) name: String,
+    pub(crate) kernel: crate::kernels::Registered,
+}
+
+/// An NVRTC program.
+pub(crate) struct ProgramObj {
+    pub(crate) source: String,
+    pub(crate) name: String,
+    /// The module image after a successful compile.
+    pub(crate) image: Option<String>,
+    /// The log of the last compile.
+    pub(crate) log: String,
 }

@@ -8,8 +8,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::{
-    AllocKind, AllocObj, ArrayObj, BufObjectEntry, Ctx, GoneWhy, MemObj, MipObj, Primary, SemObj,
-    StreamObj, SyncObjectEntry,
+    AllocKind, AllocObj, ArrayObj, BufObjectEntry, Ctx, EventObj, FuncObj, GoneWhy, MemObj, MipObj,
+    ModuleObj, Primary, ProgramObj, SemObj, StreamObj, SyncObjectEntry,
 };
 use crate::shm::Region;
 use crate::stream::Worker;
@@ -46,6 +46,16 @@ pub(crate) struct State {
     pub(crate) egl_resources: HashMap<u64, crate::cuda::EglResObj>,
     /// EGLStreams made by `Sim::create_egl_stream` and CUDA's connections.
     pub(crate) egl_streams: crate::cuda::EglStreams,
+    /// Events by handle.
+    pub(crate) events: HashMap<u64, EventObj>,
+    /// Loaded modules by handle.
+    pub(crate) modules: HashMap<u64, ModuleObj>,
+    /// Functions of loaded modules by handle.
+    pub(crate) functions: HashMap<u64, FuncObj>,
+    /// NVRTC programs by handle.
+    pub(crate) programs: HashMap<u64, ProgramObj>,
+    /// Kernels registered with `Sim::register_kernel`.
+    pub(crate) kernels: crate::kernels::Registry,
 }
 
 impl State {
@@ -81,6 +91,10 @@ impl State {
     pub(crate) fn device_region(&self, addr: u64, n: usize) -> Option<&Region> {
         let a = usize::try_from(addr).ok()?;
         if let Some((_, obj)) = self.allocations.range(..=addr).next_back() {
+            // Pinned host memory without DEVICEMAP is not device memory.
+            if matches!(obj.kind, AllocKind::Host { mapped: false }) {
+                return None;
+            }
             if obj._region.contains(a, n) {
                 return Some(&obj._region);
             }
@@ -171,6 +185,41 @@ impl State {
             self.semaphores.remove(&h);
             self.gone.insert(h, why);
         }
+        let events: Vec<u64> = self
+            .events
+            .iter()
+            .filter(|(_, e)| e.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in events {
+            self.events.remove(&h);
+            self.gone.insert(h, why);
+        }
+        let modules: Vec<u64> = self
+            .modules
+            .iter()
+            .filter(|(_, m)| m.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for h in modules {
+            self.drop_module(h, why);
+        }
+    }
+
+    /// Removes module `h` and its functions; later use is reported with `why`.
+    pub(crate) fn drop_module(&mut self, h: u64, why: GoneWhy) {
+        self.modules.remove(&h);
+        self.gone.insert(h, why);
+        let funcs: Vec<u64> = self
+            .functions
+            .iter()
+            .filter(|(_, f)| f.module == h)
+            .map(|(f, _)| *f)
+            .collect();
+        for f in funcs {
+            self.functions.remove(&f);
+            self.gone.insert(f, why);
+        }
     }
 
     /// Drops finished retired workers.
@@ -213,6 +262,14 @@ impl State {
                 .values()
                 .filter(|a| matches!(a.kind, AllocKind::Alloc))
                 .count(),
+            live_host_allocations: self
+                .allocations
+                .values()
+                .filter(|a| matches!(a.kind, AllocKind::Host { .. }))
+                .count(),
+            live_events: self.events.len(),
+            live_modules: self.modules.len(),
+            live_programs: self.programs.len(),
             live_semaphores: self.semaphores.len(),
             live_graphics_resources: self.egl_resources.len() + self.egl_streams.held_frames(),
             live_egl_connections: self.egl_streams.live_connections(),

@@ -1,0 +1,744 @@
+//! The machine's limit for the pipeline's work, measured in the same run as
+//! the pipeline (`pipeline_vs_cuda`): what each piece of one frame's work
+//! costs on this machine when nothing else runs, so that ours / limit says
+//! how close the pipeline comes to what the hardware allows.
+//!
+//! The pieces ([`Pieces`]), each the mean over `reps` repetitions:
+//! - a pinned copy of one frame host -> device and device -> host
+//!   (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync` from device-mapped pinned
+//!   host memory), each alone, then both directions at once on two streams
+//!   (the per-frame time of each while the other runs);
+//! - the consumer's check-and-invert kernel ([`consumer::KERNEL_SOURCE`],
+//!   compiled with NVRTC through the driver) over mapped pinned host memory
+//!   (zero-copy: the kernel reads and writes over PCIe) and over device
+//!   memory, each on a frame holding the pattern it expects (no
+//!   mismatches, as in the pipeline);
+//! - the CPU's pattern write and read-back check of a frame on the
+//!   pipeline's persistent band pools, at the pipeline's thread count
+//!   ([`frame_threads`]).
+//!
+//! The limit of each mode ([`ModeLimit`]) is the slowest piece that mode
+//! needs per frame, since a pipeline that overlaps its stages runs at best
+//! at the rate of its slowest: zero-copy needs the mapped-memory kernel and
+//! the CPU's write and check; copy mode needs the two copies (at their
+//! both-directions-at-once time, the copy engines carrying one frame in and
+//! another out at once), the device-memory kernel and the same CPU work.
+//! [`ModeLimit::gpu_frames_per_s`] is the same bound without the CPU pieces.
+//!
+//! Every call goes through the driver's function table, so the measurement
+//! also runs on the simulator (with meaningless times: its tests check the
+//! structure and the arithmetic, not the numbers).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tegra_interop::driver::{
+    Backend, Context, DeviceBuffer, DevicePtr, Event, EventFlags, PinnedHostBuffer, Stream,
+};
+
+use crate::camera::{frame_threads, TestPattern};
+use crate::consumer::{self, pattern_seed, FrameMemory, BLOCK};
+use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
+
+/// How long one measurement may take before it counts as stuck.
+const STUCK: Duration = Duration::from_secs(30);
+
+/// The consumer's kernels ([`consumer::Kernels`]: [`consumer::KERNEL_SOURCE`]
+/// compiled with the driver's NVRTC and loaded through the function table),
+/// with the launch the baseline and the limit queue over their own buffers.
+pub struct Kernels(consumer::Kernels);
+
+impl Kernels {
+    /// Compiles and loads the kernels into `ctx`.
+    pub fn compile(ctx: &Context) -> Result<Kernels, TransportError> {
+        consumer::Kernels::compile(ctx).map(Kernels)
+    }
+
+    /// Queues the check-and-invert kernel over the first `len` bytes of
+    /// `frame` (pattern of frame number `index`, lines of `stride` bytes),
+    /// counting mismatches into word `slot` of `counters`; `mapped` picks
+    /// the variant for memory the CPU maps.
+    ///
+    /// # Safety
+    /// Until the kernel completed on `stream`: `frame` and `counters` stay
+    /// alive and nothing else reads or writes the frame's first `len` bytes
+    /// (host views included) or the counter.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn check_and_invert(
+        &self,
+        stream: &Stream,
+        frame: &dyn tegra_interop::driver::DeviceMemory,
+        geometry: FrameGeometry,
+        index: u64,
+        counters: &PinnedHostBuffer,
+        slot: usize,
+        mapped: bool,
+    ) -> Result<(), TransportError> {
+        let len = geometry.frame_len() as u64;
+        let at = frame
+            .device_range(0, len)
+            .during("the frame for the kernel")?;
+        if !at.is_multiple_of(consumer::FRAME_ALIGN) {
+            return Err(TransportError::refused(format!(
+                "the frame at {at:#x} is not {}-byte aligned, which the kernel's vector accesses need",
+                consumer::FRAME_ALIGN
+            )));
+        }
+        let counter = DevicePtr::at(counters, 8 * slot as u64, 8).during("the mismatch counter")?;
+        let f = self.0.check_and_invert(match mapped {
+            true => FrameMemory::System,
+            false => FrameMemory::Device,
+        });
+        let launch = f
+            .launch(consumer::grid_for(len as usize), BLOCK)
+            // SAFETY: `at` lies in `frame` (checked by `device_range`).
+            .arg(unsafe { DevicePtr::from_raw(at) })
+            .arg(len)
+            .arg(geometry.stride as u64)
+            .arg(pattern_seed(index))
+            .arg(counter);
+        // SAFETY: the arguments match the kernel's parameter list
+        // `(unsigned char*, u64, u64, u32, u64*)`; the memory behind them is
+        // the caller's to keep valid and untouched (this function's
+        // contract).
+        unsafe { launch.launch(stream) }.during("launching the consumer kernel")
+    }
+}
+
+/// What each piece of one frame's work costs on this machine (mean per
+/// frame), see the module docs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Pieces {
+    /// Pinned host -> device copy of one frame, alone (us).
+    pub copy_h2d_us: f64,
+    /// Device -> pinned host copy of one frame, alone (us).
+    pub copy_d2h_us: f64,
+    /// Host -> device, while a device -> host copy runs on another stream (us).
+    pub both_h2d_us: f64,
+    /// Device -> host, while a host -> device copy runs on another stream (us).
+    pub both_d2h_us: f64,
+    /// The check-and-invert kernel over mapped pinned host memory (us).
+    pub kernel_mapped_us: f64,
+    /// The check-and-invert kernel over device memory (us).
+    pub kernel_device_us: f64,
+    /// The CPU's pattern write of one frame on the persistent pool (us).
+    pub cpu_fill_us: f64,
+    /// The CPU's read-back check of one frame on the persistent pool (us).
+    pub cpu_check_us: f64,
+    /// Threads of each CPU piece (the pipeline's [`frame_threads`]).
+    pub threads: usize,
+    /// Repetitions each mean is over.
+    pub reps: u32,
+}
+
+/// The limit of one mode: the slowest piece it needs per frame.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ModeLimit {
+    /// The slowest piece's time per frame (us).
+    pub frame_us: f64,
+    /// Its name (a field of [`Pieces`], without `_us`).
+    pub bound_by: &'static str,
+    /// 1e6 / `frame_us`.
+    pub frames_per_s: f64,
+    /// The same bound over the GPU pieces only (copies, kernel), frames/s.
+    pub gpu_frames_per_s: f64,
+    /// The GPU piece that bounds `gpu_frames_per_s`.
+    pub gpu_bound_by: &'static str,
+}
+
+impl ModeLimit {
+    /// The limit over `gpu` and `cpu` pieces (name, us per frame).
+    fn over(gpu: &[(&'static str, f64)], cpu: &[(&'static str, f64)]) -> ModeLimit {
+        let slowest = |pieces: &mut dyn Iterator<Item = (&'static str, f64)>| {
+            pieces.fold(("none", 0.0f64), |a, b| if b.1 > a.1 { b } else { a })
+        };
+        let (gpu_bound_by, gpu_us) = slowest(&mut gpu.iter().copied());
+        let (bound_by, frame_us) = slowest(&mut gpu.iter().chain(cpu).copied());
+        let rate = |us: f64| if us > 0.0 { 1e6 / us } else { f64::INFINITY };
+        ModeLimit {
+            frame_us,
+            bound_by,
+            frames_per_s: rate(frame_us),
+            gpu_frames_per_s: rate(gpu_us),
+            gpu_bound_by,
+        }
+    }
+}
+
+impl Pieces {
+    fn cpu(&self) -> [(&'static str, f64); 2] {
+        [
+            ("cpu_fill", self.cpu_fill_us),
+            ("cpu_check", self.cpu_check_us),
+        ]
+    }
+
+    /// Zero-copy: the mapped-memory kernel and the CPU's work.
+    pub fn zero_copy(&self) -> ModeLimit {
+        ModeLimit::over(&[("kernel_mapped", self.kernel_mapped_us)], &self.cpu())
+    }
+
+    /// Copy mode: both copies at once, the device-memory kernel and the
+    /// CPU's work.
+    pub fn copy(&self) -> ModeLimit {
+        ModeLimit::over(
+            &[
+                ("both_h2d", self.both_h2d_us),
+                ("both_d2h", self.both_d2h_us),
+                ("kernel_device", self.kernel_device_us),
+            ],
+            &self.cpu(),
+        )
+    }
+
+    /// The limit of zero-copy (`copy == false`) or copy mode.
+    pub fn mode(&self, copy: bool) -> ModeLimit {
+        if copy {
+            self.copy()
+        } else {
+            self.zero_copy()
+        }
+    }
+}
+
+/// What the measurement works with: one frame in pinned mapped host memory
+/// and one in device memory, a second pair for the other direction, two
+/// streams, timing events, the kernels.
+struct Rig {
+    geometry: FrameGeometry,
+    host: [PinnedHostBuffer; 2],
+    device: [DeviceBuffer; 2],
+    counters: PinnedHostBuffer,
+    streams: [Stream; 2],
+    events: [Event; 4],
+    kernels: Kernels,
+}
+
+/// Microseconds per repetition of `total`.
+fn per_rep(total: Duration, reps: u32) -> f64 {
+    total.as_secs_f64() * 1e6 / f64::from(reps.max(1))
+}
+
+impl Rig {
+    fn new(ctx: &Context, geometry: FrameGeometry) -> Result<Rig, TransportError> {
+        let len = geometry.frame_len();
+        let pinned = || PinnedHostBuffer::new(ctx, len).during("pinned host memory");
+        let device = || DeviceBuffer::new(ctx, len).during("device memory");
+        let stream = || Stream::new(ctx).during("creating a CUDA stream");
+        let event = || Event::new(ctx, EventFlags::DEFAULT).during("CUDA event");
+        Ok(Rig {
+            geometry,
+            host: [pinned()?, pinned()?],
+            device: [device()?, device()?],
+            counters: PinnedHostBuffer::new(ctx, 16).during("pinned host memory")?,
+            streams: [stream()?, stream()?],
+            events: [event()?, event()?, event()?, event()?],
+            kernels: Kernels::compile(ctx)?,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.geometry.frame_len()
+    }
+
+    fn record(&self, event: usize, stream: usize) -> Result<(), TransportError> {
+        self.events[event]
+            .record(&self.streams[stream])
+            .during("recording a CUDA event")
+    }
+
+    /// Waits for both streams and returns the time between events `a` and
+    /// `b`.
+    fn span(&self, a: usize, b: usize) -> Result<Duration, TransportError> {
+        for s in &self.streams {
+            s.synchronize().during("waiting for a CUDA stream")?;
+        }
+        self.events[b]
+            .elapsed_since(&self.events[a])
+            .during("reading CUDA event times")
+    }
+
+    /// Queues `reps` host -> device copies on stream `s` (pair `s`).
+    fn h2d(&self, s: usize, reps: u32) -> Result<(), TransportError> {
+        for _ in 0..reps {
+            // SAFETY: both buffers live until the streams are synchronised
+            // in `span`, before anything else touches them; the host does
+            // not write the source meanwhile.
+            unsafe {
+                self.device[s].copy_from_pinned_async(
+                    0,
+                    &self.host[s],
+                    0,
+                    self.len(),
+                    &self.streams[s],
+                )
+            }
+            .during("cuMemcpyHtoDAsync")?;
+        }
+        Ok(())
+    }
+
+    /// Queues `reps` device -> host copies on stream `s` (pair `s`).
+    fn d2h(&self, s: usize, reps: u32) -> Result<(), TransportError> {
+        for _ in 0..reps {
+            // SAFETY: as in `h2d`; the host does not touch the destination
+            // until the streams are synchronised.
+            unsafe {
+                self.device[s].copy_to_pinned_async(
+                    0,
+                    &self.host[s],
+                    0,
+                    self.len(),
+                    &self.streams[s],
+                )
+            }
+            .during("cuMemcpyDtoHAsync")?;
+        }
+        Ok(())
+    }
+
+    /// The copies: (h2d alone, d2h alone, h2d with d2h, d2h with h2d), us.
+    fn copies(&self, reps: u32) -> Result<[f64; 4], TransportError> {
+        self.record(0, 0)?;
+        self.h2d(0, reps)?;
+        self.record(1, 0)?;
+        let h2d = per_rep(self.span(0, 1)?, reps);
+        self.record(0, 1)?;
+        self.d2h(1, reps)?;
+        self.record(1, 1)?;
+        let d2h = per_rep(self.span(0, 1)?, reps);
+        // Both at once: the second stream starts when the first does.
+        self.record(0, 0)?;
+        self.streams[1]
+            .wait_event(&self.events[0])
+            .during("cuStreamWaitEvent")?;
+        self.record(2, 1)?;
+        self.h2d(0, reps)?;
+        self.d2h(1, reps)?;
+        self.record(1, 0)?;
+        self.record(3, 1)?;
+        let both_h2d = per_rep(self.span(0, 1)?, reps);
+        let both_d2h = per_rep(self.span(2, 3)?, reps);
+        Ok([h2d, d2h, both_h2d, both_d2h])
+    }
+
+    /// The kernel over pinned mapped memory (`mapped`) or device memory,
+    /// us per frame; each repetition sees a frame holding its pattern.
+    fn kernel(&mut self, mapped: bool, reps: u32) -> Result<f64, TransportError> {
+        let g = self.geometry;
+        let mut total = Duration::ZERO;
+        for index in 0..u64::from(reps) {
+            TestPattern::new(index, g.stride).fill(self.host[0].as_mut_slice());
+            if !mapped {
+                // SAFETY: both live until the stream is synchronised in
+                // `span`; the host does not touch them meanwhile.
+                unsafe {
+                    self.device[0].copy_from_pinned_async(
+                        0,
+                        &self.host[0],
+                        0,
+                        self.len(),
+                        &self.streams[0],
+                    )
+                }
+                .during("cuMemcpyHtoDAsync")?;
+            }
+            self.record(0, 0)?;
+            let frame: &dyn tegra_interop::driver::DeviceMemory = if mapped {
+                &self.host[0]
+            } else {
+                &self.device[0]
+            };
+            // SAFETY: the frame and the counters live until the stream is
+            // synchronised in `span`; the host touches neither meanwhile.
+            unsafe {
+                self.kernels.check_and_invert(
+                    &self.streams[0],
+                    frame,
+                    g,
+                    index,
+                    &self.counters,
+                    0,
+                    mapped,
+                )
+            }?;
+            self.record(1, 0)?;
+            total += self.span(0, 1)?;
+            let mismatches = self
+                .counters
+                .atomic_u64(0)
+                .during("the mismatch counter")?
+                .swap(0, std::sync::atomic::Ordering::AcqRel);
+            if mismatches != 0 {
+                return Err(TransportError::frame_check(
+                    0,
+                    index,
+                    format!(
+                    "the kernel found {mismatches} bytes off the pattern in a frame that holds it: the measurement does not run the pipeline's work"
+                ),
+                ));
+            }
+        }
+        Ok(per_rep(total, reps))
+    }
+}
+
+/// The CPU pieces: (fill, check) in us per frame on the persistent pools
+/// at `threads` threads.
+fn cpu(geometry: FrameGeometry, threads: usize, reps: u32) -> Result<(f64, f64), TransportError> {
+    let mut frame = vec![0u8; geometry.frame_len()];
+    let (mut fill, mut check) = (Duration::ZERO, Duration::ZERO);
+    for index in 0..u64::from(reps) {
+        let p = TestPattern::new(index, geometry.stride);
+        let t = Instant::now();
+        p.fill_parallel(&mut frame, threads);
+        fill += t.elapsed();
+        let t = Instant::now();
+        let found = p.first_mismatch_parallel(&frame, 0, threads);
+        check += t.elapsed();
+        if let Some(at) = found {
+            return Err(TransportError::frame_check(
+                0,
+                index,
+                format!("the CPU check found byte {at} off the pattern it just wrote"),
+            ));
+        }
+    }
+    Ok((per_rep(fill, reps), per_rep(check, reps)))
+}
+
+/// Measures the [`Pieces`] for frames of `geometry` in `ctx`, each the mean
+/// of `reps` repetitions (after one unmeasured round that warms up the
+/// copies, the kernels and the CPU pools).
+pub fn measure(
+    ctx: &Context,
+    geometry: FrameGeometry,
+    reps: u32,
+) -> Result<Pieces, TransportError> {
+    if geometry.frame_len() == 0 || reps == 0 {
+        return Err(TransportError::refused(
+            "the limit needs a frame of at least one byte and one repetition",
+        ));
+    }
+    let started = Instant::now();
+    let threads = frame_threads(geometry.frame_len());
+    let mut rig = Rig::new(ctx, geometry)?;
+    rig.copies(1)?;
+    rig.kernel(true, 1)?;
+    rig.kernel(false, 1)?;
+    cpu(geometry, threads, 1)?;
+    let [copy_h2d_us, copy_d2h_us, both_h2d_us, both_d2h_us] = rig.copies(reps)?;
+    let kernel_mapped_us = rig.kernel(true, reps)?;
+    let kernel_device_us = rig.kernel(false, reps)?;
+    let (cpu_fill_us, cpu_check_us) = cpu(geometry, threads, reps)?;
+    if started.elapsed() > STUCK {
+        log_slow(started.elapsed());
+    }
+    Ok(Pieces {
+        copy_h2d_us,
+        copy_d2h_us,
+        both_h2d_us,
+        both_d2h_us,
+        kernel_mapped_us,
+        kernel_device_us,
+        cpu_fill_us,
+        cpu_check_us,
+        threads,
+        reps,
+    })
+}
+
+fn log_slow(took: Duration) {
+    eprintln!("note: measuring the machine's limit took {took:?}");
+}
+
+/// [`measure`] on the real driver, device 0.
+pub fn measure_real(geometry: FrameGeometry, reps: u32) -> Result<Pieces, TransportError> {
+    let backend: Arc<Backend> = Backend::real().during("CUDA driver")?;
+    let ctx = Context::new(backend, 0).during("CUDA context")?;
+    measure(&ctx, geometry, reps)
+}
+
+/// One mode of the comparison: ours, plain CUDA and the limit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModeRow {
+    /// `zero-copy` or `copy`.
+    pub mode: &'static str,
+    /// The pipeline's frames/s (`None`: its run failed).
+    pub ours_frames_per_s: Option<f64>,
+    /// The plain-CUDA baseline's frames/s (`None`: its run failed).
+    pub plain_frames_per_s: Option<f64>,
+    /// The machine's limit for the mode (`None`: not measured).
+    pub limit: Option<ModeLimit>,
+    /// ours / limit.
+    pub ours_over_limit: Option<f64>,
+    /// ours / the GPU-only bound.
+    pub ours_over_gpu_bound: Option<f64>,
+    /// plain CUDA / limit.
+    pub plain_over_limit: Option<f64>,
+    /// ours / plain CUDA.
+    pub ours_over_plain: Option<f64>,
+}
+
+impl ModeRow {
+    /// The row for `copy` mode from the measured rates and pieces: every
+    /// ratio is computed here, from them.
+    pub fn new(
+        copy: bool,
+        ours: Option<f64>,
+        plain: Option<f64>,
+        pieces: Option<&Pieces>,
+    ) -> ModeRow {
+        let limit = pieces.map(|p| p.mode(copy));
+        let over = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
+        let rate = limit.map(|l| l.frames_per_s);
+        ModeRow {
+            mode: if copy { "copy" } else { "zero-copy" },
+            ours_frames_per_s: ours,
+            plain_frames_per_s: plain,
+            limit,
+            ours_over_limit: over(ours, rate),
+            ours_over_gpu_bound: over(ours, limit.map(|l| l.gpu_frames_per_s)),
+            plain_over_limit: over(plain, rate),
+            ours_over_plain: ours.zip(plain).map(|(o, p)| o / p),
+        }
+    }
+}
+
+/// `pipeline_vs_cuda`'s whole result (its `--json` output).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Version of this layout (1).
+    pub schema_version: u32,
+    /// Bytes per line.
+    pub stride: usize,
+    /// Lines per frame.
+    pub rows: usize,
+    /// Ring slots of ours and the baseline.
+    pub ring: usize,
+    /// Frames per run.
+    pub frames: u64,
+    /// The limit's pieces (`None`: the measurement failed).
+    pub pieces: Option<Pieces>,
+    /// One row per mode run.
+    pub modes: Vec<ModeRow>,
+    /// Whether every run passed (verification included).
+    pub passed: bool,
+}
+
+impl Comparison {
+    /// The markdown table of the rows.
+    pub fn table(&self) -> String {
+        let f = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
+        let mut out = String::from(
+            "| mode | ours frames/s | plain CUDA frames/s | limit frames/s (bound by) | ours / limit | ours / GPU bound | plain / limit | ours / plain |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in &self.modes {
+            let limit = r.limit.map_or("-".into(), |l| {
+                format!("{:.1} ({})", l.frames_per_s, l.bound_by)
+            });
+            out.push_str(&format!(
+                "| {} | {} | {} | {limit} | {} | {} | {} | {} |\n",
+                r.mode,
+                f(r.ours_frames_per_s, 1),
+                f(r.plain_frames_per_s, 1),
+                f(r.ours_over_limit, 3),
+                f(r.ours_over_gpu_bound, 3),
+                f(r.plain_over_limit, 3),
+                f(r.ours_over_plain, 3),
+            ));
+        }
+        out
+    }
+
+    /// The pieces in one line (us per frame).
+    pub fn pieces_line(&self) -> String {
+        match &self.pieces {
+            None => "limit: not measured".into(),
+            Some(p) => format!(
+                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads)",
+                p.reps,
+                p.copy_h2d_us,
+                p.copy_d2h_us,
+                p.both_h2d_us,
+                p.both_d2h_us,
+                p.kernel_mapped_us,
+                p.kernel_device_us,
+                p.cpu_fill_us,
+                p.cpu_check_us,
+                p.threads
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) mod tests {
+    use super::*;
+    use tegra_interop_sim::kernels::KernelSpec;
+    use tegra_interop_sim::Sim;
+
+    /// A simulator with the consumer's four kernels registered (their
+    /// Rust twins).
+    pub(crate) fn sim_with_kernels() -> Sim {
+        let sim = Sim::new().unwrap();
+        consumer::twin::register(&sim);
+        sim
+    }
+
+    fn pieces(h2d: f64, d2h: f64, mapped: f64, device: f64, fill: f64, check: f64) -> Pieces {
+        Pieces {
+            copy_h2d_us: h2d * 0.9,
+            copy_d2h_us: d2h * 0.9,
+            both_h2d_us: h2d,
+            both_d2h_us: d2h,
+            kernel_mapped_us: mapped,
+            kernel_device_us: device,
+            cpu_fill_us: fill,
+            cpu_check_us: check,
+            threads: 4,
+            reps: 10,
+        }
+    }
+
+    #[test]
+    fn each_mode_is_bound_by_its_slowest_piece() {
+        // The H100 figures: mapped kernel 255 us, copies 168 / 170 us
+        // both at once, device kernel 16 us; CPU faster than all.
+        let p = pieces(168.0, 170.0, 255.0, 16.0, 120.0, 150.0);
+        let z = p.zero_copy();
+        assert_eq!((z.bound_by, z.frame_us), ("kernel_mapped", 255.0));
+        assert!((z.frames_per_s - 1e6 / 255.0).abs() < 1e-9);
+        let c = p.copy();
+        assert_eq!((c.bound_by, c.frame_us), ("both_d2h", 170.0));
+        assert_eq!(c.gpu_bound_by, "both_d2h");
+        // A slow CPU check bounds both modes; the GPU bound stays.
+        let p = pieces(168.0, 170.0, 255.0, 16.0, 120.0, 336.0);
+        assert_eq!(p.zero_copy().bound_by, "cpu_check");
+        assert_eq!(p.copy().bound_by, "cpu_check");
+        assert!((p.copy().gpu_frames_per_s - 1e6 / 170.0).abs() < 1e-9);
+        assert_eq!(p.mode(true), p.copy());
+        assert_eq!(p.mode(false), p.zero_copy());
+    }
+
+    #[test]
+    fn rows_compute_every_ratio_from_the_measured_pieces() {
+        let p = pieces(168.0, 170.0, 255.0, 16.0, 120.0, 200.0);
+        let r = ModeRow::new(true, Some(2800.0), Some(3000.0), Some(&p));
+        assert_eq!(r.mode, "copy");
+        assert!((r.ours_over_limit.unwrap() - 2800.0 * 200.0 / 1e6).abs() < 1e-9);
+        assert!((r.ours_over_gpu_bound.unwrap() - 2800.0 * 170.0 / 1e6).abs() < 1e-9);
+        assert!((r.plain_over_limit.unwrap() - 3000.0 * 200.0 / 1e6).abs() < 1e-9);
+        assert!((r.ours_over_plain.unwrap() - 2800.0 / 3000.0).abs() < 1e-12);
+        let failed = ModeRow::new(false, None, Some(3000.0), Some(&p));
+        assert_eq!(
+            (failed.ours_over_limit, failed.ours_over_plain),
+            (None, None)
+        );
+        assert!(failed.plain_over_limit.is_some());
+        let unmeasured = ModeRow::new(false, Some(2800.0), Some(3000.0), None);
+        assert_eq!(unmeasured.limit, None);
+        assert_eq!(unmeasured.ours_over_limit, None);
+        assert!(unmeasured.ours_over_plain.is_some());
+    }
+
+    /// The whole measurement runs on the simulator through the driver's
+    /// function table (copies, events, NVRTC, module, launches, CPU pools),
+    /// and the report built from it has every field, each ratio equal to
+    /// the one computed from the measured pieces.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the simulator's stream threads and NVRTC model")]
+    fn the_limit_is_measured_on_the_simulator_and_reported() {
+        let sim = sim_with_kernels();
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let g = FrameGeometry {
+            stride: 64 * 4,
+            rows: 48,
+        };
+        let p = measure(&ctx, g, 3).unwrap();
+        assert_eq!((p.reps, p.threads), (3, frame_threads(g.frame_len())));
+        for v in [
+            p.copy_h2d_us,
+            p.copy_d2h_us,
+            p.both_h2d_us,
+            p.both_d2h_us,
+            p.kernel_mapped_us,
+            p.kernel_device_us,
+            p.cpu_fill_us,
+            p.cpu_check_us,
+        ] {
+            assert!(v.is_finite() && v >= 0.0, "{p:?}");
+        }
+        let (ours, plain) = (1000.0, 1200.0);
+        let modes: Vec<ModeRow> = [false, true]
+            .iter()
+            .map(|&copy| ModeRow::new(copy, Some(ours), Some(plain), Some(&p)))
+            .collect();
+        for (r, limit) in modes.iter().zip([p.zero_copy(), p.copy()]) {
+            assert_eq!(r.limit, Some(limit));
+            let want = ours / limit.frames_per_s;
+            assert!((r.ours_over_limit.unwrap() - want).abs() <= 1e-12 * want.max(1.0));
+        }
+        let c = Comparison {
+            schema_version: 1,
+            stride: g.stride,
+            rows: g.rows,
+            ring: 4,
+            frames: 10,
+            pieces: Some(p),
+            modes,
+            passed: true,
+        };
+        let json: serde_json::Value = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["schema_version"], 1);
+        for key in [
+            "copy_h2d_us",
+            "copy_d2h_us",
+            "both_h2d_us",
+            "both_d2h_us",
+            "kernel_mapped_us",
+            "kernel_device_us",
+            "cpu_fill_us",
+            "cpu_check_us",
+            "threads",
+            "reps",
+        ] {
+            assert!(json["pieces"][key].is_number(), "{key}: {json}");
+        }
+        assert_eq!(json["modes"][0]["mode"], "zero-copy");
+        assert_eq!(json["modes"][1]["mode"], "copy");
+        for m in 0..2 {
+            for key in ["ours_over_limit", "ours_over_gpu_bound", "plain_over_limit"] {
+                assert!(json["modes"][m][key].is_number(), "{key}: {json}");
+            }
+            assert!(json["modes"][m]["limit"]["bound_by"].is_string());
+        }
+        let table = c.table();
+        assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(c.pieces_line().contains("both at once"));
+    }
+
+    /// A kernel that does not see the pattern is an error, not a time: the
+    /// measurement checks that it ran the pipeline's work.
+    #[test]
+    #[cfg_attr(miri, ignore = "runs the simulator's stream threads and NVRTC model")]
+    fn a_kernel_that_miscounts_fails_the_measurement() {
+        let sim = sim_with_kernels();
+        sim.register_kernel(
+            KernelSpec::new("check_and_invert_sysmem", &[8, 8, 8, 4, 8]),
+            |k| {
+                let counter = k.arg_u64(4)?;
+                k.write(counter, &1u64.to_ne_bytes())
+            },
+        );
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let g = FrameGeometry {
+            stride: 32,
+            rows: 4,
+        };
+        let e = measure(&ctx, g, 2).unwrap_err().to_string();
+        assert!(e.contains("bytes off the pattern"), "{e}");
+    }
+}
