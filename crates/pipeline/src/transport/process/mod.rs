@@ -1,0 +1,417 @@
+//! `--processes 2`: the camera and the CUDA consumer in two processes,
+//! connected only by an NvSciIpc endpoint pair, the way a Jetson / DRIVE
+//! system splits them.
+//!
+//! The CUDA process (the one started by the user) starts the camera process
+//! (the same binary with `--role camera`) and both open their end of the
+//! pair: on the simulator a pair of a configuration the CUDA process makes
+//! in memory (an anonymous memory file the camera process inherits, so no
+//! file is left behind whatever ends the processes; `--nvsciipc-config` to
+//! use a file instead); on a Jetson the pair named with `--endpoints
+//! <camera>,<cuda>` (an `INTER_PROCESS` line of `/etc/nvsciipc.cfg`).
+//!
+//! # One protocol
+//! The CUDA process drives the pipeline's [`Ring`](crate::ring::Ring), the
+//! one slot protocol of every transport; its transport,
+//! [`cuda::RemoteCamera`], has its producer side in the camera process:
+//! each ticket crosses to the camera, which waits for the slot's *free*
+//! fence, checks the processed bytes of the slot's previous frame (every
+//! byte inverted), writes the frame, signals *ready* and answers
+//! "written"; the CUDA process then waits for *ready* on its stream,
+//! processes the frame in place, signals *free*. The camera checks every
+//! ticket against a ring of its own that follows the same protocol.
+//!
+//! Set-up, per slot, exactly as the libraries require across processes
+//! (each side opens its own modules; lists travel from the waiter to the
+//! signaller; the signaller reconciles, allocates and sends the reconciled
+//! list with the object): the buffer and *ready* are allocated by the
+//! camera from the CUDA process's lists, *free* by the CUDA process from
+//! the camera's waiter list. Fences: with deterministic fences (NvSciSync
+//! 2.3, 2.5+) only the first fence of each object crosses, to learn its
+//! counter; the later ones are built by the waiter. Without them every
+//! fence crosses.
+//!
+//! # Bounded
+//! Every wait for the other side (its connection, each message, each
+//! object, each fence, the camera process's exit) is bounded by
+//! `--peer-timeout` (default [`DEFAULT_PEER_TIMEOUT`]); a stopped or stuck
+//! peer ends this side with [`ProcessError::Timeout`], naming what it
+//! waited for; a peer that died gives [`ProcessError::Ipc`] (the
+//! connection reset). The CUDA process ends the camera process it started
+//! when it fails. No wait is queued on the GPU before the fence it waits
+//! for was signalled, so a dead camera leaves no stuck stream behind.
+//!
+//! `--role camera` / `--role cuda` run one side alone (the other started by
+//! hand or by a test), with `--nvsciipc-config` naming the file both use.
+//! Processing on the simulator is a stream-ordered host function over the
+//! mapped memory (as the in-process NvSci transport does there); the CUDA
+//! kernel path of a Jetson is not written for this mode, which says so.
+
+mod camera;
+pub mod cuda;
+mod error;
+mod summary;
+mod wire;
+
+use std::ffi::OsString;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tegra_interop::driver::Backend;
+use tegra_interop_sim::nvsci::IpcConfigFile;
+use tegra_interop_sim::{Sim, SimConfig};
+
+use crate::app::cli::{self, BackendChoice, Command as CliCommand, Options};
+use crate::transport::FrameGeometry;
+
+pub use error::{Peer, ProcessError};
+pub use summary::Summary;
+
+/// The endpoint names of the simulator's pair.
+const SIM_PAIR: (&str, &str) = ("tegra-interop-camera", "tegra-interop-cuda");
+/// How long either side waits for the other unless `--peer-timeout` says.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest `--peer-timeout` accepted.
+const MAX_PEER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// The flags of this mode, taken out of the command line before the common
+/// options are parsed.
+#[derive(Debug)]
+struct SplitFlags {
+    processes: u32,
+    role: Option<Peer>,
+    config: Option<String>,
+    endpoints: Option<(String, String)>,
+    limit: Duration,
+}
+
+/// Parses `--peer-timeout`'s seconds (a decimal number above zero).
+fn peer_timeout(v: &str) -> Result<Duration, String> {
+    let bad = || format!("--peer-timeout is seconds above 0 and at most 86400, got `{v}`");
+    let secs: f64 = v.parse().map_err(|_| bad())?;
+    if !(secs > 0.0 && secs <= MAX_PEER_TIMEOUT.as_secs_f64()) {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn take_flags(args: Vec<OsString>) -> Result<(SplitFlags, Vec<OsString>), String> {
+    let mut f = SplitFlags {
+        processes: 1,
+        role: None,
+        config: None,
+        endpoints: None,
+        limit: DEFAULT_PEER_TIMEOUT,
+    };
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .and_then(|v| v.into_string().ok())
+                .ok_or_else(|| format!("{name} expects a value"))
+        };
+        match a.to_str() {
+            Some("--processes") => {
+                f.processes = match value("--processes")?.as_str() {
+                    "1" => 1,
+                    "2" => 2,
+                    v => return Err(format!("--processes is 1 or 2, got `{v}`")),
+                }
+            }
+            Some("--role") => {
+                f.role = Some(match value("--role")?.as_str() {
+                    "camera" => Peer::Camera,
+                    "cuda" => Peer::Cuda,
+                    v => return Err(format!("--role is camera or cuda, got `{v}`")),
+                })
+            }
+            Some("--nvsciipc-config") => f.config = Some(value("--nvsciipc-config")?),
+            Some("--peer-timeout") => f.limit = peer_timeout(&value("--peer-timeout")?)?,
+            Some("--endpoints") => {
+                let v = value("--endpoints")?;
+                let (a, b) = v
+                    .split_once(',')
+                    .ok_or("--endpoints expects <camera>,<cuda>")?;
+                f.endpoints = Some((a.to_owned(), b.to_owned()));
+            }
+            _ => rest.push(a),
+        }
+    }
+    Ok((f, rest))
+}
+
+/// Runs the two-process mode if the command line asks for it; `None` when
+/// it does not (the usual one-process pipeline runs).
+pub fn main_if_requested(args: &[OsString]) -> Option<ExitCode> {
+    if !args.iter().any(|a| a == "--processes" || a == "--role") {
+        return None;
+    }
+    let (flags, rest) = match take_flags(args.to_vec()) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Some(ExitCode::from(2));
+        }
+    };
+    if flags.processes == 1 && flags.role.is_none() {
+        return None;
+    }
+    let opts = match cli::parse(rest.clone()) {
+        Ok(CliCommand::Run(o)) => o,
+        Ok(CliCommand::Help) => return None,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Some(ExitCode::from(2));
+        }
+    };
+    let settings = Settings::new(&opts, &flags);
+    let result = match flags.role {
+        Some(Peer::Camera) => camera_process(&settings, &flags).map(|()| None),
+        Some(Peer::Cuda) => cuda_alone(&settings, &flags).map(Some),
+        None => cuda_process(&settings, &flags, &rest).map(Some),
+    };
+    Some(report(result, opts.json, flags.role.unwrap_or(Peer::Cuda)))
+}
+
+fn report(result: Result<Option<Summary>, ProcessError>, json: bool, me: Peer) -> ExitCode {
+    match result {
+        Ok(Some(summary)) => {
+            if json {
+                println!("{}", summary.json());
+            } else {
+                print!("{}", summary.human());
+            }
+            if summary.passed() {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("error: frames failed verification");
+                ExitCode::FAILURE
+            }
+        }
+        Ok(None) => ExitCode::SUCCESS,
+        Err(e) => {
+            let who = match me {
+                Peer::Camera => "camera process",
+                Peer::Cuda => "cuda process",
+            };
+            eprintln!("error ({who}): {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What the two sides run with (and must agree on).
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    frames: u64,
+    ring: usize,
+    width: u32,
+    height: u32,
+    bytes_per_pixel: usize,
+    geometry: FrameGeometry,
+    limit: Duration,
+    backend: BackendChoice,
+}
+
+impl Settings {
+    fn new(opts: &Options, flags: &SplitFlags) -> Settings {
+        let bytes_per_pixel = opts.sensor.format.bytes_per_pixel();
+        let stride = opts.sensor.width as usize * bytes_per_pixel;
+        Settings {
+            frames: opts.frames,
+            ring: opts.ring,
+            width: u32::from(opts.sensor.width),
+            height: u32::from(opts.sensor.height),
+            bytes_per_pixel,
+            geometry: FrameGeometry {
+                stride,
+                rows: opts.sensor.height as usize,
+            },
+            limit: flags.limit,
+            backend: opts.backend,
+        }
+    }
+
+    fn hello(&self) -> wire::Hello {
+        wire::Hello {
+            frames: self.frames,
+            ring: self.ring as u64,
+            width: u64::from(self.width),
+            height: u64::from(self.height),
+            bytes_per_pixel: self.bytes_per_pixel as u64,
+        }
+    }
+}
+
+/// One process's simulator or the real driver, and the endpoint names.
+pub(crate) struct Setup {
+    backend: Arc<Backend>,
+    _sim: Option<Sim>,
+    camera_ep: String,
+    cuda_ep: String,
+    simulated: bool,
+}
+
+fn refuse_backend(b: BackendChoice) -> Result<(), ProcessError> {
+    match b {
+        BackendChoice::Auto | BackendChoice::Sim | BackendChoice::Jetson => Ok(()),
+        other => Err(ProcessError::Options(format!(
+            "--processes 2 runs over NvSci: --backend auto, sim or jetson (not {})",
+            other.name()
+        ))),
+    }
+}
+
+fn setup(
+    settings: &Settings,
+    endpoints: Option<&(String, String)>,
+    config: Option<&str>,
+) -> Result<Setup, ProcessError> {
+    refuse_backend(settings.backend)?;
+    let real = settings.backend == BackendChoice::Jetson
+        || (settings.backend == BackendChoice::Auto && endpoints.is_some());
+    if real {
+        let (camera_ep, cuda_ep) = endpoints.cloned().ok_or_else(|| {
+            ProcessError::Options(
+                "on a Jetson, name the BSP's endpoint pair: --endpoints <camera>,<cuda>".into(),
+            )
+        })?;
+        let backend = Backend::real().map_err(|source| ProcessError::Driver {
+            what: "the CUDA driver",
+            source,
+        })?;
+        return Ok(Setup {
+            backend,
+            _sim: None,
+            camera_ep,
+            cuda_ep,
+            simulated: false,
+        });
+    }
+    let config = config.ok_or_else(|| {
+        ProcessError::Options("no NvSciIpc configuration (--nvsciipc-config)".into())
+    })?;
+    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(config))
+        .map_err(|e| ProcessError::Options(format!("the simulator: {e}")))?;
+    let (camera_ep, cuda_ep) = endpoints
+        .cloned()
+        .unwrap_or((SIM_PAIR.0.to_owned(), SIM_PAIR.1.to_owned()));
+    Ok(Setup {
+        backend: sim.backend(),
+        _sim: Some(sim),
+        camera_ep,
+        cuda_ep,
+        simulated: true,
+    })
+}
+
+fn camera_process(settings: &Settings, flags: &SplitFlags) -> Result<(), ProcessError> {
+    let s = setup(settings, flags.endpoints.as_ref(), flags.config.as_deref())?;
+    camera::run(settings, &s)
+}
+
+/// The CUDA side alone (`--role cuda`); its camera is started elsewhere.
+fn cuda_alone(settings: &Settings, flags: &SplitFlags) -> Result<Summary, ProcessError> {
+    run_cuda(settings, flags.endpoints.as_ref(), flags.config.as_deref())
+}
+
+fn run_cuda(
+    settings: &Settings,
+    endpoints: Option<&(String, String)>,
+    config: Option<&str>,
+) -> Result<Summary, ProcessError> {
+    let s = setup(settings, endpoints, config)?;
+    if !s.simulated {
+        return Err(ProcessError::Options(
+            "--processes 2 runs on the simulator only: its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware".into(),
+        ));
+    }
+    cuda::run(settings, &s)
+}
+
+/// The CUDA process with the camera process it starts.
+fn cuda_process(
+    settings: &Settings,
+    flags: &SplitFlags,
+    rest: &[OsString],
+) -> Result<Summary, ProcessError> {
+    refuse_backend(settings.backend)?;
+    if settings.backend == BackendChoice::Jetson || flags.endpoints.is_some() {
+        return run_cuda(settings, flags.endpoints.as_ref(), None);
+    }
+    // A configuration of our own in memory, unless a file is named.
+    let (own, config) = match &flags.config {
+        Some(p) => (None, p.clone()),
+        None => {
+            let c = IpcConfigFile::in_memory(&[(SIM_PAIR.0, SIM_PAIR.1, 16, 4096)]).map_err(
+                |source| ProcessError::Io {
+                    what: "the NvSciIpc configuration",
+                    source,
+                },
+            )?;
+            let p = c.path().display().to_string();
+            (Some(c), p)
+        }
+    };
+    let mut cmd = Command::new(std::env::current_exe().map_err(|source| ProcessError::Io {
+        what: "the current executable",
+        source,
+    })?);
+    cmd.args(rest)
+        .args(["--role", "camera", "--nvsciipc-config", &config])
+        .args(["--peer-timeout", &settings.limit.as_secs_f64().to_string()]);
+    if let Some(c) = &own {
+        c.share_with(&mut cmd);
+    }
+    let camera = cmd.spawn().map_err(|source| ProcessError::Io {
+        what: "starting the camera process",
+        source,
+    })?;
+    let result = run_cuda(settings, None, Some(&config));
+    let status = reap(camera, result.is_ok(), settings.limit)?;
+    let summary = result?;
+    if !status.success() {
+        return Err(ProcessError::CameraFailed(status));
+    }
+    Ok(summary)
+}
+
+/// Waits for the camera process to exit: at most `limit` after a run that
+/// went well (it only sends its figures and closes), a moment after one
+/// that failed (the camera is then dead, stopped or stuck); a camera still
+/// running then is killed, so that this process never waits for it
+/// without a limit.
+fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, ProcessError> {
+    let io = |what| move |source| ProcessError::Io { what, source };
+    let grace = if ok {
+        limit
+    } else {
+        limit.min(Duration::from_secs(1))
+    };
+    let deadline = Instant::now() + grace;
+    loop {
+        if let Some(status) = camera
+            .try_wait()
+            .map_err(io("waiting for the camera process"))?
+        {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            camera.kill().map_err(io("ending the camera process"))?;
+            let status = camera
+                .wait()
+                .map_err(io("waiting for the camera process"))?;
+            if ok {
+                return Err(ProcessError::Timeout {
+                    peer: Peer::Camera,
+                    waiting_for: "its exit after its figures".into(),
+                    limit,
+                });
+            }
+            return Ok(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
