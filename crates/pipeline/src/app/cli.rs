@@ -1,72 +1,56 @@
-//! Command line of the pipeline example (hand-rolled; every error is one line).
+//! Command line of the `pipeline` program, parsed by clap (derive).
+//!
+//! [`parse`] turns the arguments into a [`Command`]: help, or a validated
+//! [`Options`]. Every mistake is one line on stderr and exit status 2 (see
+//! [`main`](crate::app::main)): clap's own errors (unknown argument, a value
+//! that is not one of the choices) and the checks after parsing (numbers
+//! outside their range, options that do not go together, e.g. `--fault`
+//! with `--processes 2`), each naming the option(s) concerned.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use crate::camera::{PixelFormat, SensorConfig};
-
 use crate::ring::MAX_SLOTS;
 use crate::transport::host::Fault;
 
-/// Most frames one run may have (the timing buffers are allocated up front).
+/// Most frames one run may have.
 pub const MAX_FRAMES: u64 = 1_000_000;
 
-/// Usage text for `--help`.
-pub const USAGE: &str = "\
-camera -> consumer zero-copy frame pipeline
+/// Most threads `--frame-threads` may ask for.
+pub const MAX_FRAME_THREADS: usize = 64;
 
-usage: pipeline [options]
-  --frames N        frames to run (1..=1000000, default 300)
-  --ring K          frame buffers in the ring (1..=8, default 4)
-  --width W         frame width in pixels (1..=4096, default 640)
-  --height H        frame height in lines (1..=4096, default 480)
-  --format F        raw8 | raw16 | rgba8 (default rgba8)
-  --backend B       auto | sim | gpu | jetson | egl | host (default auto)
-                    auto = jetson, else gpu, else sim (each refusal says why)
-                    sim = NvSciBuf/NvSciSync ring on the built-in simulated
-                    Tegra driver (not hardware)
-                    host = host-reference: host memory + threads, a reference
-                    and testing transport, not the simulator and not CUDA
-                    gpu = Vulkan frames and semaphores imported into CUDA,
-                    an NVRTC kernel consumes them (needs --features vulkan)
-                    jetson = the sim backend's NvSci ring on a Jetson's real
-                    driver, an NVRTC kernel processes the frames (needs
-                    NVRTC; built, never run on a Jetson)
-                    egl = frames through an EGLStream (FIFO) from a CUDA
-                    producer to the CUDA consumer, the JetPack camera path:
-                    a real EGL display and GPU where present (needs
-                    --features vulkan), else the simulator (says why)
-  --copy            copy each frame into the ring instead of writing in place
-                    (gpu: the consumer copies it into device memory and back)
-  --readback R      when the producer checks a processed frame: overlap
-                    (default; a second thread checks frame f+1-K while the
-                    camera writes frame f, rings of 3 or more) | inline (just
-                    before the camera overwrites its slot)
-  --json            print a machine-readable summary on stdout
-  --quiet           no progress bar
-  --fault F         (testing; --backend host or sim) none | skip-process | corrupt
-  --processes P     1 (default) | 2: the camera in a second process, connected to
-                    this CUDA process only by NvSciIpc (--backend auto or sim:
-                    the simulator, a pair of a BSP-style config file it writes)
-  --nvsciipc-config PATH, --endpoints CAM,CUDA
-                    (with --processes 2) another config file / endpoint pair
-  -h, --help        this text
-exit status: 0 all frames verified, 1 run or verification failure, 2 bad arguments
-";
+/// What `--help` prints after the options: the exit statuses and every
+/// environment variable that still changes what the program does.
+pub const AFTER_HELP: &str = "\
+Exit status: 0 all frames verified, 1 run or verification failure, 2 bad arguments.
+
+Environment (each overrides a built-in choice; none is needed):
+  TEGRA_INTEROP_FRAME_THREADS  threads that write and check a large frame, 1..=64
+                               (--frame-threads wins where both are given)
+  TEGRA_INTEROP_EGL_POOL       --backend egl: the producer's device buffers, ring+1..=64
+  TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
+                               control that is expected to fail verification)
+  TEGRA_INTEROP_GPU_EARLY      --backend gpu: 1 (default) | 0
+  TEGRA_INTEROP_VK_QUEUE       --backend gpu: which Vulkan queue family the producer uses";
 
 /// Which interop backend to run on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
-    /// The best available one.
+    /// jetson, else gpu, else sim (each refusal says why)
     Auto,
-    /// The simulated driver.
+    /// NvSciBuf/NvSciSync ring on the built-in simulated Tegra driver (not hardware)
     Sim,
-    /// A discrete GPU (Vulkan producer, CUDA consumer).
+    /// Vulkan frames and semaphores imported into CUDA, an NVRTC kernel consumes them (needs --features vulkan)
     Gpu,
-    /// A Jetson (NvSci).
+    /// the sim backend's NvSci ring on a Jetson's real driver, an NVRTC kernel processes the frames
     Jetson,
-    /// An EGLStream from a CUDA producer to the CUDA consumer.
+    /// frames through an EGLStream (FIFO) from a CUDA producer to the CUDA consumer (the JetPack camera path); the simulator where no real EGL display and GPU are present
     Egl,
-    /// The host-only reference transport.
+    /// host-reference: host memory + threads, a reference and testing transport, not the simulator and not CUDA
+    #[value(alias = "host-reference")]
     Host,
 }
 
@@ -84,8 +68,50 @@ impl BackendChoice {
     }
 }
 
+/// When the producer checks a processed frame (every frame is checked once
+/// either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Readback {
+    /// on a second thread while the camera writes a later frame into another
+    /// slot (rings of 3 or more; smaller rings check inline)
+    Overlap,
+    /// on the producer thread, just before the camera overwrites the slot
+    Inline,
+}
+
+/// Which side of the two-process mode this process runs alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// the camera side: writes frames, checks them when they come back
+    Camera,
+    /// the CUDA side: processes the frames
+    Cuda,
+}
+
+/// `--format` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    /// one byte per pixel
+    Raw8,
+    /// two bytes per pixel
+    Raw16,
+    /// four bytes per pixel
+    Rgba8,
+}
+
+/// `--fault` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FaultArg {
+    /// behave correctly
+    None,
+    /// the consumer reports success but does not process the frame
+    SkipProcess,
+    /// one byte of every frame is damaged on its way to the consumer
+    Corrupt,
+}
+
 /// A validated run configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Frames to run.
     pub frames: u64,
@@ -105,17 +131,99 @@ pub struct Options {
     pub fault: Fault,
     /// When processed frames are read back and checked.
     pub readback: Readback,
+    /// 1: everything in this process; 2: the camera in a second process.
+    pub processes: u8,
+    /// The two-process mode's side this process runs alone (the other is
+    /// started elsewhere); `None` when this process runs the whole mode.
+    pub role: Option<Role>,
+    /// The NvSciIpc configuration file of the two-process mode (on the
+    /// simulator, instead of the one the CUDA process writes).
+    pub nvsciipc_config: Option<PathBuf>,
+    /// The endpoint pair `(camera, cuda)` of the two-process mode.
+    pub endpoints: Option<(String, String)>,
+    /// How long a side of the two-process mode waits for the other before
+    /// it gives up with a timeout error (`--peer-timeout`).
+    pub peer_timeout: std::time::Duration,
+    /// Threads that write and check a large frame (`None`: the default, or
+    /// `TEGRA_INTEROP_FRAME_THREADS`).
+    pub frame_threads: Option<usize>,
 }
 
-/// When the producer checks a processed frame (every frame is checked once
-/// either way).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Readback {
-    /// On a second thread while the camera writes a later frame into another
-    /// slot (rings of three or more; smaller rings check inline).
-    Overlap,
-    /// On the producer thread, just before the camera overwrites the slot.
-    Inline,
+impl Options {
+    /// Whether this run is the two-process mode (either side or both).
+    pub fn two_process(&self) -> bool {
+        self.processes == 2 || self.role.is_some()
+    }
+
+    /// The command-line arguments that give these options (defaults left
+    /// out): what one process passes to the other in the two-process mode.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let d = Options::default();
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.into());
+            a.push(v.into());
+        };
+        push("--frames", self.frames.to_string());
+        push("--ring", self.ring.to_string());
+        push("--width", self.sensor.width.to_string());
+        push("--height", self.sensor.height.to_string());
+        push("--format", format_name(self.sensor.format).to_string());
+        push("--backend", self.backend.name().to_string());
+        if self.readback != d.readback {
+            push("--readback", "inline".to_string());
+        }
+        if self.fault != d.fault {
+            let f = match self.fault {
+                Fault::None => "none",
+                Fault::SkipProcess => "skip-process",
+                Fault::Corrupt => "corrupt",
+            };
+            push("--fault", f.to_string());
+        }
+        if self.processes != d.processes {
+            push("--processes", self.processes.to_string());
+        }
+        if let Some(r) = self.role {
+            let r = match r {
+                Role::Camera => "camera",
+                Role::Cuda => "cuda",
+            };
+            push("--role", r.to_string());
+        }
+        if let Some((cam, cuda)) = &self.endpoints {
+            push("--endpoints", format!("{cam},{cuda}"));
+        }
+        if self.peer_timeout != d.peer_timeout {
+            push("--peer-timeout", self.peer_timeout.as_secs_f64().to_string());
+        }
+        if let Some(n) = self.frame_threads {
+            push("--frame-threads", n.to_string());
+        }
+        if let Some(p) = &self.nvsciipc_config {
+            a.push("--nvsciipc-config".into());
+            a.push(p.clone().into_os_string());
+        }
+        for (on, flag) in [
+            (self.copy, "--copy"),
+            (self.json, "--json"),
+            (self.quiet, "--quiet"),
+        ] {
+            if on {
+                a.push(flag.into());
+            }
+        }
+        a
+    }
+}
+
+/// The command-line name of a pixel format.
+pub fn format_name(f: PixelFormat) -> &'static str {
+    match f {
+        PixelFormat::Raw8 => "raw8",
+        PixelFormat::Raw16 => "raw16",
+        PixelFormat::Rgba8 => "rgba8",
+    }
 }
 
 impl Default for Options {
@@ -135,139 +243,302 @@ impl Default for Options {
             quiet: false,
             fault: Fault::None,
             readback: Readback::Overlap,
+            processes: 1,
+            role: None,
+            nvsciipc_config: None,
+            endpoints: None,
+            peer_timeout: crate::transport::process::DEFAULT_PEER_TIMEOUT,
+            frame_threads: None,
         }
     }
 }
 
+/// A number in `lo..=hi`; says "not a number" for text and names the range
+/// for a number outside it (whatever its size).
+fn ranged(value: &str, lo: u64, hi: u64, why: &str) -> Result<u64, String> {
+    let n: i128 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number (expected {lo}..={hi}{why})"))?;
+    if n < i128::from(lo) || n > i128::from(hi) {
+        return Err(format!("{value} is outside {lo}..={hi}{why}"));
+    }
+    // In range, so it fits.
+    u64::try_from(n).map_err(|_| format!("{value} is outside {lo}..={hi}{why}"))
+}
+
+fn frames_arg(v: &str) -> Result<u64, String> {
+    ranged(v, 1, MAX_FRAMES, "")
+}
+
+fn ring_arg(v: &str) -> Result<usize, String> {
+    let why = format!(": the ring has a fixed capacity of {MAX_SLOTS} slots");
+    ranged(v, 1, MAX_SLOTS as u64, &why).map(|n| n as usize)
+}
+
+fn width_arg(v: &str) -> Result<u16, String> {
+    ranged(v, 1, u64::from(SensorConfig::MAX_WIDTH), "").map(|n| n as u16)
+}
+
+fn height_arg(v: &str) -> Result<u16, String> {
+    ranged(v, 1, u64::from(SensorConfig::MAX_HEIGHT), "").map(|n| n as u16)
+}
+
+fn processes_arg(v: &str) -> Result<u8, String> {
+    ranged(v, 1, 2, "").map(|n| n as u8)
+}
+
+fn threads_arg(v: &str) -> Result<usize, String> {
+    ranged(v, 1, MAX_FRAME_THREADS as u64, "").map(|n| n as usize)
+}
+
+fn peer_timeout_arg(v: &str) -> Result<std::time::Duration, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        _ => Err(format!("`{v}` is not a number of seconds in (0, 86400]")),
+    }
+}
+
+fn endpoints_arg(v: &str) -> Result<(String, String), String> {
+    match v.split_once(',') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(',') => {
+            Ok((a.to_owned(), b.to_owned()))
+        }
+        _ => Err(format!(
+            "`{v}` is not an endpoint pair CAMERA,CUDA (two names and one comma)"
+        )),
+    }
+}
+
+/// The command line as clap parses it; [`Args::validate`] makes it an
+/// [`Options`].
+#[derive(Debug, Parser)]
+#[command(
+    name = "pipeline",
+    about = "camera -> consumer zero-copy frame pipeline",
+    after_help = AFTER_HELP,
+    allow_negative_numbers = true,
+    args_override_self = true,
+    disable_version_flag = true
+)]
+pub struct Args {
+    /// Frames to run (1..=1000000)
+    #[arg(long, value_name = "N", default_value = "300", value_parser = frames_arg)]
+    frames: u64,
+    /// Frame buffers in the ring (1..=8)
+    #[arg(long, value_name = "K", default_value = "4", value_parser = ring_arg)]
+    ring: usize,
+    /// Frame width in pixels (1..=4096)
+    #[arg(long, value_name = "W", default_value = "640", value_parser = width_arg)]
+    width: u16,
+    /// Frame height in lines (1..=4096)
+    #[arg(long, value_name = "H", default_value = "480", value_parser = height_arg)]
+    height: u16,
+    /// Pixel format
+    #[arg(long, value_name = "F", value_enum, default_value = "rgba8")]
+    format: FormatArg,
+    /// Interop backend
+    #[arg(long, value_name = "B", value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Copy each frame into the ring instead of writing in place (gpu: the
+    /// consumer copies it into device memory and back)
+    #[arg(long)]
+    copy: bool,
+    /// When the producer checks a processed frame
+    #[arg(long, value_name = "R", value_enum, default_value = "overlap")]
+    readback: Readback,
+    /// Print a machine-readable summary (JSON, with a schema_version) on stdout
+    #[arg(long)]
+    json: bool,
+    /// No progress display (there is none anyway unless stderr is a terminal)
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Inject a defect, to see verification catch it (testing; --backend host or sim)
+    #[arg(long, value_name = "F", value_enum, default_value = "none")]
+    fault: FaultArg,
+    /// 1: everything in this process; 2: the camera in a second process,
+    /// connected to this CUDA process only by NvSciIpc (--backend auto or
+    /// sim: the simulator, over a BSP-style configuration file it writes)
+    #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
+    processes: u8,
+    /// Run one side of the two-process mode alone (the other is started
+    /// elsewhere, with the same options and --nvsciipc-config)
+    #[arg(long, value_name = "ROLE", value_enum)]
+    role: Option<Role>,
+    /// The two-process mode's NvSciIpc configuration file (on the simulator,
+    /// instead of the one the CUDA process writes)
+    #[arg(long, value_name = "PATH")]
+    nvsciipc_config: Option<PathBuf>,
+    /// The two-process mode's endpoint pair (an INTER_PROCESS line of the
+    /// configuration file; on a Jetson, of /etc/nvsciipc.cfg)
+    #[arg(long, value_name = "CAMERA,CUDA", value_parser = endpoints_arg)]
+    endpoints: Option<(String, String)>,
+    /// The two-process mode: seconds either side waits for the other (its
+    /// connection, each message, each fence) before it ends with a timeout
+    /// error naming what it waited for (0 < S <= 86400)
+    #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
+    peer_timeout: std::time::Duration,
+    /// Threads that write and check a large frame (1..=64; default: a quarter
+    /// of the machine's cores, 1..=8)
+    #[arg(long, value_name = "N", value_parser = threads_arg)]
+    frame_threads: Option<usize>,
+}
+
+impl Args {
+    /// The checks that involve more than one option; each error names the
+    /// options that conflict.
+    pub fn validate(self) -> Result<Options, String> {
+        let format = match self.format {
+            FormatArg::Raw8 => PixelFormat::Raw8,
+            FormatArg::Raw16 => PixelFormat::Raw16,
+            FormatArg::Rgba8 => PixelFormat::Rgba8,
+        };
+        let fault = match self.fault {
+            FaultArg::None => Fault::None,
+            FaultArg::SkipProcess => Fault::SkipProcess,
+            FaultArg::Corrupt => Fault::Corrupt,
+        };
+        let o = Options {
+            frames: self.frames,
+            ring: self.ring,
+            sensor: SensorConfig {
+                width: self.width,
+                height: self.height,
+                format,
+                ..Options::default().sensor
+            },
+            backend: self.backend,
+            copy: self.copy,
+            json: self.json,
+            quiet: self.quiet,
+            fault,
+            readback: self.readback,
+            processes: self.processes,
+            role: self.role,
+            nvsciipc_config: self.nvsciipc_config,
+            endpoints: self.endpoints,
+            peer_timeout: self.peer_timeout,
+            frame_threads: self.frame_threads,
+        };
+        if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim)
+        {
+            return Err(format!(
+                "--fault only applies to --backend host or --backend sim (not --backend {})",
+                o.backend.name()
+            ));
+        }
+        if o.two_process() {
+            two_process_conflicts(&o)?;
+        } else {
+            for (given, flag) in [
+                (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
+                (o.endpoints.is_some(), "--endpoints"),
+                (
+                    o.peer_timeout != Options::default().peer_timeout,
+                    "--peer-timeout",
+                ),
+            ] {
+                if given {
+                    return Err(format!(
+                        "{flag} only applies to the two-process mode (--processes 2 or --role)"
+                    ));
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// What the two-process mode does not carry out is refused, naming both.
+fn two_process_conflicts(o: &Options) -> Result<(), String> {
+    let mode = if o.role.is_some() {
+        "--role"
+    } else {
+        "--processes 2"
+    };
+    if !matches!(
+        o.backend,
+        BackendChoice::Auto | BackendChoice::Sim | BackendChoice::Jetson
+    ) {
+        return Err(format!(
+            "--backend {} cannot be used with {mode}: the two-process mode runs over NvSci (--backend auto, sim or jetson)",
+            o.backend.name()
+        ));
+    }
+    let refused = [
+        (o.fault != Fault::None, "--fault"),
+        (o.copy, "--copy"),
+        (o.readback == Readback::Inline, "--readback inline"),
+    ];
+    for (given, flag) in refused {
+        if given {
+            return Err(format!(
+                "{flag} cannot be used with {mode}: the two-process mode does not carry it out"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What the command line asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    /// Print usage.
+    /// Print the help text ([`help`]).
     Help,
     /// Run the pipeline.
     Run(Options),
 }
 
-fn number<T>(flag: &str, value: &str, lo: T, hi: T) -> Result<T, String>
-where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-{
-    let n: T = value
-        .parse()
-        .map_err(|_| format!("{flag} expects a number, got `{value}`"))?;
-    if n < lo || n > hi {
-        return Err(format!("{flag} {value} is outside {lo}..={hi}"));
+/// The full help text (`--help`).
+pub fn help() -> String {
+    Args::command().render_long_help().to_string()
+}
+
+/// Makes a clap error one line: its message, without the usage and the
+/// "for more information" lines.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            if !parts.is_empty() {
+                break;
+            }
+            continue;
+        }
+        parts.push(line);
     }
-    Ok(n)
+    let msg = parts.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg).to_owned();
+    format!("{msg} (see --help)")
 }
 
 /// Parses the arguments after the program name.
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, String> {
-    let mut o = Options::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let arg = arg
-            .into_string()
-            .map_err(|a| format!("argument {a:?} is not valid UTF-8"))?;
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg, None),
-        };
-        let mut value = || -> Result<String, String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => args
-                    .next()
-                    .and_then(|v| v.into_string().ok())
-                    .ok_or_else(|| format!("{flag} needs a value")),
-            }
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "--frames" => {
-                let v = value()?;
-                if v == "0" {
-                    return Err("--frames must be at least 1".into());
+    let argv = std::iter::once(OsString::from("pipeline")).chain(args);
+    let matches = match Args::command().try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) => {
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    Ok(Command::Help)
                 }
-                o.frames = number("--frames", &v, 1, MAX_FRAMES)?;
+                _ => Err(one_line(&e)),
             }
-            "--ring" => {
-                let v = value()?;
-                o.ring = number("--ring", &v, 1, MAX_SLOTS).map_err(|_| {
-                    format!("--ring {v} is outside 1..={MAX_SLOTS} (the ring has a fixed capacity of {MAX_SLOTS} slots)")
-                })?;
-            }
-            "--width" => {
-                let v = value()?;
-                o.sensor.width = number("--width", &v, 1, SensorConfig::MAX_WIDTH)?;
-            }
-            "--height" => {
-                let v = value()?;
-                o.sensor.height = number("--height", &v, 1, SensorConfig::MAX_HEIGHT)?;
-            }
-            "--format" => {
-                o.sensor.format = match value()?.as_str() {
-                    "raw8" => PixelFormat::Raw8,
-                    "raw16" => PixelFormat::Raw16,
-                    "rgba8" => PixelFormat::Rgba8,
-                    other => {
-                        return Err(format!(
-                            "unknown format `{other}` (expected raw8, raw16 or rgba8)"
-                        ))
-                    }
-                }
-            }
-            "--backend" => {
-                o.backend = match value()?.as_str() {
-                    "auto" => BackendChoice::Auto,
-                    "sim" => BackendChoice::Sim,
-                    "gpu" => BackendChoice::Gpu,
-                    "jetson" => BackendChoice::Jetson,
-                    "egl" => BackendChoice::Egl,
-                    "host" | "host-reference" => BackendChoice::Host,
-                    other => {
-                        return Err(format!(
-                        "unknown backend `{other}` (expected auto, sim, gpu, jetson, egl or host)"
-                    ))
-                    }
-                }
-            }
-            "--fault" => {
-                o.fault = match value()?.as_str() {
-                    "none" => Fault::None,
-                    "skip-process" => Fault::SkipProcess,
-                    "corrupt" => Fault::Corrupt,
-                    other => {
-                        return Err(format!(
-                            "unknown fault `{other}` (expected none, skip-process or corrupt)"
-                        ))
-                    }
-                }
-            }
-            "--readback" => {
-                o.readback = match value()?.as_str() {
-                    "overlap" => Readback::Overlap,
-                    "inline" => Readback::Inline,
-                    other => {
-                        return Err(format!(
-                            "unknown readback `{other}` (expected overlap or inline)"
-                        ))
-                    }
-                }
-            }
-            "--copy" | "--json" | "--quiet" if inline.is_some() => {
-                return Err(format!("{flag} takes no value"));
-            }
-            "--copy" => o.copy = true,
-            "--json" => o.json = true,
-            "--quiet" | "-q" => o.quiet = true,
-            other => return Err(format!("unknown argument `{other}` (see --help)")),
         }
+    };
+    let explicit_processes =
+        matches.value_source("processes") == Some(clap::parser::ValueSource::CommandLine);
+    let args = Args::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
+    if args.role.is_some() && explicit_processes && args.processes == 1 {
+        return Err(
+            "--role cannot be used with --processes 1: a role is one side of the two-process mode"
+                .into(),
+        );
     }
-    if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim) {
-        return Err("--fault only applies to --backend host or --backend sim".into());
-    }
-    Ok(Command::Run(o))
+    args.validate().map(Command::Run)
 }
 
 #[cfg(test)]
@@ -283,10 +554,16 @@ mod tests {
     }
 
     #[test]
+    fn clap_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
     fn defaults() {
         let o = run(&[]).unwrap();
         assert_eq!(o, Options::default());
         assert_eq!((o.frames, o.ring, o.backend), (300, 4, BackendChoice::Auto));
+        assert_eq!((o.processes, o.role), (1, None));
     }
 
     #[test]
@@ -307,6 +584,9 @@ mod tests {
             "--quiet",
             "--fault",
             "corrupt",
+            "--frame-threads",
+            "3",
+            "--processes=1",
         ])
         .unwrap();
         assert_eq!(o.frames, 10);
@@ -316,30 +596,154 @@ mod tests {
         assert_eq!(o.backend, BackendChoice::Host);
         assert!(o.copy && o.json && o.quiet);
         assert_eq!(o.fault, Fault::Corrupt);
+        assert_eq!(o.frame_threads, Some(3));
+        assert_eq!(
+            run(&["--backend", "host-reference"]).unwrap().backend,
+            BackendChoice::Host
+        );
         assert_eq!(parse(["-h"].map(OsString::from)).unwrap(), Command::Help);
+        assert_eq!(
+            parse(["--processes", "2", "--help"].map(OsString::from)).unwrap(),
+            Command::Help
+        );
     }
 
     #[test]
-    fn bad_input_gives_one_line_errors() {
-        let cases: &[(&[&str], &str)] = &[
-            (&["--frames", "0"], "at least 1"),
-            (&["--frames", "-3"], "expects a number"),
-            (&["--frames", "1000001"], "outside"),
-            (&["--ring", "0"], "fixed capacity"),
-            (&["--ring", "9"], "fixed capacity"),
-            (&["--width", "0"], "outside"),
-            (&["--height", "5000"], "outside"),
-            (&["--format", "yuv"], "unknown format"),
-            (&["--backend", "opencl"], "unknown backend"),
-            (&["--frames"], "needs a value"),
-            (&["--json=yes"], "takes no value"),
-            (&["--bogus"], "unknown argument"),
-            (&["--fault", "corrupt"], "only applies"),
+    fn two_process_options() {
+        let o = run(&[
+            "--processes",
+            "2",
+            "--nvsciipc-config",
+            "/tmp/x.cfg",
+            "--endpoints",
+            "cam,cuda",
+        ])
+        .unwrap();
+        assert_eq!(o.processes, 2);
+        assert_eq!(o.nvsciipc_config, Some(PathBuf::from("/tmp/x.cfg")));
+        assert_eq!(o.endpoints, Some(("cam".into(), "cuda".into())));
+        assert!(o.two_process());
+        let o = run(&["--role", "camera"]).unwrap();
+        assert_eq!(o.role, Some(Role::Camera));
+        assert!(o.two_process());
+    }
+
+    #[test]
+    fn to_args_round_trips() {
+        for args in [
+            &["--backend", "sim", "--processes", "2", "--frames", "7"][..],
+            &[
+                "--role",
+                "cuda",
+                "--nvsciipc-config",
+                "/tmp/a b.cfg",
+                "--endpoints",
+                "x,y",
+                "--frame-threads",
+                "2",
+                "--peer-timeout",
+                "2.5",
+                "--json",
+                "--quiet",
+            ][..],
+            &[
+                "--backend",
+                "host",
+                "--copy",
+                "--readback",
+                "inline",
+                "--fault",
+                "skip-process",
+            ][..],
+        ] {
+            let o = run(args).unwrap();
+            let again = match parse(o.to_args()).unwrap() {
+                Command::Run(o) => o,
+                Command::Help => panic!("help"),
+            };
+            assert_eq!(again, o, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn bad_input_gives_one_line_errors_naming_the_option() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["--frames", "0"], &["--frames", "outside 1..=1000000"]),
+            (&["--frames", "-3"], &["--frames", "outside 1..=1000000"]),
+            (&["--frames", "1000001"], &["outside 1..=1000000"]),
+            (&["--ring", "0"], &["--ring", "fixed capacity"]),
+            (&["--ring", "9"], &["--ring", "outside 1..=8"]),
+            (&["--ring", "abc"], &["--ring", "not a number"]),
+            (&["--width", "0"], &["--width", "outside 1..=4096"]),
+            (&["--width", "99999"], &["--width", "outside 1..=4096"]),
+            (&["--height", "5000"], &["--height", "outside"]),
+            (&["--format", "yuv"], &["--format", "yuv", "raw8"]),
+            (&["--backend", "opencl"], &["--backend", "opencl", "host"]),
+            (&["--frames"], &["--frames"]),
+            (&["--json=yes"], &["--json"]),
+            (&["--bogus"], &["--bogus"]),
+            (&["--die-at", "3"], &["--die-at"]),
+            (&["--fault", "corrupt"], &["--fault", "only applies"]),
+            (&["--processes", "3"], &["--processes", "outside 1..=2"]),
+            (
+                &["--processes", "2", "--copy"],
+                &["--copy", "--processes 2"],
+            ),
+            (
+                &["--processes", "2", "--fault", "corrupt", "--backend", "sim"],
+                &["--fault", "--processes 2"],
+            ),
+            (
+                &["--processes", "2", "--readback", "inline"],
+                &["--readback inline", "--processes 2"],
+            ),
+            (
+                &["--processes", "2", "--backend", "host"],
+                &["--backend host", "--processes 2"],
+            ),
+            (
+                &["--role", "cuda", "--backend", "egl"],
+                &["--backend egl", "--role"],
+            ),
+            (
+                &["--role", "cuda", "--processes", "1"],
+                &["--role", "--processes 1"],
+            ),
+            (&["--endpoints", "a,b"], &["--endpoints", "two-process"]),
+            (
+                &["--nvsciipc-config", "x"],
+                &["--nvsciipc-config", "two-process"],
+            ),
+            (
+                &["--processes", "2", "--endpoints", "ab"],
+                &["--endpoints", "CAMERA,CUDA"],
+            ),
+            (&["--frame-threads", "65"], &["--frame-threads", "1..=64"]),
         ];
         for (args, want) in cases {
             let e = run(args).unwrap_err();
-            assert!(e.contains(want), "{args:?}: {e}");
+            for w in *want {
+                assert!(e.contains(w), "{args:?}: {e} (wanted {w:?})");
+            }
             assert!(!e.contains('\n'), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn help_lists_options_and_environment() {
+        let h = help();
+        for w in [
+            "--processes",
+            "--role",
+            "--endpoints",
+            "--nvsciipc-config",
+            "--frame-threads",
+            "TEGRA_INTEROP_FRAME_THREADS",
+            "TEGRA_INTEROP_EGL_POOL",
+            "Exit status",
+        ] {
+            assert!(h.contains(w), "{w}: {h}");
+        }
+        assert!(!h.contains("--die-at"));
     }
 }

@@ -31,7 +31,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Instant;
 
 use crate::camera::{
-    frame_threads, regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
+    frame_threads, regs, Camera, FrameInfo, FrameSink, TestPattern, TestPatternReadout,
 };
 
 use crate::app::report::{Progress, Report, Verification};
@@ -47,13 +47,9 @@ use cli::{Command, Options, Readback};
 /// The `pipeline` binary: parses the command line, runs, prints the report.
 /// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 pub fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(code) = crate::transport::process::main_if_requested(&args) {
-        return code;
-    }
-    let opts = match cli::parse(args) {
+    let opts = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Command::Help) => {
-            print!("{}", cli::USAGE);
+            print!("{}", cli::help());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(o)) => o,
@@ -62,8 +58,21 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&opts) {
-        Ok(report) => {
+    if let Some(n) = opts.frame_threads {
+        crate::camera::set_frame_threads(n);
+    }
+    let (result, who) = if opts.two_process() {
+        let who = match opts.role {
+            Some(cli::Role::Camera) => "error (camera process)",
+            _ => "error (cuda process)",
+        };
+        let r = crate::transport::process::run(&opts).map_err(|e| e.to_string());
+        (r, who)
+    } else {
+        (run(&opts).map(Some), "error")
+    };
+    match result {
+        Ok(Some(report)) => {
             if opts.json {
                 println!("{}", report.json());
             } else {
@@ -76,8 +85,11 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        // The camera side of the two-process mode: its figures went to the
+        // CUDA process, which reports them.
+        Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("{who}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -127,7 +139,7 @@ impl FrameSink for WriteDone {
     }
 }
 
-/// Per-frame measurements, each in a buffer sized once for the whole run.
+/// Per-frame measurements, each a histogram of fixed size (see [`Samples`]).
 struct Timings {
     latency: Samples,
     write: Samples,
@@ -147,14 +159,6 @@ struct Timings {
     /// Consumer occupied with a frame after its wait.
     busy: Samples,
     last_finished: Option<Instant>,
-}
-
-fn format_name(f: PixelFormat) -> &'static str {
-    match f {
-        PixelFormat::Raw8 => "raw8",
-        PixelFormat::Raw16 => "raw16",
-        PixelFormat::Rgba8 => "rgba8",
-    }
 }
 
 /// The first byte of a slot that differs from the processed (inverted)
@@ -253,19 +257,19 @@ fn on_completion(
         Some((frame, ns)) if frame == c.frame => ns,
         _ => 0,
     };
-    t.latency.push(latency)?;
-    t.write.push(rec.write_ns)?;
-    t.process.push(process)?;
-    t.busy.push(c.busy.as_nanos() as u64)?;
-    t.queued.push(queued)?;
-    t.held.push(held)?;
+    t.latency.push(latency);
+    t.write.push(rec.write_ns);
+    t.process.push(process);
+    t.busy.push(c.busy.as_nanos() as u64);
+    t.queued.push(queued);
+    t.held.push(held);
     t.overhead.push(
         latency
             .saturating_sub(rec.write_ns)
             .saturating_sub(held)
             .saturating_sub(process)
             .saturating_sub(queued),
-    )?;
+    );
     t.last_finished = Some(c.finished);
     Ok(())
 }
@@ -314,18 +318,17 @@ fn pipeline(
     .map_err(|e| e.to_string())?;
     camera.init().map_err(|e| e.to_string())?;
 
-    let n = usize::try_from(opts.frames).map_err(|_| "too many frames".to_string())?;
     let mut t = Timings {
-        latency: Samples::with_capacity(n),
-        write: Samples::with_capacity(n),
-        process: Samples::with_capacity(n),
-        queued: Samples::with_capacity(n),
-        held: Samples::with_capacity(n),
+        latency: Samples::new()?,
+        write: Samples::new()?,
+        process: Samples::new()?,
+        queued: Samples::new()?,
+        held: Samples::new()?,
         held_by_slot: [None; MAX_SLOTS],
-        overhead: Samples::with_capacity(n),
-        verify: Samples::with_capacity(n),
-        handover: Samples::with_capacity(n),
-        busy: Samples::with_capacity(n),
+        overhead: Samples::new()?,
+        verify: Samples::new()?,
+        handover: Samples::new()?,
+        busy: Samples::new()?,
         last_finished: None,
     };
     let mut v = Verification::default();
@@ -377,7 +380,7 @@ fn pipeline(
                 ));
             }
             record_readback(v, d.frame, d.slot, d.wrong);
-            t.verify.push(d.ns)?;
+            t.verify.push(d.ns);
             checked[d.slot] = Some(d.frame);
             ring.give_back(d.frame)
         };
@@ -424,7 +427,7 @@ fn pipeline(
                         if checked[ticket.slot()] != Some(prev) {
                             let ns =
                                 check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
-                            t.verify.push(ns)?;
+                            t.verify.push(ns);
                             checked[ticket.slot()] = Some(prev);
                         }
                     }
@@ -450,7 +453,7 @@ fn pipeline(
                     Ok((started, (written - started).as_nanos() as u64))
                 })?;
                 t.handover
-                    .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
+                    .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside));
                 progress.update(frame + 1 - ring.in_flight() as u64);
             }
             while !lent.is_empty() {
@@ -480,12 +483,12 @@ fn pipeline(
             if checked[ticket.slot()] != Some(last) {
                 let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
                 let ns = check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
-                t.verify.push(ns)?;
+                t.verify.push(ns);
             }
         }
     }
     let (_, pin, _) = camera.release();
-    v.pulses = pin.pulses;
+    v.pulses = Some(pin.pulses);
 
     let wall = match (first_start, t.last_finished) {
         (Some(a), Some(b)) => b.saturating_duration_since(a),
@@ -493,6 +496,7 @@ fn pipeline(
     };
     let none = "no samples";
     Ok(Report {
+        processes: 1,
         backend: transport.backend(),
         why: opened.why.clone(),
         note: opened.note,
@@ -501,7 +505,7 @@ fn pipeline(
         ring: ring.slots(),
         width: sensor.width,
         height: sensor.height,
-        format: format_name(sensor.format),
+        format: cli::format_name(sensor.format),
         frame_len: geometry.frame_len(),
         copy: opts.copy || opened.always_copies,
         wall,

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     let mut opts = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Command::Run(o)) => o,
         Ok(Command::Help) => {
-            print!("{}", cli::USAGE);
+            print!("{}", cli::help());
             return ExitCode::SUCCESS;
         }
         Err(e) => {

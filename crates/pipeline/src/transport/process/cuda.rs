@@ -7,6 +7,8 @@
 //! wait on the CUDA stream, the processing, the *free* signal, whose fence
 //! crosses back where the camera cannot build it.
 
+use std::cell::Cell;
+use std::rc::Rc;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,10 +22,10 @@ use tegra_interop::driver::nvsci::{
 use tegra_interop::driver::{Context as CudaContext, MappedBuffer, Stream};
 
 use super::error::{Context, Peer, ProcessError};
-use super::summary::Summary;
+use super::summary::{Summary, Timings};
 use super::wire::{Figures, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
-use crate::ring::{Ring, Ticket};
+use crate::ring::{Collected, Ring, Ticket};
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
     TransportError,
@@ -59,6 +61,9 @@ pub struct RemoteCamera {
     tx: Sender<Completion>,
     rx: Receiver<Completion>,
     in_flight: usize,
+    /// When the last ticket was handed to the camera, and how long it
+    /// said its write took: the ring's record of the frame.
+    handed: Rc<Cell<(Instant, u64)>>,
     /// The typed error behind the last [`TransportError`] (the ring passes
     /// errors on as text).
     error: Option<ProcessError>,
@@ -74,31 +79,42 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
     link.send(&Msg::Hello(settings.hello()))?;
     let mut cam = RemoteCamera::set_up(link, s, settings)?;
     let mut ring = Ring::new(settings.ring).map_err(ProcessError::Ring)?;
-    let mut mismatches = 0u64;
+    let mut t = Timings::new().map_err(ProcessError::Options)?;
+    let (mut mismatches, mut bad_frames) = (0u64, 0u64);
+    let mut each = |c: &Completion, col: &Collected| {
+        mismatches += c.mismatches;
+        bad_frames += u64::from(c.mismatches != 0);
+        let latency = c.finished.saturating_duration_since(col.rec.started);
+        t.latency.push(latency.as_nanos() as u64);
+        t.write.push(col.rec.write_ns);
+        t.process.push(c.process.as_nanos() as u64);
+        t.queued.push(col.queued.as_nanos() as u64);
+        Ok::<(), String>(())
+    };
+    let handed = Rc::clone(&cam.handed);
     let start = Instant::now();
     for _ in 0..settings.frames {
-        ring.make_room(&mut cam, |c, _| {
-            mismatches += c.mismatches;
-            Ok(())
-        })
-        .and_then(|()| ring.produce(&mut cam, |_, _| Ok((Instant::now(), 0))))
-        .map_err(|e| cam.take_error(e))?;
+        ring.make_room(&mut cam, &mut each)
+            .and_then(|()| ring.produce(&mut cam, |_, _| Ok(handed.get())))
+            .map_err(|e| cam.take_error(e))?;
     }
-    ring.drain(&mut cam, |c, _| {
-        mismatches += c.mismatches;
-        Ok(())
-    })
-    .map_err(|e| cam.take_error(e))?;
+    ring.drain(&mut cam, &mut each)
+        .map_err(|e| cam.take_error(e))?;
     let cuda_us = start.elapsed().as_micros() as u64;
     let source = cam.source;
-    let figures = cam.finish()?;
+    let camera = cam.finish()?;
     Ok(Summary {
         frames: settings.frames,
         mismatches,
+        bad_frames,
         source,
         cuda_pid: std::process::id(),
-        camera: figures,
+        camera,
         cuda_us,
+        latency: t.latency.summary(),
+        write: t.write.summary(),
+        process: t.process.summary(),
+        queued: t.queued.summary(),
     })
 }
 
@@ -132,6 +148,7 @@ impl RemoteCamera {
             tx,
             rx,
             in_flight: 0,
+            handed: Rc::new(Cell::new((Instant::now(), 0))),
             error: None,
             _syncs: syncs,
             _bufs: bufs,
@@ -209,10 +226,14 @@ impl RemoteCamera {
 
     /// Sends the ticket and waits until the camera wrote the frame.
     fn await_written(&mut self, t: &Ticket) -> Result<(), ProcessError> {
+        let sent = Instant::now();
         self.link.send(&Msg::Ticket(TicketMsg::of(t)))?;
         let frame = t.frame();
         match self.link.recv(&|| format!("frame {frame} to be written"))? {
-            Msg::Written { frame: f, .. } if f == frame => Ok(()),
+            Msg::Written { frame: f, write_ns } if f == frame => {
+                self.handed.set((sent, write_ns));
+                Ok(())
+            }
             other => Err(self
                 .link
                 .protocol(format!("{other:?} instead of frame {frame} written"))),

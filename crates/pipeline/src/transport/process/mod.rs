@@ -53,8 +53,7 @@ mod error;
 mod summary;
 mod wire;
 
-use std::ffi::OsString;
-use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,7 +61,8 @@ use tegra_interop::driver::Backend;
 use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
-use crate::app::cli::{self, BackendChoice, Command as CliCommand, Options};
+use crate::app::cli::{BackendChoice, Options, Role};
+use crate::app::report::Report;
 use crate::transport::FrameGeometry;
 
 pub use error::{Peer, ProcessError};
@@ -72,134 +72,35 @@ pub use summary::Summary;
 const SIM_PAIR: (&str, &str) = ("tegra-interop-camera", "tegra-interop-cuda");
 /// How long either side waits for the other unless `--peer-timeout` says.
 pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest `--peer-timeout` accepted.
-const MAX_PEER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// The flags of this mode, taken out of the command line before the common
-/// options are parsed.
-#[derive(Debug)]
-struct SplitFlags {
-    processes: u32,
-    role: Option<Peer>,
-    config: Option<String>,
-    endpoints: Option<(String, String)>,
-    limit: Duration,
-}
-
-/// Parses `--peer-timeout`'s seconds (a decimal number above zero).
-fn peer_timeout(v: &str) -> Result<Duration, String> {
-    let bad = || format!("--peer-timeout is seconds above 0 and at most 86400, got `{v}`");
-    let secs: f64 = v.parse().map_err(|_| bad())?;
-    if !(secs > 0.0 && secs <= MAX_PEER_TIMEOUT.as_secs_f64()) {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
-
-fn take_flags(args: Vec<OsString>) -> Result<(SplitFlags, Vec<OsString>), String> {
-    let mut f = SplitFlags {
-        processes: 1,
-        role: None,
-        config: None,
-        endpoints: None,
-        limit: DEFAULT_PEER_TIMEOUT,
+/// Runs the two-process mode as `opts` asks (`opts.processes == 2` or
+/// `opts.role` set; the command line has already refused the options this
+/// mode does not carry out). Returns the report of the CUDA side, the same
+/// [`Report`] the one-process mode gives; `None` for the camera side run
+/// alone (`--role camera`), whose figures go to the CUDA process.
+pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
+    let settings = Settings::new(opts);
+    let config = match &opts.nvsciipc_config {
+        None => None,
+        Some(p) => Some(p.to_str().map(str::to_owned).ok_or_else(|| {
+            ProcessError::Options(format!(
+                "--nvsciipc-config {}: the path is not UTF-8",
+                p.display()
+            ))
+        })?),
     };
-    let mut rest = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .and_then(|v| v.into_string().ok())
-                .ok_or_else(|| format!("{name} expects a value"))
-        };
-        match a.to_str() {
-            Some("--processes") => {
-                f.processes = match value("--processes")?.as_str() {
-                    "1" => 1,
-                    "2" => 2,
-                    v => return Err(format!("--processes is 1 or 2, got `{v}`")),
-                }
-            }
-            Some("--role") => {
-                f.role = Some(match value("--role")?.as_str() {
-                    "camera" => Peer::Camera,
-                    "cuda" => Peer::Cuda,
-                    v => return Err(format!("--role is camera or cuda, got `{v}`")),
-                })
-            }
-            Some("--nvsciipc-config") => f.config = Some(value("--nvsciipc-config")?),
-            Some("--peer-timeout") => f.limit = peer_timeout(&value("--peer-timeout")?)?,
-            Some("--endpoints") => {
-                let v = value("--endpoints")?;
-                let (a, b) = v
-                    .split_once(',')
-                    .ok_or("--endpoints expects <camera>,<cuda>")?;
-                f.endpoints = Some((a.to_owned(), b.to_owned()));
-            }
-            _ => rest.push(a),
+    let endpoints = opts.endpoints.as_ref();
+    let summary = match opts.role {
+        Some(Role::Camera) => {
+            let s = setup(&settings, endpoints, config.as_deref())?;
+            camera::run(&settings, &s)?;
+            return Ok(None);
         }
-    }
-    Ok((f, rest))
-}
-
-/// Runs the two-process mode if the command line asks for it; `None` when
-/// it does not (the usual one-process pipeline runs).
-pub fn main_if_requested(args: &[OsString]) -> Option<ExitCode> {
-    if !args.iter().any(|a| a == "--processes" || a == "--role") {
-        return None;
-    }
-    let (flags, rest) = match take_flags(args.to_vec()) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Some(ExitCode::from(2));
-        }
+        // The CUDA side alone; its camera was started by someone else.
+        Some(Role::Cuda) => run_cuda(&settings, endpoints, config.as_deref())?,
+        None => cuda_process(opts, &settings, config)?,
     };
-    if flags.processes == 1 && flags.role.is_none() {
-        return None;
-    }
-    let opts = match cli::parse(rest.clone()) {
-        Ok(CliCommand::Run(o)) => o,
-        Ok(CliCommand::Help) => return None,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Some(ExitCode::from(2));
-        }
-    };
-    let settings = Settings::new(&opts, &flags);
-    let result = match flags.role {
-        Some(Peer::Camera) => camera_process(&settings, &flags).map(|()| None),
-        Some(Peer::Cuda) => cuda_alone(&settings, &flags).map(Some),
-        None => cuda_process(&settings, &flags, &rest).map(Some),
-    };
-    Some(report(result, opts.json, flags.role.unwrap_or(Peer::Cuda)))
-}
-
-fn report(result: Result<Option<Summary>, ProcessError>, json: bool, me: Peer) -> ExitCode {
-    match result {
-        Ok(Some(summary)) => {
-            if json {
-                println!("{}", summary.json());
-            } else {
-                print!("{}", summary.human());
-            }
-            if summary.passed() {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("error: frames failed verification");
-                ExitCode::FAILURE
-            }
-        }
-        Ok(None) => ExitCode::SUCCESS,
-        Err(e) => {
-            let who = match me {
-                Peer::Camera => "camera process",
-                Peer::Cuda => "cuda process",
-            };
-            eprintln!("error ({who}): {e}");
-            ExitCode::FAILURE
-        }
-    }
+    Ok(Some(summary.report(opts, &settings)))
 }
 
 /// What the two sides run with (and must agree on).
@@ -216,7 +117,7 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    fn new(opts: &Options, flags: &SplitFlags) -> Settings {
+    fn new(opts: &Options) -> Settings {
         let bytes_per_pixel = opts.sensor.format.bytes_per_pixel();
         let stride = opts.sensor.width as usize * bytes_per_pixel;
         Settings {
@@ -229,7 +130,7 @@ impl Settings {
                 stride,
                 rows: opts.sensor.height as usize,
             },
-            limit: flags.limit,
+            limit: opts.peer_timeout,
             backend: opts.backend,
         }
     }
@@ -307,16 +208,6 @@ fn setup(
     })
 }
 
-fn camera_process(settings: &Settings, flags: &SplitFlags) -> Result<(), ProcessError> {
-    let s = setup(settings, flags.endpoints.as_ref(), flags.config.as_deref())?;
-    camera::run(settings, &s)
-}
-
-/// The CUDA side alone (`--role cuda`); its camera is started elsewhere.
-fn cuda_alone(settings: &Settings, flags: &SplitFlags) -> Result<Summary, ProcessError> {
-    run_cuda(settings, flags.endpoints.as_ref(), flags.config.as_deref())
-}
-
 fn run_cuda(
     settings: &Settings,
     endpoints: Option<&(String, String)>,
@@ -333,17 +224,19 @@ fn run_cuda(
 
 /// The CUDA process with the camera process it starts.
 fn cuda_process(
+    opts: &Options,
     settings: &Settings,
-    flags: &SplitFlags,
-    rest: &[OsString],
+    config: Option<String>,
 ) -> Result<Summary, ProcessError> {
     refuse_backend(settings.backend)?;
-    if settings.backend == BackendChoice::Jetson || flags.endpoints.is_some() {
-        return run_cuda(settings, flags.endpoints.as_ref(), None);
+    if settings.backend == BackendChoice::Jetson || opts.endpoints.is_some() {
+        return Err(ProcessError::Options(
+            "--processes 2 runs on the simulator only, over the pair it makes: --endpoints (a Jetson's pair) and --backend jetson are refused because its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware (on the simulator, --role camera / --role cuda with --nvsciipc-config and --endpoints name another pair)".into(),
+        ));
     }
     // A configuration of our own in memory, unless a file is named.
-    let (own, config) = match &flags.config {
-        Some(p) => (None, p.clone()),
+    let (own, config) = match config {
+        Some(p) => (None, p),
         None => {
             let c = IpcConfigFile::in_memory(&[(SIM_PAIR.0, SIM_PAIR.1, 16, 4096)]).map_err(
                 |source| ProcessError::Io {
@@ -355,20 +248,7 @@ fn cuda_process(
             (Some(c), p)
         }
     };
-    let mut cmd = Command::new(std::env::current_exe().map_err(|source| ProcessError::Io {
-        what: "the current executable",
-        source,
-    })?);
-    cmd.args(rest)
-        .args(["--role", "camera", "--nvsciipc-config", &config])
-        .args(["--peer-timeout", &settings.limit.as_secs_f64().to_string()]);
-    if let Some(c) = &own {
-        c.share_with(&mut cmd);
-    }
-    let camera = cmd.spawn().map_err(|source| ProcessError::Io {
-        what: "starting the camera process",
-        source,
-    })?;
+    let camera = spawn_camera(opts, &config, own.as_ref())?;
     let result = run_cuda(settings, None, Some(&config));
     let status = reap(camera, result.is_ok(), settings.limit)?;
     let summary = result?;
@@ -376,6 +256,35 @@ fn cuda_process(
         return Err(ProcessError::CameraFailed(status));
     }
     Ok(summary)
+}
+
+/// Starts this program as the camera side of the same run, on `config`
+/// (inherited where it is `own`, a memory file).
+fn spawn_camera(
+    opts: &Options,
+    config: &str,
+    own: Option<&IpcConfigFile>,
+) -> Result<Child, ProcessError> {
+    let exe = std::env::current_exe().map_err(|source| ProcessError::Io {
+        what: "the current executable",
+        source,
+    })?;
+    let camera = Options {
+        role: Some(Role::Camera),
+        processes: 1,
+        nvsciipc_config: Some(config.into()),
+        json: false,
+        ..opts.clone()
+    };
+    let mut cmd = Command::new(exe);
+    cmd.args(camera.to_args());
+    if let Some(c) = own {
+        c.share_with(&mut cmd);
+    }
+    cmd.spawn().map_err(|source| ProcessError::Io {
+        what: "starting the camera process",
+        source,
+    })
 }
 
 /// Waits for the camera process to exit: at most `limit` after a run that
