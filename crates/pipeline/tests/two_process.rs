@@ -171,7 +171,10 @@ fn a_stopped_camera_ends_the_cuda_process_within_the_limit() {
             && err.contains("timed out after 3s waiting for the camera process"),
         "{err}"
     );
-    assert!(took >= limit - Duration::from_millis(800), "{took:?}: {err}");
+    assert!(
+        took >= limit - Duration::from_millis(800),
+        "{took:?}: {err}"
+    );
     // The CUDA process ended the camera it started.
     let gone = poll(Duration::from_secs(5), || {
         stat(camera).is_none_or(|(s, _)| s == 'Z').then_some(())
@@ -191,10 +194,9 @@ struct Pair {
 }
 
 fn pair(frames: u64) -> Pair {
-    let cfg = IpcConfigFile::inter_process(&[
-        ("tegra-interop-camera", "tegra-interop-cuda", 16, 4096),
-    ])
-    .unwrap();
+    let cfg =
+        IpcConfigFile::inter_process(&[("tegra-interop-camera", "tegra-interop-cuda", 16, 4096)])
+            .unwrap();
     let path = cfg.path().to_str().unwrap().to_owned();
     let role = |role: &str| {
         command(frames)
@@ -217,11 +219,7 @@ fn pair(frames: u64) -> Pair {
 /// Stops (or kills) one role after `after`; the other must end non-zero
 /// within the limit with its one-line error. Returns that error.
 fn victim_and_survivor(victim: &str, sig: libc::c_int, after: Duration) -> String {
-    let Pair {
-        _cfg,
-        camera,
-        cuda,
-    } = pair(1_000_000);
+    let Pair { _cfg, camera, cuda } = pair(1_000_000);
     let (victim_child, survivor, survivor_name) = if victim == "camera" {
         (camera, cuda, "cuda")
     } else {
@@ -252,7 +250,9 @@ fn a_stopped_peer_ends_the_other_role_with_a_timeout() {
     for (victim, peer) in [("camera", "camera"), ("cuda", "CUDA")] {
         let err = victim_and_survivor(victim, libc::SIGSTOP, Duration::from_millis(900));
         assert!(
-            err.contains(&format!("timed out after 3s waiting for the {peer} process")),
+            err.contains(&format!(
+                "timed out after 3s waiting for the {peer} process"
+            )),
             "{victim} stopped: {err}"
         );
     }
@@ -307,7 +307,8 @@ fn a_killed_cuda_process_leaves_no_file_behind() {
         parent.wait().unwrap();
         for c in camera {
             let ended = poll(Duration::from_secs(LIMIT) + SLACK, || {
-                stat(c).is_none_or(|(s, ppid)| s == 'Z' || ppid == 0)
+                stat(c)
+                    .is_none_or(|(s, ppid)| s == 'Z' || ppid == 0)
                     .then_some(())
             });
             if ended.is_none() {

@@ -195,7 +195,10 @@ impl Options {
             push("--endpoints", format!("{cam},{cuda}"));
         }
         if self.peer_timeout != d.peer_timeout {
-            push("--peer-timeout", self.peer_timeout.as_secs_f64().to_string());
+            push(
+                "--peer-timeout",
+                self.peer_timeout.as_secs_f64().to_string(),
+            );
         }
         if let Some(n) = self.frame_threads {
             push("--frame-threads", n.to_string());

@@ -194,7 +194,15 @@ fn setup(
     let config = config.ok_or_else(|| {
         ProcessError::Options("no NvSciIpc configuration (--nvsciipc-config)".into())
     })?;
-    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(config))
+    sim_setup(SimConfig::tegra().with_nvsciipc_config(config), endpoints)
+}
+
+/// This process's simulator (`config` names the NvSciIpc configuration).
+fn sim_setup(
+    config: SimConfig,
+    endpoints: Option<&(String, String)>,
+) -> Result<Setup, ProcessError> {
+    let sim = Sim::with_config(config)
         .map_err(|e| ProcessError::Options(format!("the simulator: {e}")))?;
     let (camera_ep, cuda_ep) = endpoints
         .cloned()
@@ -322,5 +330,48 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
             return Ok(status);
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use tegra_interop::driver::nvsci::FenceSource;
+    use tegra_interop_sim::nvsci::NvSciRelease;
+
+    /// Both sides in two threads of this process, each with a simulator of
+    /// its own, under a release with deterministic fences (only the first
+    /// fence of each object crosses) and one without (every fence crosses).
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets and memory files")]
+    fn every_frame_crosses_with_built_and_with_received_fences() {
+        for (release, want) in [
+            (NvSciRelease::V6_0_10, FenceSource::Built),
+            (NvSciRelease::V5_2_6, FenceSource::Received),
+        ] {
+            let cfg = IpcConfigFile::in_memory(&[(SIM_PAIR.0, SIM_PAIR.1, 16, 4096)]).unwrap();
+            let opts = Options {
+                frames: 20,
+                ring: 3,
+                peer_timeout: Duration::from_secs(20),
+                backend: BackendChoice::Sim,
+                ..Options::default()
+            };
+            let settings = Settings::new(&opts);
+            let sim = || {
+                let c = SimConfig::tegra().with_nvsci_release(release);
+                sim_setup(c.with_nvsciipc_config(cfg.path()), None)
+            };
+            let summary = std::thread::scope(|s| {
+                let camera = s.spawn(|| camera::run(&settings, &sim()?));
+                let summary = cuda::run(&settings, &sim().unwrap());
+                camera.join().unwrap().unwrap();
+                summary.unwrap()
+            });
+            assert_eq!(summary.source, want, "{release:?}");
+            assert!(summary.passed(), "{release:?}: {summary:?}");
+            assert_eq!(summary.camera.verified, 20);
+        }
     }
 }
