@@ -79,7 +79,7 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
     link.send(&Msg::Hello(settings.hello()))?;
     let mut cam = RemoteCamera::set_up(link, s, settings)?;
     let mut ring = Ring::new(settings.ring).map_err(ProcessError::Ring)?;
-    let mut t = Timings::new().map_err(ProcessError::Options)?;
+    let mut t = Timings::new()?;
     let (mut mismatches, mut bad_frames) = (0u64, 0u64);
     let mut each = |c: &Completion, col: &Collected| {
         mismatches += c.mismatches;

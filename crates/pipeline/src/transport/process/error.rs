@@ -77,6 +77,8 @@ pub enum ProcessError {
     Ring(String),
     /// The options do not allow this mode.
     Options(String),
+    /// The per-frame figures could not be kept (a histogram refused).
+    Figures(String),
     /// Starting or supervising the camera process failed.
     Io {
         /// What was being done.
@@ -109,6 +111,7 @@ impl fmt::Display for ProcessError {
             }
             ProcessError::Ring(e) => write!(f, "ring: {e}"),
             ProcessError::Options(e) => f.write_str(e),
+            ProcessError::Figures(e) => write!(f, "per-frame figures: {e}"),
             ProcessError::Io { what, source } => write!(f, "{what}: {source}"),
             ProcessError::CameraFailed(status) => {
                 write!(f, "the camera process failed: {status}")

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use tegra_interop::driver::nvsci::FenceSource;
 
+use super::error::ProcessError;
 use super::wire::Figures;
 use super::Settings;
 use crate::app::cli::{format_name, Options};
@@ -40,12 +41,13 @@ pub(super) struct Timings {
 }
 
 impl Timings {
-    pub fn new() -> Result<Timings, String> {
+    pub fn new() -> Result<Timings, ProcessError> {
+        let new = || Samples::new().map_err(ProcessError::Figures);
         Ok(Timings {
-            latency: Samples::new()?,
-            write: Samples::new()?,
-            process: Samples::new()?,
-            queued: Samples::new()?,
+            latency: new()?,
+            write: new()?,
+            process: new()?,
+            queued: new()?,
         })
     }
 }

@@ -59,6 +59,10 @@ pub(crate) struct Figures {
     pub elapsed_us: u64,
 }
 
+/// What is wrong with a message that does not parse.
+#[derive(Debug, PartialEq, Eq)]
+struct BadMessage(String);
+
 /// One message of the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Msg {
@@ -105,22 +109,26 @@ impl Msg {
     }
 
     /// Parses one message; `Err` names what is wrong.
-    fn decode(bytes: &[u8]) -> Result<Msg, String> {
-        let text = std::str::from_utf8(bytes).map_err(|_| "a message that is not text")?;
+    fn decode(bytes: &[u8]) -> Result<Msg, BadMessage> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|_| BadMessage("a message that is not text".into()))?;
         let mut words = text.split(' ');
         let kind = words.next().unwrap_or_default();
         let fields: Vec<&str> = words.collect();
-        let n = |i: usize| -> Result<u64, String> {
+        let n = |i: usize| -> Result<u64, BadMessage> {
             fields
                 .get(i)
                 .and_then(|w| w.parse().ok())
-                .ok_or_else(|| format!("`{kind}` with a bad field {i}: {text:?}"))
+                .ok_or_else(|| BadMessage(format!("`{kind}` with a bad field {i}: {text:?}")))
         };
         let want = |count: usize| {
             if fields.len() == count {
                 Ok(())
             } else {
-                Err(format!("`{kind}` with {} fields: {text:?}", fields.len()))
+                Err(BadMessage(format!(
+                    "`{kind}` with {} fields: {text:?}",
+                    fields.len()
+                )))
             }
         };
         Ok(match kind {
@@ -174,7 +182,7 @@ impl Msg {
                     elapsed_us: n(4)?,
                 })
             }
-            _ => return Err(format!("an unknown message {text:?}")),
+            _ => return Err(BadMessage(format!("an unknown message {text:?}"))),
         })
     }
 }
@@ -219,7 +227,7 @@ impl Link {
             .ep
             .recv()
             .map_err(|e| ProcessError::ipc(self.peer, waiting_for(), e))?;
-        Msg::decode(&bytes).map_err(|detail| self.protocol(detail))
+        Msg::decode(&bytes).map_err(|BadMessage(detail)| self.protocol(detail))
     }
 
     /// Whether the connection still stands (between slices of a wait).
