@@ -32,12 +32,14 @@ struct Slot {
     held: Option<(u64, u64)>,
 }
 
-/// The camera side: the link, the modules, the slots.
+/// The camera side: the slots, the link, the modules (dropped in this
+/// order: the objects before the modules they came from).
 struct Camera {
-    link: Link,
-    syncs: SyncModule,
-    source: FenceSource,
     slots: Vec<Slot>,
+    cx: CpuWaitContext,
+    link: Link,
+    _syncs: SyncModule,
+    source: FenceSource,
     stride: usize,
     len: usize,
     limit: Duration,
@@ -120,9 +122,11 @@ impl Camera {
             )?);
         }
         let mirror = Ring::new(hello.ring as usize).map_err(ProcessError::Ring)?;
+        let cx = CpuWaitContext::new(&syncs).ctx("CPU wait context")?;
         Ok(Camera {
+            cx,
             link,
-            syncs,
+            _syncs: syncs,
             source,
             slots,
             stride,
@@ -304,11 +308,10 @@ impl Camera {
     /// frame `frame`'s *free* signal, then checks its processed bytes.
     fn take_back(&mut self, i: usize, frame: u64, value: u64) -> Result<(), ProcessError> {
         let fence = self.free_fence(i, frame, value)?;
-        let mut cx = CpuWaitContext::new(&self.syncs).ctx("CPU wait context")?;
         let what = || format!("its free signal of frame {frame}");
         let deadline = Instant::now() + self.limit;
         while !fence
-            .wait(&mut cx, Timeout::After(Duration::from_millis(50)))
+            .wait(&mut self.cx, Timeout::After(Duration::from_millis(50)))
             .ctx("waiting for the free fence")?
         {
             self.link.check(&what)?;
