@@ -344,6 +344,30 @@ fn the_shipped_binary_has_no_test_hooks() {
     assert!(err.contains("--die-at"), "{err}");
 }
 
+/// `--fault` in the two-process mode: a byte the camera damages is seen by
+/// the consumer, a frame the CUDA side leaves unprocessed by the camera's
+/// read-back; either fails the run (exit 1). (Before: `--fault corrupt`
+/// was ignored there and the run passed.)
+#[test]
+fn verification_catches_an_injected_fault_on_either_side() {
+    // (fault, frames the consumer found intact, what the report names)
+    for (fault, consumer_ok, seen) in [
+        ("corrupt", 0, "the consumer saw"),
+        ("skip-process", 30, "read back"),
+    ] {
+        let o = run(&["--fault", fault, "--json"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "--fault {fault}: {out}");
+        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(j["verified"], false, "{j}");
+        let v = &j["verification"];
+        assert_eq!(v["consumer_ok"], consumer_ok, "{j}");
+        assert_eq!(v["readback_ok"], 0, "every frame fails its read-back: {j}");
+        let first = v["first_failure"].as_str().unwrap();
+        assert!(first.contains(seen), "--fault {fault}: {first}");
+    }
+}
+
 #[test]
 fn the_split_mode_refuses_other_backends() {
     let o = binary()

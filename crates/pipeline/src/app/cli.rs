@@ -469,7 +469,6 @@ fn two_process_conflicts(o: &Options) -> Result<(), String> {
         ));
     }
     let refused = [
-        (o.fault != Fault::None, "--fault"),
         (o.copy, "--copy"),
         (o.readback == Readback::Inline, "--readback inline"),
     ];
@@ -691,10 +690,6 @@ mod tests {
             (
                 &["--processes", "2", "--copy"],
                 &["--copy", "--processes 2"],
-            ),
-            (
-                &["--processes", "2", "--fault", "corrupt", "--backend", "sim"],
-                &["--fault", "--processes 2"],
             ),
             (
                 &["--processes", "2", "--readback", "inline"],

@@ -16,6 +16,7 @@ use super::wire::{Figures, Hello, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
 use crate::camera::TestPattern;
 use crate::ring::{Ring, Ticket};
+use crate::transport::host::Fault;
 use crate::transport::Completion;
 
 /// One slot's objects, as the camera holds them.
@@ -45,6 +46,7 @@ struct Camera {
     limit: Duration,
     mirror: Ring,
     frames: u64,
+    fault: Fault,
     verified: u64,
     failed: u64,
     write_time: Duration,
@@ -63,7 +65,7 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<(), ProcessError> {
             )))
         }
     }
-    let mut cam = Camera::set_up(link, s, &hello, settings.limit)?;
+    let mut cam = Camera::set_up(link, s, &hello, settings)?;
     let start = Instant::now();
     loop {
         let next = cam.mirror.next_frame();
@@ -105,8 +107,9 @@ impl Camera {
         mut link: Link,
         s: &Setup,
         hello: &Hello,
-        limit: Duration,
+        settings: &Settings,
     ) -> Result<Camera, ProcessError> {
+        let limit = settings.limit;
         let stride = (hello.width * hello.bytes_per_pixel) as usize;
         let len = stride * hello.height as usize;
         let bufs = BufModule::open(&s.backend).ctx("NvSciBufModuleOpen")?;
@@ -134,6 +137,7 @@ impl Camera {
             limit,
             mirror,
             frames: hello.frames,
+            fault: settings.fault,
             verified: 0,
             failed: 0,
             write_time: Duration::ZERO,
@@ -247,6 +251,11 @@ impl Camera {
         // for), or the slot was never used.
         let bytes = unsafe { std::slice::from_raw_parts_mut(sl.ptr.as_ptr(), self.len) };
         TestPattern::new(t.frame(), self.stride).fill(bytes);
+        if self.fault == Fault::Corrupt {
+            if let Some(b) = bytes.last_mut() {
+                *b ^= 0x5a;
+            }
+        }
         let write_ns = started.elapsed().as_nanos() as u64;
         self.write_time += started.elapsed();
         self.signal_ready(i, &t, write_ns)?;

@@ -63,6 +63,7 @@ use tegra_interop_sim::{Sim, SimConfig};
 
 use crate::app::cli::{BackendChoice, Options, Role};
 use crate::app::report::Report;
+use crate::transport::host::Fault;
 use crate::transport::FrameGeometry;
 
 pub use error::{Peer, ProcessError};
@@ -114,6 +115,10 @@ pub(crate) struct Settings {
     geometry: FrameGeometry,
     limit: Duration,
     backend: BackendChoice,
+    /// The defect to inject (`--fault`): the camera damages a byte of each
+    /// frame (`corrupt`), the CUDA side skips the processing
+    /// (`skip-process`); verification must catch either.
+    fault: Fault,
 }
 
 impl Settings {
@@ -132,6 +137,7 @@ impl Settings {
             },
             limit: opts.peer_timeout,
             backend: opts.backend,
+            fault: opts.fault,
         }
     }
 
