@@ -137,7 +137,7 @@ pub struct Options {
     /// started elsewhere); `None` when this process runs the whole mode.
     pub role: Option<Role>,
     /// The NvSciIpc configuration file of the two-process mode (on the
-    /// simulator, instead of the one the CUDA process writes).
+    /// simulator, instead of the one the CUDA process makes in memory).
     pub nvsciipc_config: Option<PathBuf>,
     /// The endpoint pair `(camera, cuda)` of the two-process mode.
     pub endpoints: Option<(String, String)>,
@@ -361,7 +361,7 @@ pub struct Args {
     fault: FaultArg,
     /// 1: everything in this process; 2: the camera in a second process,
     /// connected to this CUDA process only by NvSciIpc (--backend auto or
-    /// sim: the simulator, over a BSP-style configuration file it writes)
+    /// sim: the simulator, over a BSP-style configuration it keeps in memory)
     #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
     processes: u8,
     /// Run one side of the two-process mode alone (the other is started
@@ -369,7 +369,7 @@ pub struct Args {
     #[arg(long, value_name = "ROLE", value_enum)]
     role: Option<Role>,
     /// The two-process mode's NvSciIpc configuration file (on the simulator,
-    /// instead of the one the CUDA process writes)
+    /// instead of the one the CUDA process makes in memory)
     #[arg(long, value_name = "PATH")]
     nvsciipc_config: Option<PathBuf>,
     /// The two-process mode's endpoint pair (an INTER_PROCESS line of the
