@@ -335,7 +335,11 @@ fn help_with_processes_2_prints_help() {
 /// (`--fault` is carried out now: tests/two_process.rs).
 #[test]
 fn two_process_mode_refuses_options_it_does_not_carry_out() {
-    for extra in [&["--copy"][..], &["--readback", "inline"][..]] {
+    for extra in [
+        &["--copy"][..],
+        &["--readback", "inline"][..],
+        &["--frame-threads", "2"][..],
+    ] {
         let mut args = vec!["--backend", "sim", "--processes", "2"];
         args.extend_from_slice(SMALL);
         args.extend_from_slice(extra);
@@ -374,20 +378,71 @@ fn endpoints_is_an_option_with_reasons() {
         "{err}"
     );
     assert_usage_error(&["--endpoints", "nocomma"], &["--endpoints", "CAMERA,CUDA"]);
+    // The two-process mode in one command runs over a pair it writes on the
+    // simulator: a Jetson's pair is refused with the reason.
+    assert_usage_error(
+        &["--backend", "sim", "--processes", "2", "--endpoints", "a,b"],
+        &["--endpoints", "--processes 2", "not written"],
+    );
+    // Where it applies (one side run alone over a given configuration
+    // file), it names the pair that side opens: a pair the file lacks is
+    // refused by the simulator's NvSciIpc, naming the endpoint.
+    let dir = std::env::temp_dir().join(format!("pipeline-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("nvsciipc.cfg");
+    std::fs::write(&cfg, "INTER_PROCESS   cam-x   cuda-x   16   4096\n").unwrap();
     let o = run(&[
         "--backend",
         "sim",
-        "--processes",
-        "2",
-        "--endpoints",
-        "a,b",
+        "--role",
+        "cuda",
         "--frames",
         "2",
+        "--quiet",
+        "--nvsciipc-config",
+        cfg.to_str().unwrap(),
+        "--endpoints",
+        "cam-y,cuda-y",
     ]);
     let err = stderr(&o);
-    assert_ne!(o.status.code(), Some(0), "{err}");
-    assert!(!err.contains("unknown argument"), "{err}");
-    assert!(err.contains("--endpoints"), "{err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("cuda-y"), "{err}");
+    // A pair the file has: both sides open it and every frame verifies.
+    let side = |role: &str| {
+        let mut c = child_command(example());
+        c.args([
+            "--backend",
+            "sim",
+            "--frames",
+            "6",
+            "--ring",
+            "2",
+            "--width",
+            "64",
+        ])
+        .args(["--height", "16", "--quiet", "--json", "--role", role])
+        .args([
+            "--nvsciipc-config",
+            cfg.to_str().unwrap(),
+            "--endpoints",
+            "cam-x,cuda-x",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let camera = side("camera");
+    let cuda = side("cuda").wait_with_output().unwrap();
+    let camera = camera.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(camera.status.success(), "{}", stderr(&camera));
+    assert!(cuda.status.success(), "{}", stderr(&cuda));
+    let j = json(&cuda);
+    assert_eq!(
+        (&j["processes"], &j["verified"]),
+        (&2.into(), &true.into()),
+        "{j}"
+    );
 }
 
 /// Issue 24: `--processes 2 --backend host` exited 1; a bad argument is 2.
@@ -433,4 +488,15 @@ fn json_has_the_same_fields_in_both_modes() {
 #[test]
 fn no_hidden_test_flag() {
     assert_usage_error(&["--processes", "2", "--die-at", "3"], &["--die-at"]);
+}
+
+/// The progress display is drawn only on a terminal: a run of more than the
+/// half second after which it would appear, without `--quiet`, leaves the
+/// captured stderr empty.
+#[test]
+fn no_progress_display_in_captured_output() {
+    let o = run(&["--backend", "host", "--frames", "20"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{:?}", stderr(&o));
+    assert!(!stdout(&o).contains('\r'), "{}", stdout(&o));
 }

@@ -381,8 +381,8 @@ pub struct Args {
     /// error naming what it waited for (0 < S <= 86400)
     #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
     peer_timeout: std::time::Duration,
-    /// Threads that write and check a large frame (1..=64; default: a quarter
-    /// of the machine's cores, 1..=8)
+    /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
+    /// a quarter of the machine's cores, 1..=8; not in the two-process mode)
     #[arg(long, value_name = "N", value_parser = threads_arg)]
     frame_threads: Option<usize>,
 }
@@ -452,8 +452,10 @@ impl Args {
     }
 }
 
-/// What the two-process mode does not carry out is refused, naming both.
-fn two_process_conflicts(o: &Options) -> Result<(), String> {
+/// What the two-process mode does not carry out is refused, naming both
+/// options (the command line's check; [`crate::transport::process::run`]
+/// makes it again for options built in code).
+pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
     let mode = if o.role.is_some() {
         "--role"
     } else {
@@ -468,9 +470,22 @@ fn two_process_conflicts(o: &Options) -> Result<(), String> {
             o.backend.name()
         ));
     }
+    // The whole mode in one command starts its camera over a pair of its
+    // own on the simulator; its CUDA side on a Jetson is not written.
+    if o.role.is_none() && (o.endpoints.is_some() || o.backend == BackendChoice::Jetson) {
+        let flag = if o.endpoints.is_some() {
+            "--endpoints"
+        } else {
+            "--backend jetson"
+        };
+        return Err(format!(
+            "{flag} cannot be used with --processes 2: that mode runs on the simulator over a pair it writes, and its CUDA side on a Jetson (the NVRTC kernel path) is not written; name a pair with --role camera / --role cuda and --nvsciipc-config"
+        ));
+    }
     let refused = [
         (o.copy, "--copy"),
         (o.readback == Readback::Inline, "--readback inline"),
+        (o.frame_threads.is_some(), "--frame-threads"),
     ];
     for (given, flag) in refused {
         if given {
@@ -497,8 +512,8 @@ pub fn help() -> String {
 }
 
 /// Makes a clap error one line: its message, without the usage and the
-/// "for more information" lines.
-fn one_line(e: &clap::Error) -> String {
+/// "for more information" lines (shared by the project's programs).
+pub fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();
     let mut parts: Vec<&str> = Vec::new();
     for line in text.lines() {
@@ -613,15 +628,15 @@ mod tests {
     #[test]
     fn two_process_options() {
         let o = run(&[
-            "--processes",
-            "2",
+            "--role",
+            "cuda",
             "--nvsciipc-config",
             "/tmp/x.cfg",
             "--endpoints",
             "cam,cuda",
         ])
         .unwrap();
-        assert_eq!(o.processes, 2);
+        assert_eq!(o.role, Some(Role::Cuda));
         assert_eq!(o.nvsciipc_config, Some(PathBuf::from("/tmp/x.cfg")));
         assert_eq!(o.endpoints, Some(("cam".into(), "cuda".into())));
         assert!(o.two_process());
@@ -641,8 +656,6 @@ mod tests {
                 "/tmp/a b.cfg",
                 "--endpoints",
                 "x,y",
-                "--frame-threads",
-                "2",
                 "--peer-timeout",
                 "2.5",
                 "--json",
@@ -656,6 +669,8 @@ mod tests {
                 "inline",
                 "--fault",
                 "skip-process",
+                "--frame-threads",
+                "2",
             ][..],
         ] {
             let o = run(args).unwrap();
@@ -725,6 +740,17 @@ mod tests {
             }
             assert!(!e.contains('\n'), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn the_two_process_entry_point_refuses_what_it_does_not_carry_out() {
+        let o = Options {
+            processes: 2,
+            copy: true,
+            ..Options::default()
+        };
+        let e = crate::transport::process::run(&o).unwrap_err().to_string();
+        assert!(e.contains("--copy") && e.contains("--processes 2"), "{e}");
     }
 
     #[test]

@@ -274,15 +274,26 @@ impl Report {
             if self.copy { "copy-based" } else { "zero-copy" }
         );
         let _ = writeln!(out, "{}", self.verdict());
-        out.push_str("per frame (us):\n");
-        out.push_str(&row("latency", &self.latency));
-        out.push_str(&row("camera write", &self.write));
-        out.push_str(&row("processing", &self.process));
-        out.push_str(&row("queued", &self.queued));
-        out.push_str(&row("held before ready", &self.held));
-        out.push_str(&row("interop overhead", &self.overhead));
-        out.push_str("  (latency: write start -> consumer done; held: written, kept by the producer before its ready signal; overhead = latency - write - held - processing - queued)\n");
-        out.push_str("stages, busy time per frame (us):\n");
+        let figures = [
+            ("latency", &self.latency),
+            ("camera write", &self.write),
+            ("processing", &self.process),
+            ("queued", &self.queued),
+            ("held before ready", &self.held),
+            ("interop overhead", &self.overhead),
+        ];
+        if figures.iter().all(|(_, s)| s.count == 0) {
+            out.push_str("per frame: not measured in this mode (see the transport line)\n");
+        } else {
+            out.push_str("per frame (us):\n");
+            for (name, s) in figures {
+                out.push_str(&row(name, s));
+            }
+            out.push_str("  (latency: write start -> consumer done; held: written, kept by the producer before its ready signal; overhead = latency - write - held - processing - queued)\n");
+        }
+        if !self.stages.is_empty() {
+            out.push_str("stages, busy time per frame (us):\n");
+        }
         for (name, s) in &self.stages {
             let _ = writeln!(
                 out,
@@ -294,16 +305,23 @@ impl Report {
         if let Some(details) = &self.details {
             let _ = writeln!(out, "  transport: {details}");
         }
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us = mean processing {:.1} us + {:.1} us",
+            "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us",
             self.frames_per_s(),
             self.mb_per_s(),
             self.wall.as_secs_f64(),
             self.frame_time_us(),
-            self.process.mean / 1000.0,
-            self.frame_time_us() - self.process.mean / 1000.0
         );
+        if self.process.count > 0 {
+            let _ = write!(
+                out,
+                " = mean processing {:.1} us + {:.1} us",
+                self.process.mean / 1000.0,
+                self.frame_time_us() - self.process.mean / 1000.0
+            );
+        }
+        out.push('\n');
         out
     }
 

@@ -61,7 +61,7 @@ use tegra_interop::driver::Backend;
 use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
-use crate::app::cli::{BackendChoice, Options, Role};
+use crate::app::cli::{two_process_conflicts, BackendChoice, Options, Role};
 use crate::app::report::Report;
 use crate::transport::host::Fault;
 use crate::transport::FrameGeometry;
@@ -75,11 +75,13 @@ const SIM_PAIR: (&str, &str) = ("tegra-interop-camera", "tegra-interop-cuda");
 pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the two-process mode as `opts` asks (`opts.processes == 2` or
-/// `opts.role` set; the command line has already refused the options this
-/// mode does not carry out). Returns the report of the CUDA side, the same
-/// [`Report`] the one-process mode gives; `None` for the camera side run
-/// alone (`--role camera`), whose figures go to the CUDA process.
+/// `opts.role` set); options this mode does not carry out are refused
+/// ([`two_process_conflicts`], as the command line does). Returns the
+/// report of the CUDA side, the same [`Report`] the one-process mode gives;
+/// `None` for the camera side run alone (`--role camera`), whose figures go
+/// to the CUDA process.
 pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
+    two_process_conflicts(opts).map_err(ProcessError::Options)?;
     let settings = Settings::new(opts);
     let config = match &opts.nvsciipc_config {
         None => None,

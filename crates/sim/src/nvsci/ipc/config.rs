@@ -335,6 +335,7 @@ mod tests {
     /// leaves nothing in the temporary directory, and two of them get
     /// different socket keys although their paths may be reused.
     #[test]
+    #[cfg_attr(miri, ignore = "memfd_create and /proc/self/fd")]
     fn a_memory_configuration_is_in_no_directory() {
         let a = IpcConfigFile::in_memory(&[("a", "b", 16, 64)]).unwrap();
         let b = IpcConfigFile::in_memory(&[("a", "b", 16, 64)]).unwrap();
