@@ -212,6 +212,40 @@ fn a_stopped_camera_ends_the_cuda_process_within_the_limit() {
     }
 }
 
+/// The CUDA process (the one the user started) stopped in the middle of
+/// the run: the camera process it started gives up after `--peer-timeout`
+/// with the timeout error on the shared stderr, and exits (a zombie until
+/// its stopped parent reaps it).
+#[test]
+fn a_stopped_cuda_process_ends_its_camera_process_within_the_limit() {
+    if !can_start_a_camera_process() {
+        return;
+    }
+    let mut parent = command(1_000_000)
+        .args(["--processes", "2", "--peer-timeout", &LIMIT.to_string()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let camera = camera_of(&parent);
+    std::thread::sleep(Duration::from_millis(700));
+    signal(parent.id(), libc::SIGSTOP);
+    let limit = Duration::from_secs(LIMIT);
+    let ended = poll(limit + SLACK, || {
+        stat(camera).is_none_or(|(s, _)| s == 'Z').then_some(())
+    });
+    signal(parent.id(), libc::SIGKILL);
+    let o = parent.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        ended.is_some(),
+        "the camera process outlived the limit: {err}"
+    );
+    assert!(
+        err.contains("error (camera process): timed out after 3s waiting for the CUDA process"),
+        "{err}"
+    );
+}
+
 /// The two roles started separately (as on a Jetson, or by hand), over a
 /// configuration file of the test's.
 struct Pair {
