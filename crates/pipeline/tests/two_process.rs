@@ -221,7 +221,7 @@ fn a_stopped_cuda_process_ends_its_camera_process_within_the_limit() {
     if !can_start_a_camera_process() {
         return;
     }
-    let mut parent = command(1_000_000)
+    let parent = command(1_000_000)
         .args(["--processes", "2", "--peer-timeout", &LIMIT.to_string()])
         .stderr(Stdio::piped())
         .spawn()
@@ -234,6 +234,10 @@ fn a_stopped_cuda_process_ends_its_camera_process_within_the_limit() {
         stat(camera).is_none_or(|(s, _)| s == 'Z').then_some(())
     });
     signal(parent.id(), libc::SIGKILL);
+    if ended.is_none() {
+        // It holds the stderr pipe open: end it before reading.
+        signal(camera, libc::SIGKILL);
+    }
     let o = parent.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
