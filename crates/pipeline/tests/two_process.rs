@@ -111,10 +111,29 @@ fn poll<T>(within: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 }
 
 /// Waits for `child` to exit within `within`; kills it (and fails) if not.
-fn exit_within(child: Child, within: Duration, what: &str) -> (Output, Duration) {
+/// `others` share its stderr pipe (its camera process): each still running
+/// (not even a zombie) 5 s after it exited is killed before the output is
+/// read, and returned.
+fn exit_within(
+    child: Child,
+    within: Duration,
+    what: &str,
+    others: &[u32],
+) -> (Output, Duration, Vec<u32>) {
     let start = Instant::now();
     let mut child = child;
     let done = poll(within, || child.try_wait().unwrap());
+    let took = start.elapsed();
+    let mut left = Vec::new();
+    for &pid in others {
+        let ended = poll(Duration::from_secs(5), || {
+            stat(pid).is_none_or(|(s, _)| s == 'Z').then_some(())
+        });
+        if ended.is_none() {
+            signal(pid, libc::SIGKILL);
+            left.push(pid);
+        }
+    }
     if done.is_none() {
         let _ = child.kill();
         let o = child.wait_with_output().unwrap();
@@ -123,8 +142,7 @@ fn exit_within(child: Child, within: Duration, what: &str) -> (Output, Duration)
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let o = child.wait_with_output().unwrap();
-    (o, start.elapsed())
+    (child.wait_with_output().unwrap(), took, left)
 }
 
 /// The camera process of a `--processes 2` run started as `parent`.
@@ -190,7 +208,7 @@ fn a_stopped_camera_ends_the_cuda_process_within_the_limit() {
     std::thread::sleep(Duration::from_millis(700));
     signal(camera, libc::SIGSTOP);
     let limit = Duration::from_secs(LIMIT);
-    let (o, took) = exit_within(parent, limit + SLACK, "the CUDA process");
+    let (o, took, left) = exit_within(parent, limit + SLACK, "the CUDA process", &[camera]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
     assert!(
@@ -202,14 +220,10 @@ fn a_stopped_camera_ends_the_cuda_process_within_the_limit() {
         took >= limit - Duration::from_millis(800),
         "{took:?}: {err}"
     );
-    // The CUDA process ended the camera it started.
-    let gone = poll(Duration::from_secs(5), || {
-        stat(camera).is_none_or(|(s, _)| s == 'Z').then_some(())
-    });
-    if gone.is_none() {
-        signal(camera, libc::SIGKILL);
-        panic!("the stopped camera process was left running: {err}");
-    }
+    assert!(
+        left.is_empty(),
+        "the stopped camera process was left running: {err}"
+    );
 }
 
 /// The CUDA process (the one the user started) stopped in the middle of
@@ -293,7 +307,7 @@ fn victim_and_survivor(victim: &str, sig: libc::c_int, after: Duration) -> Strin
     std::thread::sleep(after);
     signal(victim_child.id(), sig);
     let limit = Duration::from_secs(LIMIT);
-    let (o, _) = exit_within(survivor, limit + SLACK, survivor_name);
+    let (o, _, _) = exit_within(survivor, limit + SLACK, survivor_name, &[]);
     signal(victim_child.id(), libc::SIGKILL);
     let _ = victim_child.wait_with_output();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
