@@ -381,14 +381,22 @@ impl FrameTransport for RemoteCamera {
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        let c = try_recv_completion(&self.rx)?;
-        self.in_flight -= usize::from(c.is_some());
-        Ok(c)
+        match try_recv_completion(&self.rx) {
+            Ok(c) => {
+                self.in_flight -= usize::from(c.is_some());
+                Ok(c)
+            }
+            Err(e) => Err(self.fail(ProcessError::Consumer(e.to_string()))),
+        }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        let c = wait_completion(&self.rx, self.in_flight, self.limit)?;
-        self.in_flight -= 1;
-        Ok(c)
+        match wait_completion(&self.rx, self.in_flight, self.limit) {
+            Ok(c) => {
+                self.in_flight -= 1;
+                Ok(c)
+            }
+            Err(e) => Err(self.fail(ProcessError::Consumer(e.to_string()))),
+        }
     }
 }

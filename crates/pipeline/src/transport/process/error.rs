@@ -75,6 +75,9 @@ pub enum ProcessError {
     /// The ring refused a move (a bug of this side, or of the peer's
     /// messages that slipped past the checks).
     Ring(String),
+    /// This process's consumer (its CUDA stream) did not report a frame
+    /// finished in time, or its completion channel closed.
+    Consumer(String),
     /// The options do not allow this mode.
     Options(String),
     /// The per-frame figures could not be kept (a histogram refused).
@@ -110,6 +113,7 @@ impl fmt::Display for ProcessError {
                 write!(f, "the {peer} broke the protocol: {detail}")
             }
             ProcessError::Ring(e) => write!(f, "ring: {e}"),
+            ProcessError::Consumer(e) => write!(f, "the CUDA stream: {e}"),
             ProcessError::Options(e) => f.write_str(e),
             ProcessError::Figures(e) => write!(f, "per-frame figures: {e}"),
             ProcessError::Io { what, source } => write!(f, "{what}: {source}"),
