@@ -331,11 +331,11 @@ fn help_with_processes_2_prints_help() {
 }
 
 /// Issue 24: options the two-process mode does not carry out were silently
-/// ignored (`--fault corrupt` passed); now each is refused, naming both.
+/// ignored (`--fault corrupt` passed); now each is refused, naming both
+/// (`--fault` is carried out now: tests/two_process.rs).
 #[test]
 fn two_process_mode_refuses_options_it_does_not_carry_out() {
     for extra in [
-        &["--fault", "corrupt"][..],
         &["--copy"][..],
         &["--readback", "inline"][..],
         &["--frame-threads", "2"][..],

@@ -137,10 +137,13 @@ pub struct Options {
     /// started elsewhere); `None` when this process runs the whole mode.
     pub role: Option<Role>,
     /// The NvSciIpc configuration file of the two-process mode (on the
-    /// simulator, instead of the one the CUDA process writes).
+    /// simulator, instead of the one the CUDA process makes in memory).
     pub nvsciipc_config: Option<PathBuf>,
     /// The endpoint pair `(camera, cuda)` of the two-process mode.
     pub endpoints: Option<(String, String)>,
+    /// How long a side of the two-process mode waits for the other before
+    /// it gives up with a timeout error (`--peer-timeout`).
+    pub peer_timeout: std::time::Duration,
     /// Threads that write and check a large frame (`None`: the default, or
     /// `TEGRA_INTEROP_FRAME_THREADS`).
     pub frame_threads: Option<usize>,
@@ -190,6 +193,12 @@ impl Options {
         }
         if let Some((cam, cuda)) = &self.endpoints {
             push("--endpoints", format!("{cam},{cuda}"));
+        }
+        if self.peer_timeout != d.peer_timeout {
+            push(
+                "--peer-timeout",
+                self.peer_timeout.as_secs_f64().to_string(),
+            );
         }
         if let Some(n) = self.frame_threads {
             push("--frame-threads", n.to_string());
@@ -241,6 +250,7 @@ impl Default for Options {
             role: None,
             nvsciipc_config: None,
             endpoints: None,
+            peer_timeout: crate::transport::process::DEFAULT_PEER_TIMEOUT,
             frame_threads: None,
         }
     }
@@ -283,6 +293,13 @@ fn processes_arg(v: &str) -> Result<u8, String> {
 
 fn threads_arg(v: &str) -> Result<usize, String> {
     ranged(v, 1, MAX_FRAME_THREADS as u64, "").map(|n| n as usize)
+}
+
+fn peer_timeout_arg(v: &str) -> Result<std::time::Duration, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        _ => Err(format!("`{v}` is not a number of seconds in (0, 86400]")),
+    }
 }
 
 fn endpoints_arg(v: &str) -> Result<(String, String), String> {
@@ -344,7 +361,7 @@ pub struct Args {
     fault: FaultArg,
     /// 1: everything in this process; 2: the camera in a second process,
     /// connected to this CUDA process only by NvSciIpc (--backend auto or
-    /// sim: the simulator, over a BSP-style configuration file it writes)
+    /// sim: the simulator, over a BSP-style configuration it keeps in memory)
     #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
     processes: u8,
     /// Run one side of the two-process mode alone (the other is started
@@ -352,13 +369,18 @@ pub struct Args {
     #[arg(long, value_name = "ROLE", value_enum)]
     role: Option<Role>,
     /// The two-process mode's NvSciIpc configuration file (on the simulator,
-    /// instead of the one the CUDA process writes)
+    /// instead of the one the CUDA process makes in memory)
     #[arg(long, value_name = "PATH")]
     nvsciipc_config: Option<PathBuf>,
     /// The two-process mode's endpoint pair (an INTER_PROCESS line of the
     /// configuration file; on a Jetson, of /etc/nvsciipc.cfg)
     #[arg(long, value_name = "CAMERA,CUDA", value_parser = endpoints_arg)]
     endpoints: Option<(String, String)>,
+    /// The two-process mode: seconds either side waits for the other (its
+    /// connection, each message, each fence) before it ends with a timeout
+    /// error naming what it waited for (0 < S <= 86400)
+    #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
+    peer_timeout: std::time::Duration,
     /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
     /// a quarter of the machine's cores, 1..=8; not in the two-process mode)
     #[arg(long, value_name = "N", value_parser = threads_arg)]
@@ -398,6 +420,7 @@ impl Args {
             role: self.role,
             nvsciipc_config: self.nvsciipc_config,
             endpoints: self.endpoints,
+            peer_timeout: self.peer_timeout,
             frame_threads: self.frame_threads,
         };
         if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim)
@@ -413,6 +436,10 @@ impl Args {
             for (given, flag) in [
                 (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
                 (o.endpoints.is_some(), "--endpoints"),
+                (
+                    o.peer_timeout != Options::default().peer_timeout,
+                    "--peer-timeout",
+                ),
             ] {
                 if given {
                     return Err(format!(
@@ -456,7 +483,6 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
         ));
     }
     let refused = [
-        (o.fault != Fault::None, "--fault"),
         (o.copy, "--copy"),
         (o.readback == Readback::Inline, "--readback inline"),
         (o.frame_threads.is_some(), "--frame-threads"),
@@ -630,6 +656,8 @@ mod tests {
                 "/tmp/a b.cfg",
                 "--endpoints",
                 "x,y",
+                "--peer-timeout",
+                "2.5",
                 "--json",
                 "--quiet",
             ][..],
@@ -679,10 +707,6 @@ mod tests {
                 &["--copy", "--processes 2"],
             ),
             (
-                &["--processes", "2", "--fault", "corrupt", "--backend", "sim"],
-                &["--fault", "--processes 2"],
-            ),
-            (
                 &["--processes", "2", "--readback", "inline"],
                 &["--readback inline", "--processes 2"],
             ),
@@ -725,7 +749,7 @@ mod tests {
             copy: true,
             ..Options::default()
         };
-        let e = crate::transport::process::run(&o).unwrap_err();
+        let e = crate::transport::process::run(&o).unwrap_err().to_string();
         assert!(e.contains("--copy") && e.contains("--processes 2"), "{e}");
     }
 

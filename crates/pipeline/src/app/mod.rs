@@ -67,7 +67,8 @@ pub fn main() -> ExitCode {
             Some(cli::Role::Camera) => "error (camera process)",
             _ => "error (cuda process)",
         };
-        (crate::transport::process::run(&opts), who)
+        let r = crate::transport::process::run(&opts).map_err(|e| e.to_string());
+        (r, who)
     } else {
         (run(&opts).map(Some), "error")
     };

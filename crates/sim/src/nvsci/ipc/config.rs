@@ -53,6 +53,17 @@ pub(crate) fn fnv(bytes: &[u8]) -> u64 {
     })
 }
 
+/// What tells one configuration file from another (the socket names are
+/// derived from it): its canonical path, or, for a file reached through a
+/// descriptor (`/proc/self/fd/N`, as [`IpcConfigFile::in_memory`] names
+/// its memory file), the target of that link, which is the same in every
+/// process that inherited the descriptor and differs between files.
+fn file_identity(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path)
+        .or_else(|_| std::fs::read_link(path))
+        .unwrap_or_else(|_| path.to_path_buf())
+}
+
 impl IpcTable {
     /// Reads and checks the configuration at `path`.
     pub(crate) fn load(path: &Path) -> Result<IpcTable, String> {
@@ -62,7 +73,7 @@ impl IpcTable {
                 path.display()
             )
         })?;
-        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let canonical = file_identity(path);
         let mut t = IpcTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         t.key = fnv(canonical.as_os_str().as_encoded_bytes());
         Ok(t)
@@ -131,51 +142,105 @@ impl IpcTable {
     }
 }
 
-/// A configuration file in the BSP's format, written to a unique temporary
-/// path and removed on drop: give its [`path`](IpcConfigFile::path) to
+/// A configuration file in the BSP's format for the simulator's NvSciIpc:
+/// give its [`path`](IpcConfigFile::path) to
 /// [`SimConfig::with_nvsciipc_config`](crate::SimConfig::with_nvsciipc_config)
 /// in every process (simulator) that opens its endpoints. Endpoint names
 /// are private to the file, so tests running in parallel can all use "a"
 /// and "b".
+///
+/// Two kinds:
+/// - [`inter_process`](IpcConfigFile::inter_process) /
+///   [`with_text`](IpcConfigFile::with_text): a file at a unique temporary
+///   path, removed on drop (a process killed before the drop leaves it
+///   behind);
+/// - [`in_memory`](IpcConfigFile::in_memory): an anonymous memory file
+///   (`memfd_create`) that never has a name in any directory, reached as
+///   `/proc/self/fd/N`; a child process started with
+///   [`share_with`](IpcConfigFile::share_with) inherits descriptor `N` and
+///   so the same path. Nothing is left behind however the processes end.
 ///
 /// ```
 /// use tegra_interop_sim::nvsci::IpcConfigFile;
 /// let cfg = IpcConfigFile::inter_process(&[("cam", "cuda", 16, 4096)]).unwrap();
 /// let text = std::fs::read_to_string(cfg.path()).unwrap();
 /// assert_eq!(text, "INTER_PROCESS cam cuda 16 4096\n");
+/// let mem = IpcConfigFile::in_memory(&[("cam", "cuda", 16, 4096)]).unwrap();
+/// assert_eq!(std::fs::read_to_string(mem.path()).unwrap(), text);
 /// ```
 #[derive(Debug)]
 pub struct IpcConfigFile {
     path: PathBuf,
+    /// The memory file of [`IpcConfigFile::in_memory`] (`None`: a file on
+    /// disk at `path`).
+    memory: Option<std::os::fd::OwnedFd>,
+}
+
+fn lines(pairs: &[(&str, &str, u32, u32)]) -> String {
+    pairs
+        .iter()
+        .map(|(a, b, n, f)| format!("INTER_PROCESS {a} {b} {n} {f}\n"))
+        .collect()
+}
+
+/// A name no other configuration of this or another living process has
+/// (the process id, a counter, the clock's nanoseconds).
+fn unique_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "tegra-interop-sim-nvsciipc-{}-{n}-{nanos}.cfg",
+        std::process::id()
+    )
 }
 
 impl IpcConfigFile {
     /// Writes one `INTER_PROCESS <a> <b> <nframes> <frame_size>` line per
-    /// pair.
+    /// pair to a temporary file.
     pub fn inter_process(pairs: &[(&str, &str, u32, u32)]) -> io::Result<IpcConfigFile> {
-        let text: String = pairs
-            .iter()
-            .map(|(a, b, n, f)| format!("INTER_PROCESS {a} {b} {n} {f}\n"))
-            .collect();
-        IpcConfigFile::with_text(&text)
+        IpcConfigFile::with_text(&lines(pairs))
     }
 
-    /// Writes `text` as the configuration.
+    /// Writes `text` as the configuration, to a temporary file.
     pub fn with_text(text: &str) -> io::Result<IpcConfigFile> {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "tegra-interop-sim-nvsciipc-{}-{n}-{nanos}.cfg",
-            std::process::id()
-        ));
+        let path = std::env::temp_dir().join(unique_name());
         std::fs::write(&path, text)?;
-        Ok(IpcConfigFile { path })
+        Ok(IpcConfigFile { path, memory: None })
     }
 
-    /// Where the file is.
+    /// The same lines as [`inter_process`](IpcConfigFile::inter_process),
+    /// in an anonymous memory file (never in a directory: nothing to
+    /// remove, whatever ends the process).
+    pub fn in_memory(pairs: &[(&str, &str, u32, u32)]) -> io::Result<IpcConfigFile> {
+        let fd = memfd::create(&unique_name())?;
+        let mut file = std::fs::File::from(fd);
+        io::Write::write_all(&mut file, lines(pairs).as_bytes())?;
+        let fd = std::os::fd::OwnedFd::from(file);
+        let path = PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&fd)
+        ));
+        Ok(IpcConfigFile {
+            path,
+            memory: Some(fd),
+        })
+    }
+
+    /// Has the child that `cmd` starts inherit the configuration, so that
+    /// [`path`](IpcConfigFile::path) names it there too. A memory file's
+    /// descriptor is close-on-exec in this process (no other child gets
+    /// it); only `cmd`'s child keeps it open across its `exec`. A file on
+    /// disk needs nothing.
+    pub fn share_with(&self, cmd: &mut std::process::Command) {
+        if let Some(fd) = &self.memory {
+            memfd::inherit(cmd, std::os::fd::AsRawFd::as_raw_fd(fd));
+        }
+    }
+
+    /// Where the file is (`/proc/self/fd/N` for a memory file).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -183,7 +248,48 @@ impl IpcConfigFile {
 
 impl Drop for IpcConfigFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        if self.memory.is_none() {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The two system calls of [`IpcConfigFile::in_memory`].
+#[allow(unsafe_code)]
+mod memfd {
+    use std::io;
+    use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+    use std::os::unix::process::CommandExt;
+
+    /// A new close-on-exec memory file named `name` (the name is only shown
+    /// in `/proc`; it is in no directory).
+    pub(super) fn create(name: &str) -> io::Result<OwnedFd> {
+        let name = std::ffi::CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the name"))?;
+        // SAFETY: `name` is a NUL-terminated string that outlives the call;
+        // the flags are valid.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Clears close-on-exec on `fd` in `cmd`'s child only, after its fork.
+    pub(super) fn inherit(cmd: &mut std::process::Command, fd: RawFd) {
+        // SAFETY: the hook runs in the child between fork and exec and only
+        // calls fcntl(2), which is async-signal-safe; `fd` is open there
+        // (the child's table is a copy of ours, and the caller's
+        // `IpcConfigFile` keeps it open while it spawns).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
 }
 
@@ -223,5 +329,27 @@ mod tests {
         }
         let long = "x".repeat(64);
         assert!(IpcTable::parse(&format!("INTER_PROCESS {long} b 1 1")).is_err());
+    }
+
+    /// A memory configuration is read through its `/proc/self/fd` path,
+    /// leaves nothing in the temporary directory, and two of them get
+    /// different socket keys although their paths may be reused.
+    #[test]
+    #[cfg_attr(miri, ignore = "memfd_create and /proc/self/fd")]
+    fn a_memory_configuration_is_in_no_directory() {
+        let a = IpcConfigFile::in_memory(&[("a", "b", 16, 64)]).unwrap();
+        let b = IpcConfigFile::in_memory(&[("a", "b", 16, 64)]).unwrap();
+        assert!(a.path().starts_with("/proc/self/fd"));
+        let ta = IpcTable::load(a.path()).unwrap();
+        let tb = IpcTable::load(b.path()).unwrap();
+        assert_eq!(ta.endpoints["b"].nframes, 16);
+        assert_ne!(ta.key, tb.key, "two configurations share socket names");
+        assert_eq!(ta.key, IpcTable::load(a.path()).unwrap().key);
+        let name = std::fs::read_link(a.path()).unwrap();
+        assert!(
+            name.to_string_lossy()
+                .starts_with("/memfd:tegra-interop-sim-nvsciipc-"),
+            "{name:?}"
+        );
     }
 }

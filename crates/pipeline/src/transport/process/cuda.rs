@@ -1,0 +1,402 @@
+//! The CUDA process: drives a [`Ring`] whose transport, [`RemoteCamera`],
+//! has its producer side in the camera process. The ring's producer calls
+//! become messages: [`FrameTransport::wait_free`] hands the ticket to the
+//! camera and waits (at most the peer timeout) until it wrote the frame;
+//! [`FrameTransport::signal_ready`] takes the ready fence (received, or
+//! built from the deterministic counter); the consumer side is local: a
+//! wait on the CUDA stream, the processing, the *free* signal, whose fence
+//! crosses back where the camera cannot build it.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tegra_interop::core::nvsci::GpuId;
+use tegra_interop::core::DeterministicCounter;
+use tegra_interop::driver::nvsci::{
+    BufAttrs, BufModule, BufObj, BufPerm, BufType, Fence, FenceSource, NvSciMemory, NvSciSemaphore,
+    Signaler, SyncAttrs, SyncModule, SyncObj, SyncPerm, Timeout, Waiter,
+};
+use tegra_interop::driver::{Context as CudaContext, MappedBuffer, Stream};
+
+use super::error::{Context, Peer, ProcessError};
+use super::summary::{Summary, Timings};
+use super::wire::{Figures, Link, Msg, TicketMsg};
+use super::{Settings, Setup};
+use crate::ring::{Collected, Ring, Ticket};
+use crate::transport::host::Fault;
+use crate::transport::{
+    process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
+    TransportError,
+};
+
+/// One slot's objects on the CUDA side (dropped in this order: the
+/// mapping before the memory, the semaphores before their objects).
+struct Slot {
+    map: MappedBuffer,
+    _mem: NvSciMemory,
+    _buf: BufObj,
+    waiter: NvSciSemaphore<Waiter>,
+    ready: SyncObj,
+    signaler: NvSciSemaphore<Signaler>,
+    _free: SyncObj,
+    ready_counter: Option<DeterministicCounter>,
+    /// The ready fence of the frame between `signal_ready` and
+    /// `queue_consumer`.
+    pending: Option<Fence>,
+}
+
+/// The ring's transport in the CUDA process: the producer is the camera
+/// process across NvSciIpc, the consumer this process's CUDA stream.
+pub struct RemoteCamera {
+    // Field order is drop order: the stream's work ends (see `Drop`) before
+    // the slots' mappings go.
+    stream: Stream,
+    slots: Vec<Slot>,
+    link: Link,
+    source: FenceSource,
+    geometry: FrameGeometry,
+    limit: Duration,
+    fault: Fault,
+    tx: Sender<Completion>,
+    rx: Receiver<Completion>,
+    in_flight: usize,
+    /// When the last ticket was handed to the camera, and how long it
+    /// said its write took: the ring's record of the frame.
+    handed: Rc<Cell<(Instant, u64)>>,
+    /// The typed error behind the last [`TransportError`] (the ring passes
+    /// errors on as text).
+    error: Option<ProcessError>,
+    _syncs: SyncModule,
+    _bufs: BufModule,
+    _ctx: CudaContext,
+}
+
+/// Runs the CUDA side: set-up, every frame through the ring, the
+/// camera's figures.
+pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessError> {
+    let mut link = Link::open(&s.backend, &s.cuda_ep, Peer::Camera, settings.limit)?;
+    link.send(&Msg::Hello(settings.hello()))?;
+    let mut cam = RemoteCamera::set_up(link, s, settings)?;
+    let mut ring = Ring::new(settings.ring).map_err(ProcessError::Ring)?;
+    let mut t = Timings::new()?;
+    let (mut mismatches, mut bad_frames) = (0u64, 0u64);
+    let mut each = |c: &Completion, col: &Collected| {
+        mismatches += c.mismatches;
+        bad_frames += u64::from(c.mismatches != 0);
+        let latency = c.finished.saturating_duration_since(col.rec.started);
+        t.latency.push(latency.as_nanos() as u64);
+        t.write.push(col.rec.write_ns);
+        t.process.push(c.process.as_nanos() as u64);
+        t.queued.push(col.queued.as_nanos() as u64);
+        Ok::<(), String>(())
+    };
+    let handed = Rc::clone(&cam.handed);
+    let start = Instant::now();
+    for _ in 0..settings.frames {
+        ring.make_room(&mut cam, &mut each)
+            .and_then(|()| ring.produce(&mut cam, |_, _| Ok(handed.get())))
+            .map_err(|e| cam.take_error(e))?;
+    }
+    ring.drain(&mut cam, &mut each)
+        .map_err(|e| cam.take_error(e))?;
+    let cuda_us = start.elapsed().as_micros() as u64;
+    let source = cam.source;
+    let camera = cam.finish()?;
+    Ok(Summary {
+        frames: settings.frames,
+        mismatches,
+        bad_frames,
+        source,
+        cuda_pid: std::process::id(),
+        camera,
+        cuda_us,
+        latency: t.latency.summary(),
+        write: t.write.summary(),
+        process: t.process.summary(),
+        queued: t.queued.summary(),
+    })
+}
+
+fn buffer_attrs(len: usize, gpu: GpuId) -> Result<BufAttrs, ProcessError> {
+    let mut mine = BufAttrs::new();
+    mine.types(&[BufType::RawBuffer])
+        .and_then(|a| a.raw_size(len as u64))
+        .and_then(|a| a.gpus(&[gpu]))
+        .and_then(|a| a.required_perm(BufPerm::ReadWrite))
+        .ctx("buffer attributes")?;
+    Ok(mine)
+}
+
+impl RemoteCamera {
+    fn set_up(link: Link, s: &Setup, settings: &Settings) -> Result<RemoteCamera, ProcessError> {
+        let geometry = settings.geometry;
+        let ctx = CudaContext::create(Arc::clone(&s.backend), 0, 0).ctx("CUDA context")?;
+        let uuid = s.backend.device(0).and_then(|d| d.uuid());
+        let gpu = GpuId(uuid.ctx("device UUID")?);
+        let bufs = BufModule::open(&s.backend).ctx("NvSciBufModuleOpen")?;
+        let syncs = SyncModule::open(&s.backend).ctx("NvSciSyncModuleOpen")?;
+        let stream = Stream::new(&ctx).ctx("stream")?;
+        let (tx, rx) = mpsc::channel();
+        let mut cam = RemoteCamera {
+            stream,
+            slots: Vec::with_capacity(settings.ring),
+            link,
+            source: syncs.fence_source(),
+            geometry,
+            limit: settings.limit,
+            fault: settings.fault,
+            tx,
+            rx,
+            in_flight: 0,
+            handed: Rc::new(Cell::new((Instant::now(), 0))),
+            error: None,
+            _syncs: syncs,
+            _bufs: bufs,
+            _ctx: ctx,
+        };
+        let mine = buffer_attrs(geometry.frame_len(), gpu)?;
+        for _ in 0..settings.ring {
+            let slot = cam.slot(&mine)?;
+            cam.slots.push(slot);
+        }
+        Ok(cam)
+    }
+
+    /// One slot's objects: our buffer and ready waiter lists go to the
+    /// camera, which allocates; the camera's free waiter list comes, we
+    /// allocate *free* (we signal it).
+    fn slot(&mut self, mine: &BufAttrs) -> Result<Slot, ProcessError> {
+        let (bufs, syncs, ctx, link) = (&self._bufs, &self._syncs, &self._ctx, &mut self.link);
+        let limit = Timeout::After(self.limit);
+        let ours = bufs.attr_list(mine).ctx("buffer list")?;
+        bufs.send_unreconciled(&[&ours], link.endpoint())
+            .map_err(link.ipc_err("to take our buffer list"))?;
+        let buf = bufs
+            .receive_obj(link.endpoint(), &[&ours], BufPerm::ReadWrite, limit)
+            .map_err(link.ipc_err("the buffer"))?;
+        let waiter = syncs.cuda_waiter_attrs(ctx).ctx("ready list")?;
+        syncs
+            .send_unreconciled(&[&waiter], link.endpoint())
+            .map_err(link.ipc_err("to take our ready list"))?;
+        let ready = syncs
+            .receive_obj(link.endpoint(), &[&waiter], SyncPerm::WaitOnly, limit)
+            .map_err(link.ipc_err("the ready object"))?;
+        let theirs = syncs
+            .receive_unreconciled(link.endpoint())
+            .map_err(link.ipc_err("its free list"))?;
+        let mut ours = syncs.cuda_signaler_attrs(ctx).ctx("free list")?;
+        if self.source == FenceSource::Built {
+            let mut det = SyncAttrs::new();
+            det.require_deterministic_fences(true)
+                .ctx("sync attributes")?;
+            ours.set(&det).ctx("free list")?;
+        }
+        let free = syncs
+            .reconcile_and_alloc(&[&ours, &theirs])
+            .ctx("free reconciliation")?;
+        free.send(Some(SyncPerm::WaitOnly), link.endpoint())
+            .map_err(link.ipc_err("to take the free object"))?;
+        let mem = buf.import_cuda(ctx).ctx("NvSciBuf import")?;
+        Ok(Slot {
+            map: mem.map_whole().ctx("mapping")?,
+            _mem: mem,
+            _buf: buf,
+            waiter: ready.import_cuda_waiter(ctx).ctx("ready semaphore")?,
+            ready,
+            signaler: free.import_cuda_signaler(ctx).ctx("free semaphore")?,
+            _free: free,
+            ready_counter: None,
+            pending: None,
+        })
+    }
+
+    /// Keeps `e` for [`RemoteCamera::take_error`] and gives the ring its
+    /// text.
+    fn fail(&mut self, e: ProcessError) -> TransportError {
+        let t = TransportError::new(&e);
+        self.error = Some(e);
+        t
+    }
+
+    /// The typed error behind the ring's `text`, if this transport failed;
+    /// else the ring's own refusal.
+    pub fn take_error(&mut self, text: String) -> ProcessError {
+        self.error.take().unwrap_or(ProcessError::Ring(text))
+    }
+
+    /// Sends the ticket and waits until the camera wrote the frame.
+    fn await_written(&mut self, t: &Ticket) -> Result<(), ProcessError> {
+        let sent = Instant::now();
+        self.link.send(&Msg::Ticket(TicketMsg::of(t)))?;
+        let frame = t.frame();
+        match self.link.recv(&|| format!("frame {frame} to be written"))? {
+            Msg::Written { frame: f, write_ns } if f == frame => {
+                self.handed.set((sent, write_ns));
+                Ok(())
+            }
+            other => Err(self
+                .link
+                .protocol(format!("{other:?} instead of frame {frame} written"))),
+        }
+    }
+
+    /// The ready fence of the ticket: received (always without
+    /// deterministic fences; the first of each slot with them), else built.
+    fn ready_fence(&mut self, t: &Ticket) -> Result<Fence, ProcessError> {
+        let sl = &mut self.slots[t.slot()];
+        match (self.source, sl.ready_counter.as_ref()) {
+            (FenceSource::Built, Some(c)) => sl
+                .ready
+                .fence_for_value(c.value_of_signal(t.ready()))
+                .ctx("NvSciSyncFenceUpdateFence"),
+            _ => {
+                let f = sl
+                    .ready
+                    .receive_fence(self.link.endpoint())
+                    .map_err(self.link.ipc_err("the ready fence"))?;
+                if self.source == FenceSource::Built {
+                    let c = sl.ready.counter_from_fence(t.ready(), &f);
+                    sl.ready_counter = Some(c.ctx("ready counter")?);
+                }
+                Ok(f)
+            }
+        }
+    }
+
+    /// Queues wait(ready) -> process -> signal(free) for the ticket, and
+    /// sends the free fence where the camera cannot build it.
+    fn queue(&mut self, t: &Ticket) -> Result<(), ProcessError> {
+        let sl = &mut self.slots[t.slot()];
+        let fence = sl.pending.take().ok_or_else(|| {
+            ProcessError::Ring(format!("frame {} queued before ready", t.frame()))
+        })?;
+        // The fence arrived after the camera signalled it: the wait cannot
+        // be left pending by a camera that dies now.
+        sl.waiter.wait(&self.stream, &fence).ctx("GPU wait")?;
+        let (slot, frame, stride, fault) = (t.slot(), t.frame(), self.geometry.stride, self.fault);
+        let (ptr, len) = (sl.map.device_ptr() as usize, self.geometry.frame_len());
+        let tx = self.tx.clone();
+        self.stream
+            .launch_host_fn(move || {
+                let started = Instant::now();
+                // SAFETY: on the simulator (the only backend of this side,
+                // checked at set-up) device pointers are host addresses of
+                // the mapping's memory, which is `len` bytes (the reconciled
+                // size) and outlives the stream's work (the stream is
+                // synchronised before the mappings drop); the camera
+                // touches the bytes only after the free signal queued after
+                // this function.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+                let mismatches = match fault {
+                    Fault::SkipProcess => 0,
+                    _ => process_frame(frame, stride, bytes),
+                };
+                let process = started.elapsed();
+                let finished = Instant::now();
+                let c = Completion {
+                    slot,
+                    frame,
+                    mismatches,
+                    process,
+                    busy: process,
+                    finished,
+                };
+                // The receiver is gone only once the transport is dropped.
+                let _ = tx.send(c);
+            })
+            .ctx("cuLaunchHostFunc")?;
+        let free_fence = sl.signaler.signal(&self.stream).ctx("free signal")?;
+        self.in_flight += 1;
+        if self.source == FenceSource::Received || t.free_signal() == 1 {
+            self.link.send(&Msg::Freed { frame })?;
+            free_fence
+                .send(self.link.endpoint())
+                .map_err(self.link.ipc_err("to take the free fence"))?;
+        }
+        Ok(())
+    }
+
+    /// Ends the run: the camera checks its last frames and sends its
+    /// figures; the endpoint closes.
+    fn finish(mut self) -> Result<Figures, ProcessError> {
+        self.stream.synchronize().ctx("stream")?;
+        self.link.send(&Msg::End)?;
+        let figures = match self.link.recv(&|| "its figures".into())? {
+            Msg::Figures(f) => f,
+            other => {
+                return Err(self
+                    .link
+                    .protocol(format!("{other:?} instead of its figures")))
+            }
+        };
+        Ok(figures)
+    }
+}
+
+impl Drop for RemoteCamera {
+    fn drop(&mut self) {
+        // Every queued wait's fence had arrived signalled, so the stream
+        // drains; its host functions use the mappings dropped after this.
+        let _ = self.stream.synchronize();
+    }
+}
+
+impl FrameTransport for RemoteCamera {
+    fn backend(&self) -> &'static str {
+        "nvsci-two-process"
+    }
+
+    fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn geometry(&self) -> FrameGeometry {
+        self.geometry
+    }
+
+    /// The camera process writes the frame; no bytes are lent here (the
+    /// producer is not in this process): the slice is empty.
+    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
+        match self.await_written(t) {
+            Ok(()) => Ok(&mut []),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        match self.ready_fence(t) {
+            Ok(f) => {
+                self.slots[t.slot()].pending = Some(f);
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {
+        self.queue(t).map_err(|e| self.fail(e))
+    }
+
+    fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
+        match try_recv_completion(&self.rx) {
+            Ok(c) => {
+                self.in_flight -= usize::from(c.is_some());
+                Ok(c)
+            }
+            Err(e) => Err(self.fail(ProcessError::Consumer(e.to_string()))),
+        }
+    }
+
+    fn wait_complete(&mut self) -> Result<Completion, TransportError> {
+        match wait_completion(&self.rx, self.in_flight, self.limit) {
+            Ok(c) => {
+                self.in_flight -= 1;
+                Ok(c)
+            }
+            Err(e) => Err(self.fail(ProcessError::Consumer(e.to_string()))),
+        }
+    }
+}

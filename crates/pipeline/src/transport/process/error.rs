@@ -1,0 +1,180 @@
+//! The typed error of the two-process mode.
+
+use std::fmt;
+use std::time::Duration;
+
+use tegra_interop::driver::nvsci::IpcError;
+use tegra_interop::driver::Error;
+
+/// One side of the two-process mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// The process that writes the frames on the CPU (`--role camera`).
+    Camera,
+    /// The process that processes them with CUDA (`--role cuda`, or the
+    /// one the user started).
+    Cuda,
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Peer::Camera => "camera process",
+            Peer::Cuda => "CUDA process",
+        })
+    }
+}
+
+/// Why a side of the two-process mode failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ProcessError {
+    /// A CUDA, NvSciBuf or NvSciSync call failed.
+    Driver {
+        /// What was being done.
+        what: &'static str,
+        /// The driver's error (the raw `CUresult` / `NvSciError` inside).
+        source: Error,
+    },
+    /// A reconciliation failed (the driver's error and the keys in
+    /// conflict).
+    Reconcile {
+        /// What was reconciled.
+        what: &'static str,
+        /// The driver's reconciliation error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The peer did not do what was waited for within the limit
+    /// (`--peer-timeout`): it is stopped, stuck or not started.
+    Timeout {
+        /// The side waited for.
+        peer: Peer,
+        /// What was waited for.
+        waiting_for: String,
+        /// The limit.
+        limit: Duration,
+    },
+    /// An NvSciIpc transfer failed: above all, the connection was reset
+    /// because the peer ended.
+    Ipc {
+        /// The side at the other end.
+        peer: Peer,
+        /// What was being transferred.
+        what: String,
+        /// The driver's IPC error.
+        source: IpcError,
+    },
+    /// The peer sent something this protocol does not allow (it is not
+    /// trusted: checked before use).
+    Protocol {
+        /// The side that sent it.
+        peer: Peer,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The ring refused a move (a bug of this side, or of the peer's
+    /// messages that slipped past the checks).
+    Ring(String),
+    /// This process's consumer (its CUDA stream) did not report a frame
+    /// finished in time, or its completion channel closed.
+    Consumer(String),
+    /// The options do not allow this mode.
+    Options(String),
+    /// The per-frame figures could not be kept (a histogram refused).
+    Figures(String),
+    /// Starting or supervising the camera process failed.
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The camera process the CUDA process started failed.
+    CameraFailed(std::process::ExitStatus),
+}
+
+impl fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProcessError::Driver { what, source } => write!(f, "{what}: {source}"),
+            ProcessError::Reconcile { what, source } => write!(f, "{what}: {source}"),
+            ProcessError::Timeout {
+                peer,
+                waiting_for,
+                limit,
+            } => write!(
+                f,
+                "timed out after {limit:?} waiting for the {peer}: {waiting_for} (is it stopped or stuck? --peer-timeout sets the limit)"
+            ),
+            ProcessError::Ipc { peer, what, source } => {
+                write!(f, "{what} (the {peer} at the other end): {source}")
+            }
+            ProcessError::Protocol { peer, detail } => {
+                write!(f, "the {peer} broke the protocol: {detail}")
+            }
+            ProcessError::Ring(e) => write!(f, "ring: {e}"),
+            ProcessError::Consumer(e) => write!(f, "the CUDA stream: {e}"),
+            ProcessError::Options(e) => f.write_str(e),
+            ProcessError::Figures(e) => write!(f, "per-frame figures: {e}"),
+            ProcessError::Io { what, source } => write!(f, "{what}: {source}"),
+            ProcessError::CameraFailed(status) => {
+                write!(f, "the camera process failed: {status}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProcessError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ProcessError::Driver { source, .. } => Some(source),
+            ProcessError::Reconcile { source, .. } => Some(source.as_ref()),
+            ProcessError::Ipc { source, .. } => Some(source),
+            ProcessError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl ProcessError {
+    /// An IPC error while waiting for `peer` to do `what`: a timeout of the
+    /// endpoint becomes [`ProcessError::Timeout`].
+    pub(crate) fn ipc(peer: Peer, what: impl Into<String>, e: IpcError) -> ProcessError {
+        match e {
+            IpcError::Timeout { waited, .. } => ProcessError::Timeout {
+                peer,
+                waiting_for: what.into(),
+                limit: waited,
+            },
+            source => ProcessError::Ipc {
+                peer,
+                what: what.into(),
+                source,
+            },
+        }
+    }
+}
+
+/// Names what a driver call was for.
+pub(crate) trait Context<T> {
+    /// The error as [`ProcessError`], naming `what`.
+    fn ctx(self, what: &'static str) -> Result<T, ProcessError>;
+}
+
+impl<T> Context<T> for Result<T, Error> {
+    fn ctx(self, what: &'static str) -> Result<T, ProcessError> {
+        self.map_err(|source| ProcessError::Driver { what, source })
+    }
+}
+
+impl<T, K> Context<T> for Result<T, tegra_interop::driver::nvsci::ReconcileError<K>>
+where
+    K: fmt::Debug + Send + Sync + 'static,
+{
+    fn ctx(self, what: &'static str) -> Result<T, ProcessError> {
+        self.map_err(|e| ProcessError::Reconcile {
+            what,
+            source: Box::new(e),
+        })
+    }
+}
