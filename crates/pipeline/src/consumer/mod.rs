@@ -50,7 +50,9 @@ use tegra_interop::driver::{
     PinnedHostBuffer, Stream,
 };
 
-use crate::transport::{Completion, DriverError, DriverResultExt, FrameGeometry, TransportError};
+use crate::transport::{
+    Completion, DriverError, DriverResultExt, FrameGeometry, PeekedFrame, TransportError,
+};
 
 pub use kernel::{
     grid_for, kernel_pattern_byte, pattern_seed, self_check_pattern, CopyKernel, FrameMemory,
@@ -789,6 +791,20 @@ impl Consumer {
             Some(h) => Ok(h.as_mut_slice()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
+    }
+
+    /// Lends the slot's host frame ([`Work::ReadBack`]) until the slot's
+    /// next ticket: the collected frame's read-back, for the producer's
+    /// check on another thread. Refused while in flight.
+    pub fn lend_host_frame(&mut self, slot: usize) -> Result<PeekedFrame, TransportError> {
+        let bytes = self.host_frame(slot)?;
+        // SAFETY: the slot's pinned buffer stays at this address until the
+        // consumer is dropped (or leaked with it); the frame was collected,
+        // so its read-back is done, and nothing writes the buffer before the
+        // slot's next ticket (the producer after `wait_free` for that
+        // ticket, the next read-back only after it was queued), which the
+        // ring refuses while the frame is lent.
+        Ok(unsafe { PeekedFrame::new(std::ptr::NonNull::from(bytes).cast(), bytes.len()) })
     }
 
     /// Waits for everything queued on the consumer's streams (frames not
