@@ -92,9 +92,9 @@ const STUCK: Duration = Duration::from_secs(10);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Processing {
     /// Simulator only: a host function queued on the consumer's CUDA stream
-    /// (`cuLaunchHostFunc`) runs [`process_frame`] over the mapped device
-    /// pointer. Sound only where device pointers are host addresses, which
-    /// is true of the simulator and of no real GPU.
+    /// (`cuLaunchHostFunc`) runs [`process_frame`] over the frame through
+    /// the buffer's CPU mapping (on the simulator the bytes the device sees;
+    /// on a Jetson this would skip the GPU, so it is not offered there).
     HostFnOverSimulatedDeviceMemory,
     /// The pipeline's [`Consumer`]: the NVRTC kernel of
     /// [`crate::consumer`] on the consumer's CUDA stream, over the mapped
