@@ -27,6 +27,13 @@
 //! counter a kernel adds to with `atomicAdd`), [`PinnedHostBuffer::atomic_u64`]
 //! gives an `AtomicU64` view that may be used at any time.
 //!
+//! Error paths need the same care: when a step fails after work was
+//! queued, synchronise the stream (and if that fails, the context) before
+//! the buffers the work uses are dropped; the simulator reports a queued
+//! copy or kernel that meets freed memory as a use after free. (The
+//! consumer scenario in `crates/driver/tests/consumer_sim.rs` shows the
+//! pattern, with a failure injected at every call.)
+//!
 //! The synchronous copies ([`DeviceBuffer::copy_from_host`],
 //! [`DeviceBuffer::copy_to_host`]) wait for the legacy default stream and
 //! return when the bytes have landed; like [`crate::MappedBuffer`]'s they

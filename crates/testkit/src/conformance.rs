@@ -140,7 +140,10 @@ pub const CHECKS: &[(&str, Check)] = &[
         copy_from_host_done_on_return,
     ),
     ("device_buffer_round_trip", device_buffer_round_trip),
-    ("pinned_mapped_visible_both_ways", pinned_mapped_visible_both_ways),
+    (
+        "pinned_mapped_visible_both_ways",
+        pinned_mapped_visible_both_ways,
+    ),
     ("event_ordering", event_ordering),
     ("nvrtc_module_launch", nvrtc_module_launch),
     ("launch_and_module_refusals", launch_and_module_refusals),
@@ -1220,8 +1223,11 @@ pub fn device_buffer_round_trip(
 
     b.fill(0xa5).during(C, "fill")?;
     let mut filled = vec![0u8; N];
-    b.copy_to_host(0, &mut filled).during(C, "copy_to_host after fill")?;
-    ensure(C, filled.iter().all(|x| *x == 0xa5), || "fill not seen".into())?;
+    b.copy_to_host(0, &mut filled)
+        .during(C, "copy_to_host after fill")?;
+    ensure(C, filled.iter().all(|x| *x == 0xa5), || {
+        "fill not seen".into()
+    })?;
 
     let mut src = PinnedHostBuffer::new(&ctx, N).during(C, "pinned src")?;
     let dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
@@ -1309,7 +1315,9 @@ pub fn pinned_mapped_visible_both_ways(
     let word = pinned.atomic_u64(1).during(C, "atomic view")?;
     let want = u64::from_ne_bytes(data2[8..16].try_into().unwrap_or([0; 8]));
     let got = word.load(std::sync::atomic::Ordering::Acquire);
-    ensure(C, got == want, || format!("atomic view {got:#x}, bytes {want:#x}"))?;
+    ensure(C, got == want, || {
+        format!("atomic view {got:#x}, bytes {want:#x}")
+    })?;
     let r = pinned.atomic_u64(N / 8);
     ensure(C, matches!(r, Err(Error::OutOfBounds { .. })), || {
         format!("atomic view past the end gave {r:?}")
@@ -1462,12 +1470,15 @@ pub fn launch_and_module_refusals(
 ) -> CheckResult {
     const C: &str = "launch_and_module_refusals";
     let nvrtc = Nvrtc::new(backend).during(C, "NVRTC")?;
-    let bad = "extern \"C\" __global__ void conformance_not_a_kernel(int x) { undeclared_name = x; }";
+    let bad =
+        "extern \"C\" __global__ void conformance_not_a_kernel(int x) { undeclared_name = x; }";
     match nvrtc.compile(bad, "bad.cu", &[]) {
         Err(Error::CompileFailed { code, log, program }) => {
-            ensure(C, code == NvrtcResult::COMPILATION && program == "bad.cu", || {
-                format!("compile failure {code} for {program}")
-            })?;
+            ensure(
+                C,
+                code == NvrtcResult::COMPILATION && program == "bad.cu",
+                || format!("compile failure {code} for {program}"),
+            )?;
             ensure(C, !log.trim().is_empty(), || "empty compile log".into())?;
         }
         other => return ensure(C, false, || format!("bad source gave {other:?}")),
@@ -1499,11 +1510,19 @@ pub fn launch_and_module_refusals(
     let buf = DeviceBuffer::new(&ctx, 1024).during(C, "device")?;
     // SAFETY: every launch below is refused before the call (checked).
     unsafe {
-        let r = add_one.launch(1u32, 2048u32).arg(&buf).arg(1024u64).launch(&stream);
+        let r = add_one
+            .launch(1u32, 2048u32)
+            .arg(&buf)
+            .arg(1024u64)
+            .launch(&stream);
         ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
             format!("2048 threads per block gave {r:?}")
         })?;
-        let r = add_one.launch(0u32, 32u32).arg(&buf).arg(1024u64).launch(&stream);
+        let r = add_one
+            .launch(0u32, 32u32)
+            .arg(&buf)
+            .arg(1024u64)
+            .launch(&stream);
         ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
             format!("an empty grid gave {r:?}")
         })?;
@@ -1512,7 +1531,11 @@ pub fn launch_and_module_refusals(
             ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
                 format!("a missing argument gave {r:?}")
             })?;
-            let r = add_one.launch(1u32, 32u32).arg(&buf).arg(1024u32).launch(&stream);
+            let r = add_one
+                .launch(1u32, 32u32)
+                .arg(&buf)
+                .arg(1024u32)
+                .launch(&stream);
             ensure(C, matches!(r, Err(Error::BadLaunch { .. })), || {
                 format!("a 4-byte argument for an 8-byte parameter gave {r:?}")
             })?;

@@ -204,8 +204,10 @@ fn async_copy(
             }
             let Some(inst) = inst.upgrade() else { return };
             let st = inst.lock_state();
-            let mut buf = vec![0u8; n];
-            let ok = st.device_read(src, &mut buf) && st.device_write(dst, &buf);
+            let host = |side| matches!(side, Side::PinnedHost);
+            let ok = st.live_range(src, n, host(src_side))
+                && st.live_range(dst, n, host(dst_side))
+                && st.copy_between(src, dst, n);
             drop(st);
             if !ok {
                 inst.diag(
