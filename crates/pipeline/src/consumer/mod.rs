@@ -9,14 +9,14 @@
 //! CUDA events, the slot's frame (a mapped import) or, per mode, its
 //! device-local copy or its pinned host buffer, and the streams. Per frame
 //! the transport queues its wait for *ready* on [`Consumer::entry_stream`],
-//! calls [`Consumer::queue`] (or [`Consumer::queue_acquired`] for an EGL
+//! calls [`Consumer::queue`] (or `Consumer::queue_acquired` for an EGL
 //! frame) and queues its *free* signal on [`Consumer::exit_stream`]; the
 //! frame's [`Completion`] comes from [`Consumer::try_complete`] /
 //! [`Consumer::wait_complete`], in queueing order, with the mismatch count
 //! and the GPU times of its events.
 //!
 //! Everything goes through the driver's seam (`tegra_interop::driver`:
-//! [`Nvrtc`](tegra_interop::driver::Nvrtc), `Module`, `Function::launch`,
+//! `Nvrtc`, `Module`, `Function::launch`,
 //! `Event`, `PinnedHostBuffer`, `DeviceBuffer`, `Stream::copy_async`), so the
 //! same code runs on a GPU and on the simulator, where the kernels are their
 //! Rust twins ([`twin::register`]). On a GPU the kernels, launches and
@@ -101,7 +101,7 @@ pub enum Work {
     /// event: a frame's copy back and a later frame's copy in overlap.
     DeviceCopy(CopyWith),
     /// Check and invert a frame that is not the consumer's (an acquired
-    /// EGL frame, [`Consumer::queue_acquired`]) in place, then copy it into
+    /// EGL frame, `Consumer::queue_acquired`) in place, then copy it into
     /// the slot's pinned host buffer ([`Consumer::host_frame`]): one stream.
     ReadBack,
 }
