@@ -26,11 +26,13 @@
 //! machine again. The Jetson path (NvSci on Tegra) has never run on a
 //! Jetson.
 //!
-//! This module is the pipeline's only one with `unsafe` code: the kernel
-//! launches and the queued copies (see [`Consumer`] for the rules that make
-//! them sound), each with its `// SAFETY:` line. Module [`legacy`] is the
-//! cudarc launcher that `transport/gpu.rs` and `app/baseline.rs` still use
-//! until they are ported onto [`Consumer`].
+//! This is the module meant to hold the pipeline's `unsafe` code (the
+//! crate root lists the others that still have some): the kernel launches
+//! and the queued copies (see [`Consumer`] for the rules that make them
+//! sound) and the host views of shared frames ([`shared`]), each with its
+//! `// SAFETY:` line. Module [`legacy`] is the cudarc launcher that
+//! `transport/gpu.rs` and `app/baseline.rs` still use until they are ported
+//! onto [`Consumer`].
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
 pub mod kernel;
