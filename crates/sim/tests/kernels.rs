@@ -3,7 +3,7 @@
 //! zero, unknown and freed handles, flags outside the documented sets,
 //! launch limits, kernels the simulator cannot check, and ledgers back at
 //! zero.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
 mod common;
 use common::*;
 
@@ -157,7 +157,7 @@ fn async_copies_run_in_stream_order_and_refuse_pageable_memory() {
     assert_eq!(&view[..16], &[9; 16]);
     // Past the end of the pinned allocation, a pageable buffer, a bad stream.
     assert_eq!(cu!(t, cuMemcpyHtoDAsync(dev, host, 4097, s)), INVALID_VALUE);
-    let pageable = vec![0u8; 64];
+    let pageable = [0u8; 64];
     assert_eq!(
         cu!(t, cuMemcpyHtoDAsync(dev, pageable.as_ptr().cast(), 64, s)),
         INVALID_VALUE
