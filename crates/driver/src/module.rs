@@ -53,7 +53,7 @@ use tegra_interop_core::CuResult;
 use tegra_interop_sys::cuda::{CUdeviceptr, CUfunction, CUmodule};
 
 use crate::buffer::DeviceMemory;
-use crate::ffi::{call, code, Bind, TryBind};
+use crate::ffi::{call, code, Bind, Current, TryBind};
 use crate::owner::{Owned, Release};
 use crate::{Backend, Context, Error, Ptx, Stream};
 
@@ -529,7 +529,7 @@ impl<'a> Launch<'a> {
         // NULL. What the kernel then does is the caller's promise (above).
         unsafe {
             call::cuLaunchKernel(
-                Bind(stream.context()),
+                Current(stream.context()),
                 f.raw,
                 g.x,
                 g.y,
