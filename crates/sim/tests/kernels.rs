@@ -3,7 +3,7 @@
 //! zero, unknown and freed handles, flags outside the documented sets,
 //! launch limits, kernels the simulator cannot check, and ledgers back at
 //! zero.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
 mod common;
 use common::*;
 
@@ -157,7 +157,7 @@ fn async_copies_run_in_stream_order_and_refuse_pageable_memory() {
     assert_eq!(&view[..16], &[9; 16]);
     // Past the end of the pinned allocation, a pageable buffer, a bad stream.
     assert_eq!(cu!(t, cuMemcpyHtoDAsync(dev, host, 4097, s)), INVALID_VALUE);
-    let pageable = vec![0u8; 64];
+    let pageable = [0u8; 64];
     assert_eq!(
         cu!(t, cuMemcpyHtoDAsync(dev, pageable.as_ptr().cast(), 64, s)),
         INVALID_VALUE
@@ -519,4 +519,94 @@ fn without_nvrtc_the_table_has_no_nvrtc_part() {
         sim.table().nvrtc.present().count(),
         NvrtcApi::ENTRY_POINTS.len()
     );
+}
+
+#[test]
+fn destroying_a_context_with_kernels_and_copies_queued_does_not_deadlock() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let c = Cu::new();
+        let t = &c.t;
+        c.sim.register_kernel(KernelSpec::new("slow", &[8]), |k| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            k.write_u64(k.arg_u64(0)?, 1)
+        });
+        let ctx = c.ctx();
+        let s = c.stream();
+        let mut dev: CUdeviceptr = 0;
+        assert_eq!(cu!(t, cuMemAlloc(&mut dev, 4096)), SUCCESS);
+        let image =
+            CString::new(".version 8.0\n.visible .entry slow(\n\t.param .u64 p\n)\n{\n ret;\n}\n")
+                .unwrap();
+        let mut m: CUmodule = ptr::null_mut();
+        assert_eq!(
+            cu!(t, cuModuleLoadData(&mut m, image.as_ptr().cast())),
+            SUCCESS
+        );
+        let mut f: CUfunction = ptr::null_mut();
+        assert_eq!(
+            cu!(t, cuModuleGetFunction(&mut f, m, c"slow".as_ptr())),
+            SUCCESS
+        );
+        let mut a0 = dev;
+        let mut params = [ptr::addr_of_mut!(a0).cast::<c_void>()];
+        // The kernel really runs (and takes its time).
+        let start = std::time::Instant::now();
+        assert_eq!(
+            cu!(
+                t,
+                cuLaunchKernel(
+                    f,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    s,
+                    params.as_mut_ptr(),
+                    ptr::null_mut()
+                )
+            ),
+            SUCCESS
+        );
+        assert_eq!(c.sync(s), SUCCESS);
+        assert!(start.elapsed() >= std::time::Duration::from_millis(20));
+        assert_eq!(c.dtoh(dev, 8), 1u64.to_ne_bytes());
+        for _ in 0..20 {
+            assert_eq!(
+                cu!(
+                    t,
+                    cuLaunchKernel(
+                        f,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        1,
+                        0,
+                        s,
+                        params.as_mut_ptr(),
+                        ptr::null_mut()
+                    )
+                ),
+                SUCCESS
+            );
+            assert_eq!(cu!(t, cuMemcpyDtoDAsync(dev + 8, dev, 8, s)), SUCCESS);
+        }
+        // The context goes with its stream, module and memory while the
+        // stream is busy (its worker waiting for the simulator's lock): the
+        // queued work is dropped, nothing waits for ever.
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert_eq!(cu!(t, cuCtxDestroy(ctx)), SUCCESS);
+        let l = settled_ledger(&c.sim);
+        tx.send((l.live_modules, l.live_allocations, l.live_streams))
+            .unwrap();
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("cuCtxDestroy with queued kernels and copies deadlocked");
+    assert_eq!(got, (0, 0, 0));
 }

@@ -203,7 +203,9 @@ fn async_copy(
                 return;
             }
             let Some(inst) = inst.upgrade() else { return };
-            let st = inst.lock_state();
+            let Some(st) = inst.lock_state_for_work(|| sc.cancelled()) else {
+                return;
+            };
             let host = |side| matches!(side, Side::PinnedHost);
             let ok = st.live_range(src, n, host(src_side))
                 && st.live_range(dst, n, host(dst_side))
