@@ -779,7 +779,7 @@ impl Consumer {
     /// flight (`&mut self`: no thread queues meanwhile).
     pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
         self.check_idle(slot)?;
-        match &self.res.slots[slot].host {
+        match &mut self.res.slots[slot].host {
             Some(h) => Ok(h.as_slice()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
