@@ -389,6 +389,30 @@ fn import_slots(
 }
 
 impl NvSciTransport {
+    /// Opens the transport on a new simulated Tegra (`SimConfig::tegra()`)
+    /// with the kernel path ([`Processing::CudaKernel`]): the same consumer
+    /// code as on a Jetson, the kernels run as their Rust twins (registered
+    /// here). Gives the simulator too, for its ledgers after the run.
+    pub fn open_sim(
+        name: &'static str,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<(NvSciTransport, tegra_interop_sim::Sim), TransportError> {
+        let sim = tegra_interop_sim::Sim::with_config(tegra_interop_sim::SimConfig::tegra())
+            .map_err(|e| TransportError::refused(format!("cannot start the simulator: {e}")))?;
+        crate::consumer::twin::register(&sim);
+        let t = Self::open(
+            &sim.backend(),
+            name,
+            Processing::CudaKernel,
+            geometry,
+            slots,
+            fault,
+        )?;
+        Ok((t, sim))
+    }
+
     /// Opens the transport on `backend`: one CUDA context (the consumer) on
     /// device 0, the ring's NvSci objects for `slots` slots, their CUDA
     /// imports, the consumer's stream. `name` is printed as the backend.
@@ -1025,8 +1049,7 @@ mod tests {
     /// (every release's fence flavour is covered by the host-function
     /// test above; this is the tegra default) and returns the completions.
     fn kernel_run(slots: usize, frames: u64, fault: Fault) -> Vec<Completion> {
-        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let mut t = open_on(&sim, Processing::CudaKernel, slots, fault).unwrap();
+        let (mut t, sim) = NvSciTransport::open_sim("nvsci-sim", G, slots, fault).unwrap();
         assert!(t
             .note()
             .starts_with("sim: the consumer's NVRTC kernel path"));
