@@ -21,11 +21,21 @@
 //!
 //! Given that promise, the host views of a pinned buffer are safe:
 //! [`PinnedHostBuffer::as_slice`] / [`PinnedHostBuffer::as_mut_slice`]
-//! borrow the buffer (shared / exclusive), so within one process Rust's
-//! borrow rules order host accesses, and the unsafe queue calls order the
-//! device's. For values the device updates while the host watches (a
-//! counter a kernel adds to with `atomicAdd`), [`PinnedHostBuffer::atomic_u64`]
-//! gives an `AtomicU64` view that may be used at any time.
+//! borrow the buffer exclusively (`&mut self`, both), so within one process
+//! Rust's borrow rules order host accesses (no atomic view, no queue call
+//! that takes `&PinnedHostBuffer`, exists while a byte view does), and the
+//! unsafe queue calls order the device's. For values the device updates
+//! while the host watches (a counter a kernel adds to with `atomicAdd`),
+//! [`PinnedHostBuffer::atomic_u64`] gives an `AtomicU64` view (`&self`:
+//! shareable between threads, and used at any time, since every access
+//! through it is atomic).
+//!
+//! Error paths need the same care: when a step fails after work was
+//! queued, synchronise the stream (and if that fails, the context) before
+//! the buffers the work uses are dropped; the simulator reports a queued
+//! copy or kernel that meets freed memory as a use after free. (The
+//! consumer scenario in `crates/driver/tests/consumer_sim.rs` shows the
+//! pattern, with a failure injected at every call.)
 //!
 //! The synchronous copies ([`DeviceBuffer::copy_from_host`],
 //! [`DeviceBuffer::copy_to_host`]) wait for the legacy default stream and
@@ -39,7 +49,7 @@ use std::sync::atomic::AtomicU64;
 
 use tegra_interop_sys::cuda::CUdeviceptr;
 
-use crate::ffi::{call, Bind, TryBind};
+use crate::ffi::{call, Bind, Current, TryBind};
 use crate::owner::{Owned, Release};
 use crate::{Backend, Context, Error, MappedBuffer, Stream};
 
@@ -257,7 +267,7 @@ impl DeviceBuffer {
         // completes (this function's contract); `dst` lies in this buffer.
         unsafe {
             call::cuMemcpyHtoDAsync(
-                Bind(stream.context()),
+                Current(stream.context()),
                 dst,
                 host.cast_const().cast(),
                 len,
@@ -292,7 +302,7 @@ impl DeviceBuffer {
         // completes (this function's contract); `src` lies in this buffer.
         unsafe {
             call::cuMemcpyDtoHAsync(
-                Bind(stream.context()),
+                Current(stream.context()),
                 host.cast(),
                 src,
                 len,
@@ -332,8 +342,8 @@ struct HostRes {
 // SAFETY: `HostRes` owns a pinned allocation (a plain pointer to memory no
 // other value owns) and a context clone; the memory may be used from any
 // thread, and the driver serialises the free. `Sync`: `&PinnedHostBuffer`
-// gives shared views (`&[u8]`, atomics) only, whose concurrent use is
-// ordered by the borrow rules and the queue calls' contracts (module docs).
+// gives atomic views only (byte views need `&mut`), which may be used from
+// several threads at once (module docs).
 unsafe impl Send for HostRes {}
 // SAFETY: see above.
 unsafe impl Sync for HostRes {}
@@ -466,10 +476,14 @@ impl PinnedHostBuffer {
 
     /// The bytes, read by the host. Sound under the module's rule: no GPU
     /// work queued through the `unsafe` queue calls writes them until it
-    /// completed (their callers promised it).
-    pub fn as_slice(&self) -> &[u8] {
+    /// completed (their callers promised it). Takes `&mut self` so that no
+    /// atomic view ([`atomic_u64`](Self::atomic_u64), which needs only
+    /// `&self`) can write while the bytes are read; the `&[u8]` it gives is
+    /// `Sync` (split it between threads to read in parallel).
+    pub fn as_slice(&mut self) -> &[u8] {
         // SAFETY: the allocation holds `len` initialised bytes (zero-filled
-        // at creation) for as long as `self` lives; device writes are
+        // at creation) for as long as `self` lives; `&mut self` excludes
+        // host writers (atomic views) for the borrow; device writes are
         // excluded by the queue calls' contracts (module docs).
         unsafe { std::slice::from_raw_parts(self.res.host.as_ptr(), self.res.len) }
     }
@@ -533,6 +547,6 @@ impl Stream {
         let n = usize_len(len)?;
         // Both ranges lie in live buffers (checked); the caller keeps them
         // alive and untouched until the copy completes.
-        call::cuMemcpyDtoDAsync(Bind(self.context()), d, s, n, self.as_raw())
+        call::cuMemcpyDtoDAsync(Current(self.context()), d, s, n, self.as_raw())
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tegra_interop_core::CuResult;
 use tegra_interop_sys::cuda::CUevent;
 
-use crate::ffi::{call, code, Bind, TryBind};
+use crate::ffi::{call, code, Bind, Current, TryBind};
 use crate::owner::{Owned, Release};
 use crate::{Backend, Context, Error, Stream};
 
@@ -130,13 +130,13 @@ impl Event {
         if !stream.context().same(&self.res.ctx) {
             return Err(wrong_context("Event::record"));
         }
-        call::cuEventRecord(Bind(stream.context()), self.res.raw, stream.as_raw())
+        call::cuEventRecord(Current(stream.context()), self.res.raw, stream.as_raw())
     }
 
     /// `true` when the work before the last record has completed (or the
     /// event was never recorded): `cuEventQuery`, `NOT_READY` is `false`.
     pub fn is_complete(&self) -> Result<bool, Error> {
-        match CuResult::from(code::cuEventQuery(Bind(&self.res.ctx), self.res.raw)?) {
+        match CuResult::from(code::cuEventQuery(Current(&self.res.ctx), self.res.raw)?) {
             CuResult::SUCCESS => Ok(true),
             CuResult::NOT_READY => Ok(false),
             code => Err(Error::Driver {
@@ -225,6 +225,6 @@ impl Stream {
         if !self.context().same(&event.res.ctx) {
             return Err(wrong_context("Stream::wait_event"));
         }
-        call::cuStreamWaitEvent(Bind(self.context()), self.as_raw(), event.res.raw, 0)
+        call::cuStreamWaitEvent(Current(self.context()), self.as_raw(), event.res.raw, 0)
     }
 }

@@ -53,7 +53,7 @@ use tegra_interop_core::CuResult;
 use tegra_interop_sys::cuda::{CUdeviceptr, CUfunction, CUmodule};
 
 use crate::buffer::DeviceMemory;
-use crate::ffi::{call, code, Bind, TryBind};
+use crate::ffi::{call, code, Bind, Current, TryBind};
 use crate::owner::{Owned, Release};
 use crate::{Backend, Context, Error, Ptx, Stream};
 
@@ -166,7 +166,8 @@ impl Module {
 
 /// The kernel's parameter sizes from `cuFuncGetParamInfo` (index by index
 /// until the driver answers `INVALID_VALUE`), or `None` where the table
-/// lacks the entry point.
+/// lacks the entry point or the driver answers `NOT_SUPPORTED` (launches
+/// are then not checked against the parameters).
 fn param_sizes(ctx: &Context, f: CUfunction) -> Result<Option<Vec<usize>>, Error> {
     if ctx.api().cuFuncGetParamInfo.is_none() {
         return Ok(None);
@@ -183,6 +184,7 @@ fn param_sizes(ctx: &Context, f: CUfunction) -> Result<Option<Vec<usize>>, Error
         match CuResult::from(r) {
             CuResult::SUCCESS => sizes.push(size),
             CuResult::INVALID_VALUE => return Ok(Some(sizes)),
+            CuResult::NOT_SUPPORTED => return Ok(None),
             code => {
                 return Err(Error::Driver {
                     call: "cuFuncGetParamInfo",
@@ -529,7 +531,7 @@ impl<'a> Launch<'a> {
         // NULL. What the kernel then does is the caller's promise (above).
         unsafe {
             call::cuLaunchKernel(
-                Bind(stream.context()),
+                Current(stream.context()),
                 f.raw,
                 g.x,
                 g.y,

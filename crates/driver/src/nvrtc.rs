@@ -161,8 +161,10 @@ impl fmt::Debug for Nvrtc {
     }
 }
 
-/// An NVRTC program, destroyed once on every path.
+/// An NVRTC program, destroyed once on every path (a failed destroy is
+/// kept on the backend, as `Drop` failures of handles are).
 struct Program<'a> {
+    backend: &'a Backend,
     api: &'a NvrtcApi,
     raw: nvrtcProgram,
 }
@@ -172,7 +174,9 @@ impl Drop for Program<'_> {
         // SAFETY: `raw` is a live program made by `nvrtcCreateProgram` of
         // the same table, destroyed only here; the call writes NULL to the
         // local it is given.
-        let _ = unsafe { call::nvrtcDestroyProgram(self.api, &mut self.raw) };
+        if let Err(e) = unsafe { call::nvrtcDestroyProgram(self.api, &mut self.raw) } {
+            self.backend.record_drop_error(e);
+        }
     }
 }
 
@@ -288,7 +292,11 @@ impl Nvrtc {
                 std::ptr::null(),
             )
         }?;
-        let program = Program { api, raw };
+        let program = Program {
+            backend: &self.backend,
+            api,
+            raw,
+        };
         // SAFETY: `option_ptrs` holds `count` NUL-terminated strings
         // (`c_options`, alive for the call); the program is live.
         let compiled = unsafe {

@@ -140,6 +140,8 @@ library_name!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi);
 const NVRTC_ALTERNATES: &[&str] = &[
     "libnvrtc.so",
     "libnvrtc.so.13",
+    "/usr/local/cuda/lib64/libnvrtc.so.12",
+    "/usr/local/cuda/lib64/libnvrtc.so.13",
     "/usr/local/cuda/lib64/libnvrtc.so",
 ];
 

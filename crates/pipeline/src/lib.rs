@@ -66,14 +66,15 @@
 //! # Unsafe code
 //!
 //! The crate denies `unsafe` code. [`consumer`] is the module meant to hold
-//! all of it (kernel launches and queued copies over frame memory, each
-//! with its `// SAFETY:` line). Until issue 24's other parts land, these
-//! modules still allow it, each for the raw frame views it has (listed so
-//! the list can only shrink): `transport` (`PeekedFrame`), `transport::host`,
-//! `transport::nvsci`, `transport::egl` (CPU views of shared frames, EGL
-//! stream ends), `transport::gpu`, `transport::process`, `app` (the checker
-//! thread's lent frame), `app::baseline`, `app::probe` (the Vulkan loader
-//! probe).
+//! all of it (kernel launches and queued copies over frame memory, the
+//! host views of shared frames in [`consumer::shared`], each with its
+//! `// SAFETY:` line). Until issue 24's other parts land, these modules
+//! still allow it for what they have (listed so the list can only
+//! shrink): `transport::host` (lending a frame), `transport::egl` (the raw
+//! `EGLStreamKHR`, the producer's frames), `transport::gpu`,
+//! `transport::process`, `app` (the checker thread's lent frame),
+//! `app::baseline`, `app::probe` (the Vulkan loader probe), and one test of
+//! `ring`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 

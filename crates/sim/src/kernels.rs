@@ -221,7 +221,7 @@ impl KernelLaunch<'_> {
     /// allocation (device memory, a mapped import, device-mapped pinned
     /// host memory).
     pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), KernelFault> {
-        if self.state.device_read(addr, out) {
+        if self.state.live_range(addr, out.len(), false) && self.state.device_read(addr, out) {
             Ok(())
         } else {
             Err(self.outside("read", out.len(), addr))
@@ -230,7 +230,7 @@ impl KernelLaunch<'_> {
 
     /// Writes `data` at device address `addr` (bounds as for [`read`](Self::read)).
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), KernelFault> {
-        if self.state.device_write(addr, data) {
+        if self.state.live_range(addr, data.len(), false) && self.state.device_write(addr, data) {
             Ok(())
         } else {
             Err(self.outside("wrote", data.len(), addr))

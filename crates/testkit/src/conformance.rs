@@ -1230,7 +1230,7 @@ pub fn device_buffer_round_trip(
     })?;
 
     let mut src = PinnedHostBuffer::new(&ctx, N).during(C, "pinned src")?;
-    let dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
+    let mut dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
     let data2 = pattern(77, N);
     src.as_mut_slice().copy_from_slice(&data2);
     let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "event")?;
@@ -1349,7 +1349,7 @@ pub fn event_ordering(backend: &Arc<Backend>, _exporter: &mut dyn Exporter) -> C
     let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "done")?;
 
     let mut src = PinnedHostBuffer::new(&ctx, N).during(C, "pinned src")?;
-    let dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
+    let mut dst = PinnedHostBuffer::new(&ctx, N).during(C, "pinned dst")?;
     let mid = DeviceBuffer::new(&ctx, N).during(C, "device")?;
     let data = pattern(41, N);
     src.as_mut_slice().copy_from_slice(&data);

@@ -113,7 +113,7 @@ fn ring(ctx: &Context, len: usize, slots: usize, copy: bool) -> Result<Vec<Slot>
 /// mismatch count (word `index` of `counters`) and the host read-back of
 /// the inverted pattern. `Ok(true)` when it passed.
 fn check(
-    slot: &Slot,
+    slot: &mut Slot,
     counters: &PinnedHostBuffer,
     index: usize,
     frame: u64,
@@ -201,7 +201,7 @@ pub fn run_in(
     let threads = frame_threads(len);
     let (mut failed, mut write_ns, mut verify_ns) = (0u64, 0u128, 0u128);
     let n = slots as u64;
-    let mut checked = |slot: &Slot, index: usize, frame: u64| -> Result<(), TransportError> {
+    let mut checked = |slot: &mut Slot, index: usize, frame: u64| -> Result<(), TransportError> {
         let t = Instant::now();
         failed += u64::from(!check(slot, &counters, index, frame, geometry, threads)?);
         verify_ns += t.elapsed().as_nanos();
@@ -211,7 +211,7 @@ pub fn run_in(
     for frame in 0..frames {
         let index = (frame % n) as usize;
         if frame >= n {
-            checked(&ring[index], index, frame - n)?;
+            checked(&mut ring[index], index, frame - n)?;
         }
         let t = Instant::now();
         let slot = &mut ring[index];
@@ -223,7 +223,7 @@ pub fn run_in(
     let mut last_done = start;
     for frame in frames.saturating_sub(n)..frames {
         let index = (frame % n) as usize;
-        checked(&ring[index], index, frame)?;
+        checked(&mut ring[index], index, frame)?;
         last_done = Instant::now();
     }
     let wall = last_done.saturating_duration_since(start);

@@ -9,14 +9,14 @@
 //! CUDA events, the slot's frame (a mapped import) or, per mode, its
 //! device-local copy or its pinned host buffer, and the streams. Per frame
 //! the transport queues its wait for *ready* on [`Consumer::entry_stream`],
-//! calls [`Consumer::queue`] (or [`Consumer::queue_acquired`] for an EGL
+//! calls [`Consumer::queue`] (or `Consumer::queue_acquired` for an EGL
 //! frame) and queues its *free* signal on [`Consumer::exit_stream`]; the
 //! frame's [`Completion`] comes from [`Consumer::try_complete`] /
 //! [`Consumer::wait_complete`], in queueing order, with the mismatch count
 //! and the GPU times of its events.
 //!
 //! Everything goes through the driver's seam (`tegra_interop::driver`:
-//! [`Nvrtc`](tegra_interop::driver::Nvrtc), `Module`, `Function::launch`,
+//! `Nvrtc`, `Module`, `Function::launch`,
 //! `Event`, `PinnedHostBuffer`, `DeviceBuffer`, `Stream::copy_async`), so the
 //! same code runs on a GPU and on the simulator, where the kernels are their
 //! Rust twins ([`twin::register`]). On a GPU the kernels, launches and
@@ -26,9 +26,11 @@
 //! machine again. The Jetson path (NvSci on Tegra) has never run on a
 //! Jetson.
 //!
-//! This module is the pipeline's only one with `unsafe` code: the kernel
-//! launches and the queued copies (see [`Consumer`] for the rules that make
-//! them sound), each with its `// SAFETY:` line.
+//! This is the module meant to hold the pipeline's `unsafe` code (the
+//! crate root lists the others that still have some): the kernel launches
+//! and the queued copies (see [`Consumer`] for the rules that make them
+//! sound) and the host views of shared frames ([`shared`]), each with its
+//! `// SAFETY:` line.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
 pub mod kernel;
@@ -47,7 +49,9 @@ use tegra_interop::driver::{
     PinnedHostBuffer, Stream,
 };
 
-use crate::transport::{Completion, DriverError, DriverResultExt, FrameGeometry, TransportError};
+use crate::transport::{
+    Completion, DriverError, DriverResultExt, FrameGeometry, PeekedFrame, TransportError,
+};
 
 pub use kernel::{
     grid_for, kernel_pattern_byte, pattern_seed, self_check_pattern, CopyKernel, FrameMemory,
@@ -95,7 +99,7 @@ pub enum Work {
     /// event: a frame's copy back and a later frame's copy in overlap.
     DeviceCopy(CopyWith),
     /// Check and invert a frame that is not the consumer's (an acquired
-    /// EGL frame, [`Consumer::queue_acquired`]) in place, then copy it into
+    /// EGL frame, `Consumer::queue_acquired`) in place, then copy it into
     /// the slot's pinned host buffer ([`Consumer::host_frame`]): one stream.
     ReadBack,
 }
@@ -771,7 +775,7 @@ impl Consumer {
     /// flight (`&mut self`: no thread queues meanwhile).
     pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
         self.check_idle(slot)?;
-        match &self.res.slots[slot].host {
+        match &mut self.res.slots[slot].host {
             Some(h) => Ok(h.as_slice()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
@@ -785,6 +789,20 @@ impl Consumer {
             Some(h) => Ok(h.as_mut_slice()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
+    }
+
+    /// Lends the slot's host frame ([`Work::ReadBack`]) until the slot's
+    /// next ticket: the collected frame's read-back, for the producer's
+    /// check on another thread. Refused while in flight.
+    pub fn lend_host_frame(&mut self, slot: usize) -> Result<PeekedFrame, TransportError> {
+        let bytes = self.host_frame(slot)?;
+        // SAFETY: the slot's pinned buffer stays at this address until the
+        // consumer is dropped (or leaked with it); the frame was collected,
+        // so its read-back is done, and nothing writes the buffer before the
+        // slot's next ticket (the producer after `wait_free` for that
+        // ticket, the next read-back only after it was queued), which the
+        // ring refuses while the frame is lent.
+        Ok(unsafe { PeekedFrame::new(std::ptr::NonNull::from(bytes).cast(), bytes.len()) })
     }
 
     /// Waits for everything queued on the consumer's streams (frames not

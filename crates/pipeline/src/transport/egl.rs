@@ -13,8 +13,8 @@
 //! 3. `queue_consumer`: the consumer acquires the frame
 //!    (`cuEGLStreamConsumerAcquireFrame`), processes it in place on its
 //!    stream, reads it back into the slot's host buffer, releases it
-//!    (`cuEGLStreamConsumerReleaseFrame`, ordered after that work) and
-//!    reports the frame finished from a host function queued last;
+//!    (`cuEGLStreamConsumerReleaseFrame`, ordered after that work); the
+//!    frame is finished when the consumer's event after the read-back is;
 //! 4. the producer takes its buffers back with
 //!    `cuEGLStreamProducerReturnFrame` before it presents into them again.
 //!
@@ -27,29 +27,25 @@
 //! first. The consumer's copy has the producer's pitch (checked per frame:
 //! a frame of another pitch is an error, not a silent re-layout).
 //!
-//! Processing, as for the NvSci transport: on the simulator a
-//! stream-ordered host function over the consumer's copy (whose device
-//! address is a host address there); on a real GPU the NVRTC kernel of
-//! [`crate::consumer`], whose frame time comes from CUDA events.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
+//! Processing is the pipeline's [`Consumer`] ([`Work::ReadBack`]): the
+//! NVRTC kernel of [`crate::consumer`] over the acquired frame, then a copy
+//! kernel into the slot's pinned host buffer (the buffer the camera writes
+//! and the producer checks), times and completion from CUDA events. The
+//! same code on a GPU and on the simulator, where the kernels run as their
+//! Rust twins.
+#![allow(unsafe_code)] // transitional (the raw EGLStreamKHR and the producer's frames): see "Unsafe code" in lib.rs
 
 use std::any::Any;
-use std::ptr::NonNull;
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
-use tegra_interop::driver::egl::{
-    EglStreamConsumer, EglStreamProducer, ProducerFrame, StreamFrame,
-};
-use tegra_interop::driver::{Context, DeviceBuffer, Stream};
-use tegra_interop::sys::cuda::{CUdeviceptr, EGLStreamKHR};
+use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerFrame};
+use tegra_interop::driver::{BackendKind, Context, DeviceBuffer, Stream};
+use tegra_interop::sys::cuda::EGLStreamKHR;
 
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
 use crate::ring::{Peek, Ticket};
-use crate::transport::nvsci::Processing;
 use crate::transport::{
-    process_frame, try_recv_completion, wait_completion, Completion, DriverResultExt,
-    FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
 /// How long an acquire, a buffer's return or a completion may take before
@@ -70,55 +66,6 @@ pub fn pool_size(slots: usize) -> usize {
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|n| (slots + 1..=64).contains(n))
         .unwrap_or(slots + 1)
-}
-
-/// The consumer side: where acquired frames are processed and read back.
-enum Processor {
-    /// [`Processing::HostFnOverSimulatedDeviceMemory`]: a stream-ordered
-    /// host function over the acquired copy, which writes the result into
-    /// the slot's heap buffer.
-    HostFn {
-        stream: Stream,
-        host: Vec<Box<[u8]>>,
-        done_tx: Sender<Completion>,
-        done_rx: Receiver<Completion>,
-        in_flight: usize,
-    },
-    /// [`Processing::CudaKernel`]: the pipeline's [`Consumer`]
-    /// ([`Work::ReadBack`]: the kernel over the acquired frame, then a copy
-    /// into the slot's pinned host buffer, which it owns).
-    Kernel(Box<Consumer>),
-}
-
-impl Processor {
-    /// The stream frames are acquired, processed and released on.
-    fn stream(&self) -> &Stream {
-        match self {
-            Processor::HostFn { stream, .. } => stream,
-            Processor::Kernel(c) => c.entry_stream(),
-        }
-    }
-
-    /// The slot's host buffer (the camera's frame, then the read-back).
-    fn host(&mut self, slot: usize) -> Result<&[u8], TransportError> {
-        match self {
-            Processor::HostFn { host, .. } => host
-                .get(slot)
-                .map(|b| &b[..])
-                .ok_or_else(|| TransportError::no_slot(slot)),
-            Processor::Kernel(c) => c.host_frame(slot),
-        }
-    }
-
-    fn host_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
-        match self {
-            Processor::HostFn { host, .. } => host
-                .get_mut(slot)
-                .map(|b| &mut b[..])
-                .ok_or_else(|| TransportError::no_slot(slot)),
-            Processor::Kernel(c) => c.host_frame_mut(slot),
-        }
-    }
 }
 
 /// Per-frame figures of the EGLStream handover, for the report.
@@ -149,7 +96,10 @@ pub struct EglTransport {
     producer: Option<EglStreamProducer>,
     consumer: Option<EglStreamConsumer>,
     pstream: Stream,
-    processor: Option<Processor>,
+    /// The consumer's CUDA work ([`Work::ReadBack`]: the kernel over each
+    /// acquired frame, then a copy into the slot's pinned host buffer, which
+    /// it owns); `None` once shut down.
+    consumer_work: Option<Box<Consumer>>,
     /// The producer's and consumer's context (held until the end).
     _ctx: Context,
     /// The EGL side that owns the `EGLStreamKHR` (a simulated stream, or
@@ -163,17 +113,19 @@ impl EglTransport {
     /// and drops it after both ends disconnected), with `ctx` as the
     /// producer's and consumer's context.
     ///
+    /// The consumer's work is the pipeline's [`Consumer`] (the NVRTC
+    /// kernel over each acquired frame, then its read-back), on a GPU and on
+    /// the simulator (register the kernels' twins first:
+    /// [`crate::consumer::twin::register`]).
+    ///
     /// # Safety
     /// `stream` must be a live stream that `egl` keeps alive while it is
-    /// alive, with no ends connected yet, and the processing must suit the
-    /// backend: [`Processing::HostFnOverSimulatedDeviceMemory`] only on the
-    /// simulator (whose device addresses are host addresses).
+    /// alive, with no ends connected yet.
     pub unsafe fn open(
         ctx: &Context,
         stream: EGLStreamKHR,
         egl: Box<dyn Any>,
         name: &'static str,
-        processing: Processing,
         geometry: FrameGeometry,
         slots: usize,
     ) -> Result<EglTransport, TransportError> {
@@ -191,18 +143,25 @@ impl EglTransport {
             })?;
         let height = u32::try_from(geometry.rows)
             .map_err(|_| TransportError::refused("the frame height exceeds 32 bits"))?;
-        let processor = Self::make_processor(ctx, processing, geometry, slots)?;
+        let config = ConsumerConfig {
+            geometry,
+            slots,
+            memory: FrameMemory::Device,
+            work: Work::ReadBack,
+            skip_kernel: false,
+        };
+        let consumer_work = Consumer::new(ctx, config, Vec::new())?;
         let pool = (0..pool_size(slots))
             .map(|_| DeviceBuffer::new(ctx, len).during("allocating a frame buffer (cuMemAlloc)"))
             .collect::<Result<Vec<_>, _>>()?;
         let mut t = EglTransport {
             name,
-            note: match processing {
-                Processing::HostFnOverSimulatedDeviceMemory => {
-                    "EGLStream (FIFO): a CUDA producer presents device copies of the camera's frames; the consumer's acquired copy is processed by a stream-ordered host function (simulator)"
-                }
-                Processing::CudaKernel => {
+            note: match ctx.backend().kind() {
+                BackendKind::Real => {
                     "EGLStream (FIFO): a CUDA producer presents device copies of the camera's frames; the consumer's acquired copy (the driver copies: measured) is processed by the NVRTC kernel and read back"
+                }
+                _ => {
+                    "EGLStream (FIFO): a CUDA producer presents device copies of the camera's frames; the consumer's acquired copy is processed by the consumer's kernel path, the kernel run as its Rust twin (simulator), and read back"
                 }
             },
             geometry,
@@ -214,7 +173,7 @@ impl EglTransport {
             producer: None,
             consumer: None,
             pstream: Stream::new(ctx).during("CUDA stream")?,
-            processor: Some(processor),
+            consumer_work: Some(Box::new(consumer_work)),
             _ctx: ctx.clone(),
             egl: Some(egl),
         };
@@ -235,53 +194,20 @@ impl EglTransport {
         Ok(t)
     }
 
-    /// The consumer side for `processing`.
-    fn make_processor(
-        ctx: &Context,
-        processing: Processing,
-        geometry: FrameGeometry,
-        slots: usize,
-    ) -> Result<Processor, TransportError> {
-        Ok(match processing {
-            Processing::HostFnOverSimulatedDeviceMemory => {
-                let (done_tx, done_rx) = mpsc::channel();
-                Processor::HostFn {
-                    stream: Stream::new(ctx).during("CUDA stream")?,
-                    host: (0..slots)
-                        .map(|_| vec![0u8; geometry.frame_len()].into_boxed_slice())
-                        .collect(),
-                    done_tx,
-                    done_rx,
-                    in_flight: 0,
-                }
-            }
-            Processing::CudaKernel => {
-                let config = ConsumerConfig {
-                    geometry,
-                    slots,
-                    memory: FrameMemory::Device,
-                    work: Work::ReadBack,
-                    skip_kernel: false,
-                };
-                Processor::Kernel(Box::new(Consumer::new(ctx, config, Vec::new())?))
-            }
-        })
-    }
-
     /// One line for the summary: how frames travel and are processed.
     pub fn note(&self) -> &'static str {
         self.note
     }
 
-    fn processor(&self) -> Result<&Processor, TransportError> {
-        self.processor
-            .as_ref()
+    fn consumer_work(&self) -> Result<&Consumer, TransportError> {
+        self.consumer_work
+            .as_deref()
             .ok_or_else(|| TransportError::misuse("the transport was shut down"))
     }
 
-    fn processor_mut(&mut self) -> Result<&mut Processor, TransportError> {
-        self.processor
-            .as_mut()
+    fn consumer_work_mut(&mut self) -> Result<&mut Consumer, TransportError> {
+        self.consumer_work
+            .as_deref_mut()
             .ok_or_else(|| TransportError::misuse("the transport was shut down"))
     }
 
@@ -331,68 +257,6 @@ impl EglTransport {
         Ok(())
     }
 
-    /// Queues the processing and read-back of `frame` (acquired as `got`)
-    /// on the consumer's stream, then the completion.
-    fn queue_processing(
-        &mut self,
-        slot: usize,
-        frame: u64,
-        got: &StreamFrame<'_>,
-        ptr: CUdeviceptr,
-    ) -> Result<(), TransportError> {
-        let len = self.geometry.frame_len();
-        let stride = self.geometry.stride;
-        let (stream, host, tx, in_flight) = match self.processor.as_mut() {
-            None => return Err(TransportError::misuse("the transport was shut down")),
-            Some(Processor::Kernel(c)) => return c.queue_acquired(slot, frame, got),
-            Some(Processor::HostFn {
-                stream,
-                host,
-                done_tx,
-                in_flight,
-                ..
-            }) => (stream, host, done_tx.clone(), in_flight),
-        };
-        let out = host
-            .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))?
-            .as_mut_ptr() as usize;
-        let src = ptr as usize;
-        stream
-            .launch_host_fn(move || {
-                // SAFETY: this path runs on the simulator only (the caller
-                // of `open` vouched for it), where the acquired frame's
-                // device address is a host address of `len` bytes (checked
-                // against the frame's pitch and height when acquired); the
-                // frame is released on this stream after this function, so
-                // it is alive and nothing else writes it. The slot's host
-                // buffer is `len` bytes owned by the transport, which drains
-                // the stream before it frees it, and nobody touches it until
-                // this frame is collected (the ring).
-                let (bytes, out) = unsafe {
-                    (
-                        std::slice::from_raw_parts_mut(src as *mut u8, len),
-                        std::slice::from_raw_parts_mut(out as *mut u8, len),
-                    )
-                };
-                let start = Instant::now();
-                let mismatches = process_frame(frame, stride, bytes);
-                let process = start.elapsed();
-                out.copy_from_slice(bytes);
-                let _ = tx.send(Completion {
-                    slot,
-                    frame,
-                    mismatches,
-                    process,
-                    busy: start.elapsed(),
-                    finished: Instant::now(),
-                });
-            })
-            .during("cuLaunchHostFunc")?;
-        *in_flight += 1;
-        Ok(())
-    }
-
     /// Drains the consumer, disconnects both ends, frees the pool, drops
     /// the EGL side; the first error. Safe to call twice.
     fn shut_down(&mut self) -> Result<(), TransportError> {
@@ -402,18 +266,9 @@ impl EglTransport {
                 first.get_or_insert(e);
             }
         };
-        match self.processor.take() {
-            Some(Processor::HostFn { stream, host, .. }) => {
-                if let Err(e) = stream.synchronize() {
-                    // Host functions may still touch the host buffers: leak
-                    // them rather than free them under the stream.
-                    std::mem::forget(host);
-                    note(Err(TransportError::driver("draining the consumer", e)));
-                }
-            }
-            // Drains its streams, or leaks what they use, when dropped.
-            Some(Processor::Kernel(c)) => note(c.drain()),
-            None => {}
+        // Drains its streams (or, when dropped, leaks what they use).
+        if let Some(c) = self.consumer_work.take() {
+            note(c.drain());
         }
         note(self.pstream.synchronize().during("draining the producer"));
         let producer_left = match self.producer.take() {
@@ -476,23 +331,14 @@ impl FrameTransport for EglTransport {
         // The ring hands out a slot only after its previous frame was
         // collected, whose completion came after the read-back into this
         // buffer (the consumer also refuses a slot in flight).
-        match self.processor.as_mut() {
-            Some(p) => p.host_mut(t.slot()),
-            None => Err(TransportError::misuse("the transport was shut down")),
-        }
+        self.consumer_work_mut()?.host_frame_mut(t.slot())
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
-        let bytes = self.processor_mut()?.host(p.slot())?;
-        // SAFETY: the slot's buffer (`frame_len` bytes: a boxed slice or a
-        // pinned allocation) is owned by the transport at a fixed address
-        // until it is dropped; the frame was collected, so its read-back is
-        // done, and nothing writes the buffer before the slot's next ticket
-        // (the producer after `wait_free` for that ticket, the next
-        // read-back only after its ready signal).
-        Ok(Some(unsafe {
-            PeekedFrame::new(NonNull::from(bytes).cast(), bytes.len())
-        }))
+        // The frame was collected, so its read-back is done.
+        self.consumer_work_mut()?
+            .lend_host_frame(p.slot())
+            .map(Some)
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -505,10 +351,10 @@ impl FrameTransport for EglTransport {
         // Synchronous (see the module docs): the slot's bytes, which the
         // camera finished writing, into a pool buffer the stream gave back
         // (or never had).
-        let Some(processor) = self.processor.as_mut() else {
+        let Some(work) = self.consumer_work.as_deref_mut() else {
             return Err(TransportError::misuse("the transport was shut down"));
         };
-        let uploaded = processor.host(slot).and_then(|src| {
+        let uploaded = work.host_frame(slot).and_then(|src| {
             self.pool[index]
                 .copy_from_host(0, src)
                 .during(format!("cuMemcpyHtoD of frame {}", t.frame()))
@@ -546,33 +392,11 @@ impl FrameTransport for EglTransport {
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        match self.processor.as_mut() {
-            Some(Processor::Kernel(c)) => Ok(c.try_complete()?.map(|(c, _)| c)),
-            Some(Processor::HostFn {
-                done_rx, in_flight, ..
-            }) => {
-                let c = try_recv_completion(done_rx)?;
-                if c.is_some() {
-                    *in_flight = in_flight.saturating_sub(1);
-                }
-                Ok(c)
-            }
-            None => Err(TransportError::misuse("the transport was shut down")),
-        }
+        Ok(self.consumer_work()?.try_complete()?.map(|(c, _)| c))
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        match self.processor.as_mut() {
-            Some(Processor::Kernel(c)) => c.wait_complete(STUCK).map(|(c, _)| c),
-            Some(Processor::HostFn {
-                done_rx, in_flight, ..
-            }) => {
-                let c = wait_completion(done_rx, *in_flight, STUCK)?;
-                *in_flight = in_flight.saturating_sub(1);
-                Ok(c)
-            }
-            None => Err(TransportError::misuse("the transport was shut down")),
-        }
+        self.consumer_work()?.wait_complete(STUCK).map(|(c, _)| c)
     }
 
     fn details(&self) -> Option<String> {
@@ -622,7 +446,7 @@ impl EglTransport {
     ) -> Result<(), TransportError> {
         let began = Instant::now();
         let got = consumer
-            .acquire(Some(self.processor()?.stream()), Some(STUCK))
+            .acquire(Some(self.consumer_work()?.entry_stream()), Some(STUCK))
             .during("cuEGLStreamConsumerAcquireFrame")?
             .ok_or_else(|| {
                 TransportError::timeout(format!("presented frame {frame} to be acquired"), STUCK)
@@ -630,25 +454,12 @@ impl EglTransport {
         self.figures.acquire += began.elapsed();
         self.figures.frames += 1;
         self.presented[slot] = false;
-        let g = self.geometry;
-        let ptr = {
-            let f = got.frame().during("the acquired frame")?;
-            let fits = f.pitch() as usize == g.stride
-                && f.height() as usize == g.rows
-                && f.plane_count() == 1;
-            match (fits, f.plane_ptr(0)) {
-                (true, Some(p)) => p,
-                _ => {
-                    return Err(TransportError::frame_check(slot, frame, format!(
-                        "arrived as {}x{} pitch {} with {} plane(s); the ring's frames are {} bytes x {} lines in one pitch plane",
-                        f.width(), f.height(), f.pitch(), f.plane_count(), g.stride, g.rows
-                    )))
-                }
-            }
-        };
-        // The consumer's work first, then the release ordered after it on
-        // the same stream, then nothing else touches the frame.
-        let queued = self.queue_processing(slot, frame, &got, ptr);
+        // The consumer's work first (it checks the frame's layout: a frame
+        // of another pitch is an error, not a silent re-layout), then the
+        // release ordered after it on the same stream (the frame was
+        // acquired on the consumer's entry stream), then nothing else
+        // touches the frame.
+        let queued = self.consumer_work()?.queue_acquired(slot, frame, &got);
         let released = got.release().during("cuEGLStreamConsumerReleaseFrame");
         queued?;
         released
@@ -656,22 +467,12 @@ impl EglTransport {
 }
 
 /// Opens the transport on the simulator: a simulated FIFO stream of
-/// `slots` frames, processing by a host function. Gives the simulator too,
-/// for its ledger after the run.
+/// `slots` frames, processed by the pipeline's [`Consumer`], whose kernels
+/// run as their Rust twins (registered with the simulator made here).
+/// Gives the simulator too, for its ledger after the run.
 pub fn open_sim(
     geometry: FrameGeometry,
     slots: usize,
-) -> Result<(EglTransport, tegra_interop_sim::Sim), TransportError> {
-    open_sim_with(geometry, slots, Processing::HostFnOverSimulatedDeviceMemory)
-}
-
-/// [`open_sim`] with the given processing ([`Processing::CudaKernel`]: the
-/// pipeline's [`Consumer`], whose kernels run as their Rust twins, which
-/// this registers with the simulator it makes).
-pub fn open_sim_with(
-    geometry: FrameGeometry,
-    slots: usize,
-    processing: Processing,
 ) -> Result<(EglTransport, tegra_interop_sim::Sim), TransportError> {
     use tegra_interop_sim::egl::EglStreamMode;
     let sim = tegra_interop_sim::Sim::new()
@@ -685,19 +486,8 @@ pub fn open_sim_with(
         .ok_or_else(|| TransportError::refused("the simulator refused an EGLStream"))?;
     let raw = stream.as_raw();
     // SAFETY: `stream` is the simulator's live stream, handed to the
-    // transport, which drops it after both ends disconnected; both
-    // processings suit the simulator, which this is.
-    let t = unsafe {
-        EglTransport::open(
-            &ctx,
-            raw,
-            Box::new(stream),
-            "egl-sim",
-            processing,
-            geometry,
-            slots,
-        )
-    }?;
+    // transport, which drops it after both ends disconnected.
+    let t = unsafe { EglTransport::open(&ctx, raw, Box::new(stream), "egl-sim", geometry, slots) }?;
     Ok((t, sim))
 }
 
@@ -745,17 +535,7 @@ pub fn open_real(
     // SAFETY: `raw` is a live stream of `egl`'s display, kept until `egl`
     // is dropped, which the transport does after both ends disconnected;
     // the kernel processing is for a real GPU, which this is.
-    let t = unsafe {
-        EglTransport::open(
-            &ctx,
-            raw,
-            Box::new(egl),
-            "egl-gpu",
-            Processing::CudaKernel,
-            geometry,
-            slots,
-        )
-    }?;
+    let t = unsafe { EglTransport::open(&ctx, raw, Box::new(egl), "egl-gpu", geometry, slots) }?;
     Ok((t, backend))
 }
 
@@ -786,17 +566,13 @@ mod tests {
     /// (the consumer's mismatch count; the producer's read-back of the
     /// inverted frame when the slot comes round), for rings of 1 to 4
     /// slots; nothing left behind.
+    /// Every frame through the simulated EGLStream, processed by the
+    /// consumer's kernel path (its twins), checked on both sides, for rings
+    /// of 1 to 4 slots; nothing left behind.
     #[test]
     fn frames_cross_the_stream_verified_and_nothing_is_left() {
         for slots in 1..=4usize {
-            run_verified(slots, Processing::HostFnOverSimulatedDeviceMemory);
-        }
-    }
-
-    #[test]
-    fn the_kernel_path_crosses_the_stream_verified_on_the_simulator() {
-        for slots in [1usize, 3] {
-            let log = run_verified(slots, Processing::CudaKernel);
+            let log = run_verified(slots);
             for call in ["nvrtcCompileProgram", "cuLaunchKernel", "cuEventQuery"] {
                 assert!(log.contains(&call), "{call} not called: {log:?}");
             }
@@ -804,11 +580,11 @@ mod tests {
         }
     }
 
-    /// Every frame through the simulated EGLStream with `processing`,
-    /// checked on both sides; the simulator's call log.
-    fn run_verified(slots: usize, processing: Processing) -> Vec<&'static str> {
+    /// Every frame through the simulated EGLStream, checked on both sides;
+    /// the simulator's call log.
+    fn run_verified(slots: usize) -> Vec<&'static str> {
         {
-            let (mut t, sim) = open_sim_with(G, slots, processing).unwrap();
+            let (mut t, sim) = open_sim(G, slots).unwrap();
             let mut ring = Ring::new(slots).unwrap();
             let mut collected = Vec::new();
             let mut note = |c: &Completion| {

@@ -431,6 +431,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn transport_errors_are_one_line_and_keep_the_driver_error() {
+        use std::error::Error as _;
+        use tegra_interop::core::CuResult;
+        let driver = DriverError::Driver {
+            call: "cuLaunchKernel",
+            code: CuResult(700),
+        };
+        let e: Result<(), DriverError> = Err(driver.clone());
+        let e = e.during("launching the consumer kernel").unwrap_err();
+        assert_eq!(e.driver_error(), Some(&driver));
+        let source = e.source().unwrap().downcast_ref::<DriverError>().unwrap();
+        assert_eq!(source, &driver);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("launching the consumer kernel: "),
+            "{text}"
+        );
+        assert!(text.contains("cuLaunchKernel"), "{text}");
+        let t = TransportError::timeout("slot 2's free fence", Duration::from_secs(10));
+        assert!(t.is_timeout() && t.source().is_none());
+        assert_eq!(
+            t.to_string(),
+            "timed out after 10s waiting for slot 2's free fence"
+        );
+        let f = TransportError::frame_check(1, 7, "two\nlines");
+        assert_eq!(f.to_string(), "frame 7 in slot 1: two lines");
+        let p = TransportError::peer_error("the camera process failed", driver);
+        assert!(p.source().is_some(), "{p:?}");
+        assert!(!p.to_string().contains('\n'));
+        let s: String = TransportError::new("as a message").into();
+        assert_eq!(s, "as a message");
+    }
+
+    #[test]
     fn process_counts_mismatches_and_inverts() {
         let stride = 300;
         let mut buf = vec![0u8; stride * 4];

@@ -92,9 +92,9 @@ const STUCK: Duration = Duration::from_secs(10);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Processing {
     /// Simulator only: a host function queued on the consumer's CUDA stream
-    /// (`cuLaunchHostFunc`) runs [`process_frame`] over the mapped device
-    /// pointer. Sound only where device pointers are host addresses, which
-    /// is true of the simulator and of no real GPU.
+    /// (`cuLaunchHostFunc`) runs [`process_frame`] over the frame through
+    /// the buffer's CPU mapping (on the simulator the bytes the device sees;
+    /// on a Jetson this would skip the GPU, so it is not offered there).
     HostFnOverSimulatedDeviceMemory,
     /// The pipeline's [`Consumer`]: the NVRTC kernel of
     /// [`crate::consumer`] on the consumer's CUDA stream, over the mapped
@@ -321,19 +321,9 @@ pub struct NvSciTransport {
     note: &'static str,
     geometry: FrameGeometry,
     fault: Fault,
-    /// Counts of the ready objects' CPU signals (values only; built fences).
-    ready_counters: Vec<Option<DeterministicCounter>>,
-    /// Received fences: per slot, the ready fence the producer handed over.
-    ready_fences: Vec<Option<Fence>>,
-    /// Received fences: per slot, the free fence the consumer handed back.
-    free_fences: Vec<Option<Fence>>,
-    /// Per slot: how many ready signals the CPU made (the fence's count, so
-    /// a consumer is never queued to wait for a signal not yet made).
-    ready_signalled: Vec<u64>,
     cpu_wait: CpuWaitContext,
-    // Consumer side: dropped after the stream has drained (see Drop).
-    waiters: Vec<NvSciSemaphore<Waiter>>,
-    signalers: Vec<NvSciSemaphore<Signaler>>,
+    // Consumer side: dropped after the streams have drained (see Drop).
+    slots: Vec<Slot>,
     processor: Processor,
     // Dropped last: the imports (the mappings hold theirs too), the NvSci
     // objects, the consumer's context.
@@ -342,54 +332,87 @@ pub struct NvSciTransport {
     _ctx: Context,
 }
 
-/// Per slot: the consumer's mapping of the buffer and its two semaphores.
-struct SlotImports {
-    mappings: Vec<MappedBuffer>,
-    waiters: Vec<NvSciSemaphore<Waiter>>,
-    signalers: Vec<NvSciSemaphore<Signaler>>,
+/// One slot's consumer-side semaphores and the fence bookkeeping of both
+/// sides.
+struct Slot {
+    /// The ready object, imported as the consumer's waiter.
+    waiter: NvSciSemaphore<Waiter>,
+    /// The free object, imported as the consumer's signaller (it keeps, and
+    /// learns, its own counter).
+    signaler: NvSciSemaphore<Signaler>,
+    /// Counts of the ready object's CPU signals (built fences; learned from
+    /// the first generated fence).
+    ready_counter: Option<DeterministicCounter>,
+    /// Received fences: the ready fence the producer handed over.
+    ready_fence: Option<Fence>,
+    /// Received fences: the free fence the consumer handed back.
+    free_fence: Option<Fence>,
+    /// How many ready signals the CPU made (so a consumer is never queued
+    /// to wait for a signal not yet made).
+    ready_signalled: u64,
 }
 
-impl SlotImports {
-    fn new(
-        ctx: &Context,
-        objects: &Objects,
-        memories: &[NvSciMemory],
-        geometry: FrameGeometry,
-    ) -> Result<SlotImports, TransportError> {
-        let frame_len = geometry.frame_len() as u64;
-        let n = objects.slots.len();
-        let mut out = SlotImports {
-            mappings: Vec::with_capacity(n),
-            waiters: Vec::with_capacity(n),
-            signalers: Vec::with_capacity(n),
-        };
-        for (s, mem) in objects.slots.iter().zip(memories) {
-            if mem.size() < frame_len {
-                return Err(TransportError::refused(format!(
-                    "CUDA import has {} bytes, a frame needs {frame_len}",
-                    mem.size()
-                )));
-            }
-            out.mappings
-                .push(mem.map_whole().during("CUDA mapping of a frame buffer")?);
-            out.waiters.push(
-                s.ready
-                    .import_cuda_waiter(ctx)
-                    .during("CUDA import of the ready object")?,
-            );
-            // The free signaller keeps (and learns) its own counter; the
-            // ready counter is learned from the first generated fence.
-            out.signalers.push(
-                s.free
-                    .import_cuda_signaler(ctx)
-                    .during("CUDA import of the free object")?,
-            );
+/// Per slot: the consumer's mapping of the buffer, and its [`Slot`].
+fn import_slots(
+    ctx: &Context,
+    objects: &Objects,
+    memories: &[NvSciMemory],
+    geometry: FrameGeometry,
+) -> Result<(Vec<MappedBuffer>, Vec<Slot>), TransportError> {
+    let frame_len = geometry.frame_len() as u64;
+    let n = objects.slots.len();
+    let (mut mappings, mut slots) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for (s, mem) in objects.slots.iter().zip(memories) {
+        if mem.size() < frame_len {
+            return Err(TransportError::refused(format!(
+                "CUDA import has {} bytes, a frame needs {frame_len}",
+                mem.size()
+            )));
         }
-        Ok(out)
+        mappings.push(mem.map_whole().during("CUDA mapping of a frame buffer")?);
+        slots.push(Slot {
+            waiter: s
+                .ready
+                .import_cuda_waiter(ctx)
+                .during("CUDA import of the ready object")?,
+            signaler: s
+                .free
+                .import_cuda_signaler(ctx)
+                .during("CUDA import of the free object")?,
+            ready_counter: None,
+            ready_fence: None,
+            free_fence: None,
+            ready_signalled: 0,
+        });
     }
+    Ok((mappings, slots))
 }
 
 impl NvSciTransport {
+    /// Opens the transport on a new simulated Tegra (`SimConfig::tegra()`)
+    /// with the kernel path ([`Processing::CudaKernel`]): the same consumer
+    /// code as on a Jetson, the kernels run as their Rust twins (registered
+    /// here). Gives the simulator too, for its ledgers after the run.
+    pub fn open_sim(
+        name: &'static str,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<(NvSciTransport, tegra_interop_sim::Sim), TransportError> {
+        let sim = tegra_interop_sim::Sim::with_config(tegra_interop_sim::SimConfig::tegra())
+            .map_err(|e| TransportError::refused(format!("cannot start the simulator: {e}")))?;
+        crate::consumer::twin::register(&sim);
+        let t = Self::open(
+            &sim.backend(),
+            name,
+            Processing::CudaKernel,
+            geometry,
+            slots,
+            fault,
+        )?;
+        Ok((t, sim))
+    }
+
     /// Opens the transport on `backend`: one CUDA context (the consumer) on
     /// device 0, the ring's NvSci objects for `slots` slots, their CUDA
     /// imports, the consumer's stream. `name` is printed as the backend.
@@ -417,13 +440,13 @@ impl NvSciTransport {
     ) -> Result<Self, TransportError> {
         let objects = Objects::allocate(ctx.backend(), ctx, geometry.frame_len(), slots)?;
         let memories = objects.import_memories(ctx)?;
-        let imports = SlotImports::new(ctx, &objects, &memories, geometry)?;
+        let (mappings, slot_state) = import_slots(ctx, &objects, &memories, geometry)?;
         let processor = match processing {
             Processing::HostFnOverSimulatedDeviceMemory => {
                 let (done_tx, done_rx) = mpsc::channel();
                 Processor::HostFn {
                     stream: Stream::new(ctx).during("CUDA stream")?,
-                    mappings: imports.mappings,
+                    mappings,
                     done_tx,
                     done_rx,
                     in_flight: 0,
@@ -437,7 +460,7 @@ impl NvSciTransport {
                     work: Work::InPlace,
                     skip_kernel: fault == Fault::SkipProcess,
                 };
-                Processor::Kernel(Box::new(Consumer::new(ctx, config, imports.mappings)?))
+                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings)?))
             }
         };
         let cpu_wait = CpuWaitContext::new(&objects.syncs).during("CPU wait context")?;
@@ -449,13 +472,8 @@ impl NvSciTransport {
             ),
             geometry,
             fault,
-            ready_counters: (0..slots).map(|_| None).collect(),
-            ready_fences: (0..slots).map(|_| None).collect(),
-            free_fences: (0..slots).map(|_| None).collect(),
-            ready_signalled: vec![0; slots],
             cpu_wait,
-            waiters: imports.waiters,
-            signalers: imports.signalers,
+            slots: slot_state,
             processor,
             _memories: memories,
             objects,
@@ -493,9 +511,9 @@ impl NvSciTransport {
 
     /// The ready object's fence value of the ticket's ready signal.
     fn ready_value(&self, t: &Ticket) -> Result<u64, TransportError> {
-        self.ready_counters
+        self.slots
             .get(t.slot())
-            .and_then(Option::as_ref)
+            .and_then(|s| s.ready_counter.as_ref())
             .map(|c| c.value_of_signal(t.ready()))
             .ok_or_else(|| TransportError::misuse("no ready counter: fences are received"))
     }
@@ -558,7 +576,7 @@ impl NvSciTransport {
         }
         if k > 0 {
             let reached = if self.built() {
-                let Some(counter) = self.signalers[slot].counter() else {
+                let Some(counter) = self.slots[slot].signaler.counter() else {
                     return Err(TransportError::misuse("free semaphore lost its counter"));
                 };
                 self.objects.slots[slot]
@@ -570,7 +588,8 @@ impl NvSciTransport {
                 // The fence of free signal k, handed back at queue_consumer;
                 // kept until the slot's next queue_consumer replaces it, so a
                 // peek and the slot's next ticket both wait on it.
-                self.free_fences[slot]
+                self.slots[slot]
+                    .free_fence
                     .as_ref()
                     .ok_or_else(|| {
                         TransportError::misuse(format!(
@@ -645,12 +664,12 @@ impl FrameTransport for NvSciTransport {
         let ready = &self.objects.slots[slot].ready;
         // The fence of the CPU signal about to be made, from the library.
         let fence = ready.generate_fence().during("ready fence")?;
-        if self.built() && self.ready_counters[slot].is_none() {
+        if self.built() && self.slots[slot].ready_counter.is_none() {
             // The first ready signal teaches the counter its initial value.
             let learned = ready
                 .counter_from_fence(t.ready(), &fence)
                 .during("ready fence counter")?;
-            self.ready_counters[slot] = Some(learned);
+            self.slots[slot].ready_counter = Some(learned);
         }
         if self.built() {
             // It must be the value the consumer computes on its own.
@@ -665,10 +684,10 @@ impl FrameTransport for NvSciTransport {
             }
         }
         ready.cpu_signal().during("CPU signal")?;
-        self.ready_signalled[slot] = t.ready();
+        self.slots[slot].ready_signalled = t.ready();
         if !self.built() {
             // Handed to the consumer (the standard NvSci flow).
-            self.ready_fences[slot] = Some(fence);
+            self.slots[slot].ready_fence = Some(fence);
         }
         Ok(())
     }
@@ -680,7 +699,7 @@ impl FrameTransport for NvSciTransport {
         }
         // Queueing a wait for a signal that may never come would stall the
         // stream (and everything after it) for good: refused.
-        if self.ready_signalled[slot] < t.ready() {
+        if self.slots[slot].ready_signalled < t.ready() {
             return Err(TransportError::misuse(format!(
                 "consumer of frame {frame} in slot {slot} queued before its ready signal"
             )));
@@ -688,32 +707,37 @@ impl FrameTransport for NvSciTransport {
         // Built: the consumer builds the fence it waits for from the
         // counter, on its own handle of the object: nothing is passed from
         // the producer. Received: the producer's fence of this frame.
-        let waiter = &self.waiters[slot];
         let ready = if self.built() {
-            waiter
+            self.slots[slot]
+                .waiter
                 .object()
                 .fence_for_value(self.ready_value(t)?)
                 .during("ready fence")?
         } else {
-            self.ready_fences[slot].take().ok_or_else(|| {
+            self.slots[slot].ready_fence.take().ok_or_else(|| {
                 TransportError::misuse(format!(
                     "slot {slot}: the producer handed over no ready fence for frame {frame}"
                 ))
             })?
         };
-        waiter
+        self.slots[slot]
+            .waiter
             .wait(self.processor.stream(), &ready)
             .during("CUDA wait on ready fence")?;
         // From here on the frame's completion will arrive.
         self.queue_processing(slot, frame)?;
-        let free = self.signalers[slot]
+        let free = self.slots[slot]
+            .signaler
             .signal(self.processor.stream())
             .during("CUDA signal of free fence")?;
-        let produced = self.signalers[slot].counter().map(|c| c.current_value());
+        let produced = self.slots[slot]
+            .signaler
+            .counter()
+            .map(|c| c.current_value());
         if !self.built() {
             // Handed back to the producer, which waits on it before reusing
             // the slot.
-            self.free_fences[slot] = Some(free);
+            self.slots[slot].free_fence = Some(free);
             return Ok(());
         }
         let filled = free.extract().during("free fence")?.map(|f| f.value);
@@ -759,17 +783,25 @@ impl FrameTransport for NvSciTransport {
 impl Drop for NvSciTransport {
     fn drop(&mut self) {
         // Every queued wait has had its signal (`queue_consumer` refuses
-        // one before it), so the stream drains. If it cannot be drained,
-        // host functions may still touch the mappings: leak them rather
-        // than unmap under them. (The kernel path's `Consumer` drains its
-        // own streams, or leaks what they use, when it drops.)
-        if let Processor::HostFn {
-            stream, mappings, ..
-        } = &mut self.processor
-        {
-            if stream.synchronize().is_err() {
-                std::mem::forget(std::mem::take(mappings));
-                std::mem::forget(std::mem::take(&mut self.objects.slots));
+        // one before it), so the streams drain, before the semaphores and
+        // the imports are released (the fields drop after this). If they
+        // cannot be drained, host functions may still touch the frames:
+        // leak those rather than free them under the stream. (The kernel
+        // path's `Consumer` leaks what its streams use when it drops
+        // undrained.)
+        match &mut self.processor {
+            Processor::HostFn {
+                stream, mappings, ..
+            } => {
+                if stream.synchronize().is_err() {
+                    std::mem::forget(std::mem::take(mappings));
+                    std::mem::forget(std::mem::take(&mut self.objects.slots));
+                }
+            }
+            Processor::Kernel(consumer) => {
+                // An error here is the driver's; the consumer's own drop
+                // handles what it owns.
+                let _ = consumer.drain();
             }
         }
     }
@@ -1017,8 +1049,7 @@ mod tests {
     /// (every release's fence flavour is covered by the host-function
     /// test above; this is the tegra default) and returns the completions.
     fn kernel_run(slots: usize, frames: u64, fault: Fault) -> Vec<Completion> {
-        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let mut t = open_on(&sim, Processing::CudaKernel, slots, fault).unwrap();
+        let (mut t, sim) = NvSciTransport::open_sim("nvsci-sim", G, slots, fault).unwrap();
         assert!(t
             .note()
             .starts_with("sim: the consumer's NVRTC kernel path"));

@@ -172,7 +172,9 @@ pub(crate) fn cuEventElapsedTime(
         if (a.flags | b.flags) & DISABLE_TIMING != 0 {
             return Err(INVALID_HANDLE);
         }
-        let (sa, sb) = (*a.core.lock(), *b.core.lock());
+        // One lock at a time: `start` and `end` may be the same event.
+        let sa = *a.core.lock();
+        let sb = *b.core.lock();
         if sa.recorded == 0 || sb.recorded == 0 {
             return Err(INVALID_HANDLE);
         }

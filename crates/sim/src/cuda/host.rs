@@ -203,9 +203,13 @@ fn async_copy(
                 return;
             }
             let Some(inst) = inst.upgrade() else { return };
-            let st = inst.lock_state();
-            let mut buf = vec![0u8; n];
-            let ok = st.device_read(src, &mut buf) && st.device_write(dst, &buf);
+            let Some(st) = inst.lock_state_for_work(|| sc.cancelled()) else {
+                return;
+            };
+            let host = |side| matches!(side, Side::PinnedHost);
+            let ok = st.live_range(src, n, host(src_side))
+                && st.live_range(dst, n, host(dst_side))
+                && st.copy_between(src, dst, n);
             drop(st);
             if !ok {
                 inst.diag(

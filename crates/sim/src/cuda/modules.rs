@@ -279,7 +279,9 @@ pub(crate) fn cuLaunchKernel(
                 return;
             }
             let Some(inst) = inst.upgrade() else { return };
-            let st = inst.lock_state();
+            let Some(st) = inst.lock_state_for_work(|| sc.cancelled()) else {
+                return;
+            };
             let mut launch = KernelLaunch {
                 name: &name,
                 grid,

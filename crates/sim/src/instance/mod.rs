@@ -171,6 +171,29 @@ impl Instance {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state lock for stream work: `None` once `cancelled()` says the
+    /// stream is being torn down. A worker is joined by whoever removes its
+    /// stream, sometimes with the state lock held (a context destroyed with
+    /// queued work), so stream work never blocks on the lock: it tries, and
+    /// gives up when its stream is cancelled.
+    pub(crate) fn lock_state_for_work(
+        &self,
+        cancelled: impl Fn() -> bool,
+    ) -> Option<MutexGuard<'_, State>> {
+        loop {
+            if cancelled() {
+                return None;
+            }
+            match self.state.try_lock() {
+                Ok(g) => return Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
+            }
+        }
+    }
+
     pub(crate) fn lock_control(&self) -> MutexGuard<'_, Control> {
         self.control.lock().unwrap_or_else(|e| e.into_inner())
     }

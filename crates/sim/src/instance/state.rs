@@ -105,6 +105,41 @@ impl State {
             .find(|r| r.contains(a, n))
     }
 
+    /// Whether `[addr, addr + n)` lies inside one live allocation, by the
+    /// allocation's own length (not its page-rounded mapping): device
+    /// memory, a mapped import, or device-mapped pinned host memory (pinned
+    /// memory without DEVICEMAP too when `host_side`, for the host side of
+    /// a copy).
+    pub(crate) fn live_range(&self, addr: u64, n: usize, host_side: bool) -> bool {
+        let Some((start, a)) = self.allocations.range(..=addr).next_back() else {
+            return false;
+        };
+        if !host_side && matches!(a.kind, AllocKind::Host { mapped: false }) {
+            return false;
+        }
+        let end = start.saturating_add(a.len as u64);
+        addr.checked_add(n as u64).is_some_and(|e| e <= end)
+    }
+
+    /// Copies `n` bytes from `src` to `dst` for a queued copy whose sides
+    /// were checked with [`State::live_range`] (pinned host memory without
+    /// DEVICEMAP allowed: a copy's host side); `false` when either range is
+    /// not simulator memory.
+    pub(crate) fn copy_between(&self, src: u64, dst: u64, n: usize) -> bool {
+        let region = |addr: u64| -> Option<&Region> {
+            let a = usize::try_from(addr).ok()?;
+            let (_, obj) = self.allocations.range(..=addr).next_back()?;
+            obj._region.contains(a, n).then_some(&obj._region)
+        };
+        let mut buf = vec![0u8; n];
+        match (region(src), region(dst)) {
+            (Some(s), Some(d)) => {
+                s.read_at(src as usize, &mut buf) && d.write_at(dst as usize, &buf)
+            }
+            _ => false,
+        }
+    }
+
     /// Copies device memory at `addr` into `out`; `false` when the range
     /// is not simulator memory.
     pub(crate) fn device_read(&self, addr: u64, out: &mut [u8]) -> bool {
