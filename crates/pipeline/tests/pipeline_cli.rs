@@ -197,7 +197,7 @@ fn sim_run_verifies_every_frame_through_nvsci() {
         assert_eq!(j["backend"], "nvsci-sim", "{j}");
         assert_eq!(
             j["processing"],
-            "sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)",
+            "sim: the consumer's NVRTC kernel path (compile, load, launch, events, counters) with the kernel run as its Rust twin; deterministic fences built by each waiter (NvSciSyncFenceUpdateFence)",
             "{j}"
         );
         assert_eq!(j["verified"], true, "{j}");
@@ -249,7 +249,7 @@ fn the_default_command_runs_the_simulator_and_says_why() {
     assert!(out.contains("; gpu: not available: "), "{out}");
     assert!(
         out.contains(
-            "sim: processing runs as a stream-ordered host function over simulated device memory; deterministic fences built by each waiter"
+            "sim: the consumer's NVRTC kernel path (compile, load, launch, events, counters) with the kernel run as its Rust twin; deterministic fences built by each waiter"
         ),
         "{out}"
     );

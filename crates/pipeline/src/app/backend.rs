@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use tegra_interop::driver::Backend;
-use tegra_interop_sim::{Sim, SimConfig};
+use tegra_interop_sim::Sim;
 
 use crate::app::cli::{BackendChoice, Options};
 use crate::app::probe::{self, Probe, Verdict};
@@ -236,16 +236,10 @@ pub fn open(
             opened(Box::new(t), None, false, After::Nothing)
         }
         Concrete::Sim => {
-            let sim = Sim::with_config(SimConfig::tegra())
-                .map_err(|e| format!("cannot start the simulator: {e}"))?;
-            let t = NvSciTransport::open(
-                &sim.backend(),
-                "nvsci-sim",
-                Processing::HostFnOverSimulatedDeviceMemory,
-                geometry,
-                opts.ring,
-                opts.fault,
-            )?;
+            // The kernel path, as on a Jetson: the same Consumer (NVRTC,
+            // module, launches, events, counters) through the simulator's
+            // table, the kernels running as their registered Rust twins.
+            let (t, sim) = NvSciTransport::open_sim("nvsci-sim", geometry, opts.ring, opts.fault)?;
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Sim(sim))
         }

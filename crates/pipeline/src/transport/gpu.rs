@@ -152,12 +152,12 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use tegra_interop::core::{MemoryImport, TimelineTracker};
-use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer};
 use crate::platform::vulkan::{
     Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
     VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
+use tegra_interop::core::{MemoryImport, TimelineTracker};
+use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer};
 
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
