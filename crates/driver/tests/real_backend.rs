@@ -64,11 +64,13 @@ fn real_backend_reports_a_missing_driver_as_a_typed_error() {
             Ok(backend) => {
                 assert_eq!(backend.kind(), BackendKind::Real);
                 assert!(backend.table().cuda.cuInit.is_some());
-                // The loader's notes: one per library, libcuda loaded.
+                // The loader's notes: one per library (CUDA, the three NvSci
+                // libraries, NVRTC), libcuda loaded.
                 let notes = backend.loader_notes();
-                assert_eq!(notes.len(), 4);
+                assert_eq!(notes.len(), 5, "{notes:?}");
                 assert_eq!(notes[0].library, "libcuda.so.1");
                 assert_eq!(notes[0].load_error, None);
+                assert!(notes[4].library.contains("libnvrtc"), "{notes:?}");
             }
             Err(e) => assert!(
                 matches!(e, Error::Driver { call: "cuInit", .. }),
