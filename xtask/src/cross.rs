@@ -653,6 +653,77 @@ mod tests {
         }
     }
 
+    const ZIG: &str = r#"
+        triple = "aarch64-unknown-linux-gnu"
+        builder = "zigbuild"
+        glibc_floor = "2.31"
+        [[steps]]
+        name = "bins"
+        action = "build"
+        args = ["--release", "--bins"]
+        [[steps]]
+        name = "tests"
+        action = "test"
+        args = ["-p", "x"]
+    "#;
+
+    #[test]
+    fn zigbuild_targets_link_against_the_floor_and_check_build_steps() {
+        let t = parse_config(ZIG, "aarch64-unknown-linux-gnu").unwrap();
+        assert_eq!(t.builder, Builder::Zigbuild);
+        assert_eq!(
+            t.glibc_floor.as_ref().map(ToString::to_string).as_deref(),
+            Some("2.31")
+        );
+        assert_eq!(
+            display_command(&t, &t.steps[0], false),
+            "cargo zigbuild --target aarch64-unknown-linux-gnu.2.31 --release --bins \
+             --message-format=json-render-diagnostics"
+        );
+        assert_eq!(
+            display_command(&t, &t.steps[1], true),
+            "cargo-zigbuild test --no-run --target aarch64-unknown-linux-gnu.2.31 -p x"
+        );
+        assert!(checks_floor(&t, &t.steps[0]));
+        assert!(!checks_floor(&t, &t.steps[1]));
+        // A floor without zig: plain cargo, plain triple, still checked.
+        let plain = parse_config(
+            &ZIG.replace("builder = \"zigbuild\"", ""),
+            "aarch64-unknown-linux-gnu",
+        )
+        .unwrap();
+        assert_eq!(plain.builder, Builder::Cargo);
+        assert!(display_command(&plain, &plain.steps[0], false)
+            .starts_with("cargo build --target aarch64-unknown-linux-gnu --release"));
+        assert!(checks_floor(&plain, &plain.steps[0]));
+
+        for (text, expected) in [
+            (ZIG.replace("zigbuild", "zig"), "builder `zig`"),
+            (ZIG.replace("\"2.31\"", "\"2\""), "glibc_floor `2`"),
+            (
+                ZIG.replace("glibc_floor = \"2.31\"", ""),
+                "needs a `glibc_floor`",
+            ),
+        ] {
+            let err = parse_config(&text, "aarch64-unknown-linux-gnu").unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn executables_are_read_from_cargo_messages() {
+        let exe = r#"{"reason":"compiler-artifact","target":{"kind":["bin"]},"executable":"/t/release/pipeline"}"#;
+        assert_eq!(executable_of(exe).as_deref(), Some("/t/release/pipeline"));
+        let lib = r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"executable":null}"#;
+        assert_eq!(executable_of(lib), None);
+        let done = r#"{"reason":"build-finished","success":true}"#;
+        assert_eq!(executable_of(done), None);
+        assert_eq!(executable_of("   Compiling x v0.1.0"), None);
+    }
+
     #[test]
     fn repository_target_files_load() {
         let targets = load_all(&util::workspace_root().join("targets")).unwrap();

@@ -319,3 +319,41 @@ fn missing_libclang_is_one_clear_line_not_a_panic() {
     );
     assert_clean_failure(&out, 1, &["bindgen failed", "libclang"]);
 }
+
+fn glibc_fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/glibc")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// `glibc-floor` on a binary linked the old way (Debian 12's cross gcc)
+/// fails against 2.31, names the file and the version; the zig-built one
+/// passes, and its line says what it needs.
+#[test]
+fn glibc_floor_fails_above_the_floor_and_passes_at_it() {
+    let old = glibc_fixture("gcc-cross-2.34.elf");
+    let zig = glibc_fixture("zig-2.31.elf");
+    let out = xtask(&["glibc-floor", "--max", "2.31", &zig, &old]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout.contains("zig-2.31.elf: needs GLIBC_2.17 (at most 2.31: ok)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("gcc-cross-2.34.elf: needs GLIBC_2.34, above the floor 2.31"),
+        "{stdout}"
+    );
+    assert_clean_failure(
+        &out,
+        1,
+        &["1 file(s) above GLIBC_2.31", "gcc-cross-2.34.elf"],
+    );
+
+    let out = xtask(&["glibc-floor", "--max", "2.35", &old]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = xtask(&["glibc-floor", "--max", "two", &old]);
+    assert_clean_failure(&out, 2, &["--max two"]);
+}
