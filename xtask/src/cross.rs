@@ -286,9 +286,10 @@ fn run_step(
     if executables.is_empty() {
         return Ok((
             status,
-            vec![format!(
+            vec![
                 "no executable built, so no glibc floor was checked (does the step build a binary?)"
-            )],
+                    .to_string(),
+            ],
         ));
     }
     let mut errors = Vec::new();
