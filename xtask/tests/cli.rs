@@ -257,7 +257,9 @@ fn cross_lists_every_target_and_the_qemu_runner() {
     for expected in [
         "aarch64-unknown-linux-gnu: test core",
         "RUNNER=\"qemu-aarch64 -L /usr/aarch64-linux-gnu\"",
-        "LINKER=aarch64-linux-gnu-gcc",
+        // Linked by zig against glibc 2.31, the release binaries checked.
+        "cargo zigbuild --target aarch64-unknown-linux-gnu.2.31 --release -p tegra-interop-pipeline --bins --message-format=json-render-diagnostics",
+        "cargo-zigbuild test --target aarch64-unknown-linux-gnu.2.31 -p tegra-interop-core",
         "cargo build --target aarch64-unknown-none -p tegra-interop-sys",
         "cargo build --target thumbv7em-none-eabihf -p tegra-interop-core --features defmt",
         "cargo +nightly build --target armv7r-none-eabihf -Z build-std=core -p tegra-interop-sys",
@@ -277,7 +279,9 @@ fn help_lists_both_commands() {
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout.contains("codegen") && stdout.contains("cross"),
+            stdout.contains("codegen")
+                && stdout.contains("cross")
+                && stdout.contains("glibc-floor"),
             "{stdout}"
         );
     }
