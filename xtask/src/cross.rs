@@ -7,13 +7,21 @@
 //! `cargo build` or `cargo test` with its arguments. Adding a crate to a
 //! target is one `[[steps]]` entry in that file.
 //!
+//! A target can name `builder = "zigbuild"` and a `glibc_floor`: its steps then
+//! run through cargo-zigbuild (zig as the linker, against the glibc of that
+//! version, `--target <triple>.<floor>`), and every executable a `build` step
+//! produces is read (`glibc.rs`) and must need no `GLIBC_*` version above the
+//! floor; each one's highest version is printed.
+//!
 //! Every step prints its command before it runs and its time after; the first
 //! failing step ends the command with a one-line error naming it (or, with
 //! `--keep-going`, all failing steps are named at the end).
 
+use crate::glibc;
 use crate::util::{self, Failure, Result};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// What one step asks cargo to do.
@@ -36,6 +44,16 @@ pub struct Step {
     pub args: Vec<String>,
 }
 
+/// How the steps of a target invoke cargo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builder {
+    /// Plain `cargo build|test`.
+    Cargo,
+    /// `cargo zigbuild` / `cargo-zigbuild test`: zig links, against the glibc
+    /// version of the target's `glibc_floor`.
+    Zigbuild,
+}
+
 /// Everything `targets/<triple>.toml` says.
 #[derive(Debug, Clone)]
 pub struct TargetConfig {
@@ -51,6 +69,20 @@ pub struct TargetConfig {
     pub env: Vec<(String, String)>,
     /// The steps, in order.
     pub steps: Vec<Step>,
+    /// Plain cargo or cargo-zigbuild.
+    pub builder: Builder,
+    /// The highest glibc version the built executables may need.
+    pub glibc_floor: Option<glibc::Version>,
+}
+
+impl TargetConfig {
+    /// The `--target` value: `<triple>.<floor>` for zigbuild with a floor.
+    fn target_arg(&self) -> String {
+        match (&self.builder, &self.glibc_floor) {
+            (Builder::Zigbuild, Some(floor)) => format!("{}.{floor}", self.triple),
+            _ => self.triple.clone(),
+        }
+    }
 }
 
 /// The options of `cargo xtask cross`.
@@ -68,6 +100,47 @@ pub struct Options {
     /// Print the steps and their commands, run nothing
     #[arg(long)]
     list: bool,
+}
+
+/// The options of `cargo xtask glibc-floor`.
+#[derive(Debug, clap::Args)]
+pub struct FloorOptions {
+    /// The highest glibc version allowed (2.31: JetPack 5, DRIVE OS 6.0; 2.35: JetPack 6)
+    #[arg(long, value_name = "VERSION", default_value = "2.31")]
+    max: String,
+    /// ELF executables or shared libraries
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+}
+
+/// Entry point of `cargo xtask glibc-floor`: prints each file's highest
+/// `GLIBC_*` version; fails naming every file above `--max`.
+pub fn floor(options: FloorOptions) -> Result<()> {
+    let max = glibc::Version::parse(&options.max).ok_or_else(|| {
+        Failure::usage(format!(
+            "glibc-floor: --max {}: expected a glibc version such as 2.31",
+            options.max
+        ))
+    })?;
+    let mut errors = Vec::new();
+    for file in &options.files {
+        match glibc::check(file, &max) {
+            Ok(line) => println!("{line}"),
+            Err(line) => {
+                println!("{line}");
+                errors.push(file.display().to_string());
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::new(format!(
+            "glibc-floor: {} file(s) above GLIBC_{max} or unreadable: {}",
+            errors.len(),
+            errors.join(", ")
+        )))
+    }
 }
 
 /// Entry point of `cargo xtask cross`.
@@ -128,11 +201,9 @@ pub fn run(options: Options) -> Result<()> {
             display_command(target, step, options.no_run)
         );
         let started = Instant::now();
-        let status = command(&root, target, step, options.no_run)
-            .status()
-            .map_err(|e| Failure::new(format!("cross: cannot start cargo for `{label}`: {e}")))?;
+        let (status, floor_errors) = run_step(&root, target, step, options.no_run, &label)?;
         let took = started.elapsed();
-        let ok = status.success();
+        let ok = status.success() && floor_errors.is_empty();
         println!(
             "<== cross [{}/{count}] {label}: {} in {:.1}s",
             index + 1,
@@ -142,9 +213,11 @@ pub fn run(options: Options) -> Result<()> {
         done.push((label.clone(), took, ok));
         if !ok && !options.keep_going {
             summary(&done, total.elapsed());
-            return Err(Failure::new(format!(
-                "cross: step `{label}` failed ({status})"
-            )));
+            return Err(Failure::new(if status.success() {
+                format!("cross: step `{label}`: {}", floor_errors.join("; "))
+            } else {
+                format!("cross: step `{label}` failed ({status})")
+            }));
         }
     }
     summary(&done, total.elapsed());
@@ -164,6 +237,83 @@ pub fn run(options: Options) -> Result<()> {
     }
 }
 
+/// Whether a step's executables are checked against the target's floor.
+fn checks_floor(target: &TargetConfig, step: &Step) -> bool {
+    target.glibc_floor.is_some() && step.action == Action::Build
+}
+
+/// Runs one step; for a step that [`checks_floor`], also reads cargo's JSON
+/// messages for the executables it built, prints each one's glibc floor and
+/// returns a line per executable above the target's floor.
+fn run_step(
+    root: &Path,
+    target: &TargetConfig,
+    step: &Step,
+    no_run: bool,
+    label: &str,
+) -> Result<(ExitStatus, Vec<String>)> {
+    let mut cmd = command(root, target, step, no_run);
+    let start_error =
+        |e: std::io::Error| Failure::new(format!("cross: cannot start cargo for `{label}`: {e}"));
+    let Some(floor) = target
+        .glibc_floor
+        .as_ref()
+        .filter(|_| checks_floor(target, step))
+    else {
+        return Ok((cmd.status().map_err(start_error)?, Vec::new()));
+    };
+    // Diagnostics still go to stderr as text; stdout carries one JSON
+    // message per line, of which the artifacts with an executable matter.
+    cmd.arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped());
+    let mut child = cmd.spawn().map_err(start_error)?;
+    let mut executables = Vec::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line =
+                line.map_err(|e| Failure::new(format!("cross: `{label}`: reading cargo: {e}")))?;
+            match executable_of(&line) {
+                Some(exe) => executables.push(PathBuf::from(exe)),
+                None if !line.starts_with('{') => println!("{line}"),
+                None => {}
+            }
+        }
+    }
+    let status = child.wait().map_err(start_error)?;
+    if !status.success() {
+        return Ok((status, Vec::new()));
+    }
+    if executables.is_empty() {
+        return Ok((
+            status,
+            vec![
+                "no executable built, so no glibc floor was checked (does the step build a binary?)"
+                    .to_string(),
+            ],
+        ));
+    }
+    let mut errors = Vec::new();
+    for exe in &executables {
+        match glibc::check(exe, floor) {
+            Ok(line) => println!("{line}"),
+            Err(line) => {
+                println!("{line}");
+                errors.push(line);
+            }
+        }
+    }
+    Ok((status, errors))
+}
+
+/// The `executable` of a cargo `compiler-artifact` JSON message, if any.
+fn executable_of(line: &str) -> Option<String> {
+    let message: serde_json::Value = serde_json::from_str(line).ok()?;
+    if message.get("reason")?.as_str()? != "compiler-artifact" {
+        return None;
+    }
+    message.get("executable")?.as_str().map(str::to_string)
+}
+
 fn summary(done: &[(String, Duration, bool)], total: Duration) {
     println!("cross summary:");
     for (label, took, ok) in done {
@@ -176,9 +326,10 @@ fn summary(done: &[(String, Duration, bool)], total: Duration) {
     println!("  {:>7.1}s  total", total.as_secs_f64());
 }
 
-fn subcommand(step: &Step, no_run: bool) -> Vec<String> {
+fn subcommand(target: &TargetConfig, step: &Step, no_run: bool) -> Vec<String> {
     let mut args = Vec::new();
     match step.action {
+        Action::Build if target.builder == Builder::Zigbuild => args.push("zigbuild".to_string()),
         Action::Build => args.push("build".to_string()),
         Action::Test => {
             args.push("test".to_string());
@@ -191,9 +342,9 @@ fn subcommand(step: &Step, no_run: bool) -> Vec<String> {
 }
 
 fn cargo_args(target: &TargetConfig, step: &Step, no_run: bool) -> Vec<String> {
-    let mut args = subcommand(step, no_run);
+    let mut args = subcommand(target, step, no_run);
     args.push("--target".to_string());
-    args.push(target.triple.clone());
+    args.push(target.target_arg());
     args.extend(target.cargo_flags.iter().cloned());
     args.extend(step.args.iter().cloned());
     args
@@ -211,24 +362,42 @@ fn display_command(target: &TargetConfig, step: &Step, no_run: bool) -> String {
             }
         })
         .collect();
-    words.push("cargo".to_string());
+    // `cargo zigbuild` is how a user types a build; a test has no cargo
+    // alias and is `cargo-zigbuild test`.
+    let program = match (target.builder, step.action) {
+        (Builder::Zigbuild, Action::Test) => "cargo-zigbuild",
+        _ => "cargo",
+    };
+    words.push(program.to_string());
     if let Some(tc) = &target.toolchain {
         words.push(format!("+{tc}"));
     }
     words.extend(cargo_args(target, step, no_run));
+    if checks_floor(target, step) {
+        words.push("--message-format=json-render-diagnostics".to_string());
+    }
     words.join(" ")
 }
 
 fn command(root: &Path, target: &TargetConfig, step: &Step, no_run: bool) -> Command {
-    let mut cmd = match &target.toolchain {
+    let mut cmd = match (&target.toolchain, target.builder) {
         // `rustup run` works whether or not `cargo` on PATH is the rustup proxy.
-        Some(tc) => {
+        (Some(tc), Builder::Cargo) => {
             let mut c = Command::new("rustup");
             c.args(["run", tc, "cargo"]);
             c
         }
+        (Some(tc), Builder::Zigbuild) => {
+            let mut c = Command::new("rustup");
+            c.args(["run", tc, "cargo-zigbuild"]);
+            c
+        }
         // The cargo that runs this xtask.
-        None => Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())),
+        (None, Builder::Cargo) => {
+            Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        }
+        // cargo-zigbuild runs the cargo of $CARGO (the one that runs this xtask).
+        (None, Builder::Zigbuild) => Command::new("cargo-zigbuild"),
     };
     cmd.current_dir(root)
         .args(cargo_args(target, step, no_run))
@@ -294,6 +463,8 @@ pub fn parse_config(text: &str, stem: &str) -> std::result::Result<TargetConfig,
             "requires",
             "env",
             "steps",
+            "builder",
+            "glibc_floor",
         ]
         .contains(&key.as_str())
         {
@@ -332,6 +503,20 @@ pub fn parse_config(text: &str, stem: &str) -> std::result::Result<TargetConfig,
     if steps.is_empty() {
         return Err("no [[steps]]".to_string());
     }
+    let builder = match string(&table, "builder")?.as_deref() {
+        None | Some("cargo") => Builder::Cargo,
+        Some("zigbuild") => Builder::Zigbuild,
+        Some(other) => return Err(format!("builder `{other}`: expected `cargo` or `zigbuild`")),
+    };
+    let glibc_floor = match string(&table, "glibc_floor")? {
+        None => None,
+        Some(text) => Some(glibc::Version::parse(&text).ok_or_else(|| {
+            format!("glibc_floor `{text}`: expected a glibc version such as \"2.31\"")
+        })?),
+    };
+    if builder == Builder::Zigbuild && glibc_floor.is_none() {
+        return Err("builder `zigbuild` needs a `glibc_floor` (the glibc to link against)".into());
+    }
     Ok(TargetConfig {
         triple,
         toolchain,
@@ -339,6 +524,8 @@ pub fn parse_config(text: &str, stem: &str) -> std::result::Result<TargetConfig,
         requires,
         env,
         steps,
+        builder,
+        glibc_floor,
     })
 }
 
@@ -465,6 +652,77 @@ mod tests {
             );
             assert!(!err.contains('\n'), "{err:?} should be one line");
         }
+    }
+
+    const ZIG: &str = r#"
+        triple = "aarch64-unknown-linux-gnu"
+        builder = "zigbuild"
+        glibc_floor = "2.31"
+        [[steps]]
+        name = "bins"
+        action = "build"
+        args = ["--release", "--bins"]
+        [[steps]]
+        name = "tests"
+        action = "test"
+        args = ["-p", "x"]
+    "#;
+
+    #[test]
+    fn zigbuild_targets_link_against_the_floor_and_check_build_steps() {
+        let t = parse_config(ZIG, "aarch64-unknown-linux-gnu").unwrap();
+        assert_eq!(t.builder, Builder::Zigbuild);
+        assert_eq!(
+            t.glibc_floor.as_ref().map(ToString::to_string).as_deref(),
+            Some("2.31")
+        );
+        assert_eq!(
+            display_command(&t, &t.steps[0], false),
+            "cargo zigbuild --target aarch64-unknown-linux-gnu.2.31 --release --bins \
+             --message-format=json-render-diagnostics"
+        );
+        assert_eq!(
+            display_command(&t, &t.steps[1], true),
+            "cargo-zigbuild test --no-run --target aarch64-unknown-linux-gnu.2.31 -p x"
+        );
+        assert!(checks_floor(&t, &t.steps[0]));
+        assert!(!checks_floor(&t, &t.steps[1]));
+        // A floor without zig: plain cargo, plain triple, still checked.
+        let plain = parse_config(
+            &ZIG.replace("builder = \"zigbuild\"", ""),
+            "aarch64-unknown-linux-gnu",
+        )
+        .unwrap();
+        assert_eq!(plain.builder, Builder::Cargo);
+        assert!(display_command(&plain, &plain.steps[0], false)
+            .starts_with("cargo build --target aarch64-unknown-linux-gnu --release"));
+        assert!(checks_floor(&plain, &plain.steps[0]));
+
+        for (text, expected) in [
+            (ZIG.replace("zigbuild", "zig"), "builder `zig`"),
+            (ZIG.replace("\"2.31\"", "\"2\""), "glibc_floor `2`"),
+            (
+                ZIG.replace("glibc_floor = \"2.31\"", ""),
+                "needs a `glibc_floor`",
+            ),
+        ] {
+            let err = parse_config(&text, "aarch64-unknown-linux-gnu").unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn executables_are_read_from_cargo_messages() {
+        let exe = r#"{"reason":"compiler-artifact","target":{"kind":["bin"]},"executable":"/t/release/pipeline"}"#;
+        assert_eq!(executable_of(exe).as_deref(), Some("/t/release/pipeline"));
+        let lib = r#"{"reason":"compiler-artifact","target":{"kind":["lib"]},"executable":null}"#;
+        assert_eq!(executable_of(lib), None);
+        let done = r#"{"reason":"build-finished","success":true}"#;
+        assert_eq!(executable_of(done), None);
+        assert_eq!(executable_of("   Compiling x v0.1.0"), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Project automation for tegra-interop (`cargo xtask <command>`).
 //!
-//! Commands: `codegen` (the sys crate's bindings, `codegen.rs`) and `cross`
-//! (builds and qemu test runs per `targets/*.toml`, `cross.rs`); the command
+//! Commands: `codegen` (the sys crate's bindings, `codegen.rs`), `cross`
+//! (builds and qemu test runs per `targets/*.toml`, `cross.rs`) and
+//! `glibc-floor` (the glibc versions ELF files need, `glibc.rs`); the command
 //! line is parsed by clap (derive), each command's options beside its code.
 //!
 //! Every failure ends with one line on stderr (`error: ...`) and exit code 1;
@@ -13,6 +14,7 @@
 mod abi;
 mod codegen;
 mod cross;
+mod glibc;
 mod lists;
 mod util;
 
@@ -42,6 +44,9 @@ enum Cmd {
     /// the host-runnable test suites for aarch64-unknown-linux-gnu under
     /// qemu-aarch64
     Cross(cross::Options),
+    /// Print the highest GLIBC_x.y symbol version each ELF file needs; fail
+    /// if one is above --max
+    GlibcFloor(cross::FloorOptions),
 }
 
 /// A clap error as the xtask's one line (without usage and tips).
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Codegen(o) => util::catch("codegen: internal failure", || codegen::run(o)),
         Cmd::Cross(o) => util::catch("cross: internal failure", || cross::run(o)),
+        Cmd::GlibcFloor(o) => util::catch("glibc-floor: internal failure", || cross::floor(o)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

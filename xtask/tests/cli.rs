@@ -277,7 +277,9 @@ fn cross_lists_every_target_and_the_qemu_runner() {
     for expected in [
         "aarch64-unknown-linux-gnu: test core",
         "RUNNER=\"qemu-aarch64 -L /usr/aarch64-linux-gnu\"",
-        "LINKER=aarch64-linux-gnu-gcc",
+        // Linked by zig against glibc 2.31, the release binaries checked.
+        "cargo zigbuild --target aarch64-unknown-linux-gnu.2.31 --release -p tegra-interop-pipeline --bins --message-format=json-render-diagnostics",
+        "cargo-zigbuild test --target aarch64-unknown-linux-gnu.2.31 -p tegra-interop-core",
         "cargo build --target aarch64-unknown-none -p tegra-interop-sys",
         "cargo build --target thumbv7em-none-eabihf -p tegra-interop-core --features defmt",
         "cargo +nightly build --target armv7r-none-eabihf -Z build-std=core -p tegra-interop-sys",
@@ -297,7 +299,9 @@ fn help_lists_both_commands() {
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            stdout.contains("codegen") && stdout.contains("cross"),
+            stdout.contains("codegen")
+                && stdout.contains("cross")
+                && stdout.contains("glibc-floor"),
             "{stdout}"
         );
     }
@@ -338,4 +342,42 @@ fn missing_libclang_is_one_clear_line_not_a_panic() {
         &[("LIBCLANG_PATH", "/nonexistent/libclang")],
     );
     assert_clean_failure(&out, 1, &["bindgen failed", "libclang"]);
+}
+
+fn glibc_fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/glibc")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// `glibc-floor` on a binary linked the old way (Debian 12's cross gcc)
+/// fails against 2.31, names the file and the version; the zig-built one
+/// passes, and its line says what it needs.
+#[test]
+fn glibc_floor_fails_above_the_floor_and_passes_at_it() {
+    let old = glibc_fixture("gcc-cross-2.34.elf");
+    let zig = glibc_fixture("zig-2.31.elf");
+    let out = xtask(&["glibc-floor", "--max", "2.31", &zig, &old]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        stdout.contains("zig-2.31.elf: needs GLIBC_2.17 (at most 2.31: ok)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("gcc-cross-2.34.elf: needs GLIBC_2.34, above the floor 2.31"),
+        "{stdout}"
+    );
+    assert_clean_failure(
+        &out,
+        1,
+        &["1 file(s) above GLIBC_2.31", "gcc-cross-2.34.elf"],
+    );
+
+    let out = xtask(&["glibc-floor", "--max", "2.35", &old]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let out = xtask(&["glibc-floor", "--max", "two", &old]);
+    assert_clean_failure(&out, 2, &["--max two"]);
 }
