@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use tegra_interop::driver::Context;
 use tegra_interop_pipeline::camera::TestPattern;
-use tegra_interop_pipeline::host::Fault;
-use tegra_interop_pipeline::nvsci::{NvSciTransport, Processing};
 use tegra_interop_pipeline::ring::{Collected, Ring};
+use tegra_interop_pipeline::transport::host::Fault;
+use tegra_interop_pipeline::transport::nvsci::{NvSciTransport, Processing};
 use tegra_interop_pipeline::transport::{Completion, FrameGeometry, FrameTransport};
 use tegra_interop_sim::{Sim, SimConfig};
 
@@ -74,10 +74,43 @@ impl CameraRing {
     }
 }
 
+/// What the program says about a run of `frames` frames: how many arrived
+/// intact, or why the run failed.
+fn summary(verified: &Result<u64, String>, frames: u64) -> String {
+    match verified {
+        Ok(n) => format!("camera_ring: {n} of {frames} frames verified"),
+        Err(e) => format!("camera_ring: the run failed: {e}"),
+    }
+}
+
 fn main() -> ExitCode {
     let verified = open(Fault::None).and_then(|mut cam| cam.run(FRAMES));
-    println!("camera_ring: {verified:?} of {FRAMES} frames verified");
+    let line = summary(&verified, FRAMES);
+    if verified.is_ok() {
+        println!("{line}");
+    } else {
+        eprintln!("{line}");
+    }
     ExitCode::from(u8::from(verified != Ok(FRAMES)))
+}
+
+#[test]
+fn the_summary_names_counts_and_errors_plainly() {
+    // It printed "Ok(24) of 24 frames verified" (issue 24).
+    assert_eq!(
+        summary(&Ok(24), 24),
+        "camera_ring: 24 of 24 frames verified"
+    );
+    assert_eq!(summary(&Ok(0), 24), "camera_ring: 0 of 24 frames verified");
+    let failed = summary(&Err("CUDA context: no device".into()), 24);
+    assert_eq!(
+        failed,
+        "camera_ring: the run failed: CUDA context: no device"
+    );
+    assert!(
+        !failed.contains("Err(") && !failed.contains('"'),
+        "{failed}"
+    );
 }
 
 #[test]

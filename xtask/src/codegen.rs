@@ -21,7 +21,7 @@
 
 use crate::abi;
 use crate::lists;
-use crate::util::{self, flag_value, Failure, Result};
+use crate::util::{self, Failure, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -209,61 +209,36 @@ const NVSCI_TYPES: &[&str] = &[
 /// Where the project's own NvSci declaration header lives.
 const OWN_NVSCI_HEADER: &str = "crates/sys/include/tegra_interop_nvsci.h";
 
-struct Options {
+/// The options of `cargo xtask codegen`.
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Regenerate in memory and fail if the committed files are stale; with
+    /// --nvsci-include, also list every difference between the real NvSci
+    /// headers and the project's own declaration header
+    #[arg(long)]
     check: bool,
+    /// Use DIR/{cuda,cudaEGL,nvrtc}.h instead of the pinned PyPI wheels
+    #[arg(long, value_name = "DIR")]
     cuda_include: Option<PathBuf>,
+    /// A Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h
+    #[arg(long, value_name = "DIR")]
     nvsci_include: Option<PathBuf>,
-    /// With `--check`: the directory holding the committed `cuda.rs` and
-    /// `nvsci.rs` to compare against (default `crates/sys/src`). Lets the
-    /// xtask's tests prove that a hand edit is caught without touching the
-    /// real files.
+    /// With --check: compare with DIR/{cuda,nvrtc,nvsci,lists}.rs instead of
+    /// crates/sys/src (used by the xtask's own tests)
+    #[arg(long, value_name = "DIR")]
     against: Option<PathBuf>,
-    /// Where the wheel and the unpacked cuda.h are cached.
+    /// Where the wheels and headers are cached (default target/codegen-cache)
+    #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut options = Options {
-        check: false,
-        cuda_include: None,
-        nvsci_include: None,
-        against: None,
-        cache_dir: None,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--check" => options.check = true,
-            "--cuda-include" => {
-                options.cuda_include = Some(PathBuf::from(flag_value(arg, &mut it)?));
-            }
-            "--nvsci-include" => {
-                options.nvsci_include = Some(PathBuf::from(flag_value(arg, &mut it)?));
-            }
-            "--against" => {
-                options.against = Some(PathBuf::from(flag_value(arg, &mut it)?));
-            }
-            "--cache-dir" => {
-                options.cache_dir = Some(PathBuf::from(flag_value(arg, &mut it)?));
-            }
-            other => {
-                return Err(Failure::usage(format!(
-                    "codegen: unknown argument `{other}`"
-                )))
-            }
-        }
-    }
+/// Entry point of `cargo xtask codegen`.
+pub fn run(options: Options) -> Result<()> {
     if options.against.is_some() && !options.check {
         return Err(Failure::usage(
             "codegen: --against only makes sense with --check".to_string(),
         ));
     }
-    Ok(options)
-}
-
-/// Entry point of `cargo xtask codegen`.
-pub fn run(args: &[String]) -> Result<()> {
-    let options = parse(args)?;
     let root = util::workspace_root();
 
     // Check every input before doing any work, so a typo costs nothing.

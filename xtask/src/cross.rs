@@ -11,7 +11,7 @@
 //! failing step ends the command with a one-line error naming it (or, with
 //! `--keep-going`, all failing steps are named at the end).
 
-use crate::util::{self, flag_value, Failure, Result};
+use crate::util::{self, Failure, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -53,38 +53,25 @@ pub struct TargetConfig {
     pub steps: Vec<Step>,
 }
 
-struct Options {
+/// The options of `cargo xtask cross`.
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Only this target triple (repeatable)
+    #[arg(long, value_name = "TARGET")]
     only: Vec<String>,
+    /// Build the test steps' tests without running them
+    #[arg(long)]
     no_run: bool,
+    /// Run every step, report all failures at the end
+    #[arg(long)]
     keep_going: bool,
+    /// Print the steps and their commands, run nothing
+    #[arg(long)]
     list: bool,
 }
 
-fn parse(args: &[String]) -> Result<Options> {
-    let mut options = Options {
-        only: Vec::new(),
-        no_run: false,
-        keep_going: false,
-        list: false,
-    };
-    let mut it = args.iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--only" => options.only.push(flag_value(arg, &mut it)?.to_string()),
-            "--no-run" => options.no_run = true,
-            "--keep-going" => options.keep_going = true,
-            "--list" => options.list = true,
-            other => {
-                return Err(Failure::usage(format!("cross: unknown argument `{other}`")));
-            }
-        }
-    }
-    Ok(options)
-}
-
 /// Entry point of `cargo xtask cross`.
-pub fn run(args: &[String]) -> Result<()> {
-    let options = parse(args)?;
+pub fn run(options: Options) -> Result<()> {
     let root = util::workspace_root();
     let dir = root.join("targets");
     let mut targets = load_all(&dir)?;

@@ -1,7 +1,8 @@
 //! Project automation for tegra-interop (`cargo xtask <command>`).
 //!
 //! Commands: `codegen` (the sys crate's bindings, `codegen.rs`) and `cross`
-//! (builds and qemu test runs per `targets/*.toml`, `cross.rs`).
+//! (builds and qemu test runs per `targets/*.toml`, `cross.rs`); the command
+//! line is parsed by clap (derive), each command's options beside its code.
 //!
 //! Every failure ends with one line on stderr (`error: ...`) and exit code 1;
 //! a usage mistake exits with 2. Nothing here panics on bad input; a panic
@@ -17,53 +18,94 @@ mod util;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-usage: cargo xtask <command> [options]
+use clap::{Parser, Subcommand};
 
-commands:
-  codegen [--check] [--cuda-include DIR] [--nvsci-include DIR]
-      Regenerate crates/sys/src/{cuda,nvrtc,nvsci,lists}.rs with bindgen.
-      --check            regenerate in memory and fail if the committed files are stale;
-                         with --nvsci-include, also list every difference between the
-                         real NvSci headers and the project's own declaration header.
-      --cuda-include DIR use DIR/{cuda,cudaEGL,nvrtc}.h instead of the pinned PyPI wheels.
-      --nvsci-include DIR a Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h.
-      --against DIR      with --check: compare with DIR/{cuda,nvrtc,nvsci,lists}.rs instead of
-                         crates/sys/src (used by the xtask's own tests).
-      --cache-dir DIR    where the wheels and headers are cached (default target/codegen-cache).
+/// The command line: `cargo xtask <command> [options]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "xtask",
+    bin_name = "cargo xtask",
+    about = "Project automation for tegra-interop",
+    disable_version_flag = true,
+    after_help = "Exit status: 0 done, 1 the command failed, 2 a usage mistake."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
 
-  cross [--only TARGET]... [--no-run] [--keep-going] [--list]
-      Build the crates for every target described in targets/*.toml, and run the
-      host-runnable test suites for aarch64-unknown-linux-gnu under qemu-aarch64.
-      --only TARGET      only this target triple (repeatable).
-      --no-run           build the test steps' tests without running them.
-      --keep-going       run every step, report all failures at the end.
-      --list             print the steps and their commands, run nothing.
-";
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Regenerate crates/sys/src/{cuda,nvrtc,nvsci,lists}.rs with bindgen
+    Codegen(codegen::Options),
+    /// Build the crates for every target described in targets/*.toml, and run
+    /// the host-runnable test suites for aarch64-unknown-linux-gnu under
+    /// qemu-aarch64
+    Cross(cross::Options),
+}
+
+/// A clap error as the xtask's one line (without usage and tips).
+fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let msg = first.join(" ");
+    msg.strip_prefix("error: ").unwrap_or(&msg).to_owned()
+}
 
 fn main() -> ExitCode {
     util::quiet_panics();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("codegen") => util::catch("codegen: internal failure", || codegen::run(&args[1..])),
-        Some("cross") => util::catch("cross: internal failure", || cross::run(&args[1..])),
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                    if std::env::args().nth(1).is_some() =>
+                {
+                    print!("{e}");
+                    ExitCode::SUCCESS
+                }
+                ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    fail(util::Failure::usage("no command given".to_string()))
+                }
+                _ => fail(util::Failure::usage(one_line(&e))),
+            };
         }
-        Some(other) => Err(util::Failure::usage(format!("unknown command `{other}`"))),
-        None => Err(util::Failure::usage("no command given".to_string())),
+    };
+    let result = match cli.command {
+        Cmd::Codegen(o) => util::catch("codegen: internal failure", || codegen::run(o)),
+        Cmd::Cross(o) => util::catch("cross: internal failure", || cross::run(o)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(failure) => {
-            eprintln!("error: {}", failure.message);
-            if failure.usage {
-                eprintln!("(run `cargo xtask help` for usage)");
-                ExitCode::from(2)
-            } else {
-                ExitCode::FAILURE
-            }
-        }
+        Err(failure) => fail(failure),
+    }
+}
+
+/// Prints the failure's one line (and, for a usage mistake, where the help
+/// is) and gives its exit status.
+fn fail(failure: util::Failure) -> ExitCode {
+    eprintln!("error: {}", failure.message);
+    if failure.usage {
+        eprintln!("(run `cargo xtask help` for usage)");
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
     }
 }

@@ -47,14 +47,6 @@ pub fn write(path: &Path, contents: &str) -> Result<()> {
         .map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))
 }
 
-/// Takes the value that follows a `--flag`.
-pub fn flag_value<'a>(flag: &str, it: &mut impl Iterator<Item = &'a String>) -> Result<&'a str> {
-    it.next()
-        .map(String::as_str)
-        .filter(|v| !v.starts_with("--"))
-        .ok_or_else(|| Failure::usage(format!("{flag} needs a value")))
-}
-
 /// The message of the last panic, recorded by the hook that
 /// [`quiet_panics`] installs.
 static PANIC_MESSAGE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);

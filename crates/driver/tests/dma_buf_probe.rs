@@ -96,7 +96,7 @@ fn dma_buf_probe() {
     {
         let mut config = SimConfig::default();
         config.dmabuf_supported = false;
-        let sim = Sim::with_config(config).unwrap();
+        let sim = Sim::with_config(config.with_diagnostic_echo(false)).unwrap();
         let ctx = Context::primary(sim.backend(), 0).unwrap();
         let verdict = probe::dma_buf_import(&ctx);
         let shown = verdict.to_string();
@@ -104,6 +104,14 @@ fn dma_buf_probe() {
         assert!(
             shown.starts_with("unknown (no probe possible: the export to import back failed: cuMemGetHandleForAddressRange failed: CUDA_ERROR_NOT_SUPPORTED"),
             "{shown}"
+        );
+        let d = sim.take_diagnostics();
+        assert!(
+            d.iter().any(
+                |d| d.kind == tegra_interop_sim::DiagnosticKind::Unimplemented
+                    && d.symbol == "cuMemGetHandleForAddressRange"
+            ),
+            "{d:?}"
         );
         drop(ctx);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());

@@ -6,10 +6,11 @@ use tegra_interop_core::CuResult;
 use tegra_interop_driver::egl::{EglAccess, EglColorFormat, EglFrameType, EglImage};
 use tegra_interop_driver::{Context, Error};
 use tegra_interop_sim::egl::EglImageFormat;
-use tegra_interop_sim::{DiagnosticKind, Sim};
+use tegra_interop_sim::{DiagnosticKind, Sim, SimConfig};
 
 fn setup() -> (Sim, Context) {
-    let sim = Sim::new().unwrap();
+    // Quiet: misuse is provoked on purpose; the tests read the diagnostics.
+    let sim = Sim::with_config(SimConfig::default().with_diagnostic_echo(false)).unwrap();
     let ctx = Context::create(sim.backend(), 0, 0).unwrap();
     (sim, ctx)
 }

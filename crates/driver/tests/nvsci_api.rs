@@ -18,7 +18,8 @@ use tegra_interop_driver::{Context, Error};
 use tegra_interop_sim::{Sim, SimConfig};
 
 fn tegra() -> Sim {
-    Sim::with_config(SimConfig::tegra()).unwrap()
+    // Quiet: refused reconciliations and exports are provoked on purpose.
+    Sim::with_config(SimConfig::tegra().with_diagnostic_echo(false)).unwrap()
 }
 
 fn raw(size: u64, ty: NvSciBufType) -> BufAttrSet<4> {
@@ -50,7 +51,13 @@ fn cpu_list(m: &SyncModule, perm: NvSciSyncAccessPerm) -> SyncAttrList {
 fn sim_with_endpoint_pair() -> (tegra_interop_sim::nvsci::IpcConfigFile, Sim) {
     let cfg =
         tegra_interop_sim::nvsci::IpcConfigFile::inter_process(&[("a", "b", 8, 1024)]).unwrap();
-    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    // Quiet: refused exports and imports are provoked on purpose.
+    let sim = Sim::with_config(
+        SimConfig::tegra()
+            .with_nvsciipc_config(cfg.path())
+            .with_diagnostic_echo(false),
+    )
+    .unwrap();
     (cfg, sim)
 }
 

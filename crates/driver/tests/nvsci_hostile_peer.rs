@@ -47,7 +47,16 @@ struct Pair {
 
 fn pair() -> Pair {
     let cfg = IpcConfigFile::inter_process(&[("p", "c", NFRAMES, 1024)]).unwrap();
-    let mk = || Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    // Quiet: forged descriptors are refused on purpose; the tests read the
+    // diagnostics.
+    let mk = || {
+        Sim::with_config(
+            SimConfig::tegra()
+                .with_nvsciipc_config(cfg.path())
+                .with_diagnostic_echo(false),
+        )
+        .unwrap()
+    };
     let (sp, sc) = (mk(), mk());
     let (bp, bc) = (sp.backend(), sc.backend());
     let (p, c) = std::thread::scope(|s| {

@@ -3,18 +3,29 @@
 //! The camera -> shared buffer -> consumer pipeline of tegra-interop as a
 //! library, and the two programs built on it (`pipeline`, `interop_info`).
 //!
+//! The crate is laid out the way the data flows:
+//!
 //! - [`camera`]: the camera sensor model over `embedded-hal` 1.0 traits
-//!   (no alloc), which writes the frames; [`sensor`] is its simulated bus.
+//!   (no alloc), which writes the frames; [`camera::sensor`] is its
+//!   simulated bus.
 //! - [`ring`]: the ring of slots, the one per-slot state machine, and the
-//!   [`ring::Ticket`] it hands out per frame; [`transport`]: the interface a
-//!   transport implements (interop only: wait, write, signal), with [`host`]
-//!   (host reference), [`nvsci`] (NvSciBuf/NvSciSync + CUDA, on a Jetson or
-//!   the simulator) and `gpu` (feature `vulkan`: Vulkan producer, CUDA
-//!   kernel consumer); [`kernel`] is the CUDA consumer kernel both GPU
-//!   transports launch.
-//! - [`backend`] and [`probe`]: which transport runs here and why;
-//!   [`cli`], [`report`], [`stats`], [`app`]: the `pipeline` program;
-//!   [`info`]: the `interop_info` capability report.
+//!   [`ring::Ticket`] it hands out per frame.
+//! - [`transport`]: the interface a transport implements (interop only:
+//!   wait, write, signal), and the transports: [`transport::host`] (host
+//!   reference), [`transport::nvsci`] (NvSciBuf/NvSciSync + CUDA, on a
+//!   Jetson or the simulator), [`transport::egl`] (EGLImage / EGLStream),
+//!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
+//!   and [`transport::process`] (the camera in another process).
+//! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
+//! - [`platform`]: the producing side's platform APIs as product code:
+//!   `platform::vulkan` (feature `vulkan`: the Vulkan exporter, device by
+//!   CUDA UUID, exportable memory and semaphores) and [`platform::egl`]
+//!   (EGL display, streams and images).
+//! - [`app`]: the programs built on the library: [`app::cli`],
+//!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
+//!   (which transport runs here and why), [`app::info`] (the
+//!   `interop_info` capability report), [`app::baseline`] (plain CUDA, for
+//!   `pipeline_vs_cuda`).
 //!
 //! # The slot protocol
 //!
@@ -48,27 +59,19 @@
 //! repository is a whole program on them.
 //!
 //! Transports are values the caller owns (store them, return them):
-//! [`nvsci::NvSciTransport::open`] / [`nvsci::NvSciTransport::new`],
-//! [`host::HostReference::new`], `gpu::GpuTransport::open`;
+//! [`transport::nvsci::NvSciTransport::open`] / [`transport::nvsci::NvSciTransport::new`],
+//! [`transport::host::HostReference::new`], `transport::gpu::GpuTransport::open`;
 //! [`transport::FrameTransport::close`] tears one down and reports errors.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod app;
-pub mod backend;
-pub mod baseline;
 pub mod camera;
-pub mod cli;
-pub mod egl;
-#[cfg(feature = "vulkan")]
-pub mod gpu;
-pub mod host;
-pub mod info;
-pub mod kernel;
-pub mod nvsci;
-pub mod probe;
-pub mod report;
+pub mod consumer;
+pub mod platform;
 pub mod ring;
-pub mod sensor;
-pub mod split;
-pub mod stats;
 pub mod transport;
+
+/// The crate README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

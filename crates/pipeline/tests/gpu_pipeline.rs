@@ -1,4 +1,4 @@
-//! The pipeline's discrete-GPU transport (`tegra_interop_pipeline::gpu`: Vulkan
+//! The pipeline's discrete-GPU transport (`tegra_interop_pipeline::transport::gpu`: Vulkan
 //! frames and timeline semaphores imported into CUDA, an NVRTC kernel as the
 //! consumer) driven directly through the ring's tickets, in both
 //! modes (zero-copy and copy-based).
@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use tegra_interop_pipeline::camera::TestPattern;
 
-use tegra_interop_pipeline::gpu::{self, GpuTransport, Mode};
 use tegra_interop_pipeline::ring::{Ring, Ticket};
+use tegra_interop_pipeline::transport::gpu::{self, GpuTransport, Mode};
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 
 /// Opens the transport and a ring of `slots`, runs `f`, closes it.
@@ -187,12 +187,12 @@ fn teardown_with_a_waiting_consumer_does_not_hang() {
     assert!(t0.elapsed().as_secs() < 30);
 }
 
-/// The plain-CUDA baseline (`tegra_interop_pipeline::baseline`) verifies
+/// The plain-CUDA baseline (`tegra_interop_pipeline::app::baseline`) verifies
 /// every frame in both modes, at an odd size and at 1920x1080 RGBA8.
 #[test]
 #[ignore = "needs an NVIDIA GPU and NVRTC"]
 fn plain_cuda_baseline_verifies_every_frame() {
-    use tegra_interop_pipeline::baseline;
+    use tegra_interop_pipeline::app::baseline;
     for geometry in [
         FrameGeometry {
             stride: 1000,
@@ -217,7 +217,7 @@ fn plain_cuda_baseline_verifies_every_frame() {
 #[test]
 #[ignore = "needs a GPU with EGL (the GPU machine)"]
 fn egl_stream_transport_verifies_every_frame() {
-    use tegra_interop_pipeline::egl;
+    use tegra_interop_pipeline::transport::egl;
     let g = FrameGeometry {
         stride: 256 * 4,
         rows: 64,

@@ -199,12 +199,16 @@ fn help_and_bad_arguments() {
     assert!(o.status.success());
     assert!(text(&o.stdout).contains("--sim"));
 
-    for args in [&["--bogus"][..], &["--sim", "extra"][..]] {
+    for (args, bad) in [
+        (&["--bogus"][..], "'--bogus'"),
+        (&["--sim", "extra"][..], "'extra'"),
+    ] {
         let o = run(args);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
-        assert!(err.starts_with("error: unknown argument `"), "{err}");
+        assert!(err.starts_with("error: unexpected argument "), "{err}");
+        assert!(err.contains(bad), "{err}");
         assert!(!err.contains("panicked"), "{err}");
         assert!(o.stdout.is_empty(), "{args:?}");
     }

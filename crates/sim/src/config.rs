@@ -47,6 +47,13 @@ pub struct SimConfig {
     /// How long [`Sim::with_config`] waits for a free slot when all
     /// [`SLOTS`] are in use. Default 60 s.
     pub slot_wait: Duration,
+    /// Whether each [`Diagnostic`] is also written to stderr when it is
+    /// recorded (default `true`: a program on the simulator sees its misuse
+    /// at once, as a line starting `tegra-interop-sim`). A test that
+    /// provokes misuse on purpose turns it off (here or with
+    /// [`Sim::set_diagnostic_echo`]) and asserts on
+    /// [`Sim::take_diagnostics`] instead.
+    pub echo_diagnostics: bool,
     /// Whether the table has an NVRTC part (the simulator's stand-in that
     /// "compiles" sources whose kernels are registered, see
     /// [`crate::kernels`]); `false` models a machine without NVRTC.
@@ -70,6 +77,7 @@ impl Default for SimConfig {
             hang_timeout: cuda::DEFAULT_HANG_TIMEOUT,
             nvsciipc_config: None,
             slot_wait: Duration::from_secs(60),
+            echo_diagnostics: true,
             nvrtc: true,
         }
     }
@@ -101,6 +109,14 @@ impl SimConfig {
     /// (a file in the BSP's `nvsciipc.cfg` format).
     pub fn with_nvsciipc_config(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.nvsciipc_config = Some(path.into());
+        self
+    }
+
+    /// The same configuration with diagnostics written to stderr (`true`,
+    /// the default) or only recorded (`false`); see
+    /// [`SimConfig::echo_diagnostics`].
+    pub fn with_diagnostic_echo(mut self, on: bool) -> Self {
+        self.echo_diagnostics = on;
         self
     }
 

@@ -92,6 +92,9 @@ pub(crate) struct FdLedger {
     /// Diagnostics found outside a call (when a held descriptor is dropped),
     /// moved into the instance's diagnostics when they are read.
     pub(crate) pending: Vec<Diagnostic>,
+    /// Diagnostics are recorded only, not also written to stderr
+    /// (`Sim::set_diagnostic_echo(false)`).
+    pub(crate) quiet: bool,
 }
 
 pub(crate) type SharedFdLedger = Arc<Mutex<FdLedger>>;
@@ -240,8 +243,11 @@ impl Drop for TrackedFd {
         };
         let (_, diag) = checked_close(&self.ledger, site, self.raw, self.id, true);
         if let Some(d) = diag {
-            let _ = writeln!(std::io::stderr(), "tegra-interop-sim: {d}");
-            lock(&self.ledger).pending.push(d);
+            let mut l = lock(&self.ledger);
+            if !l.quiet {
+                let _ = writeln!(std::io::stderr(), "tegra-interop-sim: {d}");
+            }
+            l.pending.push(d);
         }
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! * where the real driver crashes (double destroy, destroy after a context
 //!   reset, use after free) the simulator returns an error code and records a
-//!   [`Diagnostic`] (also printed to stderr), so a test sees the bug;
+//!   [`Diagnostic`] (also written to stderr unless
+//!   [`Sim::set_diagnostic_echo`] turned that off), so a test sees the bug;
 //! * it keeps a [`Ledger`] of live objects, descriptors it holds and pending
 //!   stream work, which must be clean after a correct teardown;
 //! * it can fail the N-th call ([`Sim::fail_at`]) or the N-th call of one
@@ -56,6 +57,7 @@ pub mod export;
 mod fds;
 pub mod fence;
 mod instance;
+mod journal;
 pub mod kernels;
 mod nvrtc;
 pub mod nvsci;
@@ -82,6 +84,7 @@ pub use tegra_interop_sys::table::FunctionTable;
 
 pub use config::*;
 pub use fds::{FdAction, FdEvent};
+pub use journal::{KeptRecords, LOG_LIMIT};
 pub use nvsci::NvSciRelease;
 pub use objects::*;
 pub use report::*;
@@ -266,9 +269,31 @@ impl Sim {
         self.inner.calls()
     }
 
-    /// The entry points called so far, in order (index = call index).
+    /// The entry points called most recently, in order: the last
+    /// [`LOG_LIMIT`] calls (all of them while [`Sim::calls`] is at most
+    /// that; then entry `i` is call `calls() - len + i`, see
+    /// [`Sim::kept_records`]). Bounded so that a long run stays at a
+    /// constant size.
     pub fn call_log(&self) -> Vec<&'static str> {
-        self.inner.lock_control().log.clone()
+        self.inner.lock_control().log.to_vec()
+    }
+
+    /// The sizes of the simulator's bounded logs (call log, memsync log,
+    /// destroyed handles) and how many entries each forgot.
+    pub fn kept_records(&self) -> KeptRecords {
+        let (calls, calls_forgotten) = {
+            let c = self.inner.lock_control();
+            (c.log.len(), c.log.dropped())
+        };
+        let st = self.inner.lock_state();
+        KeptRecords {
+            calls,
+            calls_forgotten,
+            memsync: st.nvsci.memsync.len(),
+            memsync_forgotten: st.nvsci.memsync.dropped(),
+            gone: st.gone.len(),
+            gone_forgotten: st.gone.forgotten(),
+        }
     }
 
     /// Makes the call with index `call_index` (0-based, see [`Sim::calls`])
@@ -315,6 +340,15 @@ impl Sim {
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
         self.inner.flush_fd_issues();
         self.inner.lock_control().diagnostics.clone()
+    }
+
+    /// Whether each diagnostic is also written to stderr when it is
+    /// recorded (`true` by default, see [`SimConfig::echo_diagnostics`]).
+    /// Turn it off in a test that provokes misuse on purpose and assert on
+    /// [`Sim::take_diagnostics`] instead; every diagnostic is recorded
+    /// either way.
+    pub fn set_diagnostic_echo(&self, on: bool) {
+        self.inner.set_echo(on);
     }
 
     /// Returns and forgets the diagnostics recorded so far.

@@ -32,7 +32,13 @@ const CONN_RESET: u32 = 0x8;
 const WRITE_EMPTY: u32 = 0x10;
 
 fn sim(cfg: &IpcConfigFile) -> (Sim, FunctionTable) {
-    let sim = Sim::with_config(SimConfig::tegra().with_nvsciipc_config(cfg.path())).unwrap();
+    // Quiet: misuse is provoked on purpose; the tests read the diagnostics.
+    let sim = Sim::with_config(
+        SimConfig::tegra()
+            .with_nvsciipc_config(cfg.path())
+            .with_diagnostic_echo(false),
+    )
+    .unwrap();
     let t = sim.table();
     (sim, t)
 }
@@ -158,12 +164,20 @@ fn pair(nframes: u32, frame_size: u32) -> IpcConfigFile {
 #[test]
 fn init_reads_the_configuration_file() {
     let missing = Sim::with_config(
-        SimConfig::tegra().with_nvsciipc_config("/nonexistent/tegra-interop/nvsciipc.cfg"),
+        SimConfig::tegra()
+            .with_nvsciipc_config("/nonexistent/tegra-interop/nvsciipc.cfg")
+            .with_diagnostic_echo(false),
     )
     .unwrap();
     let t = missing.table();
     assert_eq!(init(&t), NOT_PERMITTED);
     assert_eq!(open(&t, "a"), Err(NOT_INITIALIZED));
+    let d = missing.take_diagnostics();
+    assert!(
+        d.iter()
+            .any(|d| d.message.contains("cannot read the NvSciIpc configuration")),
+        "{d:?}"
+    );
 
     let bad = IpcConfigFile::with_text("INTER_PROCESS a b 16\n").unwrap();
     let (_s, t) = sim(&bad);

@@ -44,7 +44,7 @@ use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Stream,
 };
 use tegra_interop::sys::cuda as sys;
-use tegra_interop_testkit::vulkan::{
+use tegra_interop_pipeline::platform::vulkan::{
     format_uuid, MemoryLocation, QueueChoice, SemaphoreOp, VulkanExporter,
 };
 
@@ -454,7 +454,8 @@ fn main() {
     let cu = RawCuda::load().unwrap();
     cu.init().unwrap();
     let uuid = cu.device_uuid(cu.device(0).unwrap()).unwrap();
-    let vk = VulkanExporter::new(uuid).unwrap();
+    // The queue family `TEGRA_INTEROP_VK_QUEUE` asks for (the first with compute by default).
+    let vk = VulkanExporter::with_queue(uuid, QueueChoice::from_env().unwrap()).unwrap();
     let machine = machine_line(&cu, &vk);
     println!("machine: {machine}");
 

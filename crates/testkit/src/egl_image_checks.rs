@@ -92,10 +92,10 @@ impl EglImages for SimImages<'_> {
 }
 
 /// GL textures of a real EGL display (the testkit's exporter).
-pub struct RealImages<'a>(pub &'a crate::egl::EglExporter);
+pub struct RealImages<'a>(pub &'a tegra_interop_pipeline::platform::egl::EglExporter);
 
 impl EglImages for RealImages<'_> {
-    type Image = crate::egl::TextureImage;
+    type Image = tegra_interop_pipeline::platform::egl::TextureImage;
     fn create(&mut self, width: u32, height: u32, initial: &[u8]) -> Self::Image {
         self.0
             .rgba_texture_image(width, height, initial)
@@ -105,10 +105,14 @@ impl EglImages for RealImages<'_> {
         image.as_raw()
     }
     fn read(&self, image: &Self::Image, width: u32, height: u32) -> Vec<u8> {
-        self.0.read_texture(image, width, height)
+        assert_eq!(image.size(), (width, height), "the image's own size");
+        self.0.read_texture(image).expect("glReadPixels")
     }
     fn write(&self, image: &mut Self::Image, width: u32, height: u32, pixels: &[u8]) {
-        self.0.write_texture(image, width, height, pixels);
+        assert_eq!(image.size(), (width, height), "the image's own size");
+        self.0
+            .write_texture(image, pixels)
+            .expect("glTexSubImage2D");
     }
     fn destroy(&mut self, image: Self::Image) {
         self.0.destroy(image);

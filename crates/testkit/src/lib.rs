@@ -8,18 +8,19 @@
 //!   and on a GPU machine with Vulkan as the exporter (`tests/gpu_conformance.rs`).
 //! - [`sim_exporter`]: the simulator's memfd exporter behind the suite's
 //!   [`conformance::Exporter`] trait.
-//! - `vulkan` (feature `vulkan`): a small Vulkan setup (ash) that exports
-//!   memory and semaphores as opaque fds, for GPU tests, examples and
-//!   benchmarks; it is also the discrete-GPU producer of `tegra-interop-pipeline`.
+//! - [`egl_image_checks`], [`egl_stream_checks`]: the EGLImage and
+//!   EGLStream suites, run on the simulator and, with the pipeline's EGL
+//!   display (`tegra_interop_pipeline::platform::egl`), on a GPU machine.
 //! - [`raw_cuda`]: the raw `libcuda` calls the benchmarks compare the driver's
 //!   wrappers against.
+//!
+//! The exporters the GPU tests, examples and benchmarks use are product
+//! code of `tegra-interop-pipeline`: `platform::vulkan` (feature `vulkan`
+//! here, which turns on the pipeline's) and `platform::egl`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod conformance;
-pub mod egl;
 pub mod egl_image_checks;
 pub mod egl_stream_checks;
 pub mod raw_cuda;
 pub mod sim_exporter;
-#[cfg(feature = "vulkan")]
-pub mod vulkan;

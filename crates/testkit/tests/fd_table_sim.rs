@@ -61,7 +61,8 @@ fn assert_clean(sim: &Sim) {
 #[test]
 fn fd_table_checks_of_the_suite() {
     let _g = serial();
-    let sim = Sim::new().unwrap();
+    // Quiet: the checks hand non-GPU fds to imports on purpose.
+    let sim = Sim::with_config(SimConfig::default().with_diagnostic_echo(false)).unwrap();
     let backend = sim.backend();
     let failures = conformance::run_fd_table_checks(&backend, &mut SimExporter);
     assert!(failures.is_empty(), "{failures:#?}");
@@ -120,7 +121,7 @@ fn injected_failure_at_every_import_path_keeps_the_callers_fd() {
             // Reach the import itself for dma-buf (the measured default
             // refuses it with NOT_SUPPORTED, checked below).
             cfg.dmabuf_import = true;
-            let sim = Sim::with_config(cfg).unwrap();
+            let sim = Sim::with_config(cfg.with_diagnostic_echo(false)).unwrap();
             let ctx = Context::new(sim.backend(), 0).unwrap();
             let fd = exported(path);
             let raw = fd.as_raw_fd();
@@ -196,7 +197,8 @@ fn dmabuf_not_supported_then_success_consumes_the_fd() {
 #[test]
 fn fd_audit_counts_what_happened_to_the_duplicate() {
     let _g = serial();
-    let sim = Sim::new().unwrap();
+    // Quiet: /dev/null is handed to an import on purpose.
+    let sim = Sim::with_config(SimConfig::default().with_diagnostic_echo(false)).unwrap();
     let ctx = Context::new(sim.backend(), 0).unwrap();
     let null: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
     let a = fd_audit();
@@ -216,4 +218,12 @@ fn fd_audit_counts_what_happened_to_the_duplicate() {
     drop(err2);
     drop(ctx);
     assert_clean(&sim);
+    let misuse = sim.take_diagnostics();
+    assert!(
+        misuse
+            .iter()
+            .any(|d| d.kind == DiagnosticKind::Misuse
+                && d.message.contains("not exported GPU memory")),
+        "{misuse:#?}"
+    );
 }

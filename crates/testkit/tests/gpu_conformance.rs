@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use tegra_interop::core::{BufferMapping, MemoryImport, SignalParams, WaitParams};
 use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, Stream};
+use tegra_interop_pipeline::platform::vulkan::{
+    MemoryLocation, SemaphoreKind, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
+};
 use tegra_interop_testkit::conformance::{
     self, ExportError, ExportedBinarySemaphore, ExportedMemory, ExportedTimelineSemaphore, Exporter,
-};
-use tegra_interop_testkit::vulkan::{
-    MemoryLocation, SemaphoreKind, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
 
 const WAIT: Duration = Duration::from_secs(5);
@@ -202,7 +202,7 @@ macro_rules! checks {
                 fn $name() {
                     super::run(
                         tegra_interop_testkit::conformance::$name,
-                        tegra_interop_testkit::vulkan::MemoryLocation::HostVisible,
+                        tegra_interop_pipeline::platform::vulkan::MemoryLocation::HostVisible,
                     );
                 }
             )*
@@ -216,7 +216,7 @@ macro_rules! checks {
                 fn $name() {
                     super::run(
                         tegra_interop_testkit::conformance::$name,
-                        tegra_interop_testkit::vulkan::MemoryLocation::DeviceLocal,
+                        tegra_interop_pipeline::platform::vulkan::MemoryLocation::DeviceLocal,
                     );
                 }
             )*

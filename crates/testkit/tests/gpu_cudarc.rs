@@ -7,8 +7,8 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use tegra_interop::driver::{Backend, Context, ExternalMemory};
+use tegra_interop_pipeline::platform::vulkan::{MemoryLocation, VulkanExporter};
 use tegra_interop_testkit::raw_cuda;
-use tegra_interop_testkit::vulkan::{MemoryLocation, VulkanExporter};
 
 const KERNEL: &str = r#"
 extern "C" __global__ void add_index(unsigned int *words, unsigned int n) {

@@ -9,7 +9,7 @@
 
 use tegra_interop_driver::egl::{EglAccess, EglColorFormat, EglFrameType, EglImage};
 use tegra_interop_driver::{Backend, Context};
-use tegra_interop_testkit::egl::EglExporter;
+use tegra_interop_pipeline::platform::egl::EglExporter;
 
 #[test]
 #[ignore = "needs a GPU with EGL (the GPU machine)"]
@@ -57,7 +57,7 @@ fn gl_texture_image_reaches_cuda() {
         // fails, the driver changed: update crates/sim/src/cuda/egl.rs.
         assert_ne!(back, pixels, "content from before the registration");
         // GL's own view of the texture, and CUDA -> array -> GL.
-        let gl_view = egl.read_texture(&image, w, h);
+        let gl_view = egl.read_texture(&image).unwrap();
         println!("GL reads its texture back: {}", gl_view == pixels);
         let written: Vec<u8> = (0..w * h * 4).map(|i| (i % 241) as u8 ^ 0x5a).collect();
         f.copy_plane_from_host(0, &written).unwrap();
@@ -68,14 +68,14 @@ fn gl_texture_image_reaches_cuda() {
             cuda_view == written
         );
         assert_eq!(cuda_view, written, "CUDA -> the EGLImage's array -> CUDA");
-        let gl_after = egl.read_texture(&image, w, h);
+        let gl_after = egl.read_texture(&image).unwrap();
         println!(
             "GL sees CUDA's write through the EGLImage: {}",
             gl_after == written
         );
         assert_eq!(gl_after, written, "CUDA -> the EGLImage -> GL");
         // GL writes after the registration: does CUDA see them?
-        egl.write_texture(&image, w, h, &pixels);
+        egl.write_texture(&image, &pixels).unwrap();
         let mut after_gl = vec![0u8; pixels.len()];
         f.copy_plane_to_host(0, &mut after_gl).unwrap();
         assert_eq!(
@@ -96,7 +96,7 @@ fn shared_image_checks_on_a_real_gpu() {
     use tegra_interop_testkit::egl_image_checks::{run_all, RealImages};
     let backend = tegra_interop_driver::Backend::real().unwrap();
     let ctx = tegra_interop_driver::Context::new(backend.clone(), 0).unwrap();
-    let egl = tegra_interop_testkit::egl::EglExporter::new().unwrap();
+    let egl = tegra_interop_pipeline::platform::egl::EglExporter::new().unwrap();
     run_all(&ctx, &mut RealImages(&egl));
     let errors = backend.take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
@@ -202,16 +202,16 @@ fn probe_image_visibility() {
         let (gl_sees, cuda_sees) = {
             let f = reg.frame().unwrap();
             if gl_first {
-                let _ = egl.read_texture(&image, w, h);
+                let _ = egl.read_texture(&image).unwrap();
             }
             f.copy_plane_from_host(0, &written).unwrap();
             if cuda_back {
                 let mut v = vec![0u8; n];
                 f.copy_plane_to_host(0, &mut v).unwrap();
             }
-            let gl_sees = egl.read_texture(&image, w, h) == written;
+            let gl_sees = egl.read_texture(&image).unwrap() == written;
             let later: Vec<u8> = (0..n).map(|i| (i % 239) as u8 ^ 0x33).collect();
-            egl.write_texture(&image, w, h, &later);
+            egl.write_texture(&image, &later).unwrap();
             let mut v = vec![0u8; n];
             f.copy_plane_to_host(0, &mut v).unwrap();
             (gl_sees, v == later)
@@ -262,7 +262,7 @@ fn probe_first_access_after_registration() {
             .rgba_texture_image(w, h, if sub { &zeros } else { &p })
             .unwrap();
         if sub {
-            egl.write_texture(&image, w, h, &p);
+            egl.write_texture(&image, &p).unwrap();
         }
         // SAFETY: the image lives until after unregister.
         let reg =
@@ -274,9 +274,10 @@ fn probe_first_access_after_registration() {
                 match step {
                     "sub-image P" => {}
                     "cuda-write" => f.copy_plane_from_host(0, &wr).unwrap(),
-                    "gl-read" => {
-                        seen.push(format!("gl-read {}", name(&egl.read_texture(&image, w, h))))
-                    }
+                    "gl-read" => seen.push(format!(
+                        "gl-read {}",
+                        name(&egl.read_texture(&image).unwrap())
+                    )),
                     _ => {
                         let mut v = vec![0u8; n];
                         f.copy_plane_to_host(0, &mut v).unwrap();
@@ -326,14 +327,15 @@ fn probe_event_from_egl_sync() {
         ("NULL sync", 0, true),
     ] {
         let sync = if null {
-            std::ptr::null_mut()
+            None
         } else {
-            egl.fence_sync().unwrap()
+            Some(egl.fence_sync().unwrap())
         };
+        let raw_sync = sync.as_ref().map_or(std::ptr::null_mut(), |s| s.as_raw());
         let mut ev: tegra_interop_sys::cuda::CUevent = std::ptr::null_mut();
         // SAFETY: a valid out-pointer; `sync` is a live EGLSyncKHR of a
         // display the driver reaches, or NULL (the probed refusal).
-        let r = unsafe { create(&mut ev, sync.cast(), flags) };
+        let r = unsafe { create(&mut ev, raw_sync.cast(), flags) };
         println!("MEASURED: cuEventCreateFromEGLSync({name}): {}", code(r));
         if r.0 == 0 {
             let e = ev as cu::CUevent;
@@ -362,7 +364,7 @@ fn probe_event_from_egl_sync() {
                 );
             }
         }
-        if !null {
+        if let Some(sync) = sync {
             egl.destroy_sync(sync);
         }
     }

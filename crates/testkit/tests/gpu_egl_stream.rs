@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use tegra_interop_driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerFrame};
 use tegra_interop_driver::{Backend, Context, Error, Stream};
+use tegra_interop_pipeline::platform::egl::{stream_state, EglExporter};
 use tegra_interop_sys::cuda::{CUeglStreamConnection, CUresult};
-use tegra_interop_testkit::egl::{stream_state, EglExporter};
 use tegra_interop_testkit::egl_stream_checks::{DeviceBuffers, FRAME_BYTES as LEN};
 
 const W: u32 = 64;
@@ -331,6 +331,115 @@ fn shared_checks_on_a_real_gpu() {
     let ctx = Context::new(backend.clone(), 0).unwrap();
     let egl = EglExporter::new().unwrap();
     checks::run_all(&ctx, &RealStreams(&egl));
+    let errors = backend.take_drop_errors();
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// `StreamFrame::is_repeat` on a real GPU (issue 24, item 7): the same
+/// sequence as the simulator's `crates/driver/tests/egl_repeat_sim.rs`. An
+/// acquire with nothing new presented takes the stream's kept frame again
+/// (EGL_SUPPORT_REUSE_NV): the frame must say it is a repeat; new frames,
+/// one of them presented from a buffer the producer got back, must not.
+/// Prints what identifies a repeat on this driver as `MEASURED:` lines (the
+/// consumer's plane pointer, the graphics resource).
+#[test]
+#[ignore = "needs a GPU with EGL (the GPU machine)"]
+fn stream_frame_says_when_it_is_a_repeat() {
+    let backend = Backend::real().unwrap();
+    let ctx = Context::new(backend.clone(), 0).unwrap();
+    ctx.bind().unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let egl = EglExporter::new().unwrap();
+    let t = &backend.table().cuda;
+    let s = egl.create_stream(4).unwrap();
+    let bufs = DeviceBuffers::new(&ctx, 3);
+    let frames: Vec<ProducerFrame> = bufs
+        .ptrs()
+        .iter()
+        // SAFETY: each buffer holds FRAME_BYTES, one W x H RGBA8 frame of
+        // pitch W * 4.
+        .map(|p| unsafe { ProducerFrame::rgba_pitch(*p, W, H, W * 4) })
+        .collect();
+    let bytes_of = |f: &tegra_interop_driver::egl::StreamFrame<'_>| {
+        let mut b = vec![0u8; LEN];
+        f.frame().unwrap().copy_plane_to_host(0, &mut b).unwrap();
+        assert!(b.iter().all(|x| *x == b[0]), "one value per frame");
+        b[0]
+    };
+    let ms = Duration::from_millis;
+    {
+        // SAFETY: the stream lives until destroy_stream below.
+        let consumer = unsafe { EglStreamConsumer::connect(&ctx, s.as_raw(), None) }.unwrap();
+        // SAFETY: as above.
+        let mut producer = unsafe { EglStreamProducer::connect(&ctx, s.as_raw(), W, H) }.unwrap();
+        let acquire = || consumer.acquire(Some(&stream), Some(ms(20))).unwrap();
+        let seen = |what: &str, f: &tegra_interop_driver::egl::StreamFrame<'_>| {
+            println!(
+                "MEASURED: repeat: {what}: bytes {}, plane {:#x?}, resource {:?}, is_repeat {}",
+                bytes_of(f),
+                f.frame().unwrap().plane_ptr(0),
+                f.as_raw(),
+                f.is_repeat()
+            );
+        };
+
+        // SAFETY: the buffers live until after both ends disconnected.
+        unsafe { producer.present(&frames[0], Some(&stream)) }.unwrap();
+        stream.synchronize().unwrap();
+        let f = acquire().expect("the first frame");
+        seen("first frame", &f);
+        assert!(!f.is_repeat() && bytes_of(&f) == 1);
+        f.release().unwrap();
+        let f = acquire().expect("the kept frame again (reuse)");
+        seen("acquire with nothing new", &f);
+        assert!(f.is_repeat() && bytes_of(&f) == 1);
+        f.release().unwrap();
+
+        for f in &frames[1..] {
+            // SAFETY: as above.
+            unsafe { producer.present(f, Some(&stream)) }.unwrap();
+        }
+        stream.synchronize().unwrap();
+        let a = acquire().expect("the second frame");
+        let b = acquire().expect("the third frame");
+        seen("second frame", &a);
+        seen("third frame, the second held", &b);
+        assert!(!a.is_repeat() && bytes_of(&a) == 2);
+        assert!(!b.is_repeat() && bytes_of(&b) == 3);
+        b.release().unwrap();
+        a.release().unwrap();
+        let f = acquire().expect("the kept frame again");
+        seen("acquire with nothing new after releasing newest first", &f);
+        assert!(f.is_repeat() && bytes_of(&f) == 3);
+        f.release().unwrap();
+        stream.synchronize().unwrap();
+
+        let mut back = Vec::new();
+        while let Some(r) = producer.return_frame(Some(&stream)).unwrap() {
+            back.push(bufs.index_of(r.plane_ptr(0)));
+        }
+        println!("MEASURED: repeat: buffers back to the producer: {back:?}");
+        assert!(back.contains(&Some(0)), "{back:?}");
+        // SAFETY: buffer 0 is back with the producer; FRAME_BYTES long.
+        let r = unsafe { (t.cuMemsetD8.unwrap())(bufs.ptrs()[0], 4, LEN) };
+        assert_eq!(r.0, 0);
+        // SAFETY: as above.
+        unsafe { producer.present(&frames[0], Some(&stream)) }.unwrap();
+        stream.synchronize().unwrap();
+        let f = acquire().expect("a new frame from a returned buffer");
+        seen("new content from a returned buffer", &f);
+        assert!(!f.is_repeat() && bytes_of(&f) == 4);
+        f.release().unwrap();
+        let f = acquire().expect("that frame again");
+        seen("acquire with nothing new", &f);
+        assert!(f.is_repeat() && bytes_of(&f) == 4);
+        f.release().unwrap();
+        stream.synchronize().unwrap();
+        producer.disconnect().unwrap();
+        consumer.disconnect().unwrap();
+    }
+    egl.destroy_stream(s);
+    drop(bufs);
     let errors = backend.take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");
 }

@@ -10,8 +10,8 @@ use tegra_interop_testkit::raw_cuda;
 
 use std::time::Duration;
 
-use tegra_interop_testkit::vulkan::{
-    Error, MemoryLocation, SemaphoreKind, SemaphoreOp, VulkanExporter,
+use tegra_interop_pipeline::platform::vulkan::{
+    Error, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp, VulkanExporter,
 };
 
 const NEEDS: &str = "needs a Vulkan device (GPU machine, or TEGRA_INTEROP_VULKAN_UUID)";
@@ -46,10 +46,14 @@ fn exporter() -> VulkanExporter {
 
 #[test]
 fn missing_loader_is_a_typed_error() {
-    let r = VulkanExporter::with_loader(
-        std::path::Path::new("/nonexistent/libvulkan-for-a-test.so.1"),
-        [0; 16],
-    );
+    // SAFETY: the path does not exist, so nothing is loaded.
+    let r = unsafe {
+        VulkanExporter::with_loader(
+            std::path::Path::new("/nonexistent/libvulkan-for-a-test.so.1"),
+            [0; 16],
+            QueueChoice::FirstCompute,
+        )
+    };
     match r {
         Err(Error::LoaderNotFound { reason }) => assert!(!reason.is_empty()),
         other => panic!("expected LoaderNotFound, got {other:?}"),

@@ -235,6 +235,12 @@ fn acquire_answer(
 /// drop or with [`disconnect`](Self::disconnect).
 pub struct EglStreamConsumer {
     res: Owned<ConnectionRes>,
+    /// Acquires so far (numbers each acquire from 1, wrapping) and the
+    /// number of the frame in `kept` (0: none yet).
+    numbers: Cell<(u32, u32)>,
+    /// Of the frames released, the first plane of the one acquired last
+    /// (the frame the stream keeps for reuse).
+    kept: Cell<usize>,
 }
 
 impl fmt::Debug for EglStreamConsumer {
@@ -286,6 +292,8 @@ impl EglStreamConsumer {
                 end: End::Consumer,
                 out: Cell::new(0),
             }),
+            numbers: Cell::new((0, 0)),
+            kept: Cell::new(0),
         })
     }
 
@@ -321,12 +329,17 @@ impl EglStreamConsumer {
             return Ok(None);
         }
         self.res.out.set(self.res.out.get().saturating_add(1));
+        let (last, kept) = self.numbers.get();
+        let seq = last.wrapping_add(1).max(1);
+        self.numbers.set((seq, kept));
         let mut guard = StreamFrame {
             consumer: self,
             resource,
             stream: cu_stream,
             raw: CUeglFrame::default(),
             released: false,
+            seq,
+            repeat: false,
         };
         // On failure the guard's drop releases the frame again.
         // SAFETY: `guard.raw` is a frame the driver writes whole; `resource` was just acquired on
@@ -340,6 +353,7 @@ impl EglStreamConsumer {
                 0,
             )
         }?;
+        guard.repeat = kept != 0 && self.kept.get() == first_plane(&guard.raw);
         Ok(Some(guard))
     }
 
@@ -452,12 +466,24 @@ pub struct StreamFrame<'c> {
     stream: CUstream,
     raw: CUeglFrame,
     released: bool,
+    /// This consumer's acquire number for the frame (from 1, wrapping).
+    seq: u32,
+    /// The stream handed back a frame this consumer saw before.
+    repeat: bool,
+}
+
+/// The first plane word of a frame (a pitch frame's device address, an
+/// array frame's array): which of the stream's buffers it is.
+fn first_plane(f: &CUeglFrame) -> usize {
+    crate::ffi::egl_plane_words(f)[0]
 }
 
 impl fmt::Debug for StreamFrame<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StreamFrame")
             .field("resource", &self.resource)
+            .field("acquire", &self.seq)
+            .field("repeat", &self.repeat)
             .finish()
     }
 }
@@ -472,6 +498,24 @@ impl StreamFrame<'_> {
     /// The graphics resource the driver mapped the frame on.
     pub fn as_raw(&self) -> CUgraphicsResource {
         self.resource
+    }
+
+    /// Whether this acquire handed back a frame this consumer had already
+    /// acquired and released, instead of a new one. With nothing new
+    /// presented an acquire may take the stream's kept frame again
+    /// (`EGL_SUPPORT_REUSE_NV`, on by default): the same bytes, which a
+    /// consumer counting camera frames must not count twice.
+    ///
+    /// CUDA's frame description carries no frame number, so this is told
+    /// from the buffer: of the frames released, the stream keeps the one
+    /// acquired last (the others go back to the producer) and hands a new
+    /// frame a buffer the producer gave back, so a frame in the kept
+    /// frame's buffer is that frame again. Measured on the simulator's
+    /// model of the H200 and checked on a GPU by
+    /// `crates/testkit/tests/gpu_egl_stream.rs`
+    /// (`stream_frame_says_when_it_is_a_repeat`).
+    pub fn is_repeat(&self) -> bool {
+        self.repeat
     }
 
     /// Hands the frame back to the stream (`cuEGLStreamConsumerReleaseFrame`,
@@ -496,6 +540,14 @@ impl StreamFrame<'_> {
             )
         };
         c.res.out.set(c.res.out.get().saturating_sub(1));
+        let (last, kept) = c.numbers.get();
+        // Acquired after the kept one (serial-number order: the numbers
+        // wrap, and frames out at once are never 2^31 acquires apart).
+        let later = kept == 0 || (self.seq.wrapping_sub(kept) as i32) > 0;
+        if r.is_ok() && later {
+            c.numbers.set((last, self.seq));
+            c.kept.set(first_plane(&self.raw));
+        }
         r
     }
 }

@@ -1,5 +1,5 @@
 //! The main job's discrete-GPU path beside the plain-CUDA baseline
-//! ([`tegra_interop_pipeline::baseline`]), in one process, zero-copy and
+//! ([`tegra_interop_pipeline::app::baseline`]), in one process, zero-copy and
 //! copy-based, with the ratio ours / baseline of frames per second.
 //!
 //! ```text
@@ -12,16 +12,16 @@
 
 use std::process::ExitCode;
 
-use tegra_interop_pipeline::cli::{self, Command};
-use tegra_interop_pipeline::report::Report;
+use tegra_interop_pipeline::app::cli::{self, Command};
+use tegra_interop_pipeline::app::report::Report;
+use tegra_interop_pipeline::app::{self, baseline};
 use tegra_interop_pipeline::transport::FrameGeometry;
-use tegra_interop_pipeline::{app, baseline};
 
 fn main() -> ExitCode {
     let mut opts = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Command::Run(o)) => o,
         Ok(Command::Help) => {
-            print!("{}", cli::USAGE);
+            print!("{}", cli::help());
             return ExitCode::SUCCESS;
         }
         Err(e) => {

@@ -77,7 +77,8 @@ pub(crate) enum Injection {
 pub(crate) struct Control {
     pub(crate) injections: Vec<Injection>,
     pub(crate) per_symbol: HashMap<&'static str, u64>,
-    pub(crate) log: Vec<&'static str>,
+    /// The most recent calls (bounded: see `journal`).
+    pub(crate) log: crate::journal::Journal<&'static str>,
     pub(crate) diagnostics: Vec<Diagnostic>,
     pub(crate) injected: u64,
     /// Injected failures of entry points that apply them themselves (so
@@ -99,6 +100,8 @@ pub(crate) struct Instance {
     pub(crate) config: SimConfig,
     calls: AtomicU64,
     shut: AtomicBool,
+    /// Diagnostics are also written to stderr (see `SimConfig::echo_diagnostics`).
+    echo: AtomicBool,
     pub(crate) state: Mutex<State>,
     pub(crate) control: Mutex<Control>,
     /// Every descriptor the simulator opened or closed.
@@ -116,7 +119,8 @@ pub(crate) struct Call<'a> {
 }
 
 impl Call<'_> {
-    /// Records a diagnostic (and prints it to stderr).
+    /// Records a diagnostic (and writes it to stderr unless the
+    /// simulator's diagnostic echo is off).
     pub(crate) fn diag(&self, kind: DiagnosticKind, message: String) {
         self.inst.diag(self.index, self.symbol, kind, message);
     }
@@ -136,16 +140,26 @@ impl Instance {
                 refcount: 0,
             });
         }
-        Instance {
+        let echo = config.echo_diagnostics;
+        let inst = Instance {
             id: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             config,
             calls: AtomicU64::new(0),
             shut: AtomicBool::new(false),
+            echo: AtomicBool::new(echo),
             state: Mutex::new(state),
             control: Mutex::new(Control::default()),
             fds: SharedFdLedger::default(),
             me,
-        }
+        };
+        inst.set_echo(echo);
+        inst
+    }
+
+    /// Whether diagnostics are also written to stderr.
+    pub(crate) fn set_echo(&self, on: bool) {
+        self.echo.store(on, Ordering::Release);
+        self.fds.lock().unwrap_or_else(|e| e.into_inner()).quiet = !on;
     }
 
     /// A weak reference to this instance, for stream work.
@@ -212,8 +226,10 @@ impl Instance {
             kind,
             message,
         };
-        // Written with `let _ =` so a closed stderr cannot panic here.
-        let _ = writeln!(std::io::stderr(), "tegra-interop-sim[{}]: {}", self.id, d);
+        if self.echo.load(Ordering::Acquire) {
+            // Written with `let _ =` so a closed stderr cannot panic here.
+            let _ = writeln!(std::io::stderr(), "tegra-interop-sim[{}]: {}", self.id, d);
+        }
         self.lock_control().diagnostics.push(d);
     }
 

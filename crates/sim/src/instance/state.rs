@@ -34,8 +34,8 @@ pub(crate) struct State {
     pub(crate) arrays: HashMap<u64, ArrayObj>,
     pub(crate) semaphores: HashMap<u64, SemObj>,
     /// Handles (and device addresses) that were live once, and why they
-    /// are not any more.
-    pub(crate) gone: HashMap<u64, GoneWhy>,
+    /// are not any more (bounded: see `GoneMap`).
+    pub(crate) gone: crate::journal::GoneMap,
     pub(crate) sync_objects: HashMap<usize, SyncObjectEntry>,
     pub(crate) buf_objects: HashMap<usize, BufObjectEntry>,
     /// The NvSci part (modules, attribute lists, objects, endpoints).

@@ -293,7 +293,8 @@ pub(crate) struct NvSciState {
     /// Attribute-list descriptors handed out and not freed: address ->
     /// whether NvSciSync (true) or NvSciBuf made it.
     pub(crate) descriptors: crate::cmem::HandedOut<bool>,
-    pub(crate) memsync: Vec<MemsyncEvent>,
+    /// The most recent NvSciSync memsync events (bounded: see `journal`).
+    pub(crate) memsync: crate::journal::Journal<MemsyncEvent>,
     pub(crate) next_sync_initial: Option<u64>,
     /// Handles that were live once (for use-after-free diagnostics).
     pub(crate) gone: HashSet<usize>,
@@ -461,9 +462,10 @@ impl crate::Sim {
         self.inner.lock_state().nvsci.next_sync_initial = Some(value);
     }
 
-    /// Every NvSciSync signal and wait the CUDA side enqueued so far, with
-    /// whether its NvSciBuf memory synchronisation ran.
+    /// The NvSciSync signals and waits the CUDA side enqueued, with whether
+    /// their NvSciBuf memory synchronisation ran: the most recent
+    /// [`LOG_LIMIT`](crate::LOG_LIMIT) of them, oldest first.
     pub fn nvsci_memsync_log(&self) -> Vec<MemsyncEvent> {
-        self.inner.lock_state().nvsci.memsync.clone()
+        self.inner.lock_state().nvsci.memsync.to_vec()
     }
 }

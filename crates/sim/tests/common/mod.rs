@@ -45,7 +45,9 @@ impl Cu {
     }
 
     pub fn with(cfg: SimConfig) -> Cu {
-        let sim = Sim::with_config(cfg).unwrap();
+        // Quiet: these tests provoke misuse on purpose and read the
+        // diagnostics instead of printing them.
+        let sim = Sim::with_config(cfg.with_diagnostic_echo(false)).unwrap();
         let t = sim.table().cuda;
         Cu { sim, t }
     }

@@ -22,7 +22,9 @@ macro_rules! call {
 
 /// A simulator with `cfg` and its tables, CUDA initialised.
 pub fn setup_with_config(cfg: SimConfig) -> (Sim, FunctionTable) {
-    let sim = Sim::with_config(cfg).unwrap();
+    // Quiet: these tests provoke misuse on purpose and read the
+    // diagnostics instead of printing them.
+    let sim = Sim::with_config(cfg.with_diagnostic_echo(false)).unwrap();
     let t = sim.table();
     assert_eq!(call!(t.cuda, cuInit(0)).0, 0);
     (sim, t)

@@ -37,7 +37,7 @@
 //!   ([`FrameTransport::queue_consumer`] only hands it the ticket's slot and
 //!   values, so those ~30-50 us of driver calls run beside the camera);
 //!   per frame it waits for *ready*, runs a
-//!   kernel compiled at run time with NVRTC (through cudarc; the [`kernel`]
+//!   kernel compiled at run time with NVRTC (through cudarc; the [`crate::consumer`]
 //!   module, shared with the NvSci transport's Jetson path) that counts the
 //!   bytes that differ from [`TestPattern`] with an atomic and inverts every
 //!   byte in place (exactly [`crate::transport::process_frame`]; launched
@@ -53,7 +53,7 @@
 //!   copies it back before signalling *free*. The kernel time is
 //!   [`Completion::process`]; the copies count as interop overhead. The
 //!   copies are copy kernels that use loads that refetch system memory and
-//!   write-through stores (see [`kernel::KERNEL_SOURCE`]).
+//!   write-through stores (see [`consumer::KERNEL_SOURCE`]).
 //!
 //! Everything is allocated when the transport is opened (fixed capacity): the
 //! steady state allocates nothing, on the host or on the GPU.
@@ -136,20 +136,20 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::platform::vulkan::{
+    Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
+    VulkanExporter, VulkanMemory, VulkanSemaphore,
+};
 use cudarc::driver::{sys as cu_sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use tegra_interop::core::{MemoryImport, SignalParams, TimelineTracker, WaitParams};
 use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer, Stream,
 };
-use tegra_interop_testkit::vulkan::{
-    Error as VkError, HostHandover, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp,
-    VulkanExporter, VulkanMemory, VulkanSemaphore,
-};
 
 use crate::ring::{Peek, Ticket};
 use crate::transport::{Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError};
 
-use crate::kernel::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::consumer::{self, CheckArgs, CopyKernel, Counters, DeviceFrame, FrameMemory, Kernel};
 
 /// `0` queues the consumer after the ready signal instead of before the
 /// write (for comparison; see [`FrameTransport::queues_before_ready`]).
@@ -267,7 +267,7 @@ pub fn probe() -> Result<String, String> {
         .uuid()
         .map_err(|e| format!("cannot read the CUDA device UUID ({e})"))?;
     let vk = VulkanExporter::new(uuid).map_err(|e| format!("Vulkan: {e}"))?;
-    kernel::nvrtc_present().map_err(|e| e.0)?;
+    consumer::nvrtc_present().map_err(|e| e.0)?;
     Ok(format!(
         "device 0 ({name}) is a discrete GPU with timeline-semaphore interop, Vulkan device {} has its UUID, NVRTC found",
         vk.device_info().name
@@ -679,9 +679,7 @@ fn allocate_frames(
             }
             return Ok((frames, MemoryLocation::HostCached));
         }
-        Err(tegra_interop_testkit::vulkan::Error::NoMemoryType { .. }) => {
-            MemoryLocation::HostVisible
-        }
+        Err(VkError::NoMemoryType { .. }) => MemoryLocation::HostVisible,
         Err(e) => return Err(err("allocating a frame buffer in Vulkan")(&e)),
     };
     let frames = (0..slots)
@@ -743,7 +741,7 @@ impl GpuTransport {
         if len == 0 || geometry.stride == 0 {
             return Err(TransportError::new("frames of zero bytes cannot be shared"));
         }
-        kernel::self_check_pattern(geometry.stride, geometry.rows)?;
+        consumer::self_check_pattern(geometry.stride, geometry.rows)?;
         let backend = Backend::real().map_err(|e| err("CUDA driver")(&e))?;
         let uuid = backend
             .device(0)
@@ -862,7 +860,7 @@ impl GpuTransport {
         let enqueue = Enqueuer {
             geometry,
             mode,
-            grid: kernel::grid_for(len),
+            grid: consumer::grid_for(len),
             free_cu,
             ready_cu,
             mapped,

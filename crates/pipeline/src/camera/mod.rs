@@ -19,6 +19,8 @@
 //! described in [`TestPattern`], seeded by the frame index, so that a consumer
 //! can verify every byte of every frame.
 
+pub mod sensor;
+
 use ::core::convert::Infallible;
 use ::core::fmt;
 
@@ -461,23 +463,35 @@ pub const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
 /// Environment variable that sets the threads [`frame_threads`] uses for a
 /// large frame (1..=64), for measuring: e.g. whether writing and checking are
-/// bound by the cores or by memory bandwidth.
+/// bound by the cores or by memory bandwidth. [`set_frame_threads`] (the
+/// `pipeline` program's `--frame-threads`) wins over it.
 pub const FRAME_THREADS_ENV: &str = "TEGRA_INTEROP_FRAME_THREADS";
 
+/// The threads for a large frame, decided once per process.
+static FRAME_THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Sets the threads [`frame_threads`] uses for a large frame (clamped to
+/// 1..=64). Only before the first frame: the camera's and the check's thread
+/// pools are started once; returns false (and changes nothing) when the
+/// number was already decided.
+pub fn set_frame_threads(threads: usize) -> bool {
+    FRAME_THREADS.set(threads.clamp(1, 64)).is_ok()
+}
+
 /// Threads used to write or check a frame of `len` bytes: one below
-/// [`PARALLEL_MIN_BYTES`], else [`FRAME_THREADS_ENV`] where set to a number
-/// in 1..=64, else a quarter of the machine's parallelism, 1..=8: the camera
+/// [`PARALLEL_MIN_BYTES`], else the number given to [`set_frame_threads`],
+/// else [`FRAME_THREADS_ENV`] where set to a number in 1..=64, else a
+/// quarter of the machine's parallelism, 1..=8: the camera
 /// and the read-back check run at the same time, and both are bound by
 /// memory bandwidth before cores (measured on the 16-core H200 host: 4
 /// threads each wrote and checked about as fast as 8, and 8 + 8 at once
 /// oversubscribed the cores and ran 30% slower than 4 + 4). Worked out once
 /// per process (the machine's parallelism is read from cgroup files).
 pub fn frame_threads(len: usize) -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     if len < PARALLEL_MIN_BYTES {
         return 1;
     }
-    *THREADS.get_or_init(|| {
+    *FRAME_THREADS.get_or_init(|| {
         std::env::var(FRAME_THREADS_ENV)
             .ok()
             .and_then(|v| v.parse::<usize>().ok())

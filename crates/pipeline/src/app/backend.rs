@@ -1,10 +1,10 @@
 //! Picks and opens the transport for `--backend`, saying why.
 //!
-//! - `sim`: the NvSci transport ([`crate::nvsci`]) on the built-in
+//! - `sim`: the NvSci transport ([`crate::transport::nvsci`]) on the built-in
 //!   simulator (a Tegra-like machine: integrated GPU, NvSci present);
 //! - `jetson`: the same NvSci transport on the real driver, its frames
 //!   processed by the NVRTC kernel ([`Processing::CudaKernel`]), when
-//!   [`crate::probe::jetson`] finds an integrated GPU, the NvSci libraries
+//!   [`crate::app::probe::jetson`] finds an integrated GPU, the NvSci libraries
 //!   and symbols and NVRTC; otherwise refused with the reason. Built and
 //!   its refusals tested; never run on a Jetson;
 //! - `gpu`: the discrete-GPU transport (Vulkan producer, CUDA NVRTC kernel
@@ -12,10 +12,10 @@
 //!   with `--features vulkan` passes it in as a [`GpuHook`]) and its probe
 //!   finds a discrete NVIDIA GPU, a matching Vulkan device and NVRTC;
 //!   otherwise refused with the reason;
-//! - `egl`: the EGLStream transport ([`crate::egl`]): on a real GPU with
+//! - `egl`: the EGLStream transport ([`crate::transport::egl`]): on a real GPU with
 //!   an EGL display when the program was built with `--features vulkan`
 //!   and one opens, otherwise on the simulator, saying why;
-//! - `host`: the host-reference transport ([`crate::host`]), a reference
+//! - `host`: the host-reference transport ([`crate::transport::host`]), a reference
 //!   and testing transport, never picked by `auto`;
 //! - `auto`: jetson -> gpu -> sim, the first that is available.
 
@@ -24,11 +24,11 @@ use std::sync::Arc;
 use tegra_interop::driver::Backend;
 use tegra_interop_sim::{Sim, SimConfig};
 
-use crate::cli::{BackendChoice, Options};
-use crate::host::HostReference;
-use crate::nvsci::{NvSciTransport, Processing};
-use crate::probe::{self, Probe, Verdict};
+use crate::app::cli::{BackendChoice, Options};
+use crate::app::probe::{self, Probe, Verdict};
 use crate::ring::MAX_SLOTS;
+use crate::transport::host::HostReference;
+use crate::transport::nvsci::{NvSciTransport, Processing};
 use crate::transport::{FrameGeometry, FrameTransport};
 
 /// An opened transport, the reason it was chosen, and what to tell the
@@ -257,7 +257,7 @@ pub fn open(
 /// (measured on the H200: the consumer acquires its own copy), so the
 /// camera writes the slot directly.
 fn open_egl(why: String, geometry: FrameGeometry, ring: usize) -> Result<Opened, String> {
-    Ok(match crate::egl::open_real(geometry, ring) {
+    Ok(match crate::transport::egl::open_real(geometry, ring) {
         Ok((t, backend)) => Opened {
             note: Some(t.note()),
             transport: Box::new(t),
@@ -267,7 +267,7 @@ fn open_egl(why: String, geometry: FrameGeometry, ring: usize) -> Result<Opened,
             after: After::Driver(backend),
         },
         Err(no) => {
-            let (t, sim) = crate::egl::open_sim(geometry, ring)?;
+            let (t, sim) = crate::transport::egl::open_sim(geometry, ring)?;
             Opened {
                 note: Some(t.note()),
                 transport: Box::new(t),

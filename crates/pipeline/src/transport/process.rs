@@ -43,8 +43,7 @@
 //! mapped memory (as the in-process NvSci transport does there); the CUDA
 //! kernel path of a Jetson is not written for this mode, which says so.
 
-use std::ffi::OsString;
-use std::process::{Child, Command, ExitCode};
+use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -59,8 +58,10 @@ use tegra_interop::driver::{Backend, Context, Stream};
 use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
+use crate::app::cli::{two_process_conflicts, BackendChoice, Options, Role};
+use crate::app::report::{Report, Verification};
+use crate::app::stats::Summary as Figures;
 use crate::camera::TestPattern;
-use crate::cli::{self, BackendChoice, Command as CliCommand, Options};
 use crate::transport::process_frame;
 
 /// The endpoint names the CUDA process writes into its configuration file
@@ -69,125 +70,56 @@ const SIM_PAIR: (&str, &str) = ("tegra-interop-camera", "tegra-interop-cuda");
 /// How long either side waits for the other.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// The flags of this mode, taken out of the command line before the common
-/// options are parsed.
+/// This mode's options, taken from [`Options`].
 #[derive(Debug, Default)]
 struct SplitFlags {
-    processes: u32,
     camera: bool,
     /// `--role` given: run this side only (the other is started elsewhere).
     role_given: bool,
     config: Option<String>,
     endpoints: Option<(String, String)>,
-    /// For tests: the camera process ends abruptly at this message.
-    die_at: u32,
 }
 
-fn take_flags(args: Vec<OsString>) -> Result<(SplitFlags, Vec<OsString>), String> {
-    let mut f = SplitFlags {
-        processes: 1,
-        ..SplitFlags::default()
-    };
-    let mut rest = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .and_then(|v| v.into_string().ok())
-                .ok_or_else(|| format!("{name} expects a value"))
+impl SplitFlags {
+    fn from_options(opts: &Options) -> Result<SplitFlags, String> {
+        let config = match &opts.nvsciipc_config {
+            None => None,
+            Some(p) => Some(
+                p.to_str()
+                    .ok_or_else(|| {
+                        format!("--nvsciipc-config {}: the path is not UTF-8", p.display())
+                    })?
+                    .to_owned(),
+            ),
         };
-        match a.to_str() {
-            Some("--processes") => {
-                f.processes = match value("--processes")?.as_str() {
-                    "1" => 1,
-                    "2" => 2,
-                    v => return Err(format!("--processes is 1 or 2, got `{v}`")),
-                }
-            }
-            Some("--role") => {
-                f.role_given = true;
-                match value("--role")?.as_str() {
-                    "camera" => f.camera = true,
-                    "cuda" => f.camera = false,
-                    v => return Err(format!("--role is camera or cuda, got `{v}`")),
-                }
-            }
-            Some("--nvsciipc-config") => f.config = Some(value("--nvsciipc-config")?),
-            Some("--endpoints") => {
-                let v = value("--endpoints")?;
-                let (a, b) = v
-                    .split_once(',')
-                    .ok_or("--endpoints expects <camera>,<cuda>")?;
-                f.endpoints = Some((a.to_owned(), b.to_owned()));
-            }
-            Some("--die-at") => {
-                f.die_at = value("--die-at")?
-                    .parse()
-                    .map_err(|_| "--die-at expects a number")?
-            }
-            _ => rest.push(a),
-        }
+        Ok(SplitFlags {
+            camera: opts.role == Some(Role::Camera),
+            role_given: opts.role.is_some(),
+            config,
+            endpoints: opts.endpoints.clone(),
+        })
     }
-    Ok((f, rest))
 }
 
-/// Runs the two-process mode if the command line asks for it; `None` when
-/// it does not (the usual one-process pipeline runs).
-pub fn main_if_requested(args: &[OsString]) -> Option<ExitCode> {
-    if !args.iter().any(|a| a == "--processes" || a == "--role") {
-        return None;
+/// Runs the two-process mode as `opts` asks (`opts.processes == 2` or
+/// `opts.role` set); options this mode does not carry out are refused
+/// ([`two_process_conflicts`], as the command line does). Returns the report of the CUDA side, the same
+/// [`Report`] the one-process mode gives; `None` for the camera side run
+/// alone (`--role camera`), whose figures go to the CUDA process.
+pub fn run(opts: &Options) -> Result<Option<Report>, String> {
+    two_process_conflicts(opts)?;
+    let flags = SplitFlags::from_options(opts)?;
+    if flags.camera {
+        camera_process(opts, &flags)?;
+        return Ok(None);
     }
-    let (flags, rest) = match take_flags(args.to_vec()) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Some(ExitCode::from(2));
-        }
-    };
-    if flags.processes == 1 && !flags.role_given {
-        return None;
-    }
-    let opts = match cli::parse(rest.clone()) {
-        Ok(CliCommand::Run(o)) => o,
-        Ok(CliCommand::Help) => return None,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Some(ExitCode::from(2));
-        }
-    };
-    let result = if flags.camera {
-        camera_process(&opts, &flags).map(|_| None)
-    } else if flags.role_given {
+    let summary = if flags.role_given {
         // The CUDA side alone; its camera was started by someone else.
-        run_cuda(&opts, &flags, flags.config.as_deref()).map(Some)
+        run_cuda(opts, &flags, flags.config.as_deref())?
     } else {
-        cuda_process(&opts, &flags, &rest).map(Some)
+        cuda_process(opts, &flags)?
     };
-    Some(match result {
-        Ok(Some(summary)) => {
-            if opts.json {
-                println!("{}", summary.json());
-            } else {
-                print!("{}", summary.human());
-            }
-            if summary.passed() {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("error: frames failed verification");
-                ExitCode::FAILURE
-            }
-        }
-        Ok(None) => ExitCode::SUCCESS,
-        Err(e) => {
-            let who = if flags.camera {
-                "camera process"
-            } else {
-                "cuda process"
-            };
-            eprintln!("error ({who}): {e}");
-            ExitCode::FAILURE
-        }
-    })
+    Ok(Some(summary.report(opts)))
 }
 
 /// One process's simulator or the real driver, and the endpoint names.
@@ -245,21 +177,12 @@ fn err<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> String {
     move |e| format!("{what}: {e}")
 }
 
-/// The endpoint with the message count the `--die-at` test hook uses.
+/// The endpoint, with this mode's text messages.
 struct Ep {
     inner: NvSciIpc,
-    count: u32,
-    die_at: u32,
 }
 
 impl Ep {
-    fn tick(&mut self) {
-        self.count += 1;
-        if self.count == self.die_at {
-            // The test hook: end without any cleanup, as a crash would.
-            std::process::exit(0);
-        }
-    }
     fn send_text(&mut self, text: &str) -> Result<(), String> {
         self.send(text.as_bytes()).map_err(err("send"))
     }
@@ -282,11 +205,9 @@ unsafe impl IpcEndpoint for Ep {
         self.inner.handle()
     }
     fn send(&mut self, m: &[u8]) -> Result<(), tegra_interop::driver::nvsci::IpcError> {
-        self.tick();
         self.inner.send(m)
     }
     fn recv(&mut self) -> Result<Vec<u8>, tegra_interop::driver::nvsci::IpcError> {
-        self.tick();
         self.inner.recv()
     }
 }
@@ -344,11 +265,7 @@ fn fence_crosses(source: FenceSource, k: u64) -> bool {
 fn camera_process(opts: &Options, flags: &SplitFlags) -> Result<(), String> {
     let s = setup(opts, flags, flags.config.as_deref())?;
     let inner = NvSciIpc::open(&s.backend, &s.camera_ep, PATIENCE).map_err(err("NvSciIpc"))?;
-    let mut ep = Ep {
-        inner,
-        count: 0,
-        die_at: flags.die_at,
-    };
+    let mut ep = Ep { inner };
     ep.expect(&hello(opts))?;
     let (stride, len) = geometry(opts);
     let bufs = BufModule::open(&s.backend).map_err(err("NvSciBuf"))?;
@@ -540,7 +457,7 @@ impl CameraSlot {
 
 // ------------------------------------------------------------ the CUDA side
 
-fn spawn_camera(rest: &[OsString], config: Option<&str>, die_at: u32) -> Result<Child, String> {
+fn spawn_camera(opts: &Options, config: Option<&str>) -> Result<Child, String> {
     let exe = std::env::current_exe().map_err(err("current executable"))?;
     // A cross test run without binfmt names its emulator here (see
     // targets/aarch64-unknown-linux-gnu.toml); the child goes through it too.
@@ -553,17 +470,18 @@ fn spawn_camera(rest: &[OsString], config: Option<&str>, die_at: u32) -> Result<
         }
         _ => Command::new(exe),
     };
-    c.args(rest).args(["--role", "camera"]);
-    if let Some(p) = config {
-        c.args(["--nvsciipc-config", p]);
-    }
-    if die_at > 0 {
-        c.args(["--die-at", &die_at.to_string()]);
-    }
+    // The same run, as its camera side, on this side's configuration file.
+    let camera = Options {
+        role: Some(Role::Camera),
+        nvsciipc_config: config.map(std::path::PathBuf::from),
+        json: false,
+        ..opts.clone()
+    };
+    c.args(camera.to_args());
     c.spawn().map_err(err("starting the camera process"))
 }
 
-fn cuda_process(opts: &Options, flags: &SplitFlags, rest: &[OsString]) -> Result<Summary, String> {
+fn cuda_process(opts: &Options, flags: &SplitFlags) -> Result<Summary, String> {
     if !matches!(
         opts.backend,
         BackendChoice::Auto | BackendChoice::Sim | BackendChoice::Jetson
@@ -575,7 +493,7 @@ fn cuda_process(opts: &Options, flags: &SplitFlags, rest: &[OsString]) -> Result
     }
     if opts.backend == BackendChoice::Jetson || flags.endpoints.is_some() {
         return Err(
-            "--processes 2 runs on the simulator only: its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware"
+            "--processes 2 runs on the simulator only, over the pair it writes: --endpoints (a Jetson's pair) and --backend jetson are refused because its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware (on the simulator, --role camera / --role cuda with --nvsciipc-config and --endpoints name another pair)"
                 .into(),
         );
     }
@@ -591,7 +509,7 @@ fn cuda_process(opts: &Options, flags: &SplitFlags, rest: &[OsString]) -> Result
         .as_ref()
         .map(|c| c.path().display().to_string())
         .or(flags.config.clone());
-    let mut camera = spawn_camera(rest, config.as_deref(), flags.die_at)?;
+    let mut camera = spawn_camera(opts, config.as_deref())?;
     let result = run_cuda(opts, flags, config.as_deref());
     let status = camera.wait().map_err(err("camera process"))?;
     let summary = result?;
@@ -607,12 +525,7 @@ fn run_cuda(opts: &Options, flags: &SplitFlags, config: Option<&str>) -> Result<
         return Err("the CUDA side of --processes 2 needs the simulator".into());
     }
     let inner = NvSciIpc::open(&s.backend, &s.cuda_ep, PATIENCE).map_err(err("NvSciIpc"))?;
-    // `--die-at` is the camera's unless this process runs the CUDA side alone.
-    let mut ep = Ep {
-        inner,
-        count: 0,
-        die_at: if flags.role_given { flags.die_at } else { 0 },
-    };
+    let mut ep = Ep { inner };
     ep.send_text(&hello(opts))?;
     let (stride, len) = geometry(opts);
     let ctx = Context::create(Arc::clone(&s.backend), 0, 0).map_err(err("CUDA context"))?;
@@ -693,7 +606,7 @@ fn run_cuda(opts: &Options, flags: &SplitFlags, config: Option<&str>) -> Result<
     }
     let (tx, rx) = mpsc::channel::<u64>();
     let start = Instant::now();
-    let mut mismatches = 0u64;
+    let (mut mismatches, mut bad_frames) = (0u64, 0u64);
     for k in 0..opts.frames {
         let slot = (k % opts.ring as u64) as usize;
         let use_n = k / opts.ring as u64 + 1;
@@ -718,9 +631,11 @@ fn run_cuda(opts: &Options, flags: &SplitFlags, config: Option<&str>) -> Result<
             })
             .map_err(err("cuLaunchHostFunc"))?;
         let free_fence = signaler.signal(&stream).map_err(err("free signal"))?;
-        mismatches += rx
+        let differ = rx
             .recv_timeout(PATIENCE)
             .map_err(|_| format!("frame {k}: processing did not finish"))?;
+        mismatches += differ;
+        bad_frames += u64::from(differ != 0);
         ep.send_text(&format!("done {k}"))?;
         if fence_crosses(source, use_n) {
             free_fence.send(&mut ep).map_err(err("free fence"))?;
@@ -741,6 +656,7 @@ fn run_cuda(opts: &Options, flags: &SplitFlags, config: Option<&str>) -> Result<
     Ok(Summary {
         frames: opts.frames,
         mismatches,
+        bad_frames,
         source,
         cuda_pid: std::process::id(),
         camera_pid: pid,
@@ -757,6 +673,8 @@ fn run_cuda(opts: &Options, flags: &SplitFlags, config: Option<&str>) -> Result<
 pub struct Summary {
     frames: u64,
     mismatches: u64,
+    /// Frames in which the consumer found bytes that differ.
+    bad_frames: u64,
     source: FenceSource,
     cuda_pid: u32,
     camera_pid: u64,
@@ -768,49 +686,71 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Every frame arrived intact and came back processed.
-    pub fn passed(&self) -> bool {
-        self.mismatches == 0 && self.camera_failed == 0 && self.camera_verified == self.frames
-    }
-
-    /// The human summary.
-    pub fn human(&self) -> String {
-        let fps = |us: u64| self.frames as f64 / (us.max(1) as f64 / 1e6);
-        format!(
-            "two processes over NvSciIpc (simulated), fences {}\n\
-             cuda   (pid {}): {} frames processed, {} bytes differed from the pattern, {:.1} frames/s\n\
-             camera (pid {}): {}/{} frames read back verified, {} failed, write {} us/frame, {:.1} frames/s\n\
-             result: {}\n",
-            self.source.name(),
-            self.cuda_pid,
-            self.frames,
-            self.mismatches,
-            fps(self.cuda_us),
-            self.camera_pid,
-            self.camera_verified,
-            self.frames,
-            self.camera_failed,
-            self.camera_write_us,
-            fps(self.camera_us),
-            if self.passed() { "PASS" } else { "FAIL" },
-        )
-    }
-
-    /// The JSON summary.
-    pub fn json(&self) -> String {
-        format!(
-            "{{\"processes\":2,\"frames\":{},\"fences\":\"{}\",\"passed\":{},\"cuda\":{{\"pid\":{},\"mismatched_bytes\":{},\"elapsed_us\":{}}},\"camera\":{{\"pid\":{},\"verified\":{},\"failed\":{},\"write_us_per_frame\":{},\"elapsed_us\":{}}}}}",
-            self.frames,
-            self.source.name(),
-            self.passed(),
-            self.cuda_pid,
-            self.mismatches,
-            self.cuda_us,
-            self.camera_pid,
-            self.camera_verified,
-            self.camera_failed,
-            self.camera_write_us,
-            self.camera_us,
-        )
+    /// The run's [`Report`], as the one-process mode gives it: the figures
+    /// this mode measures, the per-frame timings it does not take marked
+    /// as not measured.
+    fn report(&self, opts: &Options) -> Report {
+        let missing = self.frames.saturating_sub(self.camera_verified);
+        let first_failure = if self.bad_frames > 0 {
+            Some(format!(
+                "the consumer saw {} byte(s) that differ from the camera pattern in {} frame(s)",
+                self.mismatches, self.bad_frames
+            ))
+        } else if self.camera_failed > 0 || missing > 0 {
+            Some(format!(
+                "the camera read back {}/{} frames, {} of them wrong",
+                self.camera_verified, self.frames, self.camera_failed
+            ))
+        } else {
+            None
+        };
+        let v = Verification {
+            consumer_ok: self.frames.saturating_sub(self.bad_frames),
+            readback_ok: self.camera_verified.saturating_sub(self.camera_failed),
+            pulses: None,
+            failed: self.bad_frames + self.camera_failed + missing,
+            first_failure,
+        };
+        let (_, len) = geometry(opts);
+        Report {
+            processes: 2,
+            backend: "nvsci-ipc-sim",
+            why: format!(
+                "--processes 2: the camera in a second process, connected to this CUDA process only by NvSciIpc on the built-in simulator; fences {}",
+                self.source.name()
+            ),
+            note: Some(
+                "sim: processing runs as a stream-ordered host function over simulated device memory",
+            ),
+            details: Some(format!(
+                "cuda pid {}: {} frames processed in {} us, {} bytes differed from the pattern; camera pid {}: {}/{} frames read back verified, {} failed, write {} us/frame, {} us",
+                self.cuda_pid,
+                self.frames,
+                self.cuda_us,
+                self.mismatches,
+                self.camera_pid,
+                self.camera_verified,
+                self.frames,
+                self.camera_failed,
+                self.camera_write_us,
+                self.camera_us,
+            )),
+            frames: self.frames,
+            ring: opts.ring,
+            width: opts.sensor.width,
+            height: opts.sensor.height,
+            format: crate::app::cli::format_name(opts.sensor.format),
+            frame_len: len,
+            copy: false,
+            wall: Duration::from_micros(self.cuda_us),
+            latency: Figures::NOT_MEASURED,
+            write: Figures::NOT_MEASURED,
+            process: Figures::NOT_MEASURED,
+            queued: Figures::NOT_MEASURED,
+            held: Figures::NOT_MEASURED,
+            overhead: Figures::NOT_MEASURED,
+            stages: Vec::new(),
+            verification: v,
+        }
     }
 }

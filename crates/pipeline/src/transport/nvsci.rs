@@ -42,7 +42,7 @@
 //!   is a stream-ordered host function (`cuLaunchHostFunc`) over the mapped
 //!   device pointer, which the simulator backs with host memory;
 //! - on the real driver, i.e. a Jetson ([`Processing::CudaKernel`]), it is
-//!   the NVRTC kernel of [`crate::kernel`] (the one the discrete-GPU
+//!   the NVRTC kernel of [`crate::consumer`] (the one the discrete-GPU
 //!   transport runs), launched on the same stream over the mapped device
 //!   pointer: it counts the bytes that differ from the test pattern into
 //!   the slot's device counter and inverts the frame in place; the counter
@@ -79,9 +79,9 @@ use tegra_interop::driver::{Backend, Context, MappedBuffer, Stream};
 
 use cudarc::driver::{sys as cu_sys, CudaEvent, CudaStream};
 
-use crate::host::Fault;
-use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::consumer::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::ring::{Peek, Ticket};
+use crate::transport::host::Fault;
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
     PeekedFrame, TransportError,
@@ -99,7 +99,7 @@ pub enum Processing {
     /// pointer. Sound only where device pointers are host addresses, which
     /// is true of the simulator and of no real GPU.
     HostFnOverSimulatedDeviceMemory,
-    /// Real driver only (a Jetson): the NVRTC kernel of [`crate::kernel`]
+    /// Real driver only (a Jetson): the NVRTC kernel of [`crate::consumer`]
     /// on the consumer's CUDA stream, over the mapped device pointer. Needs
     /// a context that came from cudarc (`Context::new` on
     /// `Backend::real()`) and NVRTC; built, never run on a Jetson.
@@ -294,7 +294,7 @@ impl KernelPath {
         let cu = ctx.cudarc().cloned().ok_or(
             "the kernel path needs a CUDA context of the real driver made through cudarc (cudarc could not load libcuda, or this is the simulator, which processes frames with a host function)",
         )?;
-        kernel::self_check_pattern(geometry.stride, geometry.rows).map_err(|e| e.0)?;
+        consumer::self_check_pattern(geometry.stride, geometry.rows).map_err(|e| e.0)?;
         let kernel = Kernel::compile(&cu).map_err(|e| e.0)?;
         let cstream = cu.new_stream().map_err(err("CUDA stream"))?;
         let counters = Counters::new(&cu, slots).map_err(|e| e.0)?;
@@ -314,7 +314,7 @@ impl KernelPath {
             counters,
             events,
             cstream,
-            grid: kernel::grid_for(geometry.frame_len()),
+            grid: consumer::grid_for(geometry.frame_len()),
         })
     }
 }

@@ -28,7 +28,7 @@ use cudarc::driver::{
 };
 
 use crate::camera::{frame_threads, TestPattern};
-use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
+use crate::consumer::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::transport::{FrameGeometry, TransportError};
 
 fn err(what: &'static str) -> impl Fn(&dyn std::fmt::Display) -> TransportError {
@@ -138,7 +138,7 @@ pub fn run(
         });
     }
     let threads = frame_threads(len);
-    let grid = kernel::grid_for(len);
+    let grid = consumer::grid_for(len);
     let s = stream.cu_stream();
     let (mut failed, mut write_ns, mut verify_ns) = (0u64, 0u128, 0u128);
     let mut check = |slot: &Slot, index: usize, frame: u64| -> Result<(), TransportError> {

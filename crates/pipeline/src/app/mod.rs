@@ -18,34 +18,38 @@
 //! Run `cargo run --release -- --help` for the options.
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 
+pub mod backend;
+pub mod baseline;
+pub mod cli;
+pub mod info;
+pub mod probe;
+pub mod report;
+pub mod stats;
+
 use std::process::ExitCode;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::time::Instant;
 
 use crate::camera::{
-    frame_threads, regs, Camera, FrameInfo, FrameSink, PixelFormat, TestPattern, TestPatternReadout,
+    frame_threads, regs, Camera, FrameInfo, FrameSink, TestPattern, TestPatternReadout,
 };
 
-use crate::backend::{self, Opened};
-use crate::cli::{self, Command, Options, Readback};
-use crate::report::{Progress, Report, Verification};
+use crate::app::report::{Progress, Report, Verification};
+use crate::app::stats::Samples;
+use crate::camera::sensor::{ModelSensorBus, SyncLine};
 use crate::ring::{Collected, Ring, MAX_SLOTS};
-use crate::sensor::{ModelSensorBus, SyncLine};
-use crate::stats::Samples;
 #[cfg(feature = "vulkan")]
 use crate::transport::FrameTransport;
 use crate::transport::{Completion, FrameGeometry, PeekedFrame};
+use backend::Opened;
+use cli::{Command, Options, Readback};
 
 /// The `pipeline` binary: parses the command line, runs, prints the report.
 /// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 pub fn main() -> ExitCode {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if let Some(code) = crate::split::main_if_requested(&args) {
-        return code;
-    }
-    let opts = match cli::parse(args) {
+    let opts = match cli::parse(std::env::args_os().skip(1)) {
         Ok(Command::Help) => {
-            print!("{}", cli::USAGE);
+            print!("{}", cli::help());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(o)) => o,
@@ -54,8 +58,20 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&opts) {
-        Ok(report) => {
+    if let Some(n) = opts.frame_threads {
+        crate::camera::set_frame_threads(n);
+    }
+    let (result, who) = if opts.two_process() {
+        let who = match opts.role {
+            Some(cli::Role::Camera) => "error (camera process)",
+            _ => "error (cuda process)",
+        };
+        (crate::transport::process::run(&opts), who)
+    } else {
+        (run(&opts).map(Some), "error")
+    };
+    match result {
+        Ok(Some(report)) => {
             if opts.json {
                 println!("{}", report.json());
             } else {
@@ -68,8 +84,11 @@ pub fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        // The camera side of the two-process mode: its figures went to the
+        // CUDA process, which reports them.
+        Ok(None) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("{who}: {e}");
             ExitCode::FAILURE
         }
     }
@@ -78,7 +97,7 @@ pub fn main() -> ExitCode {
 /// The discrete-GPU transport, in a build with `--features vulkan`.
 #[cfg(feature = "vulkan")]
 const GPU: Option<backend::GpuHook> = Some(backend::GpuHook {
-    probe: crate::gpu::probe,
+    probe: crate::transport::gpu::probe,
     open: open_gpu,
 });
 
@@ -93,8 +112,8 @@ fn open_gpu(
     slots: usize,
     copy: bool,
 ) -> Result<(Box<dyn FrameTransport>, &'static str), String> {
-    let mode = crate::gpu::Mode::from_copy_flag(copy);
-    let t = crate::gpu::GpuTransport::open(geometry, slots, mode).map_err(|e| e.0)?;
+    let mode = crate::transport::gpu::Mode::from_copy_flag(copy);
+    let t = crate::transport::gpu::GpuTransport::open(geometry, slots, mode).map_err(|e| e.0)?;
     let note = t.note();
     Ok((Box::new(t), note))
 }
@@ -119,7 +138,7 @@ impl FrameSink for WriteDone {
     }
 }
 
-/// Per-frame measurements, each in a buffer sized once for the whole run.
+/// Per-frame measurements, each a histogram of fixed size (see [`Samples`]).
 struct Timings {
     latency: Samples,
     write: Samples,
@@ -139,14 +158,6 @@ struct Timings {
     /// Consumer occupied with a frame after its wait.
     busy: Samples,
     last_finished: Option<Instant>,
-}
-
-fn format_name(f: PixelFormat) -> &'static str {
-    match f {
-        PixelFormat::Raw8 => "raw8",
-        PixelFormat::Raw16 => "raw16",
-        PixelFormat::Rgba8 => "rgba8",
-    }
 }
 
 /// The first byte of a slot that differs from the processed (inverted)
@@ -245,19 +256,19 @@ fn on_completion(
         Some((frame, ns)) if frame == c.frame => ns,
         _ => 0,
     };
-    t.latency.push(latency)?;
-    t.write.push(rec.write_ns)?;
-    t.process.push(process)?;
-    t.busy.push(c.busy.as_nanos() as u64)?;
-    t.queued.push(queued)?;
-    t.held.push(held)?;
+    t.latency.push(latency);
+    t.write.push(rec.write_ns);
+    t.process.push(process);
+    t.busy.push(c.busy.as_nanos() as u64);
+    t.queued.push(queued);
+    t.held.push(held);
     t.overhead.push(
         latency
             .saturating_sub(rec.write_ns)
             .saturating_sub(held)
             .saturating_sub(process)
             .saturating_sub(queued),
-    )?;
+    );
     t.last_finished = Some(c.finished);
     Ok(())
 }
@@ -306,18 +317,17 @@ fn pipeline(
     .map_err(|e| e.to_string())?;
     camera.init().map_err(|e| e.to_string())?;
 
-    let n = usize::try_from(opts.frames).map_err(|_| "too many frames".to_string())?;
     let mut t = Timings {
-        latency: Samples::with_capacity(n),
-        write: Samples::with_capacity(n),
-        process: Samples::with_capacity(n),
-        queued: Samples::with_capacity(n),
-        held: Samples::with_capacity(n),
+        latency: Samples::new()?,
+        write: Samples::new()?,
+        process: Samples::new()?,
+        queued: Samples::new()?,
+        held: Samples::new()?,
         held_by_slot: [None; MAX_SLOTS],
-        overhead: Samples::with_capacity(n),
-        verify: Samples::with_capacity(n),
-        handover: Samples::with_capacity(n),
-        busy: Samples::with_capacity(n),
+        overhead: Samples::new()?,
+        verify: Samples::new()?,
+        handover: Samples::new()?,
+        busy: Samples::new()?,
         last_finished: None,
     };
     let mut v = Verification::default();
@@ -369,7 +379,7 @@ fn pipeline(
                 ));
             }
             record_readback(v, d.frame, d.slot, d.wrong);
-            t.verify.push(d.ns)?;
+            t.verify.push(d.ns);
             checked[d.slot] = Some(d.frame);
             ring.give_back(d.frame)
         };
@@ -416,7 +426,7 @@ fn pipeline(
                         if checked[ticket.slot()] != Some(prev) {
                             let ns =
                                 check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
-                            t.verify.push(ns)?;
+                            t.verify.push(ns);
                             checked[ticket.slot()] = Some(prev);
                         }
                     }
@@ -442,7 +452,7 @@ fn pipeline(
                     Ok((started, (written - started).as_nanos() as u64))
                 })?;
                 t.handover
-                    .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside))?;
+                    .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside));
                 progress.update(frame + 1 - ring.in_flight() as u64);
             }
             while !lent.is_empty() {
@@ -472,12 +482,12 @@ fn pipeline(
             if checked[ticket.slot()] != Some(last) {
                 let bytes = transport.wait_free(&ticket).map_err(|e| e.0)?;
                 let ns = check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
-                t.verify.push(ns)?;
+                t.verify.push(ns);
             }
         }
     }
     let (_, pin, _) = camera.release();
-    v.pulses = pin.pulses;
+    v.pulses = Some(pin.pulses);
 
     let wall = match (first_start, t.last_finished) {
         (Some(a), Some(b)) => b.saturating_duration_since(a),
@@ -485,6 +495,7 @@ fn pipeline(
     };
     let none = "no samples";
     Ok(Report {
+        processes: 1,
         backend: transport.backend(),
         why: opened.why.clone(),
         note: opened.note,
@@ -493,7 +504,7 @@ fn pipeline(
         ring: ring.slots(),
         width: sensor.width,
         height: sensor.height,
-        format: format_name(sensor.format),
+        format: cli::format_name(sensor.format),
         frame_len: geometry.frame_len(),
         copy: opts.copy || opened.always_copies,
         wall,

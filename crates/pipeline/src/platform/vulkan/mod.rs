@@ -1,4 +1,5 @@
-//! Vulkan as the exporting API, for GPU tests, examples and benchmarks (feature `vulkan`).
+//! The Vulkan exporter (feature `vulkan`): Vulkan as the API that makes the
+//! memory and the semaphores CUDA imports, on a discrete GPU.
 //!
 //! On a discrete GPU there is no NvSci, but Vulkan can hand out the same kind of objects CUDA
 //! imports: device memory and binary/timeline semaphores as opaque POSIX file descriptors.
@@ -8,6 +9,9 @@
 //!   [`Error::LoaderNotFound`], never a panic;
 //! - the physical device is chosen by its `deviceUUID`, which must equal the CUDA device UUID
 //!   (`cuDeviceGetUuid_v2`); enumeration order is never used;
+//! - its one queue is of the family a [`QueueChoice`] asks for (the first with compute by
+//!   default; a transfer-only family puts the copies and semaphore operations on the copy
+//!   engines);
 //! - memory ([`VulkanMemory`]) and semaphores ([`VulkanSemaphore`]) can be exported any number
 //!   of times as `OPAQUE_FD`; every export is a fresh [`OwnedFd`] that an importer consumes.
 //!   The size to import is [`VulkanMemory::size`], the real allocation size, which can be larger
@@ -19,6 +23,26 @@
 //! - host-visible memory that the host writes and another API reads (or the reverse) is handed
 //!   over through recorded queue batches ([`HostHandover`]): host writes reach the device only
 //!   through a queue submission, never through a host-side semaphore signal.
+//!
+//! Nothing here reads the environment: [`QueueChoice::from_env`] is there for a program that
+//! wants to offer [`QueueChoice::ENV`] as an override, and calls it itself.
+//!
+//! # Example
+//! ```no_run
+//! use tegra_interop_pipeline::platform::vulkan::{MemoryLocation, QueueChoice, VulkanExporter};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The CUDA device's UUID (`tegra_interop::driver::Device::uuid`); the Vulkan device with
+//! // the same UUID is the one opened.
+//! let cuda_uuid = [0u8; 16];
+//! let vk = VulkanExporter::with_queue(cuda_uuid, QueueChoice::TransferOnly)?;
+//! let memory = vk.allocate_memory(1 << 20, MemoryLocation::HostVisible)?;
+//! let fd = memory.export_fd()?; // import it into CUDA with `memory.size()` bytes
+//! let (semaphore_fd, semaphore) = vk.export_timeline_semaphore(0)?;
+//! # drop((fd, semaphore_fd, semaphore));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Lifetimes and teardown
 //! Every object keeps the device alive through an `Arc`, so the device and instance are
@@ -113,7 +137,7 @@ pub enum Error {
     },
     /// A compute dispatch was asked of an exporter whose queue has no compute.
     NoComputeQueue,
-    /// `QueueChoice::ENV` holds a value that is not a choice.
+    /// A queue family choice that is not one of [`QueueChoice`]'s names.
     BadQueueChoice {
         /// The value found.
         value: String,
@@ -197,16 +221,16 @@ impl fmt::Display for Error {
             }
             Error::NoComputeQueue => write!(
                 f,
-                "the exporter's queue family has no compute (unset {} for a compute dispatch)",
-                QueueChoice::ENV
+                "the exporter's queue family has no compute (make the exporter with another \
+                 QueueChoice for a compute dispatch)"
             ),
             Error::NoQueueFamily { choice } => {
                 write!(f, "the Vulkan device has no {choice:?} queue family")
             }
             Error::BadQueueChoice { value } => write!(
                 f,
-                "{}={value:?}: expected `first-compute`, `compute-only` or `transfer-only`",
-                QueueChoice::ENV
+                "queue family choice {value:?}: expected `first-compute`, `compute-only` or \
+                 `transfer-only`"
             ),
             Error::NoMemoryType { location } => {
                 write!(f, "no Vulkan memory type fits a {location:?} buffer")
@@ -385,11 +409,13 @@ impl<'a> SemaphoreOp<'a> {
     }
 }
 
-/// Which queue family an exporter submits to, chosen with the environment
-/// variable [`QueueChoice::ENV`] (a test-kit knob for measuring handovers: on
-/// NVIDIA the first family is the graphics one, and the others are served by
-/// separate engines).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which queue family an exporter submits to ([`VulkanExporter::with_queue`]).
+///
+/// On NVIDIA the first family is the graphics one, and the others are served by separate
+/// engines: a transfer-only family runs copies and semaphore operations on the copy engines,
+/// beside the compute work of other APIs. Parsed from and shown as `first-compute`,
+/// `compute-only` and `transfer-only` (for a command-line option, say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QueueChoice {
     /// The first family with compute (the default): on NVIDIA the
     /// graphics + compute + transfer family.
@@ -403,11 +429,29 @@ pub enum QueueChoice {
 }
 
 impl QueueChoice {
-    /// The environment variable: `first-compute` (default), `compute-only`
-    /// or `transfer-only`.
+    /// Every choice, in the order of [`QueueChoice::name`]'s list.
+    pub const ALL: [QueueChoice; 3] = [
+        QueueChoice::FirstCompute,
+        QueueChoice::ComputeOnly,
+        QueueChoice::TransferOnly,
+    ];
+
+    /// The environment variable [`QueueChoice::from_env`] reads: `first-compute`,
+    /// `compute-only` or `transfer-only`. Only read where a program calls
+    /// [`QueueChoice::from_env`] or [`QueueChoice::from_env_if_set`].
     pub const ENV: &'static str = "TEGRA_INTEROP_VK_QUEUE";
 
-    /// The choice [`QueueChoice::ENV`] asks for ([`QueueChoice::FirstCompute`] when unset).
+    /// The name this choice is parsed from and shown as.
+    pub fn name(self) -> &'static str {
+        match self {
+            QueueChoice::FirstCompute => "first-compute",
+            QueueChoice::ComputeOnly => "compute-only",
+            QueueChoice::TransferOnly => "transfer-only",
+        }
+    }
+
+    /// The choice [`QueueChoice::ENV`] asks for ([`QueueChoice::FirstCompute`] when unset);
+    /// [`Error::BadQueueChoice`] for a value that is not a choice's name.
     pub fn from_env() -> Result<QueueChoice> {
         Ok(Self::from_env_if_set()?.unwrap_or(QueueChoice::FirstCompute))
     }
@@ -415,13 +459,11 @@ impl QueueChoice {
     /// The choice [`QueueChoice::ENV`] asks for, if it is set.
     pub fn from_env_if_set() -> Result<Option<QueueChoice>> {
         match std::env::var(Self::ENV) {
-            Err(_) => Ok(None),
-            Ok(v) => match v.as_str() {
-                "first-compute" => Ok(Some(QueueChoice::FirstCompute)),
-                "compute-only" => Ok(Some(QueueChoice::ComputeOnly)),
-                "transfer-only" => Ok(Some(QueueChoice::TransferOnly)),
-                _ => Err(Error::BadQueueChoice { value: v }),
-            },
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(v)) => Err(Error::BadQueueChoice {
+                value: v.to_string_lossy().into_owned(),
+            }),
+            Ok(v) => v.parse().map(Some),
         }
     }
 
@@ -438,7 +480,27 @@ impl QueueChoice {
     }
 }
 
+impl std::str::FromStr for QueueChoice {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<QueueChoice> {
+        QueueChoice::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| Error::BadQueueChoice {
+                value: s.to_owned(),
+            })
+    }
+}
+
+impl fmt::Display for QueueChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod queue_choice_tests {
     use super::QueueChoice;
     use ash::vk::QueueFlags as F;
@@ -455,5 +517,91 @@ mod queue_choice_tests {
         assert_eq!(takes(QueueChoice::FirstCompute), [true, false, true]);
         assert_eq!(takes(QueueChoice::ComputeOnly), [false, false, true]);
         assert_eq!(takes(QueueChoice::TransferOnly), [false, true, false]);
+    }
+
+    /// Each choice parses from the name it shows; anything else is a typed error that names
+    /// the value and the three names.
+    #[test]
+    fn choices_parse_from_their_names_only() {
+        for c in QueueChoice::ALL {
+            assert_eq!(c.to_string().parse::<QueueChoice>().unwrap(), c);
+        }
+        for bad in ["", "transfer", "Transfer-Only", "first-compute "] {
+            let e = bad.parse::<QueueChoice>().unwrap_err();
+            assert!(
+                matches!(&e, super::Error::BadQueueChoice { value } if value == bad),
+                "{e:?}"
+            );
+            let text = e.to_string();
+            assert!(
+                text.contains(&format!("{bad:?}")) && text.contains("transfer-only"),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod error_tests {
+    use super::*;
+
+    /// Host accesses are checked against the allocation before any pointer is formed,
+    /// including ranges whose end overflows `u64`.
+    #[test]
+    fn ranges_outside_the_allocation_are_refused() {
+        assert!(range_within(16, 0, 16).is_ok());
+        assert!(range_within(16, 8, 8).is_ok());
+        assert!(range_within(16, 16, 0).is_ok());
+        for (offset, len) in [(8, 9), (17, 0), (u64::MAX, 2), (1, u64::MAX)] {
+            match range_within(16, offset, len) {
+                Err(Error::OutOfRange {
+                    offset: o,
+                    len: l,
+                    size: 16,
+                }) => {
+                    assert_eq!((o, l), (offset, len));
+                }
+                other => panic!("{offset}+{len}: {other:?}"),
+            }
+        }
+        let e = range_within(16, u64::MAX, 2).unwrap_err().to_string();
+        assert!(e.contains("outside the 16-byte allocation"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_device_lists_the_devices_seen() {
+        let seen = DeviceInfo {
+            name: "Some GPU".into(),
+            device_uuid: [0xab; 16],
+            driver_uuid: [0; 16],
+            vendor_id: 0x10de,
+            device_id: 0x2330,
+            api_version: vk::make_api_version(0, 1, 3, 0),
+            driver_version: (580 << 22) | (159 << 14),
+            driver_name: "NVIDIA".into(),
+            driver_info: "580.159".into(),
+            missing_extensions: Vec::new(),
+        };
+        assert_eq!(seen.nvidia_driver_version(), "580.159.00");
+        assert_eq!(seen.api_version_string(), "1.3.0");
+        let e = Error::DeviceNotFound {
+            uuid: [1; 16],
+            seen: vec![seen],
+        }
+        .to_string();
+        assert!(
+            e.starts_with("no Vulkan device has UUID 01010101-0101-0101-0101-010101010101; seen:"),
+            "{e}"
+        );
+        assert!(
+            e.contains("[Some GPU abababab-abab-abab-abab-abababababab]"),
+            "{e}"
+        );
+        let none = Error::DeviceNotFound {
+            uuid: [0; 16],
+            seen: Vec::new(),
+        };
+        assert!(none.to_string().ends_with("seen: none"), "{none}");
     }
 }

@@ -4,17 +4,21 @@ use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use crate::stats::Summary;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+
+use crate::app::stats::Summary;
 
 /// Verification tallies: a run is good only if every frame passed every check.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, Serialize)]
 pub struct Verification {
     /// Frames the consumer found identical to the camera's pattern.
     pub consumer_ok: u64,
     /// Frames whose processed bytes the producer read back correctly.
     pub readback_ok: u64,
-    /// Frame-sync pulses the camera sent.
-    pub pulses: u64,
+    /// Frame-sync pulses the camera sent; `None` where the camera has no
+    /// sync line (the two-process mode's camera writes frames directly).
+    pub pulses: Option<u64>,
     /// Frames that failed a check.
     pub failed: u64,
     /// The first failure, as one line.
@@ -33,13 +37,15 @@ impl Verification {
         self.failed == 0
             && self.consumer_ok == frames
             && self.readback_ok == frames
-            && self.pulses == frames
+            && self.pulses.is_none_or(|p| p == frames)
     }
 }
 
 /// Everything the run prints at the end.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// 1: one process; 2: the camera and the consumer in two processes.
+    pub processes: u8,
     /// Transport name, e.g. `host-reference`.
     pub backend: &'static str,
     /// Why that backend.
@@ -111,31 +117,82 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
+/// The version of the `--json` schema: raised whenever a field is renamed,
+/// removed or changes meaning (adding a field keeps it).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A [`Summary`] in the JSON report: microseconds, `null` where the run did
+/// not measure the figure.
+struct JsonSummary<'a>(&'a Summary);
+
+impl Serialize for JsonSummary<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let s = self.0;
+        if s.count == 0 {
+            return ser.serialize_none();
         }
+        let mut m = ser.serialize_map(Some(5))?;
+        m.serialize_entry("count", &s.count)?;
+        m.serialize_entry("p50", &us(s.p50))?;
+        m.serialize_entry("p99", &us(s.p99))?;
+        m.serialize_entry("max", &us(s.max))?;
+        m.serialize_entry("mean", &(s.mean / 1000.0))?;
+        m.end()
     }
-    out.push('"');
-    out
 }
 
-fn json_summary(s: &Summary) -> String {
-    format!(
-        "{{\"p50\": {:.3}, \"p99\": {:.3}, \"max\": {:.3}, \"mean\": {:.3}}}",
-        us(s.p50),
-        us(s.p99),
-        us(s.max),
-        s.mean / 1000.0
-    )
+/// The stages as one JSON object, in pipeline order.
+struct JsonStages<'a>(&'a [(&'static str, Summary)]);
+
+impl Serialize for JsonStages<'_> {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Stage {
+            mean: f64,
+            p50: f64,
+        }
+        let mut m = ser.serialize_map(Some(self.0.len()))?;
+        for (name, s) in self.0 {
+            let stage = Stage {
+                mean: s.mean / 1000.0,
+                p50: us(s.p50),
+            };
+            m.serialize_entry(name, &stage)?;
+        }
+        m.end()
+    }
+}
+
+/// The `--json` report, schema [`SCHEMA_VERSION`]: the same fields in both
+/// process modes.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    schema_version: u32,
+    processes: u8,
+    backend: &'a str,
+    why: &'a str,
+    processing: Option<&'a str>,
+    frames: u64,
+    ring: usize,
+    width: u16,
+    height: u16,
+    format: &'a str,
+    frame_bytes: usize,
+    mode: &'a str,
+    verified: bool,
+    verification: &'a Verification,
+    latency_us: JsonSummary<'a>,
+    write_us: JsonSummary<'a>,
+    process_us: JsonSummary<'a>,
+    queued_us: JsonSummary<'a>,
+    held_us: JsonSummary<'a>,
+    overhead_us: JsonSummary<'a>,
+    stages: JsonStages<'a>,
+    transport_details: Option<&'a str>,
+    wall_s: f64,
+    frame_time_us: f64,
+    frames_per_s: f64,
+    mb_per_s: f64,
 }
 
 impl Report {
@@ -162,9 +219,13 @@ impl Report {
     fn verdict(&self) -> String {
         let v = &self.verification;
         if self.passed() {
+            let pulses = match v.pulses {
+                Some(p) => format!(", {p} trigger pulses"),
+                None => String::new(),
+            };
             format!(
-                "verified: {}/{} frames (consumer saw the camera pattern, producer read back the processed frame, {} trigger pulses)",
-                self.frames, self.frames, v.pulses
+                "verified: {}/{} frames (consumer saw the camera pattern, producer read back the processed frame{pulses})",
+                self.frames, self.frames
             )
         } else {
             format!(
@@ -173,7 +234,7 @@ impl Report {
                 self.frames,
                 v.consumer_ok,
                 v.readback_ok,
-                v.pulses,
+                v.pulses.map_or_else(|| "none (no sync line)".to_string(), |p| p.to_string()),
                 v.first_failure.as_deref().unwrap_or("frames missing")
             )
         }
@@ -182,6 +243,9 @@ impl Report {
     /// The human-readable summary.
     pub fn human(&self) -> String {
         let row = |name: &str, s: &Summary| {
+            if s.count == 0 {
+                return format!("  {name:<18} not measured in this mode\n");
+            }
             format!(
                 "  {name:<18} p50 {:>10.1}  p99 {:>10.1}  max {:>10.1}  mean {:>10.1}\n",
                 us(s.p50),
@@ -210,15 +274,26 @@ impl Report {
             if self.copy { "copy-based" } else { "zero-copy" }
         );
         let _ = writeln!(out, "{}", self.verdict());
-        out.push_str("per frame (us):\n");
-        out.push_str(&row("latency", &self.latency));
-        out.push_str(&row("camera write", &self.write));
-        out.push_str(&row("processing", &self.process));
-        out.push_str(&row("queued", &self.queued));
-        out.push_str(&row("held before ready", &self.held));
-        out.push_str(&row("interop overhead", &self.overhead));
-        out.push_str("  (latency: write start -> consumer done; held: written, kept by the producer before its ready signal; overhead = latency - write - held - processing - queued)\n");
-        out.push_str("stages, busy time per frame (us):\n");
+        let figures = [
+            ("latency", &self.latency),
+            ("camera write", &self.write),
+            ("processing", &self.process),
+            ("queued", &self.queued),
+            ("held before ready", &self.held),
+            ("interop overhead", &self.overhead),
+        ];
+        if figures.iter().all(|(_, s)| s.count == 0) {
+            out.push_str("per frame: not measured in this mode (see the transport line)\n");
+        } else {
+            out.push_str("per frame (us):\n");
+            for (name, s) in figures {
+                out.push_str(&row(name, s));
+            }
+            out.push_str("  (latency: write start -> consumer done; held: written, kept by the producer before its ready signal; overhead = latency - write - held - processing - queued)\n");
+        }
+        if !self.stages.is_empty() {
+            out.push_str("stages, busy time per frame (us):\n");
+        }
         for (name, s) in &self.stages {
             let _ = writeln!(
                 out,
@@ -230,66 +305,63 @@ impl Report {
         if let Some(details) = &self.details {
             let _ = writeln!(out, "  transport: {details}");
         }
-        let _ = writeln!(
+        let _ = write!(
             out,
-            "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us = mean processing {:.1} us + {:.1} us",
+            "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us",
             self.frames_per_s(),
             self.mb_per_s(),
             self.wall.as_secs_f64(),
             self.frame_time_us(),
-            self.process.mean / 1000.0,
-            self.frame_time_us() - self.process.mean / 1000.0
         );
+        if self.process.count > 0 {
+            let _ = write!(
+                out,
+                " = mean processing {:.1} us + {:.1} us",
+                self.process.mean / 1000.0,
+                self.frame_time_us() - self.process.mean / 1000.0
+            );
+        }
+        out.push('\n');
         out
     }
 
-    /// The machine-readable summary (one JSON object; times in microseconds).
+    /// The machine-readable summary: one line, one JSON object of schema
+    /// [`SCHEMA_VERSION`] (times in microseconds).
     pub fn json(&self) -> String {
-        let v = &self.verification;
-        format!(
-            "{{\"backend\": {}, \"why\": {}, \"processing\": {}, \"frames\": {}, \"ring\": {}, \"width\": {}, \"height\": {}, \
-\"format\": {}, \"frame_bytes\": {}, \"mode\": {}, \"verified\": {}, \
-\"verification\": {{\"consumer_ok\": {}, \"readback_ok\": {}, \"pulses\": {}, \"failed\": {}, \"first_failure\": {}}}, \
-\"latency_us\": {}, \"write_us\": {}, \"process_us\": {}, \"queued_us\": {}, \"held_us\": {}, \"overhead_us\": {}, \
-\"stages\": {{{}}}, \"transport_details\": {}, \"wall_s\": {:.6}, \"frame_time_us\": {:.3}, \"frames_per_s\": {:.3}, \"mb_per_s\": {:.3}}}",
-            json_str(self.backend),
-            json_str(&self.why),
-            self.note.map_or("null".to_string(), json_str),
-            self.frames,
-            self.ring,
-            self.width,
-            self.height,
-            json_str(self.format),
-            self.frame_len,
-            json_str(if self.copy { "copy" } else { "zero-copy" }),
-            self.passed(),
-            v.consumer_ok,
-            v.readback_ok,
-            v.pulses,
-            v.failed,
-            v.first_failure.as_deref().map_or("null".to_string(), json_str),
-            json_summary(&self.latency),
-            json_summary(&self.write),
-            json_summary(&self.process),
-            json_summary(&self.queued),
-            json_summary(&self.held),
-            json_summary(&self.overhead),
-            self.stages
-                .iter()
-                .map(|(name, s)| format!(
-                    "{}: {{\"mean\": {:.3}, \"p50\": {:.3}}}",
-                    json_str(name),
-                    s.mean / 1000.0,
-                    us(s.p50)
-                ))
-                .collect::<Vec<_>>()
-                .join(", "),
-            self.details.as_deref().map_or("null".to_string(), json_str),
-            self.wall.as_secs_f64(),
-            self.frame_time_us(),
-            self.frames_per_s(),
-            self.mb_per_s()
-        )
+        let r = JsonReport {
+            schema_version: SCHEMA_VERSION,
+            processes: self.processes,
+            backend: self.backend,
+            why: &self.why,
+            processing: self.note,
+            frames: self.frames,
+            ring: self.ring,
+            width: self.width,
+            height: self.height,
+            format: self.format,
+            frame_bytes: self.frame_len,
+            mode: if self.copy { "copy" } else { "zero-copy" },
+            verified: self.passed(),
+            verification: &self.verification,
+            latency_us: JsonSummary(&self.latency),
+            write_us: JsonSummary(&self.write),
+            process_us: JsonSummary(&self.process),
+            queued_us: JsonSummary(&self.queued),
+            held_us: JsonSummary(&self.held),
+            overhead_us: JsonSummary(&self.overhead),
+            stages: JsonStages(&self.stages),
+            transport_details: self.details.as_deref(),
+            wall_s: self.wall.as_secs_f64(),
+            frame_time_us: self.frame_time_us(),
+            frames_per_s: self.frames_per_s(),
+            mb_per_s: self.mb_per_s(),
+        };
+        // Serialising plain numbers, strings and maps with string keys
+        // cannot fail; should it, the error is the output, still JSON.
+        serde_json::to_string(&r).unwrap_or_else(|e| {
+            serde_json::json!({ "schema_version": SCHEMA_VERSION, "error": e.to_string() })
+                .to_string()
+        })
     }
 }
 
@@ -367,13 +439,14 @@ mod tests {
         let mut verification = Verification {
             consumer_ok: 2,
             readback_ok: 2,
-            pulses: 2,
+            pulses: Some(2),
             ..Verification::default()
         };
         if !pass {
             verification.fail("frame 1 \"bad\"".into());
         }
         Report {
+            processes: 1,
             backend: "host-reference",
             why: "requested".into(),
             note: None,
@@ -408,23 +481,45 @@ mod tests {
             "a frame that was not read back is not verified"
         );
         r = report(true);
-        r.verification.pulses = 3;
+        r.verification.pulses = Some(3);
         assert!(!r.passed());
     }
 
     #[test]
-    fn json_has_the_figures_and_escapes_strings() {
-        let j = report(false).json();
-        assert!(j.contains("\"verified\": false"), "{j}");
+    fn json_parses_with_the_schema_and_the_figures() {
+        let text = report(false).json();
+        assert!(!text.contains('\n'));
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(j["schema_version"], SCHEMA_VERSION);
+        assert_eq!(j["processes"], 1);
+        assert_eq!(j["verified"], false);
+        assert_eq!(j["verification"]["first_failure"], "frame 1 \"bad\"");
+        assert_eq!(j["verification"]["pulses"], 2);
+        assert_eq!(j["latency_us"]["p50"], 3.0);
+        assert_eq!(j["latency_us"]["count"], 1);
+        assert_eq!(j["frames_per_s"], 1000.0);
+        assert!((j["mb_per_s"].as_f64().unwrap() - 0.008).abs() < 1e-12);
+        assert_eq!(j["mode"], "zero-copy");
+        let stages: Vec<&String> = j["stages"].as_object().unwrap().keys().collect();
+        assert_eq!(stages, ["camera", "consumer"]);
+        let ok: serde_json::Value = serde_json::from_str(&report(true).json()).unwrap();
+        assert!(ok["verification"]["first_failure"].is_null());
+    }
+
+    #[test]
+    fn figures_not_measured_are_null_in_json_and_said_in_text() {
+        let mut r = report(true);
+        r.queued = Summary::NOT_MEASURED;
+        r.verification.pulses = None;
+        let j: serde_json::Value = serde_json::from_str(&r.json()).unwrap();
+        assert!(j["queued_us"].is_null(), "{j}");
+        assert!(j["verification"]["pulses"].is_null(), "{j}");
+        assert!(r.passed(), "no sync line: nothing to count");
         assert!(
-            j.contains("\"first_failure\": \"frame 1 \\\"bad\\\"\""),
-            "{j}"
+            r.human().contains("queued             not measured"),
+            "{}",
+            r.human()
         );
-        assert!(j.contains("\"latency_us\": {\"p50\": 3.000"), "{j}");
-        assert!(j.contains("\"frames_per_s\": 1000.000"), "{j}");
-        assert!(j.contains("\"mb_per_s\": 0.008"), "{j}");
-        assert!(!j.contains('\n'));
-        assert!(report(true).json().contains("\"first_failure\": null"));
     }
 
     #[test]

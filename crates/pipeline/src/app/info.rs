@@ -18,9 +18,10 @@
 //! Exit status: 0 report printed (also when no driver exists: that is a
 //! finding, not a failure), 2 bad arguments.
 
+use crate::app::probe;
 #[cfg(feature = "vulkan")]
-use crate::gpu;
-use crate::probe;
+use crate::transport::gpu;
+use clap::{CommandFactory, Parser};
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -33,13 +34,19 @@ use tegra_interop::driver::{probe as driver_probe, Backend, Context, Device};
 use tegra_interop::sys::cuda::CUDA_VERSION;
 use tegra_interop_sim::{Sim, SimConfig};
 
-const USAGE: &str = "\
-interop_info: what this machine offers for CUDA <-> NvSci / Vulkan interop
-
-usage: interop_info [--sim]
-  --sim       also show the built-in simulator's view (a Tegra-like machine), for comparison
-  -h, --help  this text
-";
+/// The command line of `interop_info`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "interop_info",
+    about = "interop_info: what this machine offers for CUDA <-> NvSci / Vulkan interop",
+    after_help = "Exit status: 0 report printed (also when no driver exists: that is a finding), 2 bad arguments.",
+    disable_version_flag = true
+)]
+struct Args {
+    /// Also show the built-in simulator's view (a Tegra-like machine), for comparison
+    #[arg(long)]
+    sim: bool,
+}
 
 /// `12090` -> `12.9`.
 fn version(v: i32) -> String {
@@ -364,23 +371,17 @@ fn report(with_sim: bool) -> Result<String, String> {
 
 /// The `interop_info` binary: prints the report (`--sim` adds the simulator's view).
 pub fn main() -> ExitCode {
-    let mut with_sim = false;
-    for arg in std::env::args_os().skip(1) {
-        match arg.to_str() {
-            Some("--sim") => with_sim = true,
-            Some("-h" | "--help") => {
-                print!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
-            _ => {
-                eprintln!(
-                    "error: unknown argument `{}` (see --help)",
-                    arg.to_string_lossy()
-                );
-                return ExitCode::from(2);
-            }
+    let with_sim = match Args::try_parse() {
+        Ok(a) => a.sim,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            print!("{}", Args::command().render_long_help());
+            return ExitCode::SUCCESS;
         }
-    }
+        Err(e) => {
+            eprintln!("error: {}", crate::app::cli::one_line(&e));
+            return ExitCode::from(2);
+        }
+    };
     match report(with_sim) {
         Ok(text) => {
             print!("{text}");

@@ -20,31 +20,38 @@ impl fmt::Debug for VulkanExporter {
 impl VulkanExporter {
     /// Lists the physical devices of the system's Vulkan loader (for diagnostics).
     pub fn devices() -> Result<Vec<DeviceInfo>> {
-        let inst = InstanceOwner::create(load_entry(None)?)?;
+        let inst = InstanceOwner::create(load_system_entry()?)?;
         Ok(enumerate(&inst)?.into_iter().map(|(_, i)| i).collect())
     }
 
     /// Opens the system's Vulkan loader and creates a device on the physical device whose
-    /// `deviceUUID` equals `cuda_uuid` (the bytes of `cuDeviceGetUuid_v2`). Its queue is of
-    /// the family [`QueueChoice::ENV`] asks for, the first with compute by default.
+    /// `deviceUUID` equals `cuda_uuid` (the bytes of `cuDeviceGetUuid_v2`), with its queue on
+    /// the first family with compute ([`QueueChoice::FirstCompute`]).
     pub fn new(cuda_uuid: [u8; 16]) -> Result<Self> {
-        Self::build(load_entry(None)?, cuda_uuid, QueueChoice::from_env()?)
+        Self::with_queue(cuda_uuid, QueueChoice::FirstCompute)
     }
 
     /// Like [`VulkanExporter::new`], with a queue of the family `choice` asks for
-    /// ([`Error::NoQueueFamily`] when the device has none); [`QueueChoice::ENV`] is not read.
+    /// ([`Error::NoQueueFamily`] when the device has none).
     pub fn with_queue(cuda_uuid: [u8; 16], choice: QueueChoice) -> Result<Self> {
-        Self::build(load_entry(None)?, cuda_uuid, choice)
+        Self::build(load_system_entry()?, cuda_uuid, choice)
     }
 
-    /// Like [`VulkanExporter::new`] with the loader library at `loader` (a path or a name for
-    /// the dynamic linker).
-    pub fn with_loader(loader: &std::path::Path, cuda_uuid: [u8; 16]) -> Result<Self> {
-        Self::build(
-            load_entry(Some(loader))?,
-            cuda_uuid,
-            QueueChoice::from_env()?,
-        )
+    /// Like [`VulkanExporter::with_queue`] with the loader library at `loader` (a path, or a
+    /// name for the dynamic linker) instead of the system's.
+    ///
+    /// # Safety
+    /// Opening the library runs its initialisers, and its `vkGetInstanceProcAddr` is trusted
+    /// from then on: `loader` must be a Vulkan loader (or ICD) that is sound to load into this
+    /// process, and it must not be replaced on disk while it is being opened.
+    pub unsafe fn with_loader(
+        loader: &std::path::Path,
+        cuda_uuid: [u8; 16],
+        choice: QueueChoice,
+    ) -> Result<Self> {
+        // SAFETY: the caller vouches for the library at `loader` (this function's contract).
+        let entry = unsafe { load_entry_from(loader) }?;
+        Self::build(entry, cuda_uuid, choice)
     }
 
     pub(super) fn build(entry: ash::Entry, uuid: [u8; 16], choice: QueueChoice) -> Result<Self> {
@@ -82,8 +89,7 @@ impl VulkanExporter {
             return Err(Error::TimelineSemaphoresUnsupported);
         }
 
-        // The queue family: the first with compute unless `QueueChoice::ENV`
-        // asks for a compute-only or a transfer-only family.
+        // The queue family: the first that `choice` accepts.
         // SAFETY: `physical` belongs to `instance`.
         let families = unsafe { instance.get_physical_device_queue_family_properties(physical) };
         let (queue_family, queue_flags) = families

@@ -24,6 +24,13 @@
 //! a value its caller owns (store it, return it); [`FrameTransport::close`]
 //! tears it down and reports what a drop could only swallow.
 
+pub mod egl;
+#[cfg(feature = "vulkan")]
+pub mod gpu;
+pub mod host;
+pub mod nvsci;
+pub mod process;
+
 use std::fmt;
 use std::time::{Duration, Instant};
 

@@ -195,10 +195,14 @@ mod tests {
 
     #[test]
     pub(super) fn missing_loader_is_a_typed_error() {
-        let r = VulkanExporter::with_loader(
-            std::path::Path::new("/nonexistent/libvulkan-tegra-interop-test.so.1"),
-            [0; 16],
-        );
+        // SAFETY: the path does not exist, so nothing is loaded.
+        let r = unsafe {
+            VulkanExporter::with_loader(
+                std::path::Path::new("/nonexistent/libvulkan-tegra-interop-test.so.1"),
+                [0; 16],
+                QueueChoice::FirstCompute,
+            )
+        };
         assert!(matches!(r, Err(Error::LoaderNotFound { .. })), "{r:?}");
     }
 }

@@ -48,6 +48,14 @@ impl fmt::Debug for VulkanMemory {
     }
 }
 
+/// `Ok` when `offset..offset + len` lies inside `0..size` (an end past `u64::MAX` does not).
+pub(super) fn range_within(size: u64, offset: u64, len: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(Error::OutOfRange { offset, len, size }),
+    }
+}
+
 pub(super) fn pick_memory_type(
     props: &vk::PhysicalDeviceMemoryProperties,
     allowed: u32,
@@ -252,14 +260,7 @@ impl VulkanMemory {
     }
 
     pub(super) fn check_range(&self, offset: u64, len: u64) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(Error::OutOfRange {
-                offset,
-                len,
-                size: self.size,
-            }),
-        }
+        range_within(self.size, offset, len)
     }
 
     /// Writes `data` at `offset` through the host mapping (host-visible memory only).

@@ -30,7 +30,7 @@
 //! Processing, as for the NvSci transport: on the simulator a
 //! stream-ordered host function over the consumer's copy (whose device
 //! address is a host address there); on a real GPU the NVRTC kernel of
-//! [`crate::kernel`], whose frame time comes from CUDA events.
+//! [`crate::consumer`], whose frame time comes from CUDA events.
 
 use std::any::Any;
 use std::fmt::Display;
@@ -44,9 +44,9 @@ use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerF
 use tegra_interop::driver::{Context, Stream};
 use tegra_interop::sys::cuda::{CUdeviceptr, EGLStreamKHR};
 
-use crate::kernel::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
-use crate::nvsci::Processing;
+use crate::consumer::{self, CheckArgs, Counters, DeviceFrame, FrameMemory, Kernel};
 use crate::ring::{Peek, Ticket};
+use crate::transport::nvsci::Processing;
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
     PeekedFrame, TransportError,
@@ -190,7 +190,7 @@ impl EglTransport {
                         "the kernel path needs a CUDA context of the real driver made through cudarc",
                     )
                 })?;
-                kernel::self_check_pattern(geometry.stride, geometry.rows)?;
+                consumer::self_check_pattern(geometry.stride, geometry.rows)?;
                 let kernel = Kernel::compile(&cu)?;
                 let cs = cu.new_stream().map_err(err("CUDA stream"))?;
                 let counters = Counters::new(&cu, slots)?;
@@ -226,7 +226,7 @@ impl EglTransport {
                     counters,
                     events,
                     cstream: cs,
-                    grid: kernel::grid_for(len),
+                    grid: consumer::grid_for(len),
                 };
                 (Some(path), cstream, HostMemory::Pinned(pinned), host)
             }
@@ -744,8 +744,8 @@ pub fn open_sim(
 /// destroyed together.
 #[cfg(feature = "vulkan")]
 struct RealEgl {
-    stream: Option<tegra_interop_testkit::egl::EglStream>,
-    exporter: tegra_interop_testkit::egl::EglExporter,
+    stream: Option<crate::platform::egl::EglStream>,
+    exporter: crate::platform::egl::EglExporter,
 }
 
 #[cfg(feature = "vulkan")]
@@ -769,9 +769,9 @@ pub fn open_real(
     let backend =
         tegra_interop::driver::Backend::real().map_err(|e| format!("CUDA driver: {e}"))?;
     let ctx = Context::new(Arc::clone(&backend), 0).map_err(|e| format!("CUDA context: {e}"))?;
-    let exporter = tegra_interop_testkit::egl::EglExporter::new()?;
+    let exporter = crate::platform::egl::EglExporter::new().map_err(|e| e.to_string())?;
     let fifo = i32::try_from(slots).map_err(|e| format!("ring size: {e}"))?;
-    let stream = exporter.create_stream(fifo)?;
+    let stream = exporter.create_stream(fifo).map_err(|e| e.to_string())?;
     let raw = stream.as_raw();
     let egl = RealEgl {
         stream: Some(stream),

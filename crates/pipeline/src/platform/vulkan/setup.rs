@@ -74,15 +74,23 @@ pub(super) fn describe_device(
     })
 }
 
-pub(super) fn load_entry(loader: Option<&std::path::Path>) -> Result<ash::Entry> {
-    let r = match loader {
-        // SAFETY: opening the Vulkan loader runs its library initialisers; it is the system's
-        // (or the caller's chosen) loader, which is designed to be opened this way.
-        None => unsafe { ash::Entry::load() },
-        // SAFETY: as above, for a loader at a path the caller picked.
-        Some(p) => unsafe { ash::Entry::load_from(p) },
-    };
-    r.map_err(|e| Error::LoaderNotFound {
+/// Opens the system's Vulkan loader (`libvulkan.so.1`).
+pub(super) fn load_system_entry() -> Result<ash::Entry> {
+    // SAFETY: opening the system's Vulkan loader runs its library initialisers; the loader is
+    // designed to be opened this way, by any process.
+    unsafe { ash::Entry::load() }.map_err(|e| Error::LoaderNotFound {
+        reason: e.to_string(),
+    })
+}
+
+/// Opens the library at `loader` as the Vulkan loader.
+///
+/// # Safety
+/// The library must be sound to load and trust as a Vulkan loader (see
+/// [`VulkanExporter::with_loader`]).
+pub(super) unsafe fn load_entry_from(loader: &std::path::Path) -> Result<ash::Entry> {
+    // SAFETY: a loader the caller vouches for (this function's contract).
+    unsafe { ash::Entry::load_from(loader) }.map_err(|e| Error::LoaderNotFound {
         reason: e.to_string(),
     })
 }

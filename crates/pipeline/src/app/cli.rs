@@ -1,0 +1,749 @@
+//! Command line of the `pipeline` program, parsed by clap (derive).
+//!
+//! [`parse`] turns the arguments into a [`Command`]: help, or a validated
+//! [`Options`]. Every mistake is one line on stderr and exit status 2 (see
+//! [`main`](crate::app::main)): clap's own errors (unknown argument, a value
+//! that is not one of the choices) and the checks after parsing (numbers
+//! outside their range, options that do not go together, e.g. `--fault`
+//! with `--processes 2`), each naming the option(s) concerned.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+
+use crate::camera::{PixelFormat, SensorConfig};
+use crate::ring::MAX_SLOTS;
+use crate::transport::host::Fault;
+
+/// Most frames one run may have.
+pub const MAX_FRAMES: u64 = 1_000_000;
+
+/// Most threads `--frame-threads` may ask for.
+pub const MAX_FRAME_THREADS: usize = 64;
+
+/// What `--help` prints after the options: the exit statuses and every
+/// environment variable that still changes what the program does.
+pub const AFTER_HELP: &str = "\
+Exit status: 0 all frames verified, 1 run or verification failure, 2 bad arguments.
+
+Environment (each overrides a built-in choice; none is needed):
+  TEGRA_INTEROP_FRAME_THREADS  threads that write and check a large frame, 1..=64
+                               (--frame-threads wins where both are given)
+  TEGRA_INTEROP_EGL_POOL       --backend egl: the producer's device buffers, ring+1..=64
+  TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
+                               control that is expected to fail verification)
+  TEGRA_INTEROP_GPU_EARLY      --backend gpu: 1 (default) | 0
+  TEGRA_INTEROP_VK_QUEUE       --backend gpu: which Vulkan queue family the producer uses";
+
+/// Which interop backend to run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// jetson, else gpu, else sim (each refusal says why)
+    Auto,
+    /// NvSciBuf/NvSciSync ring on the built-in simulated Tegra driver (not hardware)
+    Sim,
+    /// Vulkan frames and semaphores imported into CUDA, an NVRTC kernel consumes them (needs --features vulkan)
+    Gpu,
+    /// the sim backend's NvSci ring on a Jetson's real driver, an NVRTC kernel processes the frames
+    Jetson,
+    /// frames through an EGLStream (FIFO) from a CUDA producer to the CUDA consumer (the JetPack camera path); the simulator where no real EGL display and GPU are present
+    Egl,
+    /// host-reference: host memory + threads, a reference and testing transport, not the simulator and not CUDA
+    #[value(alias = "host-reference")]
+    Host,
+}
+
+impl BackendChoice {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Sim => "sim",
+            BackendChoice::Gpu => "gpu",
+            BackendChoice::Jetson => "jetson",
+            BackendChoice::Egl => "egl",
+            BackendChoice::Host => "host",
+        }
+    }
+}
+
+/// When the producer checks a processed frame (every frame is checked once
+/// either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Readback {
+    /// on a second thread while the camera writes a later frame into another
+    /// slot (rings of 3 or more; smaller rings check inline)
+    Overlap,
+    /// on the producer thread, just before the camera overwrites the slot
+    Inline,
+}
+
+/// Which side of the two-process mode this process runs alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// the camera side: writes frames, checks them when they come back
+    Camera,
+    /// the CUDA side: processes the frames
+    Cuda,
+}
+
+/// `--format` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    /// one byte per pixel
+    Raw8,
+    /// two bytes per pixel
+    Raw16,
+    /// four bytes per pixel
+    Rgba8,
+}
+
+/// `--fault` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum FaultArg {
+    /// behave correctly
+    None,
+    /// the consumer reports success but does not process the frame
+    SkipProcess,
+    /// one byte of every frame is damaged on its way to the consumer
+    Corrupt,
+}
+
+/// A validated run configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Frames to run.
+    pub frames: u64,
+    /// Ring size.
+    pub ring: usize,
+    /// Camera configuration.
+    pub sensor: SensorConfig,
+    /// Backend choice.
+    pub backend: BackendChoice,
+    /// Copy-based variant.
+    pub copy: bool,
+    /// JSON summary.
+    pub json: bool,
+    /// No progress bar.
+    pub quiet: bool,
+    /// Injected defect (host and sim backends only).
+    pub fault: Fault,
+    /// When processed frames are read back and checked.
+    pub readback: Readback,
+    /// 1: everything in this process; 2: the camera in a second process.
+    pub processes: u8,
+    /// The two-process mode's side this process runs alone (the other is
+    /// started elsewhere); `None` when this process runs the whole mode.
+    pub role: Option<Role>,
+    /// The NvSciIpc configuration file of the two-process mode (on the
+    /// simulator, instead of the one the CUDA process writes).
+    pub nvsciipc_config: Option<PathBuf>,
+    /// The endpoint pair `(camera, cuda)` of the two-process mode.
+    pub endpoints: Option<(String, String)>,
+    /// Threads that write and check a large frame (`None`: the default, or
+    /// `TEGRA_INTEROP_FRAME_THREADS`).
+    pub frame_threads: Option<usize>,
+}
+
+impl Options {
+    /// Whether this run is the two-process mode (either side or both).
+    pub fn two_process(&self) -> bool {
+        self.processes == 2 || self.role.is_some()
+    }
+
+    /// The command-line arguments that give these options (defaults left
+    /// out): what one process passes to the other in the two-process mode.
+    pub fn to_args(&self) -> Vec<OsString> {
+        let d = Options::default();
+        let mut a: Vec<OsString> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.into());
+            a.push(v.into());
+        };
+        push("--frames", self.frames.to_string());
+        push("--ring", self.ring.to_string());
+        push("--width", self.sensor.width.to_string());
+        push("--height", self.sensor.height.to_string());
+        push("--format", format_name(self.sensor.format).to_string());
+        push("--backend", self.backend.name().to_string());
+        if self.readback != d.readback {
+            push("--readback", "inline".to_string());
+        }
+        if self.fault != d.fault {
+            let f = match self.fault {
+                Fault::None => "none",
+                Fault::SkipProcess => "skip-process",
+                Fault::Corrupt => "corrupt",
+            };
+            push("--fault", f.to_string());
+        }
+        if self.processes != d.processes {
+            push("--processes", self.processes.to_string());
+        }
+        if let Some(r) = self.role {
+            let r = match r {
+                Role::Camera => "camera",
+                Role::Cuda => "cuda",
+            };
+            push("--role", r.to_string());
+        }
+        if let Some((cam, cuda)) = &self.endpoints {
+            push("--endpoints", format!("{cam},{cuda}"));
+        }
+        if let Some(n) = self.frame_threads {
+            push("--frame-threads", n.to_string());
+        }
+        if let Some(p) = &self.nvsciipc_config {
+            a.push("--nvsciipc-config".into());
+            a.push(p.clone().into_os_string());
+        }
+        for (on, flag) in [
+            (self.copy, "--copy"),
+            (self.json, "--json"),
+            (self.quiet, "--quiet"),
+        ] {
+            if on {
+                a.push(flag.into());
+            }
+        }
+        a
+    }
+}
+
+/// The command-line name of a pixel format.
+pub fn format_name(f: PixelFormat) -> &'static str {
+    match f {
+        PixelFormat::Raw8 => "raw8",
+        PixelFormat::Raw16 => "raw16",
+        PixelFormat::Rgba8 => "rgba8",
+    }
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            frames: 300,
+            ring: 4,
+            sensor: SensorConfig {
+                width: 640,
+                height: 480,
+                fps: 60,
+                format: PixelFormat::Rgba8,
+            },
+            backend: BackendChoice::Auto,
+            copy: false,
+            json: false,
+            quiet: false,
+            fault: Fault::None,
+            readback: Readback::Overlap,
+            processes: 1,
+            role: None,
+            nvsciipc_config: None,
+            endpoints: None,
+            frame_threads: None,
+        }
+    }
+}
+
+/// A number in `lo..=hi`; says "not a number" for text and names the range
+/// for a number outside it (whatever its size).
+fn ranged(value: &str, lo: u64, hi: u64, why: &str) -> Result<u64, String> {
+    let n: i128 = value
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{value}` is not a number (expected {lo}..={hi}{why})"))?;
+    if n < i128::from(lo) || n > i128::from(hi) {
+        return Err(format!("{value} is outside {lo}..={hi}{why}"));
+    }
+    // In range, so it fits.
+    u64::try_from(n).map_err(|_| format!("{value} is outside {lo}..={hi}{why}"))
+}
+
+fn frames_arg(v: &str) -> Result<u64, String> {
+    ranged(v, 1, MAX_FRAMES, "")
+}
+
+fn ring_arg(v: &str) -> Result<usize, String> {
+    let why = format!(": the ring has a fixed capacity of {MAX_SLOTS} slots");
+    ranged(v, 1, MAX_SLOTS as u64, &why).map(|n| n as usize)
+}
+
+fn width_arg(v: &str) -> Result<u16, String> {
+    ranged(v, 1, u64::from(SensorConfig::MAX_WIDTH), "").map(|n| n as u16)
+}
+
+fn height_arg(v: &str) -> Result<u16, String> {
+    ranged(v, 1, u64::from(SensorConfig::MAX_HEIGHT), "").map(|n| n as u16)
+}
+
+fn processes_arg(v: &str) -> Result<u8, String> {
+    ranged(v, 1, 2, "").map(|n| n as u8)
+}
+
+fn threads_arg(v: &str) -> Result<usize, String> {
+    ranged(v, 1, MAX_FRAME_THREADS as u64, "").map(|n| n as usize)
+}
+
+fn endpoints_arg(v: &str) -> Result<(String, String), String> {
+    match v.split_once(',') {
+        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains(',') => {
+            Ok((a.to_owned(), b.to_owned()))
+        }
+        _ => Err(format!(
+            "`{v}` is not an endpoint pair CAMERA,CUDA (two names and one comma)"
+        )),
+    }
+}
+
+/// The command line as clap parses it; [`Args::validate`] makes it an
+/// [`Options`].
+#[derive(Debug, Parser)]
+#[command(
+    name = "pipeline",
+    about = "camera -> consumer zero-copy frame pipeline",
+    after_help = AFTER_HELP,
+    allow_negative_numbers = true,
+    args_override_self = true,
+    disable_version_flag = true
+)]
+pub struct Args {
+    /// Frames to run (1..=1000000)
+    #[arg(long, value_name = "N", default_value = "300", value_parser = frames_arg)]
+    frames: u64,
+    /// Frame buffers in the ring (1..=8)
+    #[arg(long, value_name = "K", default_value = "4", value_parser = ring_arg)]
+    ring: usize,
+    /// Frame width in pixels (1..=4096)
+    #[arg(long, value_name = "W", default_value = "640", value_parser = width_arg)]
+    width: u16,
+    /// Frame height in lines (1..=4096)
+    #[arg(long, value_name = "H", default_value = "480", value_parser = height_arg)]
+    height: u16,
+    /// Pixel format
+    #[arg(long, value_name = "F", value_enum, default_value = "rgba8")]
+    format: FormatArg,
+    /// Interop backend
+    #[arg(long, value_name = "B", value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Copy each frame into the ring instead of writing in place (gpu: the
+    /// consumer copies it into device memory and back)
+    #[arg(long)]
+    copy: bool,
+    /// When the producer checks a processed frame
+    #[arg(long, value_name = "R", value_enum, default_value = "overlap")]
+    readback: Readback,
+    /// Print a machine-readable summary (JSON, with a schema_version) on stdout
+    #[arg(long)]
+    json: bool,
+    /// No progress display (there is none anyway unless stderr is a terminal)
+    #[arg(long, short = 'q')]
+    quiet: bool,
+    /// Inject a defect, to see verification catch it (testing; --backend host or sim)
+    #[arg(long, value_name = "F", value_enum, default_value = "none")]
+    fault: FaultArg,
+    /// 1: everything in this process; 2: the camera in a second process,
+    /// connected to this CUDA process only by NvSciIpc (--backend auto or
+    /// sim: the simulator, over a BSP-style configuration file it writes)
+    #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
+    processes: u8,
+    /// Run one side of the two-process mode alone (the other is started
+    /// elsewhere, with the same options and --nvsciipc-config)
+    #[arg(long, value_name = "ROLE", value_enum)]
+    role: Option<Role>,
+    /// The two-process mode's NvSciIpc configuration file (on the simulator,
+    /// instead of the one the CUDA process writes)
+    #[arg(long, value_name = "PATH")]
+    nvsciipc_config: Option<PathBuf>,
+    /// The two-process mode's endpoint pair (an INTER_PROCESS line of the
+    /// configuration file; on a Jetson, of /etc/nvsciipc.cfg)
+    #[arg(long, value_name = "CAMERA,CUDA", value_parser = endpoints_arg)]
+    endpoints: Option<(String, String)>,
+    /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
+    /// a quarter of the machine's cores, 1..=8; not in the two-process mode)
+    #[arg(long, value_name = "N", value_parser = threads_arg)]
+    frame_threads: Option<usize>,
+}
+
+impl Args {
+    /// The checks that involve more than one option; each error names the
+    /// options that conflict.
+    pub fn validate(self) -> Result<Options, String> {
+        let format = match self.format {
+            FormatArg::Raw8 => PixelFormat::Raw8,
+            FormatArg::Raw16 => PixelFormat::Raw16,
+            FormatArg::Rgba8 => PixelFormat::Rgba8,
+        };
+        let fault = match self.fault {
+            FaultArg::None => Fault::None,
+            FaultArg::SkipProcess => Fault::SkipProcess,
+            FaultArg::Corrupt => Fault::Corrupt,
+        };
+        let o = Options {
+            frames: self.frames,
+            ring: self.ring,
+            sensor: SensorConfig {
+                width: self.width,
+                height: self.height,
+                format,
+                ..Options::default().sensor
+            },
+            backend: self.backend,
+            copy: self.copy,
+            json: self.json,
+            quiet: self.quiet,
+            fault,
+            readback: self.readback,
+            processes: self.processes,
+            role: self.role,
+            nvsciipc_config: self.nvsciipc_config,
+            endpoints: self.endpoints,
+            frame_threads: self.frame_threads,
+        };
+        if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim)
+        {
+            return Err(format!(
+                "--fault only applies to --backend host or --backend sim (not --backend {})",
+                o.backend.name()
+            ));
+        }
+        if o.two_process() {
+            two_process_conflicts(&o)?;
+        } else {
+            for (given, flag) in [
+                (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
+                (o.endpoints.is_some(), "--endpoints"),
+            ] {
+                if given {
+                    return Err(format!(
+                        "{flag} only applies to the two-process mode (--processes 2 or --role)"
+                    ));
+                }
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// What the two-process mode does not carry out is refused, naming both
+/// options (the command line's check; [`crate::transport::process::run`]
+/// makes it again for options built in code).
+pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
+    let mode = if o.role.is_some() {
+        "--role"
+    } else {
+        "--processes 2"
+    };
+    if !matches!(
+        o.backend,
+        BackendChoice::Auto | BackendChoice::Sim | BackendChoice::Jetson
+    ) {
+        return Err(format!(
+            "--backend {} cannot be used with {mode}: the two-process mode runs over NvSci (--backend auto, sim or jetson)",
+            o.backend.name()
+        ));
+    }
+    // The whole mode in one command starts its camera over a pair of its
+    // own on the simulator; its CUDA side on a Jetson is not written.
+    if o.role.is_none() && (o.endpoints.is_some() || o.backend == BackendChoice::Jetson) {
+        let flag = if o.endpoints.is_some() {
+            "--endpoints"
+        } else {
+            "--backend jetson"
+        };
+        return Err(format!(
+            "{flag} cannot be used with --processes 2: that mode runs on the simulator over a pair it writes, and its CUDA side on a Jetson (the NVRTC kernel path) is not written; name a pair with --role camera / --role cuda and --nvsciipc-config"
+        ));
+    }
+    let refused = [
+        (o.fault != Fault::None, "--fault"),
+        (o.copy, "--copy"),
+        (o.readback == Readback::Inline, "--readback inline"),
+        (o.frame_threads.is_some(), "--frame-threads"),
+    ];
+    for (given, flag) in refused {
+        if given {
+            return Err(format!(
+                "{flag} cannot be used with {mode}: the two-process mode does not carry it out"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// What the command line asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Print the help text ([`help`]).
+    Help,
+    /// Run the pipeline.
+    Run(Options),
+}
+
+/// The full help text (`--help`).
+pub fn help() -> String {
+    Args::command().render_long_help().to_string()
+}
+
+/// Makes a clap error one line: its message, without the usage and the
+/// "for more information" lines (shared by the project's programs).
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut parts: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            if !parts.is_empty() {
+                break;
+            }
+            continue;
+        }
+        parts.push(line);
+    }
+    let msg = parts.join(" ");
+    let msg = msg.strip_prefix("error: ").unwrap_or(&msg).to_owned();
+    format!("{msg} (see --help)")
+}
+
+/// Parses the arguments after the program name.
+pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, String> {
+    let argv = std::iter::once(OsString::from("pipeline")).chain(args);
+    let matches = match Args::command().try_get_matches_from(argv) {
+        Ok(m) => m,
+        Err(e) => {
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp
+                | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+                    Ok(Command::Help)
+                }
+                _ => Err(one_line(&e)),
+            }
+        }
+    };
+    let explicit_processes =
+        matches.value_source("processes") == Some(clap::parser::ValueSource::CommandLine);
+    let args = Args::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
+    if args.role.is_some() && explicit_processes && args.processes == 1 {
+        return Err(
+            "--role cannot be used with --processes 1: a role is one side of the two-process mode"
+                .into(),
+        );
+    }
+    args.validate().map(Command::Run)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Result<Options, String> {
+        match parse(args.iter().map(OsString::from))? {
+            Command::Run(o) => Ok(o),
+            Command::Help => Err("help".into()),
+        }
+    }
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let o = run(&[]).unwrap();
+        assert_eq!(o, Options::default());
+        assert_eq!((o.frames, o.ring, o.backend), (300, 4, BackendChoice::Auto));
+        assert_eq!((o.processes, o.role), (1, None));
+    }
+
+    #[test]
+    fn all_options() {
+        let o = run(&[
+            "--frames",
+            "10",
+            "--ring=8",
+            "--width",
+            "32",
+            "--height=16",
+            "--format",
+            "raw16",
+            "--backend",
+            "host",
+            "--copy",
+            "--json",
+            "--quiet",
+            "--fault",
+            "corrupt",
+            "--frame-threads",
+            "3",
+            "--processes=1",
+        ])
+        .unwrap();
+        assert_eq!(o.frames, 10);
+        assert_eq!(o.ring, 8);
+        assert_eq!((o.sensor.width, o.sensor.height), (32, 16));
+        assert_eq!(o.sensor.format, PixelFormat::Raw16);
+        assert_eq!(o.backend, BackendChoice::Host);
+        assert!(o.copy && o.json && o.quiet);
+        assert_eq!(o.fault, Fault::Corrupt);
+        assert_eq!(o.frame_threads, Some(3));
+        assert_eq!(
+            run(&["--backend", "host-reference"]).unwrap().backend,
+            BackendChoice::Host
+        );
+        assert_eq!(parse(["-h"].map(OsString::from)).unwrap(), Command::Help);
+        assert_eq!(
+            parse(["--processes", "2", "--help"].map(OsString::from)).unwrap(),
+            Command::Help
+        );
+    }
+
+    #[test]
+    fn two_process_options() {
+        let o = run(&[
+            "--role",
+            "cuda",
+            "--nvsciipc-config",
+            "/tmp/x.cfg",
+            "--endpoints",
+            "cam,cuda",
+        ])
+        .unwrap();
+        assert_eq!(o.role, Some(Role::Cuda));
+        assert_eq!(o.nvsciipc_config, Some(PathBuf::from("/tmp/x.cfg")));
+        assert_eq!(o.endpoints, Some(("cam".into(), "cuda".into())));
+        assert!(o.two_process());
+        let o = run(&["--role", "camera"]).unwrap();
+        assert_eq!(o.role, Some(Role::Camera));
+        assert!(o.two_process());
+    }
+
+    #[test]
+    fn to_args_round_trips() {
+        for args in [
+            &["--backend", "sim", "--processes", "2", "--frames", "7"][..],
+            &[
+                "--role",
+                "cuda",
+                "--nvsciipc-config",
+                "/tmp/a b.cfg",
+                "--endpoints",
+                "x,y",
+                "--json",
+                "--quiet",
+            ][..],
+            &[
+                "--backend",
+                "host",
+                "--copy",
+                "--readback",
+                "inline",
+                "--fault",
+                "skip-process",
+                "--frame-threads",
+                "2",
+            ][..],
+        ] {
+            let o = run(args).unwrap();
+            let again = match parse(o.to_args()).unwrap() {
+                Command::Run(o) => o,
+                Command::Help => panic!("help"),
+            };
+            assert_eq!(again, o, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn bad_input_gives_one_line_errors_naming_the_option() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["--frames", "0"], &["--frames", "outside 1..=1000000"]),
+            (&["--frames", "-3"], &["--frames", "outside 1..=1000000"]),
+            (&["--frames", "1000001"], &["outside 1..=1000000"]),
+            (&["--ring", "0"], &["--ring", "fixed capacity"]),
+            (&["--ring", "9"], &["--ring", "outside 1..=8"]),
+            (&["--ring", "abc"], &["--ring", "not a number"]),
+            (&["--width", "0"], &["--width", "outside 1..=4096"]),
+            (&["--width", "99999"], &["--width", "outside 1..=4096"]),
+            (&["--height", "5000"], &["--height", "outside"]),
+            (&["--format", "yuv"], &["--format", "yuv", "raw8"]),
+            (&["--backend", "opencl"], &["--backend", "opencl", "host"]),
+            (&["--frames"], &["--frames"]),
+            (&["--json=yes"], &["--json"]),
+            (&["--bogus"], &["--bogus"]),
+            (&["--die-at", "3"], &["--die-at"]),
+            (&["--fault", "corrupt"], &["--fault", "only applies"]),
+            (&["--processes", "3"], &["--processes", "outside 1..=2"]),
+            (
+                &["--processes", "2", "--copy"],
+                &["--copy", "--processes 2"],
+            ),
+            (
+                &["--processes", "2", "--fault", "corrupt", "--backend", "sim"],
+                &["--fault", "--processes 2"],
+            ),
+            (
+                &["--processes", "2", "--readback", "inline"],
+                &["--readback inline", "--processes 2"],
+            ),
+            (
+                &["--processes", "2", "--backend", "host"],
+                &["--backend host", "--processes 2"],
+            ),
+            (
+                &["--role", "cuda", "--backend", "egl"],
+                &["--backend egl", "--role"],
+            ),
+            (
+                &["--role", "cuda", "--processes", "1"],
+                &["--role", "--processes 1"],
+            ),
+            (&["--endpoints", "a,b"], &["--endpoints", "two-process"]),
+            (
+                &["--nvsciipc-config", "x"],
+                &["--nvsciipc-config", "two-process"],
+            ),
+            (
+                &["--processes", "2", "--endpoints", "ab"],
+                &["--endpoints", "CAMERA,CUDA"],
+            ),
+            (&["--frame-threads", "65"], &["--frame-threads", "1..=64"]),
+        ];
+        for (args, want) in cases {
+            let e = run(args).unwrap_err();
+            for w in *want {
+                assert!(e.contains(w), "{args:?}: {e} (wanted {w:?})");
+            }
+            assert!(!e.contains('\n'), "{args:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_two_process_entry_point_refuses_what_it_does_not_carry_out() {
+        let o = Options {
+            processes: 2,
+            copy: true,
+            ..Options::default()
+        };
+        let e = crate::transport::process::run(&o).unwrap_err();
+        assert!(e.contains("--copy") && e.contains("--processes 2"), "{e}");
+    }
+
+    #[test]
+    fn help_lists_options_and_environment() {
+        let h = help();
+        for w in [
+            "--processes",
+            "--role",
+            "--endpoints",
+            "--nvsciipc-config",
+            "--frame-threads",
+            "TEGRA_INTEROP_FRAME_THREADS",
+            "TEGRA_INTEROP_EGL_POOL",
+            "Exit status",
+        ] {
+            assert!(h.contains(w), "{w}: {h}");
+        }
+        assert!(!h.contains("--die-at"));
+    }
+}
