@@ -217,17 +217,17 @@ pub struct Options {
     /// headers and the project's own declaration header
     #[arg(long)]
     check: bool,
-    /// Use DIR/cuda.h instead of the pinned PyPI wheel
+    /// Use DIR/{cuda,cudaEGL,nvrtc}.h instead of the pinned PyPI wheels
     #[arg(long, value_name = "DIR")]
     cuda_include: Option<PathBuf>,
     /// A Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h
     #[arg(long, value_name = "DIR")]
     nvsci_include: Option<PathBuf>,
-    /// With --check: compare with DIR/{cuda,nvsci}.rs instead of
+    /// With --check: compare with DIR/{cuda,nvrtc,nvsci,lists}.rs instead of
     /// crates/sys/src (used by the xtask's own tests)
     #[arg(long, value_name = "DIR")]
     against: Option<PathBuf>,
-    /// Where the wheel and cuda.h are cached (default target/codegen-cache)
+    /// Where the wheels and headers are cached (default target/codegen-cache)
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
 }

@@ -276,7 +276,8 @@ fn a_stream_waiting_on_an_event_runs_after_the_record() {
 
 #[test]
 fn nvrtc_compiles_only_registered_kernels() {
-    let sim = Sim::new().unwrap();
+    // Misuse on purpose below: recorded, not printed.
+    let sim = Sim::with_config(SimConfig::default().with_diagnostic_echo(false)).unwrap();
     let api = sim.table().nvrtc;
     let (mut major, mut minor) = (0, 0);
     assert_eq!(rtc!(api, nvrtcVersion(&mut major, &mut minor)), 0);
@@ -367,6 +368,8 @@ fn nvrtc_compiles_only_registered_kernels() {
         0
     );
     assert_eq!(rtc!(api, nvrtcGetPTXSize(prog, &mut n)), 4);
+    let d = sim.take_diagnostics();
+    assert!(d.len() == 1 && d[0].kind == DiagnosticKind::Misuse, "{d:?}");
     assert_eq!(sim.ledger().live_programs, 1);
     assert_eq!(rtc!(api, nvrtcDestroyProgram(&mut prog)), 0);
     assert_eq!(sim.ledger().live_programs, 0);

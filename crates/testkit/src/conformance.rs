@@ -1261,6 +1261,7 @@ pub fn device_buffer_round_trip(
     ensure(C, matches!(r, Err(Error::Unsupported { .. })), || {
         format!("zero-byte alloc gave {r:?}")
     })?;
+    stream.synchronize().during(C, "synchronize")?;
     done.destroy().during(C, "destroy event")?;
     drop((src, dst));
     a.destroy().during(C, "free a")?;
@@ -1322,6 +1323,7 @@ pub fn pinned_mapped_visible_both_ways(
     ensure(C, matches!(r, Err(Error::OutOfBounds { .. })), || {
         format!("atomic view past the end gave {r:?}")
     })?;
+    stream.synchronize().during(C, "synchronize")?;
     drop(done);
     pinned.destroy().during(C, "free pinned")?;
     drop(device);
@@ -1391,6 +1393,10 @@ pub fn event_ordering(backend: &Arc<Backend>, _exporter: &mut dyn Exporter) -> C
     })?;
     drop(other_stream);
     other.destroy().during(C, "destroy context b")?;
+    // The event completes as the stream's last job runs; the streams are
+    // idle only once that job has returned.
+    s1.synchronize().during(C, "synchronize s1")?;
+    s2.synchronize().during(C, "synchronize s2")?;
     drop((never, start, end, handoff, done));
     drop((src, dst, mid));
     drop((s1, s2));
@@ -1454,6 +1460,7 @@ pub fn nvrtc_module_launch(backend: &Arc<Backend>, _exporter: &mut dyn Exporter)
     ensure(C, pinned.as_slice() == want.as_slice(), || {
         "mapped pinned memory not incremented".into()
     })?;
+    stream.synchronize().during(C, "synchronize")?;
     drop(done);
     drop(add_one);
     module.destroy().during(C, "unload")?;
