@@ -28,6 +28,11 @@
 //! another out at once), the device-memory kernel and the same CPU work.
 //! [`ModeLimit::gpu_frames_per_s`] is the same bound without the CPU pieces.
 //!
+//! Each mode's limit is computed from its pieces measured all at once
+//! ([`Loaded`]: the mode's GPU piece while the CPU fills and checks), since
+//! in the pipeline they share the host's memory; the alone pieces are
+//! reported beside them.
+//!
 //! Every call goes through the driver's function table, so the measurement
 //! also runs on the simulator (with meaningless times: its tests check the
 //! structure and the arithmetic, not the numbers).
@@ -129,10 +134,39 @@ pub struct Pieces {
     pub cpu_fill_us: f64,
     /// The CPU's read-back check of one frame on the persistent pool (us).
     pub cpu_check_us: f64,
+    /// Each mode's pieces measured all at once, as the pipeline runs them
+    /// (what the limit of each mode is computed from).
+    pub loaded: Loaded,
     /// Threads of each CPU piece (the pipeline's [`frame_threads`]).
     pub threads: usize,
     /// Repetitions each mean is over.
     pub reps: u32,
+}
+
+/// Each mode's pieces measured while the others run: the GPU piece on the
+/// calling thread, the CPU's fill and check on their pools at the same
+/// time (as in the pipeline), each a mean per frame in us. Measured alone,
+/// each piece has the host's memory to itself; in the pipeline the PCIe
+/// transfers (or the mapped kernel's reads and writes) and the CPU's
+/// writes and checks share it, so the alone pieces overstate what the
+/// machine does for the whole work.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Loaded {
+    /// Zero-copy: the mapped-memory kernel while the CPU fills and checks.
+    pub kernel_mapped_us: f64,
+    /// Zero-copy: the CPU's fill meanwhile.
+    pub zero_copy_fill_us: f64,
+    /// Zero-copy: the CPU's check meanwhile.
+    pub zero_copy_check_us: f64,
+    /// Copy mode: host -> device with device -> host at once, while the
+    /// CPU fills and checks.
+    pub both_h2d_us: f64,
+    /// Copy mode: device -> host meanwhile.
+    pub both_d2h_us: f64,
+    /// Copy mode: the CPU's fill meanwhile.
+    pub copy_fill_us: f64,
+    /// Copy mode: the CPU's check meanwhile.
+    pub copy_check_us: f64,
 }
 
 /// The limit of one mode: the slowest piece it needs per frame.
@@ -170,28 +204,31 @@ impl ModeLimit {
 }
 
 impl Pieces {
-    fn cpu(&self) -> [(&'static str, f64); 2] {
-        [
-            ("cpu_fill", self.cpu_fill_us),
-            ("cpu_check", self.cpu_check_us),
-        ]
-    }
-
-    /// Zero-copy: the mapped-memory kernel and the CPU's work.
+    /// Zero-copy: the mapped-memory kernel and the CPU's work, measured
+    /// all at once ([`Loaded`]).
     pub fn zero_copy(&self) -> ModeLimit {
-        ModeLimit::over(&[("kernel_mapped", self.kernel_mapped_us)], &self.cpu())
+        let l = &self.loaded;
+        ModeLimit::over(
+            &[("kernel_mapped", l.kernel_mapped_us)],
+            &[
+                ("cpu_fill", l.zero_copy_fill_us),
+                ("cpu_check", l.zero_copy_check_us),
+            ],
+        )
     }
 
-    /// Copy mode: both copies at once, the device-memory kernel and the
-    /// CPU's work.
+    /// Copy mode: both copies at once and the CPU's work, measured all at
+    /// once ([`Loaded`]), and the device-memory kernel (alone: it touches
+    /// only device memory).
     pub fn copy(&self) -> ModeLimit {
+        let l = &self.loaded;
         ModeLimit::over(
             &[
-                ("both_h2d", self.both_h2d_us),
-                ("both_d2h", self.both_d2h_us),
+                ("both_h2d", l.both_h2d_us),
+                ("both_d2h", l.both_d2h_us),
                 ("kernel_device", self.kernel_device_us),
             ],
-            &self.cpu(),
+            &[("cpu_fill", l.copy_fill_us), ("cpu_check", l.copy_check_us)],
         )
     }
 
@@ -311,7 +348,14 @@ impl Rig {
         self.d2h(1, reps)?;
         self.record(1, 1)?;
         let d2h = per_rep(self.span(0, 1)?, reps);
-        // Both at once: the second stream starts when the first does.
+        let [both_h2d, both_d2h] = self.both(reps)?;
+        Ok([h2d, d2h, both_h2d, both_d2h])
+    }
+
+    /// Both directions at once on the two streams: (h2d, d2h), us per
+    /// frame of each while the other runs.
+    fn both(&self, reps: u32) -> Result<[f64; 2], TransportError> {
+        // The second stream starts when the first does.
         self.record(0, 0)?;
         self.streams[1]
             .wait_event(&self.events[0])
@@ -323,7 +367,7 @@ impl Rig {
         self.record(3, 1)?;
         let both_h2d = per_rep(self.span(0, 1)?, reps);
         let both_d2h = per_rep(self.span(2, 3)?, reps);
-        Ok([h2d, d2h, both_h2d, both_d2h])
+        Ok([both_h2d, both_d2h])
     }
 
     /// The kernel over pinned mapped memory (`mapped`) or device memory,
@@ -393,78 +437,110 @@ impl Rig {
 /// pipeline would not have.
 const CPU_FRAMES: usize = 4;
 
-/// The CPU pieces: (fill, check) in us per frame, measured as the pipeline
-/// runs them: the camera's pattern write on its persistent band pool and
-/// the read-back check on its own, at `threads` threads each, both at the
-/// same time (each from its own thread, back to back, as the camera and
-/// the verify stage do), each over a ring of [`CPU_FRAMES`] warmed frames
-/// of cached host memory (what the pipeline's frames are: host-cached
-/// Vulkan memory, or the producer's read-back copy).
+/// The frames the CPU pieces work on, warmed: every frame written once
+/// (page faults and first touches outside the measurement); the check's
+/// frames hold the pattern of their index in the ring, which the check
+/// expects.
+struct CpuFrames {
+    written: Vec<Vec<u8>>,
+    checked: Vec<Vec<u8>>,
+}
+
+impl CpuFrames {
+    fn new(geometry: FrameGeometry, threads: usize) -> CpuFrames {
+        let ring = || -> Vec<Vec<u8>> {
+            (0..CPU_FRAMES)
+                .map(|k| {
+                    let mut f = vec![0u8; geometry.frame_len()];
+                    TestPattern::new(k as u64, geometry.stride).fill_parallel(&mut f, threads);
+                    f
+                })
+                .collect()
+        };
+        CpuFrames {
+            written: ring(),
+            checked: ring(),
+        }
+    }
+}
+
+/// The CPU pieces, measured as the pipeline runs them: the camera's
+/// pattern write on its persistent band pool and the read-back check on
+/// its own, at `threads` threads each, both at the same time (each from
+/// its own thread, back to back, as the camera and the verify stage do),
+/// each over a ring of [`CPU_FRAMES`] warmed frames of cached host memory
+/// (what the pipeline's frames are: host-cached Vulkan memory, or the
+/// producer's read-back copy), while `gpu` runs on the calling thread.
+/// Each piece runs at least `min_reps` times and until `gpu` returned;
+/// gives `gpu`'s result and the fill's and the check's mean per frame (us).
 ///
 /// Measuring them one after the other instead (fill, then check, then the
 /// next fill) let each pool's threads fall asleep while the other pool
 /// worked, and waking them cost about as much as the work: on the H100
 /// host that measured 409 / 458 us per frame where the pipeline's own
 /// stages took 214 / 222 us, a "limit" the pipeline beat by 1.2-1.9 times.
-fn cpu(geometry: FrameGeometry, threads: usize, reps: u32) -> Result<(f64, f64), TransportError> {
-    let (len, stride) = (geometry.frame_len(), geometry.stride);
-    // Warmed: every frame written once (page faults and first touches
-    // outside the measurement); the check's frames hold the pattern of
-    // their index in the ring, which the check expects.
-    let mut written: Vec<Vec<u8>> = (0..CPU_FRAMES).map(|_| vec![0u8; len]).collect();
-    let checked: Vec<Vec<u8>> = (0..CPU_FRAMES)
-        .map(|k| {
-            let mut f = vec![0u8; len];
-            TestPattern::new(k as u64, stride).fill_parallel(&mut f, threads);
-            f
-        })
-        .collect();
-    for (k, f) in written.iter_mut().enumerate() {
-        TestPattern::new(k as u64, stride).fill_parallel(f, threads);
-    }
-    let start = std::sync::Barrier::new(2);
-    let (fill, check) = std::thread::scope(|scope| {
+fn cpu_at_once<R>(
+    frames: &mut CpuFrames,
+    geometry: FrameGeometry,
+    threads: usize,
+    min_reps: u32,
+    gpu: impl FnOnce() -> Result<R, TransportError>,
+) -> Result<(R, f64, f64), TransportError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stride = geometry.stride;
+    let (start, stop) = (std::sync::Barrier::new(3), AtomicBool::new(false));
+    let more = |n: u64| n < u64::from(min_reps.max(1)) || !stop.load(Ordering::Acquire);
+    let mean = |total: Duration, n: u64| total.as_secs_f64() * 1e6 / n.max(1) as f64;
+    let CpuFrames { written, checked } = frames;
+    let (gpu, fill, check) = std::thread::scope(|scope| {
         let filler = scope.spawn(|| {
             start.wait();
-            let mut total = Duration::ZERO;
-            for index in 0..u64::from(reps) {
-                let frame = &mut written[index as usize % CPU_FRAMES];
+            let (mut total, mut n) = (Duration::ZERO, 0u64);
+            while more(n) {
+                let frame = &mut written[n as usize % CPU_FRAMES];
                 let t = Instant::now();
-                TestPattern::new(index, stride).fill_parallel(frame, threads);
+                TestPattern::new(n, stride).fill_parallel(frame, threads);
                 total += t.elapsed();
+                n += 1;
             }
-            total
+            mean(total, n)
+        });
+        let checker = scope.spawn(|| {
+            start.wait();
+            let (mut total, mut n) = (Duration::ZERO, 0u64);
+            while more(n) {
+                let k = n as usize % CPU_FRAMES;
+                let t = Instant::now();
+                let found = TestPattern::new(k as u64, stride).first_mismatch_parallel(
+                    &checked[k],
+                    0,
+                    threads,
+                );
+                total += t.elapsed();
+                if let Some(at) = found {
+                    return Err((n, at));
+                }
+                n += 1;
+            }
+            Ok(mean(total, n))
         });
         start.wait();
-        let mut total = Duration::ZERO;
-        let mut failed = None;
-        for index in 0..u64::from(reps) {
-            let k = index as usize % CPU_FRAMES;
-            let t = Instant::now();
-            let found =
-                TestPattern::new(k as u64, stride).first_mismatch_parallel(&checked[k], 0, threads);
-            total += t.elapsed();
-            if let Some(at) = found {
-                failed = Some((index, at));
-                break;
-            }
-        }
-        // A fill cannot panic; a thread that did anyway fails the
+        let gpu = gpu();
+        stop.store(true, Ordering::Release);
+        // Neither loop can panic; a thread that did anyway fails the
         // measurement rather than giving a time.
-        let fill = filler
-            .join()
-            .map_err(|_| TransportError::misuse("the CPU fill's measuring thread panicked"));
-        (fill, failed.map_or(Ok(total), Err))
+        (gpu, filler.join().ok(), checker.join().ok())
     });
-    let fill = fill?;
-    let check = check.map_err(|(index, at)| {
+    let lost = || TransportError::misuse("a CPU piece's measuring thread panicked");
+    let fill = fill.ok_or_else(lost)?;
+    let check = check.ok_or_else(lost)?.map_err(|(index, at)| {
         TransportError::frame_check(
             0,
             index,
             format!("the CPU check found byte {at} off the pattern the frame holds"),
         )
     })?;
-    Ok((per_rep(fill, reps), per_rep(check, reps)))
+    Ok((gpu?, fill, check))
 }
 
 /// Measures the [`Pieces`] for frames of `geometry` in `ctx`, each the mean
@@ -483,14 +559,29 @@ pub fn measure(
     let started = Instant::now();
     let threads = frame_threads(geometry.frame_len());
     let mut rig = Rig::new(ctx, geometry)?;
+    let mut frames = CpuFrames::new(geometry, threads);
     rig.copies(1)?;
     rig.kernel(true, 1)?;
     rig.kernel(false, 1)?;
-    cpu(geometry, threads, 1)?;
+    cpu_at_once(&mut frames, geometry, threads, 1, || Ok(()))?;
     let [copy_h2d_us, copy_d2h_us, both_h2d_us, both_d2h_us] = rig.copies(reps)?;
     let kernel_mapped_us = rig.kernel(true, reps)?;
     let kernel_device_us = rig.kernel(false, reps)?;
-    let (cpu_fill_us, cpu_check_us) = cpu(geometry, threads, reps)?;
+    let ((), cpu_fill_us, cpu_check_us) =
+        cpu_at_once(&mut frames, geometry, threads, reps, || Ok(()))?;
+    let (kernel_mapped, zero_copy_fill_us, zero_copy_check_us) =
+        cpu_at_once(&mut frames, geometry, threads, 1, || rig.kernel(true, reps))?;
+    let ([both_h2d, both_d2h], copy_fill_us, copy_check_us) =
+        cpu_at_once(&mut frames, geometry, threads, 1, || rig.both(reps))?;
+    let loaded = Loaded {
+        kernel_mapped_us: kernel_mapped,
+        zero_copy_fill_us,
+        zero_copy_check_us,
+        both_h2d_us: both_h2d,
+        both_d2h_us: both_d2h,
+        copy_fill_us,
+        copy_check_us,
+    };
     if started.elapsed() > STUCK {
         log_slow(started.elapsed());
     }
@@ -503,6 +594,7 @@ pub fn measure(
         kernel_device_us,
         cpu_fill_us,
         cpu_check_us,
+        loaded,
         threads,
         reps,
     })
@@ -637,7 +729,7 @@ impl Comparison {
         match &self.pieces {
             None => "limit: not measured".into(),
             Some(p) => format!(
-                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads)",
+                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads; fill and check at once); all at once: zero-copy kernel mapped {:.1}, fill {:.1}, check {:.1}; copy both h2d {:.1}, d2h {:.1}, fill {:.1}, check {:.1}",
                 p.reps,
                 p.copy_h2d_us,
                 p.copy_d2h_us,
@@ -647,7 +739,14 @@ impl Comparison {
                 p.kernel_device_us,
                 p.cpu_fill_us,
                 p.cpu_check_us,
-                p.threads
+                p.threads,
+                p.loaded.kernel_mapped_us,
+                p.loaded.zero_copy_fill_us,
+                p.loaded.zero_copy_check_us,
+                p.loaded.both_h2d_us,
+                p.loaded.both_d2h_us,
+                p.loaded.copy_fill_us,
+                p.loaded.copy_check_us,
             ),
         }
     }
@@ -678,6 +777,15 @@ pub(crate) mod tests {
             kernel_device_us: device,
             cpu_fill_us: fill,
             cpu_check_us: check,
+            loaded: Loaded {
+                kernel_mapped_us: mapped,
+                zero_copy_fill_us: fill,
+                zero_copy_check_us: check,
+                both_h2d_us: h2d,
+                both_d2h_us: d2h,
+                copy_fill_us: fill,
+                copy_check_us: check,
+            },
             threads: 4,
             reps: 10,
         }
@@ -716,20 +824,30 @@ pub(crate) mod tests {
             for (j, &b) in values.iter().enumerate() {
                 for &c in &values {
                     let v = |k: usize| values[(i + j + k) % values.len()];
+                    // Alone, every piece is faster than all at once.
                     let p = Pieces {
                         copy_h2d_us: v(0) * 0.9,
                         copy_d2h_us: v(1) * 0.9,
-                        both_h2d_us: a,
-                        both_d2h_us: v(2),
-                        kernel_mapped_us: b,
+                        both_h2d_us: a * 0.5,
+                        both_d2h_us: v(2) * 0.5,
+                        kernel_mapped_us: b * 0.5,
                         kernel_device_us: v(3),
-                        cpu_fill_us: c,
-                        cpu_check_us: v(4),
+                        cpu_fill_us: c * 0.5,
+                        cpu_check_us: v(4) * 0.5,
+                        loaded: Loaded {
+                            kernel_mapped_us: b,
+                            zero_copy_fill_us: c,
+                            zero_copy_check_us: v(4),
+                            both_h2d_us: a,
+                            both_d2h_us: v(2),
+                            copy_fill_us: v(5),
+                            copy_check_us: v(6),
+                        },
                         threads: 4,
                         reps: 1,
                     };
                     let zero_copy = [b, c, v(4)];
-                    let copy = [a, v(2), v(3), c, v(4)];
+                    let copy = [a, v(2), v(3), v(5), v(6)];
                     for (limit, stages) in [(p.zero_copy(), &zero_copy[..]), (p.copy(), &copy[..])]
                     {
                         let slowest = stages.iter().copied().fold(0.0, f64::max);
@@ -811,6 +929,13 @@ pub(crate) mod tests {
             p.kernel_device_us,
             p.cpu_fill_us,
             p.cpu_check_us,
+            p.loaded.kernel_mapped_us,
+            p.loaded.zero_copy_fill_us,
+            p.loaded.zero_copy_check_us,
+            p.loaded.both_h2d_us,
+            p.loaded.both_d2h_us,
+            p.loaded.copy_fill_us,
+            p.loaded.copy_check_us,
         ] {
             assert!(v.is_finite() && v >= 0.0, "{p:?}");
         }
@@ -849,6 +974,17 @@ pub(crate) mod tests {
             "reps",
         ] {
             assert!(json["pieces"][key].is_number(), "{key}: {json}");
+        }
+        for key in [
+            "kernel_mapped_us",
+            "zero_copy_fill_us",
+            "zero_copy_check_us",
+            "both_h2d_us",
+            "both_d2h_us",
+            "copy_fill_us",
+            "copy_check_us",
+        ] {
+            assert!(json["pieces"]["loaded"][key].is_number(), "{key}: {json}");
         }
         assert_eq!(json["modes"][0]["mode"], "zero-copy");
         assert_eq!(json["modes"][1]["mode"], "copy");
