@@ -49,6 +49,10 @@ use crate::camera::{frame_threads, TestPattern};
 use crate::consumer::{self, pattern_seed, FrameMemory, BLOCK};
 use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
 
+/// Trials of the CPU pieces and of each mode's all-at-once pieces; each
+/// piece reported is its best trial's mean.
+const TRIALS: usize = 3;
+
 /// How long one measurement may take before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(30);
 
@@ -115,7 +119,8 @@ impl Kernels {
 }
 
 /// What each piece of one frame's work costs on this machine (mean per
-/// frame), see the module docs.
+/// frame; the CPU's and the all-at-once pieces the best of [`TRIALS`]
+/// trials), see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Pieces {
     /// Pinned host -> device copy of one frame, alone (us).
@@ -130,9 +135,11 @@ pub struct Pieces {
     pub kernel_mapped_us: f64,
     /// The check-and-invert kernel over device memory (us).
     pub kernel_device_us: f64,
-    /// The CPU's pattern write of one frame on the persistent pool (us).
+    /// The CPU's pattern write of one frame on the persistent pool, while
+    /// the check runs (us; the GPU idle).
     pub cpu_fill_us: f64,
-    /// The CPU's read-back check of one frame on the persistent pool (us).
+    /// The CPU's read-back check of one frame on its persistent pool,
+    /// while the fill runs (us; the GPU idle).
     pub cpu_check_us: f64,
     /// Each mode's pieces measured all at once, as the pipeline runs them
     /// (what the limit of each mode is computed from).
@@ -167,6 +174,21 @@ pub struct Loaded {
     pub copy_fill_us: f64,
     /// Copy mode: the CPU's check meanwhile.
     pub copy_check_us: f64,
+}
+
+impl Loaded {
+    /// Each piece at the better (smaller) of `self`'s and `other`'s.
+    fn best(&self, other: &Loaded) -> Loaded {
+        Loaded {
+            kernel_mapped_us: self.kernel_mapped_us.min(other.kernel_mapped_us),
+            zero_copy_fill_us: self.zero_copy_fill_us.min(other.zero_copy_fill_us),
+            zero_copy_check_us: self.zero_copy_check_us.min(other.zero_copy_check_us),
+            both_h2d_us: self.both_h2d_us.min(other.both_h2d_us),
+            both_d2h_us: self.both_d2h_us.min(other.both_d2h_us),
+            copy_fill_us: self.copy_fill_us.min(other.copy_fill_us),
+            copy_check_us: self.copy_check_us.min(other.copy_check_us),
+        }
+    }
 }
 
 /// The limit of one mode: the slowest piece it needs per frame.
@@ -567,21 +589,32 @@ pub fn measure(
     let [copy_h2d_us, copy_d2h_us, both_h2d_us, both_d2h_us] = rig.copies(reps)?;
     let kernel_mapped_us = rig.kernel(true, reps)?;
     let kernel_device_us = rig.kernel(false, reps)?;
-    let ((), cpu_fill_us, cpu_check_us) =
-        cpu_at_once(&mut frames, geometry, threads, reps, || Ok(()))?;
-    let (kernel_mapped, zero_copy_fill_us, zero_copy_check_us) =
-        cpu_at_once(&mut frames, geometry, threads, 1, || rig.kernel(true, reps))?;
-    let ([both_h2d, both_d2h], copy_fill_us, copy_check_us) =
-        cpu_at_once(&mut frames, geometry, threads, 1, || rig.both(reps))?;
-    let loaded = Loaded {
-        kernel_mapped_us: kernel_mapped,
-        zero_copy_fill_us,
-        zero_copy_check_us,
-        both_h2d_us: both_h2d,
-        both_d2h_us: both_d2h,
-        copy_fill_us,
-        copy_check_us,
-    };
+    // Best of TRIALS for what runs all at once: an upper bound takes the
+    // machine at its best, and one trial disturbed by the rest of the host
+    // (one measured the fill at 323 us against 162-200 in the others)
+    // would make the limit a pessimistic one.
+    let (mut cpu_fill_us, mut cpu_check_us) = (f64::INFINITY, f64::INFINITY);
+    let mut loaded: Option<Loaded> = None;
+    for _ in 0..TRIALS {
+        let ((), fill, check) = cpu_at_once(&mut frames, geometry, threads, reps, || Ok(()))?;
+        cpu_fill_us = cpu_fill_us.min(fill);
+        cpu_check_us = cpu_check_us.min(check);
+        let (kernel_mapped_us, zero_copy_fill_us, zero_copy_check_us) =
+            cpu_at_once(&mut frames, geometry, threads, 1, || rig.kernel(true, reps))?;
+        let ([both_h2d_us, both_d2h_us], copy_fill_us, copy_check_us) =
+            cpu_at_once(&mut frames, geometry, threads, 1, || rig.both(reps))?;
+        let trial = Loaded {
+            kernel_mapped_us,
+            zero_copy_fill_us,
+            zero_copy_check_us,
+            both_h2d_us,
+            both_d2h_us,
+            copy_fill_us,
+            copy_check_us,
+        };
+        loaded = Some(loaded.map_or(trial, |l| l.best(&trial)));
+    }
+    let loaded = loaded.ok_or_else(|| TransportError::misuse("no trial of the limit ran"))?;
     if started.elapsed() > STUCK {
         log_slow(started.elapsed());
     }
@@ -729,7 +762,7 @@ impl Comparison {
         match &self.pieces {
             None => "limit: not measured".into(),
             Some(p) => format!(
-                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads; fill and check at once); all at once: zero-copy kernel mapped {:.1}, fill {:.1}, check {:.1}; copy both h2d {:.1}, d2h {:.1}, fill {:.1}, check {:.1}",
+                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads; fill and check at once, best of 3); all at once (best of 3): zero-copy kernel mapped {:.1}, fill {:.1}, check {:.1}; copy both h2d {:.1}, d2h {:.1}, fill {:.1}, check {:.1}",
                 p.reps,
                 p.copy_h2d_us,
                 p.copy_d2h_us,
@@ -881,6 +914,23 @@ pub(crate) mod tests {
                 "{name} never bounds a limit: {seen_bounds:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_best_trial_keeps_each_piece_at_its_smallest() {
+        let a = pieces(170.0, 160.0, 250.0, 15.0, 200.0, 300.0).loaded;
+        let b = pieces(180.0, 150.0, 260.0, 15.0, 190.0, 310.0).loaded;
+        let best = a.best(&b);
+        assert_eq!(best, b.best(&a));
+        assert_eq!(
+            (best.both_h2d_us, best.both_d2h_us, best.kernel_mapped_us),
+            (170.0, 150.0, 250.0)
+        );
+        assert_eq!((best.copy_fill_us, best.copy_check_us), (190.0, 300.0));
+        assert_eq!(
+            (best.zero_copy_fill_us, best.zero_copy_check_us),
+            (190.0, 300.0)
+        );
     }
 
     #[test]
