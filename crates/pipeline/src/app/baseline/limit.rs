@@ -141,6 +141,10 @@ pub struct Pieces {
     /// The CPU's read-back check of one frame on its persistent pool,
     /// while the fill runs (us; the GPU idle).
     pub cpu_check_us: f64,
+    /// The check of a frame the GPU just copied into pinned host memory,
+    /// alone, one check after each copy (us): reported beside the limit
+    /// (not in it) to compare with the warm frames of `cpu_check_us`.
+    pub cpu_check_dma_us: f64,
     /// Each mode's pieces measured all at once, as the pipeline runs them
     /// (what the limit of each mode is computed from).
     pub loaded: Loaded,
@@ -392,6 +396,57 @@ impl Rig {
         Ok([both_h2d, both_d2h])
     }
 
+    /// The CPU's read-back check of a frame the GPU just wrote into pinned
+    /// host memory (a device -> host copy before each check, outside the
+    /// timed span), on the check's pool at `threads` threads, us per frame:
+    /// what the pipeline's verify stage reads (frames the GPU wrote over
+    /// PCIe), against the warm frames of the CPU pieces. Reported beside
+    /// the limit, not in it (one thread alternating copy and check).
+    fn check_after_dma(&mut self, threads: usize, reps: u32) -> Result<f64, TransportError> {
+        let g = self.geometry;
+        let pattern = TestPattern::new(0, g.stride);
+        pattern.fill(self.host[0].as_mut_slice());
+        // SAFETY: both live until the stream is synchronised just below;
+        // the host does not touch them before that.
+        unsafe {
+            self.device[0].copy_from_pinned_async(0, &self.host[0], 0, self.len(), &self.streams[0])
+        }
+        .during("cuMemcpyHtoDAsync")?;
+        self.streams[0]
+            .synchronize()
+            .during("waiting for a CUDA stream")?;
+        let mut total = Duration::ZERO;
+        for index in 0..u64::from(reps) {
+            // Spoiled, so that a copy back that did not happen is caught.
+            self.host[0].as_mut_slice()[0] ^= 0xff;
+            // SAFETY: as above: synchronised before the host reads.
+            unsafe {
+                self.device[0].copy_to_pinned_async(
+                    0,
+                    &self.host[0],
+                    0,
+                    self.len(),
+                    &self.streams[0],
+                )
+            }
+            .during("cuMemcpyDtoHAsync")?;
+            self.streams[0]
+                .synchronize()
+                .during("waiting for a CUDA stream")?;
+            let t = Instant::now();
+            let found = pattern.first_mismatch_parallel(self.host[0].as_slice(), 0, threads);
+            total += t.elapsed();
+            if let Some(at) = found {
+                return Err(TransportError::frame_check(
+                    0,
+                    index,
+                    format!("the CPU check found byte {at} off the pattern the GPU copied back"),
+                ));
+            }
+        }
+        Ok(per_rep(total, reps))
+    }
+
     /// The kernel over pinned mapped memory (`mapped`) or device memory,
     /// us per frame; each repetition sees a frame holding its pattern.
     fn kernel(&mut self, mapped: bool, reps: u32) -> Result<f64, TransportError> {
@@ -615,6 +670,7 @@ pub fn measure(
         loaded = Some(loaded.map_or(trial, |l| l.best(&trial)));
     }
     let loaded = loaded.ok_or_else(|| TransportError::misuse("no trial of the limit ran"))?;
+    let cpu_check_dma_us = rig.check_after_dma(threads, reps)?;
     if started.elapsed() > STUCK {
         log_slow(started.elapsed());
     }
@@ -627,6 +683,7 @@ pub fn measure(
         kernel_device_us,
         cpu_fill_us,
         cpu_check_us,
+        cpu_check_dma_us,
         loaded,
         threads,
         reps,
@@ -762,7 +819,7 @@ impl Comparison {
         match &self.pieces {
             None => "limit: not measured".into(),
             Some(p) => format!(
-                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads; fill and check at once, best of 3); all at once (best of 3): zero-copy kernel mapped {:.1}, fill {:.1}, check {:.1}; copy both h2d {:.1}, d2h {:.1}, fill {:.1}, check {:.1}",
+                "limit pieces (us per frame, mean of {}): copy h2d {:.1}, d2h {:.1}; both at once h2d {:.1}, d2h {:.1}; kernel mapped {:.1}, device {:.1}; CPU fill {:.1}, check {:.1} ({} threads; fill and check at once, best of 3; check of a frame the GPU just wrote {:.1}); all at once (best of 3): zero-copy kernel mapped {:.1}, fill {:.1}, check {:.1}; copy both h2d {:.1}, d2h {:.1}, fill {:.1}, check {:.1}",
                 p.reps,
                 p.copy_h2d_us,
                 p.copy_d2h_us,
@@ -773,6 +830,7 @@ impl Comparison {
                 p.cpu_fill_us,
                 p.cpu_check_us,
                 p.threads,
+                p.cpu_check_dma_us,
                 p.loaded.kernel_mapped_us,
                 p.loaded.zero_copy_fill_us,
                 p.loaded.zero_copy_check_us,
@@ -810,6 +868,7 @@ pub(crate) mod tests {
             kernel_device_us: device,
             cpu_fill_us: fill,
             cpu_check_us: check,
+            cpu_check_dma_us: check,
             loaded: Loaded {
                 kernel_mapped_us: mapped,
                 zero_copy_fill_us: fill,
@@ -867,6 +926,7 @@ pub(crate) mod tests {
                         kernel_device_us: v(3),
                         cpu_fill_us: c * 0.5,
                         cpu_check_us: v(4) * 0.5,
+                        cpu_check_dma_us: v(4) * 3.0,
                         loaded: Loaded {
                             kernel_mapped_us: b,
                             zero_copy_fill_us: c,
@@ -979,6 +1039,7 @@ pub(crate) mod tests {
             p.kernel_device_us,
             p.cpu_fill_us,
             p.cpu_check_us,
+            p.cpu_check_dma_us,
             p.loaded.kernel_mapped_us,
             p.loaded.zero_copy_fill_us,
             p.loaded.zero_copy_check_us,
@@ -1020,6 +1081,7 @@ pub(crate) mod tests {
             "kernel_device_us",
             "cpu_fill_us",
             "cpu_check_us",
+            "cpu_check_dma_us",
             "threads",
             "reps",
         ] {
