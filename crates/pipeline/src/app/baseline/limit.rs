@@ -119,7 +119,7 @@ impl Kernels {
 }
 
 /// What each piece of one frame's work costs on this machine (mean per
-/// frame; the CPU's and the all-at-once pieces the best of [`TRIALS`]
+/// frame; the CPU's and the all-at-once pieces the best of 3
 /// trials), see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Pieces {
