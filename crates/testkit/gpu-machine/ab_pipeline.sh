@@ -46,7 +46,7 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   done
   $NEW/pipeline_vs_cuda $A --limit-reps "$REPS" --json > "$OUT/ab_${r}_limit.json" 2> "$OUT/ab_${r}_limit.txt"
-  echo "round $r pipeline_vs_cuda: rc $?"; grep -E "^limit pieces|^\|" "$OUT/ab_${r}_limit.txt"
+  echo "round $r pipeline_vs_cuda: rc $?"; grep -E "^limit pieces|^\||^warning" "$OUT/ab_${r}_limit.txt"
 done
 } > "$L" 2>&1
 python3 - "$OUT" "$ROUNDS" >> "$L" 2>&1 <<'EOF'

@@ -269,6 +269,7 @@ fn main() -> ExitCode {
         runs.push((copy, ours, plain));
     }
     let c = compare(geometry, &opts, pieces, &runs, ok);
+    eprint!("{}", c.limit_warnings());
     say(
         args.json,
         &format!("\n{}\n\n{}", c.pieces_line(), c.table()),
