@@ -17,10 +17,11 @@
 //!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
 //!   and [`transport::process`] (the camera in another process).
 //! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
-//! - [`platform`]: the producing side's platform APIs as product code:
-//!   `platform::vulkan` (feature `vulkan`: the Vulkan exporter, device by
-//!   CUDA UUID, exportable memory and semaphores) and [`platform::egl`]
-//!   (EGL display, streams and images).
+//! - [`platform`]: the producing side's platform APIs, the crate
+//!   `tegra-interop-platform` re-exported: `platform::vulkan` (feature
+//!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
+//!   and semaphores) and [`platform::egl`] (EGL display, streams and
+//!   images).
 //! - [`app`]: the programs built on the library: [`app::cli`],
 //!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
 //!   (which transport runs here and why), [`app::info`] (the
@@ -81,7 +82,8 @@
 pub mod app;
 pub mod camera;
 pub mod consumer;
-pub mod platform;
+#[doc(inline)]
+pub use tegra_interop_platform as platform;
 pub mod ring;
 pub mod transport;
 

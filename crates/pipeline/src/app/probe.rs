@@ -198,12 +198,7 @@ pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
 
 /// Whether a Vulkan loader can be opened (the discrete-GPU producer's API).
 fn vulkan_loader() -> Result<(), String> {
-    // SAFETY: opening the system's Vulkan loader runs its initialisers,
-    // which are written to run in any process that links it; nothing from
-    // it is called here, and it is unloaded when dropped.
-    unsafe { libloading::Library::new("libvulkan.so.1") }
-        .map(drop)
-        .map_err(|e| e.to_string())
+    tegra_interop_platform::vulkan_loader_present()
 }
 
 /// Asks a discrete-GPU transport built into the program whether it can run
