@@ -17,10 +17,11 @@
 //!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
 //!   and [`transport::process`] (the camera in another process).
 //! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
-//! - [`platform`]: the producing side's platform APIs as product code:
-//!   `platform::vulkan` (feature `vulkan`: the Vulkan exporter, device by
-//!   CUDA UUID, exportable memory and semaphores) and [`platform::egl`]
-//!   (EGL display, streams and images).
+//! - [`platform`]: the producing side's platform APIs, the crate
+//!   `tegra-interop-platform` re-exported: `platform::vulkan` (feature
+//!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
+//!   and semaphores) and [`platform::egl`] (EGL display, streams and
+//!   images).
 //! - [`app`]: the programs built on the library: [`app::cli`],
 //!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
 //!   (which transport runs here and why), [`app::info`] (the
@@ -67,21 +68,26 @@
 //!
 //! The crate denies `unsafe` code. [`consumer`] is the module meant to hold
 //! all of it (kernel launches and queued copies over frame memory, the
-//! host views of shared frames in [`consumer::shared`], each with its
-//! `// SAFETY:` line). Until issue 24's other parts land, these modules
-//! still allow it for what they have (listed so the list can only
-//! shrink): `transport::host` (lending a frame), `transport::egl` (the raw
-//! `EGLStreamKHR`, the producer's frames), `transport::gpu`,
-//! `transport::process`, `app` (the checker thread's lent frame),
-//! `app::baseline`, `app::probe` (the Vulkan loader probe), and one test of
-//! `ring`.
+//! host views of shared frames in [`consumer::shared`]: the producer's CPU
+//! view of an NvSciBuf buffer, lent frames, the simulator's host processing
+//! of a mapped buffer; each block with its `// SAFETY:` line). The
+//! producers' platform code (Vulkan through `ash`, EGL/GLES loaded at run
+//! time) is a crate of its own, `tegra-interop-platform` ([`platform`]).
+//! Until issue 24's other parts land, these modules still allow it for what
+//! they have (listed so the list can only shrink): `transport::egl` (the
+//! raw `EGLStreamKHR` handed to the driver's connect calls, the producer's
+//! frames), `app` (the checker thread reads a lent frame through the
+//! `unsafe` [`transport::PeekedFrame::bytes`]), and `transport::gpu` and
+//! `app::baseline` (being reworked for issue 24's limits; the coordinator
+//! takes them off this list after that work merges).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
 pub mod app;
 pub mod camera;
 pub mod consumer;
-pub mod platform;
+#[doc(inline)]
+pub use tegra_interop_platform as platform;
 pub mod ring;
 pub mod transport;
 

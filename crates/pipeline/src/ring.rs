@@ -765,7 +765,6 @@ mod tests {
     }
 
     #[test]
-    #[allow(unsafe_code)] // reads a lent frame (transitional, see lib.rs)
     fn lend_keeps_the_slot_until_it_is_given_back() {
         let mut ring = Ring::new(3).unwrap();
         let mut t = lender(3, true);
@@ -786,8 +785,9 @@ mod tests {
         let p = ring.peek(1).unwrap();
         let lent = ring.lend(&mut t, &p).unwrap().unwrap();
         assert_eq!(lent.len(), 4);
-        // SAFETY: the lender's buffers are alive and not written here.
-        assert_eq!(unsafe { lent.bytes() }, &[1; 4][..], "slot 1's bytes");
+        // The lent bytes are slot 1's buffer, which holds frame 1.
+        assert_eq!(lent.as_ptr(), t.bufs[1].as_ptr(), "slot 1's buffer lent");
+        assert_eq!(&t.bufs[1][..], &[1; 4][..], "slot 1's bytes");
         assert!(t.log.iter().any(|l| l == "lend 1"), "{:?}", t.log);
         // Frame 1 is lent: slot 1 is neither peeked nor lent again, nor
         // acquired (frame 4's ticket) until it is given back; frame 3

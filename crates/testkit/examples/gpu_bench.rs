@@ -44,7 +44,7 @@ use tegra_interop::driver::{
     Backend, Context, ExternalMemory, ExternalSemaphore, SemaphoreSignal, SemaphoreWait, Stream,
 };
 use tegra_interop::sys::cuda as sys;
-use tegra_interop_pipeline::platform::vulkan::{
+use tegra_interop_platform::vulkan::{
     format_uuid, MemoryLocation, QueueChoice, SemaphoreOp, VulkanExporter,
 };
 

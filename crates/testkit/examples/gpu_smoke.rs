@@ -19,7 +19,7 @@ use tegra_interop_testkit::raw_cuda;
 use std::time::{Duration, Instant};
 
 use raw_cuda::RawCuda;
-use tegra_interop_pipeline::platform::vulkan::{
+use tegra_interop_platform::vulkan::{
     format_uuid, MemoryLocation, SemaphoreOp, VulkanExporter, VulkanSemaphore,
 };
 
@@ -158,10 +158,8 @@ fn device_local(cu: &RawCuda, vk: &VulkanExporter) -> AnyResult<String> {
 /// waits for); a Vulkan batch signals, a CUDA stream waits.
 fn binary(cu: &RawCuda, vk: &VulkanExporter, stream: raw_cuda::CUstream) -> AnyResult<String> {
     let (fd, bin) = vk.export_binary_semaphore()?;
-    let tl: VulkanSemaphore = vk.create_semaphore(
-        tegra_interop_pipeline::platform::vulkan::SemaphoreKind::Timeline,
-        0,
-    )?;
+    let tl: VulkanSemaphore =
+        vk.create_semaphore(tegra_interop_platform::vulkan::SemaphoreKind::Timeline, 0)?;
     let ext = cu.import_semaphore_fd(fd, false)?;
     let r = (|| -> AnyResult<String> {
         cu.signal(ext, 0, stream)?;

@@ -92,10 +92,10 @@ impl EglImages for SimImages<'_> {
 }
 
 /// GL textures of a real EGL display (the testkit's exporter).
-pub struct RealImages<'a>(pub &'a tegra_interop_pipeline::platform::egl::EglExporter);
+pub struct RealImages<'a>(pub &'a tegra_interop_platform::egl::EglExporter);
 
 impl EglImages for RealImages<'_> {
-    type Image = tegra_interop_pipeline::platform::egl::TextureImage;
+    type Image = tegra_interop_platform::egl::TextureImage;
     fn create(&mut self, width: u32, height: u32, initial: &[u8]) -> Self::Image {
         self.0
             .rgba_texture_image(width, height, initial)

@@ -70,10 +70,10 @@ impl EglStreams for SimStreams<'_> {
 }
 
 /// A real EGL display's streams (the testkit's exporter; the GPU machine).
-pub struct RealStreams<'a>(pub &'a tegra_interop_pipeline::platform::egl::EglExporter);
+pub struct RealStreams<'a>(pub &'a tegra_interop_platform::egl::EglExporter);
 
 impl EglStreams for RealStreams<'_> {
-    type Stream = tegra_interop_pipeline::platform::egl::EglStream;
+    type Stream = tegra_interop_platform::egl::EglStream;
     fn create(&self, fifo: u32) -> Self::Stream {
         self.0
             .create_stream(i32::try_from(fifo).expect("a small FIFO"))
@@ -83,7 +83,7 @@ impl EglStreams for RealStreams<'_> {
         s.as_raw()
     }
     fn state(&self, s: &Self::Stream) -> EglStreamState {
-        use tegra_interop_pipeline::platform::egl::stream_state as k;
+        use tegra_interop_platform::egl::stream_state as k;
         match self.0.stream_state(s).expect("eglQueryStreamKHR") {
             k::CREATED => EglStreamState::Created,
             k::CONNECTING => EglStreamState::Connecting,

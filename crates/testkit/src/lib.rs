@@ -9,14 +9,14 @@
 //! - [`sim_exporter`]: the simulator's memfd exporter behind the suite's
 //!   [`conformance::Exporter`] trait.
 //! - [`egl_image_checks`], [`egl_stream_checks`]: the EGLImage and
-//!   EGLStream suites, run on the simulator and, with the pipeline's EGL
-//!   display (`tegra_interop_pipeline::platform::egl`), on a GPU machine.
+//!   EGLStream suites, run on the simulator and, with the platform crate's
+//!   EGL display (`tegra_interop_platform::egl`), on a GPU machine.
 //! - [`raw_cuda`]: the raw `libcuda` calls the benchmarks compare the driver's
 //!   wrappers against.
 //!
 //! The exporters the GPU tests, examples and benchmarks use are product
-//! code of `tegra-interop-pipeline`: `platform::vulkan` (feature `vulkan`
-//! here, which turns on the pipeline's) and `platform::egl`.
+//! code of `tegra-interop-platform`: `vulkan` (feature `vulkan` here, which
+//! turns on the platform crate's and the pipeline's) and `egl`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod conformance;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tegra_interop::core::{BufferMapping, MemoryImport, SignalParams, WaitParams};
 use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, Stream};
-use tegra_interop_pipeline::platform::vulkan::{
+use tegra_interop_platform::vulkan::{
     MemoryLocation, SemaphoreKind, SemaphoreOp, VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
 use tegra_interop_testkit::conformance::{
@@ -202,7 +202,7 @@ macro_rules! checks {
                 fn $name() {
                     super::run(
                         tegra_interop_testkit::conformance::$name,
-                        tegra_interop_pipeline::platform::vulkan::MemoryLocation::HostVisible,
+                        tegra_interop_platform::vulkan::MemoryLocation::HostVisible,
                     );
                 }
             )*
@@ -216,7 +216,7 @@ macro_rules! checks {
                 fn $name() {
                     super::run(
                         tegra_interop_testkit::conformance::$name,
-                        tegra_interop_pipeline::platform::vulkan::MemoryLocation::DeviceLocal,
+                        tegra_interop_platform::vulkan::MemoryLocation::DeviceLocal,
                     );
                 }
             )*

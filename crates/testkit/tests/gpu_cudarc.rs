@@ -7,7 +7,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use tegra_interop::driver::{Backend, Context, ExternalMemory};
-use tegra_interop_pipeline::platform::vulkan::{MemoryLocation, VulkanExporter};
+use tegra_interop_platform::vulkan::{MemoryLocation, VulkanExporter};
 use tegra_interop_testkit::raw_cuda;
 
 const KERNEL: &str = r#"

@@ -9,7 +9,7 @@
 
 use tegra_interop_driver::egl::{EglAccess, EglColorFormat, EglFrameType, EglImage};
 use tegra_interop_driver::{Backend, Context};
-use tegra_interop_pipeline::platform::egl::EglExporter;
+use tegra_interop_platform::egl::EglExporter;
 
 #[test]
 #[ignore = "needs a GPU with EGL (the GPU machine)"]
@@ -96,7 +96,7 @@ fn shared_image_checks_on_a_real_gpu() {
     use tegra_interop_testkit::egl_image_checks::{run_all, RealImages};
     let backend = tegra_interop_driver::Backend::real().unwrap();
     let ctx = tegra_interop_driver::Context::new(backend.clone(), 0).unwrap();
-    let egl = tegra_interop_pipeline::platform::egl::EglExporter::new().unwrap();
+    let egl = tegra_interop_platform::egl::EglExporter::new().unwrap();
     run_all(&ctx, &mut RealImages(&egl));
     let errors = backend.take_drop_errors();
     assert!(errors.is_empty(), "{errors:?}");

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tegra_interop_driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerFrame};
 use tegra_interop_driver::{Backend, Context, Error, Stream};
-use tegra_interop_pipeline::platform::egl::{stream_state, EglExporter};
+use tegra_interop_platform::egl::{stream_state, EglExporter};
 use tegra_interop_sys::cuda::{CUeglStreamConnection, CUresult};
 use tegra_interop_testkit::egl_stream_checks::{DeviceBuffers, FRAME_BYTES as LEN};
 

@@ -10,7 +10,7 @@ use tegra_interop_testkit::raw_cuda;
 
 use std::time::Duration;
 
-use tegra_interop_pipeline::platform::vulkan::{
+use tegra_interop_platform::vulkan::{
     Error, MemoryLocation, QueueChoice, SemaphoreKind, SemaphoreOp, VulkanExporter,
 };
 

@@ -5,7 +5,6 @@
 //! what is missing (no driver, a discrete GPU where NvSci needs Tegra, a
 //! missing library or symbol, NVRTC, or a part of this example that is not
 //! built).
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 use std::sync::Arc;
 
@@ -102,8 +101,8 @@ pub const NVRTC_NEEDED: &[&str] = &[
 /// Whether the backend's table has NVRTC, which the jetson backend's kernel
 /// is compiled with at run time (the driver's own loader fills the table's
 /// optional NVRTC part): `Err` says what is missing.
-fn kernel_libraries(backend: &Backend) -> Result<(), String> {
-    let present: Vec<&str> = backend.table().nvrtc.present().collect();
+fn kernel_libraries(table: &FunctionTable) -> Result<(), String> {
+    let present: Vec<&str> = table.nvrtc.present().collect();
     let missing: Vec<&str> = NVRTC_NEEDED
         .iter()
         .copied()
@@ -130,6 +129,23 @@ pub fn nvsci_missing(table: &FunctionTable) -> Vec<&'static str> {
         .copied()
         .filter(|n| !present.contains(n))
         .collect()
+}
+
+/// Whether the table has every NvSci and CUDA entry point the NvSci
+/// transport calls: `Err` names the missing ones.
+fn nvsci_entry_points(table: &FunctionTable) -> Result<(), String> {
+    let missing = nvsci_missing(table);
+    if !missing.is_empty() {
+        return Err(format!(
+            "NvSci libraries or symbols missing ({}): libnvscibuf.so.1 / libnvscisync.so.1 come with the Jetson BSP",
+            missing.join(", ")
+        ));
+    }
+    let missing = cuda_missing_for_nvsci(table);
+    if !missing.is_empty() {
+        return Err(format!("the CUDA driver lacks {}", missing.join(", ")));
+    }
+    Ok(())
 }
 
 /// The first device's name and whether it is integrated, or why not known.
@@ -172,23 +188,15 @@ pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
             "device 0 ({name}) is a discrete GPU; NvSci needs a Tegra integrated GPU"
         ));
     }
-    let missing = nvsci_missing(backend.table());
-    if !missing.is_empty() {
-        return Verdict::Unavailable(format!(
-            "NvSci libraries or symbols missing ({}): libnvscibuf.so.1 / libnvscisync.so.1 come with the Jetson BSP",
-            missing.join(", ")
-        ));
-    }
-    let missing = cuda_missing_for_nvsci(backend.table());
-    if !missing.is_empty() {
-        return Verdict::Unavailable(format!("the CUDA driver lacks {}", missing.join(", ")));
+    if let Err(why) = nvsci_entry_points(backend.table()) {
+        return Verdict::Unavailable(why);
     }
     if backend.kind() != BackendKind::Real {
         return Verdict::Unavailable(format!(
             "not the real CUDA driver: device 0 ({name}) is integrated and NvSci is present, but the jetson backend processes frames with a CUDA kernel (NVRTC), which only a real GPU runs; the simulator's processing is the `sim` backend"
         ));
     }
-    if let Err(why) = kernel_libraries(backend) {
+    if let Err(why) = kernel_libraries(backend.table()) {
         return Verdict::Unavailable(why);
     }
     Verdict::Available(format!(
@@ -198,12 +206,7 @@ pub fn jetson(backend: Result<&Backend, &str>) -> Verdict {
 
 /// Whether a Vulkan loader can be opened (the discrete-GPU producer's API).
 fn vulkan_loader() -> Result<(), String> {
-    // SAFETY: opening the system's Vulkan loader runs its initialisers,
-    // which are written to run in any process that links it; nothing from
-    // it is called here, and it is unloaded when dropped.
-    unsafe { libloading::Library::new("libvulkan.so.1") }
-        .map(drop)
-        .map_err(|e| e.to_string())
+    tegra_interop_platform::vulkan_loader_present()
 }
 
 /// Asks a discrete-GPU transport built into the program whether it can run
@@ -347,12 +350,12 @@ mod tests {
     #[test]
     fn jetson_names_the_missing_entry_points() {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        // The whole table passes (the Tegra simulator is refused later, for
+        // its kernel: see the test above).
+        assert_eq!(nvsci_entry_points(&sim.table()), Ok(()));
         let mut table = sim.table();
         table.nvscibuf.NvSciBufObjFlushCpuCacheRange = None;
-        // SAFETY: the simulator's entries uphold `from_table`'s contract (see
-        // `Sim::backend`); removed entries are only reported as missing.
-        let backend = unsafe { Backend::from_table("t", table) };
-        let why = unavailable(jetson(Ok(&backend)));
+        let why = nvsci_entry_points(&table).unwrap_err();
         assert!(
             why.starts_with("NvSci libraries or symbols missing (NvSciBufObjFlushCpuCacheRange)"),
             "{why}"
@@ -360,22 +363,17 @@ mod tests {
         let mut table = sim.table();
         table.cuda.cuLaunchHostFunc = None;
         table.cuda.cuWaitExternalSemaphoresAsync = None;
-        // SAFETY: the simulator's entries uphold `from_table`'s contract (see
-        // `Sim::backend`); removed entries are only reported as missing.
-        let backend = unsafe { Backend::from_table("t", table) };
-        let why = unavailable(jetson(Ok(&backend)));
+        let why = nvsci_entry_points(&table).unwrap_err();
         assert_eq!(
             why,
             "the CUDA driver lacks cuWaitExternalSemaphoresAsync, cuLaunchHostFunc"
         );
         // NVRTC comes from the table's NVRTC part (the driver's loader), not
         // from cudarc: present on the simulator, named when missing.
-        assert_eq!(kernel_libraries(&sim.backend()), Ok(()));
+        assert_eq!(kernel_libraries(sim.backend().table()), Ok(()));
         let mut table = sim.table();
         table.nvrtc.nvrtcCompileProgram = None;
-        // SAFETY: as above.
-        let backend = unsafe { Backend::from_table("t", table) };
-        let why = kernel_libraries(&backend).unwrap_err();
+        let why = kernel_libraries(&table).unwrap_err();
         assert!(
             why.starts_with("NVRTC (libnvrtc.so) lacks nvrtcCompileProgram,"),
             "{why}"

@@ -12,10 +12,11 @@
 
 use std::ptr::NonNull;
 
+use tegra_interop::driver::memory::MappedBuffer;
 use tegra_interop::driver::nvsci::BufObj;
-use tegra_interop::driver::Stream;
+use tegra_interop::driver::{BackendKind, Stream};
 
-use crate::transport::{DriverResultExt, TransportError};
+use crate::transport::{DriverError, DriverResultExt, TransportError};
 
 /// A collected frame's bytes, lent by [`FrameTransport::lend`](crate::transport::FrameTransport::lend) for reading
 /// **beyond that call**, on another thread: the producer's read-back check
@@ -66,6 +67,12 @@ impl PeekedFrame {
         self.len == 0
     }
 
+    /// The address of the first lent byte (to tell which buffer was lent;
+    /// reading through it is [`PeekedFrame::bytes`]'s business).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr().cast_const()
+    }
+
     /// The lent bytes.
     ///
     /// # Safety
@@ -101,6 +108,28 @@ impl CpuFrame {
         }
         let ptr = buf.cpu_ptr().during("NvSciBufObjGetCpuPtr")?;
         Ok(CpuFrame { buf, ptr, len })
+    }
+
+    /// The CPU mapping of the whole of `buf` (its reconciled size): for a
+    /// side that sized the buffer itself and wants the driver's error as is.
+    pub(crate) fn whole(buf: BufObj) -> Result<CpuFrame, DriverError> {
+        let size = buf.size()?;
+        let ptr = buf.cpu_ptr()?;
+        // A mapping in this process's address space has a size that fits a
+        // usize; should the library say more, the view is empty (and every
+        // frame too large for it) rather than longer than the mapping.
+        let len = usize::try_from(size).unwrap_or(0);
+        Ok(CpuFrame { buf, ptr, len })
+    }
+
+    /// The frame's bytes, for reading by the side that holds the slot (the
+    /// producer after its wait for *free*).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes of the object's CPU mapping, alive while
+        // `self.buf` is; the device and the host-function consumer write
+        // them only between *ready* and *free* (the protocol), and `&self`
+        // excludes `bytes_mut` for as long as the slice lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast_const(), self.len) }
     }
 
     /// The NvSciBuf object.
@@ -149,4 +178,57 @@ impl CpuFrame {
             })
             .during("cuLaunchHostFunc")
     }
+}
+
+/// Why [`queue_sim_host_processing`] did not queue.
+#[derive(Debug)]
+pub(crate) enum SimHostError {
+    /// The stream is on the real driver, or the mapping is smaller than
+    /// the frame: the bytes are not host memory of that length.
+    Refused(String),
+    /// `cuLaunchHostFunc` failed.
+    Driver(DriverError),
+}
+
+/// Queues on `stream` a host function that runs `process` over the first
+/// `len` bytes of `map`, a mapped external buffer, as host memory: the
+/// simulator's processing of a frame it imported (on the simulator a device
+/// pointer is the host address of the memory behind it). Refused on the
+/// real driver, where a device pointer is not a host address, and when the
+/// mapping is shorter than `len`.
+///
+/// The caller drains `stream` before it drops `map` (or leaks the mapping
+/// when it cannot), so the bytes outlive the function; the stream orders
+/// the function between its wait for *ready* and its *free* signal, the
+/// slot's consumer side of the protocol.
+pub(crate) fn queue_sim_host_processing(
+    stream: &Stream,
+    map: &MappedBuffer,
+    len: usize,
+    process: impl FnOnce(&mut [u8]) + Send + 'static,
+) -> Result<(), SimHostError> {
+    if stream.context().backend().kind() == BackendKind::Real {
+        return Err(SimHostError::Refused(
+            "host processing of a mapped buffer needs the simulator: on the real driver a device pointer is no host address".into(),
+        ));
+    }
+    if map.size() < len as u64 {
+        return Err(SimHostError::Refused(format!(
+            "the mapping has {} bytes, a frame needs {len}",
+            map.size()
+        )));
+    }
+    let addr = map.device_ptr() as usize;
+    stream
+        .launch_host_fn(move || {
+            // SAFETY: on the simulator (checked above) the device pointer is
+            // the host address of the mapping's memory, at least `len`
+            // bytes (checked above), alive until the stream drained (see
+            // above); the function runs after the stream's wait for *ready*
+            // and before its *free* signal, when only the consumer touches
+            // the slot.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+            process(bytes);
+        })
+        .map_err(SimHostError::Driver)
 }

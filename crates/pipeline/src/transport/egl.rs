@@ -495,8 +495,8 @@ pub fn open_sim(
 /// destroyed together.
 #[cfg(feature = "vulkan")]
 struct RealEgl {
-    stream: Option<crate::platform::egl::EglStream>,
-    exporter: crate::platform::egl::EglExporter,
+    stream: Option<tegra_interop_platform::egl::EglStream>,
+    exporter: tegra_interop_platform::egl::EglExporter,
 }
 
 #[cfg(feature = "vulkan")]
@@ -519,7 +519,7 @@ pub fn open_real(
 ) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
     let backend = tegra_interop::driver::Backend::real().during("CUDA driver")?;
     let ctx = Context::new(std::sync::Arc::clone(&backend), 0).during("CUDA context")?;
-    let exporter = crate::platform::egl::EglExporter::new()
+    let exporter = tegra_interop_platform::egl::EglExporter::new()
         .map_err(|e| TransportError::refused(e.to_string()))?;
     let fifo = i32::try_from(slots)
         .map_err(|_| TransportError::refused(format!("a ring of {slots} slots")))?;

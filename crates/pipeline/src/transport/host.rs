@@ -9,9 +9,7 @@
 //! Each move carries the fence value the [`Ticket`] names, and the
 //! receiving side checks it is exactly the value it waits for, as a
 //! deterministic fence would.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
-use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -224,13 +222,13 @@ impl FrameTransport for HostReference {
         self.take_free(slot, p.free_reached(), p.frame())?;
         match self.held.get(slot) {
             Some(Some(bytes)) => {
-                // SAFETY: the slot's boxed buffer stays in `held` at this
-                // address until the slot's next ticket (its ready signal
-                // hands the box to the consumer) or the transport's drop,
-                // and nothing writes it before then: the producer writes it
-                // after `wait_free` for that ticket.
-                let lent = unsafe { PeekedFrame::new(NonNull::from(&**bytes).cast(), bytes.len()) };
-                Ok(Some(lent))
+                // The slot's boxed buffer stays at this address (the box
+                // moves between `held` and the consumer's thread, its bytes
+                // do not) until the transport's drop, and nothing writes it
+                // before the slot's next ticket: the producer writes it after
+                // `wait_free` for that ticket. That is what
+                // `PeekedFrame::bytes` asks of its caller.
+                Ok(Some(PeekedFrame::from_slice(bytes)))
             }
             _ => Err(TransportError::misuse("slot buffer missing")),
         }

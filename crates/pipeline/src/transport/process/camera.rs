@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tegra_interop::core::DeterministicCounter;
 use tegra_interop::driver::nvsci::{
-    BufAttrs, BufModule, BufObj, BufPerm, BufType, CpuWaitContext, Fence, FenceSource, SyncAttrs,
+    BufAttrs, BufModule, BufPerm, BufType, CpuWaitContext, Fence, FenceSource, SyncAttrs,
     SyncModule, SyncObj, SyncPerm, Timeout,
 };
 
@@ -15,14 +15,15 @@ use super::error::{Context, Peer, ProcessError};
 use super::wire::{Figures, Hello, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
 use crate::camera::TestPattern;
+use crate::consumer::shared::CpuFrame;
 use crate::ring::{Ring, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::Completion;
 
 /// One slot's objects, as the camera holds them.
 struct Slot {
-    buf: BufObj,
-    ptr: std::ptr::NonNull<u8>,
+    /// The buffer and its CPU mapping.
+    frame: CpuFrame,
     ready: SyncObj,
     free: SyncObj,
     ready_counter: Option<DeterministicCounter>,
@@ -31,6 +32,23 @@ struct Slot {
     free_fence: Option<(u64, Fence)>,
     /// The frame the slot holds and the *free* value that releases it.
     held: Option<(u64, u64)>,
+}
+
+/// A frame of `len` bytes in `frame`'s mapping, refused when the buffer
+/// the library allocated is smaller.
+fn frame_bytes_mut(frame: &mut CpuFrame, len: usize) -> Result<&mut [u8], ProcessError> {
+    frame
+        .bytes_mut()
+        .get_mut(..len)
+        .ok_or_else(|| too_small(len))
+}
+
+/// The error for a buffer smaller than a frame of `len` bytes.
+fn too_small(len: usize) -> ProcessError {
+    ProcessError::Protocol {
+        peer: Peer::Cuda,
+        detail: format!("the reconciled buffer is smaller than a frame ({len} bytes)"),
+    }
 }
 
 /// The camera side: the slots, the link, the modules (dropped in this
@@ -188,10 +206,9 @@ impl Camera {
                 Timeout::After(limit),
             )
             .map_err(link.ipc_err("the free object"))?;
-        let ptr = buf.cpu_ptr().ctx("NvSciBufObjGetCpuPtr")?;
+        let frame = CpuFrame::whole(buf).ctx("NvSciBufObjGetCpuPtr")?;
         Ok(Slot {
-            buf,
-            ptr,
+            frame,
             ready,
             free,
             ready_counter: None,
@@ -243,13 +260,10 @@ impl Camera {
             )));
         }
         let started = Instant::now();
-        let sl = &mut self.slots[i];
-        // SAFETY: the CPU mapping of this slot's buffer is `len` bytes (the
-        // reconciled size, checked by the library against our list) and
-        // lives as long as `sl.buf`; the consumer is done with it: the
-        // slot's previous frame was collected above (its free fence waited
-        // for), or the slot was never used.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(sl.ptr.as_ptr(), self.len) };
+        // The consumer is done with the slot's bytes: its previous frame
+        // was collected above (its free fence waited for), or the slot was
+        // never used.
+        let bytes = frame_bytes_mut(&mut self.slots[i].frame, self.len)?;
         TestPattern::new(t.frame(), self.stride).fill(bytes);
         if self.fault == Fault::Corrupt {
             if let Some(b) = bytes.last_mut() {
@@ -269,7 +283,8 @@ impl Camera {
 
     fn signal_ready(&mut self, i: usize, t: &Ticket, write_ns: u64) -> Result<(), ProcessError> {
         let sl = &mut self.slots[i];
-        sl.buf
+        sl.frame
+            .buf()
             .flush_cpu_cache_range(0, self.len as u64)
             .ctx("NvSciBufObjFlushCpuCacheRange")?;
         let fence = sl.ready.generate_fence().ctx("ready fence")?;
@@ -333,12 +348,17 @@ impl Camera {
             }
         }
         let sl = &mut self.slots[i];
-        sl.buf
+        sl.frame
+            .buf()
             .flush_cpu_cache_range(0, self.len as u64)
             .ctx("NvSciBufObjFlushCpuCacheRange")?;
-        // SAFETY: as in `write`; the consumer signalled free after its last
-        // access, and the fence was waited for.
-        let bytes = unsafe { std::slice::from_raw_parts(sl.ptr.as_ptr(), self.len) };
+        // As in `write`: the consumer signalled free after its last access,
+        // and the fence was waited for.
+        let bytes = sl
+            .frame
+            .bytes()
+            .get(..self.len)
+            .ok_or_else(|| too_small(self.len))?;
         let ok = TestPattern::new(frame, self.stride)
             .first_mismatch(bytes, 0xff)
             .is_none();

@@ -25,6 +25,7 @@ use super::error::{Context, Peer, ProcessError};
 use super::summary::{Summary, Timings};
 use super::wire::{Figures, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
+use crate::consumer::shared::{queue_sim_host_processing, SimHostError};
 use crate::ring::{Collected, Ring, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::{
@@ -277,37 +278,40 @@ impl RemoteCamera {
         // be left pending by a camera that dies now.
         sl.waiter.wait(&self.stream, &fence).ctx("GPU wait")?;
         let (slot, frame, stride, fault) = (t.slot(), t.frame(), self.geometry.stride, self.fault);
-        let (ptr, len) = (sl.map.device_ptr() as usize, self.geometry.frame_len());
+        let len = self.geometry.frame_len();
         let tx = self.tx.clone();
-        self.stream
-            .launch_host_fn(move || {
-                let started = Instant::now();
-                // SAFETY: on the simulator (the only backend of this side,
-                // checked at set-up) device pointers are host addresses of
-                // the mapping's memory, which is `len` bytes (the reconciled
-                // size) and outlives the stream's work (the stream is
-                // synchronised before the mappings drop); the camera
-                // touches the bytes only after the free signal queued after
-                // this function.
-                let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-                let mismatches = match fault {
-                    Fault::SkipProcess => 0,
-                    _ => process_frame(frame, stride, bytes),
-                };
-                let process = started.elapsed();
-                let finished = Instant::now();
-                let c = Completion {
-                    slot,
-                    frame,
-                    mismatches,
-                    process,
-                    busy: process,
-                    finished,
-                };
-                // The receiver is gone only once the transport is dropped.
-                let _ = tx.send(c);
-            })
-            .ctx("cuLaunchHostFunc")?;
+        // The camera touches the bytes only after the free signal queued
+        // after this function; the stream is synchronised before the
+        // mappings drop.
+        let queued = queue_sim_host_processing(&self.stream, &sl.map, len, move |bytes| {
+            let started = Instant::now();
+            let mismatches = match fault {
+                Fault::SkipProcess => 0,
+                _ => process_frame(frame, stride, bytes),
+            };
+            let process = started.elapsed();
+            let finished = Instant::now();
+            let c = Completion {
+                slot,
+                frame,
+                mismatches,
+                process,
+                busy: process,
+                finished,
+            };
+            // The receiver is gone only once the transport is dropped.
+            let _ = tx.send(c);
+        });
+        match queued {
+            Ok(()) => {}
+            Err(SimHostError::Refused(why)) => return Err(ProcessError::Options(why)),
+            Err(SimHostError::Driver(source)) => {
+                return Err(ProcessError::Driver {
+                    what: "cuLaunchHostFunc",
+                    source,
+                })
+            }
+        }
         let free_fence = sl.signaler.signal(&self.stream).ctx("free signal")?;
         self.in_flight += 1;
         if self.source == FenceSource::Received || t.free_signal() == 1 {

@@ -46,7 +46,6 @@
 //! Processing on the simulator is a stream-ordered host function over the
 //! mapped memory (as the in-process NvSci transport does there); the CUDA
 //! kernel path of a Jetson is not written for this mode, which says so.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 mod camera;
 pub mod cuda;

@@ -29,7 +29,7 @@
 //!
 //! # Example
 //! ```no_run
-//! use tegra_interop_pipeline::platform::vulkan::{MemoryLocation, QueueChoice, VulkanExporter};
+//! use tegra_interop_platform::vulkan::{MemoryLocation, QueueChoice, VulkanExporter};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // The CUDA device's UUID (`tegra_interop::driver::Device::uuid`); the Vulkan device with
