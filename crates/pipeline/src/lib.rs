@@ -73,13 +73,15 @@
 //! of a mapped buffer; each block with its `// SAFETY:` line). The
 //! producers' platform code (Vulkan through `ash`, EGL/GLES loaded at run
 //! time) is a crate of its own, `tegra-interop-platform` ([`platform`]).
-//! Until issue 24's other parts land, these modules still allow it for what
-//! they have (listed so the list can only shrink): `transport::egl` (the
-//! raw `EGLStreamKHR` handed to the driver's connect calls, the producer's
-//! frames), `app` (the checker thread reads a lent frame through the
-//! `unsafe` [`transport::PeekedFrame::bytes`]), and `transport::gpu` and
-//! `app::baseline` (being reworked for issue 24's limits; the coordinator
-//! takes them off this list after that work merges).
+//! Four modules still allow it, for what they have (listed so the list can
+//! only shrink; each block has its `// SAFETY:` line): `app` (the checker
+//! thread reads a lent frame through the `unsafe`
+//! [`transport::PeekedFrame::bytes`]: a lent frame that keeps its memory and
+//! cannot outlive the slot's next ticket would make it safe),
+//! `transport::egl` (the raw `EGLStreamKHR` handed to the driver's connect
+//! calls, the producer's frames), `transport::gpu` (the Vulkan host mapping
+//! of each slot, the frames it lends) and `app::baseline` (the plain-CUDA
+//! program's launches and pinned copies).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
