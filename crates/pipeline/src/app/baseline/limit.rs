@@ -325,22 +325,40 @@ impl Rig {
             .during("reading CUDA event times")
     }
 
+    /// Queues one host -> device copy of pair `s`'s frame on stream `s`.
+    ///
+    /// # Safety
+    /// The host must not write pair `s`'s host buffer nor touch its device
+    /// buffer until stream `s` is synchronised (both live as long as `self`,
+    /// which outlives every synchronisation of its streams).
+    unsafe fn copy_in(&self, s: usize) -> Result<(), TransportError> {
+        // SAFETY: the caller's promise above.
+        unsafe {
+            self.device[s].copy_from_pinned_async(0, &self.host[s], 0, self.len(), &self.streams[s])
+        }
+        .during("cuMemcpyHtoDAsync")
+    }
+
+    /// Queues one device -> host copy of pair `s`'s frame on stream `s`.
+    ///
+    /// # Safety
+    /// As [`copy_in`](Self::copy_in): the host keeps off both buffers of pair
+    /// `s` until stream `s` is synchronised.
+    unsafe fn copy_out(&self, s: usize) -> Result<(), TransportError> {
+        // SAFETY: the caller's promise above.
+        unsafe {
+            self.device[s].copy_to_pinned_async(0, &self.host[s], 0, self.len(), &self.streams[s])
+        }
+        .during("cuMemcpyDtoHAsync")
+    }
+
     /// Queues `reps` host -> device copies on stream `s` (pair `s`).
     fn h2d(&self, s: usize, reps: u32) -> Result<(), TransportError> {
         for _ in 0..reps {
             // SAFETY: both buffers live until the streams are synchronised
             // in `span`, before anything else touches them; the host does
             // not write the source meanwhile.
-            unsafe {
-                self.device[s].copy_from_pinned_async(
-                    0,
-                    &self.host[s],
-                    0,
-                    self.len(),
-                    &self.streams[s],
-                )
-            }
-            .during("cuMemcpyHtoDAsync")?;
+            unsafe { self.copy_in(s) }?;
         }
         Ok(())
     }
@@ -350,16 +368,7 @@ impl Rig {
         for _ in 0..reps {
             // SAFETY: as in `h2d`; the host does not touch the destination
             // until the streams are synchronised.
-            unsafe {
-                self.device[s].copy_to_pinned_async(
-                    0,
-                    &self.host[s],
-                    0,
-                    self.len(),
-                    &self.streams[s],
-                )
-            }
-            .during("cuMemcpyDtoHAsync")?;
+            unsafe { self.copy_out(s) }?;
         }
         Ok(())
     }
@@ -408,10 +417,7 @@ impl Rig {
         pattern.fill(self.host[0].as_mut_slice());
         // SAFETY: both live until the stream is synchronised just below;
         // the host does not touch them before that.
-        unsafe {
-            self.device[0].copy_from_pinned_async(0, &self.host[0], 0, self.len(), &self.streams[0])
-        }
-        .during("cuMemcpyHtoDAsync")?;
+        unsafe { self.copy_in(0) }?;
         self.streams[0]
             .synchronize()
             .during("waiting for a CUDA stream")?;
@@ -420,16 +426,7 @@ impl Rig {
             // Spoiled, so that a copy back that did not happen is caught.
             self.host[0].as_mut_slice()[0] ^= 0xff;
             // SAFETY: as above: synchronised before the host reads.
-            unsafe {
-                self.device[0].copy_to_pinned_async(
-                    0,
-                    &self.host[0],
-                    0,
-                    self.len(),
-                    &self.streams[0],
-                )
-            }
-            .during("cuMemcpyDtoHAsync")?;
+            unsafe { self.copy_out(0) }?;
             self.streams[0]
                 .synchronize()
                 .during("waiting for a CUDA stream")?;
@@ -457,16 +454,7 @@ impl Rig {
             if !mapped {
                 // SAFETY: both live until the stream is synchronised in
                 // `span`; the host does not touch them meanwhile.
-                unsafe {
-                    self.device[0].copy_from_pinned_async(
-                        0,
-                        &self.host[0],
-                        0,
-                        self.len(),
-                        &self.streams[0],
-                    )
-                }
-                .during("cuMemcpyHtoDAsync")?;
+                unsafe { self.copy_in(0) }?;
             }
             self.record(0, 0)?;
             let frame: &dyn tegra_interop::driver::DeviceMemory = if mapped {
