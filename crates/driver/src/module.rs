@@ -490,7 +490,7 @@ impl<'a> Launch<'a> {
     /// # Errors
     /// [`Error::BadLaunch`] before the call; [`Error::Unsupported`] for a
     /// stream of another context; [`Error::Driver`].
-    pub unsafe fn launch(self, stream: &Stream) -> Result<(), Error> {
+    pub unsafe fn launch(mut self, stream: &Stream) -> Result<(), Error> {
         let f = self.function;
         let bad = |reason: String| Error::BadLaunch {
             kernel: f.name.clone(),
@@ -519,14 +519,16 @@ impl<'a> Launch<'a> {
                 reason: "the stream belongs to another context than the kernel's module",
             });
         }
-        let mut slots: Vec<ArgSlot> = self.args.iter().map(|(s, _)| *s).collect();
-        let mut params: Vec<*mut c_void> = slots
+        // The argument bytes stay where the builder put them (`self.args`,
+        // owned by this call); `params` points into them.
+        let mut params: Vec<*mut c_void> = self
+            .args
             .iter_mut()
-            .map(|s| s.0.as_mut_ptr().cast::<c_void>())
+            .map(|(s, _)| s.0.as_mut_ptr().cast::<c_void>())
             .collect();
         let (g, b) = (self.grid, self.block);
         // SAFETY: `params` holds one pointer per argument, each to 8-aligned
-        // storage holding the argument's bytes (`slots`), alive until the
+        // storage holding the argument's bytes (`self.args`), alive until the
         // call returns (the driver copies them during the call); `extra` is
         // NULL. What the kernel then does is the caller's promise (above).
         unsafe {
