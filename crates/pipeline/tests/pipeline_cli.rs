@@ -4,6 +4,8 @@
 //! Cargo builds the binary for this test (`CARGO_BIN_EXE_pipeline`).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -314,7 +316,7 @@ fn processes_1_is_the_one_process_run() {
 /// Issue 24: `--processes=2` (the `=` spelling) was an unknown argument.
 #[test]
 fn processes_with_equals_sign_runs_two_processes() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let o = small_on("sim", &["--processes=2", "--json"]);
@@ -457,30 +459,11 @@ fn two_process_mode_with_a_host_backend_is_a_usage_error() {
     );
 }
 
-/// Whether `--processes 2` can start its camera process here (it starts its
-/// own executable, which under the cross test runner - qemu-user without a
-/// binfmt_misc entry, as in most containers - the kernel cannot run); the
-/// runs that need it are skipped there, saying so.
-fn can_start_a_camera_process() -> bool {
-    let emulated = std::env::var("TEGRA_INTEROP_TEST_RUNNER").is_ok_and(|r| !r.trim().is_empty());
-    let binfmt = std::fs::read_dir("/proc/sys/fs/binfmt_misc")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .any(|e| e.file_name().to_string_lossy().starts_with("qemu-"))
-        })
-        .unwrap_or(false);
-    if emulated && !binfmt {
-        eprintln!("skipped: an emulated binary cannot start itself without binfmt_misc");
-        return false;
-    }
-    true
-}
-
 /// Issue 24: `--json` had other field names with `--processes 2`; both
 /// modes print the same schema, with its version.
 #[test]
 fn json_has_the_same_fields_in_both_modes() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let one = json(&small_on("sim", &["--json"]));

@@ -6,6 +6,8 @@
 //! for tests.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -43,27 +45,6 @@ fn binary() -> Command {
         }
         _ => Command::new(exe),
     }
-}
-
-/// Whether `--processes 2` can start its camera process here: it starts its
-/// own executable, which under the cross test runner (qemu-user, no
-/// binfmt_misc entry, as in most containers) the kernel cannot run. The
-/// binary has no runner hook (by design), so those runs are skipped there,
-/// saying so; the `--role` tests, which start both sides through the
-/// runner, still run.
-fn can_start_a_camera_process() -> bool {
-    let emulated = std::env::var("TEGRA_INTEROP_TEST_RUNNER").is_ok_and(|r| !r.trim().is_empty());
-    let binfmt = std::fs::read_dir("/proc/sys/fs/binfmt_misc")
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .any(|e| e.file_name().to_string_lossy().starts_with("qemu-"))
-        })
-        .unwrap_or(false);
-    if emulated && !binfmt {
-        eprintln!("skipped: an emulated binary cannot start itself without binfmt_misc");
-        return false;
-    }
-    true
 }
 
 /// The pipeline binary with the small simulator run's options.
@@ -168,7 +149,7 @@ fn camera_of(parent: &Child) -> u32 {
 
 #[test]
 fn every_frame_crosses_and_comes_back_verified() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let o = run(&["--json"]);
@@ -209,7 +190,7 @@ fn every_frame_crosses_and_comes_back_verified() {
 /// camera process without a limit, silently, for ever.)
 #[test]
 fn a_stopped_camera_ends_the_cuda_process_within_the_limit() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let parent = command(1_000_000)
@@ -244,7 +225,7 @@ fn a_stopped_camera_ends_the_cuda_process_within_the_limit() {
 /// its stopped parent reaps it).
 #[test]
 fn a_stopped_cuda_process_ends_its_camera_process_within_the_limit() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let parent = command(1_000_000)
@@ -384,7 +365,7 @@ fn config_files(dir: &Path) -> Vec<PathBuf> {
 /// the file was left behind every time.)
 #[test]
 fn a_killed_cuda_process_leaves_no_file_behind() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let tmp = std::env::temp_dir().join(format!("two-process-tmp-{}", std::process::id()));
@@ -423,7 +404,7 @@ fn a_killed_cuda_process_leaves_no_file_behind() {
 /// existed.)
 #[test]
 fn the_shipped_binary_has_no_test_hooks() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     let o = command(30)
@@ -448,7 +429,7 @@ fn the_shipped_binary_has_no_test_hooks() {
 /// was ignored there and the run passed.)
 #[test]
 fn verification_catches_an_injected_fault_on_either_side() {
-    if !can_start_a_camera_process() {
+    if !common::can_start_a_camera_process() {
         return;
     }
     // (fault, frames the consumer found intact, what the report names)
