@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::logging;
 use crate::table::{FunctionTable, LoaderNotes};
 use crate::Error;
 
@@ -77,6 +78,11 @@ impl Backend {
     /// ```
     pub fn real() -> Result<Arc<Backend>, Error> {
         let (table, libraries) = crate::table::load()?;
+        logging::info!(
+            target: logging::BACKEND,
+            "backend \"cuda\" (BackendKind::Real): the installed driver, {} libraries loaded",
+            libraries.len()
+        );
         let backend = Arc::new(Backend {
             name: "cuda",
             kind: BackendKind::Real,
@@ -169,6 +175,10 @@ impl Backend {
     /// reports the missing symbol.
     #[allow(unsafe_code)] // the caller vouches for the table's entries
     pub unsafe fn from_table(name: &'static str, table: FunctionTable) -> Arc<Backend> {
+        logging::info!(
+            target: logging::BACKEND,
+            "backend {name:?} (BackendKind::Table): a table filled by the caller, nothing loaded"
+        );
         Arc::new(Backend {
             name,
             kind: BackendKind::Table,
@@ -199,14 +209,41 @@ impl Backend {
     pub fn ensure_init(&self) -> Result<(), Error> {
         self.init
             .get_or_init(|| match self.table.cuda.cuInit {
-                Some(_) => crate::ffi::call::cuInit(&self.table.cuda, 0),
-                None => Ok(()),
+                Some(_) => {
+                    let result = crate::ffi::call::cuInit(&self.table.cuda, 0);
+                    match &result {
+                        Ok(()) => logging::debug!(
+                            target: logging::BACKEND,
+                            "backend {:?}: cuInit(0) succeeded",
+                            self.name
+                        ),
+                        Err(e) => logging::warn!(
+                            target: logging::BACKEND,
+                            "backend {:?}: cuInit(0) failed: {e}",
+                            self.name
+                        ),
+                    }
+                    result
+                }
+                None => {
+                    logging::debug!(
+                        target: logging::BACKEND,
+                        "backend {:?}: the table has no cuInit; taken as initialised",
+                        self.name
+                    );
+                    Ok(())
+                }
             })
             .clone()
     }
 
     /// Records an error that a `Drop` implementation could not return.
     pub(crate) fn record_drop_error(&self, error: Error) {
+        logging::warn!(
+            target: logging::DROP,
+            "backend {:?}: a Drop could not release its object: {error}; kept for Backend::take_drop_errors",
+            self.name
+        );
         if let Ok(mut errors) = self.drop_errors.lock() {
             errors.push(error);
         }
@@ -216,9 +253,18 @@ impl Backend {
     /// `DEINITIALIZED`, which means the resource is already gone). An
     /// explicit `destroy()` returns its error instead of recording it.
     pub fn take_drop_errors(&self) -> Vec<Error> {
-        match self.drop_errors.lock() {
+        let taken = match self.drop_errors.lock() {
             Ok(mut errors) => std::mem::take(&mut *errors),
             Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        if !taken.is_empty() {
+            logging::debug!(
+                target: logging::DROP,
+                "backend {:?}: {} Drop error(s) taken",
+                self.name,
+                taken.len()
+            );
         }
+        taken
     }
 }

@@ -19,6 +19,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, ImportError};
+use crate::logging;
 
 static DUPLICATES_CLOSED: AtomicU64 = AtomicU64::new(0);
 static DUPLICATES_GONE: AtomicU64 = AtomicU64::new(0);
@@ -122,11 +123,19 @@ fn release_duplicate(orig: BorrowedFd<'_>, dup: RawFd) {
     match is_open(dup) {
         Some(false) => {
             DUPLICATES_GONE.fetch_add(1, Ordering::Relaxed);
+            logging::debug!(
+                target: logging::FD,
+                "failed import: duplicate fd {dup} already closed by the driver (gone)"
+            );
             return;
         }
         Some(true) => {}
         None => {
             DUPLICATES_UNPROVEN.fetch_add(1, Ordering::Relaxed);
+            logging::warn!(
+                target: logging::FD,
+                "failed import: cannot tell whether duplicate fd {dup} is open (fcntl(F_GETFD) failed, not EBADF); left alone, it may leak (unproven)"
+            );
             return;
         }
     }
@@ -140,12 +149,25 @@ fn release_duplicate(orig: BorrowedFd<'_>, dup: RawFd) {
             // driver refused it, so it did not take it): ours alone.
             drop(unsafe { own_fd(dup) });
             DUPLICATES_CLOSED.fetch_add(1, Ordering::Relaxed);
+            logging::debug!(
+                target: logging::FD,
+                "failed import: duplicate fd {dup} still ours (kcmp: same file as fd {}); closed (closed)",
+                orig.as_raw_fd()
+            );
         }
         Some(false) => {
             DUPLICATES_REUSED.fetch_add(1, Ordering::Relaxed);
+            logging::info!(
+                target: logging::FD,
+                "failed import: fd number {dup} now names another file (the driver closed the duplicate, the number was reused); left alone (reused)"
+            );
         }
         None => {
             DUPLICATES_UNPROVEN.fetch_add(1, Ordering::Relaxed);
+            logging::warn!(
+                target: logging::FD,
+                "failed import: duplicate fd {dup} is open but kcmp cannot say it is ours (no kcmp, not permitted, or Miri); left open, it may leak (unproven)"
+            );
         }
     }
 }

@@ -81,6 +81,7 @@ pub mod event;
 mod fd;
 mod ffi;
 mod import;
+mod logging;
 pub mod memory;
 pub mod module;
 pub mod nvrtc;

@@ -18,7 +18,7 @@
 
 use std::ops::Deref;
 
-use crate::{Backend, Error};
+use crate::{logging, Backend, Error};
 
 /// A C object that is released with one call.
 pub(crate) trait Release {
@@ -73,7 +73,12 @@ impl<T: Release> Drop for Owned<T> {
         }
         self.released = true;
         if let Err(e) = self.value.release() {
-            if !e.is_driver_shut_down() {
+            if e.is_driver_shut_down() {
+                logging::trace!(
+                    target: logging::DROP,
+                    "Drop after the driver shut down (the object went with it): {e}"
+                );
+            } else {
                 self.value.backend().record_drop_error(e);
             }
         }

@@ -27,6 +27,8 @@
 //! were generated from. `load` is the only place that opens libraries.
 #![allow(unsafe_code)]
 
+use crate::logging;
+
 pub use tegra_interop_sys::table::{
     library_of, CudaApi, FunctionTable, LoaderNotes, NvSciBufApi, NvSciIpcApi, NvSciSyncApi,
     NvrtcApi,
@@ -77,6 +79,17 @@ macro_rules! resolve_impl {
                     )*
                     ..$name::empty()
                 };
+                for (field, reason) in &missing {
+                    logging::debug!(target: logging::LOADER, "{}: {field} missing: {reason}", stringify!($name));
+                }
+                logging::info!(
+                    target: logging::LOADER,
+                    "{}: {} of {} entry points resolved, {} missing",
+                    stringify!($name),
+                    [$(stringify!($field)),*].len() - missing.len(),
+                    [$(stringify!($field)),*].len(),
+                    missing.len()
+                );
                 table.loader = Some(intern($library, None, missing));
                 table
             }
@@ -99,6 +112,7 @@ tegra_interop_sys::nvrtc_entry_points!(resolve_impl);
 
 /// Opens a library by soname.
 fn open(soname: &str) -> Result<libloading::Library, libloading::Error> {
+    logging::trace!(target: logging::LOADER, "{soname}: dlopen");
     // SAFETY: loading a shared library runs its initialisers. The libraries we
     // open (libcuda, libnvsci*) are the vendor's system libraries, whose
     // initialisers are designed to run in any process that links them.
@@ -111,6 +125,7 @@ fn open_and_resolve<A: Resolve + LibraryName>(
     libraries: &mut Vec<libloading::Library>,
 ) -> Result<A, libloading::Error> {
     let lib = open(A::NAME)?;
+    logging::info!(target: logging::LOADER, "{}: loaded", A::NAME);
     // SAFETY: `lib` was opened by the soname `A` describes (module docs).
     let api = unsafe { A::resolve(&lib) };
     libraries.push(lib);
@@ -149,12 +164,34 @@ const NVRTC_ALTERNATES: &[&str] = &[
 /// when none loads, the first loader's reason (the soname's) is kept.
 fn open_nvrtc(libraries: &mut Vec<libloading::Library>) -> NvrtcApi {
     let first = match open(NvrtcApi::LIBRARY) {
-        Ok(lib) => Ok(lib),
+        Ok(lib) => {
+            logging::info!(target: logging::LOADER, "NVRTC: found as {}", NvrtcApi::LIBRARY);
+            Ok(lib)
+        }
         Err(e) => {
             let reason = loader_reason(&e, None);
+            logging::debug!(
+                target: logging::LOADER,
+                "NVRTC: {} not loaded ({reason}); trying {} other names",
+                NvrtcApi::LIBRARY,
+                NVRTC_ALTERNATES.len()
+            );
             NVRTC_ALTERNATES
                 .iter()
-                .find_map(|name| open(name).ok())
+                .find_map(|name| match open(name) {
+                    Ok(lib) => {
+                        logging::info!(target: logging::LOADER, "NVRTC: found as {name}");
+                        Some(lib)
+                    }
+                    Err(e) => {
+                        logging::debug!(
+                            target: logging::LOADER,
+                            "NVRTC: {name} not loaded ({})",
+                            loader_reason(&e, None)
+                        );
+                        None
+                    }
+                })
                 .ok_or(reason)
         }
     };
@@ -166,7 +203,15 @@ fn open_nvrtc(libraries: &mut Vec<libloading::Library>) -> NvrtcApi {
             libraries.push(lib);
             api
         }
-        Err(reason) => NvrtcApi::not_loaded(reason),
+        Err(reason) => {
+            logging::info!(
+                target: logging::LOADER,
+                "NVRTC: not found under any of {} names ({}: {reason}); run-time compilation reports NotSupported",
+                NVRTC_ALTERNATES.len() + 1,
+                NvrtcApi::LIBRARY
+            );
+            NvrtcApi::not_loaded(reason)
+        }
     }
 }
 
@@ -178,19 +223,35 @@ fn open_nvrtc(libraries: &mut Vec<libloading::Library>) -> NvrtcApi {
 pub(crate) fn load() -> Result<(FunctionTable, Vec<libloading::Library>), crate::Error> {
     let mut libraries = Vec::new();
     let mut table = FunctionTable::empty();
-    table.cuda =
-        open_and_resolve::<CudaApi>(&mut libraries).map_err(|e| crate::Error::DriverNotFound {
+    table.cuda = open_and_resolve::<CudaApi>(&mut libraries).map_err(|e| {
+        let message = loader_reason(&e, Some(CudaApi::LIBRARY));
+        logging::warn!(
+            target: logging::LOADER,
+            "{}: not loaded ({message}); no CUDA driver: Backend::real fails with DriverNotFound",
+            CudaApi::LIBRARY
+        );
+        crate::Error::DriverNotFound {
             library: CudaApi::LIBRARY,
-            message: loader_reason(&e, Some(CudaApi::LIBRARY)),
-        })?;
-    table.nvscibuf = open_and_resolve(&mut libraries)
-        .unwrap_or_else(|e| NvSciBufApi::not_loaded(loader_reason(&e, None)));
-    table.nvscisync = open_and_resolve(&mut libraries)
-        .unwrap_or_else(|e| NvSciSyncApi::not_loaded(loader_reason(&e, None)));
-    table.nvsciipc = open_and_resolve(&mut libraries)
-        .unwrap_or_else(|e| NvSciIpcApi::not_loaded(loader_reason(&e, None)));
+            message,
+        }
+    })?;
+    table.nvscibuf = open_and_resolve(&mut libraries).unwrap_or_else(|e| optional_absent(&e));
+    table.nvscisync = open_and_resolve(&mut libraries).unwrap_or_else(|e| optional_absent(&e));
+    table.nvsciipc = open_and_resolve(&mut libraries).unwrap_or_else(|e| optional_absent(&e));
     table.nvrtc = open_nvrtc(&mut libraries);
     Ok((table, libraries))
+}
+
+/// The table of an optional library (NvSci) that did not load, with the
+/// loader's reason (logged: normal on a discrete GPU).
+fn optional_absent<A: Resolve + LibraryName>(error: &libloading::Error) -> A {
+    let reason = loader_reason(error, None);
+    logging::info!(
+        target: logging::LOADER,
+        "{}: not loaded ({reason}); its entry points report NotSupported",
+        A::NAME
+    );
+    A::not_loaded(reason)
 }
 
 /// Anything that holds a table's loader notes (the four API structs).

@@ -145,6 +145,12 @@ impl<L: Library> Module<L> {
         // reports it.
         let version = L::probe_version(api);
         let raw = L::module_open(api)?;
+        crate::logging::info!(
+            target: crate::logging::NVSCI,
+            "{} module opened on backend {:?}: library version {version}",
+            L::NAME,
+            backend.name()
+        );
         Ok(Module(Arc::new(ModuleInner {
             backend: Arc::clone(backend),
             raw,

@@ -283,6 +283,10 @@ impl NvSciIpc {
                 // loader's reason where there is one.
                 require::NvSciIpcCheckVersionCompatibility(api)?;
             }
+            crate::logging::debug!(
+                target: crate::logging::NVSCI,
+                "NvSciIpc unversioned lacks NvSciIpcCheckVersionCompatibility (needs 1.0, DRIVE OS 6.0.5): NotInLibraryVersion"
+            );
             return Err(Error::NotInLibraryVersion {
                 item: "NvSciIpcCheckVersionCompatibility",
                 library: "NvSciIpc",

@@ -116,7 +116,7 @@ impl Module<SyncLib> {
     /// `FenceExtractFence` (version and symbols), else
     /// [`FenceSource::Received`].
     pub fn fence_source(&self) -> FenceSource {
-        if self
+        let source = if self
             .check_extract_update("NvSciSyncFenceUpdateFence")
             .is_ok()
             && self.api().NvSciSyncFenceUpdateFence.is_some()
@@ -125,7 +125,16 @@ impl Module<SyncLib> {
             FenceSource::Built
         } else {
             FenceSource::Received
-        }
+        };
+        crate::logging::debug!(
+            target: crate::logging::NVSCI,
+            "NvSciSync {}: fence source {} (FenceUpdateFence {}, FenceExtractFence {})",
+            self.0.version,
+            source.name(),
+            if self.api().NvSciSyncFenceUpdateFence.is_some() { "present" } else { "absent" },
+            if self.api().NvSciSyncFenceExtractFence.is_some() { "present" } else { "absent" }
+        );
+        source
     }
 
     /// Refuses `key` when the loaded library does not know it.

@@ -34,7 +34,7 @@ use std::fmt;
 
 use tegra_interop_sys::nvsci::{NvSciBufAttrKey, NvSciSyncAttrKey};
 
-use crate::Error;
+use crate::{logging, Error};
 
 /// A library version, `major.minor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -184,6 +184,10 @@ pub(crate) fn too_old(
     needed: &'static str,
     loaded: NvSciVersion,
 ) -> Error {
+    logging::debug!(
+        target: logging::NVSCI,
+        "{library} {loaded} lacks {item} (needs {needed}): NotInLibraryVersion"
+    );
     Error::NotInLibraryVersion {
         item,
         library,
