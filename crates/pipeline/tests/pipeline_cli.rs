@@ -138,6 +138,34 @@ fn human_summary_labels_the_reference_transport() {
     }
 }
 
+/// The single-process report times every stage it lists, the producer
+/// thread's waits included (collecting frames, lending the frame to check,
+/// the checker), on each ring size's path: the report says where the
+/// producer's frame time goes.
+#[test]
+fn the_report_times_where_the_producer_waits() {
+    use tegra_interop_pipeline::app::report::STAGES;
+    for ring in ["1", "3", "4"] {
+        let o = small(&["--json", "--ring", ring]);
+        assert!(o.status.success(), "ring {ring}: {}", stderr(&o));
+        let j = json(&o);
+        let stages = j["stages"].as_object().unwrap();
+        let names: Vec<&str> = STAGES.iter().map(|(n, _)| *n).collect();
+        assert_eq!(stages.len(), names.len(), "ring {ring}: {stages:?}");
+        for name in names {
+            let mean = stages[name]["mean"].as_f64();
+            assert!(
+                mean.is_some_and(|m| m >= 0.0),
+                "ring {ring}: stage {name:?} untimed in {stages:?}"
+            );
+        }
+        assert!(
+            stages.contains_key("collect wait") && stages.contains_key("checker wait"),
+            "{stages:?}"
+        );
+    }
+}
+
 #[test]
 fn every_ring_size_checks_every_frame_once() {
     // Rings of 3 and more check a frame while the camera writes a later one;

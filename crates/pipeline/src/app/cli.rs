@@ -34,6 +34,8 @@ Environment (each overrides a built-in choice; none is needed):
   TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
                                control that is expected to fail verification)
   TEGRA_INTEROP_GPU_EARLY      --backend gpu: 1 (default) | 0
+  TEGRA_INTEROP_GPU_RECLAIM_AFTER  --backend gpu: later frames released before a slot is
+                               taken back, 0..=8 (default 1)
   TEGRA_INTEROP_VK_QUEUE       --backend gpu: which Vulkan queue family the producer uses";
 
 /// Which interop backend to run on.

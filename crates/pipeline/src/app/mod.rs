@@ -160,6 +160,16 @@ struct Timings {
     handover: Samples,
     /// Consumer occupied with a frame after its wait.
     busy: Samples,
+    /// Producer thread collecting finished frames, per frame: blocked until
+    /// the slot's last frame and the frame to check next were finished.
+    collect: Samples,
+    /// Producer thread lending the frame to check to the checker thread,
+    /// per frame: the transport making the consumer's writes visible to
+    /// the host.
+    lend: Samples,
+    /// Producer thread waiting for the checker, per frame: handing it a
+    /// frame (its queue full) and taking its answer for the slot's frame.
+    checker: Samples,
     last_finished: Option<Instant>,
 }
 
@@ -331,6 +341,9 @@ fn pipeline(
         verify: Samples::new()?,
         handover: Samples::new()?,
         busy: Samples::new()?,
+        collect: Samples::new()?,
+        lend: Samples::new()?,
+        checker: Samples::new()?,
         last_finished: None,
     };
     let mut v = Verification::default();
@@ -388,8 +401,18 @@ fn pipeline(
         };
         let mut produced = || -> Result<(), String> {
             for frame in 0..opts.frames {
+                // Where the producer thread waits, per frame (host clocks).
+                let mut phase = Instant::now();
+                let lap = |phase: &mut Instant| {
+                    let now = Instant::now();
+                    let ns = now.saturating_duration_since(*phase).as_nanos() as u64;
+                    *phase = now;
+                    ns
+                };
+                let (mut collect_ns, mut lend_ns, mut checker_ns) = (0, 0, 0);
                 // Collect finished frames; block only for the one holding our slot.
                 ring.make_room(transport, |c, done| on_completion(c, done, &mut t, &mut v))?;
+                collect_ns += lap(&mut phase);
                 if let Some(g) = (frame + 1).checked_sub(slots) {
                     if opts.readback == Readback::Overlap
                         && slots >= 3
@@ -398,10 +421,12 @@ fn pipeline(
                         ring.collect_through(transport, g, |c, done| {
                             on_completion(c, done, &mut t, &mut v)
                         })?;
+                        collect_ns += lap(&mut phase);
                         let bytes = match ring.peek(g) {
                             Some(p) => ring.lend(transport, &p)?,
                             None => None,
                         };
+                        lend_ns += lap(&mut phase);
                         if let Some(bytes) = bytes {
                             let job = CheckJob {
                                 frame: g,
@@ -421,6 +446,10 @@ fn pipeline(
                 while lent.iter().any(|&g| (g % slots) as usize == slot) {
                     finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)?;
                 }
+                checker_ns += lap(&mut phase);
+                t.collect.push(collect_ns);
+                t.lend.push(lend_ns);
+                t.checker.push(checker_ns);
                 let entered = Instant::now();
                 let mut inside = 0u64;
                 ring.produce(transport, |ticket, bytes| {
@@ -522,6 +551,9 @@ fn pipeline(
             ("verify", t.verify.summary().ok_or(none)?),
             ("handover", t.handover.summary().ok_or(none)?),
             ("consumer", t.busy.summary().ok_or(none)?),
+            ("collect wait", t.collect.summary().ok_or(none)?),
+            ("lend wait", t.lend.summary().ok_or(none)?),
+            ("checker wait", t.checker.summary().ok_or(none)?),
         ],
         verification: v,
     })

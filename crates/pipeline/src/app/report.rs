@@ -94,7 +94,7 @@ pub struct Report {
 
 /// The stages reported in [`Report::stages`], in pipeline order, with what
 /// each one's time covers.
-pub const STAGES: [(&str, &str); 4] = [
+pub const STAGES: [(&str, &str); 7] = [
     (
         "camera",
         "camera model writing the frame into the slot (all its threads)",
@@ -110,6 +110,18 @@ pub const STAGES: [(&str, &str); 4] = [
     (
         "consumer",
         "consumer occupied with the frame after its ready wait (on a GPU: the stream from the wait to the frame's end, copies, counter and free signal included)",
+    ),
+    (
+        "collect wait",
+        "producer thread blocked collecting finished frames before the frame: the slot's last frame, and the frame to check next (single-process mode)",
+    ),
+    (
+        "lend wait",
+        "producer thread lending the frame to check to the checker thread: the transport making the consumer's writes visible to the host (single-process mode)",
+    ),
+    (
+        "checker wait",
+        "producer thread waiting for the checker thread: handing it a frame while its queue is full, taking its answer for the slot's last frame (single-process mode)",
     ),
 ];
 

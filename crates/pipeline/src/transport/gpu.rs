@@ -78,9 +78,45 @@
 //! 170 us for copies from pinned CUDA host memory both at once; copy kernels
 //! instead of the engines on the two streams measured the same (2164-2764
 //! frames/s against 2222-2908), as did rings of 6 and 8 (2850, 2873) and
-//! queueing after the ready signal. The entry stream still blocks ~90 us
-//! per frame in the ready wait: copy mode (~2800 frames/s, frame time ~350
-//! us) waits for the producer's loop, not for the copy engines.
+//! queueing after the ready signal.
+//!
+//! Where the frame time goes at a ring of four (H100, same driver, 2000
+//! frames, the pipeline's stage and transport lines, 2026-11-27, two runs
+//! each): copy mode runs at 2773-2821 frames/s (today's binary 2694-2776
+//! in the same call), frame time ~355 us = camera 226-234, handover 19-20,
+//! waiting to collect the frame to check 47-66, waiting for its acquire
+//! batch 30-38 and waiting for the checker 6-28 us. The producer thread waits
+//! for the GPU: the frame it lends to the checker before frame `f` is
+//! `f - 3`, and that frame's chain is camera and handover (~245 us), the
+//! release batch until the CUDA stream passes its wait (186-215 us: in copy
+//! mode every Vulkan batch shares the copy engines with CUDA's copies),
+//! copy in 240 + kernel 12 + copy back 241 us, the acquire batch (~35 us):
+//! ~960 us over three frames, ~320 us a frame. The entry stream blocks
+//! ~100 us per frame in the ready wait. At a ring of eight the copies are
+//! the bound instead: 316 / 324 us each way with both at once (2949
+//! frames/s, six frame threads, the acquire two frames behind). So copy mode is bound by the copies from
+//! the imported Vulkan memory (240-324 us each way against 163-170 us from
+//! pinned CUDA memory) and by the Vulkan batches' latency behind them, not
+//! by the producer's own work; zero-copy, measured alongside, holds its
+//! rate (2869-3124 frames/s against today's 2869-3149).
+//!
+//! # When the slot is taken back
+//!
+//! A frame's acquire batch waits on the Vulkan queue for the frame's
+//! *free*, and a Vulkan queue runs its batches in order: every release
+//! batch submitted after it waits too, and with it the *ready* of those
+//! frames. So the acquire goes into the queue behind the release of
+//! [`GpuOptions::reclaim_after`] later frames (default one): early enough
+//! that the batch has run by the time the producer needs the slot, late
+//! enough that the release behind it is rarely held. Two measured slower
+//! in copy mode (H100, 2026-11-27: 1366-1446 frames/s against 2582-2717 at
+//! one; the producer waited 295 us a frame for the acquire, which then ran
+//! only one frame ahead of its use, behind CUDA's copies on the copy
+//! engines). Where the producer needs a slot whose acquire's turn has not
+//! come (a ring shorter than the distance, the last frames), the acquire
+//! is submitted then and waited for. The report's transport line shows the
+//! host's wait for the slots and how many acquires were submitted at need;
+//! `TEGRA_INTEROP_GPU_RECLAIM_AFTER` sets the distance, for comparison.
 //!
 //! Everything is allocated when the transport is opened (fixed capacity): the
 //! steady state allocates nothing, on the host or on the GPU.
@@ -126,6 +162,11 @@
 //! submission to the transfer-only family, 12-16 us later. The pipeline's
 //! "host ready submission -> stream past the wait" fell from ~340 us to
 //! ~22 us and its zero-copy rate rose from ~1370 to ~1560 frames/s.
+//! In copy mode, where the copy engines carry the frames, the other
+//! families are worse still (H100, 2026-11-27, ring of four): 615-619
+//! frames/s with the compute-only or the first family against 2773-2821
+//! with the transfer-only one, the stream passing its wait ~2 ms after the
+//! ready submission.
 //!
 //! The batches stay correct on such a queue by the Vulkan rules the other
 //! families follow: a queue submission makes the host's earlier writes
@@ -154,6 +195,7 @@
 //! [`TestPattern`]: crate::camera::TestPattern
 #![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
+use std::collections::VecDeque;
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
@@ -190,6 +232,13 @@ pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
 /// `engines` or `kernels`: an override of [`GpuOptions::copy_with`] read by
 /// [`GpuOptions::with_env`].
 pub const COPY_WITH_ENV: &str = "TEGRA_INTEROP_GPU_COPY_WITH";
+
+/// A number of frames, 0..=[`MAX_RECLAIM_AFTER`]: an override of
+/// [`GpuOptions::reclaim_after`] read by [`GpuOptions::with_env`].
+pub const RECLAIM_AFTER_ENV: &str = "TEGRA_INTEROP_GPU_RECLAIM_AFTER";
+
+/// The largest [`GpuOptions::reclaim_after`] (a ring's most slots).
+pub const MAX_RECLAIM_AFTER: usize = crate::ring::MAX_SLOTS;
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -297,6 +346,11 @@ pub struct GpuOptions {
     /// transfer-only family where the device has one, else the first with
     /// compute (see "Which queue" in the module docs).
     pub queue: Option<QueueChoice>,
+    /// How many later frames' release batches go into the Vulkan queue
+    /// before a frame's acquire for the host (default 1, the fastest
+    /// measured in both modes; see "When the slot is taken back" in the
+    /// module docs), at most [`MAX_RECLAIM_AFTER`].
+    pub reclaim_after: usize,
 }
 
 impl GpuOptions {
@@ -308,6 +362,7 @@ impl GpuOptions {
             handover: Handover::Queue,
             early: true,
             queue: None,
+            reclaim_after: 1,
         }
     }
 
@@ -338,6 +393,16 @@ impl GpuOptions {
                 return Err(TransportError::refused(format!(
                     "{EARLY_ENV}={v:?}: expected 0 or 1"
                 )))
+            }
+        }
+        if let Some(v) = var(RECLAIM_AFTER_ENV) {
+            match v.parse::<usize>() {
+                Ok(n) if n <= MAX_RECLAIM_AFTER => self.reclaim_after = n,
+                _ => {
+                    return Err(TransportError::refused(format!(
+                        "{RECLAIM_AFTER_ENV}={v:?}: expected a number of frames, 0..={MAX_RECLAIM_AFTER}"
+                    )))
+                }
             }
         }
         if var(QueueChoice::ENV).is_some() {
@@ -455,9 +520,12 @@ pub struct GpuTransport {
     note: &'static str,
     cuda: CudaSide,
     slots: Vec<Slot>,
-    /// The last queued frame's slot and *free* value, whose acquire is
-    /// submitted once the next frame's release is in the queue.
-    deferred: Option<(usize, u64)>,
+    /// Released frames whose acquire for the host is not submitted yet,
+    /// oldest first: slot and *free* value. Each is submitted once
+    /// [`GpuOptions::reclaim_after`] later releases are in the queue, or
+    /// when the producer needs the slot first (see "When the slot is taken
+    /// back" in the module docs). At most one per slot.
+    owed: VecDeque<(usize, u64)>,
     /// Frames queued and not yet collected (a wait with none fails at once).
     pending: usize,
     times: GpuTimes,
@@ -715,7 +783,7 @@ impl GpuTransport {
             note: note(&options, location),
             cuda,
             slots: slots_vk,
-            deferred: None,
+            owed: VecDeque::with_capacity(slots),
             pending: 0,
             times: GpuTimes::default(),
             vk,
@@ -754,6 +822,8 @@ impl GpuTransport {
             host_ready: self.times.host_ready / n,
             host_enqueue: Duration::from_nanos(enqueue_ns) / n,
             host_reclaim: self.times.host_reclaim / n,
+            host_free_wait: self.times.host_free_wait / n,
+            reclaims_at_need: self.times.reclaims_at_need,
             copy_in: self.times.copy_in / n,
             kernel: self.times.kernel / n,
             tail: self.times.tail / n,
@@ -773,9 +843,11 @@ impl GpuTransport {
     /// semaphore. [`FrameTransport::wait_free`] then only host-waits for that
     /// semaphore: the queue round trip of the acquire overlaps the frames in
     /// between instead of sitting on the producer's path. Called for a frame
-    /// once the next frame's release batch was submitted: the acquire waits
-    /// on the queue for *free*, and a release queued behind it would hold the
-    /// next frame's *ready* until then, leaving the GPU idle in between.
+    /// once [`GpuOptions::reclaim_after`] later frames' release batches
+    /// were submitted, or when the producer needs the slot first: the
+    /// acquire waits on the queue for *free*, and a release queued behind it
+    /// holds its frame's *ready* until then, leaving the GPU idle in between
+    /// (see "When the slot is taken back" in the module docs).
     ///
     /// Why waiting for `reclaimed_vk` is enough (Vulkan specification,
     /// "Semaphore Signaling"): the first synchronisation scope of a
@@ -887,9 +959,33 @@ impl GpuTransport {
 
     /// Host-waits until `slot`'s *free* fence reached `want`, with the
     /// device's writes visible to the host: through the acquire submitted
-    /// ahead for exactly that value, else (`inline`) through an acquire
+    /// ahead for exactly that value (submitted first where it is still
+    /// owed), else (`inline`, the slot's first use) through an acquire
     /// submitted and waited for here; `Ok(false)` when neither applies.
-    fn reach_free(&self, slot: usize, want: u64, inline: bool) -> Result<bool, TransportError> {
+    /// Its time counts as the host's wait for the slots.
+    fn reach_free(&mut self, slot: usize, want: u64, inline: bool) -> Result<bool, TransportError> {
+        let entered = Instant::now();
+        let reached = self.reach_free_now(slot, want, inline);
+        self.times.host_free_wait += entered.elapsed();
+        reached
+    }
+
+    /// [`GpuTransport::reach_free`], untimed.
+    fn reach_free_now(
+        &mut self,
+        slot: usize,
+        want: u64,
+        inline: bool,
+    ) -> Result<bool, TransportError> {
+        if self.options.handover == Handover::Queue && want != 0 {
+            // Still owed: the producer needs the slot before the acquire's
+            // turn came; submitted now, then waited for like the others.
+            if let Some(at) = self.owed.iter().position(|&o| o == (slot, want)) {
+                self.owed.remove(at);
+                self.times.reclaims_at_need += 1;
+                self.reclaim_ahead(slot, want)?;
+            }
+        }
         let s = &self.slots[slot];
         let (pending_free, reclaimed) = s.reclaim_pending;
         let reached = match self.options.handover {
@@ -919,10 +1015,6 @@ impl GpuTransport {
     /// Waits until `slot`'s *free* fence reached `want` and the device's
     /// writes to the slot are visible to the host (see the module docs).
     fn wait_slot(&mut self, slot: usize, want: u64) -> Result<(), TransportError> {
-        if self.deferred.is_some_and(|(s, _)| s == slot) {
-            // Not submitted ahead (a ring of one): acquired below, inline.
-            self.deferred = None;
-        }
         self.reach_free(slot, want, true).map(drop)
     }
 
@@ -985,10 +1077,13 @@ impl FrameTransport for GpuTransport {
         let us = |d: Duration| d.as_secs_f64() * 1e6;
         let (family, flags) = self.vk.queue_family();
         Some(format!(
-            "Vulkan queue family {family} ({flags:?}); host per frame (us, mean): ready submission {:.1}, CUDA enqueue {:.1}, acquire-ahead submission {:.1}; GPU per frame (us, mean of {} frames): blocked in the ready wait {:.1}, copy in {:.1}, kernel {:.1}, tail {:.1}; host ready submission -> stream past the wait {:.1} (over the {} frames the stream waited for)",
+            "Vulkan queue family {family} ({flags:?}); host per frame (us, mean): ready submission {:.1}, CUDA enqueue {:.1}, acquire-ahead submission {:.1}, waiting for slots to be taken back {:.1} (acquire submitted {} frame(s) after its frame, {} at need); GPU per frame (us, mean of {} frames): blocked in the ready wait {:.1}, copy in {:.1}, kernel {:.1}, tail {:.1}; host ready submission -> stream past the wait {:.1} (over the {} frames the stream waited for)",
             us(t.host_ready),
             us(t.host_enqueue),
             us(t.host_reclaim),
+            us(t.host_free_wait),
+            self.options.reclaim_after,
+            t.reclaims_at_need,
             t.frames,
             us(t.wait),
             us(t.copy_in),
@@ -1019,9 +1114,9 @@ impl FrameTransport for GpuTransport {
         if other >= self.slots.len() {
             return Ok(None);
         }
-        // Only where the slot's acquire for the host was submitted ahead for
-        // exactly this value: an inline acquire here would be followed by
-        // the ahead one, taking the buffer back twice.
+        // Only through the slot's acquire for exactly this value (submitted
+        // ahead, or now where it is still owed): an inline acquire here would
+        // be followed by the ahead one, taking the buffer back twice.
         if !self.reach_free(other, p.free_reached(), false)? {
             return Ok(None);
         }
@@ -1066,17 +1161,20 @@ impl FrameTransport for GpuTransport {
                 return Err(e);
             }
         }
-        // The previous frame's acquire goes into the queue behind this
-        // frame's release (see `reclaim_ahead`); this frame's waits for the
-        // next release. Its consumer is queued by now, whichever order the
-        // ring uses.
+        // This frame's acquire waits for `reclaim_after` later
+        // releases; the acquire whose turn came goes into the queue behind
+        // this frame's release (see "When the slot is taken back"). Its
+        // consumer is queued by now, whichever order the ring uses.
         if self.options.handover == Handover::Queue {
-            if let Some((prev, free)) = self.deferred.take() {
+            self.owed.push_back((slot, t.free_signal()));
+            while self.owed.len() > self.options.reclaim_after {
+                let Some((prev, free)) = self.owed.pop_front() else {
+                    break;
+                };
                 let start = Instant::now();
                 self.reclaim_ahead(prev, free)?;
                 self.times.host_reclaim += start.elapsed();
             }
-            self.deferred = Some((slot, t.free_signal()));
         }
         Ok(())
     }
@@ -1170,6 +1268,8 @@ mod tests {
         assert_eq!(o.handover, Handover::Queue);
         assert!(o.early);
         assert_eq!(o.queue, None);
+        assert_eq!(o.reclaim_after, 1);
+        assert_eq!(GpuOptions::new(Mode::ZeroCopy).reclaim_after, 1);
         // No variable set: nothing changes.
         assert_eq!(o.with_vars(|_| None).unwrap(), o);
     }
@@ -1185,6 +1285,12 @@ mod tests {
         assert!(!note(&h, MemoryLocation::HostCached).is_empty());
         assert!(!o.with_vars(set(EARLY_ENV, "0")).unwrap().early);
         assert!(o.with_vars(set(EARLY_ENV, "1")).unwrap().early);
+        let r = o.with_vars(set(RECLAIM_AFTER_ENV, "3")).unwrap();
+        assert_eq!(r.reclaim_after, 3);
+        for bad in ["-1", "9", "two", ""] {
+            let e = o.with_vars(set(RECLAIM_AFTER_ENV, bad)).unwrap_err();
+            assert!(e.to_string().contains(RECLAIM_AFTER_ENV), "{bad:?}: {e}");
+        }
         assert_eq!(
             o.with_vars(set(COPY_WITH_ENV, "kernels"))
                 .unwrap()

@@ -197,8 +197,16 @@ pub struct GpuTimes {
     /// Host time queueing the consumer's CUDA work, on the enqueue thread
     /// (off the producer's path).
     pub host_enqueue: Duration,
-    /// Host time submitting the acquire ahead (`reclaim_ahead`).
+    /// Host time submitting the acquire ahead (`reclaim_ahead`) once its
+    /// turn came.
     pub host_reclaim: Duration,
+    /// Host time waiting for a slot to be taken back (its acquire batch to
+    /// complete, submitted first where it was still owed): the producer's
+    /// `wait_free` and the read-back check's `lend` together.
+    pub host_free_wait: Duration,
+    /// Acquires submitted only when the producer needed the slot (their
+    /// turn had not come; counted over the run, not averaged).
+    pub reclaims_at_need: u64,
     /// From the end of the *ready* wait to the kernel's start (the copy into
     /// device memory in copy mode; about zero in zero-copy mode).
     pub copy_in: Duration,
