@@ -149,6 +149,11 @@ pub struct Options {
     /// Threads that write and check a large frame (`None`: the default, or
     /// `TEGRA_INTEROP_FRAME_THREADS`).
     pub frame_threads: Option<usize>,
+    /// `--trace`: where each frame's stages go as a Chrome trace (see
+    /// [`crate::app::trace`]); `None`: no trace.
+    pub trace: Option<PathBuf>,
+    /// `--trace-frames`: how many frames (the first) the trace records.
+    pub trace_frames: u64,
 }
 
 impl Options {
@@ -254,6 +259,8 @@ impl Default for Options {
             endpoints: None,
             peer_timeout: crate::transport::process::DEFAULT_PEER_TIMEOUT,
             frame_threads: None,
+            trace: None,
+            trace_frames: crate::app::trace::DEFAULT_TRACE_FRAMES,
         }
     }
 }
@@ -387,6 +394,16 @@ pub struct Args {
     /// a quarter of the machine's cores, 1..=8; not in the two-process mode)
     #[arg(long, value_name = "N", value_parser = threads_arg)]
     frame_threads: Option<usize>,
+    /// Write each frame's stages (camera write, handover, consumer,
+    /// read-back check, the producer's waits) to FILE as a Chrome trace
+    /// (JSON; open it in ui.perfetto.dev or chrome://tracing); the file is
+    /// created before the run and written at its end (one-process mode only)
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// How many frames --trace records, the first ones (1..=1000000; the
+    /// file says how many were left out; about 0.5 KiB of memory a frame)
+    #[arg(long, value_name = "N", value_parser = frames_arg)]
+    trace_frames: Option<u64>,
 }
 
 impl Args {
@@ -424,7 +441,14 @@ impl Args {
             endpoints: self.endpoints,
             peer_timeout: self.peer_timeout,
             frame_threads: self.frame_threads,
+            trace: self.trace,
+            trace_frames: self
+                .trace_frames
+                .unwrap_or(crate::app::trace::DEFAULT_TRACE_FRAMES),
         };
+        if self.trace_frames.is_some() && o.trace.is_none() {
+            return Err("--trace-frames only applies with --trace FILE".into());
+        }
         if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim)
         {
             return Err(format!(
@@ -488,6 +512,7 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
         (o.copy, "--copy"),
         (o.readback == Readback::Inline, "--readback inline"),
         (o.frame_threads.is_some(), "--frame-threads"),
+        (o.trace.is_some(), "--trace"),
     ];
     for (given, flag) in refused {
         if given {

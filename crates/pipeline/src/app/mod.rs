@@ -26,6 +26,7 @@ pub mod info;
 pub mod probe;
 pub mod report;
 pub mod stats;
+pub mod trace;
 
 use std::process::ExitCode;
 use std::sync::mpsc::{self, Receiver, SyncSender};
@@ -44,6 +45,7 @@ use crate::transport::FrameTransport;
 use crate::transport::{Completion, FrameGeometry, PeekedFrame};
 use backend::Opened;
 use cli::{Command, Options, Readback};
+use trace::{Trace, Track};
 
 /// The `pipeline` binary: parses the command line, runs, prints the report.
 /// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
@@ -142,7 +144,7 @@ impl FrameSink for WriteDone {
 }
 
 /// Per-frame measurements, each a histogram of fixed size (see [`Samples`]).
-struct Timings {
+struct Timings<'a> {
     latency: Samples,
     write: Samples,
     process: Samples,
@@ -171,6 +173,8 @@ struct Timings {
     /// frame (its queue full) and taking its answer for the slot's frame.
     checker: Samples,
     last_finished: Option<Instant>,
+    /// `--trace`: each frame's stages (nothing when off).
+    trace: &'a mut Trace,
 }
 
 /// The first byte of a slot that differs from the processed (inverted)
@@ -221,6 +225,8 @@ struct CheckDone {
     slot: usize,
     wrong: Option<usize>,
     ns: u64,
+    /// When the check ended (for `--trace`).
+    ended: Instant,
 }
 
 /// The checker thread: checks each lent frame against the processed
@@ -239,6 +245,7 @@ fn check_lent_frames(stride: usize, jobs: Receiver<CheckJob>, done: SyncSender<C
             slot: job.slot,
             wrong,
             ns,
+            ended: Instant::now(),
         };
         if done.send(answer).is_err() {
             return;
@@ -283,6 +290,7 @@ fn on_completion(
             .saturating_sub(queued),
     );
     t.last_finished = Some(c.finished);
+    t.trace.consumer(c.frame, c.finished, c.busy);
     Ok(())
 }
 
@@ -293,12 +301,22 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         stride: opts.sensor.stride(),
         rows: usize::from(opts.sensor.height),
     };
+    // A trace file that cannot be created is an error before the run.
+    let mut trace = match &opts.trace {
+        Some(path) => Trace::create(path, opts.trace_frames, opts.frames),
+        None => Ok(Trace::off()),
+    }
+    .map_err(|e| e.to_string())?;
     let mut opened = backend::open(opts, geometry, GPU)?;
-    let report = pipeline(opts, geometry, &mut opened);
+    let backend = opened.transport.backend();
+    let report = pipeline(opts, geometry, &mut opened, &mut trace);
     // Released (and checked) on the error path too; the run's error wins.
     let closed = opened.close();
+    // Written for a failed run too (what was recorded up to the failure).
+    let traced = trace.finish(backend, opts.frames);
     let report = report?;
     closed?;
+    traced.map_err(|e| e.to_string())?;
     Ok(report)
 }
 
@@ -306,6 +324,7 @@ fn pipeline(
     opts: &Options,
     geometry: FrameGeometry,
     opened: &mut Opened,
+    trace: &mut Trace,
 ) -> Result<Report, String> {
     let sensor = opts.sensor;
     let transport = &mut *opened.transport;
@@ -345,6 +364,7 @@ fn pipeline(
         lend: Samples::new()?,
         checker: Samples::new()?,
         last_finished: None,
+        trace,
     };
     let mut v = Verification::default();
     // The copy-based variant's camera buffer, allocated once.
@@ -396,6 +416,9 @@ fn pipeline(
             }
             record_readback(v, d.frame, d.slot, d.wrong);
             t.verify.push(d.ns);
+            let ns = std::time::Duration::from_nanos(d.ns);
+            t.trace
+                .span_ending(Track::Checker, "check", d.frame, d.ended, ns);
             checked[d.slot] = Some(d.frame);
             ring.give_back(d.frame)
         };
@@ -403,6 +426,7 @@ fn pipeline(
             for frame in 0..opts.frames {
                 // Where the producer thread waits, per frame (host clocks).
                 let mut phase = Instant::now();
+                let loop_start = phase;
                 let lap = |phase: &mut Instant| {
                     let now = Instant::now();
                     let ns = now.saturating_duration_since(*phase).as_nanos() as u64;
@@ -450,15 +474,29 @@ fn pipeline(
                 t.collect.push(collect_ns);
                 t.lend.push(lend_ns);
                 t.checker.push(checker_ns);
+                t.trace.producer_waits(
+                    frame,
+                    loop_start,
+                    [
+                        ("collect wait", collect_ns),
+                        ("lend wait", lend_ns),
+                        ("checker wait", checker_ns),
+                    ],
+                );
                 let entered = Instant::now();
                 let mut inside = 0u64;
+                let mut wrote = entered;
                 ring.produce(transport, |ticket, bytes| {
                     let began = Instant::now();
+                    t.trace
+                        .span(Track::Producer, "acquire", frame, entered, began - entered);
                     if let Some(prev) = ticket.previous_frame() {
                         if checked[ticket.slot()] != Some(prev) {
                             let ns =
                                 check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
                             t.verify.push(ns);
+                            let d = std::time::Duration::from_nanos(ns);
+                            t.trace.span(Track::Producer, "check", prev, began, d);
                             checked[ticket.slot()] = Some(prev);
                         }
                     }
@@ -475,16 +513,26 @@ fn pipeline(
                     let written = sink
                         .at
                         .ok_or("camera returned without signalling the frame")?;
+                    t.trace
+                        .span(Track::Producer, "camera", frame, started, written - started);
                     if host_copy {
                         bytes.copy_from_slice(&staging);
+                        let d = written.elapsed();
+                        t.trace.span(Track::Producer, "copy", frame, written, d);
                     }
                     t.held_by_slot[ticket.slot()] =
                         Some((frame, written.elapsed().as_nanos() as u64));
-                    inside = began.elapsed().as_nanos() as u64;
+                    wrote = Instant::now();
+                    inside = (wrote - began).as_nanos() as u64;
                     Ok((started, (written - started).as_nanos() as u64))
                 })?;
                 t.handover
                     .push((entered.elapsed().as_nanos() as u64).saturating_sub(inside));
+                if t.trace.is_on() {
+                    // After the write: release and ready signal.
+                    let d = wrote.elapsed();
+                    t.trace.span(Track::Producer, "handover", frame, wrote, d);
+                }
                 progress.update(frame + 1 - ring.in_flight() as u64);
             }
             while !lent.is_empty() {
@@ -513,8 +561,11 @@ fn pipeline(
         if let Some(last) = ticket.previous_frame() {
             if checked[ticket.slot()] != Some(last) {
                 let bytes = transport.wait_free(&ticket).map_err(String::from)?;
+                let at = Instant::now();
                 let ns = check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
                 t.verify.push(ns);
+                let d = std::time::Duration::from_nanos(ns);
+                t.trace.span(Track::Producer, "check", last, at, d);
             }
         }
     }

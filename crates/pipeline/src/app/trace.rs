@@ -1,0 +1,521 @@
+//! `pipeline --trace FILE`: each frame's stages as a Chrome trace.
+//!
+//! The file is the Trace Event Format's JSON object form: a `traceEvents`
+//! array of complete events (`"ph": "X"`, `ts` and `dur` in microseconds),
+//! one track (`tid`) per thread or stream, each named by a `thread_name`
+//! metadata event, and `otherData` saying what the file holds (backend,
+//! frames run, frames traced, frames left out, the clock). Perfetto
+//! (ui.perfetto.dev, "Open trace file") and `chrome://tracing` open it.
+//!
+//! Where each stage comes from (all [`Instant`]s, the clock the report's
+//! stage timings use, as microseconds since the trace was opened):
+//!
+//! | track    | event          | start, duration |
+//! |----------|----------------|-----------------|
+//! | producer | `collect wait` | loop start; the report's *collect wait* |
+//! | producer | `lend wait`    | right after; the report's *lend wait* |
+//! | producer | `checker wait` | right after; the report's *checker wait* |
+//! | producer | `acquire`      | entering `Ring::produce` until the slot is the producer's (part of the report's *handover*) |
+//! | producer | `check`        | an inline read-back check of the slot's previous frame (the report's *verify*) |
+//! | producer | `camera`       | the camera starts writing; until it signals the frame (the report's *camera*) |
+//! | producer | `copy`         | `--copy` where the transport does not copy: the camera's staging buffer into the slot (part of the report's *held*) |
+//! | producer | `handover`     | after the write until `Ring::produce` returns: release, ready signal (the rest of the report's *handover*) |
+//! | consumer | `consumer`     | ends when the host learned the frame was finished ([`Completion::finished`]); lasts the consumer's busy time ([`Completion::busy`], the report's *consumer*), cut to start where the previous frame's span ended (then `args.busy_us` has the measured time) |
+//! | checker  | `check`        | the checker thread's read-back check of a lent frame (the report's *verify*) |
+//!
+//! The consumer's span is placed from the host's view: on a GPU its
+//! duration comes from CUDA events and its end is when the producer saw
+//! the frame finished, so it can sit later than the GPU's own work; two
+//! frames seen finished at one poll would overlap, so the later one is cut
+//! to start where the earlier one ended.
+//! A stage that a transport does not have (a zero-length wait, no lend on
+//! a small ring) is simply absent.
+//!
+//! Memory is bounded: only the first `--trace-frames` frames are recorded
+//! (at most [`SPANS_PER_FRAME`] spans each, allocated once when the trace
+//! is opened); `otherData.frames_left_out` says how many were not. When no
+//! trace is asked for, [`Trace::off`] records nothing and allocates nothing.
+//! The file is created before the run starts (so a bad path is an error
+//! before any frame) and written once at its end.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+#[cfg(doc)]
+use crate::transport::Completion;
+
+/// Frames traced when `--trace-frames` is not given.
+pub const DEFAULT_TRACE_FRAMES: u64 = 10_000;
+
+/// Most spans one frame may have (every stage of the table in the module
+/// docs once, and a second producer-side check).
+pub const SPANS_PER_FRAME: usize = 10;
+
+/// The track (thread or stream) a span belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Track {
+    /// The producer thread: camera writes, handover, its waits.
+    Producer,
+    /// The consumer (a thread, or a GPU stream seen from the host).
+    Consumer,
+    /// The read-back checker thread.
+    Checker,
+}
+
+impl Track {
+    const ALL: [Track; 3] = [Track::Producer, Track::Consumer, Track::Checker];
+
+    fn tid(self) -> u32 {
+        match self {
+            Track::Producer => 1,
+            Track::Consumer => 2,
+            Track::Checker => 3,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Track::Producer => "producer thread (camera, handover)",
+            Track::Consumer => "consumer (as the host saw it)",
+            Track::Checker => "read-back checker thread",
+        }
+    }
+}
+
+/// Why a trace could not be created or written.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TraceError {
+    /// The file could not be created (checked before the run starts).
+    Create {
+        /// The path given to `--trace`.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// The file could not be written at the end of the run.
+    Write {
+        /// The path given to `--trace`.
+        path: PathBuf,
+        /// The error of the write (I/O or JSON).
+        source: serde_json::Error,
+    },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::Create { path, source } => write!(
+                f,
+                "--trace: cannot create {}: {source} (nothing was run)",
+                path.display()
+            ),
+            TraceError::Write { path, source } => {
+                write!(f, "--trace: cannot write {}: {source}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TraceError::Create { source, .. } => Some(source),
+            TraceError::Write { source, .. } => Some(source),
+        }
+    }
+}
+
+/// One recorded stage of one frame.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    track: Track,
+    name: &'static str,
+    frame: u64,
+    start: Instant,
+    dur: Duration,
+    /// The consumer's measured busy time, where the span is shorter.
+    busy: Option<Duration>,
+}
+
+/// An open trace: where it goes and what was recorded so far.
+#[derive(Debug)]
+struct Recorder {
+    path: PathBuf,
+    out: BufWriter<File>,
+    origin: Instant,
+    limit: u64,
+    spans: Vec<Span>,
+    /// Where the last consumer span ended.
+    consumer_end: Option<Instant>,
+}
+
+impl Recorder {
+    /// Records `span` if its frame is traced and there is room.
+    fn push(&mut self, span: Span) {
+        if span.frame < self.limit && self.spans.len() < self.spans.capacity() {
+            self.spans.push(span);
+        }
+    }
+}
+
+/// The run's trace, or nothing ([`Trace::off`]).
+#[derive(Debug, Default)]
+pub struct Trace(Option<Recorder>);
+
+impl Trace {
+    /// No trace: [`Trace::span`] does nothing.
+    pub fn off() -> Self {
+        Trace(None)
+    }
+
+    /// Creates `path` now (an error names it before anything runs) and
+    /// records the first `limit` frames of a run of `frames`.
+    pub fn create(path: &Path, limit: u64, frames: u64) -> Result<Self, TraceError> {
+        let file = File::create(path).map_err(|source| TraceError::Create {
+            path: path.to_owned(),
+            source,
+        })?;
+        let traced = usize::try_from(limit.min(frames)).unwrap_or(usize::MAX);
+        Ok(Trace(Some(Recorder {
+            path: path.to_owned(),
+            out: BufWriter::new(file),
+            origin: Instant::now(),
+            limit,
+            spans: Vec::with_capacity(traced.saturating_mul(SPANS_PER_FRAME)),
+            consumer_end: None,
+        })))
+    }
+
+    /// Whether spans are recorded.
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Records that `frame`'s stage `name` ran on `track` from `start` for
+    /// `dur` (nothing when off, for a frame past the limit, or for an empty
+    /// span).
+    #[inline]
+    pub fn span(
+        &mut self,
+        track: Track,
+        name: &'static str,
+        frame: u64,
+        start: Instant,
+        dur: Duration,
+    ) {
+        if let Some(r) = &mut self.0 {
+            if !dur.is_zero() {
+                r.push(Span {
+                    track,
+                    name,
+                    frame,
+                    start,
+                    dur,
+                    busy: None,
+                });
+            }
+        }
+    }
+
+    /// The producer's waits before `frame` (name, nanoseconds), one after
+    /// the other from `start` (the loop's laps).
+    #[inline]
+    pub fn producer_waits(&mut self, frame: u64, start: Instant, waits: [(&'static str, u64); 3]) {
+        if self.is_on() {
+            let mut at = start;
+            for (name, ns) in waits {
+                let dur = Duration::from_nanos(ns);
+                self.span(Track::Producer, name, frame, at, dur);
+                at += dur;
+            }
+        }
+    }
+
+    /// [`Trace::span`] for a span that ends at `end`.
+    #[inline]
+    pub fn span_ending(
+        &mut self,
+        track: Track,
+        name: &'static str,
+        frame: u64,
+        end: Instant,
+        dur: Duration,
+    ) {
+        if self.is_on() {
+            let start = end.checked_sub(dur).unwrap_or(end);
+            self.span(track, name, frame, start, dur);
+        }
+    }
+
+    /// The consumer's span of `frame`: it ends at `finished` (when the host
+    /// saw the frame finished) and lasts `busy`, but starts no earlier than
+    /// the previous consumer span ended (frames collected at one poll would
+    /// overlap otherwise, which trace viewers cannot draw on one track);
+    /// then `args.busy_us` keeps the measured time.
+    #[inline]
+    pub fn consumer(&mut self, frame: u64, finished: Instant, busy: Duration) {
+        if let Some(r) = &mut self.0 {
+            let mut start = finished.checked_sub(busy).unwrap_or(finished);
+            let mut measured = None;
+            if let Some(prev) = r.consumer_end {
+                if prev > start {
+                    start = prev.min(finished);
+                    measured = Some(busy);
+                }
+            }
+            r.consumer_end = Some(finished.max(r.consumer_end.unwrap_or(finished)));
+            r.push(Span {
+                track: Track::Consumer,
+                name: "consumer",
+                frame,
+                start,
+                dur: finished.saturating_duration_since(start),
+                busy: measured,
+            });
+        }
+    }
+
+    /// Writes the file (nothing when off): `backend` names the run's
+    /// transport, `frames` how many frames it ran.
+    pub fn finish(self, backend: &str, frames: u64) -> Result<(), TraceError> {
+        let Some(mut r) = self.0 else {
+            return Ok(());
+        };
+        let traced = r.limit.min(frames);
+        let file = r.to_file(backend, frames, traced);
+        let written = serde_json::to_writer(&mut r.out, &file).and_then(|()| {
+            r.out
+                .write_all(b"\n")
+                .and_then(|()| r.out.flush())
+                .map_err(serde_json::Error::io)
+        });
+        written.map_err(|source| TraceError::Write {
+            path: r.path.clone(),
+            source,
+        })
+    }
+}
+
+/// Microseconds from `origin` to `at` (0 for an instant before it).
+fn micros(origin: Instant, at: Instant) -> f64 {
+    at.saturating_duration_since(origin).as_secs_f64() * 1e6
+}
+
+impl Recorder {
+    fn to_file(&self, backend: &str, frames: u64, traced: u64) -> TraceFile<'static> {
+        let pid = std::process::id();
+        let mut events = Vec::with_capacity(self.spans.len() + 1 + 2 * Track::ALL.len());
+        events.push(Event::meta(
+            "process_name",
+            pid,
+            0,
+            MetaArgs::Name(format!("pipeline --backend {backend}")),
+        ));
+        for track in Track::ALL {
+            events.push(Event::meta(
+                "thread_name",
+                pid,
+                track.tid(),
+                MetaArgs::Name(track.name().to_owned()),
+            ));
+            events.push(Event::meta(
+                "thread_sort_index",
+                pid,
+                track.tid(),
+                MetaArgs::SortIndex(track.tid()),
+            ));
+        }
+        events.extend(self.spans.iter().map(|s| Event {
+            name: s.name,
+            cat: match s.track {
+                Track::Producer => "producer",
+                Track::Consumer => "consumer",
+                Track::Checker => "checker",
+            },
+            ph: "X",
+            ts: micros(self.origin, s.start),
+            dur: Some(s.dur.as_secs_f64() * 1e6),
+            pid,
+            tid: s.track.tid(),
+            args: EventArgs::Frame {
+                frame: s.frame,
+                busy_us: s.busy.map(|b| b.as_secs_f64() * 1e6),
+            },
+        }));
+        TraceFile {
+            trace_events: events,
+            display_time_unit: "ms",
+            other_data: OtherData {
+                tool: "tegra-interop pipeline --trace",
+                backend: backend.to_owned(),
+                frames,
+                frames_traced: traced,
+                frames_left_out: frames - traced,
+                clock: "std::time::Instant (the report's clock), microseconds since the trace file was opened",
+            },
+        }
+    }
+}
+
+/// The file's top level (Trace Event Format, JSON object form).
+#[derive(Serialize)]
+struct TraceFile<'a> {
+    #[serde(rename = "traceEvents")]
+    trace_events: Vec<Event<'a>>,
+    #[serde(rename = "displayTimeUnit")]
+    display_time_unit: &'static str,
+    #[serde(rename = "otherData")]
+    other_data: OtherData,
+}
+
+/// `otherData`: what the file holds.
+#[derive(Serialize)]
+struct OtherData {
+    tool: &'static str,
+    backend: String,
+    frames: u64,
+    frames_traced: u64,
+    frames_left_out: u64,
+    clock: &'static str,
+}
+
+/// One trace event: a complete span (`X`) or metadata (`M`).
+#[derive(Serialize)]
+struct Event<'a> {
+    name: &'a str,
+    cat: &'a str,
+    ph: &'static str,
+    ts: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<f64>,
+    pid: u32,
+    tid: u32,
+    args: EventArgs,
+}
+
+impl Event<'static> {
+    fn meta(name: &'static str, pid: u32, tid: u32, args: MetaArgs) -> Self {
+        Event {
+            name,
+            cat: "__metadata",
+            ph: "M",
+            ts: 0.0,
+            dur: None,
+            pid,
+            tid,
+            args: EventArgs::Meta(args),
+        }
+    }
+}
+
+/// An event's `args`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum EventArgs {
+    Frame {
+        frame: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        busy_us: Option<f64>,
+    },
+    Meta(MetaArgs),
+}
+
+/// A metadata event's `args`.
+#[derive(Serialize)]
+enum MetaArgs {
+    #[serde(rename = "name")]
+    Name(String),
+    #[serde(rename = "sort_index")]
+    SortIndex(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("trace-unit-{}-{name}.json", std::process::id()))
+    }
+
+    #[test]
+    fn off_records_nothing_and_writes_nothing() {
+        let mut t = Trace::off();
+        t.span(
+            Track::Producer,
+            "camera",
+            0,
+            Instant::now(),
+            Duration::from_micros(5),
+        );
+        assert!(!t.is_on());
+        t.finish("sim", 1).unwrap();
+    }
+
+    #[test]
+    fn spans_past_the_limit_are_left_out_and_counted() {
+        let path = temp("limit");
+        let mut t = Trace::create(&path, 2, 5).unwrap();
+        let now = Instant::now();
+        for f in 0..5 {
+            t.span(Track::Producer, "camera", f, now, Duration::from_micros(3));
+            // An empty span is not recorded.
+            t.span(Track::Producer, "lend wait", f, now, Duration::ZERO);
+        }
+        t.finish("sim", 5).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let spans: Vec<_> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .collect();
+        assert_eq!(spans.len(), 2);
+        assert_eq!(spans[1]["args"]["frame"], 1);
+        assert_eq!(v["otherData"]["frames_left_out"], 3);
+        assert_eq!(v["otherData"]["frames_traced"], 2);
+    }
+
+    #[test]
+    fn metadata_names_each_track() {
+        let path = temp("meta");
+        Trace::create(&path, 1, 1)
+            .unwrap()
+            .finish("host", 1)
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let names: Vec<_> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .map(|e| {
+                (
+                    e["tid"].as_u64().unwrap(),
+                    e["args"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(names.len(), 3);
+        assert!(names
+            .iter()
+            .any(|(t, n)| *t == 2 && n.starts_with("consumer")));
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_created_is_named() {
+        let path = Path::new("/nonexistent-dir-for-trace-test/t.json");
+        let e = Trace::create(path, 1, 1).unwrap_err();
+        assert!(matches!(e, TraceError::Create { .. }));
+        assert!(e
+            .to_string()
+            .contains("/nonexistent-dir-for-trace-test/t.json"));
+    }
+}
