@@ -436,6 +436,7 @@ enum MetaArgs {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
