@@ -330,7 +330,7 @@ fn a_trace_that_is_off_records_nothing_and_allocates_nothing() {
     let before = allocations();
     for f in 0..10_000 {
         off.span(Track::Producer, "camera", f, now, Duration::from_micros(1));
-        off.consumer(f, now, Duration::from_micros(1));
+        off.consumer(f, now, now, Duration::from_micros(1));
         off.producer_waits(
             f,
             now,
@@ -350,7 +350,7 @@ fn an_open_trace_allocates_once_and_keeps_only_its_frames() {
     // Far more frames than the limit.
     for f in 0..5_000 {
         on.span(Track::Producer, "camera", f, now, Duration::from_micros(1));
-        on.consumer(f, now, Duration::from_micros(1));
+        on.consumer(f, now, now, Duration::from_micros(1));
     }
     // And far more spans for one frame than a frame has.
     for _ in 0..5_000 {

@@ -290,7 +290,7 @@ fn on_completion(
             .saturating_sub(queued),
     );
     t.last_finished = Some(c.finished);
-    t.trace.consumer(c.frame, c.finished, c.busy);
+    t.trace.consumer(c.frame, rec.signalled, c.finished, c.busy);
     Ok(())
 }
 

@@ -20,14 +20,14 @@
 //! | producer | `camera`       | the camera starts writing; until it signals the frame (the report's *camera*) |
 //! | producer | `copy`         | `--copy` where the transport does not copy: the camera's staging buffer into the slot (part of the report's *held*) |
 //! | producer | `handover`     | after the write until `Ring::produce` returns: release, ready signal (the rest of the report's *handover*) |
-//! | consumer | `consumer`     | ends when the host learned the frame was finished ([`Completion::finished`]); lasts the consumer's busy time ([`Completion::busy`], the report's *consumer*), cut to start where the previous frame's span ended (then `args.busy_us` has the measured time) |
+//! | consumer | `consumer`     | the consumer's busy time ([`Completion::busy`], the report's *consumer*; CUDA events on a GPU), placed from the frame's ready signal ([`InFlight::signalled`]) or the previous frame's end, whichever is later; ends by the time the host saw it finished ([`Completion::finished`]) |
 //! | checker  | `check`        | the checker thread's read-back check of a lent frame (the report's *verify*) |
 //!
-//! The consumer's span is placed from the host's view: on a GPU its
-//! duration comes from CUDA events and its end is when the producer saw
-//! the frame finished, so it can sit later than the GPU's own work; two
-//! frames seen finished at one poll would overlap, so the later one is cut
-//! to start where the earlier one ended.
+//! The consumer's own start is not timed on the host's clock, so its
+//! span is placed the way a FIFO consumer runs: not before the frame was
+//! signalled ready, not before the previous frame's span ended, lasting its
+//! measured busy time; where that would end after the host saw the frame
+//! finished, it is cut there and `args.busy_us` keeps the measured time.
 //! A stage that a transport does not have (a zero-length wait, no lend on
 //! a small ring) is simply absent.
 //!
@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 #[cfg(doc)]
-use crate::transport::Completion;
+use crate::{ring::InFlight, transport::Completion};
 
 /// Frames traced when `--trace-frames` is not given.
 pub const DEFAULT_TRACE_FRAMES: u64 = 10_000;
@@ -80,9 +80,9 @@ impl Track {
 
     fn name(self) -> &'static str {
         match self {
-            Track::Producer => "producer thread (camera, handover)",
-            Track::Consumer => "consumer (as the host saw it)",
-            Track::Checker => "read-back checker thread",
+            Track::Producer => "producer thread",
+            Track::Consumer => "consumer (host view)",
+            Track::Checker => "checker thread",
         }
     }
 }
@@ -253,29 +253,32 @@ impl Trace {
         }
     }
 
-    /// The consumer's span of `frame`: it ends at `finished` (when the host
-    /// saw the frame finished) and lasts `busy`, but starts no earlier than
-    /// the previous consumer span ended (frames collected at one poll would
-    /// overlap otherwise, which trace viewers cannot draw on one track);
-    /// then `args.busy_us` keeps the measured time.
+    /// The consumer's span of `frame`, signalled ready at `ready`, seen
+    /// finished by the host at `finished`, busy for `busy` (measured by the
+    /// consumer: CUDA events on a GPU). The consumer runs frames in order and
+    /// its start is not timed on the host's clock, so the span is placed
+    /// where a FIFO consumer would run it: from `ready` or the previous
+    /// frame's span's end, whichever is later, for `busy`; cut to end by
+    /// `finished` (then `args.busy_us` keeps the measured time).
     #[inline]
-    pub fn consumer(&mut self, frame: u64, finished: Instant, busy: Duration) {
+    pub fn consumer(&mut self, frame: u64, ready: Instant, finished: Instant, busy: Duration) {
         if let Some(r) = &mut self.0 {
-            let mut start = finished.checked_sub(busy).unwrap_or(finished);
+            let earliest = r.consumer_end.map_or(ready, |prev| prev.max(ready));
+            let mut end = earliest + busy;
+            let mut start = earliest;
             let mut measured = None;
-            if let Some(prev) = r.consumer_end {
-                if prev > start {
-                    start = prev.min(finished);
-                    measured = Some(busy);
-                }
+            if end > finished {
+                end = finished.max(earliest);
+                start = end.checked_sub(busy).unwrap_or(end).max(earliest);
+                measured = Some(busy);
             }
-            r.consumer_end = Some(finished.max(r.consumer_end.unwrap_or(finished)));
+            r.consumer_end = Some(end);
             r.push(Span {
                 track: Track::Consumer,
                 name: "consumer",
                 frame,
                 start,
-                dur: finished.saturating_duration_since(start),
+                dur: end - start,
                 busy: measured,
             });
         }
@@ -302,9 +305,11 @@ impl Trace {
     }
 }
 
-/// Microseconds from `origin` to `at` (0 for an instant before it).
-fn micros(origin: Instant, at: Instant) -> f64 {
-    at.saturating_duration_since(origin).as_secs_f64() * 1e6
+/// `d` in microseconds, from whole nanoseconds (so that a span's `ts +
+/// dur` and the next span's `ts` agree to the nanosecond in a viewer).
+fn micros(d: Duration) -> f64 {
+    // Exact below 2^53 ns (104 days).
+    d.as_nanos() as f64 / 1000.0
 }
 
 impl Recorder {
@@ -339,18 +344,20 @@ impl Recorder {
                 Track::Checker => "checker",
             },
             ph: "X",
-            ts: micros(self.origin, s.start),
-            dur: Some(s.dur.as_secs_f64() * 1e6),
+            ts: micros(s.start.saturating_duration_since(self.origin)),
+            dur: Some(micros(s.dur)),
             pid,
             tid: s.track.tid(),
             args: EventArgs::Frame {
                 frame: s.frame,
-                busy_us: s.busy.map(|b| b.as_secs_f64() * 1e6),
+                busy_us: s.busy.map(micros),
             },
         }));
         TraceFile {
             trace_events: events,
-            display_time_unit: "ms",
+            // Nanosecond precision in Catapult's viewer (it rounds to its
+            // display unit when it nests spans).
+            display_time_unit: "ns",
             other_data: OtherData {
                 tool: "tegra-interop pipeline --trace",
                 backend: backend.to_owned(),
