@@ -400,8 +400,9 @@ pub struct Args {
     /// created before the run and written at its end (one-process mode only)
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// How many frames --trace records, the first ones (1..=1000000; the
-    /// file says how many were left out; about 0.5 KiB of memory a frame)
+    /// How many frames --trace records, the first ones (1..=1000000, default
+    /// 10000; the
+    /// file says how many were left out; under 1 KiB of memory a frame)
     #[arg(long, value_name = "N", value_parser = frames_arg)]
     trace_frames: Option<u64>,
 }

@@ -32,9 +32,10 @@
 //! a small ring) is simply absent.
 //!
 //! Memory is bounded: only the first `--trace-frames` frames are recorded
-//! (at most [`SPANS_PER_FRAME`] spans each, allocated once when the trace
-//! is opened); `otherData.frames_left_out` says how many were not. When no
-//! trace is asked for, [`Trace::off`] records nothing and allocates nothing.
+//! (at most [`SPANS_PER_FRAME`] spans each, under 1 KiB a frame, allocated
+//! once when the trace is opened; the file is serialized from them);
+//! `otherData.frames_left_out` says how many were not. When no trace is
+//! asked for, [`Trace::off`] records nothing and allocates nothing.
 //! The file is created before the run starts (so a bad path is an error
 //! before any frame) and written once at its end.
 
@@ -285,23 +286,46 @@ impl Trace {
     }
 
     /// Writes the file (nothing when off): `backend` names the run's
-    /// transport, `frames` how many frames it ran.
+    /// transport, `frames` how many frames it ran. The events are
+    /// serialized straight from the recorded spans (no second copy).
     pub fn finish(self, backend: &str, frames: u64) -> Result<(), TraceError> {
-        let Some(mut r) = self.0 else {
+        let Some(r) = self.0 else {
             return Ok(());
         };
-        let traced = r.limit.min(frames);
-        let file = r.to_file(backend, frames, traced);
-        let written = serde_json::to_writer(&mut r.out, &file).and_then(|()| {
-            r.out
-                .write_all(b"\n")
-                .and_then(|()| r.out.flush())
+        let Recorder {
+            path,
+            mut out,
+            origin,
+            limit,
+            spans,
+            ..
+        } = r;
+        let traced = limit.min(frames);
+        let file = TraceFile {
+            trace_events: Events {
+                spans: &spans,
+                origin,
+                pid: std::process::id(),
+                backend,
+            },
+            // Nanosecond precision in Catapult's viewer (it rounds to its
+            // display unit when it nests spans).
+            display_time_unit: "ns",
+            other_data: OtherData {
+                tool: "tegra-interop pipeline --trace",
+                backend,
+                frames,
+                frames_traced: traced,
+                frames_left_out: frames - traced,
+                clock: "std::time::Instant (the report's clock), microseconds since the trace file was opened",
+            },
+        };
+        let written = serde_json::to_writer(&mut out, &file).and_then(|()| {
+            out.write_all(b"\n")
+                .and_then(|()| out.flush())
                 .map_err(serde_json::Error::io)
         });
-        written.map_err(|source| TraceError::Write {
-            path: r.path.clone(),
-            source,
-        })
+        written.map_err(|source| TraceError::Write { path, source })
     }
 }
 
@@ -312,61 +336,63 @@ fn micros(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1000.0
 }
 
-impl Recorder {
-    fn to_file(&self, backend: &str, frames: u64, traced: u64) -> TraceFile<'static> {
-        let pid = std::process::id();
-        let mut events = Vec::with_capacity(self.spans.len() + 1 + 2 * Track::ALL.len());
-        events.push(Event::meta(
+/// The `traceEvents` array: the process's and tracks' names, then one
+/// complete event per span.
+struct Events<'a> {
+    spans: &'a [Span],
+    origin: Instant,
+    pid: u32,
+    backend: &'a str,
+}
+
+impl Serialize for Events<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        let pid = self.pid;
+        let mut seq =
+            serializer.serialize_seq(Some(1 + 2 * Track::ALL.len() + self.spans.len()))?;
+        let process = format!("pipeline --backend {}", self.backend);
+        seq.serialize_element(&Event::meta(
             "process_name",
             pid,
             0,
-            MetaArgs::Name(format!("pipeline --backend {backend}")),
-        ));
+            MetaArgs::Name(&process),
+        ))?;
         for track in Track::ALL {
-            events.push(Event::meta(
+            let tid = track.tid();
+            seq.serialize_element(&Event::meta(
                 "thread_name",
                 pid,
-                track.tid(),
-                MetaArgs::Name(track.name().to_owned()),
-            ));
-            events.push(Event::meta(
+                tid,
+                MetaArgs::Name(track.name()),
+            ))?;
+            seq.serialize_element(&Event::meta(
                 "thread_sort_index",
                 pid,
-                track.tid(),
-                MetaArgs::SortIndex(track.tid()),
-            ));
+                tid,
+                MetaArgs::SortIndex(tid),
+            ))?;
         }
-        events.extend(self.spans.iter().map(|s| Event {
-            name: s.name,
-            cat: match s.track {
-                Track::Producer => "producer",
-                Track::Consumer => "consumer",
-                Track::Checker => "checker",
-            },
-            ph: "X",
-            ts: micros(s.start.saturating_duration_since(self.origin)),
-            dur: Some(micros(s.dur)),
-            pid,
-            tid: s.track.tid(),
-            args: EventArgs::Frame {
-                frame: s.frame,
-                busy_us: s.busy.map(micros),
-            },
-        }));
-        TraceFile {
-            trace_events: events,
-            // Nanosecond precision in Catapult's viewer (it rounds to its
-            // display unit when it nests spans).
-            display_time_unit: "ns",
-            other_data: OtherData {
-                tool: "tegra-interop pipeline --trace",
-                backend: backend.to_owned(),
-                frames,
-                frames_traced: traced,
-                frames_left_out: frames - traced,
-                clock: "std::time::Instant (the report's clock), microseconds since the trace file was opened",
-            },
+        for s in self.spans {
+            seq.serialize_element(&Event {
+                name: s.name,
+                cat: match s.track {
+                    Track::Producer => "producer",
+                    Track::Consumer => "consumer",
+                    Track::Checker => "checker",
+                },
+                ph: "X",
+                ts: micros(s.start.saturating_duration_since(self.origin)),
+                dur: Some(micros(s.dur)),
+                pid,
+                tid: s.track.tid(),
+                args: EventArgs::Frame {
+                    frame: s.frame,
+                    busy_us: s.busy.map(micros),
+                },
+            })?;
         }
+        seq.end()
     }
 }
 
@@ -374,18 +400,18 @@ impl Recorder {
 #[derive(Serialize)]
 struct TraceFile<'a> {
     #[serde(rename = "traceEvents")]
-    trace_events: Vec<Event<'a>>,
+    trace_events: Events<'a>,
     #[serde(rename = "displayTimeUnit")]
     display_time_unit: &'static str,
     #[serde(rename = "otherData")]
-    other_data: OtherData,
+    other_data: OtherData<'a>,
 }
 
 /// `otherData`: what the file holds.
 #[derive(Serialize)]
-struct OtherData {
+struct OtherData<'a> {
     tool: &'static str,
-    backend: String,
+    backend: &'a str,
     frames: u64,
     frames_traced: u64,
     frames_left_out: u64,
@@ -403,11 +429,11 @@ struct Event<'a> {
     dur: Option<f64>,
     pid: u32,
     tid: u32,
-    args: EventArgs,
+    args: EventArgs<'a>,
 }
 
-impl Event<'static> {
-    fn meta(name: &'static str, pid: u32, tid: u32, args: MetaArgs) -> Self {
+impl<'a> Event<'a> {
+    fn meta(name: &'static str, pid: u32, tid: u32, args: MetaArgs<'a>) -> Self {
         Event {
             name,
             cat: "__metadata",
@@ -424,20 +450,20 @@ impl Event<'static> {
 /// An event's `args`.
 #[derive(Serialize)]
 #[serde(untagged)]
-enum EventArgs {
+enum EventArgs<'a> {
     Frame {
         frame: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
         busy_us: Option<f64>,
     },
-    Meta(MetaArgs),
+    Meta(MetaArgs<'a>),
 }
 
 /// A metadata event's `args`.
 #[derive(Serialize)]
-enum MetaArgs {
+enum MetaArgs<'a> {
     #[serde(rename = "name")]
-    Name(String),
+    Name(&'a str),
     #[serde(rename = "sort_index")]
     SortIndex(u32),
 }
@@ -515,6 +541,13 @@ mod tests {
         assert!(names
             .iter()
             .any(|(t, n)| *t == 2 && n.starts_with("consumer")));
+    }
+
+    /// `--help` and the README say a traced frame costs under 1 KiB.
+    #[test]
+    fn a_traced_frame_reserves_under_one_kib() {
+        let per_frame = std::mem::size_of::<Span>() * SPANS_PER_FRAME;
+        assert!(per_frame <= 1024, "{per_frame} bytes a frame");
     }
 
     #[test]
