@@ -401,8 +401,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// How many frames --trace records, the first ones (1..=1000000, default
-    /// 10000; the
-    /// file says how many were left out; under 1 KiB of memory a frame)
+    /// 10000; the file says how many were left out; under 1 KiB of memory a
+    /// frame)
     #[arg(long, value_name = "N", value_parser = frames_arg)]
     trace_frames: Option<u64>,
 }
@@ -790,6 +790,8 @@ mod tests {
             "--endpoints",
             "--nvsciipc-config",
             "--frame-threads",
+            "--trace <FILE>",
+            "--trace-frames <N>",
             "TEGRA_INTEROP_FRAME_THREADS",
             "TEGRA_INTEROP_EGL_POOL",
             "Exit status",
