@@ -381,15 +381,31 @@ fn an_open_trace_allocates_once_and_keeps_only_its_frames() {
 }
 
 /// The discrete-GPU transport, zero-copy and `--copy` (needs an NVIDIA GPU
-/// with Vulkan; run on the GPU machine).
+/// with Vulkan; run on the GPU machine with `--include-ignored`). Through
+/// the library's `app::run`, so that the test binary alone is enough there.
 #[cfg(feature = "vulkan")]
 #[test]
 #[ignore = "needs an NVIDIA GPU with Vulkan"]
 fn gpu_trace_has_every_frames_stages_in_order() {
-    for extra in [&[][..], &["--copy"][..]] {
-        let t = traced_run("gpu", "gpu", 200, extra);
+    use tegra_interop_pipeline::app::cli::{BackendChoice, Options};
+    for copy in [false, true] {
+        let path = temp(if copy { "gpu-copy" } else { "gpu" });
+        let opts = Options {
+            frames: 200,
+            backend: BackendChoice::Gpu,
+            copy,
+            quiet: true,
+            trace: Some(path.clone()),
+            ..Options::default()
+        };
+        let report = tegra_interop_pipeline::app::run(&opts).unwrap();
+        assert!(report.passed(), "copy {copy}");
+        let t: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
         let spans = spans_of(&t);
         assert_frames_in_order(&spans, 200);
         assert_eq!(t["otherData"]["frames_left_out"], 0);
+        let backend = tegra_interop_pipeline::transport::gpu::BACKEND_NAME;
+        assert_eq!(t["otherData"]["backend"], backend);
     }
 }
