@@ -233,6 +233,10 @@ fn sim_trace_has_every_frames_stages_in_order() {
     assert_eq!(t["otherData"]["frames_traced"], 24);
     assert_eq!(t["otherData"]["frames_left_out"], 0);
     assert_eq!(t["otherData"]["backend"], "nvsci-sim");
+    // Perfetto reads `displayTimeUnit` as the unit of `ts` (the format
+    // says it is a display option): the file leaves it out, `ts` is in
+    // microseconds as the format says.
+    assert!(t.get("displayTimeUnit").is_none(), "{}", t["displayTimeUnit"]);
 }
 
 #[test]

@@ -90,10 +90,21 @@ def main():
     work = tempfile.mkdtemp(prefix="trace-png-")
     chromium = None
     try:
+        # Catapult compares times to the microsecond unless the file asks for
+        # nanoseconds; the pipeline's file leaves that display option out
+        # (Perfetto reads it as the unit of `ts`), so it is added to a copy.
+        with open(a.trace) as f:
+            trace = json.load(f)
+        trace["displayTimeUnit"] = "ns"
+        copy = os.path.join(work, os.path.basename(a.trace))
+        with open(copy, "w") as f:
+            json.dump(trace, f)
         html = os.path.join(work, "trace.html")
         trace2html = os.path.join(a.catapult, "tracing", "bin", "trace2html")
-        subprocess.run([sys.executable, trace2html, a.trace, "--output", html],
-                       check=True, stdout=subprocess.DEVNULL)
+        # From the folder of the copy, so that the page's title names the
+        # trace file only.
+        subprocess.run([sys.executable, os.path.abspath(trace2html), os.path.basename(copy),
+                        "--output", html], check=True, stdout=subprocess.DEVNULL, cwd=work)
 
         profile = os.path.join(work, "profile")
         chromium = subprocess.Popen(

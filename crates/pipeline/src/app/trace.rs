@@ -28,8 +28,9 @@
 //! signalled ready, not before the previous frame's span ended, lasting its
 //! measured busy time; where that would end after the host saw the frame
 //! finished, it is cut there and `args.busy_us` keeps the measured time.
-//! A stage that a transport does not have (a zero-length wait, no lend on
-//! a small ring) is simply absent.
+//! A stage that a transport does not have (no lend on a small ring, no
+//! copy without `--copy`) is simply absent, and so is a wait shorter than
+//! [`MIN_WAIT`].
 //!
 //! Memory is bounded: only the first `--trace-frames` frames are recorded
 //! (at most [`SPANS_PER_FRAME`] spans each, under 1 KiB a frame, allocated
@@ -52,6 +53,12 @@ use crate::{ring::InFlight, transport::Completion};
 
 /// Frames traced when `--trace-frames` is not given.
 pub const DEFAULT_TRACE_FRAMES: u64 = 10_000;
+
+/// The shortest producer wait recorded. Shorter ones are not waits a
+/// person looks for, and `chrome://tracing` (which compares times to the
+/// microsecond unless the file asks for nanoseconds, an option Perfetto
+/// reads differently) would draw them nested in their neighbours.
+pub const MIN_WAIT: Duration = Duration::from_micros(1);
 
 /// Most spans one frame may have (every stage of the table in the module
 /// docs once, and a second producer-side check).
@@ -225,14 +232,17 @@ impl Trace {
     }
 
     /// The producer's waits before `frame` (name, nanoseconds), one after
-    /// the other from `start` (the loop's laps).
+    /// the other from `start` (the loop's laps); a wait under
+    /// [`MIN_WAIT`] is left out.
     #[inline]
     pub fn producer_waits(&mut self, frame: u64, start: Instant, waits: [(&'static str, u64); 3]) {
         if self.is_on() {
             let mut at = start;
             for (name, ns) in waits {
                 let dur = Duration::from_nanos(ns);
-                self.span(Track::Producer, name, frame, at, dur);
+                if dur >= MIN_WAIT {
+                    self.span(Track::Producer, name, frame, at, dur);
+                }
                 at += dur;
             }
         }
@@ -308,9 +318,6 @@ impl Trace {
                 pid: std::process::id(),
                 backend,
             },
-            // Nanosecond precision in Catapult's viewer (it rounds to its
-            // display unit when it nests spans).
-            display_time_unit: "ns",
             other_data: OtherData {
                 tool: "tegra-interop pipeline --trace",
                 backend,
@@ -401,8 +408,6 @@ impl Serialize for Events<'_> {
 struct TraceFile<'a> {
     #[serde(rename = "traceEvents")]
     trace_events: Events<'a>,
-    #[serde(rename = "displayTimeUnit")]
-    display_time_unit: &'static str,
     #[serde(rename = "otherData")]
     other_data: OtherData<'a>,
 }
@@ -500,6 +505,16 @@ mod tests {
             t.span(Track::Producer, "camera", f, now, Duration::from_micros(3));
             // An empty span is not recorded.
             t.span(Track::Producer, "lend wait", f, now, Duration::ZERO);
+            // A wait under a microsecond is not recorded; a longer one is.
+            t.producer_waits(
+                f,
+                now,
+                [
+                    ("collect wait", 999),
+                    ("lend wait", 1_000),
+                    ("checker wait", 0),
+                ],
+            );
         }
         t.finish("sim", 5).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -510,8 +525,9 @@ mod tests {
             .iter()
             .filter(|e| e["ph"] == "X")
             .collect();
-        assert_eq!(spans.len(), 2);
-        assert_eq!(spans[1]["args"]["frame"], 1);
+        assert_eq!(spans.len(), 4);
+        assert_eq!(spans[2]["args"]["frame"], 1);
+        assert_eq!(spans[1]["name"], "lend wait");
         assert_eq!(v["otherData"]["frames_left_out"], 3);
         assert_eq!(v["otherData"]["frames_traced"], 2);
     }
