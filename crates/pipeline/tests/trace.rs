@@ -236,7 +236,11 @@ fn sim_trace_has_every_frames_stages_in_order() {
     // Perfetto reads `displayTimeUnit` as the unit of `ts` (the format
     // says it is a display option): the file leaves it out, `ts` is in
     // microseconds as the format says.
-    assert!(t.get("displayTimeUnit").is_none(), "{}", t["displayTimeUnit"]);
+    assert!(
+        t.get("displayTimeUnit").is_none(),
+        "{}",
+        t["displayTimeUnit"]
+    );
 }
 
 #[test]
