@@ -33,6 +33,7 @@
 //! `// SAFETY:` line.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
+pub mod bench;
 pub mod egl;
 pub mod kernel;
 pub mod shared;
