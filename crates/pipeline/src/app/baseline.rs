@@ -3,7 +3,7 @@
 //! two measures what the interop costs.
 //!
 //! A ring of `slots` pinned, device-mapped host buffers
-//! ([`PinnedHostBuffer`]: `cuMemHostAlloc` with `DEVICEMAP | PORTABLE`), one
+//! ([`PinnedHostBuffer`](tegra_interop::driver::PinnedHostBuffer): `cuMemHostAlloc` with `DEVICEMAP | PORTABLE`), one
 //! CUDA stream, one event per slot, all through the driver's function
 //! table (so it also runs on the simulator, [`run_in`]). One
 //! host thread, per frame: waits for the slot's event (the slot's previous

@@ -1,6 +1,6 @@
 //! The two CUDA ends of an `EGLStreamKHR` and what they need kept alive:
 //! [`OwnedEglStream`] (a stream and its owner, no end connected) and
-//! [`EglStreamEnds`] (the consumer and producer connected to it, and the
+//! `EglStreamEnds` (the consumer and producer connected to it, and the
 //! producer's device buffers), torn down in the order the driver needs:
 //! both ends disconnect before the stream is destroyed, and the buffers
 //! the producer presented stay allocated until the producer disconnected.
@@ -45,7 +45,7 @@ impl std::fmt::Debug for OwnedEglStream {
 
 impl OwnedEglStream {
     /// The simulator's stream (connected only in a context of the
-    /// simulator: [`EglStreamEnds::connect`] refuses the real driver).
+    /// simulator: connecting it in a context of the real driver is refused).
     pub fn simulated(stream: tegra_interop_sim::egl::SimEglStream) -> OwnedEglStream {
         OwnedEglStream {
             raw: stream.as_raw(),

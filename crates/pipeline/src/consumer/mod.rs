@@ -26,11 +26,12 @@
 //! machine again. The Jetson path (NvSci on Tegra) has never run on a
 //! Jetson.
 //!
-//! This is the module meant to hold the pipeline's `unsafe` code (the
-//! crate root lists the others that still have some): the kernel launches
-//! and the queued copies (see [`Consumer`] for the rules that make them
-//! sound) and the host views of shared frames ([`shared`]), each with its
-//! `// SAFETY:` line.
+//! This is the one module of the pipeline with `unsafe` code, each block
+//! with its `// SAFETY:` line: the kernel launches and the queued copies
+//! (see [`Consumer`] for the rules that make them sound, and [`bench`](mod@bench) for
+//! the plain-CUDA baseline's), the host views of shared frames and lent
+//! frames ([`shared`]) and the EGLStream's CUDA ends ([`egl`]). Each keeps
+//! the driver's promise inside a safe API.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
 pub mod bench;

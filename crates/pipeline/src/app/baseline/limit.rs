@@ -8,7 +8,7 @@
 //!   (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync` from device-mapped pinned
 //!   host memory), each alone, then both directions at once on two streams
 //!   (the per-frame time of each while the other runs);
-//! - the consumer's check-and-invert kernel ([`consumer::KERNEL_SOURCE`],
+//! - the consumer's check-and-invert kernel ([`consumer::KERNEL_SOURCE`](crate::consumer::KERNEL_SOURCE),
 //!   compiled with NVRTC through the driver) over mapped pinned host memory
 //!   (zero-copy: the kernel reads and writes over PCIe) and over device
 //!   memory, each on a frame holding the pattern it expects (no
