@@ -1004,6 +1004,52 @@ mod tests {
     }
 
     #[test]
+    fn a_lent_frame_is_waited_for_before_its_slot_is_rewritten_and_a_stale_one_refused() {
+        with(2, Fault::None, |t, ring| {
+            produce(t, ring);
+            ring.drain(t, |_, _| Ok(())).unwrap();
+            let p = ring.peek(0).unwrap();
+            // Lent straight from the transport: the ring does not hold the
+            // slot back, the transport must.
+            let lent = t.lend(&p).unwrap().unwrap();
+            let dropped = std::sync::atomic::AtomicBool::new(false);
+            let next = std::thread::scope(|scope| {
+                let reader = scope.spawn(|| {
+                    for _ in 0..10 {
+                        let processed = TestPattern::new(0, G.stride);
+                        assert_eq!(processed.first_mismatch(lent.bytes(), 0xff), None);
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    dropped.store(true, std::sync::atomic::Ordering::SeqCst);
+                    drop(lent);
+                });
+                produce(t, ring); // frame 1, slot 1
+                let next = ring.acquire().unwrap(); // frame 2, slot 0
+                let bytes = t.wait_free(&next).unwrap();
+                assert!(
+                    dropped.load(std::sync::atomic::Ordering::SeqCst),
+                    "slot 0 handed out for writing while its frame was lent"
+                );
+                TestPattern::new(2, G.stride).fill(bytes);
+                reader.join().unwrap();
+                t.signal_ready(&next).unwrap();
+                ring.release(&next, Instant::now(), 0).unwrap();
+                next
+            });
+            // Slot 0 moved on to frame 2: frame 0's peek is refused.
+            let e = t.lend(&p).unwrap_err();
+            assert!(e.to_string().contains("moved on"), "{e}");
+            t.queue_consumer(&next).unwrap();
+            ring.submit(&next).unwrap();
+            ring.drain(t, |c, _| {
+                assert_eq!(c.mismatches, 0);
+                Ok(())
+            })
+            .unwrap();
+        });
+    }
+
+    #[test]
     fn a_consumer_queued_before_the_ready_signal_is_refused_not_queued() {
         with(1, Fault::None, |t, ring| {
             let ticket = ring.acquire().unwrap();
