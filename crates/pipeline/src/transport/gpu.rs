@@ -133,12 +133,12 @@
 //! allocation. With the queue batches the pipeline verifies every frame, in
 //! both modes; the old behaviour is kept as a diagnosis control
 //! ([`Handover::HostOnly`], `TEGRA_INTEROP_GPU_HANDOVER=host-only`) and still
-//! fails the same way. BENCHMARKS.md ("the discrete-GPU pipeline") has the
+//! fails the same way. BENCHMARKS-history.md ("The discrete-GPU pipeline, verified") has the
 //! runs and figures.
 //!
 //! # What a handover costs here
 //!
-//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS.md
+//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS-history.md
 //! "Session 4" on the H200 and "Session 6" on an H100): a CUDA stream
 //! passes its wait about 300-314 us after a Vulkan submission to the
 //! graphics + compute family (or the compute-only one), and no sooner when
@@ -155,7 +155,7 @@
 //!
 //! The handover batches go to a queue of a transfer-only family where the
 //! device has one (on NVIDIA, family 1: the copy engines), else to the first
-//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS.md
+//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS-history.md
 //! "Session 6"): after a submission to the first family (graphics + compute)
 //! or to the compute-only family, the next CUDA work ran ~300-314 us later,
 //! the two contexts taking turns on the graphics/compute engine; after a
@@ -188,7 +188,7 @@
 //! driver's owned handles, one `cuLaunchKernel` per kernel with no
 //! per-launch events (with cudarc's builder and its per-slice events the
 //! launch path measured 73-80 us per frame against 60-64 us for a raw
-//! `cuLaunchKernel`; BENCHMARKS.md, "cudarc's launch builder on the
+//! `cuLaunchKernel`; BENCHMARKS-history.md, "cudarc's launch builder on the
 //! imported memory"). This module adds the fences: the entry stream waits
 //! for *ready*, the exit stream signals *free*.
 //!
@@ -297,7 +297,7 @@ pub enum Handover {
     /// here. (Measured and dropped, 2026-11-24: letting the host wait for
     /// the release batch and then signal *ready* itself, correct by the same
     /// rules, was slower: any Vulkan queue work delays the CUDA stream by
-    /// about 320 us on the H200, whoever signals; see BENCHMARKS.md.)
+    /// about 320 us on the H200, whoever signals; see BENCHMARKS-history.md, "Session 4".)
     Queue,
     /// Host-side semaphore operations only (`vkSignalSemaphore` for *ready*,
     /// `vkWaitSemaphores` for *free*): the first design, which read stale

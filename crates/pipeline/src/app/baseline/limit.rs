@@ -613,6 +613,8 @@ impl ModeRow {
 pub struct Comparison {
     /// Version of this layout (1).
     pub schema_version: u32,
+    /// The GPU's name as the driver reports it (device 0; `None`: not known).
+    pub device: Option<String>,
     /// Bytes per line.
     pub stride: usize,
     /// Lines per frame.
@@ -918,6 +920,7 @@ pub(crate) mod tests {
         }
         let c = Comparison {
             schema_version: 1,
+            device: Some("NVIDIA H100 80GB HBM3".into()),
             stride: g.stride,
             rows: g.rows,
             ring: 4,
@@ -928,6 +931,7 @@ pub(crate) mod tests {
         };
         let json: serde_json::Value = serde_json::to_value(&c).unwrap();
         assert_eq!(json["schema_version"], 1);
+        assert_eq!(json["device"], "NVIDIA H100 80GB HBM3");
         for key in [
             "copy_h2d_us",
             "copy_d2h_us",
