@@ -282,7 +282,8 @@ impl VulkanFrame {
         let (ptr, len) = {
             // SAFETY: the slice only tells the mapping's address and length;
             // it is gone at the end of this block, before anything reads or
-            // writes through it.
+            // writes through it (the transport makes the frame at set-up,
+            // before any GPU work over the memory is queued).
             let bytes = unsafe { memory.host_bytes_mut() }?;
             (NonNull::from(&mut *bytes).cast(), bytes.len())
         };
