@@ -17,6 +17,7 @@ mod cross;
 mod glibc;
 mod lists;
 mod util;
+mod versions;
 
 use std::process::ExitCode;
 

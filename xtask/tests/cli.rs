@@ -87,9 +87,14 @@ fn repo() -> PathBuf {
 /// Copies the committed generated files into a fresh directory.
 fn copy_of_generated(name: &str) -> PathBuf {
     let dir = temp_dir(name);
-    for file in ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs"] {
+    for file in ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs", "versions.rs"] {
         std::fs::copy(repo().join("crates/sys/src").join(file), dir.join(file)).unwrap();
     }
+    std::fs::copy(
+        repo().join("crates/sys/CUDA_VERSIONS.md"),
+        dir.join("CUDA_VERSIONS.md"),
+    )
+    .unwrap();
     dir
 }
 
