@@ -19,6 +19,7 @@ mod glibc;
 mod lists;
 mod publish;
 mod util;
+mod versions;
 
 use std::process::ExitCode;
 
