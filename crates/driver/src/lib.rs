@@ -71,6 +71,7 @@
 
 pub mod backend;
 pub mod buffer;
+pub mod compat;
 pub mod context;
 #[cfg(feature = "cudarc")]
 pub mod cudarc_slice;
@@ -94,6 +95,7 @@ pub mod table;
 
 pub use backend::{Backend, BackendKind};
 pub use buffer::{DeviceBuffer, DeviceMemory, PinnedHostBuffer};
+pub use compat::MissingEntry;
 pub use context::Context;
 pub use device::Device;
 pub use error::{ContextId, Error, ImportError};

@@ -21,18 +21,21 @@
 //! same code runs on a GPU and on the simulator, where the kernels are their
 //! Rust twins ([`twin::register`]). On a GPU the kernels, launches and
 //! events of this design ran on an H100 and the H200 before they moved onto
-//! the seam (BENCHMARKS.md, sessions 6 to 9, through cudarc); the seam's
+//! the seam (BENCHMARKS-history.md, sessions 6 to 9, through cudarc); the seam's
 //! version is verified on the simulator here and must be run on the GPU
 //! machine again. The Jetson path (NvSci on Tegra) has never run on a
 //! Jetson.
 //!
-//! This is the module meant to hold the pipeline's `unsafe` code (the
-//! crate root lists the others that still have some): the kernel launches
-//! and the queued copies (see [`Consumer`] for the rules that make them
-//! sound) and the host views of shared frames ([`shared`]), each with its
-//! `// SAFETY:` line.
+//! This is the one module of the pipeline with `unsafe` code, each block
+//! with its `// SAFETY:` line: the kernel launches and the queued copies
+//! (see [`Consumer`] for the rules that make them sound, and [`bench`](mod@bench) for
+//! the plain-CUDA baseline's), the host views of shared frames and lent
+//! frames ([`shared`]) and the EGLStream's CUDA ends ([`egl`]). Each keeps
+//! the driver's promise inside a safe API.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
+pub mod bench;
+pub mod egl;
 pub mod kernel;
 pub mod shared;
 pub mod twin;
@@ -48,6 +51,8 @@ use tegra_interop::driver::{
     Backend, Context, DeviceBuffer, DevicePtr, Event, EventFlags, MappedBuffer, Nvrtc,
     PinnedHostBuffer, Stream,
 };
+
+use shared::{HostFrame, Lendable};
 
 use crate::transport::{
     Completion, DriverError, DriverResultExt, FrameGeometry, PeekedFrame, TransportError,
@@ -142,7 +147,7 @@ struct Slot {
     /// Its device-local copy ([`Work::DeviceCopy`]).
     device: Option<DeviceBuffer>,
     /// Its host copy ([`Work::ReadBack`]).
-    host: Option<PinnedHostBuffer>,
+    host: Option<Lendable<HostFrame>>,
     arrive: Event,
     start: Event,
     kernel_start: Event,
@@ -325,9 +330,9 @@ impl Consumer {
             let mut slot = Slot::new(ctx)?;
             match config.work {
                 Work::ReadBack => {
-                    slot.host = Some(
+                    slot.host = Some(Lendable::new(HostFrame::new(
                         PinnedHostBuffer::new(ctx, len).during("allocating a host frame buffer")?,
-                    );
+                    )));
                 }
                 Work::InPlace | Work::DeviceCopy(_) => {
                     let frame = frames
@@ -532,6 +537,11 @@ impl Consumer {
                 "this consumer was not made for acquired frames (Work::ReadBack)",
             ));
         };
+        // The read-back below writes the host frame: not while a lent frame
+        // of it is read. None is lent again before the frame is collected
+        // (`lend_host_frame` refuses a slot in flight).
+        host.wait_returned(slot)?;
+        let host = host.get().pinned();
         let g = self.config.geometry;
         let ptr = {
             let f = acquired.frame().during("reading the acquired frame")?;
@@ -775,8 +785,8 @@ impl Consumer {
     /// flight (`&mut self`: no thread queues meanwhile).
     pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
         self.check_idle(slot)?;
-        match &mut self.res.slots[slot].host {
-            Some(h) => Ok(h.as_slice()),
+        match &self.res.slots[slot].host {
+            Some(h) => Ok(h.get().bytes()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
     }
@@ -786,7 +796,7 @@ impl Consumer {
     pub fn host_frame_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         self.check_idle(slot)?;
         match &mut self.res.slots[slot].host {
-            Some(h) => Ok(h.as_mut_slice()),
+            Some(h) => Ok(h.get_mut(slot)?.bytes_mut()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
     }
@@ -795,14 +805,14 @@ impl Consumer {
     /// next ticket: the collected frame's read-back, for the producer's
     /// check on another thread. Refused while in flight.
     pub fn lend_host_frame(&mut self, slot: usize) -> Result<PeekedFrame, TransportError> {
-        let bytes = self.host_frame(slot)?;
-        // SAFETY: the slot's pinned buffer stays at this address until the
-        // consumer is dropped (or leaked with it); the frame was collected,
-        // so its read-back is done, and nothing writes the buffer before the
-        // slot's next ticket (the producer after `wait_free` for that
-        // ticket, the next read-back only after it was queued), which the
-        // ring refuses while the frame is lent.
-        Ok(unsafe { PeekedFrame::new(std::ptr::NonNull::from(bytes).cast(), bytes.len()) })
+        self.check_idle(slot)?;
+        // The lent frame shares the slot's host frame: the read-back of the
+        // slot's next frame (`queue_acquired`) and the host's writes
+        // (`host_frame_mut`) wait for it to be dropped.
+        match &self.res.slots[slot].host {
+            Some(h) => h.lend(self.config.geometry.frame_len()),
+            None => Err(TransportError::misuse("this consumer has no host frames")),
+        }
     }
 
     /// Waits for everything queued on the consumer's streams (frames not

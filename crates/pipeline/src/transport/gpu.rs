@@ -133,12 +133,12 @@
 //! allocation. With the queue batches the pipeline verifies every frame, in
 //! both modes; the old behaviour is kept as a diagnosis control
 //! ([`Handover::HostOnly`], `TEGRA_INTEROP_GPU_HANDOVER=host-only`) and still
-//! fails the same way. BENCHMARKS.md ("the discrete-GPU pipeline") has the
+//! fails the same way. BENCHMARKS-history.md ("The discrete-GPU pipeline, verified") has the
 //! runs and figures.
 //!
 //! # What a handover costs here
 //!
-//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS.md
+//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS-history.md
 //! "Session 4" on the H200 and "Session 6" on an H100): a CUDA stream
 //! passes its wait about 300-314 us after a Vulkan submission to the
 //! graphics + compute family (or the compute-only one), and no sooner when
@@ -155,7 +155,7 @@
 //!
 //! The handover batches go to a queue of a transfer-only family where the
 //! device has one (on NVIDIA, family 1: the copy engines), else to the first
-//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS.md
+//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS-history.md
 //! "Session 6"): after a submission to the first family (graphics + compute)
 //! or to the compute-only family, the next CUDA work ran ~300-314 us later,
 //! the two contexts taking turns on the graphics/compute engine; after a
@@ -188,17 +188,14 @@
 //! driver's owned handles, one `cuLaunchKernel` per kernel with no
 //! per-launch events (with cudarc's builder and its per-slice events the
 //! launch path measured 73-80 us per frame against 60-64 us for a raw
-//! `cuLaunchKernel`; BENCHMARKS.md, "cudarc's launch builder on the
+//! `cuLaunchKernel`; BENCHMARKS-history.md, "cudarc's launch builder on the
 //! imported memory"). This module adds the fences: the entry stream waits
 //! for *ready*, the exit stream signals *free*.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
-
 use std::collections::VecDeque;
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -217,6 +214,7 @@ use crate::transport::{
     Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
+use crate::consumer::shared::{Lendable, VulkanFrame};
 use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
 
 mod cuda;
@@ -299,7 +297,7 @@ pub enum Handover {
     /// here. (Measured and dropped, 2026-11-24: letting the host wait for
     /// the release batch and then signal *ready* itself, correct by the same
     /// rules, was slower: any Vulkan queue work delays the CUDA stream by
-    /// about 320 us on the H200, whoever signals; see BENCHMARKS.md.)
+    /// about 320 us on the H200, whoever signals; see BENCHMARKS-history.md, "Session 4".)
     Queue,
     /// Host-side semaphore operations only (`vkSignalSemaphore` for *ready*,
     /// `vkWaitSemaphores` for *free*): the first design, which read stale
@@ -474,7 +472,8 @@ fn open_exporter(
 struct Slot {
     /// The recorded host <-> CUDA handover batches of the slot's frame.
     handover: HostHandover,
-    frame: VulkanMemory,
+    /// The frame (lent frames share it).
+    frame: Lendable<VulkanFrame>,
     ready_vk: VulkanSemaphore,
     free_vk: VulkanSemaphore,
     /// Host-only: signalled by a batch submitted right after the slot's
@@ -610,9 +609,10 @@ fn make_slot(
     let handover = vk
         .host_handover(&frame)
         .map_err(|e| err("recording the frame handover batches")(&e))?;
+    let frame = VulkanFrame::new(frame).map_err(|e| err("mapping the frame buffer")(&e))?;
     let slot = Slot {
         handover,
-        frame,
+        frame: Lendable::new(frame),
         ready_vk,
         free_vk,
         reclaimed_vk,
@@ -867,7 +867,7 @@ impl GpuTransport {
         self.vk
             .acquire_for_host_ahead(
                 &s.handover,
-                &s.frame,
+                s.frame.memory(),
                 &[SemaphoreOp::timeline(&s.free_vk, free)],
                 &[SemaphoreOp::timeline(&s.reclaimed_vk, value)],
             )
@@ -986,7 +986,7 @@ impl GpuTransport {
                 self.reclaim_ahead(slot, want)?;
             }
         }
-        let s = &self.slots[slot];
+        let s = &mut self.slots[slot];
         let (pending_free, reclaimed) = s.reclaim_pending;
         let reached = match self.options.handover {
             Handover::Queue if want != 0 && pending_free == want => {
@@ -996,7 +996,7 @@ impl GpuTransport {
             Handover::Queue if !inline => return Ok(false),
             Handover::Queue => self.vk.acquire_for_host(
                 &s.handover,
-                &s.frame,
+                s.frame.memory(),
                 &[SemaphoreOp::timeline(&s.free_vk, want)],
                 FREE_WAIT,
             ),
@@ -1018,17 +1018,14 @@ impl GpuTransport {
         self.reach_free(slot, want, true).map(drop)
     }
 
-    /// The slot's frame bytes, for the host.
-    ///
-    /// # Safety
-    /// The slot's *free* fence must have reached the value the consumer
-    /// signals after its last access, with the device's writes visible to
-    /// the host, and no device access may start while the slice lives.
-    unsafe fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+    /// The slot's frame bytes, for the host: once its lent frame (if any)
+    /// was given back. Only after the slot's *free* fence reached the
+    /// value the consumer signals after its last access, with the device's
+    /// writes visible to the host (the protocol; the next device access
+    /// waits for the slot's ready signal, which needs `&mut self`).
+    fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         let len = self.geometry.frame_len();
-        // SAFETY: the caller's contract.
-        let bytes = unsafe { self.slots[slot].frame.host_bytes_mut() }
-            .map_err(|e| err("mapping the frame buffer")(&e))?;
+        let bytes = self.slots[slot].frame.bytes_mut(slot)?;
         bytes
             .get_mut(..len)
             .ok_or_else(|| TransportError::refused("the Vulkan allocation is smaller than a frame"))
@@ -1037,14 +1034,14 @@ impl GpuTransport {
     /// Submits `slot`'s release batch (or, as the diagnosis control, a host
     /// signal) that signals *ready* at `value`.
     fn submit_ready(&mut self, slot: usize, value: u64) -> Result<(), TransportError> {
-        let s = &self.slots[slot];
+        let s = &mut self.slots[slot];
         let vk_signal = err("Vulkan signal of the ready fence");
         match self.options.handover {
             Handover::Queue => self
                 .vk
                 .release_host_writes(
                     &s.handover,
-                    &s.frame,
+                    s.frame.memory(),
                     &[],
                     &[SemaphoreOp::timeline(&s.ready_vk, value)],
                 )
@@ -1101,12 +1098,12 @@ impl FrameTransport for GpuTransport {
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = self.check_slot(t)?;
         self.wait_slot(slot, t.free_wait())?;
-        // SAFETY: the slot's free fence reached the value the consumer
-        // signals after its last access to this memory (kernel, copies);
-        // the consumer's next access waits for this slot's ready fence,
-        // which only `signal_ready` signals, and that takes `&mut self`,
-        // so it cannot run while the returned slice is alive.
-        unsafe { self.host_frame(slot) }
+        // The slot's free fence reached the value the consumer signals
+        // after its last access to this memory (kernel, copies); the
+        // consumer's next access waits for this slot's ready fence, which
+        // only `signal_ready` signals, and that takes `&mut self`, so it
+        // cannot run while the returned slice is alive.
+        self.host_frame(slot)
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
@@ -1114,33 +1111,36 @@ impl FrameTransport for GpuTransport {
         if other >= self.slots.len() {
             return Ok(None);
         }
+        // A later frame of the slot was signalled ready: the device may be
+        // writing the slot, which no longer holds the peeked frame.
+        if self.slots[other].ready_track.last() > p.free_reached() {
+            return Err(TransportError::misuse(format!(
+                "lend of frame {} in slot {other}, which has moved on to a later frame",
+                p.frame()
+            )));
+        }
         // Only through the slot's acquire for exactly this value (submitted
         // ahead, or now where it is still owed): an inline acquire here would
         // be followed by the ahead one, taking the buffer back twice.
         if !self.reach_free(other, p.free_reached(), false)? {
             return Ok(None);
         }
-        // SAFETY: the free fence reached the value the consumer signals
-        // after its last access (and the acquire batch made its writes
-        // visible to the host); its next access waits for the slot's next
-        // ready signal. The slice lives only for this statement.
-        let read = unsafe { self.host_frame(other) }?;
-        let len = read.len();
-        // SAFETY: the slot's mapping is made once at allocation and stays at
-        // this address until the transport is dropped; its next write (by
-        // the producer, after `wait_free` for the slot's next ticket) and
-        // its next device access (after that ticket's ready signal) both
-        // come after the slot's next ticket, and no call of this transport
-        // for another ticket touches it (the acquire batches submitted ahead
-        // are for the slots written since).
-        Ok(Some(unsafe {
-            PeekedFrame::new(NonNull::from(read).cast(), len)
-        }))
+        // The free fence reached the value the consumer signals after its
+        // last access (and the acquire batch made its writes visible to the
+        // host). The lent frame shares the slot's memory (kept alive while
+        // it lives); the slot's next host write (`wait_free`) and its next
+        // device access (after `signal_ready`) wait for it to be dropped.
+        Ok(Some(
+            self.slots[other].frame.lend(self.geometry.frame_len())?,
+        ))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let entered = Instant::now();
         let slot = self.check_slot(t)?;
+        // The device reads and writes the slot once it is signalled ready:
+        // not while a lent frame of it is read.
+        self.slots[slot].frame.wait_returned(slot)?;
         let reservation = self.slots[slot]
             .ready_track
             .reserve(t.ready())
