@@ -5,12 +5,12 @@ The viewer is Catapult's trace viewer (the one behind chrome://tracing): its
 `trace2html` packs the trace and the viewer into one HTML file, which headless
 Chromium opens; the picture is taken once the viewer has imported the trace.
 
-Needs: python3, a Catapult checkout (github.com/catapult-project/catapult; only
-its `tracing/`, `third_party/polymer`, `third_party/beautifulsoup4`,
-`third_party/six`, `common/py_utils`, `common/py_vulcanize` and
-`third_party/html5lib-1.1`, `third_party/webencodings-0.5.1` are used),
-Chromium (Debian: `apt-get install chromium`) and the websocket-client package
-(`pip install websocket-client`) to drive Chromium's DevTools protocol.
+Needs: python3, a Catapult checkout (github.com/catapult-project/catapult; of it
+only tracing/{tracing,tracing_build,tracing_project.py,bin/trace2html,third_party},
+third_party/{polymer,six,beautifulsoup4-4.9.3,html5lib-1.1,webencodings-0.5.1}
+and common/{py_utils,py_vulcanize} are read), Chromium (Debian: `apt-get install
+chromium`) and the websocket-client package (`pip install websocket-client`)
+to drive Chromium's DevTools protocol. Nothing is fetched from the network.
 
     python3 crates/pipeline/tools/trace_png.py TRACE.json OUT.png \\
         --catapult /path/to/catapult [--frames FIRST LAST | --from-ms A --to-ms B]
