@@ -86,6 +86,7 @@ struct Cu {
     ev_sync: unsafe extern "C" fn(sys::CUevent) -> sys::CUresult,
     ev_elapsed: unsafe extern "C" fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult,
     mem_alloc: unsafe extern "C" fn(*mut sys::CUdeviceptr, usize) -> sys::CUresult,
+    host_dev_ptr: unsafe extern "C" fn(*mut sys::CUdeviceptr, *mut c_void, c_uint) -> sys::CUresult,
     register: Option<RegisterFn>,
     unregister: Option<UnregisterFn>,
     _lib: Library,
@@ -122,6 +123,11 @@ impl Cu {
                 sys::symbols::cuEventElapsedTime
             ),
             mem_alloc: load!(lib, PFN_cuMemAlloc, sys::symbols::cuMemAlloc),
+            host_dev_ptr: load!(
+                lib,
+                PFN_cuMemHostGetDevicePointer,
+                sys::symbols::cuMemHostGetDevicePointer
+            ),
             register,
             unregister,
             raw,
@@ -298,6 +304,15 @@ impl Cu {
             Some(f) => unsafe { f(p) }.0,
             None => u32::MAX,
         }
+    }
+
+    /// The device address of device-mapped host memory (pinned or registered with DEVICEMAP);
+    /// `None` where the driver refuses.
+    fn dev_ptr(&self, p: *mut c_void) -> Option<sys::CUdeviceptr> {
+        let mut d = 0;
+        // SAFETY: valid out pointer; `p` is live host memory.
+        let r = unsafe { (self.host_dev_ptr)(&mut d, p, 0) };
+        (r.0 == 0).then_some(d)
     }
 
     fn code_name(&self, code: u32) -> String {
@@ -868,6 +883,13 @@ fn main() {
     let pinned = cu.measure(&rig, End::Host(pin_in), End::Host(pin_out), rounds);
     table += &fig_rows("(a) pinned cuMemHostAlloc", &pinned, &pinned);
     report["a_pinned"] = fig_json(&pinned, &pinned);
+    // The same memory through its device address (cuMemcpyDtoDAsync, as the pipeline's
+    // `Stream::copy_async` copies): does the driver still take the host-copy path?
+    if let (Some(da), Some(db)) = (cu.dev_ptr(pin_in), cu.dev_ptr(pin_out)) {
+        let g = cu.measure(&rig, End::Dev(da), End::Dev(db), rounds);
+        table += &fig_rows("(a2) pinned via device address (DtoD)", &g, &pinned);
+        report["a_pinned_dtod"] = fig_json(&g, &pinned);
+    }
     let (w1, r1) = cpu_cost(pin_in.cast(), 1, 20);
     let (w4, r4) = cpu_cost(pin_in.cast(), 4, 20);
     report["a_pinned"]["cpu_us"] =
@@ -940,6 +962,15 @@ fn main() {
                     &pinned,
                 );
                 r["copies"] = fig_json(&g, &pinned);
+                if let (Some(da), Some(db)) = (cu.dev_ptr(a.mapped), cu.dev_ptr(b.mapped)) {
+                    let g = cu.measure(&rig, End::Dev(da), End::Dev(db), rounds);
+                    table += &fig_rows(
+                        &format!("(d2) registered mapping flags {flags} via device address (DtoD), {label}"),
+                        &g,
+                        &pinned,
+                    );
+                    r["copies_dtod"] = fig_json(&g, &pinned);
+                }
             }
             if ra == 0 {
                 r["unregister"] = json!(cu.unregister(a.mapped));
