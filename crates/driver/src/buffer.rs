@@ -656,6 +656,18 @@ impl PageLockedMemory for RegisteredHostMemory {
     }
 }
 
+/// The host's page size (`sysconf(_SC_PAGESIZE)`; 4096 where the system
+/// does not say): the unit the driver page-locks in, for a
+/// [`RegisteredHostMemory`] made of whole pages.
+pub fn host_page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
 impl RegisteredHostMemory {
     /// Page-locks the `len` bytes at `host` and maps them into the device
     /// (`cuMemHostRegister_v2(host, len, kind.flags())`, then

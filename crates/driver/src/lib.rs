@@ -95,8 +95,8 @@ pub mod table;
 
 pub use backend::{Backend, BackendKind};
 pub use buffer::{
-    DeviceBuffer, DeviceMemory, HostRegistration, PageLockedMemory, PinnedHostBuffer,
-    RegisteredHostMemory,
+    host_page_size, DeviceBuffer, DeviceMemory, HostRegistration, PageLockedMemory,
+    PinnedHostBuffer, RegisteredHostMemory,
 };
 pub use context::Context;
 pub use device::Device;
