@@ -22,6 +22,7 @@
 use crate::abi;
 use crate::lists;
 use crate::util::{self, Failure, Result};
+use crate::versions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -34,6 +35,10 @@ const CUDA_WHEEL_HEADER: &str = "nvidia/cuda_runtime/include/cuda.h";
 /// The EGL interop header of the same wheel (it includes cuda.h and the
 /// system's EGL headers: Debian `libegl-dev`).
 const CUDA_WHEEL_EGL_HEADER: &str = "nvidia/cuda_runtime/include/cudaEGL.h";
+/// The revision typedefs of the same wheel: the CUDA release of each entry
+/// point (`crate::versions`).
+const CUDA_WHEEL_TYPEDEFS: &str = "nvidia/cuda_runtime/include/cudaTypedefs.h";
+const CUDA_WHEEL_EGL_TYPEDEFS: &str = "nvidia/cuda_runtime/include/cudaEGLTypedefs.h";
 
 /// Pinned NVRTC header source: the runtime compiler of the same CUDA 12.9
 /// release (its own wheel).
@@ -220,14 +225,15 @@ pub struct Options {
     /// headers and the project's own declaration header
     #[arg(long)]
     check: bool,
-    /// Use DIR/{cuda,cudaEGL,nvrtc}.h instead of the pinned PyPI wheels
+    /// Use DIR/{cuda,cudaEGL,nvrtc,cudaTypedefs,cudaEGLTypedefs}.h instead of
+    /// the pinned PyPI wheels
     #[arg(long, value_name = "DIR")]
     cuda_include: Option<PathBuf>,
     /// A Jetson/DRIVE include directory with nvscibuf.h, nvscisync.h
     #[arg(long, value_name = "DIR")]
     nvsci_include: Option<PathBuf>,
-    /// With --check: compare with DIR/{cuda,nvrtc,nvsci,lists}.rs instead of
-    /// crates/sys/src (used by the xtask's own tests)
+    /// With --check: compare with DIR/{cuda,nvrtc,nvsci,lists,versions}.rs and
+    /// DIR/CUDA_VERSIONS.md instead of crates/sys (used by the xtask's own tests)
     #[arg(long, value_name = "DIR")]
     against: Option<PathBuf>,
     /// Where the wheels and headers are cached (default target/codegen-cache)
@@ -249,6 +255,8 @@ pub fn run(options: Options) -> Result<()> {
         require_file(&dir.join("cuda.h"), "--cuda-include")?;
         require_file(&dir.join("cudaEGL.h"), "--cuda-include")?;
         require_file(&dir.join("nvrtc.h"), "--cuda-include")?;
+        require_file(&dir.join("cudaTypedefs.h"), "--cuda-include")?;
+        require_file(&dir.join("cudaEGLTypedefs.h"), "--cuda-include")?;
     }
     if let Some(dir) = &options.nvsci_include {
         require_file(&dir.join("nvscibuf.h"), "--nvsci-include")?;
@@ -285,6 +293,7 @@ pub fn run(options: Options) -> Result<()> {
     let nvsci_functions: Vec<&str> = nvsci_names.iter().map(String::as_str).collect();
     let own_nvsci = generate_nvsci(&own_nvsci_dir, NvSciHeaders::Own, &nvsci_functions)?;
     let lists = generate_lists(&cuda, &nvrtc, &own_nvsci, &nvsci_functions)?;
+    let (versions, versions_md) = generate_versions(&cuda_dir, &cuda, &nvrtc)?;
 
     let out_dir = options
         .against
@@ -294,6 +303,11 @@ pub fn run(options: Options) -> Result<()> {
     let nvsci_path = out_dir.join("nvsci.rs");
     let lists_path = out_dir.join("lists.rs");
     let nvrtc_path = out_dir.join("nvrtc.rs");
+    let versions_path = out_dir.join("versions.rs");
+    let versions_md_path = match &options.against {
+        Some(dir) => dir.join(VERSIONS_MD),
+        None => root.join("crates/sys").join(VERSIONS_MD),
+    };
 
     if options.check {
         let mut stale = Vec::new();
@@ -302,6 +316,8 @@ pub fn run(options: Options) -> Result<()> {
             (&nvsci_path, &own_nvsci),
             (&lists_path, &lists),
             (&nvrtc_path, &nvrtc),
+            (&versions_path, &versions),
+            (&versions_md_path, &versions_md),
         ] {
             let committed = std::fs::read_to_string(path).unwrap_or_default();
             if committed != *fresh {
@@ -324,11 +340,13 @@ pub fn run(options: Options) -> Result<()> {
             )));
         }
         println!(
-            "codegen --check: {}, {}, {} and {} are up to date",
+            "codegen --check: {}, {}, {}, {}, {} and {} are up to date",
             relative(&root, &cuda_path),
             relative(&root, &nvrtc_path),
             relative(&root, &nvsci_path),
-            relative(&root, &lists_path)
+            relative(&root, &lists_path),
+            relative(&root, &versions_path),
+            relative(&root, &versions_md_path)
         );
         return Ok(());
     }
@@ -341,12 +359,16 @@ pub fn run(options: Options) -> Result<()> {
     util::write(&nvsci_path, &nvsci)?;
     util::write(&lists_path, &lists)?;
     util::write(&nvrtc_path, &nvrtc)?;
+    util::write(&versions_path, &versions)?;
+    util::write(&versions_md_path, &versions_md)?;
     println!(
-        "codegen: wrote {}, {}, {} and {}",
+        "codegen: wrote {}, {}, {}, {}, {} and {}",
         relative(&root, &cuda_path),
         relative(&root, &nvrtc_path),
         relative(&root, &nvsci_path),
-        relative(&root, &lists_path)
+        relative(&root, &lists_path),
+        relative(&root, &versions_path),
+        relative(&root, &versions_md_path)
     );
     Ok(())
 }
@@ -383,6 +405,8 @@ fn fetch_cuda_header(cache: &Path) -> Result<PathBuf> {
         &[
             (CUDA_WHEEL_HEADER, include.join("cuda.h")),
             (CUDA_WHEEL_EGL_HEADER, include.join("cudaEGL.h")),
+            (CUDA_WHEEL_TYPEDEFS, include.join("cudaTypedefs.h")),
+            (CUDA_WHEEL_EGL_TYPEDEFS, include.join("cudaEGLTypedefs.h")),
         ],
     )?;
     fetch_headers(
@@ -743,7 +767,41 @@ fn check_abi(
 }
 
 /// The files `cargo xtask codegen` writes into `crates/sys/src`.
-const GENERATED: [&str; 4] = ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs"];
+const GENERATED: [&str; 5] = ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs", "versions.rs"];
+
+/// The markdown table of entry-point releases, in `crates/sys`.
+const VERSIONS_MD: &str = "CUDA_VERSIONS.md";
+
+/// `crates/sys/src/versions.rs` and `crates/sys/CUDA_VERSIONS.md` from the
+/// typedef headers in `include` and the symbols of the fresh bindings.
+fn generate_versions(include: &Path, cuda: &str, nvrtc: &str) -> Result<(String, String)> {
+    let mut typedefs = String::new();
+    for header in ["cudaTypedefs.h", "cudaEGLTypedefs.h"] {
+        let path = include.join(header);
+        typedefs.push_str(
+            &std::fs::read_to_string(&path)
+                .map_err(|e| Failure::new(format!("cannot read {}: {e}", path.display())))?,
+        );
+    }
+    let cuda_rows = versions::cuda_since(&typedefs, &versions::symbols(cuda))?;
+    if cuda_rows.len() != CUDA_FUNCTIONS.len() {
+        return Err(Failure::new(
+            "the symbols module of cuda.rs does not match the entry-point list".to_string(),
+        ));
+    }
+    let nvrtc_rows: Vec<versions::Since> = versions::symbols(nvrtc)
+        .into_iter()
+        .map(|(name, symbol)| versions::Since {
+            name,
+            symbol,
+            since: versions::NVRTC_SINCE,
+        })
+        .collect();
+    Ok((
+        versions::render_rs(&cuda_rows, &nvrtc_rows),
+        versions::render_md(&cuda_rows, &nvrtc_rows),
+    ))
+}
 
 /// Every NvSci entry point: the functions [`OWN_NVSCI_HEADER`] declares, in
 /// declaration order.

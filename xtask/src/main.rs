@@ -2,7 +2,8 @@
 //!
 //! Commands: `codegen` (the sys crate's bindings, `codegen.rs`), `cross`
 //! (builds and qemu test runs per `targets/*.toml`, `cross.rs`) and
-//! `glibc-floor` (the glibc versions ELF files need, `glibc.rs`); the command
+//! `glibc-floor` (the glibc versions ELF files need, `glibc.rs`) and
+//! `publish-check` (the published crates' metadata, `publish.rs`); the command
 //! line is parsed by clap (derive), each command's options beside its code.
 //!
 //! Every failure ends with one line on stderr (`error: ...`) and exit code 1;
@@ -16,7 +17,9 @@ mod codegen;
 mod cross;
 mod glibc;
 mod lists;
+mod publish;
 mod util;
+mod versions;
 
 use std::process::ExitCode;
 
@@ -47,6 +50,9 @@ enum Cmd {
     /// Print the highest GLIBC_x.y symbol version each ELF file needs; fail
     /// if one is above --max
     GlibcFloor(cross::FloorOptions),
+    /// Check that every published crate has complete crates.io/docs.rs
+    /// metadata and pins no dependency
+    PublishCheck(publish::Options),
 }
 
 /// A clap error as the xtask's one line (without usage and tips).
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
         Cmd::Codegen(o) => util::catch("codegen: internal failure", || codegen::run(o)),
         Cmd::Cross(o) => util::catch("cross: internal failure", || cross::run(o)),
         Cmd::GlibcFloor(o) => util::catch("glibc-floor: internal failure", || cross::floor(o)),
+        Cmd::PublishCheck(o) => util::catch("publish-check: internal failure", || publish::run(o)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

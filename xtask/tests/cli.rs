@@ -87,9 +87,14 @@ fn repo() -> PathBuf {
 /// Copies the committed generated files into a fresh directory.
 fn copy_of_generated(name: &str) -> PathBuf {
     let dir = temp_dir(name);
-    for file in ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs"] {
+    for file in ["cuda.rs", "nvsci.rs", "lists.rs", "nvrtc.rs", "versions.rs"] {
         std::fs::copy(repo().join("crates/sys/src").join(file), dir.join(file)).unwrap();
     }
+    std::fs::copy(
+        repo().join("crates/sys/CUDA_VERSIONS.md"),
+        dir.join("CUDA_VERSIONS.md"),
+    )
+    .unwrap();
     dir
 }
 
@@ -136,6 +141,34 @@ fn check_fails_after_a_whitespace_only_edit_of_nvsci_rs() {
         !line.contains("cuda.rs"),
         "only nvsci.rs was edited: {line}"
     );
+}
+
+/// The version table (issue 25) is generated too: a hand edit of a release,
+/// in the Rust table or in the markdown, is stale.
+#[test]
+fn check_fails_after_a_hand_edit_of_the_version_tables_and_names_them() {
+    for (file, from, to) in [
+        (
+            "versions.rs",
+            "name: \"cuFuncGetParamInfo\", symbol: \"cuFuncGetParamInfo\", since: 12040",
+            "name: \"cuFuncGetParamInfo\", symbol: \"cuFuncGetParamInfo\", since: 11040",
+        ),
+        (
+            "CUDA_VERSIONS.md",
+            "| `cuFuncGetParamInfo` | `cuFuncGetParamInfo` | 12.4 | **no** |",
+            "| `cuFuncGetParamInfo` | `cuFuncGetParamInfo` | 11.4 | yes |",
+        ),
+    ] {
+        let dir = copy_of_generated(&format!("versions-edit-{file}"));
+        let path = dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let edited = text.replace(from, to);
+        assert_ne!(text, edited, "the edit must change {file}");
+        std::fs::write(&path, edited).unwrap();
+        let out = xtask(&["codegen", "--check", "--against", dir.to_str().unwrap()]);
+        let line = assert_clean_failure(&out, 1, &["stale", file]);
+        assert!(!line.contains("cuda.rs"), "only {file} was edited: {line}");
+    }
 }
 
 #[test]

@@ -284,8 +284,9 @@ impl Context {
     /// Makes this context current on the calling thread unless it already
     /// is: `cuCtxGetCurrent` and a compare, then `cuCtxSetCurrent` only when
     /// another context (or none) is current. On the H200 the query costs
-    /// about half of the set (BENCHMARKS.md), and the semaphore calls need
-    /// the stream's context current, so this is what their hot path uses.
+    /// about half of the set (BENCHMARKS.md, H200 per-call section), and the
+    /// semaphore calls need the stream's context current, so this is what
+    /// their hot path uses.
     /// A table without `cuCtxGetCurrent` binds unconditionally; a failing
     /// query is reported as such.
     #[inline]

@@ -40,6 +40,23 @@ pub enum Error {
         /// someone else (the simulator, a test double), which have no loader.
         reason: Option<&'static str>,
     },
+    /// An entry point the loaded CUDA driver is too old to have: it lacks
+    /// the symbol, and the release that introduced it (from
+    /// `tegra_interop_sys::versions`, see `crates/sys/CUDA_VERSIONS.md`) is
+    /// newer than the one `cuDriverGetVersion` reports. Returned before any
+    /// call of the missing entry (a missing symbol on a driver that is new
+    /// enough stays [`Error::NotSupported`]).
+    NeedsNewerDriver {
+        /// The C entry point (its table field name, e.g. `cuFuncGetParamInfo`).
+        symbol: &'static str,
+        /// The library it is looked up in (`libcuda.so.1`).
+        library: &'static str,
+        /// The release that introduced the symbol, as `cuDriverGetVersion`
+        /// writes versions (12040 is CUDA 12.4).
+        since: i32,
+        /// What the loaded driver's `cuDriverGetVersion` reported (raw).
+        driver: i32,
+    },
     /// The CUDA driver library could not be loaded at all (no NVIDIA driver
     /// installed, or not on the loader's path).
     DriverNotFound {
@@ -199,6 +216,11 @@ impl Error {
     }
 }
 
+/// `12040` -> `"12.4"` (a `cuDriverGetVersion` value as a release name).
+pub fn cuda_release(version: i32) -> String {
+    format!("{}.{}", version / 1000, (version % 1000) / 10)
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -225,6 +247,18 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "{item} needs {library} {needed}, the loaded one is {loaded}; use a path that does not need it (e.g. fences received from the signaller instead of built with UpdateFence) or a newer BSP"
+            ),
+            Error::NeedsNewerDriver {
+                symbol,
+                library,
+                since,
+                driver,
+            } => write!(
+                f,
+                "{symbol} needs a CUDA {} driver or newer (it first shipped in CUDA {}); the loaded {library} is CUDA {} (cuDriverGetVersion = {driver}) and does not export it",
+                cuda_release(*since),
+                cuda_release(*since),
+                cuda_release(*driver)
             ),
             Error::DriverNotFound { library, message } => {
                 write!(f, "CUDA driver not found ({library}: {message})")

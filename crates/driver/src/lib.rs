@@ -72,6 +72,7 @@
 
 pub mod backend;
 pub mod buffer;
+pub mod compat;
 pub mod context;
 #[cfg(feature = "cudarc")]
 pub mod cudarc_slice;
@@ -98,6 +99,7 @@ pub use buffer::{
     host_page_size, DeviceBuffer, DeviceMemory, HostRegistration, PageLockedMemory,
     PinnedHostBuffer, RegisteredHostMemory,
 };
+pub use compat::MissingEntry;
 pub use context::Context;
 pub use device::Device;
 pub use error::{ContextId, Error, ImportError};

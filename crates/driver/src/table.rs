@@ -259,6 +259,12 @@ fn optional_absent<A: Resolve + LibraryName>(error: &libloading::Error) -> A {
 pub trait HasLoaderNotes {
     /// The notes of the loader that filled the table, if any.
     fn loader_notes(&self) -> Option<&'static LoaderNotes>;
+
+    /// The CUDA driver's release (`cuDriverGetVersion`), where this is the
+    /// CUDA table and it can say; `None` for the other libraries.
+    fn driver_version(&self) -> Option<i32> {
+        None
+    }
 }
 
 macro_rules! has_loader_notes {
@@ -270,24 +276,75 @@ macro_rules! has_loader_notes {
         })*
     };
 }
-has_loader_notes!(CudaApi, NvSciBufApi, NvSciSyncApi, NvSciIpcApi, NvrtcApi);
+has_loader_notes!(NvSciBufApi, NvSciSyncApi, NvSciIpcApi, NvrtcApi);
+
+impl HasLoaderNotes for CudaApi {
+    fn loader_notes(&self) -> Option<&'static LoaderNotes> {
+        self.loader
+    }
+
+    fn driver_version(&self) -> Option<i32> {
+        cuda_driver_version(self)
+    }
+}
 
 impl<T: HasLoaderNotes> HasLoaderNotes for &T {
     fn loader_notes(&self) -> Option<&'static LoaderNotes> {
         (**self).loader_notes()
     }
+
+    fn driver_version(&self) -> Option<i32> {
+        (**self).driver_version()
+    }
 }
 
-/// The error for an entry that `api` lacks: [`crate::Error::NotSupported`]
-/// naming the symbol, its library and, where a loader filled the table, the
-/// loader's reason (why the library did not load, or `dlsym`'s message).
+/// `cuDriverGetVersion` of `api`, or `None` where the table lacks it or
+/// the call fails (it needs no `cuInit`).
+pub fn cuda_driver_version(api: &CudaApi) -> Option<i32> {
+    let f = api.cuDriverGetVersion?;
+    let mut version: core::ffi::c_int = 0;
+    // SAFETY: the one argument is an out-pointer to a local `int`, which
+    // the entry point writes once; the table holds the driver's (or a
+    // table-contract keeping) function of the `PFN_` type.
+    let code = unsafe { f(&mut version) };
+    (code.0 == 0).then_some(version)
+}
+
+/// The error for an entry that `api` lacks, decided before any call:
+/// [`crate::Error::NeedsNewerDriver`] when the CUDA driver reports a
+/// release older than the one that introduced the symbol
+/// (`tegra_interop_sys::versions`); otherwise
+/// [`crate::Error::NotSupported`] naming the symbol, its library and, where
+/// a loader filled the table, the loader's reason (why the library did not
+/// load, or `dlsym`'s message).
 #[cold]
 #[inline(never)]
 #[doc(hidden)]
 pub fn missing_entry(api: &impl HasLoaderNotes, symbol: &'static str) -> crate::Error {
+    let library = library_of(symbol);
+    if library == CudaApi::LIBRARY {
+        if let (Some(since), Some(driver)) = (
+            tegra_interop_sys::versions::since(symbol),
+            api.driver_version(),
+        ) {
+            if driver < since {
+                logging::debug!(
+                    target: logging::LOADER,
+                    "{symbol}: missing; it first shipped in CUDA {} and the driver reports {driver}",
+                    crate::error::cuda_release(since)
+                );
+                return crate::Error::NeedsNewerDriver {
+                    symbol,
+                    library,
+                    since,
+                    driver,
+                };
+            }
+        }
+    }
     crate::Error::NotSupported {
         symbol,
-        library: library_of(symbol),
+        library,
         reason: api.loader_notes().and_then(|n| n.reason_for(symbol)),
     }
 }

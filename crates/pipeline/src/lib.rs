@@ -66,22 +66,25 @@
 //!
 //! # Unsafe code
 //!
-//! The crate denies `unsafe` code. [`consumer`] is the module meant to hold
-//! all of it (kernel launches and queued copies over frame memory, the
-//! host views of shared frames in [`consumer::shared`]: the producer's CPU
-//! view of an NvSciBuf buffer, lent frames, the simulator's host processing
-//! of a mapped buffer; each block with its `// SAFETY:` line). The
-//! producers' platform code (Vulkan through `ash`, EGL/GLES loaded at run
-//! time) is a crate of its own, `tegra-interop-platform` ([`platform`]).
-//! Four modules still allow it, for what they have (listed so the list can
-//! only shrink; each block has its `// SAFETY:` line): `app` (the checker
-//! thread reads a lent frame through the `unsafe`
-//! [`transport::PeekedFrame::bytes`]: a lent frame that keeps its memory and
-//! cannot outlive the slot's next ticket would make it safe),
-//! `transport::egl` (the raw `EGLStreamKHR` handed to the driver's connect
-//! calls, the producer's frames), `transport::gpu` (the Vulkan host mapping
-//! of each slot, the frames it lends) and `app::baseline` (the plain-CUDA
-//! program's launches and pinned copies).
+//! The crate denies `unsafe` code everywhere but one module, [`consumer`],
+//! which holds all of it, each block with its `// SAFETY:` line: kernel
+//! launches and queued copies over frame memory (the [`Consumer`](consumer::Consumer),
+//! and [`consumer::bench::Bench`] for the plain-CUDA baseline and the
+//! machine's limit, which owns its memory and refuses host access until
+//! the work is known complete), the host views of shared frames in
+//! [`consumer::shared`] (the producer's CPU view of an NvSciBuf buffer, the
+//! Vulkan host mapping of a GPU slot, the consumer's read-back buffers, the
+//! simulator's host processing of a mapped buffer) and the EGLStream's two
+//! CUDA ends in [`consumer::egl`] (connected to an
+//! [`OwnedEglStream`](consumer::egl::OwnedEglStream), torn down in the
+//! driver's order). A lent frame ([`transport::PeekedFrame`]) is safe by its
+//! type: it shares the memory it was lent from, and the transport waits for
+//! it to be dropped before it writes the slot or lets the device at it.
+//! The producers' platform code (Vulkan through `ash`, EGL/GLES loaded at
+//! run time) is a crate of its own, `tegra-interop-platform` ([`platform`]).
+//! `tests/unsafe_code.rs` reads the source tree and fails on `unsafe` (or a
+//! lint level that lifts the deny) outside `src/consumer/`, the binaries
+//! included.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 

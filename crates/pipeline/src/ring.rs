@@ -667,7 +667,7 @@ mod tests {
     /// A transport that records what it was asked and lends from plain
     /// buffers (or refuses to lend).
     struct Lender {
-        bufs: Vec<Vec<u8>>,
+        bufs: Vec<crate::consumer::shared::Lendable<Vec<u8>>>,
         lend: bool,
         /// Whether it queues its consumer before ready.
         early: bool,
@@ -687,7 +687,7 @@ mod tests {
         }
         fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], crate::transport::TransportError> {
             self.log.push(format!("wait_free {}", t.frame()));
-            Ok(&mut self.bufs[t.slot()])
+            Ok(self.bufs[t.slot()].get_mut(t.slot())?)
         }
         fn lend(
             &mut self,
@@ -697,7 +697,7 @@ mod tests {
                 return Ok(None);
             }
             self.log.push(format!("lend {}", p.frame()));
-            Ok(Some(PeekedFrame::from_slice(&self.bufs[p.slot()])))
+            Ok(Some(self.bufs[p.slot()].lend(4)?))
         }
         fn signal_ready(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
             self.log.push(format!("ready {}", t.frame()));
@@ -723,7 +723,9 @@ mod tests {
 
     fn lender(slots: usize, lend: bool) -> Lender {
         Lender {
-            bufs: (0..slots).map(|i| vec![i as u8; 4]).collect(),
+            bufs: (0..slots)
+                .map(|i| crate::consumer::shared::Lendable::new(vec![i as u8; 4]))
+                .collect(),
             lend,
             early: false,
             done: Default::default(),
@@ -786,8 +788,12 @@ mod tests {
         let lent = ring.lend(&mut t, &p).unwrap().unwrap();
         assert_eq!(lent.len(), 4);
         // The lent bytes are slot 1's buffer, which holds frame 1.
-        assert_eq!(lent.as_ptr(), t.bufs[1].as_ptr(), "slot 1's buffer lent");
-        assert_eq!(&t.bufs[1][..], &[1; 4][..], "slot 1's bytes");
+        assert_eq!(
+            lent.as_ptr(),
+            t.bufs[1].get().as_ptr(),
+            "slot 1's buffer lent"
+        );
+        assert_eq!(lent.bytes(), &[1; 4][..], "slot 1's bytes");
         assert!(t.log.iter().any(|l| l == "lend 1"), "{:?}", t.log);
         // Frame 1 is lent: slot 1 is neither peeked nor lent again, nor
         // acquired (frame 4's ticket) until it is given back; frame 3
@@ -800,7 +806,7 @@ mod tests {
             Ok((Instant::now(), 0))
         })
         .unwrap();
-        assert_eq!(t.bufs[0], vec![3; 4]);
+        assert_eq!(t.bufs[0].get(), &vec![3; 4]);
         ring.make_room(&mut t, |_, _| Ok(())).unwrap();
         let e = ring
             .produce(&mut t, |_, _| Ok((Instant::now(), 0)))
@@ -808,6 +814,7 @@ mod tests {
         assert!(e.contains("slot 1") && e.contains("Lent"), "{e}");
         assert_eq!(ring.next_frame(), 4, "nothing acquired");
         assert!(ring.give_back(2).is_err(), "frame 2 was not lent");
+        drop(lent);
         ring.give_back(1).unwrap();
         assert!(ring.give_back(1).is_err(), "given back twice");
         ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))

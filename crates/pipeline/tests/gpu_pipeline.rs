@@ -4,7 +4,7 @@
 //! modes (zero-copy and copy-based).
 //!
 //! The tests that need a GPU are `#[ignore]`d: run them on the GPU machine
-//! with `--include-ignored` (see BENCHMARKS.md). Without a GPU only the probe
+//! with `--include-ignored` (BENCHMARKS.md, "Reproducing"). Without a GPU only the probe
 //! test runs, and it checks that the refusal is one line.
 #![allow(clippy::unwrap_used)]
 

@@ -33,7 +33,14 @@ pub struct SimConfig {
     /// [`NvSciRelease::V6_0_10`]): keys and entry points that release lacks
     /// are missing, as on the real library.
     pub nvsci_release: NvSciRelease,
-    /// What `cuDriverGetVersion` reports (default 12090).
+    /// What `cuDriverGetVersion` reports (default 12090, the header the
+    /// project binds), and so which driver the simulator presents: its
+    /// table lacks every CUDA entry point introduced after this release
+    /// (`tegra_interop_sys::versions`, from the header's revision
+    /// typedefs), as a real driver of that release does not export them;
+    /// device attributes that release does not know are refused with
+    /// INVALID_VALUE; its NVRTC reports the same release. See
+    /// [`SimConfig::with_driver_version`] and [`SimConfig::CUDA_11_4`].
     pub driver_version: i32,
     /// How long `cuStreamSynchronize` / `cuCtxSynchronize` / synchronous
     /// copies wait before they give up with `CUDA_ERROR_TIMEOUT` and a
@@ -84,6 +91,21 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
+    /// The driver of JetPack 5 and DRIVE OS 6.0: CUDA 11.4 (11040).
+    pub const CUDA_11_4: i32 = 11040;
+
+    /// The driver the project's bindings come from: CUDA 12.9 (12090), the
+    /// default.
+    pub const CUDA_12_9: i32 = 12090;
+
+    /// The same configuration presenting a driver of release `version`
+    /// (as `cuDriverGetVersion` reports it, e.g. [`SimConfig::CUDA_11_4`]):
+    /// see [`SimConfig::driver_version`].
+    pub fn with_driver_version(mut self, version: i32) -> Self {
+        self.driver_version = version;
+        self
+    }
+
     /// A Jetson-like machine: one integrated GPU with NvSci.
     pub fn tegra() -> Self {
         SimConfig {

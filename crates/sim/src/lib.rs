@@ -177,7 +177,9 @@ impl Sim {
         self.slot
     }
 
-    /// The function table: the CUDA part is this simulator; the NvSci parts
+    /// The function table: the CUDA part is this simulator (without the
+    /// entry points introduced after [`SimConfig::driver_version`], as an
+    /// older driver lacks them); the NvSci parts
     /// are its simulated NvSci ([`nvsci`]) when [`SimConfig::nvsci`] is set,
     /// else empty (like a machine without the NvSci libraries).
     ///
@@ -190,6 +192,8 @@ impl Sim {
             cuda: slots::cuda_table(self.slot),
             ..FunctionTable::empty()
         };
+        // An older driver lacks the symbols of later releases.
+        trampolines::without_newer(&mut table.cuda, self.inner.config.driver_version);
         if self.inner.config.nvsci {
             table.nvscibuf = nvsci::buf_table(self.slot);
             table.nvscisync = nvsci::sync_table(self.slot, self.inner.config.nvsci_release);

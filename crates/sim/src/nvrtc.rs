@@ -81,12 +81,20 @@ pub(crate) fn run_ret(
     })
 }
 
-pub(crate) fn nvrtcVersion(_c: &Call, major: CMut<c_int>, minor: CMut<c_int>) -> nvrtcResult {
+/// The simulated NVRTC is of the driver's release (JetPack installs the
+/// toolkit with the driver): 12.9 by default, 11.4 on the 11.4 profile.
+pub(crate) fn nvrtcVersion(c: &Call, major: CMut<c_int>, minor: CMut<c_int>) -> nvrtcResult {
     if major.is_null() || minor.is_null() {
         return INVALID_INPUT;
     }
-    major.write(VERSION.0);
-    minor.write(VERSION.1);
+    let v = c.inst.config.driver_version;
+    let (maj, min) = if v >= crate::SimConfig::CUDA_12_9 {
+        VERSION
+    } else {
+        (v / 1000, (v % 1000) / 10)
+    };
+    major.write(maj);
+    minor.write(min);
     SUCCESS
 }
 

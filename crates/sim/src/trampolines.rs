@@ -188,6 +188,31 @@ pub(crate) fn cuda_table(slot: usize) -> CudaApi {
     cuda::TABLES.get(slot).map_or_else(CudaApi::empty, |f| f())
 }
 
+/// Clears every entry of `table` whose symbol a driver reporting
+/// `driver_version` does not export (introduced later, after
+/// `tegra_interop_sys::versions`): the outcome a real older `libcuda.so.1`
+/// gives the loader (no symbol, so the entry stays `None`). Returns the
+/// cleared entries' names.
+pub(crate) fn without_newer(table: &mut CudaApi, driver_version: i32) -> Vec<&'static str> {
+    macro_rules! clear_newer {
+        (
+            [$t:ident $v:ident $gone:ident] $api:ident $library:literal
+            $( $field:ident { $($rest:tt)* } )*
+        ) => {
+            $(
+                if tegra_interop_sys::versions::since(stringify!($field)).is_some_and(|s| s > $v)
+                    && $t.$field.take().is_some()
+                {
+                    $gone.push(stringify!($field));
+                }
+            )*
+        };
+    }
+    let mut gone = Vec::new();
+    tegra_interop_sys::cuda_entry_points!(clear_newer table driver_version gone);
+    gone
+}
+
 /// The NvSciBuf part of the table for `slot`.
 pub(crate) fn nvscibuf_table(slot: usize) -> NvSciBufApi {
     nvscibuf::TABLES

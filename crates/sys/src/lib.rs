@@ -11,4 +11,6 @@ pub mod nvrtc;
 #[rustfmt::skip]
 #[macro_use]
 pub mod lists;
+#[rustfmt::skip]
+pub mod versions;
 pub mod table;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo build --release -p tegra-interop-testkit --features vulkan --example gpu_bench
-//! ./target/release/examples/gpu_bench [OUTPUT.md]
+//! ./target/release/examples/gpu_bench [OUTPUT.md] [--json RESULT.json]
 //! ```
 //!
 //! Everything runs in one process, side by side: the same context (cudarc's primary context,
@@ -26,10 +26,17 @@
 //!   flight) with a counting global allocator: heap allocations per frame in our calls and in
 //!   the whole frame (our calls + the Vulkan exporter's submit + the pacing wait).
 //!
-//! Writes a markdown report to stdout and, when given, to the file named by the first argument.
+//! Writes a markdown report to stdout and, when given, to the file named by the first argument;
+//! with `--json FILE`, the same rows as JSON (`tegra_interop_testkit::bench_json`, schema
+//! version 1: times in ns, ratios ours/raw, the device's name).
 #![allow(clippy::unwrap_used)]
 
+use tegra_interop_testkit::bench_json::{
+    median, percentile, BenchReport, FrameLoop, HandoverRow, PerCallRow,
+};
 use tegra_interop_testkit::raw_cuda;
+
+use clap::Parser;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::fmt::Write as _;
@@ -131,26 +138,18 @@ fn stop(allocs_before: u64, start: Instant) -> Sample {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((v.len() - 1) as f64 * p).round() as usize;
-    v[i.min(v.len() - 1)]
+/// The command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpu_bench",
+    about = "Our driver calls against the raw libcuda calls, on a GPU with Vulkan as the exporter"
+)]
+struct Args {
+    /// Also write the markdown report to this file
+    output: Option<std::path::PathBuf>,
+    /// Also write the results as JSON (schema version 1) to this file
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
 }
 
 struct Row {
@@ -167,6 +166,16 @@ impl Row {
     }
     fn raw_median(&mut self) -> f64 {
         median(&mut self.raw)
+    }
+    /// The JSON row (the samples are sorted in place).
+    fn json(&mut self) -> PerCallRow {
+        PerCallRow::from_samples(
+            &self.name,
+            &mut self.ours,
+            &mut self.raw,
+            self.ours_allocs,
+            self.raw_allocs,
+        )
     }
 }
 
@@ -448,8 +457,17 @@ fn semaphore_rows<'o, 'r, B: Fn()>(
     })
 }
 
+/// Writes the JSON report where `--json` asks for it.
+fn write_json(args: &Args, report: &BenchReport) {
+    if let Some(path) = &args.json {
+        report.write_json(path).unwrap();
+        println!("(JSON written to {})", path.display());
+    }
+}
+
 fn main() {
-    let out_path = std::env::args().nth(1);
+    let args = Args::parse();
+    let out_path = args.output.clone();
 
     let cu = RawCuda::load().unwrap();
     cu.init().unwrap();
@@ -458,6 +476,7 @@ fn main() {
     let vk = VulkanExporter::with_queue(uuid, QueueChoice::from_env().unwrap()).unwrap();
     let machine = machine_line(&cu, &vk);
     println!("machine: {machine}");
+    let device = cu.device_name(cu.device(0).unwrap()).unwrap();
 
     let backend = Backend::real().unwrap();
     let ctx = Context::new(backend.clone(), 0).unwrap();
@@ -469,7 +488,11 @@ fn main() {
         // Only the handover-latency table (for a queue family without
         // compute, whose exporter cannot run the frame loop's shader).
         println!("| handover | median | p10..p90 |\n|---|---:|---:|");
+        let (family, flags) = vk.queue_family();
+        let queue = format!("family {family} ({flags:?})");
+        let mut json_rows = Vec::new();
         for (name, mut samples) in handover_latency(&cu, &vk, s) {
+            json_rows.push(HandoverRow::from_samples(&queue, name, &mut samples));
             let m = median(&mut samples);
             let (p10, p90) = (percentile(&mut samples, 0.1), percentile(&mut samples, 0.9));
             println!(
@@ -479,6 +502,10 @@ fn main() {
                 fmt_ns(p90)
             );
         }
+        write_json(
+            &args,
+            &BenchReport::new(machine, device, Vec::new(), None, json_rows),
+        );
         return;
     }
     let sync = || {
@@ -818,7 +845,9 @@ fn main() {
     .unwrap();
     writeln!(md, "|---|---:|---:|---:|---:|---:|---:|").unwrap();
     let mut worst = 0.0f64;
+    let mut json_rows = Vec::new();
     for row in &mut rows {
+        json_rows.push(row.json());
         let (o, r) = (row.ours_median(), row.raw_median());
         let ratio = o / r;
         if !row.name.starts_with("(diagnosis)") {
@@ -846,6 +875,12 @@ fn main() {
         .unwrap();
     }
     let frame_median = median(&mut frame_ns);
+    let frame_loop = FrameLoop {
+        frames: FRAMES,
+        median_frame_ns: frame_median,
+        ours_allocations: ours_allocs,
+        frame_allocations: frame_allocs,
+    };
     writeln!(
         md,
         "\nFrame loop: {FRAMES} steady-state frames (after {WARM_FRAMES}), counter checked \
@@ -907,8 +942,10 @@ fn main() {
         let (family, flags) = t.queue_family();
         exporters.push((format!("family {family} ({flags:?})"), t));
     }
+    let mut handover_rows = Vec::new();
     for (queue, exporter) in exporters {
         for (name, mut samples) in handover_latency(&cu, exporter, s) {
+            handover_rows.push(HandoverRow::from_samples(&queue, name, &mut samples));
             let m = median(&mut samples);
             let (p10, p90) = (percentile(&mut samples, 0.1), percentile(&mut samples, 0.9));
             writeln!(
@@ -924,8 +961,12 @@ fn main() {
     print!("{md}");
     if let Some(path) = out_path {
         std::fs::write(&path, &md).unwrap();
-        println!("(written to {path})");
+        println!("(written to {})", path.display());
     }
+    write_json(
+        &args,
+        &BenchReport::new(machine, device, json_rows, Some(frame_loop), handover_rows),
+    );
 
     // -- teardown (explicit, checked) --
     drop(increment);

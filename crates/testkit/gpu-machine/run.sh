@@ -1,7 +1,7 @@
 #!/bin/bash
 # On the GPU machine (device tool, carry [".gl", ".gpu/DIR"]), from the repository root:
 #   BENCH=1 bash crates/testkit/gpu-machine/run.sh DIR
-# .gl holds the Vulkan/EGL loader packages (see the BENCHMARKS.md recipe).
+# .gl holds the Vulkan/EGL loader packages (BENCHMARKS.md, "Reproducing").
 set -u
 for f in .gl/*.deb; do dpkg -x $f / >/dev/null 2>&1; done; ldconfig
 mkdir -p /tmp/nvrtc; ln -sf /usr/local/cuda/lib64/libnvrtc.so.13 /tmp/nvrtc/libnvrtc.so
@@ -24,6 +24,6 @@ echo "== pipeline egl"; $E 2>&1 | tail -19
 echo "== pipeline egl json"; $E --json 2>&1 | tail -3 > $OUT/pipeline_egl.json; head -c 300 $OUT/pipeline_egl.json; echo
 echo "== pipeline_vs_cuda"; $B/pipeline_vs_cuda --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet > $OUT/pipeline_vs_cuda.txt 2>&1; echo "rc $?"; cat $OUT/pipeline_vs_cuda.txt | grep -vE "^  \(|^pipeline:|^backend"
 echo "== pipeline gpu json"; $P --json 2>&1 | tail -3 > $OUT/pipeline_gpu.json; head -c 600 $OUT/pipeline_gpu.json; echo
-[ "${BENCH:-1}" = 1 ] && { echo "== gpu_bench"; timeout 240 $B/gpu_bench "$OUT/gpu_bench.md" > /dev/null 2>&1; grep -E "^\| |Goals|Frame loop" $OUT/gpu_bench.md | head -30; }
+[ "${BENCH:-1}" = 1 ] && { echo "== gpu_bench"; timeout 240 $B/gpu_bench "$OUT/gpu_bench.md" --json "$OUT/gpu_bench.json" > /dev/null 2>&1; grep -E "^\| |Goals|Frame loop" $OUT/gpu_bench.md | head -30; }
 } > $L 2>&1
 tail -c 11500 $L

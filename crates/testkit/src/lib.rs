@@ -13,12 +13,14 @@
 //!   EGL display (`tegra_interop_platform::egl`), on a GPU machine.
 //! - [`raw_cuda`]: the raw `libcuda` calls the benchmarks compare the driver's
 //!   wrappers against.
+//! - [`bench_json`]: the rows `gpu_bench --json FILE` writes.
 //!
 //! The exporters the GPU tests, examples and benchmarks use are product
 //! code of `tegra-interop-platform`: `vulkan` (feature `vulkan` here, which
 //! turns on the platform crate's and the pipeline's) and `egl`.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bench_json;
 pub mod conformance;
 pub mod egl_image_checks;
 pub mod egl_stream_checks;

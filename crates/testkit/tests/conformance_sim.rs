@@ -138,3 +138,20 @@ fn sim_upholds_the_table_contract() {
     drop(backend);
     assert!(sim.ledger().is_clean(), "leaked: {}", sim.ledger());
 }
+
+/// The whole conformance suite over the simulator presenting a CUDA 11.4
+/// driver (JetPack 5's): the entry points newer than 11.4 are absent, and
+/// every check still passes, because nothing the suite needs is newer
+/// (the launch checks that use `cuFuncGetParamInfo`, CUDA 12.4, are
+/// skipped by the suite where the driver cannot check argument sizes).
+#[test]
+fn run_all_reports_no_failures_on_a_cuda_11_4_driver() {
+    let sim = quiet(SimConfig::default().with_driver_version(SimConfig::CUDA_11_4));
+    conformance::register_sim_kernels(&sim);
+    let backend = sim.backend();
+    assert!(backend.table().cuda.cuFuncGetParamInfo.is_none());
+    let failures = conformance::run_all(&backend, &mut SimExporter);
+    assert!(failures.is_empty(), "{failures:#?}");
+    drop(backend);
+    assert!(sim.ledger().is_clean(), "leaked: {}", sim.ledger());
+}

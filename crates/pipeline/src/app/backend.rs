@@ -22,9 +22,9 @@
 use std::sync::Arc;
 
 use tegra_interop::driver::Backend;
-use tegra_interop_sim::Sim;
+use tegra_interop_sim::{Sim, SimConfig};
 
-use crate::app::cli::{BackendChoice, Options};
+use crate::app::cli::{BackendChoice, Options, SimDriver};
 use crate::app::probe::{self, Probe, Verdict};
 use crate::ring::MAX_SLOTS;
 use crate::transport::host::HostReference;
@@ -201,6 +201,13 @@ pub fn open(
         ));
     }
     let (concrete, why) = resolve(opts.backend, gpu)?;
+    let why = match concrete {
+        Concrete::Sim if opts.sim_driver != SimDriver::default() => format!(
+            "{why}; presenting a CUDA {} driver (--sim-driver): no entry point introduced later",
+            opts.sim_driver.name()
+        ),
+        _ => why,
+    };
     if matches!(concrete, Concrete::Egl) {
         return open_egl(why, geometry, opts.ring);
     }
@@ -239,7 +246,19 @@ pub fn open(
             // The kernel path, as on a Jetson: the same Consumer (NVRTC,
             // module, launches, events, counters) through the simulator's
             // table, the kernels running as their registered Rust twins.
-            let (t, sim) = NvSciTransport::open_sim("nvsci-sim", geometry, opts.ring, opts.fault)?;
+            // `--sim-driver`: the release the simulated driver presents.
+            let config = SimConfig::tegra().with_driver_version(opts.sim_driver.version());
+            let sim =
+                Sim::with_config(config).map_err(|e| format!("cannot start the simulator: {e}"))?;
+            crate::consumer::twin::register(&sim);
+            let t = NvSciTransport::open(
+                &sim.backend(),
+                "nvsci-sim",
+                Processing::CudaKernel,
+                geometry,
+                opts.ring,
+                opts.fault,
+            )?;
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Sim(sim))
         }

@@ -3,7 +3,7 @@
 //! two measures what the interop costs.
 //!
 //! A ring of `slots` pinned, device-mapped host buffers
-//! ([`PinnedHostBuffer`]: `cuMemHostAlloc` with `DEVICEMAP | PORTABLE`), one
+//! ([`PinnedHostBuffer`](tegra_interop::driver::PinnedHostBuffer): `cuMemHostAlloc` with `DEVICEMAP | PORTABLE`), one
 //! CUDA stream, one event per slot, all through the driver's function
 //! table (so it also runs on the simulator, [`run_in`]). One
 //! host thread, per frame: waits for the slot's event (the slot's previous
@@ -12,7 +12,7 @@
 //! (as many threads as the pipeline's camera, started per call:
 //! [`TestPattern::fill_on_new_threads`], faster than the pipeline's pools
 //! for this one-thing-after-another loop), then queues the pipeline's own check-and-invert kernel
-//! ([`limit::Kernels::check_and_invert`]) and records the slot's event. Zero-copy:
+//! ([`Bench::check_and_invert`]) and records the slot's event. Zero-copy:
 //! the kernel works on the host buffer over PCIe. Copy: the stream copies the
 //! frame into a device buffer (`cuMemcpyHtoDAsync`), runs the kernel there
 //! and copies it back. No Vulkan, no external memory, no semaphores: CUDA's
@@ -22,21 +22,21 @@
 //!
 //! Every frame is checked exactly as in the pipeline: the kernel counts the
 //! bytes that differ from the pattern, the host reads back the inverted frame.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
+//!
+//! The buffers, the stream and the events are a [`Bench`] of the consumer
+//! module, which queues the copies and the kernel and refuses the host's
+//! views of a slot until its event says the slot's work is complete.
 
 pub mod limit;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tegra_interop::driver::{
-    Backend, Context, DeviceBuffer, DeviceMemory, Event, EventFlags, PinnedHostBuffer, Stream,
-};
+use tegra_interop::driver::{Backend, Context};
 
 use crate::camera::{frame_threads, TestPattern};
+use crate::consumer::bench::{Bench, BenchConfig, Target};
 use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
-use limit::Kernels;
 
 /// How long the baseline waits for one frame before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(10);
@@ -70,16 +70,6 @@ impl BaselineReport {
     }
 }
 
-/// One slot of the ring.
-struct Slot {
-    /// The frame, in pinned host memory mapped into the device.
-    host: PinnedHostBuffer,
-    /// Copy mode: the frame's device buffer.
-    device: Option<DeviceBuffer>,
-    /// Recorded after the slot's frame's last queued work.
-    done: Event,
-}
-
 /// [`run_in`] on the real driver, device 0.
 pub fn run(
     geometry: FrameGeometry,
@@ -92,90 +82,38 @@ pub fn run(
     run_in(&ctx, geometry, slots, frames, copy)
 }
 
-/// The ring's slots (see the module docs).
-fn ring(ctx: &Context, len: usize, slots: usize, copy: bool) -> Result<Vec<Slot>, TransportError> {
-    (0..slots)
-        .map(|_| {
-            Ok(Slot {
-                host: PinnedHostBuffer::new(ctx, len)
-                    .during("allocating pinned mapped host memory")?,
-                device: match copy {
-                    true => Some(DeviceBuffer::new(ctx, len).during("allocating a device frame")?),
-                    false => None,
-                },
-                done: Event::new(ctx, EventFlags::NO_TIMING).during("creating a CUDA event")?,
-            })
-        })
-        .collect()
-}
-
-/// Waits for `slot`'s frame number `frame` and checks it: the kernel's
-/// mismatch count (word `index` of `counters`) and the host read-back of
-/// the inverted pattern. `Ok(true)` when it passed.
+/// Waits for slot `index`'s frame number `frame` and checks it: the
+/// kernel's mismatch count (the slot's counter word) and the host read-back
+/// of the inverted pattern. `Ok(true)` when it passed.
 fn check(
-    slot: &mut Slot,
-    counters: &PinnedHostBuffer,
+    bench: &mut Bench,
     index: usize,
     frame: u64,
-    geometry: FrameGeometry,
     threads: usize,
 ) -> Result<bool, TransportError> {
-    slot.done.synchronize(STUCK).during("waiting for a frame")?;
-    let mismatches = counters
-        .atomic_u64(index)
-        .during("the mismatch counter")?
-        .swap(0, Ordering::AcqRel);
-    let readback = TestPattern::new(frame, geometry.stride).first_mismatch_on_new_threads(
-        slot.host.as_slice(),
+    bench.synchronize_event(index, STUCK)?;
+    let mismatches = bench.take_mismatches(index)?;
+    let stride = bench.config().geometry.stride;
+    let readback = TestPattern::new(frame, stride).first_mismatch_on_new_threads(
+        bench.host(index)?,
         0xff,
         threads,
     );
     Ok(mismatches == 0 && readback.is_none())
 }
 
-/// Queues frame number `frame`'s work for `slot` on `stream`: the copy in,
-/// the kernel and the copy out (copy mode) or the kernel over the host
-/// buffer (zero-copy), then the slot's event.
-fn queue(
-    slot: &Slot,
-    stream: &Stream,
-    kernels: &Kernels,
-    (counters, index): (&PinnedHostBuffer, usize),
-    frame: u64,
-    geometry: FrameGeometry,
-) -> Result<(), TransportError> {
-    let len = geometry.frame_len();
-    let memory: &dyn DeviceMemory = match &slot.device {
-        Some(d) => d,
-        None => &slot.host,
-    };
-    // The three calls below: the buffers live as long as the ring, which
-    // outlives the stream's work (the caller drains the stream before
-    // dropping them); the host touches the slot's bytes and counter again
-    // only after the slot's event, recorded after this work, completed.
-    if let Some(d) = &slot.device {
-        // SAFETY: as said above.
-        unsafe { d.copy_from_pinned_async(0, &slot.host, 0, len, stream) }
-            .during("cuMemcpyHtoDAsync")?;
+/// Queues frame number `frame`'s work for slot `index` on the stream: the
+/// copy in, the kernel and the copy out (copy mode) or the kernel over the
+/// host buffer (zero-copy), then the slot's event.
+fn queue(bench: &mut Bench, index: usize, frame: u64) -> Result<(), TransportError> {
+    if bench.config().device {
+        bench.copy_in(index, 0)?;
+        bench.check_and_invert(index, Target::Device, 0, frame)?;
+        bench.copy_out(index, 0)?;
+    } else {
+        bench.check_and_invert(index, Target::Host, 0, frame)?;
     }
-    // SAFETY: as above.
-    unsafe {
-        kernels.check_and_invert(
-            stream,
-            memory,
-            geometry,
-            frame,
-            counters,
-            index,
-            slot.device.is_none(),
-        )
-    }?;
-    if let Some(d) = &slot.device {
-        // SAFETY: as above.
-        unsafe { d.copy_to_pinned_async(0, &slot.host, 0, len, stream) }
-            .during("cuMemcpyDtoHAsync")?;
-    }
-    slot.done.record(stream).during("recording a CUDA event")
+    bench.record(index, 0)
 }
 
 /// Runs `frames` frames of `geometry` through a ring of `slots` in `ctx`
@@ -193,17 +131,23 @@ pub fn run_in(
             "the baseline needs frames of at least one byte and one slot",
         ));
     }
-    let stream = Stream::new(ctx).during("creating a CUDA stream")?;
-    let kernels = Kernels::compile(ctx)?;
-    let counters =
-        PinnedHostBuffer::new(ctx, 8 * slots).during("allocating the mismatch counters")?;
-    let mut ring = ring(ctx, len, slots, copy)?;
+    let mut bench = Bench::new(
+        ctx,
+        BenchConfig {
+            geometry,
+            frames: slots,
+            device: copy,
+            streams: 1,
+            events: slots,
+            timing: false,
+        },
+    )?;
     let threads = frame_threads(len);
     let (mut failed, mut write_ns, mut verify_ns) = (0u64, 0u128, 0u128);
     let n = slots as u64;
-    let mut checked = |slot: &mut Slot, index: usize, frame: u64| -> Result<(), TransportError> {
+    let mut checked = |bench: &mut Bench, index: usize, frame: u64| -> Result<(), TransportError> {
         let t = Instant::now();
-        failed += u64::from(!check(slot, &counters, index, frame, geometry, threads)?);
+        failed += u64::from(!check(bench, index, frame, threads)?);
         verify_ns += t.elapsed().as_nanos();
         Ok(())
     };
@@ -211,23 +155,22 @@ pub fn run_in(
     for frame in 0..frames {
         let index = (frame % n) as usize;
         if frame >= n {
-            checked(&mut ring[index], index, frame - n)?;
+            checked(&mut bench, index, frame - n)?;
         }
         let t = Instant::now();
-        let slot = &mut ring[index];
         TestPattern::new(frame, geometry.stride)
-            .fill_on_new_threads(slot.host.as_mut_slice(), threads);
+            .fill_on_new_threads(bench.host_mut(index)?, threads);
         write_ns += t.elapsed().as_nanos();
-        queue(slot, &stream, &kernels, (&counters, index), frame, geometry)?;
+        queue(&mut bench, index, frame)?;
     }
     let mut last_done = start;
     for frame in frames.saturating_sub(n)..frames {
         let index = (frame % n) as usize;
-        checked(&mut ring[index], index, frame)?;
+        checked(&mut bench, index, frame)?;
         last_done = Instant::now();
     }
     let wall = last_done.saturating_duration_since(start);
-    stream.synchronize().during("draining the CUDA stream")?;
+    bench.synchronize(0)?;
     let n = u128::from(frames.max(1));
     Ok(BaselineReport {
         frames,

@@ -73,6 +73,36 @@ impl BackendChoice {
     }
 }
 
+/// The CUDA driver release the simulator presents (`--sim-driver`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum SimDriver {
+    /// CUDA 12.9, the release the project's bindings come from
+    #[default]
+    #[value(name = "12.9")]
+    Cuda12_9,
+    /// CUDA 11.4 (JetPack 5, DRIVE OS 6.0): no entry point introduced later
+    #[value(name = "11.4")]
+    Cuda11_4,
+}
+
+impl SimDriver {
+    /// The release as `cuDriverGetVersion` reports it (11040).
+    pub fn version(self) -> i32 {
+        match self {
+            SimDriver::Cuda12_9 => tegra_interop_sim::SimConfig::CUDA_12_9,
+            SimDriver::Cuda11_4 => tegra_interop_sim::SimConfig::CUDA_11_4,
+        }
+    }
+
+    /// The name used on the command line (`11.4`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SimDriver::Cuda12_9 => "12.9",
+            SimDriver::Cuda11_4 => "11.4",
+        }
+    }
+}
+
 /// When the producer checks a processed frame (every frame is checked once
 /// either way).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -126,6 +156,8 @@ pub struct Options {
     pub sensor: SensorConfig,
     /// Backend choice.
     pub backend: BackendChoice,
+    /// The CUDA driver release the simulator presents (`--backend sim`).
+    pub sim_driver: SimDriver,
     /// Copy-based variant.
     pub copy: bool,
     /// JSON summary.
@@ -175,6 +207,9 @@ impl Options {
         push("--height", self.sensor.height.to_string());
         push("--format", format_name(self.sensor.format).to_string());
         push("--backend", self.backend.name().to_string());
+        if self.sim_driver != d.sim_driver {
+            push("--sim-driver", self.sim_driver.name().to_string());
+        }
         if self.readback != d.readback {
             push("--readback", "inline".to_string());
         }
@@ -246,6 +281,7 @@ impl Default for Options {
                 format: PixelFormat::Rgba8,
             },
             backend: BackendChoice::Auto,
+            sim_driver: SimDriver::default(),
             copy: false,
             json: false,
             quiet: false,
@@ -348,6 +384,11 @@ pub struct Args {
     /// Interop backend
     #[arg(long, value_name = "B", value_enum, default_value = "auto")]
     backend: BackendChoice,
+    /// The CUDA driver release the simulator presents (--backend sim): 11.4
+    /// is a JetPack 5 / DRIVE OS 6.0 driver, without the entry points
+    /// introduced later (crates/sys/CUDA_VERSIONS.md)
+    #[arg(long, value_name = "V", value_enum, default_value = "12.9")]
+    sim_driver: SimDriver,
     /// Copy each frame into the ring instead of writing in place (gpu: the
     /// consumer copies it into device memory and back)
     #[arg(long)]
@@ -416,6 +457,7 @@ impl Args {
                 ..Options::default().sensor
             },
             backend: self.backend,
+            sim_driver: self.sim_driver,
             copy: self.copy,
             json: self.json,
             quiet: self.quiet,
@@ -433,6 +475,19 @@ impl Args {
             return Err(format!(
                 "--fault only applies to --backend host or --backend sim (not --backend {})",
                 o.backend.name()
+            ));
+        }
+        if o.sim_driver != SimDriver::default()
+            && (o.backend != BackendChoice::Sim || o.two_process())
+        {
+            return Err(format!(
+                "--sim-driver only applies to --backend sim in one process (not --backend {}{})",
+                o.backend.name(),
+                if o.two_process() {
+                    " with --processes 2 / --role"
+                } else {
+                    ""
+                }
             ));
         }
         if o.two_process() {

@@ -13,11 +13,13 @@
 //! ```sh
 //! cargo run --bin interop_info          # this machine (the real driver)
 //! cargo run --bin interop_info -- --sim # plus the simulator's view, for comparison
+//! cargo run --bin interop_info -- --sim --sim-driver 11.4 # ... of a CUDA 11.4 driver (JetPack 5)
 //! ```
 //!
 //! Exit status: 0 report printed (also when no driver exists: that is a
 //! finding, not a failure), 2 bad arguments.
 
+use crate::app::cli::SimDriver;
 use crate::app::probe;
 #[cfg(feature = "vulkan")]
 use crate::transport::gpu;
@@ -30,7 +32,7 @@ use std::sync::Arc;
 use tegra_interop::driver::device::attribute;
 use tegra_interop::driver::nvsci::{BufModule, FenceSource, SyncModule};
 use tegra_interop::driver::table::{FunctionTable, LoaderNotes};
-use tegra_interop::driver::{probe as driver_probe, Backend, Context, Device};
+use tegra_interop::driver::{probe as driver_probe, Backend, Context, Device, Error, Nvrtc};
 use tegra_interop::sys::cuda::CUDA_VERSION;
 use tegra_interop_sim::{Sim, SimConfig};
 
@@ -46,6 +48,16 @@ struct Args {
     /// Also show the built-in simulator's view (a Tegra-like machine), for comparison
     #[arg(long)]
     sim: bool,
+    /// With --sim: the CUDA driver release the simulator presents (11.4: a
+    /// JetPack 5 / DRIVE OS 6.0 driver, without the entry points introduced later)
+    #[arg(
+        long,
+        value_name = "V",
+        value_enum,
+        default_value = "12.9",
+        requires = "sim"
+    )]
+    sim_driver: SimDriver,
 }
 
 /// `12090` -> `12.9`.
@@ -158,13 +170,20 @@ fn device_lines(out: &mut String, backend: &Arc<Backend>, driver: Option<i32>) {
                 attribute::TIMELINE_SEMAPHORE_INTEROP_SUPPORTED,
             ),
         );
+        // Attribute 124 first appears in CUDA 11.7's attribute list (after
+        // cudarc's per-release bindings); an older driver does not know it.
+        let export = match (driver, dev.attribute(attribute::DMA_BUF_SUPPORTED)) {
+            (Some(v), Err(e)) if v < 11070 => format!(
+                "unknown to this driver: attribute DMA_BUF_SUPPORTED (124) is new in CUDA 11.7 and the driver is CUDA {} (call: cuDeviceGetAttribute answered {})",
+                version(v),
+                e.code().map_or_else(|| e.to_string(), |c| c.to_string())
+            ),
+            _ => attr(&dev, "DMA_BUF_SUPPORTED", 124, attribute::DMA_BUF_SUPPORTED),
+        };
         line(
             out,
             "    dma-buf export",
-            format!(
-                "{}; describes exporting device memory as a dma-buf, not importing one",
-                attr(&dev, "DMA_BUF_SUPPORTED", 124, attribute::DMA_BUF_SUPPORTED)
-            ),
+            format!("{export}; describes exporting device memory as a dma-buf, not importing one"),
         );
         // Probed whatever the version says: the driver's answer is the evidence.
         let mut import = match Context::primary(backend.clone(), ordinal) {
@@ -254,6 +273,65 @@ fn table_lines(out: &mut String, t: &FunctionTable) {
     );
 }
 
+/// NVRTC: whether it loaded (the loader's reason where not) and its version.
+fn nvrtc_line(out: &mut String, backend: &Arc<Backend>) {
+    let t = &backend.table().nvrtc;
+    let value = match Nvrtc::new(backend) {
+        Ok(nvrtc) => match nvrtc.version() {
+            Ok((major, minor)) => format!(
+                "loaded, NVRTC {major}.{minor} (library loaded; call: nvrtcVersion = {major}.{minor}); run-time compilation available"
+            ),
+            Err(e) => format!("loaded, version unknown ({e})"),
+        },
+        Err(e) => format!(
+            "not usable ({}/{} symbols; {e}): no run-time compilation, so no kernel consumer (jetson, gpu backends)",
+            t.present().count(),
+            t.present().count() + t.missing().count()
+        ),
+    };
+    line(out, "  libnvrtc (NVRTC)", value);
+}
+
+/// What the loaded driver lacks: each missing CUDA / NVRTC entry point of
+/// the table, the release it needs where the driver is too old for it, and
+/// what the project loses (`Backend::missing_entry_points`).
+fn lacks_lines(out: &mut String, backend: &Arc<Backend>) {
+    let missing = backend.missing_entry_points();
+    if missing.is_empty() {
+        line(
+            out,
+            "  driver lacks",
+            "nothing: every CUDA and NVRTC entry point of the table is present (symbol present)",
+        );
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  driver lacks (symbol missing; each costs what it says):"
+    );
+    for m in missing {
+        let why = match &m.error {
+            Error::NeedsNewerDriver { since, driver, .. } => format!(
+                "needs CUDA {} (the driver is CUDA {})",
+                version(*since),
+                version(*driver)
+            ),
+            _ => match m.since {
+                Some(since) => format!(
+                    "absent although in CUDA since {} (this driver or library does not export it)",
+                    version(since)
+                ),
+                None => "absent".to_string(),
+            },
+        };
+        line(
+            out,
+            &format!("    {}", m.symbol),
+            format!("{why}: {}", m.costs),
+        );
+    }
+}
+
 /// The report of one backend (the real driver, or the simulator).
 /// The NvSci libraries' versions (read when a module opens) and how waiters
 /// get deterministic fences with them.
@@ -298,6 +376,8 @@ fn backend_section(out: &mut String, backend: &Arc<Backend>) {
     );
     device_lines(out, backend, driver);
     table_lines(out, backend.table());
+    nvrtc_line(out, backend);
+    lacks_lines(out, backend);
     nvsci_version_line(out, backend);
 }
 
@@ -312,7 +392,7 @@ fn pipeline_lines(out: &mut String, jetson: probe::Verdict, gpu: probe::Verdict)
     );
 }
 
-fn report(with_sim: bool) -> Result<String, String> {
+fn report(with_sim: bool, sim_driver: SimDriver) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -351,9 +431,10 @@ fn report(with_sim: bool) -> Result<String, String> {
     if with_sim {
         let _ = writeln!(
             out,
-            "== simulator (SimConfig::tegra(): a Tegra-like machine in software, not hardware) =="
+            "== simulator (SimConfig::tegra(): a Tegra-like machine in software, not hardware; CUDA {} driver) ==",
+            sim_driver.name()
         );
-        let sim = Sim::with_config(SimConfig::tegra())
+        let sim = Sim::with_config(SimConfig::tegra().with_driver_version(sim_driver.version()))
             .map_err(|e| format!("cannot start the simulator: {e}"))?;
         let backend = sim.backend();
         backend_section(&mut out, &backend);
@@ -371,8 +452,8 @@ fn report(with_sim: bool) -> Result<String, String> {
 
 /// The `interop_info` binary: prints the report (`--sim` adds the simulator's view).
 pub fn main() -> ExitCode {
-    let with_sim = match Args::try_parse() {
-        Ok(a) => a.sim,
+    let (with_sim, sim_driver) = match Args::try_parse() {
+        Ok(a) => (a.sim, a.sim_driver),
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
             print!("{}", Args::command().render_long_help());
             return ExitCode::SUCCESS;
@@ -382,7 +463,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match report(with_sim) {
+    match report(with_sim, sim_driver) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS

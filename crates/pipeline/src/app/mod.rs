@@ -17,7 +17,6 @@
 //!
 //! Run `cargo run --release -- --help` for the options.
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
 
 pub mod backend;
 pub mod baseline;
@@ -227,13 +226,11 @@ struct CheckDone {
 /// pattern and answers, until its queue closes (or nobody listens).
 fn check_lent_frames(stride: usize, jobs: Receiver<CheckJob>, done: SyncSender<CheckDone>) {
     for job in jobs {
-        // SAFETY: the frame is `Lent` in the ring until the producer has
-        // received this job's answer and called `Ring::give_back`, so the
-        // transport is not given the slot's next ticket while these bytes
-        // are read; the producer's thread scope joins this thread before it
-        // ends, and the transport outlives that scope.
-        let bytes = unsafe { job.bytes.bytes() };
-        let (wrong, ns) = first_wrong_byte(stride, job.frame, bytes);
+        let (wrong, ns) = first_wrong_byte(stride, job.frame, job.bytes.bytes());
+        // Given back before the answer: the producer gives the slot back
+        // to the ring on the answer, and the transport waits for the lent
+        // frame to be dropped before it writes the slot again.
+        drop(job.bytes);
         let answer = CheckDone {
             frame: job.frame,
             slot: job.slot,

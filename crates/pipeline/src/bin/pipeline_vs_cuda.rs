@@ -218,6 +218,14 @@ fn run_mode(args: &Args, opts: &Options, copy: bool) -> (Option<f64>, Option<f64
     (ours, plain, ok)
 }
 
+/// The name of CUDA device 0, for the JSON (`None` where the driver or the
+/// device cannot be opened; the runs report that themselves).
+fn device_name() -> Option<String> {
+    let backend = tegra_interop::driver::Backend::real().ok()?;
+    let device = backend.device(0).ok()?;
+    device.name().ok()
+}
+
 /// Builds the comparison from the runs and the limit's pieces.
 fn compare(
     geometry: FrameGeometry,
@@ -232,6 +240,7 @@ fn compare(
         .collect();
     Comparison {
         schema_version: 1,
+        device: device_name(),
         stride: geometry.stride,
         rows: geometry.rows,
         ring: opts.ring,

@@ -50,7 +50,8 @@ pub const COPY_OUT: &str = "copy_to_sysmem";
 /// memory). On the discrete GPU they were tried while frames were still
 /// handed over with host-side semaphore operations only, and did not stop
 /// the consumer from reading stale bytes (see `gpu.rs`'s module docs and
-/// BENCHMARKS.md); the fix there was the queue handover. They are kept
+/// BENCHMARKS-history.md, "The discrete-GPU pipeline, verified"); the fix
+/// there was the queue handover. They are kept
 /// because they cost nothing measurable on the H200 and do not rely on
 /// cached system-memory lines, which is also why the Jetson path, whose
 /// frames are NvSciBuf buffers in the DRAM the CPU shares, uses the

@@ -21,18 +21,21 @@
 //! same code runs on a GPU and on the simulator, where the kernels are their
 //! Rust twins ([`twin::register`]). On a GPU the kernels, launches and
 //! events of this design ran on an H100 and the H200 before they moved onto
-//! the seam (BENCHMARKS.md, sessions 6 to 9, through cudarc); the seam's
+//! the seam (BENCHMARKS-history.md, sessions 6 to 9, through cudarc); the seam's
 //! version is verified on the simulator here and must be run on the GPU
 //! machine again. The Jetson path (NvSci on Tegra) has never run on a
 //! Jetson.
 //!
-//! This is the module meant to hold the pipeline's `unsafe` code (the
-//! crate root lists the others that still have some): the kernel launches
-//! and the queued copies (see [`Consumer`] for the rules that make them
-//! sound) and the host views of shared frames ([`shared`]), each with its
-//! `// SAFETY:` line.
+//! This is the one module of the pipeline with `unsafe` code, each block
+//! with its `// SAFETY:` line: the kernel launches and the queued copies
+//! (see [`Consumer`] for the rules that make them sound, and [`bench`](mod@bench) for
+//! the plain-CUDA baseline's), the host views of shared frames and lent
+//! frames ([`shared`]) and the EGLStream's CUDA ends ([`egl`]). Each keeps
+//! the driver's promise inside a safe API.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
+pub mod bench;
+pub mod egl;
 pub mod kernel;
 pub mod shared;
 pub mod twin;
@@ -46,8 +49,10 @@ use std::time::{Duration, Instant};
 use tegra_interop::driver::egl::StreamFrame;
 use tegra_interop::driver::{
     Backend, Context, DeviceBuffer, DeviceMemory, DevicePtr, Event, EventFlags, MappedBuffer,
-    Nvrtc, PinnedHostBuffer, RegisteredHostMemory, Stream,
+    Nvrtc, PinnedHostBuffer, Stream,
 };
+
+use shared::{HostFrame, Lendable};
 
 use crate::transport::{
     Completion, DriverError, DriverResultExt, FrameGeometry, PeekedFrame, TransportError,
@@ -144,9 +149,9 @@ struct Slot {
     /// The same frame's host memory page-locked in place
     /// ([`Consumer::copy_through_registered`]): where copy mode's copies
     /// read and write it instead of through `frame`.
-    registered: Option<RegisteredHostMemory>,
+    registered: Option<shared::RegisteredFrame>,
     /// Its host copy ([`Work::ReadBack`]).
-    host: Option<PinnedHostBuffer>,
+    host: Option<Lendable<HostFrame>>,
     arrive: Event,
     start: Event,
     kernel_start: Event,
@@ -330,9 +335,9 @@ impl Consumer {
             let mut slot = Slot::new(ctx)?;
             match config.work {
                 Work::ReadBack => {
-                    slot.host = Some(
+                    slot.host = Some(Lendable::new(HostFrame::new(
                         PinnedHostBuffer::new(ctx, len).during("allocating a host frame buffer")?,
-                    );
+                    )));
                 }
                 Work::InPlace | Work::DeviceCopy(_) => {
                     let frame = frames
@@ -537,6 +542,11 @@ impl Consumer {
                 "this consumer was not made for acquired frames (Work::ReadBack)",
             ));
         };
+        // The read-back below writes the host frame: not while a lent frame
+        // of it is read. None is lent again before the frame is collected
+        // (`lend_host_frame` refuses a slot in flight).
+        host.wait_returned(slot)?;
+        let host = host.get().pinned();
         let g = self.config.geometry;
         let ptr = {
             let f = acquired.frame().during("reading the acquired frame")?;
@@ -631,7 +641,7 @@ impl Consumer {
         mapped: &MappedBuffer,
     ) -> Result<(), TransportError> {
         let len = self.config.geometry.frame_len();
-        match (with, s.registered.as_ref(), which) {
+        match (with, s.registered.as_ref().map(|r| r.memory()), which) {
             (CopyWith::Engines, Some(host), CopyKernel::FromSystem) => {
                 // SAFETY: both are memory the consumer owns (the
                 // registration's host memory outlives it:
@@ -804,9 +814,11 @@ impl Consumer {
     /// # Errors
     /// Refused for other work, with frames queued, or with registrations
     /// of the wrong number, shorter than a frame or misaligned.
-    pub fn copy_through_registered(
+    // Only the discrete-GPU transport (feature `vulkan`) registers frames.
+    #[cfg_attr(not(feature = "vulkan"), allow(dead_code))]
+    pub(crate) fn copy_through_registered(
         &mut self,
-        registered: Vec<RegisteredHostMemory>,
+        registered: Vec<shared::RegisteredFrame>,
     ) -> Result<(), TransportError> {
         if !matches!(self.config.work, Work::DeviceCopy(_)) {
             return Err(TransportError::refused(
@@ -826,7 +838,7 @@ impl Consumer {
             )));
         }
         let len = self.config.geometry.frame_len();
-        for (index, r) in registered.iter().enumerate() {
+        for (index, r) in registered.iter().map(|r| r.memory()).enumerate() {
             if r.len() < len {
                 return Err(TransportError::refused(format!(
                     "slot {index}'s registered frame has {} bytes, a frame needs {len}",
@@ -875,8 +887,8 @@ impl Consumer {
     /// flight (`&mut self`: no thread queues meanwhile).
     pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
         self.check_idle(slot)?;
-        match &mut self.res.slots[slot].host {
-            Some(h) => Ok(h.as_slice()),
+        match &self.res.slots[slot].host {
+            Some(h) => Ok(h.get().bytes()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
     }
@@ -886,7 +898,7 @@ impl Consumer {
     pub fn host_frame_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         self.check_idle(slot)?;
         match &mut self.res.slots[slot].host {
-            Some(h) => Ok(h.as_mut_slice()),
+            Some(h) => Ok(h.get_mut(slot)?.bytes_mut()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
     }
@@ -895,14 +907,14 @@ impl Consumer {
     /// next ticket: the collected frame's read-back, for the producer's
     /// check on another thread. Refused while in flight.
     pub fn lend_host_frame(&mut self, slot: usize) -> Result<PeekedFrame, TransportError> {
-        let bytes = self.host_frame(slot)?;
-        // SAFETY: the slot's pinned buffer stays at this address until the
-        // consumer is dropped (or leaked with it); the frame was collected,
-        // so its read-back is done, and nothing writes the buffer before the
-        // slot's next ticket (the producer after `wait_free` for that
-        // ticket, the next read-back only after it was queued), which the
-        // ring refuses while the frame is lent.
-        Ok(unsafe { PeekedFrame::new(std::ptr::NonNull::from(bytes).cast(), bytes.len()) })
+        self.check_idle(slot)?;
+        // The lent frame shares the slot's host frame: the read-back of the
+        // slot's next frame (`queue_acquired`) and the host's writes
+        // (`host_frame_mut`) wait for it to be dropped.
+        match &self.res.slots[slot].host {
+            Some(h) => h.lend(self.config.geometry.frame_len()),
+            None => Err(TransportError::misuse("this consumer has no host frames")),
+        }
     }
 
     /// Waits for everything queued on the consumer's streams (frames not
@@ -1088,6 +1100,8 @@ mod tests {
         assert!(!sim.call_log().contains(&"cuLaunchKernel"));
     }
 
+    use tegra_interop::driver::RegisteredHostMemory;
+
     /// Page-aligned host memory of the test, freed on drop.
     struct HostPages(std::ptr::NonNull<u8>, std::alloc::Layout);
 
@@ -1142,6 +1156,7 @@ mod tests {
                     tegra_interop::driver::HostRegistration::Memory,
                 )
             }
+            .map(shared::RegisteredFrame::new)
             .unwrap()
         };
         let regs: Vec<_> = pages.iter().map(register).collect();

@@ -33,15 +33,13 @@
 //! and the producer checks), times and completion from CUDA events. The
 //! same code on a GPU and on the simulator, where the kernels run as their
 //! Rust twins.
-#![allow(unsafe_code)] // transitional (the raw EGLStreamKHR and the producer's frames): see "Unsafe code" in lib.rs
-
-use std::any::Any;
 use std::time::{Duration, Instant};
 
-use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerFrame};
+use tegra_interop::driver::egl::EglStreamConsumer;
 use tegra_interop::driver::{BackendKind, Context, DeviceBuffer, Stream};
-use tegra_interop::sys::cuda::EGLStreamKHR;
 
+use crate::consumer::egl::EglStreamEnds;
+pub use crate::consumer::egl::OwnedEglStream;
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
@@ -83,48 +81,39 @@ pub struct EglTransport {
     name: &'static str,
     note: &'static str,
     geometry: FrameGeometry,
-    /// Indices into `pool` of the buffers the producer may present into now.
+    /// Indices of the producer's buffers it may present into now.
     free: Vec<usize>,
-    /// The producer's device buffers (freed after the producer left).
-    pool: Vec<DeviceBuffer>,
     /// Frames presented and not yet handed to the consumer, per slot.
     presented: Vec<bool>,
     /// Whether anything was presented (returns are asked for only then).
     presented_any: bool,
     figures: Figures,
     // Torn down in this order by `shut_down` (see Drop).
-    producer: Option<EglStreamProducer>,
-    consumer: Option<EglStreamConsumer>,
     pstream: Stream,
     /// The consumer's CUDA work ([`Work::ReadBack`]: the kernel over each
     /// acquired frame, then a copy into the slot's pinned host buffer, which
     /// it owns); `None` once shut down.
     consumer_work: Option<Box<Consumer>>,
+    /// The stream's two ends, the producer's buffers and the stream
+    /// (`None` once shut down).
+    ends: Option<EglStreamEnds>,
     /// The producer's and consumer's context (held until the end).
     _ctx: Context,
-    /// The EGL side that owns the `EGLStreamKHR` (a simulated stream, or
-    /// a real display and its stream); dropped after both connections.
-    egl: Option<Box<dyn Any>>,
 }
 
 impl EglTransport {
     /// Opens the transport on `stream`, an `EGLStreamKHR` in FIFO mode of
-    /// at least `slots` frames that `egl` owns (the transport keeps `egl`
-    /// and drops it after both ends disconnected), with `ctx` as the
-    /// producer's and consumer's context.
+    /// at least `slots` frames (the transport keeps it and destroys it
+    /// after both ends disconnected), with `ctx` as the producer's and
+    /// consumer's context.
     ///
     /// The consumer's work is the pipeline's [`Consumer`] (the NVRTC
     /// kernel over each acquired frame, then its read-back), on a GPU and on
     /// the simulator (register the kernels' twins first:
     /// [`crate::consumer::twin::register`]).
-    ///
-    /// # Safety
-    /// `stream` must be a live stream that `egl` keeps alive while it is
-    /// alive, with no ends connected yet.
-    pub unsafe fn open(
+    pub fn open(
         ctx: &Context,
-        stream: EGLStreamKHR,
-        egl: Box<dyn Any>,
+        stream: OwnedEglStream,
         name: &'static str,
         geometry: FrameGeometry,
         slots: usize,
@@ -135,14 +124,6 @@ impl EglTransport {
                 "an EGLStream ring needs frames and slots",
             ));
         }
-        let width = u32::try_from(geometry.stride / 4)
-            .ok()
-            .filter(|w| *w as usize * 4 == geometry.stride)
-            .ok_or_else(|| {
-                TransportError::refused("RGBA8 lines: the stride must be a multiple of 4")
-            })?;
-        let height = u32::try_from(geometry.rows)
-            .map_err(|_| TransportError::refused("the frame height exceeds 32 bits"))?;
         let config = ConsumerConfig {
             geometry,
             slots,
@@ -166,31 +147,18 @@ impl EglTransport {
             },
             geometry,
             free: (0..pool.len()).collect(),
-            pool,
             presented: vec![false; slots],
             presented_any: false,
             figures: Figures::default(),
-            producer: None,
-            consumer: None,
             pstream: Stream::new(ctx).during("CUDA stream")?,
             consumer_work: Some(Box::new(consumer_work)),
+            ends: None,
             _ctx: ctx.clone(),
-            egl: Some(egl),
         };
-        // From here on a failure tears down what exists (Drop).
-        // The consumer connects first (measured: a producer first gets
+        // From here on a failure tears down what exists (Drop). The
+        // consumer connects first (measured: a producer first gets
         // CUDA_ERROR_UNKNOWN).
-        // SAFETY: the caller vouches that `stream` is live while `egl` is,
-        // and `egl` is dropped only after both connections ended.
-        t.consumer = Some(
-            unsafe { EglStreamConsumer::connect(ctx, stream, None) }
-                .during("cuEGLStreamConsumerConnect")?,
-        );
-        // SAFETY: as above.
-        t.producer = Some(
-            unsafe { EglStreamProducer::connect(ctx, stream, width, height) }
-                .during("cuEGLStreamProducerConnect")?,
-        );
+        t.ends = Some(EglStreamEnds::connect(ctx, stream, geometry, pool)?);
         Ok(t)
     }
 
@@ -229,36 +197,26 @@ impl EglTransport {
             ));
         }
         let began = Instant::now();
-        let Some(producer) = self.producer.as_mut() else {
-            return Err(TransportError::misuse("the producer has disconnected"));
+        let Some(ends) = self.ends.as_mut() else {
+            return Err(TransportError::misuse("the transport was shut down"));
         };
-        while self.free.is_empty() {
-            if let Some(back) = producer
-                .return_frame(Some(&self.pstream))
-                .during("cuEGLStreamProducerReturnFrame")?
-            {
-                let index = back
-                    .plane_ptr(0)
-                    .and_then(|p| self.pool.iter().position(|b| b.device_ptr() == p))
-                    .ok_or_else(|| {
-                        TransportError::peer(
-                            "the stream returned a frame the producer never presented",
-                        )
-                    })?;
-                self.free.push(index);
-            } else if began.elapsed() > STUCK {
+        let mut back = None;
+        while back.is_none() {
+            back = ends.return_frame(&self.pstream)?;
+            if back.is_none() && began.elapsed() > STUCK {
                 return Err(TransportError::timeout(
                     "a frame buffer to come back from the EGLStream",
                     STUCK,
                 ));
             }
         }
+        self.free.extend(back);
         self.figures.returns_waited += began.elapsed();
         Ok(())
     }
 
     /// Drains the consumer, disconnects both ends, frees the pool, drops
-    /// the EGL side; the first error. Safe to call twice.
+    /// the stream; the first error. Safe to call twice.
     fn shut_down(&mut self) -> Result<(), TransportError> {
         let mut first: Option<TransportError> = None;
         let mut note = |r: Result<(), TransportError>| {
@@ -271,36 +229,12 @@ impl EglTransport {
             note(c.drain());
         }
         note(self.pstream.synchronize().during("draining the producer"));
-        let producer_left = match self.producer.take() {
-            Some(p) => {
-                let r = p.disconnect().during("cuEGLStreamProducerDisconnect");
-                let ok = r.is_ok();
-                note(r);
-                ok
-            }
-            // Never connected (a failed open), or already handled.
-            None => true,
-        };
-        if let Some(c) = self.consumer.take() {
-            note(
-                c.disconnect()
-                    .map_err(|e| TransportError::driver("cuEGLStreamConsumerDisconnect", e.into())),
-            );
-        }
-        if producer_left {
-            // The header: presented memory stays allocated until the
-            // producer disconnected; freed now (cuMemFree).
-            for b in self.pool.drain(..) {
-                note(b.destroy().during("cuMemFree of a frame buffer"));
-            }
-        } else if !self.pool.is_empty() {
-            note(Err(TransportError::refused(
-                "the producer did not disconnect, so its frame buffers are left allocated",
-            )));
-            std::mem::forget(std::mem::take(&mut self.pool));
+        // Both ends disconnect, then the pool is freed and the stream
+        // destroyed (each only once it is safe; leaked otherwise).
+        if let Some(mut ends) = self.ends.take() {
+            note(ends.shut_down());
         }
         self.free.clear();
-        self.egl = None;
         first.map_or(Ok(()), Err)
     }
 }
@@ -354,17 +288,18 @@ impl FrameTransport for EglTransport {
         let Some(work) = self.consumer_work.as_deref_mut() else {
             return Err(TransportError::misuse("the transport was shut down"));
         };
-        let uploaded = work.host_frame(slot).and_then(|src| {
-            self.pool[index]
-                .copy_from_host(0, src)
-                .during(format!("cuMemcpyHtoD of frame {}", t.frame()))
-        });
+        let Some(ends) = self.ends.as_mut() else {
+            return Err(TransportError::misuse("the transport was shut down"));
+        };
+        let uploaded = work
+            .host_frame(slot)
+            .and_then(|src| ends.upload(index, src));
         if let Err(e) = uploaded {
             self.free.push(index);
             return Err(e);
         }
         let uploaded = Instant::now();
-        if let Err(e) = self.present(index) {
+        if let Err(e) = ends.present(index, &self.pstream) {
             self.free.push(index);
             return Err(e);
         }
@@ -382,13 +317,18 @@ impl FrameTransport for EglTransport {
                 "consumer of frame {frame} in slot {slot} queued before the frame was presented"
             )));
         }
-        let Some(consumer) = self.consumer.take() else {
-            return Err(TransportError::misuse("the consumer has disconnected"));
+        let Some(ends) = self.ends.as_ref() else {
+            return Err(TransportError::misuse("the transport was shut down"));
         };
-        // Taken out for the frame's guard, which borrows it; put back below.
-        let r = self.consume(&consumer, slot, frame);
-        self.consumer = Some(consumer);
-        r
+        let Some(work) = self.consumer_work.as_deref() else {
+            return Err(TransportError::misuse("the transport was shut down"));
+        };
+        consume(
+            ends.consumer()?,
+            work,
+            (&mut self.figures, &mut self.presented[slot]),
+            (slot, frame),
+        )
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
@@ -417,53 +357,33 @@ impl FrameTransport for EglTransport {
     }
 }
 
-impl EglTransport {
-    /// Presents pool buffer `index` (`cuEGLStreamProducerPresentFrame`).
-    fn present(&mut self, index: usize) -> Result<(), TransportError> {
-        let g = self.geometry;
-        let dst = self.pool[index].device_ptr();
-        // SAFETY: `dst` is a pool buffer of `frame_len` = stride x rows
-        // bytes, and a row of stride / 4 RGBA pixels fits the stride.
-        let frame = unsafe {
-            ProducerFrame::rgba_pitch(dst, (g.stride / 4) as u32, g.rows as u32, g.stride as u32)
-        };
-        let Some(producer) = self.producer.as_mut() else {
-            return Err(TransportError::misuse("the producer has disconnected"));
-        };
-        // SAFETY: the pool's memory stays allocated until after the producer
-        // disconnected (`shut_down`).
-        unsafe { producer.present(&frame, Some(&self.pstream)) }
-            .during("cuEGLStreamProducerPresentFrame")
-    }
-
-    /// Acquires the slot's frame on the consumer's stream, queues its
-    /// processing, then its release (ordered after that work).
-    fn consume(
-        &mut self,
-        consumer: &EglStreamConsumer,
-        slot: usize,
-        frame: u64,
-    ) -> Result<(), TransportError> {
-        let began = Instant::now();
-        let got = consumer
-            .acquire(Some(self.consumer_work()?.entry_stream()), Some(STUCK))
-            .during("cuEGLStreamConsumerAcquireFrame")?
-            .ok_or_else(|| {
-                TransportError::timeout(format!("presented frame {frame} to be acquired"), STUCK)
-            })?;
-        self.figures.acquire += began.elapsed();
-        self.figures.frames += 1;
-        self.presented[slot] = false;
-        // The consumer's work first (it checks the frame's layout: a frame
-        // of another pitch is an error, not a silent re-layout), then the
-        // release ordered after it on the same stream (the frame was
-        // acquired on the consumer's entry stream), then nothing else
-        // touches the frame.
-        let queued = self.consumer_work()?.queue_acquired(slot, frame, &got);
-        let released = got.release().during("cuEGLStreamConsumerReleaseFrame");
-        queued?;
-        released
-    }
+/// Acquires the slot's frame on the consumer's stream, queues its
+/// processing, then its release (ordered after that work).
+fn consume(
+    consumer: &EglStreamConsumer,
+    work: &Consumer,
+    (figures, presented): (&mut Figures, &mut bool),
+    (slot, frame): (usize, u64),
+) -> Result<(), TransportError> {
+    let began = Instant::now();
+    let got = consumer
+        .acquire(Some(work.entry_stream()), Some(STUCK))
+        .during("cuEGLStreamConsumerAcquireFrame")?
+        .ok_or_else(|| {
+            TransportError::timeout(format!("presented frame {frame} to be acquired"), STUCK)
+        })?;
+    figures.acquire += began.elapsed();
+    figures.frames += 1;
+    *presented = false;
+    // The consumer's work first (it checks the frame's layout: a frame
+    // of another pitch is an error, not a silent re-layout), then the
+    // release ordered after it on the same stream (the frame was
+    // acquired on the consumer's entry stream), then nothing else
+    // touches the frame.
+    let queued = work.queue_acquired(slot, frame, &got);
+    let released = got.release().during("cuEGLStreamConsumerReleaseFrame");
+    queued?;
+    released
 }
 
 /// Opens the transport on the simulator: a simulated FIFO stream of
@@ -484,28 +404,9 @@ pub fn open_sim(
     let stream = sim
         .create_egl_stream(EglStreamMode::Fifo(fifo))
         .ok_or_else(|| TransportError::refused("the simulator refused an EGLStream"))?;
-    let raw = stream.as_raw();
-    // SAFETY: `stream` is the simulator's live stream, handed to the
-    // transport, which drops it after both ends disconnected.
-    let t = unsafe { EglTransport::open(&ctx, raw, Box::new(stream), "egl-sim", geometry, slots) }?;
+    let stream = OwnedEglStream::simulated(stream);
+    let t = EglTransport::open(&ctx, stream, "egl-sim", geometry, slots)?;
     Ok((t, sim))
-}
-
-/// A real EGL display and one stream of it (the test kit's exporter),
-/// destroyed together.
-#[cfg(feature = "vulkan")]
-struct RealEgl {
-    stream: Option<tegra_interop_platform::egl::EglStream>,
-    exporter: tegra_interop_platform::egl::EglExporter,
-}
-
-#[cfg(feature = "vulkan")]
-impl Drop for RealEgl {
-    fn drop(&mut self) {
-        if let Some(s) = self.stream.take() {
-            self.exporter.destroy_stream(s);
-        }
-    }
 }
 
 /// Opens the transport on the real driver with a real EGL display (the
@@ -526,15 +427,9 @@ pub fn open_real(
     let stream = exporter
         .create_stream(fifo)
         .map_err(|e| TransportError::refused(e.to_string()))?;
-    let raw = stream.as_raw();
-    let egl = RealEgl {
-        stream: Some(stream),
-        exporter,
-    };
-    // SAFETY: `raw` is a live stream of `egl`'s display, kept until `egl`
-    // is dropped, which the transport does after both ends disconnected;
-    // the kernel processing is for a real GPU, which this is.
-    let t = unsafe { EglTransport::open(&ctx, raw, Box::new(egl), "egl-gpu", geometry, slots) }?;
+    // The stream keeps its display (the exporter's) alive.
+    let stream = OwnedEglStream::display(stream);
+    let t = EglTransport::open(&ctx, stream, "egl-gpu", geometry, slots)?;
     Ok((t, backend))
 }
 

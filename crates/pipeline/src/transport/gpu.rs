@@ -164,12 +164,12 @@
 //! allocation. With the queue batches the pipeline verifies every frame, in
 //! both modes; the old behaviour is kept as a diagnosis control
 //! ([`Handover::HostOnly`], `TEGRA_INTEROP_GPU_HANDOVER=host-only`) and still
-//! fails the same way. BENCHMARKS.md ("the discrete-GPU pipeline") has the
+//! fails the same way. BENCHMARKS-history.md ("The discrete-GPU pipeline, verified") has the
 //! runs and figures.
 //!
 //! # What a handover costs here
 //!
-//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS.md
+//! Measured with raw calls (gpu_bench's handover-latency table, BENCHMARKS-history.md
 //! "Session 4" on the H200 and "Session 6" on an H100): a CUDA stream
 //! passes its wait about 300-314 us after a Vulkan submission to the
 //! graphics + compute family (or the compute-only one), and no sooner when
@@ -186,7 +186,7 @@
 //!
 //! The handover batches go to a queue of a transfer-only family where the
 //! device has one (on NVIDIA, family 1: the copy engines), else to the first
-//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS.md
+//! family with compute. Measured on an H100 (gpu_bench, BENCHMARKS-history.md
 //! "Session 6"): after a submission to the first family (graphics + compute)
 //! or to the compute-only family, the next CUDA work ran ~300-314 us later,
 //! the two contexts taking turns on the graphics/compute engine; after a
@@ -219,17 +219,14 @@
 //! driver's owned handles, one `cuLaunchKernel` per kernel with no
 //! per-launch events (with cudarc's builder and its per-slice events the
 //! launch path measured 73-80 us per frame against 60-64 us for a raw
-//! `cuLaunchKernel`; BENCHMARKS.md, "cudarc's launch builder on the
+//! `cuLaunchKernel`; BENCHMARKS-history.md, "cudarc's launch builder on the
 //! imported memory"). This module adds the fences: the entry stream waits
 //! for *ready*, the exit stream signals *free*.
 //!
 //! [`TestPattern`]: crate::camera::TestPattern
-#![allow(unsafe_code)] // transitional: see "Unsafe code" in lib.rs
-
 use std::collections::VecDeque;
 use std::fmt::Display;
 use std::os::fd::AsRawFd;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
@@ -241,16 +238,14 @@ use crate::platform::vulkan::{
     VulkanExporter, VulkanMemory, VulkanSemaphore,
 };
 use tegra_interop::core::{MemoryImport, TimelineTracker};
-use tegra_interop::driver::{
-    host_page_size, Backend, Context, ExternalMemory, ExternalSemaphore, HostRegistration,
-    MappedBuffer, RegisteredHostMemory,
-};
+use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer};
 
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
+use crate::consumer::shared::{Lendable, RegisteredFrame, VulkanFrame};
 use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
 
 mod cuda;
@@ -332,7 +327,7 @@ pub fn parse_copy_with(value: &str) -> Result<CopyWith, TransportError> {
 pub enum CopyFrom {
     /// The frame's Vulkan host mapping, page-locked for CUDA in place
     /// (`cuMemHostRegister`, the driver's
-    /// [`RegisteredHostMemory`]),
+    /// [`RegisteredHostMemory`](tegra_interop::driver::RegisteredHostMemory)),
     /// copied as host memory (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync`).
     /// The default: the copy probe measured these copies at the speed of
     /// pinned CUDA memory (see "Copy mode: where the copies read" in the
@@ -365,7 +360,7 @@ pub enum Handover {
     /// here. (Measured and dropped, 2026-11-24: letting the host wait for
     /// the release batch and then signal *ready* itself, correct by the same
     /// rules, was slower: any Vulkan queue work delays the CUDA stream by
-    /// about 320 us on the H200, whoever signals; see BENCHMARKS.md.)
+    /// about 320 us on the H200, whoever signals; see BENCHMARKS-history.md, "Session 4".)
     Queue,
     /// Host-side semaphore operations only (`vkSignalSemaphore` for *ready*,
     /// `vkWaitSemaphores` for *free*): the first design, which read stale
@@ -556,7 +551,8 @@ fn open_exporter(
 struct Slot {
     /// The recorded host <-> CUDA handover batches of the slot's frame.
     handover: HostHandover,
-    frame: VulkanMemory,
+    /// The frame (lent frames share it).
+    frame: Lendable<VulkanFrame>,
     ready_vk: VulkanSemaphore,
     free_vk: VulkanSemaphore,
     /// Host-only: signalled by a batch submitted right after the slot's
@@ -673,48 +669,14 @@ fn shared_semaphore(
     Ok((sem, imported))
 }
 
-/// Page-locks each slot's frame (its whole Vulkan host mapping, in whole
-/// pages: the mapping starts on a page and the pages it ends in are mapped
-/// whole) for CUDA in place, for copy mode's copies
-/// ([`CopyFrom::Registered`]).
-///
-/// The registrations go to the consumer, which the transport drops before
-/// the slots' Vulkan memory (field order of [`GpuTransport`], after its
-/// drop drained the streams); the mappings live as long as that memory.
-fn register_frames(
-    ctx: &Context,
-    slots: &mut [Slot],
-) -> Result<Vec<RegisteredHostMemory>, TransportError> {
-    let mut registered = Vec::with_capacity(slots.len());
-    for slot in slots {
-        // SAFETY: the transport is being opened: no GPU work and no other
-        // host access uses the frame yet, and the slice is gone before this
-        // loop's next step (only its address is kept).
-        let bytes = unsafe { slot.frame.host_bytes_mut() }
-            .map_err(|e| err("mapping a frame buffer for registration")(&e))?;
-        let (len, start) = (bytes.len(), NonNull::new(bytes.as_mut_ptr()));
-        let start =
-            start.ok_or_else(|| TransportError::misuse("a frame's host mapping is NULL"))?;
-        let page = host_page_size();
-        if start.as_ptr().addr() % page != 0 {
-            return Err(TransportError::refused(format!(
-                "a frame's Vulkan host mapping does not start on a page ({:p}): it cannot be page-locked whole; use {COPY_FROM_ENV}=import",
-                start.as_ptr()
-            )));
-        }
-        let len = len.div_ceil(page) * page;
-        // SAFETY: `start..start + len` is the frame's persistent Vulkan
-        // mapping, which stays mapped while its `VulkanMemory` lives: longer
-        // than the registration (see above). GPU work touches it only
-        // through the consumer's copies, which the ring orders against the
-        // host's access (the *ready* / *free* fences and the acquire
-        // batches).
-        let r =
-            unsafe { RegisteredHostMemory::register(ctx, start, len, HostRegistration::Memory) }
-                .during("page-locking a frame's host mapping for CUDA (cuMemHostRegister)")?;
-        registered.push(r);
-    }
-    Ok(registered)
+/// Page-locks each slot's frame for CUDA in place, for copy mode's copies
+/// ([`CopyFrom::Registered`]; see "Copy mode: where the copies read" in
+/// the module docs). Each registration holds its frame's allocation.
+fn register_frames(ctx: &Context, slots: &[Slot]) -> Result<Vec<RegisteredFrame>, TransportError> {
+    slots
+        .iter()
+        .map(|slot| slot.frame.register_for_copies(ctx))
+        .collect()
 }
 
 /// The producer's and the consumer's halves of one slot over `frame`:
@@ -736,9 +698,10 @@ fn make_slot(
     let handover = vk
         .host_handover(&frame)
         .map_err(|e| err("recording the frame handover batches")(&e))?;
+    let frame = VulkanFrame::new(frame).map_err(|e| err("mapping the frame buffer")(&e))?;
     let slot = Slot {
         handover,
-        frame,
+        frame: Lendable::new(frame),
         ready_vk,
         free_vk,
         reclaimed_vk,
@@ -905,7 +868,7 @@ impl GpuTransport {
         };
         let mut consumer = Consumer::new(&dev.ctx, config, mapped)?;
         if options.registers_frames() {
-            consumer.copy_through_registered(register_frames(&dev.ctx, &mut slots_vk)?)?;
+            consumer.copy_through_registered(register_frames(&dev.ctx, &slots_vk)?)?;
         }
         let enqueue = Enqueuer {
             consumer: Arc::new(consumer),
@@ -1004,7 +967,7 @@ impl GpuTransport {
         self.vk
             .acquire_for_host_ahead(
                 &s.handover,
-                &s.frame,
+                s.frame.memory(),
                 &[SemaphoreOp::timeline(&s.free_vk, free)],
                 &[SemaphoreOp::timeline(&s.reclaimed_vk, value)],
             )
@@ -1123,7 +1086,7 @@ impl GpuTransport {
                 self.reclaim_ahead(slot, want)?;
             }
         }
-        let s = &self.slots[slot];
+        let s = &mut self.slots[slot];
         let (pending_free, reclaimed) = s.reclaim_pending;
         let reached = match self.options.handover {
             Handover::Queue if want != 0 && pending_free == want => {
@@ -1133,7 +1096,7 @@ impl GpuTransport {
             Handover::Queue if !inline => return Ok(false),
             Handover::Queue => self.vk.acquire_for_host(
                 &s.handover,
-                &s.frame,
+                s.frame.memory(),
                 &[SemaphoreOp::timeline(&s.free_vk, want)],
                 FREE_WAIT,
             ),
@@ -1155,17 +1118,14 @@ impl GpuTransport {
         self.reach_free(slot, want, true).map(drop)
     }
 
-    /// The slot's frame bytes, for the host.
-    ///
-    /// # Safety
-    /// The slot's *free* fence must have reached the value the consumer
-    /// signals after its last access, with the device's writes visible to
-    /// the host, and no device access may start while the slice lives.
-    unsafe fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+    /// The slot's frame bytes, for the host: once its lent frame (if any)
+    /// was given back. Only after the slot's *free* fence reached the
+    /// value the consumer signals after its last access, with the device's
+    /// writes visible to the host (the protocol; the next device access
+    /// waits for the slot's ready signal, which needs `&mut self`).
+    fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         let len = self.geometry.frame_len();
-        // SAFETY: the caller's contract.
-        let bytes = unsafe { self.slots[slot].frame.host_bytes_mut() }
-            .map_err(|e| err("mapping the frame buffer")(&e))?;
+        let bytes = self.slots[slot].frame.bytes_mut(slot)?;
         bytes
             .get_mut(..len)
             .ok_or_else(|| TransportError::refused("the Vulkan allocation is smaller than a frame"))
@@ -1174,14 +1134,14 @@ impl GpuTransport {
     /// Submits `slot`'s release batch (or, as the diagnosis control, a host
     /// signal) that signals *ready* at `value`.
     fn submit_ready(&mut self, slot: usize, value: u64) -> Result<(), TransportError> {
-        let s = &self.slots[slot];
+        let s = &mut self.slots[slot];
         let vk_signal = err("Vulkan signal of the ready fence");
         match self.options.handover {
             Handover::Queue => self
                 .vk
                 .release_host_writes(
                     &s.handover,
-                    &s.frame,
+                    s.frame.memory(),
                     &[],
                     &[SemaphoreOp::timeline(&s.ready_vk, value)],
                 )
@@ -1238,12 +1198,12 @@ impl FrameTransport for GpuTransport {
     fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
         let slot = self.check_slot(t)?;
         self.wait_slot(slot, t.free_wait())?;
-        // SAFETY: the slot's free fence reached the value the consumer
-        // signals after its last access to this memory (kernel, copies);
-        // the consumer's next access waits for this slot's ready fence,
-        // which only `signal_ready` signals, and that takes `&mut self`,
-        // so it cannot run while the returned slice is alive.
-        unsafe { self.host_frame(slot) }
+        // The slot's free fence reached the value the consumer signals
+        // after its last access to this memory (kernel, copies); the
+        // consumer's next access waits for this slot's ready fence, which
+        // only `signal_ready` signals, and that takes `&mut self`, so it
+        // cannot run while the returned slice is alive.
+        self.host_frame(slot)
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
@@ -1251,33 +1211,36 @@ impl FrameTransport for GpuTransport {
         if other >= self.slots.len() {
             return Ok(None);
         }
+        // A later frame of the slot was signalled ready: the device may be
+        // writing the slot, which no longer holds the peeked frame.
+        if self.slots[other].ready_track.last() > p.free_reached() {
+            return Err(TransportError::misuse(format!(
+                "lend of frame {} in slot {other}, which has moved on to a later frame",
+                p.frame()
+            )));
+        }
         // Only through the slot's acquire for exactly this value (submitted
         // ahead, or now where it is still owed): an inline acquire here would
         // be followed by the ahead one, taking the buffer back twice.
         if !self.reach_free(other, p.free_reached(), false)? {
             return Ok(None);
         }
-        // SAFETY: the free fence reached the value the consumer signals
-        // after its last access (and the acquire batch made its writes
-        // visible to the host); its next access waits for the slot's next
-        // ready signal. The slice lives only for this statement.
-        let read = unsafe { self.host_frame(other) }?;
-        let len = read.len();
-        // SAFETY: the slot's mapping is made once at allocation and stays at
-        // this address until the transport is dropped; its next write (by
-        // the producer, after `wait_free` for the slot's next ticket) and
-        // its next device access (after that ticket's ready signal) both
-        // come after the slot's next ticket, and no call of this transport
-        // for another ticket touches it (the acquire batches submitted ahead
-        // are for the slots written since).
-        Ok(Some(unsafe {
-            PeekedFrame::new(NonNull::from(read).cast(), len)
-        }))
+        // The free fence reached the value the consumer signals after its
+        // last access (and the acquire batch made its writes visible to the
+        // host). The lent frame shares the slot's memory (kept alive while
+        // it lives); the slot's next host write (`wait_free`) and its next
+        // device access (after `signal_ready`) wait for it to be dropped.
+        Ok(Some(
+            self.slots[other].frame.lend(self.geometry.frame_len())?,
+        ))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
         let entered = Instant::now();
         let slot = self.check_slot(t)?;
+        // The device reads and writes the slot once it is signalled ready:
+        // not while a lent frame of it is read.
+        self.slots[slot].frame.wait_returned(slot)?;
         let reservation = self.slots[slot]
             .ready_track
             .reserve(t.ready())

@@ -14,6 +14,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryR
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::consumer::shared::Lendable;
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
@@ -37,7 +38,7 @@ pub enum Fault {
 /// A buffer moving between the two sides, with the fence value it carries.
 struct Token {
     value: u64,
-    bytes: Box<[u8]>,
+    bytes: Lendable<Box<[u8]>>,
 }
 
 /// Work for the consumer thread: a ticket's slot, frame and fence values.
@@ -52,7 +53,7 @@ struct Job {
 pub struct HostReference {
     geometry: FrameGeometry,
     /// Buffers currently owned by the producer (waited for, not signalled).
-    held: Vec<Option<Box<[u8]>>>,
+    held: Vec<Option<Lendable<Box<[u8]>>>>,
     /// Per slot, the *free* fence: buffers handed back by the consumer.
     free_rx: Vec<Receiver<Token>>,
     /// Per slot, the *ready* fence: buffers handed to the consumer.
@@ -73,7 +74,7 @@ impl HostReference {
             // One token per slot exists, so one place in each channel suffices.
             let (ftx, frx) = mpsc::sync_channel::<Token>(1);
             let (rtx, rrx) = mpsc::sync_channel::<Token>(1);
-            let bytes = vec![0u8; geometry.frame_len()].into_boxed_slice();
+            let bytes = Lendable::new(vec![0u8; geometry.frame_len()].into_boxed_slice());
             // Nothing is in flight yet: the free fence starts at 0.
             // The receiver is alive, so this send cannot fail.
             let _ = ftx.send(Token { value: 0, bytes });
@@ -131,15 +132,18 @@ fn consumer_loop(
                     ),
                 ));
             }
+            // The producer sends a slot's buffer only once its lent frame
+            // was given back; waited for again here, as the type asks.
+            let bytes = token.bytes.get_mut(slot)?;
             if fault == Fault::Corrupt {
-                if let Some(b) = token.bytes.last_mut() {
+                if let Some(b) = bytes.last_mut() {
                     *b ^= 0x5a;
                 }
             }
             let t = Instant::now();
             let mismatches = match fault {
                 Fault::SkipProcess => 0,
-                _ => process_frame(frame, geometry.stride, &mut token.bytes),
+                _ => process_frame(frame, geometry.stride, bytes),
             };
             let process = t.elapsed();
             token.value = next;
@@ -210,7 +214,7 @@ impl FrameTransport for HostReference {
         let slot = t.slot();
         self.take_free(slot, t.free_wait(), t.frame())?;
         match self.held.get_mut(slot) {
-            Some(Some(bytes)) => Ok(bytes),
+            Some(Some(bytes)) => Ok(bytes.get_mut(slot)?),
             _ => Err(TransportError::misuse("slot buffer missing")),
         }
     }
@@ -221,15 +225,10 @@ impl FrameTransport for HostReference {
         // for.
         self.take_free(slot, p.free_reached(), p.frame())?;
         match self.held.get(slot) {
-            Some(Some(bytes)) => {
-                // The slot's boxed buffer stays at this address (the box
-                // moves between `held` and the consumer's thread, its bytes
-                // do not) until the transport's drop, and nothing writes it
-                // before the slot's next ticket: the producer writes it after
-                // `wait_free` for that ticket. That is what
-                // `PeekedFrame::bytes` asks of its caller.
-                Ok(Some(PeekedFrame::from_slice(bytes)))
-            }
+            // The lent frame shares the slot's buffer; the producer's next
+            // write (`wait_free`) and the consumer thread's processing wait
+            // for it to be dropped.
+            Some(Some(bytes)) => Ok(Some(bytes.lend(self.geometry.frame_len())?)),
             _ => Err(TransportError::misuse("slot buffer missing")),
         }
     }
@@ -245,6 +244,12 @@ impl FrameTransport for HostReference {
                     "ready signal of slot {slot}, which was not waited for"
                 ))
             })?;
+        // The consumer thread writes the buffer: not while a lent frame of
+        // it is read (the buffer goes back where it was when refused).
+        if let Err(e) = bytes.wait_returned(slot) {
+            self.held[slot] = Some(bytes);
+            return Err(e);
+        }
         let token = Token {
             value: t.ready(),
             bytes,
@@ -399,6 +404,56 @@ mod tests {
         let mut fresh = Ring::new(1).unwrap();
         let (mut t, _) = transport(1, Fault::None);
         assert!(t.signal_ready(&fresh.acquire().unwrap()).is_err());
+    }
+
+    #[test]
+    fn a_lent_frame_outliving_its_turn_is_waited_for_not_overwritten() {
+        // The transport is asked for the slot's next frame while a frame of
+        // it is still lent (lent straight from the transport, so the ring
+        // does not hold the slot back): `wait_free` waits until the reader
+        // dropped the frame, and the reader sees the frame unchanged.
+        let (mut t, mut ring) = transport(2, Fault::None);
+        produce(&mut t, &mut ring);
+        ring.drain(&mut t, |_, _| Ok(())).unwrap();
+        let p = ring.peek(0).unwrap();
+        let lent = t.lend(&p).unwrap().unwrap();
+        let dropped = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let processed = TestPattern::new(0, 64);
+                for _ in 0..20 {
+                    assert_eq!(processed.first_mismatch(lent.bytes(), 0xff), None);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                dropped.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(lent);
+            });
+            // Frame 2 of slot 0 (frame 1 of slot 1 in between).
+            produce(&mut t, &mut ring);
+            let next = ring.acquire().unwrap();
+            assert_eq!(next.slot(), 0);
+            let bytes = t.wait_free(&next).unwrap();
+            assert!(
+                dropped.load(std::sync::atomic::Ordering::SeqCst),
+                "the slot was handed out for writing while its frame was lent"
+            );
+            bytes.fill(0);
+            reader.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn a_lent_frame_keeps_its_memory_after_the_transport_is_gone() {
+        let (mut t, mut ring) = transport(1, Fault::None);
+        produce(&mut t, &mut ring);
+        ring.drain(&mut t, |_, _| Ok(())).unwrap();
+        let lent = t.lend(&ring.peek(0).unwrap()).unwrap().unwrap();
+        drop(t);
+        assert_eq!(lent.len(), 64 * 8);
+        assert_eq!(
+            TestPattern::new(0, 64).first_mismatch(lent.bytes(), 0xff),
+            None
+        );
     }
 
     #[test]

@@ -75,7 +75,7 @@ use tegra_interop::driver::nvsci::{
 };
 use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
-use crate::consumer::shared::CpuFrame;
+use crate::consumer::shared::{CpuFrame, Lendable};
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
 use crate::ring::{Peek, Ticket};
 use crate::transport::host::Fault;
@@ -149,8 +149,9 @@ pub struct Objects {
 }
 
 struct SlotObjects {
-    /// The frame buffer, with the producer's CPU view of it.
-    frame: CpuFrame,
+    /// The frame buffer, with the producer's CPU view of it (lent frames
+    /// share it).
+    frame: Lendable<CpuFrame>,
     ready: SyncObj,
     free: SyncObj,
 }
@@ -255,7 +256,7 @@ impl Objects {
         for _ in 0..slots {
             let buf = buf_list.alloc().during("NvSciBufObjAlloc")?;
             out.push(SlotObjects {
-                frame: CpuFrame::new(buf, frame_len)?,
+                frame: Lendable::new(CpuFrame::new(buf, frame_len)?),
                 ready: ready_list.alloc().during("NvSciSyncObjAlloc (ready)")?,
                 free: free_list.alloc().during("NvSciSyncObjAlloc (free)")?,
             });
@@ -279,6 +280,7 @@ impl Objects {
             .iter()
             .map(|s| {
                 s.frame
+                    .get()
                     .buf()
                     .import_cuda(ctx)
                     .during("CUDA import of an NvSciBuf object")
@@ -489,21 +491,23 @@ impl NvSciTransport {
 
     /// Damages the last byte of `slot`'s frame (the kernel path's
     /// [`Fault::Corrupt`]), between the camera's write and the ready signal.
-    fn corrupt_last_byte(&mut self, slot: usize) {
-        if let Some(b) = self
+    fn corrupt_last_byte(&mut self, slot: usize) -> Result<(), TransportError> {
+        let s = self
             .objects
             .slots
             .get_mut(slot)
-            .and_then(|s| s.frame.bytes_mut().last_mut())
-        {
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        if let Some(b) = s.frame.get_mut(slot)?.bytes_mut().last_mut() {
             *b ^= 0x5a;
         }
+        Ok(())
     }
 
     /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
     fn flush_cpu_cache(&self, slot: usize) -> Result<(), TransportError> {
         self.objects.slots[slot]
             .frame
+            .get()
             .buf()
             .flush_cpu_cache_range(0, self.geometry.frame_len() as u64)
             .during(format!("CPU cache flush of slot {slot}"))
@@ -540,7 +544,7 @@ impl NvSciTransport {
             .get(slot)
             .ok_or_else(|| TransportError::no_slot(slot))?
             .frame;
-        cpu.queue_host_processing(stream, move |bytes| {
+        cpu.queue_host_processing(slot, stream, move |bytes| {
             if fault == Fault::Corrupt {
                 if let Some(b) = bytes.last_mut() {
                     *b ^= 0x5a;
@@ -633,7 +637,7 @@ impl FrameTransport for NvSciTransport {
         self.wait_slot(slot, t.free_wait())?;
         // The consumer is done with it: its free fence for the slot's
         // previous frame was reached above (or the slot was never used).
-        Ok(self.objects.slots[slot].frame.bytes_mut())
+        Ok(self.objects.slots[slot].frame.get_mut(slot)?.bytes_mut())
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
@@ -641,10 +645,23 @@ impl FrameTransport for NvSciTransport {
         if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
+        // A later frame of the slot was signalled ready: the consumer may
+        // be writing the slot, which no longer holds the peeked frame.
+        if self.slots[slot].ready_signalled > p.free_reached() {
+            return Err(TransportError::misuse(format!(
+                "lend of frame {} in slot {slot}, which has moved on to a later frame",
+                p.frame()
+            )));
+        }
         // The consumer is done with it once its free fence for the frame
-        // is reached, and nothing writes it before the slot's next ticket.
+        // is reached; the slot's next wait_free, ready signal and
+        // processing wait for the lent frame to be dropped.
         self.wait_slot(slot, p.free_reached())?;
-        Ok(Some(self.objects.slots[slot].frame.lend()))
+        Ok(Some(
+            self.objects.slots[slot]
+                .frame
+                .lend(self.geometry.frame_len())?,
+        ))
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -656,8 +673,11 @@ impl FrameTransport for NvSciTransport {
             // The kernel path's fault: one byte damaged after the camera
             // wrote the frame (the host-function path damages it in the
             // consumer).
-            self.corrupt_last_byte(slot);
+            self.corrupt_last_byte(slot)?;
         }
+        // The device writes the slot once it is signalled ready: not while
+        // a lent frame of it is read.
+        self.objects.slots[slot].frame.wait_returned(slot)?;
         // The camera's writes reach memory before the consumer may read them
         // (see the module docs on CPU caches).
         self.flush_cpu_cache(slot)?;
@@ -981,6 +1001,52 @@ mod tests {
             assert_eq!(c.mismatches, 0);
             ring.complete(&c).unwrap();
         }
+    }
+
+    #[test]
+    fn a_lent_frame_is_waited_for_before_its_slot_is_rewritten_and_a_stale_one_refused() {
+        with(2, Fault::None, |t, ring| {
+            produce(t, ring);
+            ring.drain(t, |_, _| Ok(())).unwrap();
+            let p = ring.peek(0).unwrap();
+            // Lent straight from the transport: the ring does not hold the
+            // slot back, the transport must.
+            let lent = t.lend(&p).unwrap().unwrap();
+            let dropped = std::sync::atomic::AtomicBool::new(false);
+            let next = std::thread::scope(|scope| {
+                let reader = scope.spawn(|| {
+                    for _ in 0..10 {
+                        let processed = TestPattern::new(0, G.stride);
+                        assert_eq!(processed.first_mismatch(lent.bytes(), 0xff), None);
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    dropped.store(true, std::sync::atomic::Ordering::SeqCst);
+                    drop(lent);
+                });
+                produce(t, ring); // frame 1, slot 1
+                let next = ring.acquire().unwrap(); // frame 2, slot 0
+                let bytes = t.wait_free(&next).unwrap();
+                assert!(
+                    dropped.load(std::sync::atomic::Ordering::SeqCst),
+                    "slot 0 handed out for writing while its frame was lent"
+                );
+                TestPattern::new(2, G.stride).fill(bytes);
+                reader.join().unwrap();
+                t.signal_ready(&next).unwrap();
+                ring.release(&next, Instant::now(), 0).unwrap();
+                next
+            });
+            // Slot 0 moved on to frame 2: frame 0's peek is refused.
+            let e = t.lend(&p).unwrap_err();
+            assert!(e.to_string().contains("moved on"), "{e}");
+            t.queue_consumer(&next).unwrap();
+            ring.submit(&next).unwrap();
+            ring.drain(t, |c, _| {
+                assert_eq!(c.mismatches, 0);
+                Ok(())
+            })
+            .unwrap();
+        });
     }
 
     #[test]

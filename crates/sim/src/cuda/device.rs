@@ -90,6 +90,24 @@ pub(crate) fn cuDeviceGetUuid_v2(c: &Call, out: CMut<CUuuid>, dev: CUdevice) -> 
     done(r)
 }
 
+/// The first attribute number a driver of `version` does not know. The
+/// 12.9 header's `CU_DEVICE_ATTRIBUTE_MAX` for 12.9 and later; 120 for
+/// CUDA 11.4 and 11.5 (the end of that release's attribute list, after
+/// cudarc's `cuda-11040` / `cuda-11050` bindings: 119 is its last, so
+/// `DMA_BUF_SUPPORTED` (124, CUDA 11.7) is unknown there). For any other
+/// older release the list is not known to the project, so the simulator
+/// refuses every attribute from 120 on (never more than the oldest known
+/// driver accepts). What a real driver answers for an attribute it does not
+/// know is not measured; INVALID_VALUE is the header's code for a bad
+/// argument.
+fn attribute_limit(version: i32) -> u32 {
+    if version >= crate::SimConfig::CUDA_12_9 {
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX.0
+    } else {
+        120
+    }
+}
+
 pub(crate) fn cuDeviceGetAttribute(
     c: &Call,
     out: CMut<c_int>,
@@ -100,6 +118,9 @@ pub(crate) fn cuDeviceGetAttribute(
         init(&c.state())?;
         device(c, dev)?;
         let cfg = &c.inst.config;
+        if attr.0 >= attribute_limit(cfg.driver_version) {
+            return Err(INVALID_VALUE);
+        }
         let v = match attr.0 {
             0 => return Err(INVALID_VALUE),
             1 => 1024, // max threads per block

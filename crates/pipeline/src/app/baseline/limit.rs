@@ -8,7 +8,7 @@
 //!   (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync` from device-mapped pinned
 //!   host memory), each alone, then both directions at once on two streams
 //!   (the per-frame time of each while the other runs);
-//! - the consumer's check-and-invert kernel ([`consumer::KERNEL_SOURCE`],
+//! - the consumer's check-and-invert kernel ([`consumer::KERNEL_SOURCE`](crate::consumer::KERNEL_SOURCE),
 //!   compiled with NVRTC through the driver) over mapped pinned host memory
 //!   (zero-copy: the kernel reads and writes over PCIe) and over device
 //!   memory, each on a frame holding the pattern it expects (no
@@ -41,12 +41,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tegra_interop::driver::{
-    Backend, Context, DeviceBuffer, DevicePtr, Event, EventFlags, PinnedHostBuffer, Stream,
-};
+use tegra_interop::driver::{Backend, Context};
 
 use crate::camera::{frame_threads, TestPattern};
-use crate::consumer::{self, pattern_seed, FrameMemory, BLOCK};
+use crate::consumer::bench::{Bench, BenchConfig, Target};
 use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
 
 /// Trials of the CPU pieces and of each mode's all-at-once pieces; each
@@ -55,68 +53,6 @@ const TRIALS: usize = 3;
 
 /// How long one measurement may take before it counts as stuck.
 const STUCK: Duration = Duration::from_secs(30);
-
-/// The consumer's kernels ([`consumer::Kernels`]: [`consumer::KERNEL_SOURCE`]
-/// compiled with the driver's NVRTC and loaded through the function table),
-/// with the launch the baseline and the limit queue over their own buffers.
-pub struct Kernels(consumer::Kernels);
-
-impl Kernels {
-    /// Compiles and loads the kernels into `ctx`.
-    pub fn compile(ctx: &Context) -> Result<Kernels, TransportError> {
-        consumer::Kernels::compile(ctx).map(Kernels)
-    }
-
-    /// Queues the check-and-invert kernel over the first `len` bytes of
-    /// `frame` (pattern of frame number `index`, lines of `stride` bytes),
-    /// counting mismatches into word `slot` of `counters`; `mapped` picks
-    /// the variant for memory the CPU maps.
-    ///
-    /// # Safety
-    /// Until the kernel completed on `stream`: `frame` and `counters` stay
-    /// alive and nothing else reads or writes the frame's first `len` bytes
-    /// (host views included) or the counter.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn check_and_invert(
-        &self,
-        stream: &Stream,
-        frame: &dyn tegra_interop::driver::DeviceMemory,
-        geometry: FrameGeometry,
-        index: u64,
-        counters: &PinnedHostBuffer,
-        slot: usize,
-        mapped: bool,
-    ) -> Result<(), TransportError> {
-        let len = geometry.frame_len() as u64;
-        let at = frame
-            .device_range(0, len)
-            .during("the frame for the kernel")?;
-        if !at.is_multiple_of(consumer::FRAME_ALIGN) {
-            return Err(TransportError::refused(format!(
-                "the frame at {at:#x} is not {}-byte aligned, which the kernel's vector accesses need",
-                consumer::FRAME_ALIGN
-            )));
-        }
-        let counter = DevicePtr::at(counters, 8 * slot as u64, 8).during("the mismatch counter")?;
-        let f = self.0.check_and_invert(match mapped {
-            true => FrameMemory::System,
-            false => FrameMemory::Device,
-        });
-        let launch = f
-            .launch(consumer::grid_for(len as usize), BLOCK)
-            // SAFETY: `at` lies in `frame` (checked by `device_range`).
-            .arg(unsafe { DevicePtr::from_raw(at) })
-            .arg(len)
-            .arg(geometry.stride as u64)
-            .arg(pattern_seed(index))
-            .arg(counter);
-        // SAFETY: the arguments match the kernel's parameter list
-        // `(unsigned char*, u64, u64, u32, u64*)`; the memory behind them is
-        // the caller's to keep valid and untouched (this function's
-        // contract).
-        unsafe { launch.launch(stream) }.during("launching the consumer kernel")
-    }
-}
 
 /// What each piece of one frame's work costs on this machine (mean per
 /// frame; the CPU's and the all-at-once pieces the best of 3
@@ -270,15 +206,11 @@ impl Pieces {
 
 /// What the measurement works with: one frame in pinned mapped host memory
 /// and one in device memory, a second pair for the other direction, two
-/// streams, timing events, the kernels.
+/// streams, four timing events, the kernels: a [`Bench`] of the consumer
+/// module (which queues the copies and the kernel and keeps the host off
+/// memory the GPU still uses).
 struct Rig {
-    geometry: FrameGeometry,
-    host: [PinnedHostBuffer; 2],
-    device: [DeviceBuffer; 2],
-    counters: PinnedHostBuffer,
-    streams: [Stream; 2],
-    events: [Event; 4],
-    kernels: Kernels,
+    bench: Bench,
 }
 
 /// Microseconds per repetition of `total`.
@@ -288,93 +220,54 @@ fn per_rep(total: Duration, reps: u32) -> f64 {
 
 impl Rig {
     fn new(ctx: &Context, geometry: FrameGeometry) -> Result<Rig, TransportError> {
-        let len = geometry.frame_len();
-        let pinned = || PinnedHostBuffer::new(ctx, len).during("pinned host memory");
-        let device = || DeviceBuffer::new(ctx, len).during("device memory");
-        let stream = || Stream::new(ctx).during("creating a CUDA stream");
-        let event = || Event::new(ctx, EventFlags::DEFAULT).during("CUDA event");
-        Ok(Rig {
+        let config = BenchConfig {
             geometry,
-            host: [pinned()?, pinned()?],
-            device: [device()?, device()?],
-            counters: PinnedHostBuffer::new(ctx, 16).during("pinned host memory")?,
-            streams: [stream()?, stream()?],
-            events: [event()?, event()?, event()?, event()?],
-            kernels: Kernels::compile(ctx)?,
+            frames: 2,
+            device: true,
+            streams: 2,
+            events: 4,
+            timing: true,
+        };
+        Ok(Rig {
+            bench: Bench::new(ctx, config)?,
         })
     }
 
-    fn len(&self) -> usize {
-        self.geometry.frame_len()
+    fn geometry(&self) -> FrameGeometry {
+        self.bench.config().geometry
     }
 
-    fn record(&self, event: usize, stream: usize) -> Result<(), TransportError> {
-        self.events[event]
-            .record(&self.streams[stream])
-            .during("recording a CUDA event")
+    fn record(&mut self, event: usize, stream: usize) -> Result<(), TransportError> {
+        self.bench.record(event, stream)
     }
 
     /// Waits for both streams and returns the time between events `a` and
     /// `b`.
-    fn span(&self, a: usize, b: usize) -> Result<Duration, TransportError> {
-        for s in &self.streams {
-            s.synchronize().during("waiting for a CUDA stream")?;
+    fn span(&mut self, a: usize, b: usize) -> Result<Duration, TransportError> {
+        for s in 0..2 {
+            self.bench.synchronize(s)?;
         }
-        self.events[b]
-            .elapsed_since(&self.events[a])
-            .during("reading CUDA event times")
-    }
-
-    /// Queues one host -> device copy of pair `s`'s frame on stream `s`.
-    ///
-    /// # Safety
-    /// The host must not write pair `s`'s host buffer nor touch its device
-    /// buffer until stream `s` is synchronised (both live as long as `self`,
-    /// which outlives every synchronisation of its streams).
-    unsafe fn copy_in(&self, s: usize) -> Result<(), TransportError> {
-        // SAFETY: the caller's promise above.
-        unsafe {
-            self.device[s].copy_from_pinned_async(0, &self.host[s], 0, self.len(), &self.streams[s])
-        }
-        .during("cuMemcpyHtoDAsync")
-    }
-
-    /// Queues one device -> host copy of pair `s`'s frame on stream `s`.
-    ///
-    /// # Safety
-    /// As [`copy_in`](Self::copy_in): the host keeps off both buffers of pair
-    /// `s` until stream `s` is synchronised.
-    unsafe fn copy_out(&self, s: usize) -> Result<(), TransportError> {
-        // SAFETY: the caller's promise above.
-        unsafe {
-            self.device[s].copy_to_pinned_async(0, &self.host[s], 0, self.len(), &self.streams[s])
-        }
-        .during("cuMemcpyDtoHAsync")
+        self.bench.elapsed(a, b)
     }
 
     /// Queues `reps` host -> device copies on stream `s` (pair `s`).
-    fn h2d(&self, s: usize, reps: u32) -> Result<(), TransportError> {
+    fn h2d(&mut self, s: usize, reps: u32) -> Result<(), TransportError> {
         for _ in 0..reps {
-            // SAFETY: both buffers live until the streams are synchronised
-            // in `span`, before anything else touches them; the host does
-            // not write the source meanwhile.
-            unsafe { self.copy_in(s) }?;
+            self.bench.copy_in(s, s)?;
         }
         Ok(())
     }
 
     /// Queues `reps` device -> host copies on stream `s` (pair `s`).
-    fn d2h(&self, s: usize, reps: u32) -> Result<(), TransportError> {
+    fn d2h(&mut self, s: usize, reps: u32) -> Result<(), TransportError> {
         for _ in 0..reps {
-            // SAFETY: as in `h2d`; the host does not touch the destination
-            // until the streams are synchronised.
-            unsafe { self.copy_out(s) }?;
+            self.bench.copy_out(s, s)?;
         }
         Ok(())
     }
 
     /// The copies: (h2d alone, d2h alone, h2d with d2h, d2h with h2d), us.
-    fn copies(&self, reps: u32) -> Result<[f64; 4], TransportError> {
+    fn copies(&mut self, reps: u32) -> Result<[f64; 4], TransportError> {
         self.record(0, 0)?;
         self.h2d(0, reps)?;
         self.record(1, 0)?;
@@ -389,12 +282,10 @@ impl Rig {
 
     /// Both directions at once on the two streams: (h2d, d2h), us per
     /// frame of each while the other runs.
-    fn both(&self, reps: u32) -> Result<[f64; 2], TransportError> {
+    fn both(&mut self, reps: u32) -> Result<[f64; 2], TransportError> {
         // The second stream starts when the first does.
         self.record(0, 0)?;
-        self.streams[1]
-            .wait_event(&self.events[0])
-            .during("cuStreamWaitEvent")?;
+        self.bench.wait_event(1, 0)?;
         self.record(2, 1)?;
         self.h2d(0, reps)?;
         self.d2h(1, reps)?;
@@ -412,26 +303,22 @@ impl Rig {
     /// PCIe), against the warm frames of the CPU pieces. Reported beside
     /// the limit, not in it (one thread alternating copy and check).
     fn check_after_dma(&mut self, threads: usize, reps: u32) -> Result<f64, TransportError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let pattern = TestPattern::new(0, g.stride);
-        pattern.fill(self.host[0].as_mut_slice());
-        // SAFETY: both live until the stream is synchronised just below;
-        // the host does not touch them before that.
-        unsafe { self.copy_in(0) }?;
-        self.streams[0]
-            .synchronize()
-            .during("waiting for a CUDA stream")?;
+        pattern.fill(self.bench.host_mut(0)?);
+        self.bench.copy_in(0, 0)?;
+        self.bench.synchronize(0)?;
         let mut total = Duration::ZERO;
         for index in 0..u64::from(reps) {
             // Spoiled, so that a copy back that did not happen is caught.
-            self.host[0].as_mut_slice()[0] ^= 0xff;
-            // SAFETY: as above: synchronised before the host reads.
-            unsafe { self.copy_out(0) }?;
-            self.streams[0]
-                .synchronize()
-                .during("waiting for a CUDA stream")?;
+            if let Some(b) = self.bench.host_mut(0)?.first_mut() {
+                *b ^= 0xff;
+            }
+            self.bench.copy_out(0, 0)?;
+            self.bench.synchronize(0)?;
+            let host = self.bench.host(0)?;
             let t = Instant::now();
-            let found = pattern.first_mismatch_parallel(self.host[0].as_slice(), 0, threads);
+            let found = pattern.first_mismatch_parallel(host, 0, threads);
             total += t.elapsed();
             if let Some(at) = found {
                 return Err(TransportError::frame_check(
@@ -447,41 +334,22 @@ impl Rig {
     /// The kernel over pinned mapped memory (`mapped`) or device memory,
     /// us per frame; each repetition sees a frame holding its pattern.
     fn kernel(&mut self, mapped: bool, reps: u32) -> Result<f64, TransportError> {
-        let g = self.geometry;
+        let g = self.geometry();
         let mut total = Duration::ZERO;
         for index in 0..u64::from(reps) {
-            TestPattern::new(index, g.stride).fill(self.host[0].as_mut_slice());
+            TestPattern::new(index, g.stride).fill(self.bench.host_mut(0)?);
             if !mapped {
-                // SAFETY: both live until the stream is synchronised in
-                // `span`; the host does not touch them meanwhile.
-                unsafe { self.copy_in(0) }?;
+                self.bench.copy_in(0, 0)?;
             }
             self.record(0, 0)?;
-            let frame: &dyn tegra_interop::driver::DeviceMemory = if mapped {
-                &self.host[0]
-            } else {
-                &self.device[0]
+            let target = match mapped {
+                true => Target::Host,
+                false => Target::Device,
             };
-            // SAFETY: the frame and the counters live until the stream is
-            // synchronised in `span`; the host touches neither meanwhile.
-            unsafe {
-                self.kernels.check_and_invert(
-                    &self.streams[0],
-                    frame,
-                    g,
-                    index,
-                    &self.counters,
-                    0,
-                    mapped,
-                )
-            }?;
+            self.bench.check_and_invert(0, target, 0, index)?;
             self.record(1, 0)?;
             total += self.span(0, 1)?;
-            let mismatches = self
-                .counters
-                .atomic_u64(0)
-                .during("the mismatch counter")?
-                .swap(0, std::sync::atomic::Ordering::AcqRel);
+            let mismatches = self.bench.take_mismatches(0)?;
             if mismatches != 0 {
                 return Err(TransportError::frame_check(
                     0,
@@ -745,6 +613,8 @@ impl ModeRow {
 pub struct Comparison {
     /// Version of this layout (1).
     pub schema_version: u32,
+    /// The GPU's name as the driver reports it (device 0; `None`: not known).
+    pub device: Option<String>,
     /// Bytes per line.
     pub stride: usize,
     /// Lines per frame.
@@ -842,7 +712,7 @@ pub(crate) mod tests {
     /// Rust twins).
     pub(crate) fn sim_with_kernels() -> Sim {
         let sim = Sim::new().unwrap();
-        consumer::twin::register(&sim);
+        crate::consumer::twin::register(&sim);
         sim
     }
 
@@ -1050,6 +920,7 @@ pub(crate) mod tests {
         }
         let c = Comparison {
             schema_version: 1,
+            device: Some("NVIDIA H100 80GB HBM3".into()),
             stride: g.stride,
             rows: g.rows,
             ring: 4,
@@ -1060,6 +931,7 @@ pub(crate) mod tests {
         };
         let json: serde_json::Value = serde_json::to_value(&c).unwrap();
         assert_eq!(json["schema_version"], 1);
+        assert_eq!(json["device"], "NVIDIA H100 80GB HBM3");
         for key in [
             "copy_h2d_us",
             "copy_d2h_us",
