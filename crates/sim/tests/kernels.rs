@@ -205,7 +205,7 @@ fn registered_memory_codes_copies_and_ledger() {
     assert_eq!(cu!(t, cuMemHostRegister(p, 4096, 0x10)), INVALID_VALUE);
     assert_eq!(
         cu!(t, cuMemHostRegister(p, 4096, 0x7)),
-        NOT_SUPPORTED,
+        INVALID_VALUE,
         "IOMEMORY"
     );
     assert_eq!(

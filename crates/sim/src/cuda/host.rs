@@ -119,8 +119,12 @@ pub(crate) fn cuMemFreeHost(c: &Call, p: CMut<c_void>) -> CUresult {
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`: the
 /// flags the header documents.
 const HOST_REGISTER_FLAGS: u32 = 0x1 | 0x2 | 0x4 | 0x8;
-/// `CU_MEMHOSTREGISTER_IOMEMORY | READ_ONLY`: documented, not modelled.
-const HOST_REGISTER_UNMODELLED: u32 = 0x4 | 0x8;
+/// `CU_MEMHOSTREGISTER_IOMEMORY`: for a device's memory mapped into the
+/// process; the simulator has none (refused as the H100 refused it for
+/// host memory).
+const HOST_REGISTER_IOMEMORY: u32 = 0x4;
+/// `CU_MEMHOSTREGISTER_READ_ONLY`: documented, not modelled.
+const HOST_REGISTER_READ_ONLY: u32 = 0x8;
 
 /// The refusals of `cuMemHostRegister` before the state is touched: NULL,
 /// flags, size, alignment.
@@ -135,10 +139,17 @@ fn check_register(c: &Call, h: u64, size: usize, flags: c_uint) -> R {
         );
         return Err(INVALID_VALUE);
     }
-    if flags & HOST_REGISTER_UNMODELLED != 0 {
+    if flags & HOST_REGISTER_IOMEMORY != 0 {
+        c.diag(
+            D::Misuse,
+            format!("cuMemHostRegister flags {flags:#x}: IOMEMORY is for a device's memory mapped into the process; this is host memory (the H100 answered INVALID_VALUE for a Vulkan host mapping)"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    if flags & HOST_REGISTER_READ_ONLY != 0 {
         c.diag(
             D::Unimplemented,
-            format!("cuMemHostRegister flags {flags:#x}: IOMEMORY / READ_ONLY registrations are not modelled (the real driver's answer depends on the memory); refused"),
+            format!("cuMemHostRegister flags {flags:#x}: READ_ONLY registrations are not modelled; refused"),
         );
         return Err(NOT_SUPPORTED);
     }
