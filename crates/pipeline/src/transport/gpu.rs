@@ -115,10 +115,10 @@
 //! through its import 171 / 385 us in the two runs (its copy in alone took
 //! 12-13 us: reads of an unchanged import were served from the GPU's
 //! cache, so the import's figures depend on what the host wrote since);
-//! that memory's host mapping page-locked with `cuMemHostRegister` (flags
-//! PORTABLE | DEVICEMAP) and copied as host memory (`cuMemcpyHtoDAsync` /
-//! `cuMemcpyDtoHAsync`) 171.1 / 171.6 us in one run, 171.9 / 167.6 in the
-//! other: 0.97-1.00 of pinned. (The IOMEMORY flag is refused there,
+//! that memory's host mapping page-locked with `cuMemHostRegister` and
+//! copied as host memory (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync`)
+//! 171.6 / 167.6 us in the two runs with flags PORTABLE | DEVICEMAP (171.1
+//! / 171.9 with flags 0): 0.97-1.00 of pinned. (The IOMEMORY flag is refused there,
 //! INVALID_VALUE; copies through the registration's device address
 //! measured the same in one run and 1.46 of pinned in the other.) So copy
 //! mode registers each slot's whole mapping once at open
