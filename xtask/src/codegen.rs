@@ -113,6 +113,9 @@ pub const CUDA_FUNCTIONS: &[&str] = &[
     "cuModuleUnload",
     "cuFuncGetParamInfo",
     "cuLaunchKernel",
+    // Page-locking host memory someone else allocated (copy mode's frames).
+    "cuMemHostRegister",
+    "cuMemHostUnregister",
     // EGL interop (cudaEGL.h): EGLImage registration and EGLStreams.
     "cuGraphicsEGLRegisterImage",
     "cuGraphicsResourceGetMappedEglFrame",
@@ -183,7 +186,7 @@ const NVRTC_TYPES: &[&str] = &["nvrtcResult", "nvrtcProgram"];
 const CUDA_VARS: &str = "CUDA_VERSION|CUDA_EXTERNAL_MEMORY_DEDICATED|\
 CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC|CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC|\
 CUDA_NVSCISYNC_ATTR_SIGNAL|CUDA_NVSCISYNC_ATTR_WAIT|CUDA_ARRAY3D_.*|CU_STREAM_NON_BLOCKING|CU_STREAM_DEFAULT|\
-MAX_PLANES|CU_MEMHOSTALLOC_.*|CU_EVENT_DEFAULT|CU_EVENT_BLOCKING_SYNC|CU_EVENT_DISABLE_TIMING|\
+MAX_PLANES|CU_MEMHOSTALLOC_.*|CU_MEMHOSTREGISTER_.*|CU_EVENT_DEFAULT|CU_EVENT_BLOCKING_SYNC|CU_EVENT_DISABLE_TIMING|\
 CU_EVENT_INTERPROCESS";
 
 // NvSci entry points are not listed here: they are every prototype declared

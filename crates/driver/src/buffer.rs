@@ -1,8 +1,11 @@
 //! Memory the driver allocates: [`DeviceBuffer`] (`cuMemAlloc`) and
-//! [`PinnedHostBuffer`] (`cuMemHostAlloc`, mapped into the device), and the
-//! [`DeviceMemory`] view every device-addressable buffer of this crate
-//! gives (these two and [`crate::MappedBuffer`]), which stream copies and
-//! kernel launches take.
+//! [`PinnedHostBuffer`] (`cuMemHostAlloc`, mapped into the device); the
+//! caller's host memory page-locked in place, [`RegisteredHostMemory`]
+//! (`cuMemHostRegister`); the [`DeviceMemory`] view every
+//! device-addressable buffer of this crate gives (these three and
+//! [`crate::MappedBuffer`]), which stream copies and kernel launches take;
+//! and the [`PageLockedMemory`] view of the two kinds of page-locked host
+//! memory, which the host-to-device and device-to-host stream copies take.
 //!
 //! # What is safe, and why
 //!
@@ -60,6 +63,10 @@ pub const CU_MEMHOSTALLOC_PORTABLE: u32 = 0x01;
 /// device's address space (`cuMemHostGetDevicePointer`).
 pub const CU_MEMHOSTALLOC_DEVICEMAP: u32 = 0x02;
 
+use tegra_interop_sys::cuda::{
+    CU_MEMHOSTREGISTER_DEVICEMAP, CU_MEMHOSTREGISTER_IOMEMORY, CU_MEMHOSTREGISTER_PORTABLE,
+};
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -98,6 +105,39 @@ impl DeviceMemory for MappedBuffer {
     }
     fn context(&self) -> &Context {
         self.memory().context()
+    }
+}
+
+/// Page-locked host memory the copy engines read and write directly
+/// ([`PinnedHostBuffer`], [`RegisteredHostMemory`]): what
+/// [`DeviceBuffer::copy_from_pinned_async`] and
+/// [`DeviceBuffer::copy_to_pinned_async`] take. Sealed.
+pub trait PageLockedMemory: sealed::Sealed {
+    /// The host address of `[offset, offset + len)` after a bounds check
+    /// (an address only: reading or writing through it is the caller's
+    /// `unsafe` business).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when the range reaches past the end.
+    fn host_range(&self, offset: usize, len: usize) -> Result<*mut u8, Error>;
+}
+
+/// `[offset, offset + len)` of the `size` bytes at `base`, bounds-checked.
+fn host_range_of(
+    base: NonNull<u8>,
+    size: usize,
+    offset: usize,
+    len: usize,
+) -> Result<*mut u8, Error> {
+    match offset.checked_add(len) {
+        // `offset <= end <= size`: inside (or one past) the memory; the
+        // address is computed without a dereference.
+        Some(end) if end <= size => Ok(base.as_ptr().wrapping_add(offset)),
+        _ => Err(Error::OutOfBounds {
+            offset: offset as u64,
+            len: len as u64,
+            size: size as u64,
+        }),
     }
 }
 
@@ -241,8 +281,10 @@ impl DeviceBuffer {
     }
 
     /// Queues on `stream` a copy of `len` bytes from `src` at `src_offset`
-    /// into this buffer at `offset` (`cuMemcpyHtoDAsync` from the pinned
-    /// host address: the copy engines read host memory directly).
+    /// into this buffer at `offset` (`cuMemcpyHtoDAsync` from the
+    /// page-locked host address, a [`PinnedHostBuffer`] or a
+    /// [`RegisteredHostMemory`]: the copy engines read host memory
+    /// directly).
     ///
     /// # Safety
     /// Until the copy completed on `stream` (an event recorded after it
@@ -255,7 +297,7 @@ impl DeviceBuffer {
     pub unsafe fn copy_from_pinned_async(
         &self,
         offset: usize,
-        src: &PinnedHostBuffer,
+        src: &dyn PageLockedMemory,
         src_offset: usize,
         len: usize,
         stream: &Stream,
@@ -277,8 +319,8 @@ impl DeviceBuffer {
     }
 
     /// Queues on `stream` a copy of `len` bytes of this buffer at `offset`
-    /// into `dst` at `dst_offset` (`cuMemcpyDtoHAsync` to the pinned host
-    /// address).
+    /// into `dst` at `dst_offset` (`cuMemcpyDtoHAsync` to the page-locked
+    /// host address).
     ///
     /// # Safety
     /// Until the copy completed on `stream`: `dst` and `self` stay alive,
@@ -290,7 +332,7 @@ impl DeviceBuffer {
     pub unsafe fn copy_to_pinned_async(
         &self,
         offset: usize,
-        dst: &PinnedHostBuffer,
+        dst: &dyn PageLockedMemory,
         dst_offset: usize,
         len: usize,
         stream: &Stream,
@@ -463,15 +505,7 @@ impl PinnedHostBuffer {
     }
 
     fn host_range(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
-        match offset.checked_add(len) {
-            // SAFETY: `offset <= end <= len`: inside (or one past) the allocation.
-            Some(end) if end <= self.res.len => Ok(unsafe { self.host_ptr().add(offset) }),
-            _ => Err(Error::OutOfBounds {
-                offset: offset as u64,
-                len: len as u64,
-                size: self.res.len as u64,
-            }),
-        }
+        host_range_of(self.res.host, self.res.len, offset, len)
     }
 
     /// The bytes, read by the host. Sound under the module's rule: no GPU
@@ -514,6 +548,208 @@ impl PinnedHostBuffer {
     }
 
     /// Frees now (`cuMemFreeHost`) and reports the driver's answer.
+    pub fn destroy(self) -> Result<(), Error> {
+        self.res.destroy()
+    }
+}
+
+impl PageLockedMemory for PinnedHostBuffer {
+    fn host_range(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
+        PinnedHostBuffer::host_range(self, offset, len)
+    }
+}
+
+// ---------------------------------------------------- RegisteredHostMemory
+
+/// What [`RegisteredHostMemory::register`] page-locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HostRegistration {
+    /// Ordinary memory of the process (`PORTABLE | DEVICEMAP`).
+    Memory,
+    /// Memory of a device mapped into the process, such as a PCIe BAR or
+    /// another driver's mapping (`PORTABLE | DEVICEMAP | IOMEMORY`).
+    IoMemory,
+}
+
+impl HostRegistration {
+    /// The `CU_MEMHOSTREGISTER_*` flags passed.
+    pub fn flags(self) -> u32 {
+        let base = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP;
+        match self {
+            HostRegistration::Memory => base,
+            HostRegistration::IoMemory => base | CU_MEMHOSTREGISTER_IOMEMORY,
+        }
+    }
+}
+
+/// Host memory the caller owns, page-locked in place and mapped into the
+/// device (`cuMemHostRegister_v2` with the flags of a
+/// [`HostRegistration`], then `cuMemHostGetDevicePointer`), and
+/// unregistered (`cuMemHostUnregister`) when dropped or
+/// [`destroy`](Self::destroy)ed. The memory itself is never freed here.
+///
+/// The copy engines then read and write it as they do a
+/// [`PinnedHostBuffer`] ([`DeviceBuffer::copy_from_pinned_async`],
+/// [`DeviceBuffer::copy_to_pinned_async`], [`Stream::copy_async`] through
+/// its device address); whether a given mapping can be registered is the
+/// driver's answer (another driver's mapping may be refused). There are
+/// no host views: the owner of the memory reads and writes it, ordered
+/// against queued GPU work by the queue calls' contracts.
+pub struct RegisteredHostMemory {
+    res: Owned<RegisteredRes>,
+}
+
+struct RegisteredRes {
+    ctx: Context,
+    host: NonNull<u8>,
+    device: CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: `RegisteredRes` holds an address (never dereferenced here) and a
+// context clone; the driver lets any thread use or unregister page-locked
+// memory, and serialises the unregistration.
+unsafe impl Send for RegisteredRes {}
+// SAFETY: see above; `&RegisteredHostMemory` gives out addresses only.
+unsafe impl Sync for RegisteredRes {}
+
+impl Release for RegisteredRes {
+    fn release(&mut self) -> Result<(), Error> {
+        // SAFETY: `host` is the start of the range this value registered,
+        // unregistered once (`Owned`); the memory is still mapped (the
+        // registration's contract).
+        unsafe { call::cuMemHostUnregister(TryBind(&self.ctx), self.host.as_ptr().cast()) }
+    }
+    fn backend(&self) -> &Backend {
+        self.ctx.backend()
+    }
+}
+
+impl std::fmt::Debug for RegisteredHostMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredHostMemory")
+            .field("context", &self.res.ctx.id())
+            .field("host", &self.res.host)
+            .field("device", &format_args!("{:#x}", self.res.device))
+            .field("len", &self.res.len)
+            .finish()
+    }
+}
+
+impl sealed::Sealed for RegisteredHostMemory {}
+impl DeviceMemory for RegisteredHostMemory {
+    fn device_ptr(&self) -> CUdeviceptr {
+        self.res.device
+    }
+    fn byte_len(&self) -> u64 {
+        self.res.len as u64
+    }
+    fn context(&self) -> &Context {
+        &self.res.ctx
+    }
+}
+
+impl PageLockedMemory for RegisteredHostMemory {
+    fn host_range(&self, offset: usize, len: usize) -> Result<*mut u8, Error> {
+        host_range_of(self.res.host, self.res.len, offset, len)
+    }
+}
+
+/// The host's page size (`sysconf(_SC_PAGESIZE)`; 4096 where the system
+/// does not say): the unit the driver page-locks in, for a
+/// [`RegisteredHostMemory`] made of whole pages.
+pub fn host_page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(p)
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+impl RegisteredHostMemory {
+    /// Page-locks the `len` bytes at `host` and maps them into the device
+    /// (`cuMemHostRegister_v2(host, len, kind.flags())`, then
+    /// `cuMemHostGetDevicePointer`).
+    ///
+    /// # Safety
+    /// - `host..host + len` is memory of this process, mapped readable and
+    ///   writable, and stays so (not unmapped, freed or remapped) until this
+    ///   value is gone and every GPU work queued on it completed;
+    /// - GPU work queued on it reads and writes those bytes behind Rust's
+    ///   back: while such work runs, nothing may hold a Rust reference to
+    ///   the bytes it writes (or a `&mut` to the bytes it reads); the queue
+    ///   calls' contracts say until when.
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`] for `len == 0` (refused before the call);
+    /// [`Error::Driver`] from either call (the registration is undone if
+    /// the second fails), keeping the raw code: e.g.
+    /// `HOST_MEMORY_ALREADY_REGISTERED` for a range that overlaps one
+    /// registered already, or the driver's refusal of a mapping it cannot
+    /// page-lock.
+    pub unsafe fn register(
+        ctx: &Context,
+        host: NonNull<u8>,
+        len: usize,
+        kind: HostRegistration,
+    ) -> Result<RegisteredHostMemory, Error> {
+        if len == 0 {
+            return Err(Error::Unsupported {
+                operation: "RegisteredHostMemory::register",
+                reason: "a registration needs at least one byte",
+            });
+        }
+        // SAFETY: the caller vouches for `len` mapped bytes at `host` that
+        // outlive the registration (this function's contract).
+        unsafe { call::cuMemHostRegister(Bind(ctx), host.as_ptr().cast(), len, kind.flags()) }?;
+        let mut memory = RegisteredHostMemory {
+            res: Owned::new(RegisteredRes {
+                ctx: ctx.clone(),
+                host,
+                device: 0,
+                len,
+            }),
+        };
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: `device` is a local the driver writes one address to;
+        // `host` is the start of the range just registered. On failure
+        // `memory` is dropped, which unregisters it.
+        unsafe {
+            call::cuMemHostGetDevicePointer(Bind(ctx), &mut device, host.as_ptr().cast(), 0)
+        }?;
+        memory.res.get_mut().device = device;
+        Ok(memory)
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.res.len
+    }
+
+    /// Always `false` (a registration has at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.res.len == 0
+    }
+
+    /// The device address of the first byte (for kernels and copies).
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.res.device
+    }
+
+    /// The host address of the first byte (the caller's memory).
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.res.host.as_ptr()
+    }
+
+    /// The context it was registered in.
+    pub fn context(&self) -> &Context {
+        &self.res.ctx
+    }
+
+    /// Unregisters now (`cuMemHostUnregister`) and reports the driver's
+    /// answer. The memory stays the caller's, mapped as before.
     pub fn destroy(self) -> Result<(), Error> {
         self.res.destroy()
     }

@@ -15,6 +15,7 @@
 //! | [`ExternalSemaphore`] | `CUexternalSemaphore` | `cuDestroyExternalSemaphore` |
 //! | [`DeviceBuffer`] | `CUdeviceptr` of `cuMemAlloc` | `cuMemFree` |
 //! | [`PinnedHostBuffer`] | `cuMemHostAlloc` (device-mapped) | `cuMemFreeHost` |
+//! | [`RegisteredHostMemory`] | `cuMemHostRegister` of the caller's memory (device-mapped) | `cuMemHostUnregister` |
 //! | [`Event`] | `CUevent` | `cuEventDestroy` |
 //! | [`Module`] / [`Function`] | `CUmodule` / its `CUfunction` | `cuModuleUnload` |
 //!
@@ -94,7 +95,10 @@ pub mod stream;
 pub mod table;
 
 pub use backend::{Backend, BackendKind};
-pub use buffer::{DeviceBuffer, DeviceMemory, PinnedHostBuffer};
+pub use buffer::{
+    host_page_size, DeviceBuffer, DeviceMemory, HostRegistration, PageLockedMemory,
+    PinnedHostBuffer, RegisteredHostMemory,
+};
 pub use compat::MissingEntry;
 pub use context::Context;
 pub use device::Device;

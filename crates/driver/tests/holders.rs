@@ -136,3 +136,69 @@ fn the_context_goes_after_its_last_handle() {
     drop(buffer); // frees the mapping, then the memory, then the context
     assert!(sim.backend().take_drop_errors().is_empty());
 }
+
+/// The caller's memory page-locked in place: the registration holds its
+/// context, refuses a second registration of the range (the raw code
+/// kept), copies both ways, and is undone when dropped, leaving the memory
+/// to the caller unchanged.
+#[test]
+fn registered_memory_holds_its_context_and_unregisters_on_drop() {
+    use std::ptr::NonNull;
+    use tegra_interop_driver::{DeviceBuffer, HostRegistration, RegisteredHostMemory};
+    const N: usize = 8192;
+    // The second registration is misuse on purpose: recorded, not echoed.
+    let sim = Sim::with_config(tegra_interop_sim::SimConfig::default().with_diagnostic_echo(false))
+        .unwrap();
+    let layout = std::alloc::Layout::from_size_align(N, 4096).unwrap();
+    // SAFETY: a non-zero size; freed at the end, after the registration is gone.
+    let mem = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) }).unwrap();
+    // SAFETY: `mem` is written only while no copy is queued.
+    unsafe { std::ptr::write_bytes(mem.as_ptr(), 3, N) };
+    let ctx = Context::primary(sim.backend(), 0).unwrap();
+    // Every registration below: `mem` outlives it (freed last) and is
+    // touched by the host only while no copy runs.
+    // SAFETY: as said.
+    let zero = unsafe { RegisteredHostMemory::register(&ctx, mem, 0, HostRegistration::Memory) };
+    assert!(matches!(zero, Err(Error::Unsupported { .. })), "{zero:?}");
+    // SAFETY: as said.
+    let reg =
+        unsafe { RegisteredHostMemory::register(&ctx, mem, N, HostRegistration::Memory) }.unwrap();
+    assert_eq!(sim.ledger().live_host_allocations, 1);
+    assert_eq!((reg.len(), reg.host_ptr()), (N, mem.as_ptr()));
+    // SAFETY: as said (and it is refused).
+    let again = unsafe { RegisteredHostMemory::register(&ctx, mem, N, HostRegistration::Memory) };
+    assert!(
+        matches!(&again, Err(Error::Driver { call: "cuMemHostRegister", code }) if code.0 == 712),
+        "{again:?}"
+    );
+    drop(ctx); // the registration holds its own clone
+    let stream = Stream::new(reg.context()).unwrap();
+    let device = DeviceBuffer::new(reg.context(), N).unwrap();
+    // SAFETY: both live until the stream is synchronised; the host does not
+    // touch `mem` meanwhile.
+    unsafe { device.copy_from_pinned_async(0, &reg, 0, N, &stream) }.unwrap();
+    stream.synchronize().unwrap();
+    let mut seen = vec![0u8; N];
+    device.copy_to_host(0, &mut seen).unwrap();
+    assert!(seen.iter().all(|b| *b == 3));
+    device.copy_from_host(0, &[8; 64]).unwrap();
+    // SAFETY: as above.
+    unsafe { device.copy_to_pinned_async(0, &reg, 100, 64, &stream) }.unwrap();
+    stream.synchronize().unwrap();
+    drop(reg);
+    assert_eq!(sim.ledger().live_host_allocations, 0);
+    let diagnostics = sim.diagnostics();
+    assert_eq!(diagnostics.len(), 1, "{diagnostics:?}");
+    assert!(diagnostics[0]
+        .message
+        .contains("overlaps the range registered"));
+    // SAFETY: unregistered; no copy pending.
+    let bytes = unsafe { std::slice::from_raw_parts(mem.as_ptr(), N) };
+    assert!(bytes[..100].iter().all(|b| *b == 3));
+    assert!(bytes[100..164].iter().all(|b| *b == 8));
+    assert!(bytes[164..].iter().all(|b| *b == 3));
+    drop((device, stream));
+    // SAFETY: allocated above with this layout; nothing uses it any more.
+    unsafe { std::alloc::dealloc(mem.as_ptr(), layout) };
+    assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+}

@@ -13,7 +13,9 @@ use std::time::Instant;
 use tegra_interop_pipeline::camera::TestPattern;
 
 use tegra_interop_pipeline::ring::{Ring, Ticket};
-use tegra_interop_pipeline::transport::gpu::{self, CopyWith, GpuOptions, GpuTransport, Mode};
+use tegra_interop_pipeline::transport::gpu::{
+    self, CopyFrom, CopyWith, GpuOptions, GpuTransport, Mode,
+};
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 
 /// Opens the transport and a ring of `slots`, runs `f`, closes it.
@@ -66,8 +68,9 @@ fn probe_answers_in_one_line() {
     assert!(!line.is_empty() && !line.contains('\n'), "{line:?}");
 }
 
-/// Frames go round the ring in both modes (copy mode by the copy engines
-/// and by copy kernels, each on two streams); the kernel finds no mismatch
+/// Frames go round the ring in both modes (copy mode by the copy engines,
+/// from the page-locked host mappings and from the imports, and by copy
+/// kernels, each on two streams); the kernel finds no mismatch
 /// in good frames and exactly the damaged bytes in bad ones, and the
 /// producer reads back the inverted pattern; odd sizes exercise the
 /// kernel's tail and the copies of lengths that are no multiple of 16.
@@ -81,6 +84,10 @@ fn frames_round_trip_in_both_modes() {
     for options in [
         GpuOptions::new(Mode::ZeroCopy),
         copy(CopyWith::Engines),
+        GpuOptions {
+            copy_from: CopyFrom::Import,
+            ..copy(CopyWith::Engines)
+        },
         copy(CopyWith::Kernels),
     ] {
         let mode = options.mode;

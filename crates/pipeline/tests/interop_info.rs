@@ -155,7 +155,7 @@ fn sim_flag_adds_the_simulators_view() {
     // exactly that.
     assert_eq!(
         value(sim, "libcuda.so.1").unwrap(),
-        "72/73 symbols present; missing: cuEventCreateFromEGLSync",
+        "74/75 symbols present; missing: cuEventCreateFromEGLSync",
         "{sim}"
     );
     for (lib, n) in [

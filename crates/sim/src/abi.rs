@@ -69,6 +69,22 @@ pub(crate) mod cuda {
         crate::cuda::cuMemcpyHtoD(c, dst, src, n)
     }
 
+    pub(crate) fn cuMemHostRegister(
+        c: &Call,
+        p: CMut<c_void>,
+        size: usize,
+        flags: c_uint,
+    ) -> CUresult {
+        let memory = (!p.is_null()).then(|| {
+            // SAFETY: cuMemHostRegister: `p` is the start of `size` bytes of
+            // the caller's memory, which by registering it the caller keeps
+            // mapped, readable and writable until cuMemHostUnregister (whose
+            // body drops the region; a refused registration drops it now).
+            unsafe { crate::shm::Region::borrowed(p.as_raw().cast(), size) }
+        });
+        crate::cuda::cuMemHostRegister(c, p, size, flags, memory)
+    }
+
     pub(crate) fn cuModuleLoadData(c: &Call, out: CMut<CUmodule>, image: CPtr<c_void>) -> CUresult {
         // SAFETY: cuModuleLoadData: a PTX image is a NUL-terminated string
         // (the simulator loads nothing else; a binary image ends at its

@@ -33,7 +33,8 @@ pub struct Ledger {
     pub open_fds: usize,
     /// Stream work enqueued and not finished (destroyed streams included).
     pub pending_work: usize,
-    /// `cuMemHostAlloc` allocations not freed with `cuMemFreeHost`.
+    /// `cuMemHostAlloc` allocations not freed with `cuMemFreeHost`, and
+    /// host memory registered with `cuMemHostRegister` and not unregistered.
     pub live_host_allocations: usize,
     /// Events made with `cuEventCreate` and not destroyed.
     pub live_events: usize,

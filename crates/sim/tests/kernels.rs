@@ -183,6 +183,104 @@ fn async_copies_run_in_stream_order_and_refuse_pageable_memory() {
     );
 }
 
+const HOST_MEMORY_ALREADY_REGISTERED: u32 = 712;
+const HOST_MEMORY_NOT_REGISTERED: u32 = 713;
+
+#[test]
+fn registered_memory_codes_copies_and_ledger() {
+    let c = Cu::ready();
+    let t = &c.t;
+    let s = c.stream();
+    let layout = std::alloc::Layout::from_size_align(8192, 4096).unwrap();
+    // SAFETY: a non-zero size; freed at the end, after the unregistration.
+    let mem = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!mem.is_null());
+    let p: *mut c_void = mem.cast();
+    // Refused before anything is registered: NULL, unknown flags, the
+    // documented flags the simulator does not model, partial pages.
+    assert_eq!(
+        cu!(t, cuMemHostRegister(ptr::null_mut(), 4096, 3)),
+        INVALID_VALUE
+    );
+    assert_eq!(cu!(t, cuMemHostRegister(p, 4096, 0x10)), INVALID_VALUE);
+    assert_eq!(
+        cu!(t, cuMemHostRegister(p, 4096, 0x7)),
+        INVALID_VALUE,
+        "IOMEMORY"
+    );
+    assert_eq!(
+        cu!(t, cuMemHostRegister(p, 4096, 0xb)),
+        NOT_SUPPORTED,
+        "READ_ONLY"
+    );
+    assert_eq!(cu!(t, cuMemHostRegister(p, 0, 3)), INVALID_VALUE);
+    assert_eq!(cu!(t, cuMemHostRegister(p, 100, 3)), INVALID_VALUE);
+    // SAFETY: inside the 8192-byte allocation.
+    let inner = unsafe { p.cast::<u8>().add(16) }.cast::<c_void>();
+    assert_eq!(cu!(t, cuMemHostRegister(inner, 4096, 3)), INVALID_VALUE);
+    assert!(c.has_diag(DiagnosticKind::Unimplemented));
+    assert_eq!(c.sim.ledger().live_host_allocations, 0);
+
+    assert_eq!(cu!(t, cuMemHostRegister(p, 8192, 3)), SUCCESS);
+    assert_eq!(c.sim.ledger().live_host_allocations, 1);
+    // SAFETY: the second page of the allocation.
+    let second = unsafe { p.cast::<u8>().add(4096) }.cast::<c_void>();
+    assert_eq!(
+        cu!(t, cuMemHostRegister(second, 4096, 3)),
+        HOST_MEMORY_ALREADY_REGISTERED,
+        "overlap"
+    );
+    let mut d: CUdeviceptr = 0;
+    assert_eq!(cu!(t, cuMemHostGetDevicePointer(&mut d, p, 0)), SUCCESS);
+    assert_eq!(d, p as usize as u64);
+    // Copies both ways read and write the caller's memory in place. (The
+    // host reads and writes it through `mem` only while no copy runs.)
+    // SAFETY: the allocation's 8192 bytes; no copy is queued.
+    unsafe { ptr::write_bytes(mem, 5, 8192) };
+    let bytes = || {
+        // SAFETY: as above; read only after the stream was synchronised.
+        unsafe { std::slice::from_raw_parts(mem, 8192) }.to_vec()
+    };
+    let mut dev: CUdeviceptr = 0;
+    assert_eq!(cu!(t, cuMemAlloc(&mut dev, 8192)), SUCCESS);
+    assert_eq!(cu!(t, cuMemcpyHtoDAsync(dev, p, 8192, s)), SUCCESS);
+    assert_eq!(c.sync(s), SUCCESS);
+    assert_eq!(c.dtoh(dev + 8188, 4), [5; 4]);
+    c.htod(dev, &[6; 32]);
+    assert_eq!(cu!(t, cuMemcpyDtoDAsync(d + 64, dev, 32, s)), SUCCESS);
+    assert_eq!(cu!(t, cuMemcpyDtoHAsync(p, dev, 16, s)), SUCCESS);
+    assert_eq!(c.sync(s), SUCCESS);
+    let view = bytes();
+    assert_eq!(&view[..16], &[6; 16]);
+    assert_eq!(&view[64..96], &[6; 32]);
+    assert_eq!(view[16], 5);
+    // Registered memory is not freed by the allocators' frees, and only its
+    // start unregisters it.
+    assert_eq!(cu!(t, cuMemFreeHost(p)), INVALID_VALUE);
+    assert_eq!(cu!(t, cuMemFree(d)), INVALID_VALUE);
+    assert_eq!(
+        cu!(t, cuMemHostUnregister(second)),
+        HOST_MEMORY_NOT_REGISTERED
+    );
+    assert_eq!(cu!(t, cuMemHostUnregister(p)), SUCCESS);
+    assert_eq!(cu!(t, cuMemHostUnregister(p)), HOST_MEMORY_NOT_REGISTERED);
+    assert_eq!(c.sim.ledger().live_host_allocations, 0);
+    // The memory is the caller's again: an asynchronous copy of it is the
+    // pageable case, refused; memory the simulator allocated cannot be
+    // registered.
+    assert_eq!(cu!(t, cuMemcpyHtoDAsync(dev, p, 64, s)), INVALID_VALUE);
+    assert_eq!(
+        cu!(t, cuMemHostRegister(dev as usize as *mut c_void, 4096, 3)),
+        INVALID_VALUE
+    );
+    assert_eq!(cu!(t, cuMemFree(dev)), SUCCESS);
+    assert_eq!(cu!(t, cuStreamDestroy(s)), SUCCESS);
+    // SAFETY: allocated above with this layout; unregistered, no copy pending.
+    unsafe { std::alloc::dealloc(mem, layout) };
+    let l = settled_ledger(&c.sim);
+    assert_eq!((l.live_allocations, l.live_host_allocations), (0, 0));
+}
+
 #[test]
 fn event_codes() {
     let c = Cu::ready();

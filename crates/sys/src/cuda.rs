@@ -10,6 +10,10 @@ pub const CUDA_VERSION: u32 = 12090;
 pub const CU_MEMHOSTALLOC_PORTABLE: u32 = 1;
 pub const CU_MEMHOSTALLOC_DEVICEMAP: u32 = 2;
 pub const CU_MEMHOSTALLOC_WRITECOMBINED: u32 = 4;
+pub const CU_MEMHOSTREGISTER_PORTABLE: u32 = 1;
+pub const CU_MEMHOSTREGISTER_DEVICEMAP: u32 = 2;
+pub const CU_MEMHOSTREGISTER_IOMEMORY: u32 = 4;
+pub const CU_MEMHOSTREGISTER_READ_ONLY: u32 = 8;
 pub const CUDA_EXTERNAL_MEMORY_DEDICATED: u32 = 1;
 pub const CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC: u32 = 1;
 pub const CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC: u32 = 2;
@@ -1888,6 +1892,16 @@ pub type PFN_cuLaunchKernel = ::core::option::Option<
         arg11: *mut *mut ::core::ffi::c_void,
     ) -> CUresult,
 >;
+pub type PFN_cuMemHostRegister = ::core::option::Option<
+    unsafe extern "C" fn(
+        arg1: *mut ::core::ffi::c_void,
+        arg2: usize,
+        arg3: ::core::ffi::c_uint,
+    ) -> CUresult,
+>;
+pub type PFN_cuMemHostUnregister = ::core::option::Option<
+    unsafe extern "C" fn(arg1: *mut ::core::ffi::c_void) -> CUresult,
+>;
 pub type PFN_cuGraphicsEGLRegisterImage = ::core::option::Option<
     unsafe extern "C" fn(
         arg1: *mut CUgraphicsResource,
@@ -2095,6 +2109,10 @@ pub mod symbols {
     pub const cuFuncGetParamInfo: &::core::ffi::CStr = c"cuFuncGetParamInfo";
     /// Symbol implementing `cuLaunchKernel` (type `super::PFN_cuLaunchKernel`).
     pub const cuLaunchKernel: &::core::ffi::CStr = c"cuLaunchKernel";
+    /// Symbol implementing `cuMemHostRegister` (type `super::PFN_cuMemHostRegister`).
+    pub const cuMemHostRegister: &::core::ffi::CStr = c"cuMemHostRegister_v2";
+    /// Symbol implementing `cuMemHostUnregister` (type `super::PFN_cuMemHostUnregister`).
+    pub const cuMemHostUnregister: &::core::ffi::CStr = c"cuMemHostUnregister";
     /// Symbol implementing `cuGraphicsEGLRegisterImage` (type `super::PFN_cuGraphicsEGLRegisterImage`).
     pub const cuGraphicsEGLRegisterImage: &::core::ffi::CStr = c"cuGraphicsEGLRegisterImage";
     /// Symbol implementing `cuGraphicsResourceGetMappedEglFrame` (type `super::PFN_cuGraphicsResourceGetMappedEglFrame`).

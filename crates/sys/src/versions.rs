@@ -79,6 +79,8 @@ pub const CUDA: &[EntryPointVersion] = &[
     EntryPointVersion { name: "cuModuleUnload", symbol: "cuModuleUnload", since: 2000 },
     EntryPointVersion { name: "cuFuncGetParamInfo", symbol: "cuFuncGetParamInfo", since: 12040 },
     EntryPointVersion { name: "cuLaunchKernel", symbol: "cuLaunchKernel", since: 4000 },
+    EntryPointVersion { name: "cuMemHostRegister", symbol: "cuMemHostRegister_v2", since: 6050 },
+    EntryPointVersion { name: "cuMemHostUnregister", symbol: "cuMemHostUnregister", since: 4000 },
     EntryPointVersion { name: "cuGraphicsEGLRegisterImage", symbol: "cuGraphicsEGLRegisterImage", since: 7000 },
     EntryPointVersion { name: "cuGraphicsResourceGetMappedEglFrame", symbol: "cuGraphicsResourceGetMappedEglFrame", since: 7000 },
     EntryPointVersion { name: "cuGraphicsUnregisterResource", symbol: "cuGraphicsUnregisterResource", since: 3000 },

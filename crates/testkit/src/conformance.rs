@@ -23,13 +23,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tegra_interop_core::{
-    BufferMapping, MemoryImport, SemaphoreHandleKind, SignalParams, ValidationError, WaitParams,
+    BufferMapping, CuResult, MemoryImport, SemaphoreHandleKind, SignalParams, ValidationError,
+    WaitParams,
 };
 
 use tegra_interop_driver::{
     Backend, Context, DeviceBuffer, DevicePtr, Error, Event, EventFlags, ExternalMemory,
-    ExternalSemaphore, Module, Nvrtc, NvrtcResult, PinnedHostBuffer, SemaphoreSignal,
-    SemaphoreWait, Stream,
+    ExternalSemaphore, HostRegistration, Module, Nvrtc, NvrtcResult, PinnedHostBuffer,
+    RegisteredHostMemory, SemaphoreSignal, SemaphoreWait, Stream,
 };
 
 /// Errors of an exporter.
@@ -147,6 +148,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ("event_ordering", event_ordering),
     ("nvrtc_module_launch", nvrtc_module_launch),
     ("launch_and_module_refusals", launch_and_module_refusals),
+    (
+        "registered_host_memory_round_trip",
+        registered_host_memory_round_trip,
+    ),
 ];
 
 /// Checks that compare the process's fd table (`/proc/self/fd`) before and
@@ -1556,5 +1561,143 @@ pub fn launch_and_module_refusals(
     drop(add_one);
     module.destroy().during(C, "unload")?;
     drop((buf, stream, ctx));
+    no_drop_errors(C, backend)
+}
+
+/// Anonymous private memory of the process (`mmap`), unmapped on drop: the
+/// caller-owned memory [`registered_host_memory_round_trip`] registers.
+struct AnonymousPages {
+    base: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl AnonymousPages {
+    fn new(len: usize) -> Result<Self, String> {
+        // SAFETY: a fresh private anonymous mapping; no address hint.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(os_err("mmap"));
+        }
+        std::ptr::NonNull::new(p.cast::<u8>())
+            .map(|base| AnonymousPages { base, len })
+            .ok_or_else(|| "mmap gave NULL".to_string())
+    }
+
+    /// The bytes, while no GPU work uses them (the check synchronises
+    /// first).
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes of our live mapping; `&mut self` makes this
+        // the only view; the check queues no GPU work on them while the
+        // view lives.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AnonymousPages {
+    fn drop(&mut self) {
+        // SAFETY: our mapping, no longer registered nor used.
+        unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
+    }
+}
+
+/// The caller's memory page-locked in place (`cuMemHostRegister`):
+/// host-to-device and device-to-host copies from and to its host address,
+/// a copy through its device address, a second registration of the same
+/// range refused with `HOST_MEMORY_ALREADY_REGISTERED` (the header's code),
+/// and the memory still the caller's after it was unregistered.
+pub fn registered_host_memory_round_trip(
+    backend: &Arc<Backend>,
+    _exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "registered_host_memory_round_trip";
+    const N: usize = 64 * 1024;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let mut pages = AnonymousPages::new(N).during(C, "anonymous memory")?;
+    let data = pattern(31, N);
+    pages.bytes().copy_from_slice(&data);
+    // SAFETY: `pages` stays mapped until after `registered` is gone (it is
+    // dropped last); the host views below exist only while no queued copy
+    // runs (each copy is waited for first).
+    let registered =
+        unsafe { RegisteredHostMemory::register(&ctx, pages.base, N, HostRegistration::Memory) }
+            .during(C, "register")?;
+    ensure(C, registered.device_ptr() != 0, || {
+        "no device pointer".into()
+    })?;
+    let device = DeviceBuffer::new(&ctx, N).during(C, "device")?;
+    let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "event")?;
+    // Host to device from the host address.
+    // SAFETY: both live until `done` completes; the host does not touch them meanwhile.
+    unsafe { device.copy_from_pinned_async(0, &registered, 0, N, &stream) }
+        .during(C, "device <- registered (HtoD)")?;
+    done.record(&stream).during(C, "record")?;
+    wait_event(C, &done, "copy from registered memory")?;
+    let mut seen = vec![0u8; N];
+    device.copy_to_host(0, &mut seen).during(C, "read device")?;
+    ensure(C, seen == data, || {
+        "the device did not get the registered memory's bytes".into()
+    })?;
+    // Device to host into the host address.
+    let data2 = pattern(77, N);
+    device.copy_from_host(0, &data2).during(C, "write device")?;
+    // SAFETY: as above.
+    unsafe { device.copy_to_pinned_async(0, &registered, 0, N, &stream) }
+        .during(C, "registered <- device (DtoH)")?;
+    done.record(&stream).during(C, "record 2")?;
+    wait_event(C, &done, "copy to registered memory")?;
+    ensure(C, pages.bytes() == data2.as_slice(), || {
+        "the registered memory did not get the device's bytes".into()
+    })?;
+    // Through the device address (a device-to-device copy).
+    let data3 = pattern(140, N);
+    device
+        .copy_from_host(0, &data3)
+        .during(C, "write device 2")?;
+    // SAFETY: as above.
+    unsafe { stream.copy_async(&registered, 0, &device, 0, N as u64) }
+        .during(C, "registered <- device through its device address")?;
+    done.record(&stream).during(C, "record 3")?;
+    wait_event(C, &done, "copy through the device address")?;
+    ensure(C, pages.bytes() == data3.as_slice(), || {
+        "a copy through the device address did not land in the registered memory".into()
+    })?;
+    // A second registration of the same range.
+    // SAFETY: as for the first; it is refused (checked), and if it were not,
+    // it would be dropped before `pages`.
+    let again =
+        unsafe { RegisteredHostMemory::register(&ctx, pages.base, N, HostRegistration::Memory) };
+    ensure(
+        C,
+        matches!(&again, Err(Error::Driver { code, .. }) if *code == CuResult::HOST_MEMORY_ALREADY_REGISTERED),
+        || format!("a second registration of the range gave {again:?}"),
+    )?;
+    drop(again);
+    // Out-of-range copies are refused before the driver.
+    // SAFETY: refused before anything is queued (checked).
+    let r = unsafe { device.copy_from_pinned_async(0, &registered, 1, N, &stream) };
+    ensure(C, matches!(r, Err(Error::OutOfBounds { .. })), || {
+        format!("a copy past the registered range gave {r:?}")
+    })?;
+    stream.synchronize().during(C, "synchronize")?;
+    registered.destroy().during(C, "unregister")?;
+    // The memory is the caller's again, unchanged.
+    ensure(C, pages.bytes() == data3.as_slice(), || {
+        "unregistering changed the memory".into()
+    })?;
+    drop(done);
+    drop(device);
+    drop(stream);
+    drop(pages);
+    drop(ctx);
     no_drop_errors(C, backend)
 }

@@ -253,6 +253,7 @@ checks!(
     event_ordering,
     nvrtc_module_launch,
     launch_and_module_refusals,
+    registered_host_memory_round_trip,
 );
 
 #[test]

@@ -34,6 +34,9 @@ Environment (each overrides a built-in choice; none is needed):
   TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
                                control that is expected to fail verification)
   TEGRA_INTEROP_GPU_EARLY      --backend gpu: 1 (default) | 0
+  TEGRA_INTEROP_GPU_COPY_WITH  --backend gpu --copy: engines (default) | kernels
+  TEGRA_INTEROP_GPU_COPY_FROM  --backend gpu --copy: registered (default: the frames' host
+                               mapping page-locked for CUDA) | import (the earlier path)
   TEGRA_INTEROP_GPU_RECLAIM_AFTER  --backend gpu: later frames released before a slot is
                                taken back, 0..=8 (default 1)
   TEGRA_INTEROP_VK_QUEUE       --backend gpu: which Vulkan queue family the producer uses";

@@ -65,6 +65,7 @@ enum ReadbackArg {
                   1..=64, for the pipeline, the baseline and the limit alike); the discrete-GPU \
                   transport's overrides TEGRA_INTEROP_GPU_HANDOVER (queue|host-only), \
                   TEGRA_INTEROP_GPU_EARLY (0|1), TEGRA_INTEROP_GPU_COPY_WITH (engines|kernels), \
+                  TEGRA_INTEROP_GPU_COPY_FROM (registered|import: where copy mode's copies read), \
                   TEGRA_INTEROP_GPU_RECLAIM_AFTER (0..=8 later releases before a slot's acquire), \
                   TEGRA_INTEROP_VK_QUEUE (first-compute|compute-only|transfer-only).",
     disable_version_flag = true

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tegra_interop::driver::memory::MappedBuffer;
 use tegra_interop::driver::nvsci::BufObj;
-use tegra_interop::driver::{BackendKind, PinnedHostBuffer, Stream};
+use tegra_interop::driver::{BackendKind, PinnedHostBuffer, RegisteredHostMemory, Stream};
 
 use crate::transport::{DriverError, DriverResultExt, TransportError};
 
@@ -255,9 +255,50 @@ impl LentBytes for HostFrame {
 /// frame to be dropped.
 #[cfg(feature = "vulkan")]
 pub(crate) struct VulkanFrame {
-    memory: crate::platform::vulkan::VulkanMemory,
+    memory: Arc<VulkanAllocation>,
     ptr: NonNull<u8>,
     len: usize,
+}
+
+/// A frame's Vulkan allocation (and so its host mapping), shared by the
+/// frame and by the frame's CUDA registration ([`RegisteredFrame`]), so the
+/// mapping outlives both whichever goes first.
+#[cfg(feature = "vulkan")]
+struct VulkanAllocation(crate::platform::vulkan::VulkanMemory);
+
+// SAFETY: `VulkanMemory` is `Send` but not `Sync` (it writes through
+// `&self`). The allocation is reached through `&` only by the frame's one
+// owner (`Lendable::<VulkanFrame>::memory`, behind `&mut`); a lent frame
+// reads the mapping through the frame's own pointer, and a registration's
+// clone only keeps the allocation alive, never dereferencing it. So no two
+// threads use it at once.
+#[cfg(feature = "vulkan")]
+unsafe impl Sync for VulkanAllocation {}
+
+/// A frame's host memory page-locked for CUDA in place (the consumer's
+/// copy-mode copies read and write it, [`crate::consumer::Consumer::copy_through_registered`]),
+/// with what keeps that memory mapped: dropped after the registration
+/// (field order), so the memory is unregistered before it can go.
+pub(crate) struct RegisteredFrame {
+    registration: RegisteredHostMemory,
+    _keep: Option<Arc<dyn Send + Sync>>,
+}
+
+impl RegisteredFrame {
+    /// A registration whose memory the caller keeps mapped for as long as
+    /// it lives (it promised so to `RegisteredHostMemory::register`).
+    #[cfg(test)]
+    pub(crate) fn new(registration: RegisteredHostMemory) -> RegisteredFrame {
+        RegisteredFrame {
+            registration,
+            _keep: None,
+        }
+    }
+
+    /// The page-locked memory.
+    pub(crate) fn memory(&self) -> &RegisteredHostMemory {
+        &self.registration
+    }
 }
 
 // SAFETY: `VulkanMemory` is `Send`; the pointer is an address in its
@@ -287,7 +328,11 @@ impl VulkanFrame {
             let bytes = unsafe { memory.host_bytes_mut() }?;
             (NonNull::from(&mut *bytes).cast(), bytes.len())
         };
-        Ok(VulkanFrame { memory, ptr, len })
+        Ok(VulkanFrame {
+            memory: Arc::new(VulkanAllocation(memory)),
+            ptr,
+            len,
+        })
     }
 
     /// The mapped bytes, read by the host.
@@ -313,7 +358,48 @@ impl LentBytes for VulkanFrame {
 impl Lendable<VulkanFrame> {
     /// The allocation, for the handover batches (its owner only).
     pub(crate) fn memory(&mut self) -> &crate::platform::vulkan::VulkanMemory {
-        &self.inner.memory
+        &self.inner.memory.0
+    }
+
+    /// The frame's whole host mapping, in whole pages, page-locked for CUDA
+    /// in place (`cuMemHostRegister` with PORTABLE | DEVICEMAP), for copy
+    /// mode's copies. The registration holds the allocation (its `Arc`),
+    /// so the mapping outlives it.
+    ///
+    /// # Errors
+    /// Refused when the mapping does not start on a page (it could not be
+    /// page-locked whole); the driver's refusal, with its code.
+    pub(crate) fn register_for_copies(
+        &self,
+        ctx: &tegra_interop::driver::Context,
+    ) -> Result<RegisteredFrame, TransportError> {
+        use tegra_interop::driver::{host_page_size, HostRegistration};
+        let frame = &self.inner;
+        let page = host_page_size();
+        if !frame.ptr.as_ptr().addr().is_multiple_of(page) {
+            return Err(TransportError::refused(format!(
+                "a frame's Vulkan host mapping does not start on a page ({:p}): it cannot be page-locked whole",
+                frame.ptr
+            )));
+        }
+        // Mappings are made of whole pages, so the last page is mapped
+        // whole.
+        let len = frame.len.div_ceil(page) * page;
+        // SAFETY: `ptr..ptr + len` is the allocation's persistent mapping
+        // (its last page whole), which stays mapped while the allocation
+        // lives, and the registration holds the allocation (`_keep`,
+        // dropped after it). The device reads and writes it only through
+        // the consumer's copies, which the ring orders against the host's
+        // access (the *ready* and *free* fences), as for the import.
+        let registration = unsafe {
+            RegisteredHostMemory::register(ctx, frame.ptr, len, HostRegistration::Memory)
+        }
+        .during("page-locking a frame's host mapping for CUDA (cuMemHostRegister)")?;
+        let keep: Arc<dyn Send + Sync> = frame.memory.clone();
+        Ok(RegisteredFrame {
+            registration,
+            _keep: Some(keep),
+        })
     }
 
     /// The mapped bytes, for the producer's writes, once no lent frame of

@@ -50,8 +50,10 @@
 //!   the same, except that the frame is copied into a device-local CUDA
 //!   buffer (a host-to-device transfer over PCIe), processed there and
 //!   copied back before *free* is signalled, on two streams (see "Copy
-//!   mode: two streams" below). The kernel time is [`Completion::process`];
-//!   the copies count as interop overhead.
+//!   mode: two streams" below), from and to the frame's host mapping
+//!   page-locked for CUDA in place (see "Copy mode: where the copies
+//!   read" below). The kernel time is [`Completion::process`]; the copies
+//!   count as interop overhead.
 //!
 //! # Copy mode: two streams
 //!
@@ -99,6 +101,35 @@
 //! pinned CUDA memory) and by the Vulkan batches' latency behind them, not
 //! by the producer's own work; zero-copy, measured alongside, holds its
 //! rate (2869-3124 frames/s against today's 2869-3149).
+//!
+//! # Copy mode: where the copies read
+//!
+//! The copies first went through the frame's import
+//! (`cuMemcpyDtoDAsync` from the mapped external memory), which the
+//! figures above show slower than copies of pinned CUDA memory. The copy
+//! probe (`crates/testkit/examples/copy_probe.rs`, two runs on an H100,
+//! driver 580.159.04, 2026-11-27; 1920x1080 RGBA8, 200 copies per figure,
+//! medians) measured, with one copy in and one copy out at once on two
+//! streams: pinned `cuMemHostAlloc` memory 171-172 us (the slower of the
+//! two; bound ~5800-5850 frames/s); the same host-cached Vulkan memory
+//! through its import 171 / 385 us in the two runs (its copy in alone took
+//! 12-13 us: reads of an unchanged import were served from the GPU's
+//! cache, so the import's figures depend on what the host wrote since);
+//! that memory's host mapping page-locked with `cuMemHostRegister` and
+//! copied as host memory (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync`)
+//! 171.6 / 167.6 us in the two runs with flags PORTABLE | DEVICEMAP (171.1
+//! / 171.9 with flags 0): 0.97-1.00 of pinned. (The IOMEMORY flag is refused there,
+//! INVALID_VALUE; copies through the registration's device address
+//! measured the same in one run and 1.46 of pinned in the other.) So copy
+//! mode registers each slot's whole mapping once at open
+//! ([`CopyFrom::Registered`], the default; the consumer's
+//! `copy_through_registered`) and copies from and to it as host memory;
+//! [`CopyFrom::Import`] (`TEGRA_INTEROP_GPU_COPY_FROM=import`) keeps the
+//! earlier path for comparison. Nothing else changes: the Vulkan batches
+//! still make the host's writes visible before *ready* and the device's
+//! writes visible to the host after *free*, and the registration lives in
+//! the consumer, which is dropped (its streams drained) before the Vulkan
+//! memory.
 //!
 //! # When the slot is taken back
 //!
@@ -214,7 +245,7 @@ use crate::transport::{
     Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
 };
 
-use crate::consumer::shared::{Lendable, VulkanFrame};
+use crate::consumer::shared::{Lendable, RegisteredFrame, VulkanFrame};
 use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
 
 mod cuda;
@@ -230,6 +261,10 @@ pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
 /// `engines` or `kernels`: an override of [`GpuOptions::copy_with`] read by
 /// [`GpuOptions::with_env`].
 pub const COPY_WITH_ENV: &str = "TEGRA_INTEROP_GPU_COPY_WITH";
+
+/// `registered` or `import`: an override of [`GpuOptions::copy_from`] read
+/// by [`GpuOptions::with_env`].
+pub const COPY_FROM_ENV: &str = "TEGRA_INTEROP_GPU_COPY_FROM";
 
 /// A number of frames, 0..=[`MAX_RECLAIM_AFTER`]: an override of
 /// [`GpuOptions::reclaim_after`] read by [`GpuOptions::with_env`].
@@ -286,6 +321,34 @@ pub fn parse_copy_with(value: &str) -> Result<CopyWith, TransportError> {
     }
 }
 
+/// Where copy mode's copy engines read and write the frames (with
+/// [`CopyWith::Engines`]; copy kernels always go through the import).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyFrom {
+    /// The frame's Vulkan host mapping, page-locked for CUDA in place
+    /// (`cuMemHostRegister`, the driver's
+    /// [`RegisteredHostMemory`](tegra_interop::driver::RegisteredHostMemory)),
+    /// copied as host memory (`cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync`).
+    /// The default: the copy probe measured these copies at the speed of
+    /// pinned CUDA memory (see "Copy mode: where the copies read" in the
+    /// module docs).
+    Registered,
+    /// The frame's import into CUDA (`cuMemcpyDtoDAsync` from the mapped
+    /// external memory): the earlier design, kept for comparison.
+    Import,
+}
+
+/// `registered` or `import` (the value of [`COPY_FROM_ENV`]).
+pub fn parse_copy_from(value: &str) -> Result<CopyFrom, TransportError> {
+    match value {
+        "registered" => Ok(CopyFrom::Registered),
+        "import" => Ok(CopyFrom::Import),
+        v => Err(TransportError::refused(format!(
+            "{COPY_FROM_ENV}={v:?}: expected `registered` or `import`"
+        ))),
+    }
+}
+
 /// How the producer hands a frame to CUDA and takes the slot back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Handover {
@@ -335,6 +398,9 @@ pub struct GpuOptions {
     pub mode: Mode,
     /// Copy mode: copy engines (default) or copy kernels.
     pub copy_with: CopyWith,
+    /// Copy mode with the copy engines: the registered host mapping
+    /// (default) or the import.
+    pub copy_from: CopyFrom,
     /// The handover (default [`Handover::Queue`]).
     pub handover: Handover,
     /// Whether the consumer is queued before the frame is written (default
@@ -357,6 +423,7 @@ impl GpuOptions {
         GpuOptions {
             mode,
             copy_with: CopyWith::Engines,
+            copy_from: CopyFrom::Registered,
             handover: Handover::Queue,
             early: true,
             queue: None,
@@ -364,8 +431,17 @@ impl GpuOptions {
         }
     }
 
+    /// Whether these options page-lock the frames' host mappings for the
+    /// copies ([`CopyFrom::Registered`] in copy mode with the copy engines).
+    pub fn registers_frames(&self) -> bool {
+        self.mode == Mode::DeviceCopy
+            && self.copy_with == CopyWith::Engines
+            && self.copy_from == CopyFrom::Registered
+    }
+
     /// These options with the environment's overrides applied, where set:
-    /// [`Handover::ENV`], [`EARLY_ENV`] (`0` or `1`), [`COPY_WITH_ENV`] and
+    /// [`Handover::ENV`], [`EARLY_ENV`] (`0` or `1`), [`COPY_WITH_ENV`],
+    /// [`COPY_FROM_ENV`], [`RECLAIM_AFTER_ENV`] and
     /// the queue choice's variable (`QueueChoice::ENV`). A program that
     /// accepts them lists them in its `--help`.
     pub fn with_env(self) -> Result<GpuOptions, TransportError> {
@@ -382,6 +458,9 @@ impl GpuOptions {
         }
         if let Some(v) = var(COPY_WITH_ENV) {
             self.copy_with = parse_copy_with(&v)?;
+        }
+        if let Some(v) = var(COPY_FROM_ENV) {
+            self.copy_from = parse_copy_from(&v)?;
         }
         match var(EARLY_ENV).as_deref() {
             None => {}
@@ -590,6 +669,16 @@ fn shared_semaphore(
     Ok((sem, imported))
 }
 
+/// Page-locks each slot's frame for CUDA in place, for copy mode's copies
+/// ([`CopyFrom::Registered`]; see "Copy mode: where the copies read" in
+/// the module docs). Each registration holds its frame's allocation.
+fn register_frames(ctx: &Context, slots: &[Slot]) -> Result<Vec<RegisteredFrame>, TransportError> {
+    slots
+        .iter()
+        .map(|slot| slot.frame.register_for_copies(ctx))
+        .collect()
+}
+
 /// The producer's and the consumer's halves of one slot over `frame`:
 /// its fences made in Vulkan and imported into CUDA, the frame imported
 /// and mapped, the handover batches recorded.
@@ -630,6 +719,13 @@ fn note(options: &GpuOptions, location: MemoryLocation) -> &'static str {
         return "DIAGNOSIS CONTROL (TEGRA_INTEROP_GPU_HANDOVER=host-only): ready is signalled and free waited for on the host only, with no Vulkan queue batch; expected to fail verification";
     }
     let cached = location == MemoryLocation::HostCached;
+    if options.registers_frames() {
+        return if cached {
+            "copy-based: frames live in host-cached Vulkan memory, page-locked for CUDA in place (cuMemHostRegister); the copy engines move each into device memory and back as host memory (the copy in of one frame beside the copy out of the one before, on two streams), an NVRTC kernel checks and inverts it there"
+        } else {
+            "copy-based: frames live in host-visible (uncached) Vulkan memory, page-locked for CUDA in place (cuMemHostRegister); the copy engines move each into device memory and back as host memory (the copy in of one frame beside the copy out of the one before, on two streams), an NVRTC kernel checks and inverts it there"
+        };
+    }
     match (options.mode, cached, options.copy_with) {
         (Mode::ZeroCopy, true, _) => {
             "zero-copy: frames live in host-cached Vulkan memory imported into CUDA; an NVRTC kernel checks and inverts them in place (over PCIe)"
@@ -770,8 +866,12 @@ impl GpuTransport {
             },
             skip_kernel: false,
         };
+        let mut consumer = Consumer::new(&dev.ctx, config, mapped)?;
+        if options.registers_frames() {
+            consumer.copy_through_registered(register_frames(&dev.ctx, &slots_vk)?)?;
+        }
         let enqueue = Enqueuer {
-            consumer: Arc::new(Consumer::new(&dev.ctx, config, mapped)?),
+            consumer: Arc::new(consumer),
             slots: fences,
             ctx: dev.ctx.clone(),
         };
@@ -1265,6 +1365,9 @@ mod tests {
         let o = GpuOptions::new(Mode::DeviceCopy);
         assert_eq!(o.mode, Mode::DeviceCopy);
         assert_eq!(o.copy_with, CopyWith::Engines);
+        assert_eq!(o.copy_from, CopyFrom::Registered);
+        assert!(o.registers_frames());
+        assert!(!GpuOptions::new(Mode::ZeroCopy).registers_frames());
         assert_eq!(o.handover, Handover::Queue);
         assert!(o.early);
         assert_eq!(o.queue, None);
@@ -1297,9 +1400,21 @@ mod tests {
                 .copy_with,
             CopyWith::Kernels
         );
+        let d = GpuOptions::new(Mode::DeviceCopy);
+        let import = d.with_vars(set(COPY_FROM_ENV, "import")).unwrap();
+        assert_eq!(import.copy_from, CopyFrom::Import);
+        assert!(!import.registers_frames());
+        let r = import.with_vars(set(COPY_FROM_ENV, "registered")).unwrap();
+        assert!(r.registers_frames());
+        let kernels = d.with_vars(set(COPY_WITH_ENV, "kernels")).unwrap();
+        assert!(
+            !kernels.registers_frames(),
+            "copy kernels go through the import"
+        );
         for (name, bad) in [
             (EARLY_ENV, "yes"),
             (COPY_WITH_ENV, "dma"),
+            (COPY_FROM_ENV, "pinned"),
             (Handover::ENV, "host"),
         ] {
             let e = o.with_vars(set(name, bad)).unwrap_err().to_string();
@@ -1316,11 +1431,15 @@ mod tests {
                         copy_with,
                         ..GpuOptions::new(mode)
                     };
-                    let n = note(&o, location);
-                    assert!(!n.contains('\n'));
-                    assert_eq!(n.starts_with("copy-based"), mode == Mode::DeviceCopy);
-                    if mode == Mode::DeviceCopy {
-                        assert_eq!(n.contains("copy engines"), copy_with == CopyWith::Engines);
+                    for copy_from in [CopyFrom::Registered, CopyFrom::Import] {
+                        let o = GpuOptions { copy_from, ..o };
+                        let n = note(&o, location);
+                        assert!(!n.contains('\n'));
+                        assert_eq!(n.starts_with("copy-based"), mode == Mode::DeviceCopy);
+                        if mode == Mode::DeviceCopy {
+                            assert_eq!(n.contains("copy engines"), copy_with == CopyWith::Engines);
+                        }
+                        assert_eq!(n.contains("cuMemHostRegister"), o.registers_frames());
                     }
                 }
             }

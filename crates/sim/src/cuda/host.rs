@@ -1,6 +1,15 @@
 //! Pinned host memory (`cuMemHostAlloc`, `cuMemFreeHost`,
-//! `cuMemHostGetDevicePointer`) and the asynchronous copies
+//! `cuMemHostGetDevicePointer`), the caller's memory page-locked in place
+//! (`cuMemHostRegister`, `cuMemHostUnregister`) and the asynchronous copies
 //! (`cuMemcpy{HtoD,DtoH,DtoD}Async`), which run in stream order.
+//!
+//! Registered memory is the caller's: the simulator reads and writes it in
+//! place (copies, kernels through its device address) and never frees it.
+//! The caller promised, by registering, that it stays mapped until it is
+//! unregistered; that is all the simulator can rely on, so what it cannot
+//! know about the range (I/O memory, read-only registration, ranges that
+//! are not page-aligned, overlaps with its own memory) it refuses, saying
+//! so (crate README).
 //!
 //! Pinned memory is an anonymous mapping of the simulator; its device
 //! address is its host address (unified addressing, as on the measured
@@ -52,6 +61,7 @@ pub(crate) fn cuMemHostAlloc(
             size,
             AllocKind::Host {
                 mapped: flags & DEVICEMAP != 0,
+                registered: false,
             },
             region,
         );
@@ -66,6 +76,21 @@ pub(crate) fn cuMemFreeHost(c: &Call, p: CMut<c_void>) -> CUresult {
         init(&st)?;
         let h = p.addr() as u64;
         match st.allocations.get(&h) {
+            Some(a)
+                if matches!(
+                    a.kind,
+                    AllocKind::Host {
+                        registered: true,
+                        ..
+                    }
+                ) =>
+            {
+                c.diag(
+                    D::Misuse,
+                    format!("cuMemFreeHost({h:#x}): registered host memory is released with cuMemHostUnregister"),
+                );
+                Err(INVALID_VALUE)
+            }
             Some(a) if matches!(a.kind, AllocKind::Host { .. }) => {
                 st.allocations.remove(&h);
                 st.gone.insert(h, GoneWhy::Destroyed);
@@ -91,11 +116,156 @@ pub(crate) fn cuMemFreeHost(c: &Call, p: CMut<c_void>) -> CUresult {
     done(r)
 }
 
+/// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`: the
+/// flags the header documents.
+const HOST_REGISTER_FLAGS: u32 = 0x1 | 0x2 | 0x4 | 0x8;
+/// `CU_MEMHOSTREGISTER_IOMEMORY`: for a device's memory mapped into the
+/// process; the simulator has none (refused as the H100 refused it for
+/// host memory).
+const HOST_REGISTER_IOMEMORY: u32 = 0x4;
+/// `CU_MEMHOSTREGISTER_READ_ONLY`: documented, not modelled.
+const HOST_REGISTER_READ_ONLY: u32 = 0x8;
+
+/// The refusals of `cuMemHostRegister` before the state is touched: NULL,
+/// flags, size, alignment.
+fn check_register(c: &Call, h: u64, size: usize, flags: c_uint) -> R {
+    if h == 0 {
+        return Err(INVALID_VALUE);
+    }
+    if flags & !HOST_REGISTER_FLAGS != 0 {
+        c.diag(
+            D::Misuse,
+            format!("cuMemHostRegister flags {flags:#x}: outside the documented PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    if flags & HOST_REGISTER_IOMEMORY != 0 {
+        c.diag(
+            D::Misuse,
+            format!("cuMemHostRegister flags {flags:#x}: IOMEMORY is for a device's memory mapped into the process; this is host memory (the H100 answered INVALID_VALUE for a Vulkan host mapping)"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    if flags & HOST_REGISTER_READ_ONLY != 0 {
+        c.diag(
+            D::Unimplemented,
+            format!("cuMemHostRegister flags {flags:#x}: READ_ONLY registrations are not modelled; refused"),
+        );
+        return Err(NOT_SUPPORTED);
+    }
+    let page = shm::page_size() as u64;
+    if size == 0 || !h.is_multiple_of(page) || !(size as u64).is_multiple_of(page) {
+        c.diag(
+            D::Unimplemented,
+            format!("cuMemHostRegister({h:#x}, {size} bytes): only whole pages are modelled (the real driver's answer for other ranges is unknown); refused"),
+        );
+        return Err(INVALID_VALUE);
+    }
+    Ok(())
+}
+
+/// `memory`: the caller's `size` bytes at `p` (`None` for NULL), made by
+/// the ABI adapter under the entry point's contract.
+pub(crate) fn cuMemHostRegister(
+    c: &Call,
+    p: CMut<c_void>,
+    size: usize,
+    flags: c_uint,
+    memory: Option<Region>,
+) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let ctx = current_ctx(c, &st)?;
+        let h = p.addr() as u64;
+        check_register(c, h, size, flags)?;
+        let end = h.checked_add(size as u64).ok_or(INVALID_VALUE)?;
+        let overlap = st
+            .allocations
+            .range(..end)
+            .next_back()
+            .filter(|(start, a)| start.saturating_add(a.len as u64) > h)
+            .map(|(start, a)| (*start, a.kind));
+        match overlap {
+            Some((
+                start,
+                AllocKind::Host {
+                    registered: true, ..
+                },
+            )) => {
+                c.diag(
+                    D::Misuse,
+                    format!("cuMemHostRegister({h:#x}, {size} bytes): overlaps the range registered at {start:#x}"),
+                );
+                return Err(HOST_MEMORY_ALREADY_REGISTERED);
+            }
+            Some((start, _)) => {
+                c.diag(
+                    D::Unimplemented,
+                    format!("cuMemHostRegister({h:#x}, {size} bytes): overlaps memory of this simulator at {start:#x} (the real driver's answer is unknown); refused"),
+                );
+                return Err(INVALID_VALUE);
+            }
+            None => {}
+        }
+        let region = memory.ok_or(INVALID_VALUE)?;
+        st.add_allocation(
+            p.as_raw().cast(),
+            ctx,
+            size,
+            AllocKind::Host {
+                mapped: flags & DEVICEMAP != 0,
+                registered: true,
+            },
+            region,
+        );
+        Ok(())
+    })();
+    done(r)
+}
+
+pub(crate) fn cuMemHostUnregister(c: &Call, p: CMut<c_void>) -> CUresult {
+    let r = (|| {
+        let mut st = c.state();
+        init(&st)?;
+        let h = p.addr() as u64;
+        match st.allocations.get(&h).map(|a| a.kind) {
+            Some(AllocKind::Host {
+                registered: true, ..
+            }) => {
+                st.allocations.remove(&h);
+                st.gone.insert(h, GoneWhy::Destroyed);
+                Ok(())
+            }
+            Some(_) => {
+                c.diag(
+                    D::Misuse,
+                    format!("cuMemHostUnregister({h:#x}): memory of cuMemHostAlloc / cuMemAlloc, not registered memory"),
+                );
+                Err(HOST_MEMORY_NOT_REGISTERED)
+            }
+            None => {
+                let was = if st.gone.contains_key(&h) {
+                    " (any more)"
+                } else {
+                    ""
+                };
+                c.diag(
+                    D::UnknownHandle,
+                    format!("cuMemHostUnregister({h:#x}): not the start of a range registered with this simulator{was}"),
+                );
+                Err(HOST_MEMORY_NOT_REGISTERED)
+            }
+        }
+    })();
+    done(r)
+}
+
 /// The pinned allocation holding host range `[p, p + n)`: its start and
 /// whether it is device-mapped.
 fn host_alloc(st: &State, p: u64, n: usize) -> Option<(u64, bool)> {
     let (start, a) = st.allocations.range(..=p).next_back()?;
-    let AllocKind::Host { mapped } = a.kind else {
+    let AllocKind::Host { mapped, .. } = a.kind else {
         return None;
     };
     let end = start.saturating_add(a.len as u64);

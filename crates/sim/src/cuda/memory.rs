@@ -9,7 +9,7 @@ pub(super) fn device_range(c: &Call, st: &State, p: CUdeviceptr, n: usize) -> R<
     }
     if let Some((start, a)) = st.allocations.range(..=p).next_back() {
         let end = start.saturating_add(a.len as u64);
-        if p < end && matches!(a.kind, AllocKind::Host { mapped: false }) {
+        if p < end && matches!(a.kind, AllocKind::Host { mapped: false, .. }) {
             c.diag(
                 D::Misuse,
                 format!("{p:#x} is pinned host memory allocated without CU_MEMHOSTALLOC_DEVICEMAP: not device-accessible"),
@@ -85,7 +85,7 @@ pub(crate) fn cuMemFree(c: &Call, p: CUdeviceptr) -> CUresult {
             if matches!(a.kind, AllocKind::Host { .. }) {
                 c.diag(
                     D::Misuse,
-                    format!("cuMemFree({p:#x}): pinned host memory is freed with cuMemFreeHost"),
+                    format!("cuMemFree({p:#x}): pinned host memory is freed with cuMemFreeHost (registered memory is unregistered with cuMemHostUnregister)"),
                 );
                 return Err(INVALID_VALUE);
             }

@@ -74,6 +74,7 @@ pub(crate) struct MemObj {
 }
 
 /// What an address range in the "device" address space is.
+#[derive(Clone, Copy)]
 pub(crate) enum AllocKind {
     /// cuMemAlloc.
     Alloc,
@@ -81,8 +82,11 @@ pub(crate) enum AllocKind {
     /// address, as with unified addressing); `mapped` when allocated with
     /// `CU_MEMHOSTALLOC_DEVICEMAP`, which device access needs.
     Host {
-        /// Allocated with DEVICEMAP.
+        /// Allocated (or registered) with DEVICEMAP.
         mapped: bool,
+        /// The caller's memory page-locked with `cuMemHostRegister` (its
+        /// region is borrowed), not an allocation of `cuMemHostAlloc`.
+        registered: bool,
     },
     /// cuExternalMemoryGetMappedBuffer of this memory handle.
     Mapped,

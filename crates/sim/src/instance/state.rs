@@ -92,7 +92,7 @@ impl State {
         let a = usize::try_from(addr).ok()?;
         if let Some((_, obj)) = self.allocations.range(..=addr).next_back() {
             // Pinned host memory without DEVICEMAP is not device memory.
-            if matches!(obj.kind, AllocKind::Host { mapped: false }) {
+            if matches!(obj.kind, AllocKind::Host { mapped: false, .. }) {
                 return None;
             }
             if obj._region.contains(a, n) {
@@ -114,7 +114,7 @@ impl State {
         let Some((start, a)) = self.allocations.range(..=addr).next_back() else {
             return false;
         };
-        if !host_side && matches!(a.kind, AllocKind::Host { mapped: false }) {
+        if !host_side && matches!(a.kind, AllocKind::Host { mapped: false, .. }) {
             return false;
         }
         let end = start.saturating_add(a.len as u64);

@@ -26,10 +26,15 @@ fn round_up(v: usize, page: usize) -> Option<usize> {
     v.checked_add(page - 1).map(|x| x & !(page - 1))
 }
 
-/// One mapping owned by the simulator; unmapped on drop.
+/// One mapping owned by the simulator, unmapped on drop; or (made by
+/// [`Region::borrowed`]) a caller's memory the simulator only reads and
+/// writes, never unmaps.
 pub(crate) struct Region {
     base: *mut u8,
     len: usize,
+    /// The caller's memory (`cuMemHostRegister`): not unmapped on drop.
+    #[cfg(not(miri))]
+    borrowed: bool,
     /// Under Miri, what the range lives in (see `shm::heap`); never read,
     /// held to keep that memory alive while the region is.
     #[cfg(miri)]
@@ -50,6 +55,8 @@ pub(crate) struct Region {
 enum Backing {
     Own(super::heap::Block),
     Shared(std::sync::Arc<super::heap::Block>),
+    /// The caller's memory ([`Region::borrowed`]): nothing to keep alive.
+    Caller,
 }
 
 // SAFETY: a Region is a plain address range; every access through it goes
@@ -139,6 +146,7 @@ impl Region {
         Ok(Region {
             base: p.cast(),
             len,
+            borrowed: false,
         })
     }
 
@@ -257,6 +265,27 @@ impl Region {
         self.base.wrapping_add(addr - self.start())
     }
 
+    /// The caller's `len` bytes at `base` (memory registered with
+    /// `cuMemHostRegister`), read and written like the simulator's own
+    /// memory, and left alone on drop.
+    ///
+    /// # Safety
+    /// `base..base + len` must stay readable and writable memory of this
+    /// process until the region is dropped (the registration's contract:
+    /// the caller unregisters before the memory goes).
+    pub(crate) unsafe fn borrowed(base: *mut u8, len: usize) -> Region {
+        Region {
+            base,
+            len,
+            #[cfg(not(miri))]
+            borrowed: true,
+            #[cfg(miri)]
+            backing: Backing::Caller,
+            #[cfg(miri)]
+            window: None,
+        }
+    }
+
     /// First byte of the mapping.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
@@ -330,6 +359,9 @@ impl Region {
 #[cfg(not(miri))]
 impl Drop for Region {
     fn drop(&mut self) {
+        if self.borrowed {
+            return; // the caller's memory: theirs to unmap
+        }
         // SAFETY: `base`/`len` describe a mapping this Region created and owns.
         unsafe {
             libc::munmap(self.base.cast(), self.len);
