@@ -9,28 +9,15 @@
 //! Cargo builds both binaries for this test.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::child_command;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn bin(name: &str) -> PathBuf {
     match name {
         "pipeline" => PathBuf::from(env!("CARGO_BIN_EXE_pipeline")),
         _ => PathBuf::from(env!("CARGO_BIN_EXE_interop_info")),
-    }
-}
-
-/// A command that starts `exe`; under a cross test runner without binfmt
-/// (`TEGRA_INTEROP_TEST_RUNNER`, e.g. `qemu-aarch64`) the child goes
-/// through it too.
-fn child_command(exe: impl AsRef<std::ffi::OsStr>) -> Command {
-    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
-        Ok(runner) if !runner.trim().is_empty() => {
-            let mut words = runner.split_whitespace();
-            let mut command = Command::new(words.next().unwrap_or_default());
-            command.args(words).arg(exe);
-            command
-        }
-        _ => Command::new(exe),
     }
 }
 

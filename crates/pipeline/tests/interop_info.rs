@@ -5,8 +5,10 @@
 //! Cargo builds the binary for this test (`CARGO_BIN_EXE_interop_info`).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::child_command;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn example() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_interop_info"))
@@ -248,19 +250,4 @@ fn every_line_names_its_evidence(section: &str) {
         }
     }
     assert!(seen >= 6, "{section}");
-}
-
-/// A command that starts `exe`; under a cross test runner without binfmt
-/// (`TEGRA_INTEROP_TEST_RUNNER`, e.g. `qemu-aarch64`, set by
-/// targets/aarch64-unknown-linux-gnu.toml) the child goes through it too.
-fn child_command(exe: impl AsRef<std::ffi::OsStr>) -> Command {
-    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
-        Ok(runner) if !runner.trim().is_empty() => {
-            let mut words = runner.split_whitespace();
-            let mut command = Command::new(words.next().unwrap_or_default());
-            command.args(words).arg(exe);
-            command
-        }
-        _ => Command::new(exe),
-    }
 }

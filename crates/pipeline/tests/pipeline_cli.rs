@@ -5,9 +5,10 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+use common::child_command;
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn example() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_pipeline"))
@@ -286,21 +287,6 @@ fn the_default_command_runs_the_simulator_and_says_why() {
     assert!(out.contains("verified: 12/12 frames"), "{out}");
     assert!(out.contains("interop overhead"), "{out}");
     assert!(out.contains("frames/s"), "{out}");
-}
-
-/// A command that starts `exe`; under a cross test runner without binfmt
-/// (`TEGRA_INTEROP_TEST_RUNNER`, e.g. `qemu-aarch64`, set by
-/// targets/aarch64-unknown-linux-gnu.toml) the child goes through it too.
-fn child_command(exe: impl AsRef<std::ffi::OsStr>) -> Command {
-    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
-        Ok(runner) if !runner.trim().is_empty() => {
-            let mut words = runner.split_whitespace();
-            let mut command = Command::new(words.next().unwrap_or_default());
-            command.args(words).arg(exe);
-            command
-        }
-        _ => Command::new(exe),
-    }
 }
 
 /// Every frame passed the consumer's check, the read-back and had its pulse.

@@ -6,11 +6,13 @@
 //! trace that is off records (and allocates) nothing.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::child_command;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -46,21 +48,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
-
-/// A command that starts `exe`; under a cross test runner without binfmt
-/// (`TEGRA_INTEROP_TEST_RUNNER`, e.g. `qemu-aarch64`) the child goes
-/// through it too (as in pipeline_cli.rs).
-fn child_command(exe: impl AsRef<std::ffi::OsStr>) -> Command {
-    match std::env::var("TEGRA_INTEROP_TEST_RUNNER") {
-        Ok(runner) if !runner.trim().is_empty() => {
-            let mut words = runner.split_whitespace();
-            let mut command = Command::new(words.next().unwrap_or_default());
-            command.args(words).arg(exe);
-            command
-        }
-        _ => Command::new(exe),
-    }
-}
 
 fn run(args: &[&str]) -> Output {
     child_command(env!("CARGO_BIN_EXE_pipeline"))
