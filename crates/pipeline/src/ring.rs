@@ -60,7 +60,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::transport::{Completion, FrameTransport, PeekedFrame};
+use crate::transport::{Completion, FrameTransport, PeekedFrame, WriteLease};
 
 /// Most slots a ring may have (the ring is a fixed-size array).
 pub const MAX_SLOTS: usize = 8;
@@ -453,6 +453,68 @@ impl Ring {
         t.signal_ready(&ticket).map_err(String::from)?;
         self.release(&ticket, started, write_ns)?;
         if !early {
+            t.queue_consumer(&ticket).map_err(String::from)?;
+            self.submit(&ticket)?;
+        }
+        Ok(ticket)
+    }
+
+    /// The first half of [`Ring::produce`] for a frame written on another
+    /// thread: acquire its ticket (`Free -> Writing`; refused unless the
+    /// slot is free, as for [`Ring::acquire`]), queue the consumer where the
+    /// transport [queues before ready](FrameTransport::queues_before_ready),
+    /// and take the slot's memory out of the transport
+    /// ([`FrameTransport::take_for_write`], which waits for the slot as
+    /// `wait_free` does). More than one slot may be `Writing` at once: the
+    /// next frame's slot may be taken while this one is written. Refused
+    /// when the transport does not lease its slots (the ticket is then
+    /// acquired and never handed over: call it only where
+    /// [`FrameTransport::leases_frames`]).
+    pub fn take_for_write<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+    ) -> Result<(Ticket, WriteLease), String> {
+        if !t.leases_frames() {
+            return Err(format!(
+                "the {} transport does not lease its slots for writing",
+                t.backend()
+            ));
+        }
+        let ticket = self.acquire()?;
+        if t.queues_before_ready() {
+            t.queue_consumer(&ticket).map_err(String::from)?;
+            self.submit_early(&ticket)?;
+        }
+        let lease = t
+            .take_for_write(&ticket)
+            .map_err(String::from)?
+            .ok_or_else(|| {
+                format!(
+                    "the {} transport did not lease slot {}",
+                    t.backend(),
+                    ticket.slot
+                )
+            })?;
+        Ok((ticket, lease))
+    }
+
+    /// The second half: give the written memory back to the transport
+    /// ([`FrameTransport::put_back`]), signal ready, queue the consumer
+    /// (unless it was queued early), as [`Ring::produce`] does after its
+    /// `write`. `started` and `write_ns` say when and how long the frame
+    /// was written.
+    pub fn hand_over<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        ticket: Ticket,
+        lease: WriteLease,
+        started: Instant,
+        write_ns: u64,
+    ) -> Result<Ticket, String> {
+        t.put_back(&ticket, lease).map_err(String::from)?;
+        t.signal_ready(&ticket).map_err(String::from)?;
+        self.release(&ticket, started, write_ns)?;
+        if !t.queues_before_ready() {
             t.queue_consumer(&ticket).map_err(String::from)?;
             self.submit(&ticket)?;
         }
