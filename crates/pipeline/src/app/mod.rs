@@ -810,6 +810,7 @@ fn pipeline(
         format: cli::format_name(sensor.format),
         frame_len: geometry.frame_len(),
         copy: opts.copy || opened.always_copies,
+        camera_ahead: ahead,
         wall,
         latency: t.latency.summary().ok_or(none)?,
         write: t.write.summary().ok_or(none)?,
