@@ -902,6 +902,8 @@ mod tests {
             "--trace <FILE>",
             "--trace-frames <N>",
             "TEGRA_INTEROP_FRAME_THREADS",
+            "TEGRA_INTEROP_CAMERA_AHEAD",
+            "--camera-ahead <ON|OFF>",
             "TEGRA_INTEROP_EGL_POOL",
             "Exit status",
         ] {
