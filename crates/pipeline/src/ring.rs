@@ -50,6 +50,14 @@
 //! | `Free`     | `Lent`     | [`Ring::lend`]             | `lend` lent the frame ([`PeekedFrame`]) |
 //! | `Lent`     | `Free`     | [`Ring::give_back`]        | (the reader is done with the bytes) |
 //!
+//! A transport that [leases its slots](FrameTransport::leases_frames) lets
+//! a frame be written on another thread: [`Ring::take_for_write`] is the
+//! first half of [`Ring::produce`] (acquire, early queueing, the wait for
+//! the slot, whose memory moves out of the transport into a
+//! [`WriteLease`]) and [`Ring::hand_over`] the second (the memory back,
+//! ready signal, release, queueing). Between the two the slot is `Writing`
+//! and the next frame's slot may be taken too.
+//!
 //! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
 //! always collected before the slot is written again, a lent frame is
 //! given back before its slot's next ticket exists (and so before the

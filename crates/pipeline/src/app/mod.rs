@@ -15,6 +15,13 @@
 //! comes round. Any
 //! failed check gives a non-zero exit.
 //!
+//! Where the transport leases its slots and the ring has two or more
+//! (`--camera-ahead on`, the default), the camera writes frame f + 1 on a
+//! camera thread, into a slot taken out of the transport
+//! ([`Ring::take_for_write`]), while the producer thread hands frame f over
+//! ([`Ring::hand_over`]) and collects, lends and takes the checker's
+//! answers; otherwise the serial loop ([`Ring::produce`]) runs.
+//!
 //! Run `cargo run --release -- --help` for the options.
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 
