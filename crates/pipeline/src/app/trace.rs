@@ -565,10 +565,11 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(names.len(), 3);
+        assert_eq!(names.len(), 4);
         assert!(names
             .iter()
             .any(|(t, n)| *t == 2 && n.starts_with("consumer")));
+        assert!(names.iter().any(|(t, n)| *t == 4 && n == "camera thread"));
     }
 
     /// `--help` and the README say a traced frame costs under 1 KiB.
