@@ -272,15 +272,16 @@ struct CameraJob {
     lease: WriteLease,
 }
 
-/// The camera thread's answer for one [`CameraJob`]: the written slot and
-/// when the camera started, signalled the frame, and finished its copy
-/// (`--copy` where the transport does not copy; `None` otherwise).
+/// The camera thread's answer for one [`CameraJob`]: the slot (written or
+/// not: it goes back to the transport either way), when the camera
+/// started, and when it signalled the frame and finished its copy
+/// (`--copy` where the transport does not copy; `None` otherwise), or why
+/// it did not write the frame.
 struct CameraDone {
     frame: u64,
     lease: WriteLease,
     started: Instant,
-    written: Instant,
-    copied: Option<Instant>,
+    outcome: Result<(Instant, Option<Instant>), String>,
 }
 
 /// Captures frame `frame` into `bytes` (through `staging` when it is not
@@ -316,35 +317,44 @@ fn capture_into(
 }
 
 /// The camera thread (`--camera-ahead on`): writes each leased slot it is
-/// given, in order, and answers with it, until its queue closes, nobody
-/// listens, or a write fails (the error is its last answer).
+/// given, in order, and answers with it, until its queue closes or nobody
+/// listens. After a failed write it writes nothing more, but still answers
+/// each slot it is given (with the first failure), so that every slot goes
+/// back to the transport.
 fn camera_thread(
     camera: &Mutex<(PipelineCamera, Vec<u8>)>,
     jobs: Receiver<CameraJob>,
-    done: SyncSender<Result<CameraDone, String>>,
+    done: SyncSender<CameraDone>,
 ) {
-    let Ok(mut guard) = camera.lock() else {
-        let _ = done.send(Err("the camera's lock was poisoned".into()));
-        return;
-    };
-    let (camera, staging) = &mut *guard;
-    let copies = !staging.is_empty();
+    let mut guard = camera.lock();
+    let mut failed = guard
+        .is_err()
+        .then(|| "the camera's lock was poisoned".to_string());
     for mut job in jobs {
         let started = Instant::now();
-        let written = job
-            .lease
-            .bytes_mut()
-            .map_err(String::from)
-            .and_then(|bytes| capture_into(camera, staging, job.frame, bytes));
-        let answer = written.map(|written| CameraDone {
+        let outcome = match (&mut guard, &failed) {
+            (Ok(g), None) => {
+                let (camera, staging) = &mut **g;
+                let copies = !staging.is_empty();
+                job.lease
+                    .bytes_mut()
+                    .map_err(String::from)
+                    .and_then(|bytes| capture_into(camera, staging, job.frame, bytes))
+                    .map(|written| (written, copies.then(Instant::now)))
+            }
+            (_, Some(first)) => Err(format!("frame {} not written: {first}", job.frame)),
+            (Err(_), None) => Err("the camera's lock was poisoned".to_string()),
+        };
+        if let Err(e) = &outcome {
+            failed.get_or_insert_with(|| e.clone());
+        }
+        let answer = CameraDone {
             frame: job.frame,
             lease: job.lease,
             started,
-            written,
-            copied: copies.then(Instant::now),
-        });
-        let failed = answer.is_err();
-        if done.send(answer).is_err() || failed {
+            outcome,
+        };
+        if done.send(answer).is_err() {
             return;
         }
     }
@@ -366,7 +376,7 @@ fn hand_over_written(
     ring: &mut Ring,
     transport: &mut dyn crate::transport::FrameTransport,
     t: &mut Timings,
-    done: &Receiver<Result<CameraDone, String>>,
+    done: &Receiver<CameraDone>,
     p: Pending,
     first_start: &mut Option<Instant>,
 ) -> Result<(), String> {
@@ -377,31 +387,40 @@ fn hand_over_written(
             CAMERA_WAIT.as_secs()
         ),
         RecvTimeoutError::Disconnected => "the camera thread stopped".to_string(),
-    })??;
+    })?;
     if d.frame != frame {
         return Err(format!(
             "the camera thread answered for frame {}, frame {frame} was due",
             d.frame
         ));
     }
+    let (written, copied) = match d.outcome {
+        Ok(times) => times,
+        Err(e) => {
+            // Not written: the slot goes back to the transport unsignalled
+            // (the run ends with the camera's error).
+            let _ = transport.put_back(&p.ticket, d.lease);
+            return Err(e);
+        }
+    };
     first_start.get_or_insert(d.started);
     t.trace.span(
         Track::Camera,
         "camera",
         frame,
         d.started,
-        d.written - d.started,
+        written - d.started,
     );
-    if let Some(copied) = d.copied {
+    if let Some(copied) = copied {
         t.trace
-            .span(Track::Camera, "copy", frame, d.written, copied - d.written);
+            .span(Track::Camera, "copy", frame, written, copied - written);
     }
     let begin = Instant::now();
     t.held_by_slot[p.ticket.slot()] = Some((
         frame,
-        begin.saturating_duration_since(d.written).as_nanos() as u64,
+        begin.saturating_duration_since(written).as_nanos() as u64,
     ));
-    let write_ns = (d.written - d.started).as_nanos() as u64;
+    let write_ns = (written - d.started).as_nanos() as u64;
     ring.hand_over(transport, p.ticket, d.lease, d.started, write_ns)?;
     let end = Instant::now();
     t.handover.push(p.take_ns + (end - begin).as_nanos() as u64);
@@ -560,7 +579,7 @@ fn pipeline(
         // The camera thread, with the ahead loop: at most two frames are
         // with it (the one it writes and the next one, queued).
         let (cam_tx, cam_rx) = mpsc::sync_channel::<CameraJob>(1);
-        let (cam_done_tx, cam_done_rx) = mpsc::sync_channel::<Result<CameraDone, String>>(2);
+        let (cam_done_tx, cam_done_rx) = mpsc::sync_channel::<CameraDone>(2);
         let camera_writer = if ahead {
             let camera = &camera;
             Some(scope.spawn(move || camera_thread(camera, cam_rx, cam_done_tx)))
@@ -671,7 +690,13 @@ fn pipeline(
                         .span(Track::Producer, "acquire", frame, entered, taken - entered);
                     if let Some(prev) = ticket.previous_frame() {
                         if checked[ticket.slot()] != Some(prev) {
-                            let bytes = lease.bytes_mut().map_err(String::from)?;
+                            let bytes = match lease.bytes_mut() {
+                                Ok(bytes) => bytes,
+                                Err(e) => {
+                                    let _ = transport.put_back(&ticket, lease);
+                                    return Err(e.into());
+                                }
+                            };
                             let ns =
                                 check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
                             t.verify.push(ns);
@@ -680,9 +705,10 @@ fn pipeline(
                             checked[ticket.slot()] = Some(prev);
                         }
                     }
-                    cam_tx
-                        .send(CameraJob { frame, lease })
-                        .map_err(|_| "the camera thread stopped".to_string())?;
+                    if let Err(mpsc::SendError(job)) = cam_tx.send(CameraJob { frame, lease }) {
+                        let _ = transport.put_back(&ticket, job.lease);
+                        return Err("the camera thread stopped".into());
+                    }
                     let take_ns = (taken - entered).as_nanos() as u64;
                     if let Some(p) = pending.replace(Pending { ticket, take_ns }) {
                         hand_over_written(
@@ -769,6 +795,16 @@ fn pipeline(
             Some(Err(_)) => result.and(Err("the camera thread panicked".to_string())),
             _ => result,
         };
+        // After a failure, the slot the camera thread still had goes back
+        // to the transport (its answer waits in the queue), so the
+        // transport tears down every slot's memory itself.
+        if let Some(p) = pending.take() {
+            for d in cam_done_rx.try_iter() {
+                if d.frame == p.ticket.frame() {
+                    let _ = transport.put_back(&p.ticket, d.lease);
+                }
+            }
+        }
         match checker.join() {
             Ok(()) => result,
             Err(_) => result.and(Err("the read-back checker panicked".to_string())),
