@@ -873,3 +873,67 @@ fn pipeline(
         verification: v,
     })
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::camera::{PixelFormat, SensorConfig};
+    use crate::transport::host::{Fault, HostReference};
+    use crate::transport::FrameTransport;
+
+    /// A camera that was never started fails its first write; the camera
+    /// thread then writes nothing more but answers every slot it was given,
+    /// with the first failure, so each goes back to the transport.
+    #[test]
+    fn the_camera_thread_answers_every_slot_after_a_failure() {
+        let sensor = SensorConfig {
+            width: 2,
+            height: 2,
+            fps: 60,
+            format: PixelFormat::Rgba8,
+        };
+        let g = FrameGeometry {
+            stride: sensor.stride(),
+            rows: 2,
+        };
+        let mut transport = HostReference::new(g, 2, Fault::None);
+        let mut ring = Ring::new(2).unwrap();
+        // Not initialised: not streaming.
+        let camera = Camera::new(
+            ModelSensorBus::new(regs::DEFAULT_ADDRESS),
+            SyncLine::default(),
+            TestPatternReadout,
+            regs::DEFAULT_ADDRESS,
+            sensor,
+        )
+        .unwrap();
+        let camera = Mutex::new((camera, Vec::new()));
+        let (jobs_tx, jobs_rx) = mpsc::sync_channel(2);
+        let (done_tx, done_rx) = mpsc::sync_channel(2);
+        let mut tickets = Vec::new();
+        for frame in 0..2 {
+            let (ticket, lease) = ring.take_for_write(&mut transport).unwrap();
+            jobs_tx.send(CameraJob { frame, lease }).unwrap();
+            tickets.push(ticket);
+        }
+        drop(jobs_tx);
+        camera_thread(&camera, jobs_rx, done_tx);
+        let answers: Vec<CameraDone> = done_rx.try_iter().collect();
+        assert_eq!(answers.len(), 2);
+        let first = answers[0].outcome.as_ref().unwrap_err().clone();
+        let second = answers[1].outcome.as_ref().unwrap_err().clone();
+        assert!(second.contains("frame 1 not written") && second.contains(&first));
+        for (d, ticket) in answers.into_iter().zip(&tickets) {
+            assert_eq!(d.frame, ticket.frame());
+            transport.put_back(ticket, d.lease).unwrap();
+        }
+        // Both slots are the transport's again: it signals them.
+        for ticket in &tickets {
+            transport.signal_ready(ticket).unwrap();
+        }
+        let (camera, _) = camera.into_inner().unwrap();
+        let (_, pin, _) = camera.release();
+        assert_eq!(pin.pulses, 0, "no trigger pulse for a frame not written");
+    }
+}
