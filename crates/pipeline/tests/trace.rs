@@ -395,7 +395,7 @@ fn an_open_trace_allocates_once_and_keeps_only_its_frames() {
 #[ignore = "needs an NVIDIA GPU with Vulkan"]
 fn gpu_trace_has_every_frames_stages_in_order() {
     use tegra_interop_pipeline::app::cli::{BackendChoice, Options};
-    for copy in [false, true] {
+    for (copy, camera_ahead) in [(false, true), (true, true), (true, false)] {
         let path = temp(if copy { "gpu-copy" } else { "gpu" });
         let opts = Options {
             frames: 200,
@@ -403,10 +403,13 @@ fn gpu_trace_has_every_frames_stages_in_order() {
             copy,
             quiet: true,
             trace: Some(path.clone()),
+            camera_ahead,
             ..Options::default()
         };
         let report = tegra_interop_pipeline::app::run(&opts).unwrap();
         assert!(report.passed(), "copy {copy}");
+        // The GPU transport leases its slots: the camera thread ran.
+        assert_eq!(report.camera_ahead, camera_ahead, "copy {copy}");
         let t: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         std::fs::remove_file(&path).unwrap();
         let spans = spans_of(&t);
