@@ -428,28 +428,38 @@ fn gpu_trace_has_every_frames_stages_in_order() {
 #[test]
 fn the_camera_writes_the_next_frame_while_the_producer_hands_over() {
     let frames = 40;
-    let t = traced_run("ahead", "host", frames, &["--camera-ahead", "on"]);
-    let spans = spans_of(&t);
-    assert_frames_in_order(&spans, frames);
+    // Whether a write overlaps in time depends on the scheduler (on a busy
+    // machine, with frames this small, the camera may be done before the
+    // producer gives it the next slot): up to five runs, each checked for
+    // the order, until one shows an overlap.
     let mut overlapped = 0;
-    for f in 0..frames - 1 {
-        let handover = one(&spans, f, "handover");
-        let next_acquire = one(&spans, f + 1, "acquire");
-        let next_camera = one(&spans, f + 1, "camera");
-        assert_eq!(one(&spans, f, "camera").tid, 4, "frame {f}");
-        // Deterministic: f + 1's slot went to the camera first.
-        assert!(
-            next_acquire.ts + next_acquire.dur <= handover.ts + 0.01,
-            "frame {f}: {next_acquire:?} {handover:?}"
-        );
-        if next_camera.ts < handover.ts + handover.dur {
-            overlapped += 1;
+    for run in 0..5 {
+        let t = traced_run("ahead", "host", frames, &["--camera-ahead", "on"]);
+        let spans = spans_of(&t);
+        assert_frames_in_order(&spans, frames);
+        for f in 0..frames - 1 {
+            let handover = one(&spans, f, "handover");
+            let next_acquire = one(&spans, f + 1, "acquire");
+            let next_camera = one(&spans, f + 1, "camera");
+            assert_eq!(one(&spans, f, "camera").tid, 4, "run {run}, frame {f}");
+            // Always: f + 1's slot went to the camera thread before f was
+            // handed over (the serial loop takes it after).
+            assert!(
+                next_acquire.ts + next_acquire.dur <= handover.ts + 0.01,
+                "run {run}, frame {f}: {next_acquire:?} {handover:?}"
+            );
+            if next_camera.ts < handover.ts + handover.dur {
+                overlapped += 1;
+            }
+        }
+        if overlapped > 0 {
+            break;
         }
     }
-    // The camera thread picks f + 1 up as soon as f is written, while the
-    // producer thread wakes up to hand f over: most frames overlap (at
-    // least one, whatever the scheduler does on a busy machine).
-    assert!(overlapped >= 1, "no camera write overlapped a handover");
+    assert!(
+        overlapped >= 1,
+        "no camera write overlapped a handover in five runs"
+    );
 
     let t = traced_run("serial", "host", frames, &["--camera-ahead", "off"]);
     let spans = spans_of(&t);
