@@ -30,7 +30,7 @@ Exit status: 0 all frames verified, 1 run or verification failure, 2 bad argumen
 Environment (each overrides a built-in choice; none is needed):
   TEGRA_INTEROP_FRAME_THREADS  threads that write and check a large frame, 1..=64
                                (--frame-threads wins where both are given)
-  TEGRA_INTEROP_CAMERA_AHEAD   on (default) | off: --camera-ahead where it is not given
+  TEGRA_INTEROP_CAMERA_AHEAD   on or 1 (default) | off or 0: --camera-ahead where not given
   TEGRA_INTEROP_EGL_POOL       --backend egl: the producer's device buffers, ring+1..=64
   TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
                                control that is expected to fail verification)
@@ -118,9 +118,9 @@ pub enum Readback {
 /// `--camera-ahead` on the command line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Switch {
-    /// on
+    /// the camera thread writes frame f + 1 while frame f is handed over
     On,
-    /// off
+    /// the serial loop: write, hand over, then the next frame
     Off,
 }
 
