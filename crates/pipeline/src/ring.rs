@@ -50,6 +50,14 @@
 //! | `Free`     | `Lent`     | [`Ring::lend`]             | `lend` lent the frame ([`PeekedFrame`]) |
 //! | `Lent`     | `Free`     | [`Ring::give_back`]        | (the reader is done with the bytes) |
 //!
+//! A transport that [leases its slots](FrameTransport::leases_frames) lets
+//! a frame be written on another thread: [`Ring::take_for_write`] is the
+//! first half of [`Ring::produce`] (acquire, early queueing, the wait for
+//! the slot, whose memory moves out of the transport into a
+//! [`WriteLease`]) and [`Ring::hand_over`] the second (the memory back,
+//! ready signal, release, queueing). Between the two the slot is `Writing`
+//! and the next frame's slot may be taken too.
+//!
 //! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
 //! always collected before the slot is written again, a lent frame is
 //! given back before its slot's next ticket exists (and so before the
@@ -60,7 +68,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::transport::{Completion, FrameTransport, PeekedFrame};
+use crate::transport::{Completion, FrameTransport, PeekedFrame, WriteLease};
 
 /// Most slots a ring may have (the ring is a fixed-size array).
 pub const MAX_SLOTS: usize = 8;
@@ -459,6 +467,68 @@ impl Ring {
         Ok(ticket)
     }
 
+    /// The first half of [`Ring::produce`] for a frame written on another
+    /// thread: acquire its ticket (`Free -> Writing`; refused unless the
+    /// slot is free, as for [`Ring::acquire`]), queue the consumer where the
+    /// transport [queues before ready](FrameTransport::queues_before_ready),
+    /// and take the slot's memory out of the transport
+    /// ([`FrameTransport::take_for_write`], which waits for the slot as
+    /// `wait_free` does). More than one slot may be `Writing` at once: the
+    /// next frame's slot may be taken while this one is written. Refused
+    /// when the transport does not lease its slots (the ticket is then
+    /// acquired and never handed over: call it only where
+    /// [`FrameTransport::leases_frames`]).
+    pub fn take_for_write<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+    ) -> Result<(Ticket, WriteLease), String> {
+        if !t.leases_frames() {
+            return Err(format!(
+                "the {} transport does not lease its slots for writing",
+                t.backend()
+            ));
+        }
+        let ticket = self.acquire()?;
+        if t.queues_before_ready() {
+            t.queue_consumer(&ticket).map_err(String::from)?;
+            self.submit_early(&ticket)?;
+        }
+        let lease = t
+            .take_for_write(&ticket)
+            .map_err(String::from)?
+            .ok_or_else(|| {
+                format!(
+                    "the {} transport did not lease slot {}",
+                    t.backend(),
+                    ticket.slot
+                )
+            })?;
+        Ok((ticket, lease))
+    }
+
+    /// The second half: give the written memory back to the transport
+    /// ([`FrameTransport::put_back`]), signal ready, queue the consumer
+    /// (unless it was queued early), as [`Ring::produce`] does after its
+    /// `write`. `started` and `write_ns` say when and how long the frame
+    /// was written.
+    pub fn hand_over<T: FrameTransport + ?Sized>(
+        &mut self,
+        t: &mut T,
+        ticket: Ticket,
+        lease: WriteLease,
+        started: Instant,
+        write_ns: u64,
+    ) -> Result<Ticket, String> {
+        t.put_back(&ticket, lease).map_err(String::from)?;
+        t.signal_ready(&ticket).map_err(String::from)?;
+        self.release(&ticket, started, write_ns)?;
+        if !t.queues_before_ready() {
+            t.queue_consumer(&ticket).map_err(String::from)?;
+            self.submit(&ticket)?;
+        }
+        Ok(ticket)
+    }
+
     /// Collects every finished frame without blocking, then blocks until
     /// the next frame's slot is free; calls `each` per collected frame.
     pub fn make_room<T: FrameTransport + ?Sized>(
@@ -837,5 +907,77 @@ mod tests {
         assert!(ring.lend(&mut t, &p).unwrap().is_none());
         assert_eq!(ring.state(1), Some(SlotState::Free));
         assert_eq!(ring.peek(1), Some(p));
+    }
+
+    /// The split produce (`take_for_write`, then `hand_over`) over the
+    /// host transport, which leases its slots: two slots may be `Writing`
+    /// at once (frame f + 1 taken before f is handed over), a leased slot
+    /// is neither signalled nor lent while it is out, a lease is given back
+    /// only for its own ticket, a slot still in flight or lent is not
+    /// taken, and every frame comes back processed.
+    #[test]
+    fn a_leased_slot_is_written_off_the_transport_and_handed_over_after() {
+        use crate::transport::host::{Fault, HostReference};
+        let g = crate::transport::FrameGeometry { stride: 8, rows: 2 };
+        let mut t = HostReference::new(g, 2, Fault::None);
+        let mut ring = Ring::new(2).unwrap();
+        let (t0, mut l0) = ring.take_for_write(&mut t).unwrap();
+        let (t1, mut l1) = ring.take_for_write(&mut t).unwrap();
+        assert_eq!(ring.state(0), Some(SlotState::Writing(0)));
+        assert_eq!(ring.state(1), Some(SlotState::Writing(1)));
+        // Frame 2 needs slot 0, which is being written.
+        assert!(ring.take_for_write(&mut t).is_err());
+        assert_eq!(ring.next_frame(), 2, "nothing acquired");
+        // While out, the transport cannot signal the slot.
+        let e = t.signal_ready(&t0).unwrap_err();
+        assert!(e.to_string().contains("not waited for"), "{e}");
+        for (ticket, lease) in [(&t0, &mut l0), (&t1, &mut l1)] {
+            let bytes = lease.bytes_mut().unwrap();
+            assert_eq!(bytes.len(), g.frame_len());
+            crate::camera::TestPattern::new(ticket.frame(), g.stride).fill(bytes);
+        }
+        // A lease goes back only for its own ticket (a misuse drops it:
+        // checked on a lease of its own below).
+        let t1 = ring.hand_over(&mut t, t1, l1, Instant::now(), 0).unwrap();
+        assert!(matches!(ring.state(1), Some(SlotState::InFlight(r)) if r.frame == 1));
+        ring.hand_over(&mut t, t0, l0, Instant::now(), 0).unwrap();
+        let mut seen = Vec::new();
+        ring.drain(&mut t, |c, _| {
+            seen.push((c.frame, c.mismatches));
+            Ok(())
+        })
+        .unwrap();
+        seen.sort_unstable();
+        assert_eq!(seen, [(0, 0), (1, 0)]);
+        // The next use of slot 1 holds frame 1, processed (inverted).
+        let (t2, mut l2) = ring.take_for_write(&mut t).unwrap();
+        assert_eq!(t2.frame(), 2);
+        let (t3, mut l3) = ring.take_for_write(&mut t).unwrap();
+        assert_eq!(t3.previous_frame(), Some(t1.frame()));
+        let pattern = crate::camera::TestPattern::new(1, g.stride);
+        assert_eq!(pattern.first_mismatch(l3.bytes_mut().unwrap(), 0xff), None);
+        drop(l3);
+        // `l3` was dropped, not given back: slot 1 has no memory, and the
+        // transport says so instead of writing it.
+        assert!(t.signal_ready(&t3).is_err());
+        // A lease given back for another ticket is refused.
+        let bytes = l2.bytes_mut().unwrap();
+        bytes.fill(0);
+        let e = ring
+            .hand_over(&mut t, t3, l2, Instant::now(), 0)
+            .unwrap_err();
+        assert!(e.contains("given back for frame 3"), "{e}");
+    }
+
+    /// A transport that does not lease refuses the split produce before it
+    /// acquires anything.
+    #[test]
+    fn take_for_write_needs_a_leasing_transport() {
+        let mut ring = Ring::new(2).unwrap();
+        let mut t = lender(2, false);
+        let e = ring.take_for_write(&mut t).unwrap_err();
+        assert!(e.contains("does not lease"), "{e}");
+        assert_eq!(ring.next_frame(), 0);
+        assert_eq!(ring.state(0), Some(SlotState::Free));
     }
 }

@@ -522,3 +522,91 @@ fn no_progress_display_in_captured_output() {
     assert!(stderr(&o).is_empty(), "{:?}", stderr(&o));
     assert!(!stdout(&o).contains('\r'), "{}", stdout(&o));
 }
+
+/// `--camera-ahead` (and `TEGRA_INTEROP_CAMERA_AHEAD`): with the camera on
+/// its own thread and with the serial loop, every frame is verified on
+/// rings of 1 to 4, on every backend here; the report says which loop ran
+/// (rings of 1, and transports that cannot lease a slot, run serially).
+#[test]
+fn camera_ahead_on_and_off_verify_every_frame_on_small_rings() {
+    for backend in ["host", "sim", "egl"] {
+        for ring in ["1", "2", "3", "4"] {
+            for (switch, readback) in [("on", "overlap"), ("off", "overlap"), ("on", "inline")] {
+                let o = small_on(
+                    backend,
+                    &[
+                        "--json",
+                        "--ring",
+                        ring,
+                        "--camera-ahead",
+                        switch,
+                        "--readback",
+                        readback,
+                    ],
+                );
+                let what = format!("{backend} ring {ring} --camera-ahead {switch} {readback}");
+                assert!(o.status.success(), "{what}: {}", stderr(&o));
+                let j = json(&o);
+                assert_all_checked(&j, 40);
+                // The host and NvSci transports lease their slots; the
+                // EGL one does not (serial loop).
+                let ahead = switch == "on" && ring != "1" && backend != "egl";
+                assert_eq!(j["camera_ahead"], ahead, "{what}: {j}");
+            }
+        }
+    }
+    // The copy variant through the camera's staging buffer, on its thread.
+    let o = small(&["--json", "--copy", "--camera-ahead", "on"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_all_checked(&json(&o), 40);
+    assert_eq!(json(&o)["camera_ahead"], true);
+}
+
+/// A broken pipeline still fails with the camera on its own thread.
+#[test]
+fn camera_ahead_does_not_hide_broken_frames() {
+    for fault in ["corrupt", "skip-process"] {
+        let o = small(&["--json", "--fault", fault, "--camera-ahead", "on"]);
+        assert_eq!(o.status.code(), Some(1), "{fault}: {}", stderr(&o));
+        assert_eq!(json(&o)["camera_ahead"], true);
+    }
+}
+
+/// The environment variable sets the default; the option wins; a bad value
+/// and the two-process mode are refused.
+#[test]
+fn camera_ahead_from_the_environment_and_its_refusals() {
+    let with_env = |value: &str, extra: &[&str]| {
+        let mut args = vec!["--backend", "host", "--json"];
+        args.extend_from_slice(SMALL);
+        args.extend_from_slice(extra);
+        child_command(example())
+            .env("TEGRA_INTEROP_CAMERA_AHEAD", value)
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    for (value, extra, want) in [
+        ("0", &[][..], false),
+        ("off", &[][..], false),
+        ("1", &[][..], true),
+        ("", &[][..], true),
+        ("0", &["--camera-ahead", "on"][..], true),
+    ] {
+        let o = with_env(value, extra);
+        assert!(o.status.success(), "{value:?} {extra:?}: {}", stderr(&o));
+        assert_eq!(json(&o)["camera_ahead"], want, "{value:?} {extra:?}");
+    }
+    let o = with_env("sideways", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("TEGRA_INTEROP_CAMERA_AHEAD"),
+        "{}",
+        stderr(&o)
+    );
+    assert_usage_error(
+        &["--processes", "2", "--camera-ahead", "off"],
+        &["--camera-ahead", "--processes 2"],
+    );
+    assert_usage_error(&["--camera-ahead", "maybe"], &["--camera-ahead"]);
+}

@@ -12,7 +12,9 @@
 # Environment: ROUNDS (default 3), FRAMES (default 2000), REPS (the limit's repetitions,
 # default 100), PIPELINE_ARGS (more options for every pipeline run, e.g. "--readback inline"),
 # COPY_FROM_AB=1 (in copy mode also run NEW with TEGRA_INTEROP_GPU_COPY_FROM=import, the earlier
-# copy path of the same binary: side "newimport" in the summary).
+# copy path of the same binary: side "newimport" in the summary), AHEAD_AB=1 (in both modes also
+# run NEW with TEGRA_INTEROP_CAMERA_AHEAD=0, its serial producer loop: side "newserial"; an old
+# binary ignores that variable).
 #
 # Per round, in this order: OLD zero-copy, NEW zero-copy, OLD copy, NEW copy (each `pipeline
 # --backend gpu ... --json`), then NEW's pipeline_vs_cuda (the machine's limit for the same work,
@@ -40,12 +42,14 @@ echo "== binaries"; ls -la "$OLD" "$NEW"
 for r in $(seq 1 "$ROUNDS"); do
   for m in zero-copy copy; do
     c=""; [ $m = copy ] && c="--copy"
-    sides="old new"; [ $m = copy ] && [ "${COPY_FROM_AB:-0}" = 1 ] && sides="old new newimport"
+    sides="old new"; [ $m = copy ] && [ "${COPY_FROM_AB:-0}" = 1 ] && sides="$sides newimport"
+    [ "${AHEAD_AB:-0}" = 1 ] && sides="$sides newserial"
     for side in $sides; do
       B=$OLD; [ $side != old ] && B=$NEW
       CF=""; [ $side = newimport ] && CF="import"
+      AH=""; [ $side = newserial ] && AH="0"
       J=$OUT/ab_${r}_${side}_${m}.json
-      ${CF:+env TEGRA_INTEROP_GPU_COPY_FROM=$CF} $B/pipeline --backend gpu $A $c ${PIPELINE_ARGS:-} --json > "$J" 2> "$OUT/ab_${r}_${side}_${m}.err"
+      ${CF:+env TEGRA_INTEROP_GPU_COPY_FROM=$CF} ${AH:+env TEGRA_INTEROP_CAMERA_AHEAD=$AH} $B/pipeline --backend gpu $A $c ${PIPELINE_ARGS:-} --json > "$J" 2> "$OUT/ab_${r}_${side}_${m}.err"
       echo "round $r $side $m: rc $? $(grep -o '"frames_per_s": *[0-9.]*' "$J" | tail -1) $(grep -o '"passed": *[a-z]*' "$J" | head -1)"
     done
   done
@@ -83,6 +87,10 @@ for r in range(1, rounds + 1):
         if ni and lf:
             agg.setdefault((mode, "newimport"), []).append(ni / lf)
             print(f"| {r} | {mode} (new, COPY_FROM=import) | {lf:.1f} | - | - | {ni:.1f} | - | {ni / lf:.3f} | - |")
+        ns = load(f"{out}/ab_{r}_newserial_{mode}.json").get("frames_per_s")
+        if ns and lf:
+            agg.setdefault((mode, "newserial"), []).append(ns / lf)
+            print(f"| {r} | {mode} (new, CAMERA_AHEAD=0) | {lf:.1f} | - | - | {ns:.1f} | - | {ns / lf:.3f} | - |")
 print()
 for (mode, s), v in sorted(agg.items()):
     print(f"{mode} {s}: ours / limit median {statistics.median(v):.3f} (min {min(v):.3f}, max {max(v):.3f}, {len(v)} rounds)")

@@ -30,6 +30,7 @@ Exit status: 0 all frames verified, 1 run or verification failure, 2 bad argumen
 Environment (each overrides a built-in choice; none is needed):
   TEGRA_INTEROP_FRAME_THREADS  threads that write and check a large frame, 1..=64
                                (--frame-threads wins where both are given)
+  TEGRA_INTEROP_CAMERA_AHEAD   on or 1 (default) | off or 0: --camera-ahead where not given
   TEGRA_INTEROP_EGL_POOL       --backend egl: the producer's device buffers, ring+1..=64
   TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
                                control that is expected to fail verification)
@@ -114,6 +115,15 @@ pub enum Readback {
     Inline,
 }
 
+/// `--camera-ahead` on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Switch {
+    /// the camera thread writes frame f + 1 while frame f is handed over
+    On,
+    /// the serial loop: write, hand over, then the next frame
+    Off,
+}
+
 /// Which side of the two-process mode this process runs alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Role {
@@ -189,6 +199,11 @@ pub struct Options {
     pub trace: Option<PathBuf>,
     /// `--trace-frames`: how many frames (the first) the trace records.
     pub trace_frames: u64,
+    /// `--camera-ahead`: the camera writes the next frame on its own thread
+    /// while the producer thread hands the previous one over (where the
+    /// transport leases its slots and the ring has two or more; the serial
+    /// loop otherwise).
+    pub camera_ahead: bool,
 }
 
 impl Options {
@@ -300,6 +315,7 @@ impl Default for Options {
             frame_threads: None,
             trace: None,
             trace_frames: crate::app::trace::DEFAULT_TRACE_FRAMES,
+            camera_ahead: true,
         }
     }
 }
@@ -444,6 +460,13 @@ pub struct Args {
     /// created before the run and written at its end (one-process mode only)
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Whether the camera writes the next frame on its own thread while the
+    /// producer thread hands the previous one over (default on, or
+    /// TEGRA_INTEROP_CAMERA_AHEAD; off: the serial loop; rings of 1 and
+    /// transports that cannot lease a slot run serially anyway; one-process
+    /// mode only)
+    #[arg(long, value_name = "ON|OFF", value_enum)]
+    camera_ahead: Option<Switch>,
     /// How many frames --trace records, the first ones (1..=1000000, default
     /// 10000; the file says how many were left out; under 1 KiB of memory a
     /// frame)
@@ -491,7 +514,17 @@ impl Args {
             trace_frames: self
                 .trace_frames
                 .unwrap_or(crate::app::trace::DEFAULT_TRACE_FRAMES),
+            camera_ahead: match self.camera_ahead {
+                Some(s) => s == Switch::On,
+                None => camera_ahead_from_env()?,
+            },
         };
+        if self.camera_ahead.is_some() && o.two_process() {
+            return Err(
+                "--camera-ahead cannot be used with --processes 2 or --role: the two-process mode does not carry it out"
+                    .into(),
+            );
+        }
         if self.trace_frames.is_some() && o.trace.is_none() {
             return Err("--trace-frames only applies with --trace FILE".into());
         }
@@ -534,6 +567,24 @@ impl Args {
             }
         }
         Ok(o)
+    }
+}
+
+/// `TEGRA_INTEROP_CAMERA_AHEAD`: on (also 1) or off (also 0); unset or
+/// empty: on; anything else is refused.
+fn camera_ahead_from_env() -> Result<bool, String> {
+    match std::env::var("TEGRA_INTEROP_CAMERA_AHEAD") {
+        Err(std::env::VarError::NotPresent) => Ok(true),
+        Ok(v) => match v.trim() {
+            "" | "on" | "1" => Ok(true),
+            "off" | "0" => Ok(false),
+            other => Err(format!(
+                "TEGRA_INTEROP_CAMERA_AHEAD={other} is neither on (1) nor off (0)"
+            )),
+        },
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("TEGRA_INTEROP_CAMERA_AHEAD is not valid Unicode".into())
+        }
     }
 }
 
@@ -851,6 +902,8 @@ mod tests {
             "--trace <FILE>",
             "--trace-frames <N>",
             "TEGRA_INTEROP_FRAME_THREADS",
+            "TEGRA_INTEROP_CAMERA_AHEAD",
+            "--camera-ahead <ON|OFF>",
             "TEGRA_INTEROP_EGL_POOL",
             "Exit status",
         ] {

@@ -15,6 +15,13 @@
 //! comes round. Any
 //! failed check gives a non-zero exit.
 //!
+//! Where the transport leases its slots and the ring has two or more
+//! (`--camera-ahead on`, the default), the camera writes frame f + 1 on a
+//! camera thread, into a slot taken out of the transport
+//! ([`Ring::take_for_write`]), while the producer thread hands frame f over
+//! ([`Ring::hand_over`]) and collects, lends and takes the checker's
+//! answers; otherwise the serial loop ([`Ring::produce`]) runs.
+//!
 //! Run `cargo run --release -- --help` for the options.
 //! Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
 
@@ -28,8 +35,9 @@ pub mod stats;
 pub mod trace;
 
 use std::process::ExitCode;
-use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::time::Instant;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::camera::{
     frame_threads, regs, Camera, FrameInfo, FrameSink, TestPattern, TestPatternReadout,
@@ -38,10 +46,10 @@ use crate::camera::{
 use crate::app::report::{Progress, Report, Verification};
 use crate::app::stats::Samples;
 use crate::camera::sensor::{ModelSensorBus, SyncLine};
-use crate::ring::{Collected, Ring, MAX_SLOTS};
+use crate::ring::{Collected, Ring, Ticket, MAX_SLOTS};
 #[cfg(feature = "vulkan")]
 use crate::transport::FrameTransport;
-use crate::transport::{Completion, FrameGeometry, PeekedFrame};
+use crate::transport::{Completion, FrameGeometry, PeekedFrame, WriteLease};
 use backend::Opened;
 use cli::{Command, Options, Readback};
 use trace::{Trace, Track};
@@ -250,6 +258,177 @@ fn check_lent_frames(stride: usize, jobs: Receiver<CheckJob>, done: SyncSender<C
     }
 }
 
+/// The pipeline's camera, and its staging buffer for `--copy` where the
+/// transport does not copy (empty otherwise).
+type PipelineCamera = Camera<ModelSensorBus, SyncLine, TestPatternReadout>;
+
+/// How long the producer waits for the camera thread to write one frame
+/// (`--camera-ahead on`) before it gives up with an error.
+pub const CAMERA_WAIT: Duration = Duration::from_secs(60);
+
+/// A slot taken for a frame, for the camera thread to write.
+struct CameraJob {
+    frame: u64,
+    lease: WriteLease,
+}
+
+/// The camera thread's answer for one [`CameraJob`]: the slot (written or
+/// not: it goes back to the transport either way), when the camera
+/// started, and when it signalled the frame and finished its copy
+/// (`--copy` where the transport does not copy; `None` otherwise), or why
+/// it did not write the frame.
+struct CameraDone {
+    frame: u64,
+    lease: WriteLease,
+    started: Instant,
+    outcome: Result<(Instant, Option<Instant>), String>,
+}
+
+/// Captures frame `frame` into `bytes` (through `staging` when it is not
+/// empty: `--copy` where the transport does not copy), checking that the
+/// camera produced the frame that was due. Returns when the camera signalled
+/// the frame.
+fn capture_into(
+    camera: &mut PipelineCamera,
+    staging: &mut [u8],
+    frame: u64,
+    bytes: &mut [u8],
+) -> Result<Instant, String> {
+    let mut sink = WriteDone {
+        expected_index: frame,
+        at: None,
+    };
+    if staging.is_empty() {
+        camera
+            .capture(bytes, &mut sink)
+            .map_err(|e| e.to_string())?;
+    } else {
+        camera
+            .capture(staging, &mut sink)
+            .map_err(|e| e.to_string())?;
+    }
+    let written = sink
+        .at
+        .ok_or("camera returned without signalling the frame")?;
+    if !staging.is_empty() {
+        bytes.copy_from_slice(staging);
+    }
+    Ok(written)
+}
+
+/// The camera thread (`--camera-ahead on`): writes each leased slot it is
+/// given, in order, and answers with it, until its queue closes or nobody
+/// listens. After a failed write it writes nothing more, but still answers
+/// each slot it is given (with the first failure), so that every slot goes
+/// back to the transport.
+fn camera_thread(
+    camera: &Mutex<(PipelineCamera, Vec<u8>)>,
+    jobs: Receiver<CameraJob>,
+    done: SyncSender<CameraDone>,
+) {
+    let mut guard = camera.lock();
+    let mut failed = guard
+        .is_err()
+        .then(|| "the camera's lock was poisoned".to_string());
+    for mut job in jobs {
+        let started = Instant::now();
+        let outcome = match (&mut guard, &failed) {
+            (Ok(g), None) => {
+                let (camera, staging) = &mut **g;
+                let copies = !staging.is_empty();
+                job.lease
+                    .bytes_mut()
+                    .map_err(String::from)
+                    .and_then(|bytes| capture_into(camera, staging, job.frame, bytes))
+                    .map(|written| (written, copies.then(Instant::now)))
+            }
+            (_, Some(first)) => Err(format!("frame {} not written: {first}", job.frame)),
+            (Err(_), None) => Err("the camera's lock was poisoned".to_string()),
+        };
+        if let Err(e) = &outcome {
+            failed.get_or_insert_with(|| e.clone());
+        }
+        let answer = CameraDone {
+            frame: job.frame,
+            lease: job.lease,
+            started,
+            outcome,
+        };
+        if done.send(answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// A frame whose slot went to the camera thread, not handed over yet.
+struct Pending {
+    ticket: Ticket,
+    /// Nanoseconds the producer spent taking the slot (the first part of
+    /// the frame's handover).
+    take_ns: u64,
+}
+
+/// `--camera-ahead on`: waits for the camera thread's answer for `p`'s
+/// frame (at most [`CAMERA_WAIT`]), records its camera span, and hands the
+/// frame over ([`Ring::hand_over`]: the slot back to the transport, ready
+/// signal, consumer queued).
+fn hand_over_written(
+    ring: &mut Ring,
+    transport: &mut dyn crate::transport::FrameTransport,
+    t: &mut Timings,
+    done: &Receiver<CameraDone>,
+    p: Pending,
+    first_start: &mut Option<Instant>,
+) -> Result<(), String> {
+    let frame = p.ticket.frame();
+    let d = done.recv_timeout(CAMERA_WAIT).map_err(|e| match e {
+        RecvTimeoutError::Timeout => format!(
+            "the camera thread did not write frame {frame} within {} s",
+            CAMERA_WAIT.as_secs()
+        ),
+        RecvTimeoutError::Disconnected => "the camera thread stopped".to_string(),
+    })?;
+    if d.frame != frame {
+        return Err(format!(
+            "the camera thread answered for frame {}, frame {frame} was due",
+            d.frame
+        ));
+    }
+    let (written, copied) = match d.outcome {
+        Ok(times) => times,
+        Err(e) => {
+            // Not written: the slot goes back to the transport unsignalled
+            // (the run ends with the camera's error).
+            let _ = transport.put_back(&p.ticket, d.lease);
+            return Err(e);
+        }
+    };
+    first_start.get_or_insert(d.started);
+    t.trace.span(
+        Track::Camera,
+        "camera",
+        frame,
+        d.started,
+        written - d.started,
+    );
+    if let Some(copied) = copied {
+        t.trace
+            .span(Track::Camera, "copy", frame, written, copied - written);
+    }
+    let begin = Instant::now();
+    t.held_by_slot[p.ticket.slot()] = Some((
+        frame,
+        begin.saturating_duration_since(written).as_nanos() as u64,
+    ));
+    let write_ns = (written - d.started).as_nanos() as u64;
+    ring.hand_over(transport, p.ticket, d.lease, d.started, write_ns)?;
+    let end = Instant::now();
+    t.handover.push(p.take_ns + (end - begin).as_nanos() as u64);
+    t.trace
+        .span(Track::Producer, "handover", frame, begin, end - begin);
+    Ok(())
+}
+
 /// Verifies and measures one collected frame.
 fn on_completion(
     c: &Completion,
@@ -365,11 +544,18 @@ fn pipeline(
     };
     let mut v = Verification::default();
     // The copy-based variant's camera buffer, allocated once.
-    let mut staging = if host_copy {
+    let staging = if host_copy {
         vec![0u8; geometry.frame_len()]
     } else {
         Vec::new()
     };
+    // `--camera-ahead on`: the camera writes frame f + 1 on its own thread,
+    // into a slot taken out of the transport, while the producer thread
+    // hands frame f over and collects, lends and checks; where the
+    // transport cannot lease its slots, or the ring has one slot (frame
+    // f + 1 needs the slot frame f is written into), the serial loop runs.
+    let ahead = opts.camera_ahead && transport.leases_frames() && ring.slots() >= 2;
+    let camera = Mutex::new((camera, staging));
     let mut progress = Progress::new(opts.frames, !opts.quiet && !opts.json);
     let mut first_start = None;
 
@@ -390,6 +576,18 @@ fn pipeline(
         let (done_tx, done_rx) = mpsc::sync_channel::<CheckDone>(2);
         let stride = geometry.stride;
         let checker = scope.spawn(move || check_lent_frames(stride, job_rx, done_tx));
+        // The camera thread, with the ahead loop: at most two frames are
+        // with it (the one it writes and the next one, queued).
+        let (cam_tx, cam_rx) = mpsc::sync_channel::<CameraJob>(1);
+        let (cam_done_tx, cam_done_rx) = mpsc::sync_channel::<CameraDone>(2);
+        let camera_writer = if ahead {
+            let camera = &camera;
+            Some(scope.spawn(move || camera_thread(camera, cam_rx, cam_done_tx)))
+        } else {
+            drop((cam_rx, cam_done_tx));
+            None
+        };
+        let mut pending = None::<Pending>;
         // Frames lent to the checker and not given back yet, oldest first.
         let mut lent = std::collections::VecDeque::<u64>::with_capacity(2);
         // Takes the checker's answer for the oldest lent frame.
@@ -480,9 +678,58 @@ fn pipeline(
                         ("checker wait", checker_ns),
                     ],
                 );
+                if ahead {
+                    // Take the slot, check its previous frame where that
+                    // was not done beside, give it to the camera thread;
+                    // then hand the frame before over while the camera
+                    // writes this one.
+                    let entered = Instant::now();
+                    let (ticket, mut lease) = ring.take_for_write(transport)?;
+                    let taken = Instant::now();
+                    t.trace
+                        .span(Track::Producer, "acquire", frame, entered, taken - entered);
+                    if let Some(prev) = ticket.previous_frame() {
+                        if checked[ticket.slot()] != Some(prev) {
+                            let bytes = match lease.bytes_mut() {
+                                Ok(bytes) => bytes,
+                                Err(e) => {
+                                    let _ = transport.put_back(&ticket, lease);
+                                    return Err(e.into());
+                                }
+                            };
+                            let ns =
+                                check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
+                            t.verify.push(ns);
+                            let d = Duration::from_nanos(ns);
+                            t.trace.span(Track::Producer, "check", prev, taken, d);
+                            checked[ticket.slot()] = Some(prev);
+                        }
+                    }
+                    if let Err(mpsc::SendError(job)) = cam_tx.send(CameraJob { frame, lease }) {
+                        let _ = transport.put_back(&ticket, job.lease);
+                        return Err("the camera thread stopped".into());
+                    }
+                    let take_ns = (taken - entered).as_nanos() as u64;
+                    if let Some(p) = pending.replace(Pending { ticket, take_ns }) {
+                        hand_over_written(
+                            &mut ring,
+                            transport,
+                            &mut t,
+                            &cam_done_rx,
+                            p,
+                            &mut first_start,
+                        )?;
+                    }
+                    progress.update(frame - ring.in_flight() as u64);
+                    continue;
+                }
                 let entered = Instant::now();
                 let mut inside = 0u64;
                 let mut wrote = entered;
+                let mut camera = camera
+                    .lock()
+                    .map_err(|_| "the camera's lock was poisoned".to_string())?;
+                let (camera, staging) = &mut *camera;
                 ring.produce(transport, |ticket, bytes| {
                     let began = Instant::now();
                     t.trace
@@ -499,21 +746,10 @@ fn pipeline(
                     }
                     let started = Instant::now();
                     first_start.get_or_insert(started);
-                    let mut sink = WriteDone {
-                        expected_index: frame,
-                        at: None,
-                    };
-                    let target: &mut [u8] = if host_copy { &mut staging } else { bytes };
-                    camera
-                        .capture(target, &mut sink)
-                        .map_err(|e| e.to_string())?;
-                    let written = sink
-                        .at
-                        .ok_or("camera returned without signalling the frame")?;
+                    let written = capture_into(camera, staging, frame, bytes)?;
                     t.trace
                         .span(Track::Producer, "camera", frame, started, written - started);
                     if host_copy {
-                        bytes.copy_from_slice(&staging);
                         let d = written.elapsed();
                         t.trace.span(Track::Producer, "copy", frame, written, d);
                     }
@@ -532,6 +768,16 @@ fn pipeline(
                 }
                 progress.update(frame + 1 - ring.in_flight() as u64);
             }
+            if let Some(p) = pending.take() {
+                hand_over_written(
+                    &mut ring,
+                    transport,
+                    &mut t,
+                    &cam_done_rx,
+                    p,
+                    &mut first_start,
+                )?;
+            }
             while !lent.is_empty() {
                 finish(&mut lent, &mut ring, &mut v, &mut t, &mut checked)?;
             }
@@ -540,8 +786,25 @@ fn pipeline(
         let result = produced();
         // The checker stops once its queue is closed; frames still lent
         // after a failure are read to the end before the scope (and so the
-        // borrow of the transport that lent them) ends.
+        // borrow of the transport that lent them) ends. So does the camera
+        // thread (a slot it still holds after a failure is dropped with its
+        // lease; the run fails anyway).
         drop(job_tx);
+        drop(cam_tx);
+        let result = match camera_writer.map(|w| w.join()) {
+            Some(Err(_)) => result.and(Err("the camera thread panicked".to_string())),
+            _ => result,
+        };
+        // After a failure, the slot the camera thread still had goes back
+        // to the transport (its answer waits in the queue), so the
+        // transport tears down every slot's memory itself.
+        if let Some(p) = pending.take() {
+            for d in cam_done_rx.try_iter() {
+                if d.frame == p.ticket.frame() {
+                    let _ = transport.put_back(&p.ticket, d.lease);
+                }
+            }
+        }
         match checker.join() {
             Ok(()) => result,
             Err(_) => result.and(Err("the read-back checker panicked".to_string())),
@@ -566,6 +829,9 @@ fn pipeline(
             }
         }
     }
+    let (camera, _) = camera
+        .into_inner()
+        .map_err(|_| "the camera's lock was poisoned".to_string())?;
     let (_, pin, _) = camera.release();
     v.pulses = Some(pin.pulses);
 
@@ -587,6 +853,7 @@ fn pipeline(
         format: cli::format_name(sensor.format),
         frame_len: geometry.frame_len(),
         copy: opts.copy || opened.always_copies,
+        camera_ahead: ahead,
         wall,
         latency: t.latency.summary().ok_or(none)?,
         write: t.write.summary().ok_or(none)?,
@@ -605,4 +872,68 @@ fn pipeline(
         ],
         verification: v,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::camera::{PixelFormat, SensorConfig};
+    use crate::transport::host::{Fault, HostReference};
+    use crate::transport::FrameTransport;
+
+    /// A camera that was never started fails its first write; the camera
+    /// thread then writes nothing more but answers every slot it was given,
+    /// with the first failure, so each goes back to the transport.
+    #[test]
+    fn the_camera_thread_answers_every_slot_after_a_failure() {
+        let sensor = SensorConfig {
+            width: 2,
+            height: 2,
+            fps: 60,
+            format: PixelFormat::Rgba8,
+        };
+        let g = FrameGeometry {
+            stride: sensor.stride(),
+            rows: 2,
+        };
+        let mut transport = HostReference::new(g, 2, Fault::None);
+        let mut ring = Ring::new(2).unwrap();
+        // Not initialised: not streaming.
+        let camera = Camera::new(
+            ModelSensorBus::new(regs::DEFAULT_ADDRESS),
+            SyncLine::default(),
+            TestPatternReadout,
+            regs::DEFAULT_ADDRESS,
+            sensor,
+        )
+        .unwrap();
+        let camera = Mutex::new((camera, Vec::new()));
+        let (jobs_tx, jobs_rx) = mpsc::sync_channel(2);
+        let (done_tx, done_rx) = mpsc::sync_channel(2);
+        let mut tickets = Vec::new();
+        for frame in 0..2 {
+            let (ticket, lease) = ring.take_for_write(&mut transport).unwrap();
+            jobs_tx.send(CameraJob { frame, lease }).unwrap();
+            tickets.push(ticket);
+        }
+        drop(jobs_tx);
+        camera_thread(&camera, jobs_rx, done_tx);
+        let answers: Vec<CameraDone> = done_rx.try_iter().collect();
+        assert_eq!(answers.len(), 2);
+        let first = answers[0].outcome.as_ref().unwrap_err().clone();
+        let second = answers[1].outcome.as_ref().unwrap_err().clone();
+        assert!(second.contains("frame 1 not written") && second.contains(&first));
+        for (d, ticket) in answers.into_iter().zip(&tickets) {
+            assert_eq!(d.frame, ticket.frame());
+            transport.put_back(ticket, d.lease).unwrap();
+        }
+        // Both slots are the transport's again: it signals them.
+        for ticket in &tickets {
+            transport.signal_ready(ticket).unwrap();
+        }
+        let (camera, _) = camera.into_inner().unwrap();
+        let (_, pin, _) = camera.release();
+        assert_eq!(pin.pulses, 0, "no trigger pulse for a frame not written");
+    }
 }

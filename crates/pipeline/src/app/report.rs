@@ -69,6 +69,13 @@ pub struct Report {
     pub frame_len: usize,
     /// Copy-based variant.
     pub copy: bool,
+    /// Whether the camera wrote each frame on its own thread while the
+    /// producer thread handed the frame before over (`--camera-ahead on`
+    /// where the transport leases its slots and the ring has two or more):
+    /// then the *camera* stage overlaps *handover* and the producer's
+    /// waits, and *held before ready* is from the camera's end to the
+    /// frame's handover.
+    pub camera_ahead: bool,
     /// First write to last completion.
     pub wall: Duration,
     /// Latency: producer starts writing -> consumer done.
@@ -191,6 +198,7 @@ struct JsonReport<'a> {
     format: &'a str,
     frame_bytes: usize,
     mode: &'a str,
+    camera_ahead: bool,
     verified: bool,
     verification: &'a Verification,
     latency_us: JsonSummary<'a>,
@@ -276,14 +284,19 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "pipeline: {} frames of {}x{} {} ({} bytes), ring of {}, {}",
+            "pipeline: {} frames of {}x{} {} ({} bytes), ring of {}, {}{}",
             self.frames,
             self.width,
             self.height,
             self.format,
             self.frame_len,
             self.ring,
-            if self.copy { "copy-based" } else { "zero-copy" }
+            if self.copy { "copy-based" } else { "zero-copy" },
+            if self.camera_ahead {
+                ", camera thread writing ahead of the handover"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(out, "{}", self.verdict());
         let figures = [
@@ -353,6 +366,7 @@ impl Report {
             format: self.format,
             frame_bytes: self.frame_len,
             mode: if self.copy { "copy" } else { "zero-copy" },
+            camera_ahead: self.camera_ahead,
             verified: self.passed(),
             verification: &self.verification,
             latency_us: JsonSummary(&self.latency),
@@ -470,6 +484,7 @@ mod tests {
             format: "raw8",
             frame_len: 8,
             copy: false,
+            camera_ahead: false,
             wall: Duration::from_millis(2),
             latency: summary(3000),
             write: summary(1000),

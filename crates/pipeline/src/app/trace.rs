@@ -17,9 +17,10 @@
 //! | producer | `checker wait` | right after; the report's *checker wait* |
 //! | producer | `acquire`      | entering `Ring::produce` until the slot is the producer's (part of the report's *handover*) |
 //! | producer | `check`        | an inline read-back check of the slot's previous frame (the report's *verify*) |
-//! | producer | `camera`       | the camera starts writing; until it signals the frame (the report's *camera*) |
-//! | producer | `copy`         | `--copy` where the transport does not copy: the camera's staging buffer into the slot (part of the report's *held*) |
-//! | producer | `handover`     | after the write until `Ring::produce` returns: release, ready signal (the rest of the report's *handover*) |
+//! | producer | `camera`       | `--camera-ahead off` (or a transport that cannot lease its slots, or a ring of one): the camera starts writing; until it signals the frame (the report's *camera*) |
+//! | producer | `copy`         | the same, `--copy` where the transport does not copy: the camera's staging buffer into the slot (part of the report's *held*) |
+//! | producer | `handover`     | after the write until `Ring::produce` returns: release, ready signal (the rest of the report's *handover*); with the camera thread, `Ring::hand_over`: the slot back to the transport, ready signal, consumer queued |
+//! | camera   | `camera`, `copy` | the same two stages on the camera thread (`--camera-ahead on`, the default where the transport leases its slots): they overlap the producer track's handover of the frame before and its waits for the frame after |
 //! | consumer | `consumer`     | the consumer's busy time ([`Completion::busy`], the report's *consumer*; CUDA events on a GPU), placed from the frame's ready signal ([`InFlight::signalled`]) or the previous frame's end, whichever is later; ends by the time the host saw it finished ([`Completion::finished`]) |
 //! | checker  | `check`        | the checker thread's read-back check of a lent frame (the report's *verify*) |
 //!
@@ -73,16 +74,25 @@ pub enum Track {
     Consumer,
     /// The read-back checker thread.
     Checker,
+    /// The camera thread (`--camera-ahead on`): the camera's writes, which
+    /// overlap the producer thread's handover of the frame before.
+    Camera,
 }
 
 impl Track {
-    const ALL: [Track; 3] = [Track::Producer, Track::Consumer, Track::Checker];
+    const ALL: [Track; 4] = [
+        Track::Producer,
+        Track::Consumer,
+        Track::Checker,
+        Track::Camera,
+    ];
 
     fn tid(self) -> u32 {
         match self {
             Track::Producer => 1,
             Track::Consumer => 2,
             Track::Checker => 3,
+            Track::Camera => 4,
         }
     }
 
@@ -91,6 +101,7 @@ impl Track {
             Track::Producer => "producer thread",
             Track::Consumer => "consumer (host view)",
             Track::Checker => "checker thread",
+            Track::Camera => "camera thread",
         }
     }
 }
@@ -387,6 +398,7 @@ impl Serialize for Events<'_> {
                     Track::Producer => "producer",
                     Track::Consumer => "consumer",
                     Track::Checker => "checker",
+                    Track::Camera => "camera",
                 },
                 ph: "X",
                 ts: micros(s.start.saturating_duration_since(self.origin)),
@@ -553,10 +565,11 @@ mod tests {
                 )
             })
             .collect();
-        assert_eq!(names.len(), 3);
+        assert_eq!(names.len(), 4);
         assert!(names
             .iter()
             .any(|(t, n)| *t == 2 && n.starts_with("consumer")));
+        assert!(names.iter().any(|(t, n)| *t == 4 && n == "camera thread"));
     }
 
     /// `--help` and the README say a traced frame costs under 1 KiB.

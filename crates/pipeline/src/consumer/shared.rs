@@ -191,6 +191,34 @@ impl<T: LentBytes> Lendable<T> {
     }
 }
 
+impl crate::transport::LeasedMemory for Lendable<Box<[u8]>> {
+    fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        Ok(self.get_mut(slot)?)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+impl crate::transport::LeasedMemory for Lendable<CpuFrame> {
+    fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        Ok(self.get_mut(slot)?.bytes_mut())
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+#[cfg(feature = "vulkan")]
+impl crate::transport::LeasedMemory for Lendable<VulkanFrame> {
+    fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        Lendable::<VulkanFrame>::bytes_mut(self, slot)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
 /// A consumer slot's pinned host frame ([`Work::ReadBack`](super::Work::ReadBack)):
 /// the buffer and a shared view of its bytes, so that a lent frame can read
 /// them through `&self` from another thread.

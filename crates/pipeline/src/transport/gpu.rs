@@ -243,6 +243,7 @@ use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore,
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+    WriteLease,
 };
 
 use crate::consumer::shared::{Lendable, RegisteredFrame, VulkanFrame};
@@ -551,8 +552,9 @@ fn open_exporter(
 struct Slot {
     /// The recorded host <-> CUDA handover batches of the slot's frame.
     handover: HostHandover,
-    /// The frame (lent frames share it).
-    frame: Lendable<VulkanFrame>,
+    /// The frame (lent frames share it); `None` while it is out for
+    /// writing ([`WriteLease`]).
+    frame: Option<Lendable<VulkanFrame>>,
     ready_vk: VulkanSemaphore,
     free_vk: VulkanSemaphore,
     /// Host-only: signalled by a batch submitted right after the slot's
@@ -669,13 +671,34 @@ fn shared_semaphore(
     Ok((sem, imported))
 }
 
+/// Why a slot's frame is missing: it is out for writing.
+fn out_for_writing(slot: usize) -> TransportError {
+    TransportError::misuse(format!(
+        "slot {slot}'s frame is out for writing (its lease was not given back)"
+    ))
+}
+
+/// The slot's frame, unless it is out for writing.
+fn present(
+    frame: Option<&mut Lendable<VulkanFrame>>,
+    slot: usize,
+) -> Result<&mut Lendable<VulkanFrame>, TransportError> {
+    frame.ok_or_else(|| out_for_writing(slot))
+}
+
 /// Page-locks each slot's frame for CUDA in place, for copy mode's copies
 /// ([`CopyFrom::Registered`]; see "Copy mode: where the copies read" in
 /// the module docs). Each registration holds its frame's allocation.
 fn register_frames(ctx: &Context, slots: &[Slot]) -> Result<Vec<RegisteredFrame>, TransportError> {
     slots
         .iter()
-        .map(|slot| slot.frame.register_for_copies(ctx))
+        .enumerate()
+        .map(|(i, slot)| {
+            slot.frame
+                .as_ref()
+                .ok_or_else(|| out_for_writing(i))?
+                .register_for_copies(ctx)
+        })
         .collect()
 }
 
@@ -701,7 +724,7 @@ fn make_slot(
     let frame = VulkanFrame::new(frame).map_err(|e| err("mapping the frame buffer")(&e))?;
     let slot = Slot {
         handover,
-        frame: Lendable::new(frame),
+        frame: Some(Lendable::new(frame)),
         ready_vk,
         free_vk,
         reclaimed_vk,
@@ -967,7 +990,7 @@ impl GpuTransport {
         self.vk
             .acquire_for_host_ahead(
                 &s.handover,
-                s.frame.memory(),
+                present(s.frame.as_mut(), slot)?.memory(),
                 &[SemaphoreOp::timeline(&s.free_vk, free)],
                 &[SemaphoreOp::timeline(&s.reclaimed_vk, value)],
             )
@@ -1096,7 +1119,7 @@ impl GpuTransport {
             Handover::Queue if !inline => return Ok(false),
             Handover::Queue => self.vk.acquire_for_host(
                 &s.handover,
-                s.frame.memory(),
+                present(s.frame.as_mut(), slot)?.memory(),
                 &[SemaphoreOp::timeline(&s.free_vk, want)],
                 FREE_WAIT,
             ),
@@ -1125,7 +1148,7 @@ impl GpuTransport {
     /// waits for the slot's ready signal, which needs `&mut self`).
     fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         let len = self.geometry.frame_len();
-        let bytes = self.slots[slot].frame.bytes_mut(slot)?;
+        let bytes = present(self.slots[slot].frame.as_mut(), slot)?.bytes_mut(slot)?;
         bytes
             .get_mut(..len)
             .ok_or_else(|| TransportError::refused("the Vulkan allocation is smaller than a frame"))
@@ -1141,7 +1164,7 @@ impl GpuTransport {
                 .vk
                 .release_host_writes(
                     &s.handover,
-                    s.frame.memory(),
+                    present(s.frame.as_mut(), slot)?.memory(),
                     &[],
                     &[SemaphoreOp::timeline(&s.ready_vk, value)],
                 )
@@ -1231,8 +1254,42 @@ impl FrameTransport for GpuTransport {
         // it lives); the slot's next host write (`wait_free`) and its next
         // device access (after `signal_ready`) wait for it to be dropped.
         Ok(Some(
-            self.slots[other].frame.lend(self.geometry.frame_len())?,
+            present(self.slots[other].frame.as_mut(), other)?.lend(self.geometry.frame_len())?,
         ))
+    }
+
+    fn leases_frames(&self) -> bool {
+        true
+    }
+
+    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+        let slot = self.check_slot(t)?;
+        self.wait_slot(slot, t.free_wait())?;
+        // As `wait_free`: the free fence reached the value the consumer
+        // signals after its last access, with the device's writes visible
+        // to the host; the device's next access waits for this slot's ready
+        // signal, which is refused until the frame is given back
+        // (`put_back`). Lent frames are given back first.
+        let frame = present(self.slots[slot].frame.as_mut(), slot)?;
+        frame.wait_returned(slot)?;
+        let frame = self.slots[slot]
+            .frame
+            .take()
+            .ok_or_else(|| out_for_writing(slot))?;
+        Ok(Some(WriteLease::new(t, self.geometry.frame_len(), frame)))
+    }
+
+    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
+        let slot = self.check_slot(t)?;
+        let frame: Lendable<VulkanFrame> = lease.into_memory(t)?;
+        let held = &mut self.slots[slot].frame;
+        if held.is_some() {
+            return Err(TransportError::misuse(format!(
+                "slot {slot}'s frame given back while the transport holds it"
+            )));
+        }
+        *held = Some(frame);
+        Ok(())
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -1240,7 +1297,7 @@ impl FrameTransport for GpuTransport {
         let slot = self.check_slot(t)?;
         // The device reads and writes the slot once it is signalled ready:
         // not while a lent frame of it is read.
-        self.slots[slot].frame.wait_returned(slot)?;
+        present(self.slots[slot].frame.as_mut(), slot)?.wait_returned(slot)?;
         let reservation = self.slots[slot]
             .ready_track
             .reserve(t.ready())

@@ -18,6 +18,7 @@ use crate::consumer::shared::Lendable;
 use crate::ring::{Peek, Ticket};
 use crate::transport::{
     process_frame, Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+    WriteLease,
 };
 
 /// How long the producer waits for a free slot or a finished frame before
@@ -230,6 +231,42 @@ impl FrameTransport for HostReference {
             // for it to be dropped.
             Some(Some(bytes)) => Ok(Some(bytes.lend(self.geometry.frame_len())?)),
             _ => Err(TransportError::misuse("slot buffer missing")),
+        }
+    }
+
+    fn leases_frames(&self) -> bool {
+        true
+    }
+
+    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+        let slot = t.slot();
+        self.take_free(slot, t.free_wait(), t.frame())?;
+        let bytes = self
+            .held
+            .get_mut(slot)
+            .and_then(Option::take)
+            .ok_or_else(|| TransportError::misuse("slot buffer missing"))?;
+        // Lent frames of the slot are given back before the write (the
+        // buffer stays where it was when refused).
+        if let Err(e) = bytes.wait_returned(slot) {
+            self.held[slot] = Some(bytes);
+            return Err(e);
+        }
+        Ok(Some(WriteLease::new(t, self.geometry.frame_len(), bytes)))
+    }
+
+    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
+        let bytes: Lendable<Box<[u8]>> = lease.into_memory(t)?;
+        match self.held.get_mut(t.slot()) {
+            Some(held @ None) => {
+                *held = Some(bytes);
+                Ok(())
+            }
+            Some(Some(_)) => Err(TransportError::misuse(format!(
+                "slot {}'s buffer given back while the transport holds it",
+                t.slot()
+            ))),
+            None => Err(TransportError::no_slot(t.slot())),
         }
     }
 

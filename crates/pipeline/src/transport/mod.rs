@@ -19,6 +19,12 @@
 //! 5. [`FrameTransport::try_complete`] / [`FrameTransport::wait_complete`]:
 //!    collect finished frames, in submission order.
 //!
+//! A transport that can ([`FrameTransport::leases_frames`]) may instead hand
+//! a slot's memory out of itself for step 2 ([`FrameTransport::take_for_write`],
+//! a [`WriteLease`] another thread writes through) and take it back before
+//! step 3 ([`FrameTransport::put_back`]): the pipeline's camera then writes
+//! the next frame while the producer thread hands the previous one over.
+//!
 //! A transport never copies a frame between the producer and the consumer; the
 //! pipeline's `--copy` mode adds a copy on top, for comparison. A transport is
 //! a value its caller owns (store it, return it); [`FrameTransport::close`]
@@ -348,6 +354,99 @@ pub(crate) fn wait_completion(
 
 pub use crate::consumer::shared::PeekedFrame;
 
+/// A slot's memory as a transport keeps it, moved out of the transport
+/// while a [`WriteLease`] holds it (the transport cannot reach it then).
+pub(crate) trait LeasedMemory: Send + 'static {
+    /// The memory's bytes, for the lease holder's writes (`slot` names it
+    /// in an error).
+    fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError>;
+    /// The memory, for the transport to take its own type back.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
+}
+
+/// One ticket's slot memory, taken out of its transport
+/// ([`FrameTransport::take_for_write`]) so that another thread writes the
+/// frame while the transport's owner goes on with other slots (the previous
+/// frame's ready signal, collecting finished frames).
+///
+/// Safe by ownership: while the lease lives, the transport does not have
+/// the memory, so it can neither let the consumer at it nor lend it; its
+/// ready signal for the slot is refused until the lease is given back
+/// ([`FrameTransport::put_back`]). A lease that is dropped instead (a failed
+/// run) leaves the slot without memory: the transport refuses every later
+/// use of that slot as a misuse.
+pub struct WriteLease {
+    slot: usize,
+    frame: u64,
+    len: usize,
+    memory: Box<dyn LeasedMemory>,
+}
+
+impl fmt::Debug for WriteLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteLease")
+            .field("slot", &self.slot)
+            .field("frame", &self.frame)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl WriteLease {
+    /// `memory` of `t`'s slot, of which the first `len` bytes are the frame.
+    pub(crate) fn new(t: &Ticket, len: usize, memory: impl LeasedMemory) -> WriteLease {
+        WriteLease {
+            slot: t.slot(),
+            frame: t.frame(),
+            len,
+            memory: Box::new(memory),
+        }
+    }
+
+    /// The slot.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// The frame the slot is leased for.
+    pub fn frame(&self) -> u64 {
+        self.frame
+    }
+
+    /// The frame's bytes (`frame_len` long), which hold the slot's
+    /// processed previous frame until they are written.
+    ///
+    /// # Errors
+    /// Refused when the memory is shorter than a frame.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8], TransportError> {
+        let (slot, len) = (self.slot, self.len);
+        self.memory
+            .bytes_mut(slot)?
+            .get_mut(..len)
+            .ok_or_else(|| TransportError::refused("a slot's memory is smaller than a frame"))
+    }
+
+    /// The memory back as the transport's type `M`, once `t` names the
+    /// lease's slot and frame (a misuse otherwise; the lease is then
+    /// dropped, and the slot is left without memory).
+    pub(crate) fn into_memory<M: 'static>(self, t: &Ticket) -> Result<M, TransportError> {
+        if (self.slot, self.frame) != (t.slot(), t.frame()) {
+            return Err(TransportError::misuse(format!(
+                "slot {}'s lease for frame {} given back for frame {} in slot {}",
+                self.slot,
+                self.frame,
+                t.frame(),
+                t.slot()
+            )));
+        }
+        self.memory
+            .into_any()
+            .downcast::<M>()
+            .map(|m| *m)
+            .map_err(|_| TransportError::misuse("a lease given back to another transport"))
+    }
+}
+
 /// A ring of shared frame buffers plus the fences between producer and
 /// consumer (see the module docs for the protocol). It does what a
 /// [`Ticket`] says and keeps no per-slot progress: calling it out of the
@@ -394,6 +493,32 @@ pub trait FrameTransport {
     /// consumer first. `false` (the default): queue after the signal.
     fn queues_before_ready(&self) -> bool {
         false
+    }
+    /// Whether [`take_for_write`](Self::take_for_write) hands slots out
+    /// (`false`, the default: the caller writes through
+    /// [`wait_free`](Self::wait_free)).
+    fn leases_frames(&self) -> bool {
+        false
+    }
+    /// [`wait_free`](Self::wait_free), but the slot's memory is moved out of
+    /// the transport into the returned [`WriteLease`] (written on any
+    /// thread) until [`put_back`](Self::put_back); meanwhile the transport
+    /// goes on with its other slots. `Ok(None)`: this transport does not
+    /// lease (the default; nothing was waited for).
+    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+        let _ = t;
+        Ok(None)
+    }
+    /// Takes the memory of `t`'s slot back from `lease` (written), before
+    /// [`signal_ready`](Self::signal_ready). Refused (a misuse) when the
+    /// lease is not `t`'s or the transport does not lease (the default).
+    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
+        drop(lease);
+        Err(TransportError::misuse(format!(
+            "frame {}'s slot {} given back to a transport that does not lease slots",
+            t.frame(),
+            t.slot()
+        )))
     }
     /// The oldest finished frame, if one has finished.
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError>;

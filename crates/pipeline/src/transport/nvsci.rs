@@ -81,7 +81,7 @@ use crate::ring::{Peek, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, DriverResultExt,
-    FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+    FrameGeometry, FrameTransport, PeekedFrame, TransportError, WriteLease,
 };
 
 /// How long a CPU wait or a completion may take before the run is declared
@@ -150,10 +150,29 @@ pub struct Objects {
 
 struct SlotObjects {
     /// The frame buffer, with the producer's CPU view of it (lent frames
-    /// share it).
-    frame: Lendable<CpuFrame>,
+    /// share it); `None` while it is out for writing ([`WriteLease`]).
+    frame: Option<Lendable<CpuFrame>>,
     ready: SyncObj,
     free: SyncObj,
+}
+
+impl SlotObjects {
+    /// The slot's frame, unless it is out for writing.
+    fn frame(&self, slot: usize) -> Result<&Lendable<CpuFrame>, TransportError> {
+        self.frame.as_ref().ok_or_else(|| out_for_writing(slot))
+    }
+
+    /// The same, for the producer's writes.
+    fn frame_mut(&mut self, slot: usize) -> Result<&mut Lendable<CpuFrame>, TransportError> {
+        self.frame.as_mut().ok_or_else(|| out_for_writing(slot))
+    }
+}
+
+/// Why a slot's frame is missing: it is out for writing.
+fn out_for_writing(slot: usize) -> TransportError {
+    TransportError::misuse(format!(
+        "slot {slot}'s frame is out for writing (its lease was not given back)"
+    ))
 }
 
 /// The frame buffers' reconciled attribute list: the camera writes through
@@ -256,7 +275,7 @@ impl Objects {
         for _ in 0..slots {
             let buf = buf_list.alloc().during("NvSciBufObjAlloc")?;
             out.push(SlotObjects {
-                frame: Lendable::new(CpuFrame::new(buf, frame_len)?),
+                frame: Some(Lendable::new(CpuFrame::new(buf, frame_len)?)),
                 ready: ready_list.alloc().during("NvSciSyncObjAlloc (ready)")?,
                 free: free_list.alloc().during("NvSciSyncObjAlloc (free)")?,
             });
@@ -278,8 +297,9 @@ impl Objects {
     pub fn import_memories(&self, ctx: &Context) -> Result<Vec<NvSciMemory>, TransportError> {
         self.slots
             .iter()
-            .map(|s| {
-                s.frame
+            .enumerate()
+            .map(|(i, s)| {
+                s.frame(i)?
                     .get()
                     .buf()
                     .import_cuda(ctx)
@@ -497,7 +517,7 @@ impl NvSciTransport {
             .slots
             .get_mut(slot)
             .ok_or_else(|| TransportError::no_slot(slot))?;
-        if let Some(b) = s.frame.get_mut(slot)?.bytes_mut().last_mut() {
+        if let Some(b) = s.frame_mut(slot)?.get_mut(slot)?.bytes_mut().last_mut() {
             *b ^= 0x5a;
         }
         Ok(())
@@ -506,7 +526,7 @@ impl NvSciTransport {
     /// `NvSciBufObjFlushCpuCacheRange` over the slot's frame.
     fn flush_cpu_cache(&self, slot: usize) -> Result<(), TransportError> {
         self.objects.slots[slot]
-            .frame
+            .frame(slot)?
             .get()
             .buf()
             .flush_cpu_cache_range(0, self.geometry.frame_len() as u64)
@@ -543,7 +563,7 @@ impl NvSciTransport {
             .slots
             .get(slot)
             .ok_or_else(|| TransportError::no_slot(slot))?
-            .frame;
+            .frame(slot)?;
         cpu.queue_host_processing(slot, stream, move |bytes| {
             if fault == Fault::Corrupt {
                 if let Some(b) = bytes.last_mut() {
@@ -637,7 +657,10 @@ impl FrameTransport for NvSciTransport {
         self.wait_slot(slot, t.free_wait())?;
         // The consumer is done with it: its free fence for the slot's
         // previous frame was reached above (or the slot was never used).
-        Ok(self.objects.slots[slot].frame.get_mut(slot)?.bytes_mut())
+        Ok(self.objects.slots[slot]
+            .frame_mut(slot)?
+            .get_mut(slot)?
+            .bytes_mut())
     }
 
     fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
@@ -659,9 +682,47 @@ impl FrameTransport for NvSciTransport {
         self.wait_slot(slot, p.free_reached())?;
         Ok(Some(
             self.objects.slots[slot]
-                .frame
+                .frame(slot)?
                 .lend(self.geometry.frame_len())?,
         ))
+    }
+
+    fn leases_frames(&self) -> bool {
+        true
+    }
+
+    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+        let slot = t.slot();
+        if slot >= self.objects.slots.len() {
+            return Err(TransportError::no_slot(slot));
+        }
+        self.wait_slot(slot, t.free_wait())?;
+        // As `wait_free`: the consumer is done with the slot; lent frames
+        // of it are given back before it leaves the transport.
+        self.objects.slots[slot].frame(slot)?.wait_returned(slot)?;
+        let frame = self.objects.slots[slot]
+            .frame
+            .take()
+            .ok_or_else(|| out_for_writing(slot))?;
+        Ok(Some(WriteLease::new(t, self.geometry.frame_len(), frame)))
+    }
+
+    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
+        let slot = t.slot();
+        let frame: Lendable<CpuFrame> = lease.into_memory(t)?;
+        let held = &mut self
+            .objects
+            .slots
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .frame;
+        if held.is_some() {
+            return Err(TransportError::misuse(format!(
+                "slot {slot}'s frame given back while the transport holds it"
+            )));
+        }
+        *held = Some(frame);
+        Ok(())
     }
 
     fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
@@ -677,7 +738,7 @@ impl FrameTransport for NvSciTransport {
         }
         // The device writes the slot once it is signalled ready: not while
         // a lent frame of it is read.
-        self.objects.slots[slot].frame.wait_returned(slot)?;
+        self.objects.slots[slot].frame(slot)?.wait_returned(slot)?;
         // The camera's writes reach memory before the consumer may read them
         // (see the module docs on CPU caches).
         self.flush_cpu_cache(slot)?;

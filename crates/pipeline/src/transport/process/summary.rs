@@ -116,6 +116,7 @@ impl Summary {
             format: format_name(opts.sensor.format),
             frame_len: settings.geometry.frame_len(),
             copy: false,
+            camera_ahead: false,
             wall: Duration::from_micros(self.cuda_us),
             latency: or_none(self.latency),
             write: or_none(self.write),
