@@ -206,17 +206,28 @@ fn record_readback(v: &mut Verification, frame: u64, slot: usize, wrong: Option<
     }
 }
 
-/// Checks a slot's bytes against the processed (inverted) pattern of `frame`.
+/// Checks a slot's bytes against the processed (inverted) pattern of `frame`
+/// on the producer thread (where the checker thread did not), from `at`:
+/// records the result, the time and the trace span.
 fn check_readback(
     v: &mut Verification,
+    t: &mut Timings,
     stride: usize,
     frame: u64,
     slot: usize,
+    at: Instant,
     bytes: &[u8],
-) -> u64 {
+) {
     let (wrong, ns) = first_wrong_byte(stride, frame, bytes);
     record_readback(v, frame, slot, wrong);
-    ns
+    t.verify.push(ns);
+    t.trace.span(
+        Track::Producer,
+        "check",
+        frame,
+        at,
+        Duration::from_nanos(ns),
+    );
 }
 
 /// A lent frame for the checker thread to check.
@@ -697,11 +708,16 @@ fn pipeline(
                                     return Err(e.into());
                                 }
                             };
-                            let ns =
-                                check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
-                            t.verify.push(ns);
-                            let d = Duration::from_nanos(ns);
-                            t.trace.span(Track::Producer, "check", prev, taken, d);
+                            let slot = ticket.slot();
+                            check_readback(
+                                &mut v,
+                                &mut t,
+                                geometry.stride,
+                                prev,
+                                slot,
+                                taken,
+                                bytes,
+                            );
                             checked[ticket.slot()] = Some(prev);
                         }
                     }
@@ -736,11 +752,16 @@ fn pipeline(
                         .span(Track::Producer, "acquire", frame, entered, began - entered);
                     if let Some(prev) = ticket.previous_frame() {
                         if checked[ticket.slot()] != Some(prev) {
-                            let ns =
-                                check_readback(&mut v, geometry.stride, prev, ticket.slot(), bytes);
-                            t.verify.push(ns);
-                            let d = std::time::Duration::from_nanos(ns);
-                            t.trace.span(Track::Producer, "check", prev, began, d);
+                            let slot = ticket.slot();
+                            check_readback(
+                                &mut v,
+                                &mut t,
+                                geometry.stride,
+                                prev,
+                                slot,
+                                began,
+                                bytes,
+                            );
                             checked[ticket.slot()] = Some(prev);
                         }
                     }
@@ -821,11 +842,8 @@ fn pipeline(
         if let Some(last) = ticket.previous_frame() {
             if checked[ticket.slot()] != Some(last) {
                 let bytes = transport.wait_free(&ticket).map_err(String::from)?;
-                let at = Instant::now();
-                let ns = check_readback(&mut v, geometry.stride, last, ticket.slot(), bytes);
-                t.verify.push(ns);
-                let d = std::time::Duration::from_nanos(ns);
-                t.trace.span(Track::Producer, "check", last, at, d);
+                let (slot, at) = (ticket.slot(), Instant::now());
+                check_readback(&mut v, &mut t, geometry.stride, last, slot, at, bytes);
             }
         }
     }
