@@ -92,14 +92,23 @@ impl VulkanExporter {
         Ok(op)
     }
 
-    pub(super) fn check_handover(&self, op: &HostHandover, memory: &VulkanMemory) -> Result<()> {
+    /// Submits one of `op`'s recorded batches (`cmd`) for `memory`, after checking that both
+    /// are this exporter's and that `op` was recorded for `memory`'s buffer; the value the
+    /// batch signals on the exporter's progress semaphore.
+    fn submit_handover(
+        &self,
+        op: &HostHandover,
+        memory: &VulkanMemory,
+        cmd: vk::CommandBuffer,
+        waits: &[SemaphoreOp<'_>],
+        signals: &[SemaphoreOp<'_>],
+    ) -> Result<u64> {
         self.check_own(&op.shared)?;
         self.check_own(&memory.shared)?;
-        if op.buffer == memory.buffer {
-            Ok(())
-        } else {
-            Err(Error::HandoverMismatch)
+        if op.buffer != memory.buffer {
+            return Err(Error::HandoverMismatch);
         }
+        self.submit_inner(Some(cmd), waits, signals, &[&op.last_use, &memory.last_use])
     }
 
     /// Hands `memory` from the host to the importer after the host wrote it: submits a batch
@@ -116,14 +125,8 @@ impl VulkanExporter {
         waits: &[SemaphoreOp<'_>],
         signals: &[SemaphoreOp<'_>],
     ) -> Result<()> {
-        self.check_handover(op, memory)?;
-        self.submit_inner(
-            Some(op.to_external),
-            waits,
-            signals,
-            &[&op.last_use, &memory.last_use],
-        )
-        .map(|_| ())
+        self.submit_handover(op, memory, op.to_external, waits, signals)
+            .map(|_| ())
     }
 
     /// The batch of [`acquire_for_host`](Self::acquire_for_host), submitted without a host
@@ -139,14 +142,8 @@ impl VulkanExporter {
         waits: &[SemaphoreOp<'_>],
         signals: &[SemaphoreOp<'_>],
     ) -> Result<()> {
-        self.check_handover(op, memory)?;
-        self.submit_inner(
-            Some(op.to_host),
-            waits,
-            signals,
-            &[&op.last_use, &memory.last_use],
-        )
-        .map(|_| ())
+        self.submit_handover(op, memory, op.to_host, waits, signals)
+            .map(|_| ())
     }
 
     /// Hands `memory` from the importer back to the host: submits a batch that waits for
@@ -161,13 +158,7 @@ impl VulkanExporter {
         waits: &[SemaphoreOp<'_>],
         timeout: Duration,
     ) -> Result<bool> {
-        self.check_handover(op, memory)?;
-        let value = self.submit_inner(
-            Some(op.to_host),
-            waits,
-            &[],
-            &[&op.last_use, &memory.last_use],
-        )?;
+        let value = self.submit_handover(op, memory, op.to_host, waits, &[])?;
         self.shared
             .wait_semaphore(self.shared.dev.progress, value, timeout)
     }
