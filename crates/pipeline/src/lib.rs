@@ -91,9 +91,11 @@
 pub mod app;
 pub mod camera;
 pub mod consumer;
+pub mod frame;
 #[doc(inline)]
 pub use tegra_interop_platform as platform;
 pub mod ring;
+pub mod source;
 pub mod transport;
 
 /// The crate README's examples, compiled and run as doctests.
