@@ -82,6 +82,7 @@ impl<T> defmt::Format for PushError<T> {
 
 /// One entry of a [`SignalBatch`], handed back by a refused push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SignalEntry {
     /// The imported semaphore.
     pub handle: CUexternalSemaphore,
@@ -93,6 +94,7 @@ pub struct SignalEntry {
 
 /// One entry of a [`WaitBatch`], handed back by a refused push.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct WaitEntry {
     /// The imported semaphore.
     pub handle: CUexternalSemaphore,
@@ -346,6 +348,20 @@ macro_rules! batch {
                     .field("handles", &self.handles.as_slice())
                     .field("kinds", &self.kinds.as_slice())
                     .finish_non_exhaustive()
+            }
+        }
+
+        /// The same fields as `Debug`, word for word (the firmware example compares the two).
+        #[cfg(feature = "defmt")]
+        impl<const N: usize> defmt::Format for $name<N> {
+            fn format(&self, f: defmt::Formatter<'_>) {
+                defmt::write!(
+                    f,
+                    "{=str} {{ handles: {}, kinds: {}, .. }}",
+                    stringify!($name),
+                    self.handles.as_slice(),
+                    self.kinds.as_slice()
+                )
             }
         }
     };

@@ -78,13 +78,6 @@ macro_rules! checked_ctor {
                 self.bits() & !Self::all().bits()
             }
         }
-
-        #[cfg(feature = "defmt")]
-        impl defmt::Format for $ty {
-            fn format(&self, f: defmt::Formatter<'_>) {
-                defmt::write!(f, "{=str}({=u32:#x})", stringify!($ty), self.bits())
-            }
-        }
     };
 }
 
@@ -92,6 +85,88 @@ checked_ctor!(MemoryImportFlags);
 checked_ctor!(SignalFlags);
 checked_ctor!(WaitFlags);
 checked_ctor!(NvSciSyncAttrFlags);
+
+/// `defmt::Format` for a flag type, one arm per combination of its named flags, printing what its `Debug`
+/// prints, word for word: `Type(0x0)` when empty, else the set names joined by ` | ` and then
+/// any unknown bits in hex (`Type(A | B | 0x8)`). The names are part of the format strings
+/// (interned, not sent): a `{=str}` argument would be printed quoted inside a derived
+/// `Format` (defmt's decoder formats nested strings as `Debug`).
+macro_rules! defmt_flags {
+    ($ty:ident, $empty:literal, $unknown:literal, [$(($known:expr, $name:literal, $name_unknown:literal)),+ $(,)?]) => {
+        #[cfg(feature = "defmt")]
+        impl defmt::Format for $ty {
+            fn format(&self, f: defmt::Formatter<'_>) {
+                let unknown = self.unknown_bits();
+                $(
+                    if *self == $known {
+                        return defmt::write!(f, $name);
+                    }
+                    if self.difference(Self::from_bits_retain(unknown)) == $known {
+                        return defmt::write!(f, $name_unknown, unknown);
+                    }
+                )+
+                if self.is_empty() {
+                    defmt::write!(f, $empty)
+                } else {
+                    defmt::write!(f, $unknown, unknown)
+                }
+            }
+        }
+    };
+}
+
+defmt_flags!(
+    MemoryImportFlags,
+    "MemoryImportFlags(0x0)",
+    "MemoryImportFlags({=u32:#x})",
+    [(
+        Self::DEDICATED,
+        "MemoryImportFlags(DEDICATED)",
+        "MemoryImportFlags(DEDICATED | {=u32:#x})"
+    ),]
+);
+defmt_flags!(
+    SignalFlags,
+    "SignalFlags(0x0)",
+    "SignalFlags({=u32:#x})",
+    [(
+        Self::SKIP_NVSCIBUF_MEMSYNC,
+        "SignalFlags(SKIP_NVSCIBUF_MEMSYNC)",
+        "SignalFlags(SKIP_NVSCIBUF_MEMSYNC | {=u32:#x})"
+    ),]
+);
+defmt_flags!(
+    WaitFlags,
+    "WaitFlags(0x0)",
+    "WaitFlags({=u32:#x})",
+    [(
+        Self::SKIP_NVSCIBUF_MEMSYNC,
+        "WaitFlags(SKIP_NVSCIBUF_MEMSYNC)",
+        "WaitFlags(SKIP_NVSCIBUF_MEMSYNC | {=u32:#x})"
+    ),]
+);
+defmt_flags!(
+    NvSciSyncAttrFlags,
+    "NvSciSyncAttrFlags(0x0)",
+    "NvSciSyncAttrFlags({=u32:#x})",
+    [
+        (
+            Self::SIGNAL,
+            "NvSciSyncAttrFlags(SIGNAL)",
+            "NvSciSyncAttrFlags(SIGNAL | {=u32:#x})"
+        ),
+        (
+            Self::WAIT,
+            "NvSciSyncAttrFlags(WAIT)",
+            "NvSciSyncAttrFlags(WAIT | {=u32:#x})"
+        ),
+        (
+            Self::SIGNAL.union(Self::WAIT),
+            "NvSciSyncAttrFlags(SIGNAL | WAIT)",
+            "NvSciSyncAttrFlags(SIGNAL | WAIT | {=u32:#x})"
+        ),
+    ]
+);
 
 impl NvSciSyncAttrFlags {
     /// The `int flags` argument for `cuDeviceGetNvSciSyncAttributes`: refuses an empty set

@@ -84,6 +84,7 @@ impl FrameHeader {
 
 /// Why a received frame was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
 pub enum FrameError {
     /// Not longer than a header.

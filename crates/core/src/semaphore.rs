@@ -299,6 +299,7 @@ impl Import<SemaphoreHandleKind> {
 
 /// What a signal or wait carries, independent of flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum Payload {
     /// Nothing: binary semaphores (OPAQUE_FD / OPAQUE_WIN32 / OPAQUE_WIN32_KMT).
     Binary,
@@ -402,6 +403,7 @@ fn check_payload(
 /// # Ok::<(), tegra_interop_core::ValidationError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SignalParams {
     payload: Payload,
     flags: SignalFlags,
@@ -500,6 +502,7 @@ impl SignalParams {
 /// # Ok::<(), tegra_interop_core::ValidationError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct WaitParams {
     payload: Payload,
     flags: WaitFlags,
