@@ -32,6 +32,10 @@ impl Sink for DefmtSink {
             Level::Warn => defmt::warn!("{}", event),
         }
     }
+
+    fn wait_batch(&mut self, batch: &WaitBatch<{ scenario::RING_SLOTS }>) {
+        defmt::info!("batch: {}", batch);
+    }
 }
 
 extern "C" {

@@ -26,6 +26,10 @@ impl Sink for Lines {
     fn event(&mut self, event: Event) {
         self.0.push(line(event.level().name(), &event.to_string()));
     }
+
+    fn wait_batch(&mut self, batch: &WaitBatch<{ scenario::RING_SLOTS }>) {
+        self.0.push(line("INFO", &format!("batch: {batch:?}")));
+    }
 }
 
 /// One line as `defmt-print --log-format '{L} {s}'` prints it: the level padded to 5.
@@ -191,7 +195,7 @@ mod tests {
             .any(|l| l.starts_with("WARN  refused: import fd -1: NegativeFd { fd: -1 }")));
         assert!(lines
             .last()
-            .is_some_and(|l| l.contains("done: 11 frames, 13 refusals")));
+            .is_some_and(|l| l.contains("done: 11 frames, 14 refusals")));
     }
 
     #[test]

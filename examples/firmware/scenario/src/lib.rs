@@ -27,9 +27,10 @@ use core::fmt;
 
 use tegra_interop_core::sys::cuda::CUexternalSemaphore;
 use tegra_interop_core::{
-    BufferMapping, CuResult, DeterministicCounter, MemoryImport, NvSciError, PrimitiveWidth,
-    PushError, SemaphoreHandleKind, SignalBatch, SignalParams, StreamId, TimelineTracker,
-    ValidationError, WaitBatch, WaitParams,
+    BufferMapping, CuResult, DeterministicCounter, MemoryImport, MemoryImportFlags, NvSciError,
+    NvSciSyncAttrFlags, PrimitiveWidth, PushError, SemaphoreHandleKind, SignalBatch, SignalEntry,
+    SignalFlags, SignalParams, StreamId, TimelineTracker, ValidationError, WaitBatch, WaitEntry,
+    WaitFlags, WaitParams,
 };
 
 /// Frame slots in the ring (and the capacity of each semaphore batch).
@@ -149,12 +150,19 @@ pub enum Event {
         /// The error.
         error: ValidationError,
     },
-    /// A batch at capacity refused one more entry.
-    BatchFull {
-        /// `"signal"` or `"wait"`.
-        batch: &'static str,
+    /// The signal batch at capacity refused one more entry (handed back whole).
+    SignalBatchFull {
         /// Its capacity.
         capacity: usize,
+        /// The entry that came back.
+        entry: SignalEntry,
+    },
+    /// The wait batch at capacity refused one more entry (handed back whole).
+    WaitBatchFull {
+        /// Its capacity.
+        capacity: usize,
+        /// The entry that came back.
+        entry: WaitEntry,
     },
     /// A CUDA result code the application core reported back (the co-processor only logs
     /// it; an unknown code is kept as a number).
@@ -170,6 +178,18 @@ pub enum Event {
         call: &'static str,
         /// Its error.
         code: NvSciError,
+    },
+    /// Flag sets as the application core might send them (unknown bits included: the core
+    /// keeps and shows them, and refuses them when lowering).
+    Flags {
+        /// Memory import flags.
+        import: MemoryImportFlags,
+        /// Signal flags.
+        signal: SignalFlags,
+        /// Wait flags.
+        wait: WaitFlags,
+        /// NvSciSync attribute flags.
+        sync: NvSciSyncAttrFlags,
     },
     /// The run ended with every check passed.
     Done {
@@ -189,7 +209,8 @@ impl Event {
     pub const fn level(&self) -> Level {
         match self {
             Self::Refused { .. }
-            | Self::BatchFull { .. }
+            | Self::SignalBatchFull { .. }
+            | Self::WaitBatchFull { .. }
             | Self::CudaAnswer { .. }
             | Self::NvSciAnswer { .. } => Level::Warn,
             _ => Level::Info,
@@ -228,11 +249,17 @@ impl fmt::Display for Event {
                 write!(f, "order: stream {later} after stream {earlier}")
             }
             Self::Refused { what, error } => write!(f, "refused: {what}: {error:?}"),
-            Self::BatchFull { batch, capacity } => {
-                write!(f, "refused: {batch} batch full at {capacity}")
+            Self::SignalBatchFull { capacity, entry } => {
+                write!(f, "refused: signal batch full at {capacity}: {entry:?}")
+            }
+            Self::WaitBatchFull { capacity, entry } => {
+                write!(f, "refused: wait batch full at {capacity}: {entry:?}")
             }
             Self::CudaAnswer { call, code } => write!(f, "answer: {call}: {code}"),
             Self::NvSciAnswer { call, code } => write!(f, "answer: {call}: {code}"),
+            Self::Flags { import, signal, wait, sync } => {
+                write!(f, "flags: {import:?}, {signal:?}, {wait:?}, {sync:?}")
+            }
             Self::Done { frames, refusals, signals, fence } => write!(
                 f,
                 "done: {frames} frames, {refusals} refusals, {signals} signals, fence {fence:#x}"
@@ -292,14 +319,20 @@ impl defmt::Format for Event {
             Self::Refused { what, error } => {
                 defmt::write!(f, "refused: {=str}: {}", what, error)
             }
-            Self::BatchFull { batch, capacity } => {
-                defmt::write!(f, "refused: {=str} batch full at {=usize}", batch, capacity)
+            Self::SignalBatchFull { capacity, entry } => {
+                defmt::write!(f, "refused: signal batch full at {=usize}: {}", capacity, entry)
+            }
+            Self::WaitBatchFull { capacity, entry } => {
+                defmt::write!(f, "refused: wait batch full at {=usize}: {}", capacity, entry)
             }
             Self::CudaAnswer { call, code } => {
                 defmt::write!(f, "answer: {=str}: {}", call, code)
             }
             Self::NvSciAnswer { call, code } => {
                 defmt::write!(f, "answer: {=str}: {}", call, code)
+            }
+            Self::Flags { import, signal, wait, sync } => {
+                defmt::write!(f, "flags: {}, {}, {}, {}", import, signal, wait, sync)
             }
             Self::Done { frames, refusals, signals, fence } => defmt::write!(
                 f,
@@ -317,6 +350,10 @@ impl defmt::Format for Event {
 pub trait Sink {
     /// Records one event.
     fn event(&mut self, event: Event);
+
+    /// Records the filled wait batch whole, as `batch: <the batch>` at the info level: with
+    /// the batch's `defmt::Format` on the target, its `Debug` on the host.
+    fn wait_batch(&mut self, batch: &WaitBatch<RING_SLOTS>);
 }
 
 /// A step whose outcome was not the one the scenario expects (the run stops there).
@@ -408,17 +445,17 @@ impl<S: Sink> Run<'_, S> {
         }
     }
 
-    /// Expects a push into a full batch to be refused as `Full`.
+    /// Expects a push into a full batch to be refused as `Full`; logs the entry handed back.
     fn full<T>(
         &mut self,
         batch: &'static str,
-        capacity: usize,
         r: Result<usize, PushError<T>>,
+        event: impl FnOnce(T) -> Event,
     ) -> Result<(), Mismatch> {
         match r {
-            Err(PushError::Full(_)) => {
+            Err(PushError::Full(entry)) => {
                 self.refusals += 1;
-                self.sink.event(Event::BatchFull { batch, capacity });
+                self.sink.event(event(entry));
                 Ok(())
             }
             Err(PushError::Invalid(_, e)) => Err(Mismatch {
@@ -550,15 +587,22 @@ pub fn run<S: Sink>(sink: &mut S) -> Result<Summary, Mismatch> {
         len: waits.len(),
         count: waits.count(),
     });
+    run.sink.wait_batch(&waits);
     run.full(
-        "signal",
-        RING_SLOTS,
-        signals.push(semaphore(RING_SLOTS), kind, SignalParams::timeline(0)),
+        "signal batch full",
+        signals.push(semaphore(RING_SLOTS), kind, SignalParams::timeline(1)),
+        |entry| Event::SignalBatchFull {
+            capacity: RING_SLOTS,
+            entry,
+        },
     )?;
     run.full(
-        "wait",
-        RING_SLOTS,
-        waits.push(semaphore(RING_SLOTS), kind, WaitParams::timeline(0)),
+        "wait batch full",
+        waits.push(semaphore(RING_SLOTS), kind, WaitParams::timeline(1)),
+        |entry| Event::WaitBatchFull {
+            capacity: RING_SLOTS,
+            entry,
+        },
     )?;
     run.refused(
         "fence value for a slot past the end",
@@ -669,6 +713,21 @@ pub fn run<S: Sink>(sink: &mut S) -> Result<Summary, Mismatch> {
     ] {
         run.sink.event(Event::NvSciAnswer { call, code });
     }
+
+    // Flag sets: none, all known, known plus unknown bits, unknown bits alone.
+    for bits in [0, 0b1, 0b11, 0x11, 0x8] {
+        run.sink.event(Event::Flags {
+            import: MemoryImportFlags::from_bits_retain(bits),
+            signal: SignalFlags::from_bits_retain(bits),
+            wait: WaitFlags::from_bits_retain(bits),
+            sync: NvSciSyncAttrFlags::from_bits_retain(bits),
+        });
+    }
+    run.refused(
+        "signal flags with an unknown bit",
+        SignalFlags::checked(0x11),
+        ValidationError::UnknownFlags { bits: 0x10 },
+    )?;
 
     let summary = Summary {
         frames: FRAMES - 1,

@@ -1,6 +1,9 @@
 //! The scenario on the host: it passes its own checks, and its events are what the
 //! firmware's log is compared with.
-use tegra_interop_firmware_scenario::{self as scenario, Event, Sink, FIRST_FENCE, FRAMES};
+use tegra_interop_core::WaitBatch;
+use tegra_interop_firmware_scenario::{
+    self as scenario, Event, Sink, FIRST_FENCE, FRAMES, RING_SLOTS,
+};
 
 #[derive(Default)]
 struct Collect(Vec<Event>);
@@ -8,6 +11,10 @@ struct Collect(Vec<Event>);
 impl Sink for Collect {
     fn event(&mut self, event: Event) {
         self.0.push(event);
+    }
+
+    fn wait_batch(&mut self, batch: &WaitBatch<RING_SLOTS>) {
+        assert_eq!(batch.len(), RING_SLOTS);
     }
 }
 
@@ -30,7 +37,12 @@ fn the_scenario_passes_on_the_host() {
     let refused = events
         .0
         .iter()
-        .filter(|e| matches!(e, Event::Refused { .. } | Event::BatchFull { .. }))
+        .filter(|e| {
+            matches!(
+                e,
+                Event::Refused { .. } | Event::SignalBatchFull { .. } | Event::WaitBatchFull { .. }
+            )
+        })
         .count();
     assert_eq!(refused as u32, summary.refusals);
     assert!(matches!(events.0.last(), Some(Event::Done { .. })));
