@@ -61,7 +61,8 @@ pub trait ExportedBinarySemaphore {
 
 /// A timeline semaphore exported by the other API, seen from that side.
 pub trait ExportedTimelineSemaphore {
-    /// Sets the counter to `value` from the exporter's side.
+    /// Sets the counter to `value` from the exporter's side (a host signal:
+    /// `value` must be greater than the counter, as Vulkan requires).
     fn signal(&mut self, value: u64) -> Result<(), ExportError>;
     /// The current counter value.
     fn value(&mut self) -> Result<u64, ExportError>;
