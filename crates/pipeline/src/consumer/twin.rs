@@ -13,8 +13,9 @@
 //! check both against the same frames).
 //!
 //! The twins run per block (`Sim::register_block_kernel`) and follow the
-//! CUDA code's index arithmetic: each thread `tid = blockIdx.x * blockDim.x
-//! + threadIdx.x` handles the [`BYTES_PER_THREAD`]-byte vectors `tid`,
+//! CUDA code's index arithmetic: each thread
+//! `tid = blockIdx.x * blockDim.x + threadIdx.x` handles the
+//! [`BYTES_PER_THREAD`]-byte vectors `tid`,
 //! `tid + gridDim.x * blockDim.x`, ... below `len / 16`, and threads
 //! `tid < len % 16` one byte each of the tail. A block reads and writes the
 //! bytes its threads touch in bulk, so a launch touches exactly what it
@@ -121,7 +122,7 @@ fn check_and_invert(b: &Block<'_>) -> Result<(), KernelFault> {
         )));
     }
     let dim = b.block_dim();
-    if dim.x % WARP != 0 || dim.y != 1 || dim.z != 1 {
+    if !dim.x.is_multiple_of(WARP) || dim.y != 1 || dim.z != 1 {
         // The CUDA code reduces with full-warp shuffles and indexes by x
         // only: other block shapes are undefined or race there.
         return Err(KernelFault::new(format!(
