@@ -883,7 +883,8 @@ enum Import {
     SemaphoreTimeline,
 }
 
-/// Each row of the H200 measurement (cuda-facts.md, second round): the
+/// Each row of the H200 measurement (driver 580.159, CUDA 13.0; every
+/// row answered UNKNOWN or NOT_SUPPORTED, see the sim README): the
 /// import kind and the fds it was given. All answered an error there; a
 /// backend that accepts one is held to the success rule instead (the
 /// simulator, like the H200, refuses them all).
