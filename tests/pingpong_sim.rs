@@ -44,7 +44,7 @@ fn ping_pong_exporter_and_driver_through_one_timeline() {
                 let seen = u32::from_ne_bytes(bytes);
                 assert_eq!(u64::from(seen), 2 * i, "exporter's turn {i}");
                 exported.write(0, &(seen + 1).to_ne_bytes()).unwrap();
-                timeline.signal(2 * i + 1);
+                timeline.signal(2 * i + 1).unwrap();
             }
         });
         for i in 0..ROUNDS {

@@ -9,13 +9,18 @@
 //! use tegra_interop_sim::{kernels::KernelSpec, Sim};
 //!
 //! let sim = Sim::new()?;
-//! // The Rust twin of the CUDA kernel below, for the simulator.
-//! sim.register_kernel(KernelSpec::new("add_one", &[8, 8]), |k| {
-//!     let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
-//!     let mut bytes = vec![0u8; len as usize];
-//!     k.read(buf, &mut bytes)?;
-//!     bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
-//!     k.write(buf, &bytes)
+//! // The Rust twin of the CUDA kernel below, for the simulator: run once
+//! // per block of the launch, it touches the bytes that block's threads
+//! // (`i = blockIdx.x * blockDim.x + threadIdx.x`, `i < len`) touch.
+//! sim.register_block_kernel(KernelSpec::new("add_one", &[8, 8]), |b| {
+//!     let (buf, len) = (b.arg_u64(0)?, b.arg_u64(1)?);
+//!     for r in b.indices_x(len) {
+//!         let mut bytes = vec![0u8; (r.end - r.start) as usize];
+//!         b.read(buf + r.start, &mut bytes)?;
+//!         bytes.iter_mut().for_each(|v| *v = v.wrapping_add(1));
+//!         b.write(buf + r.start, &bytes)?;
+//!     }
+//!     Ok(())
 //! });
 //! let backend = sim.backend(); // or Backend::real()?
 //! let ctx = Context::new(backend.clone(), 0)?;
@@ -40,6 +45,14 @@
 //! let mut out = [0u8; 1000];
 //! buf.copy_to_host(0, &mut out)?;
 //! assert!(out.iter().all(|b| *b == 42));
+//!
+//! // A grid too small for the buffer (2 blocks, 512 threads) leaves the
+//! // rest untouched, on the simulator as on a GPU.
+//! // SAFETY: as above; the stream is synchronised before `buf` is read.
+//! unsafe { add_one.launch(2u32, 256u32).arg(&buf).arg(1000u64).launch(&stream) }?;
+//! stream.synchronize()?;
+//! buf.copy_to_host(0, &mut out)?;
+//! assert!(out[..512].iter().all(|b| *b == 43) && out[512..].iter().all(|b| *b == 42));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![allow(unsafe_code)] // calls of pointer-taking entry points, each with its `// SAFETY:` line

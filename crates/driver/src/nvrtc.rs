@@ -8,7 +8,8 @@
 //!
 //! let sim = Sim::new()?;
 //! // The simulator compiles only kernels it can run: a Rust twin per name.
-//! sim.register_kernel(KernelSpec::new("noop", &[4]), |_launch| Ok(()));
+//! // (A kernel that does nothing: a twin that does nothing, per block.)
+//! sim.register_block_kernel(KernelSpec::new("noop", &[4]), |_block| Ok(()));
 //! let backend = sim.backend();
 //! let nvrtc = Nvrtc::new(&backend)?;
 //! let ptx = nvrtc.compile(r#"extern "C" __global__ void noop(int x) {}"#, "noop.cu", &[])?;

@@ -71,7 +71,7 @@ pub enum Tracking {
 /// let stream = Stream::new(&ctx)?;
 /// let mut timeline = ExternalSemaphore::timeline_fd(&ctx, fd)?;
 ///
-/// exported.signal(1); // the producer's side
+/// exported.signal(1)?; // the producer's side (a host signal must move it forward)
 /// stream.wait(&timeline, WaitParams::timeline(1))?;
 /// assert_eq!(stream.signal(&mut timeline, SignalParams::timeline(2))?, Some(2));
 /// // Going backwards is refused before the driver sees it.

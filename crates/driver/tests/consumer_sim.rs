@@ -21,15 +21,20 @@ extern "C" __global__ void scale(unsigned char *buf, unsigned long long len, uns
 }
 "#;
 
+/// The twin of `scale` below, per block: the bytes its threads'
+/// `i = blockIdx.x * blockDim.x + threadIdx.x < len` name, times `k`.
 fn register(sim: &Sim) {
-    sim.register_kernel(KernelSpec::new("scale", &[8, 8, 4]), |k| {
-        let (buf, len, factor) = (k.arg_u64(0)?, k.arg_u64(1)?, k.arg_u32(2)?);
-        let mut bytes = vec![0u8; len as usize];
-        k.read(buf, &mut bytes)?;
-        for b in &mut bytes {
-            *b = b.wrapping_mul(factor as u8);
+    sim.register_block_kernel(KernelSpec::new("scale", &[8, 8, 4]), |b| {
+        let (buf, len, factor) = (b.arg_u64(0)?, b.arg_u64(1)?, b.arg_u32(2)?);
+        for r in b.indices_x(len) {
+            let mut bytes = vec![0u8; (r.end - r.start) as usize];
+            b.read(buf + r.start, &mut bytes)?;
+            for v in &mut bytes {
+                *v = v.wrapping_mul(factor as u8);
+            }
+            b.write(buf + r.start, &bytes)?;
         }
-        k.write(buf, &bytes)
+        Ok(())
     });
 }
 

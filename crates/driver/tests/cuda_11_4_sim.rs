@@ -21,16 +21,25 @@ use tegra_interop_sim::{export, Sim, SimConfig};
 fn sim_11_4() -> Sim {
     let sim =
         Sim::with_config(SimConfig::tegra().with_driver_version(SimConfig::CUDA_11_4)).unwrap();
-    sim.register_kernel(KernelSpec::new("scale", &[8, 8, 4]), |k| {
-        let (buf, len, factor) = (k.arg_u64(0)?, k.arg_u64(1)?, k.arg_u32(2)?);
-        let mut bytes = vec![0u8; len as usize];
-        k.read(buf, &mut bytes)?;
-        for b in &mut bytes {
-            *b = b.wrapping_mul(factor as u8);
-        }
-        k.write(buf, &bytes)
-    });
+    register_scale(&sim);
     sim
+}
+
+/// The twin of `scale` below, per block: the bytes its threads'
+/// `i = blockIdx.x * blockDim.x + threadIdx.x < len` name, times `k`.
+fn register_scale(sim: &Sim) {
+    sim.register_block_kernel(KernelSpec::new("scale", &[8, 8, 4]), |b| {
+        let (buf, len, factor) = (b.arg_u64(0)?, b.arg_u64(1)?, b.arg_u32(2)?);
+        for r in b.indices_x(len) {
+            let mut bytes = vec![0u8; (r.end - r.start) as usize];
+            b.read(buf + r.start, &mut bytes)?;
+            for v in &mut bytes {
+                *v = v.wrapping_mul(factor as u8);
+            }
+            b.write(buf + r.start, &bytes)?;
+        }
+        Ok(())
+    });
 }
 
 const SOURCE: &str = r#"
@@ -268,7 +277,7 @@ fn the_argument_size_check_exists_from_12_4_only() {
         (SimConfig::CUDA_11_4, None),
     ] {
         let sim = Sim::with_config(SimConfig::default().with_driver_version(version)).unwrap();
-        sim.register_kernel(KernelSpec::new("scale", &[8, 8, 4]), |_| Ok(()));
+        register_scale(&sim);
         let backend = sim.backend();
         let ptx = Nvrtc::new(&backend)
             .unwrap()

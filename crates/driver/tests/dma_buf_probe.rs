@@ -50,7 +50,8 @@ fn dma_buf_probe() {
         let sim = Sim::new().unwrap();
         let answer = direct_dma_buf_import_answer(&sim);
         // The default simulator is the measured H200: DMABUF_FD import is
-        // NOT_SUPPORTED there (cuda-facts.md, second round).
+        // NOT_SUPPORTED there (measured on the H200, driver 580.159: even
+        // for a dma-buf CUDA exported itself).
         assert_eq!(answer, Some(CuResult::NOT_SUPPORTED));
         let ctx = Context::primary(sim.backend(), 0).unwrap();
         let dev = sim.backend();

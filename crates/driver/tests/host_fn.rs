@@ -48,7 +48,7 @@ fn host_fn_runs_in_stream_order_after_a_wait() {
             Err(mpsc::RecvTimeoutError::Timeout)
         );
         assert!(!stream.is_idle().unwrap());
-        exported.signal(5);
+        exported.signal(5).unwrap();
         stream.synchronize().unwrap();
         assert_eq!(rx.try_recv().unwrap(), 0, "first queued, first run");
         assert_eq!(rx2.try_recv().unwrap(), 1);

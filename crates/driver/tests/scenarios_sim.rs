@@ -291,7 +291,7 @@ fn streams_report_idle_and_synchronize() {
     let sem = ExternalSemaphore::timeline_fd(&ctx, fd).unwrap();
     stream.wait(&sem, WaitParams::timeline(1)).unwrap();
     assert!(!stream.is_idle().unwrap());
-    exported.signal(1);
+    exported.signal(1).unwrap();
     stream.synchronize().unwrap();
     assert!(stream.is_idle().unwrap());
     ctx.synchronize().unwrap();
@@ -585,7 +585,7 @@ fn batched_frames(backend: &std::sync::Arc<Backend>) -> Result<(), Error> {
     let mut b = ExternalSemaphore::timeline_fd(&ctx, bfd)?;
     let mut c = ExternalSemaphore::binary_fd(&ctx, cfd)?;
     for frame in 1..=3u64 {
-        a_exp.signal(frame);
+        a_exp.signal(frame).unwrap();
         stream.wait_batch(&[SemaphoreWait::timeline(&a, frame)])?;
         buffer.copy_from_host(frame * 64, &frame.to_le_bytes())?;
         stream.signal_batch(&mut [

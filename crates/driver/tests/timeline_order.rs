@@ -100,7 +100,7 @@ fn a_second_stream_without_an_ordering_is_refused_before_the_call() {
                 .unwrap(),
             Some(6)
         );
-        g.gate.signal(1);
+        g.gate.signal(1).unwrap();
         g.a.synchronize().unwrap();
         assert_eq!(g.exported.value(), 6);
         // Waits are not restricted: any stream may wait.
@@ -124,7 +124,7 @@ fn without_the_rule_the_counter_goes_back_on_the_device() {
             .unwrap();
         g.b.synchronize().unwrap();
         assert_eq!(g.exported.value(), 6);
-        g.gate.signal(1);
+        g.gate.signal(1).unwrap();
         g.a.synchronize().unwrap();
         assert_eq!(g.exported.value(), 5, "the counter went back");
     });
@@ -150,7 +150,7 @@ fn a_stated_ordering_lets_the_second_stream_signal() {
             g.a.signal(&mut g.timeline, SignalParams::timeline(7)),
             Err(Error::Validation(ValidationError::StreamNotOrdered { .. }))
         ));
-        g.gate.signal(1);
+        g.gate.signal(1).unwrap();
         g.b.synchronize().unwrap();
         assert_eq!(g.exported.value(), 6);
         assert!(g.exported.wait(6, TIMEOUT));
@@ -201,7 +201,7 @@ fn observed_values_raise_the_floor() {
     on_sim(|_, ctx| {
         let stream = Stream::new(ctx).unwrap();
         let (mut timeline, exported) = timeline(ctx);
-        exported.signal(10); // the exporter's own signal
+        exported.signal(10).unwrap(); // the exporter's own signal
         assert_eq!(timeline.observe_timeline(10).unwrap(), 10);
         // A lower report changes nothing.
         assert_eq!(timeline.observe_timeline(4).unwrap(), 10);

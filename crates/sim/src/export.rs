@@ -54,6 +54,29 @@ impl fmt::Display for OutOfRange {
 
 impl std::error::Error for OutOfRange {}
 
+/// A host signal of an exported timeline semaphore that would not move it
+/// forward ([`ExportedTimelineSemaphore::signal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimelineNotIncreasing {
+    /// The value the signal asked for.
+    pub value: u64,
+    /// The counter's value, which the signal left as it was.
+    pub current: u64,
+}
+
+impl fmt::Display for TimelineNotIncreasing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "host signal of the timeline to {} refused: the counter is already at {} and a \
+             host signal must be greater (Vulkan, VUID-VkSemaphoreSignalInfo-value-03258)",
+            self.value, self.current
+        )
+    }
+}
+
+impl std::error::Error for TimelineNotIncreasing {}
+
 /// Exports `size` bytes of zeroed shared memory (a memfd).
 ///
 /// Returns the descriptor to import (as `OPAQUE_FD` or `DMABUF_FD`) and the
@@ -227,9 +250,20 @@ impl fmt::Debug for ExportedTimelineSemaphore {
 }
 
 impl ExportedTimelineSemaphore {
-    /// Sets the counter to `value` (host signal).
-    pub fn signal(&self, value: u64) {
-        self.sem.store(value);
+    /// Host signal (as Vulkan's `vkSignalSemaphore`): sets the counter to
+    /// `value`, which must be greater than the current counter.
+    ///
+    /// # Errors
+    /// [`TimelineNotIncreasing`] (the counter unchanged) when `value` is
+    /// not greater than the current counter, whoever set it (this
+    /// exporter or a CUDA signal): Vulkan forbids such a signal
+    /// (VUID-VkSemaphoreSignalInfo-value-03258), so the stand-in refuses it
+    /// rather than move the timeline backwards. (A CUDA-side signal with a
+    /// smaller value is accepted and does move it back, as measured.)
+    pub fn signal(&self, value: u64) -> Result<(), TimelineNotIncreasing> {
+        self.sem
+            .advance(value)
+            .map_err(|current| TimelineNotIncreasing { value, current })
     }
 
     /// The current counter.

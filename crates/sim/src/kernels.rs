@@ -1,6 +1,6 @@
-//! Kernels the simulator can run: each is a Rust function registered under
-//! the name of the CUDA kernel it stands in for, with the C parameter list
-//! (the size of each parameter) that kernel has.
+//! Kernels the simulator can run: each is a Rust function (a "twin")
+//! registered under the name of the CUDA kernel it stands in for, with the
+//! C parameter list (the size of each parameter) that kernel has.
 //!
 //! The simulator refuses what it cannot check. Its NVRTC "compiles" a
 //! source only when every `extern "C" __global__` function the source
@@ -12,22 +12,71 @@
 //! Rust function in stream order, over the simulator's memory (device
 //! allocations, mapped imports, device-mapped pinned host memory).
 //!
+//! # Twins see the launch geometry
+//!
+//! A GPU runs the kernel once per thread of the grid it is launched with,
+//! and a thread outside the buffer (or a buffer byte outside the grid) is
+//! the kernel's own business. A twin must touch exactly what the GPU
+//! would, so that a grid too small for its buffer fails on the simulator
+//! as it fails on a GPU. Register it in one of the forms that give it the
+//! geometry, written like the CUDA code:
+//!
+//! - [`Sim::register_block_kernel`](crate::Sim::register_block_kernel): the
+//!   body runs once per block of the grid and sees `blockIdx`, `blockDim`,
+//!   `gridDim` ([`Block`]); it reads and writes the memory its threads
+//!   touch in bulk, so frame-sized work stays fast (a kernel handling 16
+//!   bytes per thread covers a 1920x1080 RGBA frame in 2,025 blocks of
+//!   256 threads: 2,025 calls). [`Block::indices_x`] and
+//!   [`Block::grid_stride_x`] give the index ranges that the usual
+//!   `i = blockIdx.x * blockDim.x + threadIdx.x` code visits.
+//! - [`Sim::register_thread_kernel`](crate::Sim::register_thread_kernel):
+//!   the body runs once per thread and sees `threadIdx` too ([`Thread`]);
+//!   the closest to the CUDA code, for small buffers (each access is a
+//!   lookup of its allocation).
+//!
+//! Blocks (and, in the thread form, the threads of a block) run one after
+//! another, last to first: the order on a GPU is unspecified, so a twin
+//! must not depend on it, and running them backwards keeps one that does
+//! from passing by luck. Races between blocks are not detected.
+//!
+//! The launch-level form, [`Sim::register_kernel`](crate::Sim::register_kernel),
+//! runs its body once per launch with the whole grid in [`KernelLaunch`]: it
+//! is only as strict as the body, which must itself honour
+//! [`KernelLaunch::grid`] and [`KernelLaunch::block`] (touch nothing a
+//! thread of that grid would not). Prefer the two forms above.
+//!
 //! ```
-//! use tegra_interop_sim::kernels::{KernelFault, KernelSpec};
+//! use tegra_interop_sim::kernels::KernelSpec;
 //! use tegra_interop_sim::Sim;
 //!
 //! let sim = Sim::new()?;
 //! // Stands in for:
-//! // extern "C" __global__ void add_one(unsigned char *buf, unsigned long long len)
-//! sim.register_kernel(KernelSpec::new("add_one", &[8, 8]), |k| {
-//!     let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
-//!     let len = usize::try_from(len).map_err(|_| KernelFault::new("len too large"))?;
-//!     let mut bytes = vec![0u8; len];
-//!     k.read(buf, &mut bytes)?;
-//!     for b in &mut bytes {
-//!         *b = b.wrapping_add(1);
+//! // extern "C" __global__ void add_one(unsigned char *buf, unsigned long long len) {
+//! //     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+//! //     if (i < len) buf[i] += 1;
+//! // }
+//! sim.register_block_kernel(KernelSpec::new("add_one", &[8, 8]), |b| {
+//!     let (buf, len) = (b.arg_u64(0)?, b.arg_u64(1)?);
+//!     // The indices this block's threads compute that pass `i < len`.
+//!     for range in b.indices_x(len) {
+//!         let mut bytes = vec![0u8; (range.end - range.start) as usize];
+//!         b.read(buf + range.start, &mut bytes)?;
+//!         for v in &mut bytes {
+//!             *v = v.wrapping_add(1);
+//!         }
+//!         b.write(buf + range.start, &bytes)?;
 //!     }
-//!     k.write(buf, &bytes)
+//!     Ok(())
+//! });
+//! // The same kernel, one call per thread:
+//! sim.register_thread_kernel(KernelSpec::new("add_one", &[8, 8]), |t| {
+//!     let (buf, len) = (t.arg_u64(0)?, t.arg_u64(1)?);
+//!     let i = t.global_x();
+//!     if i < len {
+//!         let v = t.read_u8(buf + i)?;
+//!         t.write_u8(buf + i, v.wrapping_add(1))?;
+//!     }
+//!     Ok(())
 //! });
 //! # Ok::<(), tegra_interop_sim::SimError>(())
 //! ```
@@ -95,20 +144,182 @@ impl fmt::Display for KernelFault {
 
 impl std::error::Error for KernelFault {}
 
-/// The Rust body of a simulated kernel.
+/// The Rust body of a simulated kernel in the launch-level form
+/// ([`Sim::register_kernel`](crate::Sim::register_kernel)): called once
+/// per launch.
 pub type KernelFn = dyn Fn(&mut KernelLaunch<'_>) -> Result<(), KernelFault> + Send + Sync;
+
+/// The Rust body of a simulated kernel in the per-block form
+/// ([`Sim::register_block_kernel`](crate::Sim::register_block_kernel)):
+/// called once per block of the grid.
+pub type BlockFn = dyn Fn(&Block<'_>) -> Result<(), KernelFault> + Send + Sync;
+
+/// The Rust body of a simulated kernel in the per-thread form
+/// ([`Sim::register_thread_kernel`](crate::Sim::register_thread_kernel)):
+/// called once per thread of the grid.
+pub type ThreadFn = dyn Fn(&Thread<'_>) -> Result<(), KernelFault> + Send + Sync;
+
+/// The most blocks one launch of a per-block twin may have: the simulator
+/// refuses a larger grid at `cuLaunchKernel` (INVALID_VALUE and an
+/// `Unimplemented` diagnostic) rather than run for minutes.
+pub const MAX_SIMULATED_BLOCKS: u64 = 1 << 24;
+
+/// The most threads one launch of a per-thread twin may have (refused
+/// like [`MAX_SIMULATED_BLOCKS`]).
+pub const MAX_SIMULATED_THREADS: u64 = 1 << 26;
+
+/// How a registered twin is called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// Once per launch.
+    Launch,
+    /// Once per block.
+    Block,
+    /// Once per thread.
+    Thread,
+}
+
+impl Form {
+    /// Why the simulator will not run a launch of `grid` x `block` in this
+    /// form (too many calls), or `None`.
+    pub(crate) fn refusal(self, grid: [u32; 3], block: [u32; 3]) -> Option<String> {
+        let blocks = Dim3::from(grid).count();
+        let threads = blocks.saturating_mul(Dim3::from(block).count());
+        match self {
+            Form::Launch => None,
+            Form::Block => (blocks > MAX_SIMULATED_BLOCKS).then(|| {
+                format!(
+                    "a grid of {blocks} blocks; the simulator runs per-block twins for at most \
+                     {MAX_SIMULATED_BLOCKS} blocks per launch"
+                )
+            }),
+            Form::Thread => (threads > MAX_SIMULATED_THREADS).then(|| {
+                format!(
+                    "{threads} threads; the simulator runs per-thread twins for at most \
+                     {MAX_SIMULATED_THREADS} threads per launch"
+                )
+            }),
+        }
+    }
+}
 
 /// A registered kernel.
 #[derive(Clone)]
 pub(crate) struct Registered {
     pub(crate) params: Vec<usize>,
     pub(crate) body: Arc<KernelFn>,
+    pub(crate) form: Form,
+}
+
+impl Registered {
+    /// A launch-level twin.
+    pub(crate) fn per_launch(params: Vec<usize>, body: Arc<KernelFn>) -> Registered {
+        Registered {
+            params,
+            body,
+            form: Form::Launch,
+        }
+    }
+
+    /// A per-block twin: the launch runs `body` for every block, last to
+    /// first, and stops at the first fault.
+    pub(crate) fn per_block(params: Vec<usize>, body: Arc<BlockFn>) -> Registered {
+        let run = move |k: &mut KernelLaunch<'_>| -> Result<(), KernelFault> {
+            let k: &KernelLaunch<'_> = k;
+            let grid = Dim3::from(k.grid);
+            for linear in (0..grid.count()).rev() {
+                body(&Block {
+                    launch: k,
+                    idx: grid.index_of(linear),
+                })?;
+            }
+            Ok(())
+        };
+        Registered {
+            params,
+            body: Arc::new(run),
+            form: Form::Block,
+        }
+    }
+
+    /// A per-thread twin: the launch runs `body` for every thread of every
+    /// block, last to first, and stops at the first fault.
+    pub(crate) fn per_thread(params: Vec<usize>, body: Arc<ThreadFn>) -> Registered {
+        let run = move |k: &mut KernelLaunch<'_>| -> Result<(), KernelFault> {
+            let k: &KernelLaunch<'_> = k;
+            let (grid, block) = (Dim3::from(k.grid), Dim3::from(k.block));
+            for b in (0..grid.count()).rev() {
+                let block_idx = grid.index_of(b);
+                for t in (0..block.count()).rev() {
+                    body(&Thread {
+                        launch: k,
+                        block_idx,
+                        thread_idx: block.index_of(t),
+                    })?;
+                }
+            }
+            Ok(())
+        };
+        Registered {
+            params,
+            body: Arc::new(run),
+            form: Form::Thread,
+        }
+    }
 }
 
 /// The registry of one simulator.
 #[derive(Default)]
 pub(crate) struct Registry {
     pub(crate) kernels: HashMap<String, Registered>,
+}
+
+/// A launch dimension or index: CUDA's `dim3` / `uint3` (`gridDim`,
+/// `blockDim`, `blockIdx`, `threadIdx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Dim3 {
+    /// The x component (the fastest-varying one).
+    pub x: u32,
+    /// The y component.
+    pub y: u32,
+    /// The z component.
+    pub z: u32,
+}
+
+impl Dim3 {
+    /// `(x, y, z)`.
+    pub const fn new(x: u32, y: u32, z: u32) -> Dim3 {
+        Dim3 { x, y, z }
+    }
+
+    /// `x * y * z`: the number of blocks of a grid or threads of a block.
+    pub fn count(self) -> u64 {
+        u64::from(self.x) * u64::from(self.y) * u64::from(self.z)
+    }
+
+    /// The index whose linear number (x fastest, then y, then z) is
+    /// `linear` inside these dimensions.
+    fn index_of(self, linear: u64) -> Dim3 {
+        let (x, y) = (u64::from(self.x.max(1)), u64::from(self.y.max(1)));
+        // Each part is below its u32 dimension, so the casts are exact.
+        Dim3 {
+            x: (linear % x) as u32,
+            y: (linear / x % y) as u32,
+            z: (linear / x / y) as u32,
+        }
+    }
+}
+
+impl From<[u32; 3]> for Dim3 {
+    fn from(d: [u32; 3]) -> Dim3 {
+        Dim3::new(d[0], d[1], d[2])
+    }
+}
+
+impl fmt::Display for Dim3 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({}, {}, {})", self.x, self.y, self.z)
+    }
 }
 
 /// One launch of a simulated kernel, as its Rust body sees it: the launch
@@ -237,6 +448,30 @@ impl KernelLaunch<'_> {
         }
     }
 
+    /// Reads a byte at `addr`.
+    pub fn read_u8(&self, addr: u64) -> Result<u8, KernelFault> {
+        let mut b = [0u8; 1];
+        self.read(addr, &mut b)?;
+        Ok(b[0])
+    }
+
+    /// Writes a byte at `addr`.
+    pub fn write_u8(&self, addr: u64, v: u8) -> Result<(), KernelFault> {
+        self.write(addr, &[v])
+    }
+
+    /// Reads a `u32` at `addr`.
+    pub fn read_u32(&self, addr: u64) -> Result<u32, KernelFault> {
+        let mut b = [0u8; 4];
+        self.read(addr, &mut b)?;
+        Ok(u32::from_ne_bytes(b))
+    }
+
+    /// Writes a `u32` at `addr`.
+    pub fn write_u32(&self, addr: u64, v: u32) -> Result<(), KernelFault> {
+        self.write(addr, &v.to_ne_bytes())
+    }
+
     /// Reads a `u64` at `addr`.
     pub fn read_u64(&self, addr: u64) -> Result<u64, KernelFault> {
         let mut b = [0u8; 8];
@@ -247,6 +482,264 @@ impl KernelLaunch<'_> {
     /// Writes a `u64` at `addr`.
     pub fn write_u64(&self, addr: u64, v: u64) -> Result<(), KernelFault> {
         self.write(addr, &v.to_ne_bytes())
+    }
+
+    /// Adds `v` to the `u64` at `addr` (wrapping) and returns the old
+    /// value: CUDA's `atomicAdd` on an `unsigned long long` (twins run one
+    /// at a time, so a read and a write are atomic here).
+    pub fn atomic_add_u64(&self, addr: u64, v: u64) -> Result<u64, KernelFault> {
+        let old = self.read_u64(addr)?;
+        self.write_u64(addr, old.wrapping_add(v))?;
+        Ok(old)
+    }
+}
+
+/// The launch's arguments and memory, for [`Block`] and [`Thread`]: the
+/// same accessors as [`KernelLaunch`] has.
+macro_rules! launch_access {
+    () => {
+        /// The launch this call belongs to (grid, block, arguments, memory).
+        pub fn launch(&self) -> &KernelLaunch<'k> {
+            self.launch
+        }
+
+        /// The kernel's name.
+        pub fn name(&self) -> &str {
+            self.launch.name
+        }
+
+        /// `gridDim`: blocks of the grid.
+        pub fn grid_dim(&self) -> Dim3 {
+            Dim3::from(self.launch.grid)
+        }
+
+        /// `blockDim`: threads of each block.
+        pub fn block_dim(&self) -> Dim3 {
+            Dim3::from(self.launch.block)
+        }
+
+        /// `gridDim.x * blockDim.x`: the step of a grid-stride loop over x.
+        pub fn grid_threads_x(&self) -> u64 {
+            u64::from(self.launch.grid[0]) * u64::from(self.launch.block[0])
+        }
+
+        /// Argument `i`'s bytes ([`KernelLaunch::arg_bytes`]).
+        pub fn arg_bytes(&self, i: usize) -> Result<&[u8], KernelFault> {
+            self.launch.arg_bytes(i)
+        }
+
+        /// Argument `i` as a `u64` or pointer ([`KernelLaunch::arg_u64`]).
+        pub fn arg_u64(&self, i: usize) -> Result<u64, KernelFault> {
+            self.launch.arg_u64(i)
+        }
+
+        /// Argument `i` as a `u32` ([`KernelLaunch::arg_u32`]).
+        pub fn arg_u32(&self, i: usize) -> Result<u32, KernelFault> {
+            self.launch.arg_u32(i)
+        }
+
+        /// Argument `i` as an `i32` ([`KernelLaunch::arg_i32`]).
+        pub fn arg_i32(&self, i: usize) -> Result<i32, KernelFault> {
+            self.launch.arg_i32(i)
+        }
+
+        /// Argument `i` as an `f32` ([`KernelLaunch::arg_f32`]).
+        pub fn arg_f32(&self, i: usize) -> Result<f32, KernelFault> {
+            self.launch.arg_f32(i)
+        }
+
+        /// Reads device memory ([`KernelLaunch::read`]).
+        pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), KernelFault> {
+            self.launch.read(addr, out)
+        }
+
+        /// Writes device memory ([`KernelLaunch::write`]).
+        pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), KernelFault> {
+            self.launch.write(addr, data)
+        }
+
+        /// Reads a byte ([`KernelLaunch::read_u8`]).
+        pub fn read_u8(&self, addr: u64) -> Result<u8, KernelFault> {
+            self.launch.read_u8(addr)
+        }
+
+        /// Writes a byte ([`KernelLaunch::write_u8`]).
+        pub fn write_u8(&self, addr: u64, v: u8) -> Result<(), KernelFault> {
+            self.launch.write_u8(addr, v)
+        }
+
+        /// Reads a `u32` ([`KernelLaunch::read_u32`]).
+        pub fn read_u32(&self, addr: u64) -> Result<u32, KernelFault> {
+            self.launch.read_u32(addr)
+        }
+
+        /// Writes a `u32` ([`KernelLaunch::write_u32`]).
+        pub fn write_u32(&self, addr: u64, v: u32) -> Result<(), KernelFault> {
+            self.launch.write_u32(addr, v)
+        }
+
+        /// Reads a `u64` ([`KernelLaunch::read_u64`]).
+        pub fn read_u64(&self, addr: u64) -> Result<u64, KernelFault> {
+            self.launch.read_u64(addr)
+        }
+
+        /// Writes a `u64` ([`KernelLaunch::write_u64`]).
+        pub fn write_u64(&self, addr: u64, v: u64) -> Result<(), KernelFault> {
+            self.launch.write_u64(addr, v)
+        }
+
+        /// `atomicAdd` on a `u64` ([`KernelLaunch::atomic_add_u64`]).
+        pub fn atomic_add_u64(&self, addr: u64, v: u64) -> Result<u64, KernelFault> {
+            self.launch.atomic_add_u64(addr, v)
+        }
+    };
+}
+
+/// One block of a launch, as a per-block twin sees it: `blockIdx`,
+/// `blockDim`, `gridDim`, the arguments and the memory.
+pub struct Block<'k> {
+    launch: &'k KernelLaunch<'k>,
+    idx: Dim3,
+}
+
+impl fmt::Debug for Block<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Block")
+            .field("name", &self.launch.name)
+            .field("block_idx", &self.idx)
+            .field("grid", &self.launch.grid)
+            .field("block", &self.launch.block)
+            .finish()
+    }
+}
+
+impl<'k> Block<'k> {
+    launch_access!();
+
+    /// `blockIdx`: this block's index in the grid.
+    pub fn block_idx(&self) -> Dim3 {
+        self.idx
+    }
+
+    /// `blockIdx.x * blockDim.x`: the x index of this block's thread 0 in
+    /// the usual `blockIdx.x * blockDim.x + threadIdx.x`.
+    pub fn first_x(&self) -> u64 {
+        u64::from(self.idx.x) * u64::from(self.launch.block[0])
+    }
+
+    /// Every `threadIdx` of the block, x fastest, then y, then z.
+    pub fn threads(&self) -> impl Iterator<Item = Dim3> {
+        let dim = self.block_dim();
+        (0..dim.count()).map(move |t| dim.index_of(t))
+    }
+
+    /// The indices `i = blockIdx.x * blockDim.x + threadIdx.x` of this
+    /// block's threads that pass `i < n`, as ranges: what code without a
+    /// loop (`if (i < n) ...`) touches. Threads that differ only in
+    /// `threadIdx.y` / `.z` compute the same `i`, so the range comes once
+    /// per such row of threads (`blockDim.y * blockDim.z` times), as that
+    /// code would run it on a GPU.
+    pub fn indices_x(&self, n: u64) -> IndexRanges {
+        IndexRanges::new(self, n, None)
+    }
+
+    /// The indices this block's threads visit in a grid-stride loop
+    /// `for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)`,
+    /// as ranges in loop order (once per row of threads, as for
+    /// [`indices_x`](Self::indices_x)).
+    pub fn grid_stride_x(&self, n: u64) -> IndexRanges {
+        IndexRanges::new(self, n, Some(self.grid_threads_x()))
+    }
+}
+
+/// The ranges of x indices a block's threads visit
+/// ([`Block::indices_x`], [`Block::grid_stride_x`]); each range has at most
+/// `blockDim.x` indices and ends at `n` at the latest.
+#[derive(Debug, Clone)]
+pub struct IndexRanges {
+    first: u64,
+    width: u64,
+    step: Option<u64>,
+    n: u64,
+    rows: u64,
+    next: Option<u64>,
+}
+
+impl IndexRanges {
+    fn new(b: &Block<'_>, n: u64, step: Option<u64>) -> IndexRanges {
+        let dim = b.block_dim();
+        IndexRanges::of(b.first_x(), dim, n, step)
+    }
+
+    /// The ranges from `first` (`blockIdx.x * blockDim.x`) for a block of
+    /// `dim` threads, below `n`, with a grid-stride `step` or none.
+    fn of(first: u64, dim: Dim3, n: u64, step: Option<u64>) -> IndexRanges {
+        IndexRanges {
+            first,
+            width: u64::from(dim.x),
+            step,
+            n,
+            rows: u64::from(dim.y) * u64::from(dim.z),
+            next: Some(first),
+        }
+    }
+}
+
+impl Iterator for IndexRanges {
+    type Item = std::ops::Range<u64>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.rows > 0 {
+            match self.next {
+                Some(start) if start < self.n && self.width > 0 => {
+                    let end = start.saturating_add(self.width).min(self.n);
+                    self.next = self.step.and_then(|s| start.checked_add(s));
+                    return Some(start..end);
+                }
+                _ => {
+                    self.rows -= 1;
+                    self.next = Some(self.first);
+                }
+            }
+        }
+        None
+    }
+}
+
+/// One thread of a launch, as a per-thread twin sees it: `threadIdx`,
+/// `blockIdx`, `blockDim`, `gridDim`, the arguments and the memory.
+pub struct Thread<'k> {
+    launch: &'k KernelLaunch<'k>,
+    block_idx: Dim3,
+    thread_idx: Dim3,
+}
+
+impl fmt::Debug for Thread<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Thread")
+            .field("name", &self.launch.name)
+            .field("block_idx", &self.block_idx)
+            .field("thread_idx", &self.thread_idx)
+            .finish()
+    }
+}
+
+impl<'k> Thread<'k> {
+    launch_access!();
+
+    /// `blockIdx`: the index of this thread's block.
+    pub fn block_idx(&self) -> Dim3 {
+        self.block_idx
+    }
+
+    /// `threadIdx`: this thread's index in its block.
+    pub fn thread_idx(&self) -> Dim3 {
+        self.thread_idx
+    }
+
+    /// `blockIdx.x * blockDim.x + threadIdx.x`, computed in 64 bits.
+    pub fn global_x(&self) -> u64 {
+        u64::from(self.block_idx.x) * u64::from(self.launch.block[0]) + u64::from(self.thread_idx.x)
     }
 }
 
@@ -541,6 +1034,60 @@ pub(crate) fn module_image(kernels: &[Declared]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn ranges(first: u64, dim: Dim3, n: u64, step: Option<u64>) -> Vec<(u64, u64)> {
+        IndexRanges::of(first, dim, n, step)
+            .map(|r| (r.start, r.end))
+            .collect()
+    }
+
+    #[test]
+    fn index_ranges_follow_the_cuda_index_arithmetic() {
+        let d = Dim3::new(256, 1, 1);
+        // Block 1 of 256 threads: indices 256..512, cut at n.
+        assert_eq!(ranges(256, d, 1000, None), [(256, 512)]);
+        assert_eq!(ranges(256, d, 300, None), [(256, 300)]);
+        assert_eq!(ranges(256, d, 256, None), []);
+        // Grid-stride over 3 blocks (step 768): 256..512, 1024..1280, 1792..1800.
+        assert_eq!(
+            ranges(256, d, 1800, Some(768)),
+            [(256, 512), (1024, 1280), (1792, 1800)]
+        );
+        // A 2-D block over 1-D code: each row of threads computes the same
+        // indices, so each range comes once per row (2 x 3 rows).
+        assert_eq!(ranges(0, Dim3::new(4, 2, 3), 10, None), vec![(0, 4); 6]);
+        // Overflow of the loop index ends the loop.
+        assert_eq!(
+            ranges(u64::MAX - 1, Dim3::new(4, 1, 1), u64::MAX, Some(u64::MAX)),
+            [(u64::MAX - 1, u64::MAX)]
+        );
+    }
+
+    #[test]
+    fn dim3_linear_indices_run_x_fastest() {
+        let d = Dim3::new(3, 2, 2);
+        assert_eq!(d.count(), 12);
+        let all: Vec<Dim3> = (0..d.count()).map(|i| d.index_of(i)).collect();
+        assert_eq!(all[0], Dim3::new(0, 0, 0));
+        assert_eq!(all[1], Dim3::new(1, 0, 0));
+        assert_eq!(all[3], Dim3::new(0, 1, 0));
+        assert_eq!(all[6], Dim3::new(0, 0, 1));
+        assert_eq!(all[11], Dim3::new(2, 1, 1));
+        let distinct: std::collections::HashSet<Dim3> = all.into_iter().collect();
+        assert_eq!(distinct.len(), 12);
+    }
+
+    #[test]
+    fn forms_refuse_launches_past_their_limits() {
+        let big = [u32::try_from(MAX_SIMULATED_BLOCKS + 1).unwrap(), 1, 1];
+        assert!(Form::Block.refusal(big, [1, 1, 1]).is_some());
+        assert!(Form::Launch.refusal(big, [1, 1, 1]).is_none());
+        assert!(Form::Block.refusal([2025, 1, 1], [256, 1, 1]).is_none());
+        assert!(Form::Thread
+            .refusal([1 << 17, 1, 1], [1024, 1, 1])
+            .is_some());
+        assert!(Form::Thread.refusal([32_400, 1, 1], [1024, 1, 1]).is_none());
+    }
 
     #[test]
     fn declared_kernels_read_names_and_sizes_with_typedefs() {

@@ -389,10 +389,23 @@ impl Sim {
     }
 
     /// Registers `body` as the kernel `spec` names (replacing a kernel of
-    /// the same name): the simulator's NVRTC then compiles sources that
-    /// declare it with the same parameter sizes, `cuModuleLoadData` loads
-    /// images naming it, and `cuLaunchKernel` runs `body` in stream order
-    /// (see [`kernels`]). Modules loaded before keep the body they had.
+    /// the same name), in the launch-level form: `cuLaunchKernel` runs
+    /// `body` once for the whole launch, in stream order.
+    ///
+    /// This form is only as strict as `body`: a GPU runs the kernel once
+    /// per thread of the grid it is launched with, so `body` must itself
+    /// honour [`KernelLaunch::grid`](kernels::KernelLaunch::grid) and
+    /// [`block`](kernels::KernelLaunch::block) and touch nothing a thread
+    /// of that grid would not (a body that processes the whole buffer
+    /// whatever the grid passes where the GPU leaves bytes untouched).
+    /// Prefer [`Sim::register_block_kernel`] or
+    /// [`Sim::register_thread_kernel`], which give the body the geometry
+    /// the way CUDA code sees it (see [`kernels`]).
+    ///
+    /// With any form, the simulator's NVRTC then compiles sources that
+    /// declare the kernel with the same parameter sizes and
+    /// `cuModuleLoadData` loads images naming it. Modules loaded before
+    /// keep the body they had.
     pub fn register_kernel<F>(&self, spec: kernels::KernelSpec, body: F)
     where
         F: Fn(&mut kernels::KernelLaunch<'_>) -> Result<(), kernels::KernelFault>
@@ -400,14 +413,52 @@ impl Sim {
             + Sync
             + 'static,
     {
-        let (name, params) = (spec.name().to_string(), spec.param_sizes().to_vec());
-        self.inner.lock_state().kernels.kernels.insert(
-            name,
-            kernels::Registered {
-                params,
-                body: Arc::new(body),
-            },
+        let params = spec.param_sizes().to_vec();
+        self.insert_kernel(
+            spec,
+            kernels::Registered::per_launch(params, Arc::new(body)),
         );
+    }
+
+    /// Registers `body` as the kernel `spec` names, run once per block of
+    /// each launch's grid (`blockIdx`, `blockDim`, `gridDim` in
+    /// [`kernels::Block`]), blocks last to first, in stream order; the
+    /// first fault stops the launch. The way to write a twin that touches
+    /// exactly what the CUDA kernel touches on the grid it is launched
+    /// with, fast enough for frame-sized buffers (see [`kernels`]). A
+    /// launch of more than [`kernels::MAX_SIMULATED_BLOCKS`] blocks is
+    /// refused (INVALID_VALUE).
+    pub fn register_block_kernel<F>(&self, spec: kernels::KernelSpec, body: F)
+    where
+        F: Fn(&kernels::Block<'_>) -> Result<(), kernels::KernelFault> + Send + Sync + 'static,
+    {
+        let params = spec.param_sizes().to_vec();
+        self.insert_kernel(spec, kernels::Registered::per_block(params, Arc::new(body)));
+    }
+
+    /// Registers `body` as the kernel `spec` names, run once per thread of
+    /// each launch (`threadIdx` too, in [`kernels::Thread`]), the closest
+    /// to the CUDA code; each memory access looks its allocation up, so
+    /// prefer [`Sim::register_block_kernel`] for large buffers. A launch of
+    /// more than [`kernels::MAX_SIMULATED_THREADS`] threads is refused
+    /// (INVALID_VALUE).
+    pub fn register_thread_kernel<F>(&self, spec: kernels::KernelSpec, body: F)
+    where
+        F: Fn(&kernels::Thread<'_>) -> Result<(), kernels::KernelFault> + Send + Sync + 'static,
+    {
+        let params = spec.param_sizes().to_vec();
+        self.insert_kernel(
+            spec,
+            kernels::Registered::per_thread(params, Arc::new(body)),
+        );
+    }
+
+    fn insert_kernel(&self, spec: kernels::KernelSpec, kernel: kernels::Registered) {
+        self.inner
+            .lock_state()
+            .kernels
+            .kernels
+            .insert(spec.name().to_string(), kernel);
     }
 
     /// Makes a sync object that `cuImportExternalSemaphore` accepts as an

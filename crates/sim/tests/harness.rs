@@ -270,7 +270,7 @@ fn stream_destroy_with_pending_work_finishes_it() {
     assert_eq!(c.signal(sem, 2, 0, s), SUCCESS);
     assert_eq!(cu!(c.t, cuStreamDestroy(s)), SUCCESS);
     assert!(c.sim.ledger().pending_work > 0);
-    tl.signal(1);
+    tl.signal(1).unwrap();
     assert!(tl.wait(2, Duration::from_secs(5)));
     assert_eq!(settled_ledger(&c.sim).pending_work, 0);
     assert_eq!(cu!(c.t, cuDestroyExternalSemaphore(sem)), SUCCESS);

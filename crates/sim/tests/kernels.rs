@@ -28,16 +28,24 @@ macro_rules! rtc {
     }};
 }
 
+/// The twin of `add_one` below, per block: each block increments the
+/// bytes its threads' `i = blockIdx.x * blockDim.x + threadIdx.x < n` name.
 fn register_add_one(sim: &Sim) {
-    sim.register_kernel(KernelSpec::new("add_one", &[8, 8]), |k| {
-        let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
-        let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| KernelFault::new("len"))?];
-        k.read(buf, &mut bytes)?;
-        bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
-        k.write(buf, &bytes)
+    sim.register_block_kernel(KernelSpec::new("add_one", &[8, 8]), |b| {
+        let (buf, len) = (b.arg_u64(0)?, b.arg_u64(1)?);
+        for r in b.indices_x(len) {
+            let n = usize::try_from(r.end - r.start).map_err(|_| KernelFault::new("len"))?;
+            let mut bytes = vec![0u8; n];
+            b.read(buf + r.start, &mut bytes)?;
+            bytes.iter_mut().for_each(|v| *v = v.wrapping_add(1));
+            b.write(buf + r.start, &bytes)?;
+        }
+        Ok(())
     });
 }
 
+/// The declaration the NVRTC stand-in reads; the body is the one the twin
+/// above follows: `i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) p[i] += 1;`.
 const ADD_ONE: &str =
     "extern \"C\" __global__ void add_one(unsigned char *p, unsigned long long n) {}";
 
@@ -584,7 +592,10 @@ fn modules_load_registered_entries_and_launches_check_limits() {
     assert_eq!(launch([1, 1, 1], [256, 1, 1], 0, pp), SUCCESS);
     assert_eq!(c.sync(s), SUCCESS);
     assert_eq!(c.dtoh(dev, 256), vec![11; 256]);
-    // A kernel reaching past its allocation is a fault (a diagnostic), not UB.
+    // A kernel reaching past its allocation is a fault (a diagnostic), not
+    // UB. One block of 256 threads over n = 257 never reaches byte 256 (no
+    // thread computes i = 256); two blocks do. The blocks run last to
+    // first, so the faulting block stops the launch before block 0 writes.
     let (mut a0, mut a1) = (dev, 257u64);
     let mut params = [
         ptr::addr_of_mut!(a0).cast::<c_void>(),
@@ -593,11 +604,15 @@ fn modules_load_registered_entries_and_launches_check_limits() {
     let pp = params.as_mut_ptr();
     assert_eq!(launch([1, 1, 1], [256, 1, 1], 0, pp), SUCCESS);
     assert_eq!(c.sync(s), SUCCESS);
+    assert!(!c.has_diag(DiagnosticKind::OutOfBounds));
+    assert_eq!(c.dtoh(dev, 256), vec![12; 256]);
+    assert_eq!(launch([2, 1, 1], [256, 1, 1], 0, pp), SUCCESS);
+    assert_eq!(c.sync(s), SUCCESS);
     assert!(c.has_diag(DiagnosticKind::OutOfBounds));
     assert_eq!(
         c.dtoh(dev, 256),
-        vec![11; 256],
-        "nothing written by the faulting kernel"
+        vec![12; 256],
+        "nothing written by the faulting launch"
     );
     // Unloading the module takes its functions along.
     assert_eq!(cu!(t, cuModuleUnload(m)), SUCCESS);
@@ -631,10 +646,12 @@ fn destroying_a_context_with_kernels_and_copies_queued_does_not_deadlock() {
         let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = std::sync::Arc::clone(&runs);
         c.sim
-            .register_kernel(KernelSpec::new("slow", &[8]), move |k| {
+            // Each thread (the launches below have one) sleeps, counts
+            // and writes 1 at its argument.
+            .register_thread_kernel(KernelSpec::new("slow", &[8]), move |t| {
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                k.write_u64(k.arg_u64(0)?, 1)
+                t.write_u64(t.arg_u64(0)?, 1)
             });
         let ctx = c.ctx();
         let s = c.stream();

@@ -1,5 +1,5 @@
 //! The cross-process sequence of NvSciSync as the real library requires it
-//! (nvsci-facts.md, "Cross-process"), through the simulator's C entry
+//! (the NvSciSync header documentation), through the simulator's C entry
 //! points: the waiter's unreconciled list travels to the signaller, the
 //! reconciled list travels back, the object is exported only along the
 //! path a peer's list came by, and imported only with the reconciled list.

@@ -71,7 +71,7 @@ fn stream_work_runs_in_order() {
     }
     assert_eq!(c.query(s), NOT_READY);
     assert_eq!(tl.value(), 0);
-    gate.signal(1);
+    gate.signal(1).unwrap();
     assert_eq!(c.sync(s), SUCCESS);
     assert_eq!(tl.value(), 50);
 }
@@ -99,8 +99,47 @@ fn timeline_goes_back_and_rejects_flags() {
     // CUDA waits on an exporter signal.
     assert_eq!(c.wait(sem, 10, 0, s), SUCCESS);
     assert_eq!(c.query(s), NOT_READY);
-    tl.signal(10);
+    tl.signal(10).unwrap();
     assert_eq!(c.sync(s), SUCCESS);
+}
+
+/// The exporter stands in for Vulkan, whose host signal must move a
+/// timeline forward (VUID-VkSemaphoreSignalInfo-value-03258): a late host
+/// `signal(1)` after CUDA's 2 is refused with a typed error and the counter
+/// keeps CUDA's value (before, it silently went back to 1). CUDA's own
+/// smaller signal still goes back, as measured (test above).
+#[test]
+fn a_late_host_signal_does_not_move_the_timeline_back() {
+    let c = Cu::new();
+    let _ctx = c.ctx();
+    let s = c.stream();
+    let (fd, tl) = export::timeline_semaphore(0).unwrap();
+    let sem = c.import_timeline(fd);
+    assert_eq!(c.signal(sem, 2, 0, s), SUCCESS);
+    assert_eq!(c.sync(s), SUCCESS);
+    assert_eq!(tl.value(), 2);
+    for late in [1, 2] {
+        let refused = tl.signal(late).unwrap_err();
+        assert_eq!(
+            refused,
+            export::TimelineNotIncreasing {
+                value: late,
+                current: 2
+            }
+        );
+        let text = refused.to_string();
+        assert!(
+            text.contains("already at 2") && text.contains("03258"),
+            "{text}"
+        );
+        assert_eq!(tl.value(), 2, "signal({late}) moved the timeline");
+    }
+    // A CUDA wait for 2 still passes at once; a larger host signal works.
+    assert_eq!(c.wait(sem, 2, 0, s), SUCCESS);
+    assert_eq!(c.sync(s), SUCCESS);
+    tl.signal(3).unwrap();
+    assert_eq!(tl.value(), 3);
+    assert!(c.sim.diagnostics().is_empty(), "{:?}", c.sim.diagnostics());
 }
 
 #[test]
@@ -278,11 +317,11 @@ fn batched_signal_and_wait() {
         SUCCESS
     );
     for e in &exps[..7] {
-        e.signal(500);
+        e.signal(500).unwrap();
     }
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(c.query(s), NOT_READY);
-    exps[7].signal(500);
+    exps[7].signal(500).unwrap();
     assert_eq!(c.sync(s), SUCCESS);
     // Reserved fields must be zero; NULL arrays refused; zero count is a no-op.
     let mut bad = CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::default();
@@ -321,7 +360,7 @@ fn destroying_a_semaphore_with_queued_work_is_reported() {
     assert_eq!(cu!(c.t, cuDestroyExternalSemaphore(sem)), SUCCESS);
     assert!(c.has_diag(DiagnosticKind::OutstandingWork));
     // The queued wait still works on the shared state.
-    tl.signal(5);
+    tl.signal(5).unwrap();
     assert_eq!(c.sync(s), SUCCESS);
 }
 

@@ -61,7 +61,8 @@ pub trait ExportedBinarySemaphore {
 
 /// A timeline semaphore exported by the other API, seen from that side.
 pub trait ExportedTimelineSemaphore {
-    /// Sets the counter to `value` from the exporter's side.
+    /// Sets the counter to `value` from the exporter's side (a host signal:
+    /// `value` must be greater than the counter, as Vulkan requires).
     fn signal(&mut self, value: u64) -> Result<(), ExportError>;
     /// The current counter value.
     fn value(&mut self) -> Result<u64, ExportError>;
@@ -147,6 +148,7 @@ pub const CHECKS: &[(&str, Check)] = &[
     ),
     ("event_ordering", event_ordering),
     ("nvrtc_module_launch", nvrtc_module_launch),
+    ("short_grid_leaves_the_tail", short_grid_leaves_the_tail),
     ("launch_and_module_refusals", launch_and_module_refusals),
     (
         "registered_host_memory_round_trip",
@@ -882,7 +884,8 @@ enum Import {
     SemaphoreTimeline,
 }
 
-/// Each row of the H200 measurement (cuda-facts.md, second round): the
+/// Each row of the H200 measurement (driver 580.159, CUDA 13.0; every
+/// row answered UNKNOWN or NOT_SUPPORTED, see the sim README): the
 /// import kind and the fds it was given. All answered an error there; a
 /// backend that accepts one is held to the success rule instead (the
 /// simulator, like the H200, refuses them all).
@@ -1187,17 +1190,22 @@ pub const ADD_ONE: (&str, &[usize]) = ("add_one", &[8, 8]);
 /// cannot run. Call it on a simulator before running the suite there.
 pub fn register_sim_kernels(sim: &tegra_interop_sim::Sim) {
     use tegra_interop_sim::kernels::{KernelFault, KernelSpec};
-    sim.register_kernel(KernelSpec::new(ADD_ONE.0, ADD_ONE.1), |k| {
-        let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
-        // Threads past the grid do nothing, as in the CUDA source.
-        let covered = k.threads().min(len);
-        let n = usize::try_from(covered).map_err(|_| KernelFault::new("length too large"))?;
-        let mut bytes = vec![0u8; n];
-        k.read(buf, &mut bytes)?;
-        for b in &mut bytes {
-            *b = b.wrapping_add(1);
+    // Per block, as the CUDA source: the block's threads
+    // `i = blockIdx.x * blockDim.x + threadIdx.x` with `i < len` add one;
+    // bytes no thread of the grid reaches stay as they were.
+    sim.register_block_kernel(KernelSpec::new(ADD_ONE.0, ADD_ONE.1), |b| {
+        let (buf, len) = (b.arg_u64(0)?, b.arg_u64(1)?);
+        for r in b.indices_x(len) {
+            let n = usize::try_from(r.end - r.start)
+                .map_err(|_| KernelFault::new("length too large"))?;
+            let mut bytes = vec![0u8; n];
+            b.read(buf + r.start, &mut bytes)?;
+            for v in &mut bytes {
+                *v = v.wrapping_add(1);
+            }
+            b.write(buf + r.start, &bytes)?;
         }
-        k.write(buf, &bytes)
+        Ok(())
     });
 }
 
@@ -1470,6 +1478,68 @@ pub fn nvrtc_module_launch(backend: &Arc<Backend>, _exporter: &mut dyn Exporter)
     drop(add_one);
     module.destroy().during(C, "unload")?;
     drop((device, pinned, stream, ctx));
+    no_drop_errors(C, backend)
+}
+
+/// A kernel written for the grid it is launched with ([`ADD_ONE_SOURCE`]:
+/// one thread per byte, no loop), launched with half the blocks its buffer
+/// needs: the bytes the grid covers change, the rest stay as they were, and
+/// the check a user would write ("every byte incremented") fails. The
+/// simulator's twin must behave as the GPU does here.
+pub fn short_grid_leaves_the_tail(
+    backend: &Arc<Backend>,
+    _exporter: &mut dyn Exporter,
+) -> CheckResult {
+    const C: &str = "short_grid_leaves_the_tail";
+    const N: usize = 100_000;
+    const BLOCK: u32 = 256;
+    let ptx = Nvrtc::new(backend)
+        .during(C, "NVRTC")?
+        .compile(ADD_ONE_SOURCE, "add_one.cu", &[])
+        .during(C, "compile")?;
+    let ctx = Context::new(backend.clone(), 0).during(C, "context")?;
+    let stream = Stream::new(&ctx).during(C, "stream")?;
+    let module = Module::load(&ctx, &ptx).during(C, "load")?;
+    let add_one = module.function(ADD_ONE.0).during(C, "function")?;
+    let needed = u32::try_from(N.div_ceil(BLOCK as usize)).unwrap_or(u32::MAX);
+    let grid = needed / 2;
+    let covered = grid as usize * BLOCK as usize;
+    let device = DeviceBuffer::new(&ctx, N).during(C, "device")?;
+    let data = pattern(9, N);
+    device.copy_from_host(0, &data).during(C, "upload")?;
+    let done = Event::new(&ctx, EventFlags::NO_TIMING).during(C, "event")?;
+    // SAFETY: (pointer, u64) as the kernel declares; it writes at most `N`
+    // bytes of `device`, which outlives it (we wait for `done`).
+    unsafe {
+        add_one
+            .launch(grid, BLOCK)
+            .arg(&device)
+            .arg(N as u64)
+            .launch(&stream)
+            .during(C, "launch with half the grid")?;
+    }
+    done.record(&stream).during(C, "record")?;
+    wait_event(C, &done, "the kernel")?;
+    let mut seen = vec![0u8; N];
+    device.copy_to_host(0, &mut seen).during(C, "download")?;
+    let first_wrong = (0..covered).find(|&i| seen[i] != data[i].wrapping_add(1));
+    ensure(C, first_wrong.is_none(), || {
+        format!("byte {first_wrong:?} inside the grid's {covered} bytes not incremented")
+    })?;
+    let first_touched = (covered..N).find(|&i| seen[i] != data[i]);
+    ensure(C, first_touched.is_none(), || {
+        format!(
+            "byte {first_touched:?} past the grid's {covered} bytes changed: no thread reaches it"
+        )
+    })?;
+    let users_check = seen.iter().zip(&data).all(|(s, d)| *s == d.wrapping_add(1));
+    ensure(C, !users_check, || {
+        "the check for every byte incremented passed with half the grid".into()
+    })?;
+    stream.synchronize().during(C, "synchronize")?;
+    drop((done, add_one));
+    module.destroy().during(C, "unload")?;
+    drop((device, stream, ctx));
     no_drop_errors(C, backend)
 }
 

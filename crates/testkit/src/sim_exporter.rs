@@ -42,8 +42,7 @@ struct Timeline(export::ExportedTimelineSemaphore);
 
 impl ExportedTimelineSemaphore for Timeline {
     fn signal(&mut self, value: u64) -> Result<(), ExportError> {
-        self.0.signal(value);
-        Ok(())
+        Ok(self.0.signal(value)?)
     }
     fn value(&mut self) -> Result<u64, ExportError> {
         Ok(self.0.value())

@@ -73,9 +73,33 @@ checks!(
     pinned_mapped_visible_both_ways,
     event_ordering,
     nvrtc_module_launch,
+    short_grid_leaves_the_tail,
     launch_and_module_refusals,
     registered_host_memory_round_trip,
 );
+
+/// The check `short_grid_leaves_the_tail` can fail: a twin that processes
+/// the whole buffer whatever the grid (what a launch-level twin that does
+/// not honour its grid does) passes where the GPU leaves the tail, and the
+/// check says so.
+#[test]
+fn a_twin_that_ignores_the_grid_fails_the_short_grid_check() {
+    use tegra_interop_sim::kernels::{KernelFault, KernelSpec};
+    let sim = quiet(SimConfig::default());
+    sim.register_kernel(
+        KernelSpec::new(conformance::ADD_ONE.0, conformance::ADD_ONE.1),
+        |k| {
+            let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
+            let n = usize::try_from(len).map_err(|_| KernelFault::new("len"))?;
+            let mut bytes = vec![0u8; n];
+            k.read(buf, &mut bytes)?;
+            bytes.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+            k.write(buf, &bytes)
+        },
+    );
+    let e = conformance::short_grid_leaves_the_tail(&sim.backend(), &mut SimExporter).unwrap_err();
+    assert!(e.to_string().contains("past the grid"), "{e}");
+}
 
 #[test]
 fn run_all_reports_no_failures() {

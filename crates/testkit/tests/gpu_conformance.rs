@@ -252,6 +252,7 @@ checks!(
     pinned_mapped_visible_both_ways,
     event_ordering,
     nvrtc_module_launch,
+    short_grid_leaves_the_tail,
     launch_and_module_refusals,
     registered_host_memory_round_trip,
 );

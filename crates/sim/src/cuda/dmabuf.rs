@@ -2,8 +2,8 @@
 //!
 //! What is modelled, and why (see the crate README's table):
 //!
-//! - Measured on the H200 (driver 580.159, CUDA 13.0; `cuda-facts.md`,
-//!   second round): exporting a `cuMemAlloc` allocation with
+//! - Measured on an H200 (driver 580.159, CUDA 13.0): exporting a
+//!   `cuMemAlloc` allocation with
 //!   `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD` works on a device whose attribute
 //!   `DMA_BUF_SUPPORTED` (124) is 1. The simulator exports when
 //!   `SimConfig::dmabuf_supported` is set (it answers attribute 124 from the

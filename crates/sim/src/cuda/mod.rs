@@ -3,8 +3,10 @@
 //! Each function here gets the [`Call`] being served (simulator, call index,
 //! symbol) plus the C arguments, and returns the `CUresult`. Each body carries
 //! the C name of its entry point: the generated trampolines (`crate::trampolines`)
-//! find it by that name in this module. Codes follow
-//! the measurements in `cuda-facts.md`; where the real driver would crash,
+//! find it by that name in this module. Codes follow what the real driver
+//! answered in the project's measurements (an H200 and an H100, listed with
+//! their dates in the crate README) or, where not measured, the header
+//! documentation; where the real driver would crash,
 //! the simulator returns an error and records a diagnostic instead (the
 //! choices are listed in the crate README).
 

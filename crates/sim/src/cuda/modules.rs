@@ -259,6 +259,10 @@ pub(crate) fn cuLaunchKernel(
             );
             return Err(INVALID_VALUE);
         }
+        if let Some(why) = kernel.form.refusal(grid, block) {
+            c.diag(D::Unimplemented, format!("kernel `{name}`: {why}"));
+            return Err(INVALID_VALUE);
+        }
         if extra {
             c.diag(
                 D::Unimplemented,

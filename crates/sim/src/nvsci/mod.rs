@@ -1,7 +1,8 @@
 //! The simulated NvSciBuf / NvSciSync / NvSciIpc subset.
 //!
-//! The entry points follow the project's NvSci fact sheet
-//! (`nvsci-facts.md`): modules, attribute lists with reconciliation,
+//! The entry points follow the real NvSci headers' declarations and
+//! documentation (the crate README's tables give the source of each
+//! rule): modules, attribute lists with reconciliation,
 //! buffer objects over shared memory (memfd), sync objects with
 //! deterministic fences over the simulator's shared semaphores, CPU waits
 //! with timeouts (futex on shared memory), and IPC between real processes:

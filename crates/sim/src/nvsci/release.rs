@@ -1,7 +1,9 @@
 //! Which NvSci release the simulator claims to be ([`NvSciRelease`]).
 //!
 //! A simulator claiming a release lacks what that release lacks, after the
-//! version table of the project's fact sheet (`nvsci-facts.md`, "Versions"):
+//! versions in the real headers of each release (the crate README lists
+//! them: NvSciBuf / NvSciSync 2.0 / 2.0 at DRIVE OS 5.2.6, 2.8 / 2.3 at
+//! 6.0.5, 2.9 / 2.5 at 6.0.6, 2.11 / 2.8 at 6.0.8.1 and 6.0.10):
 //! sync keys and entry points that appeared later are unknown to it, and its
 //! `Nv*CheckVersionCompatibility` answer for its own versions (NvSciIpc's
 //! only where the release has one).

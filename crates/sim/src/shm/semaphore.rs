@@ -185,6 +185,27 @@ impl SharedSemaphore {
         self.wake();
     }
 
+    /// Timeline: stores `value` only if it is larger than the current
+    /// counter (a compare-and-swap, so a racing signal from a stream is
+    /// never overwritten); `Err(current)` otherwise.
+    pub(crate) fn advance(&self, value: u64) -> Result<(), u64> {
+        let w = self.word64(16);
+        let value = self.normalize(value);
+        let mut cur = w.load(Ordering::Acquire);
+        loop {
+            if value <= cur {
+                return Err(cur);
+            }
+            match w.compare_exchange_weak(cur, value, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.wake();
+                    return Ok(());
+                }
+                Err(now) => cur = now,
+            }
+        }
+    }
+
     /// Deterministic: adds one (wrapping at 32 bits for `wrap32`); returns
     /// the new value.
     pub(crate) fn increment(&self) -> u64 {

@@ -343,7 +343,7 @@ mod tests {
                 bytes[7] ^= 0x10;
             }
             p.frame.write(0, &bytes).unwrap();
-            p.ready.signal(use_);
+            p.ready.signal(use_).unwrap();
         }
         consumer.drain().unwrap();
         counts

@@ -4,9 +4,10 @@
 //!
 //! Values are kept as the bytes the application passed (their C layout), so
 //! `GetAttrs` can point into them. Every key, its direction (input, output,
-//! both), its value layout and its valid values come from the project's fact
-//! sheet (`nvsci-facts.md`, "Checked against the real headers") and the
-//! public header documentation; nothing here uses the core crate's decoders,
+//! both), its value layout and its valid values come from the real
+//! `nvscibuf.h` / `nvscisync.h` of DRIVE OS 5.2.6, 6.0.5, 6.0.6, 6.0.8.1 and
+//! 6.0.10 (declarations and documentation, checked key by key); nothing here
+//! uses the core crate's decoders,
 //! so the simulator cannot agree with the code under test by construction.
 
 #![deny(unsafe_code)]
