@@ -91,10 +91,12 @@
 pub mod app;
 pub mod camera;
 pub mod consumer;
+pub mod error;
 pub mod frame;
 #[doc(inline)]
 pub use tegra_interop_platform as platform;
 pub mod ring;
+pub mod slots;
 pub mod source;
 pub mod transport;
 

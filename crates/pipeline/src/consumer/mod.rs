@@ -54,9 +54,9 @@ use tegra_interop::driver::{
 
 use shared::{HostFrame, Lendable};
 
-use crate::transport::{
-    Completion, DriverError, DriverResultExt, FrameGeometry, PeekedFrame, TransportError,
-};
+use crate::error::{DriverError, DriverResultExt, TransportError};
+use crate::frame::{Completion, FrameGeometry};
+use shared::PeekedFrame;
 
 pub use kernel::{
     grid_for, kernel_pattern_byte, pattern_seed, self_check_pattern, CopyKernel, FrameMemory,
@@ -901,6 +901,44 @@ impl Consumer {
             Some(h) => Ok(h.get_mut(slot)?.bytes_mut()),
             None => Err(TransportError::misuse("this consumer has no host frames")),
         }
+    }
+
+    /// Moves the slot's host frame ([`Work::ReadBack`]) out, for a write
+    /// lease (written on any thread) until [`Consumer::put_host_frame`];
+    /// refused while in flight or out already. Lent frames of it are given
+    /// back first.
+    pub(crate) fn take_host_frame(
+        &mut self,
+        slot: usize,
+    ) -> Result<Lendable<HostFrame>, TransportError> {
+        self.check_idle(slot)?;
+        let host = self.res.slots[slot].host.take().ok_or_else(|| {
+            TransportError::misuse(format!(
+                "slot {slot}'s host frame is out for writing (or this consumer has none)"
+            ))
+        })?;
+        if let Err(e) = host.wait_returned(slot) {
+            self.res.slots[slot].host = Some(host);
+            return Err(e);
+        }
+        Ok(host)
+    }
+
+    /// Takes the slot's host frame back from a write lease.
+    pub(crate) fn put_host_frame(
+        &mut self,
+        slot: usize,
+        host: Lendable<HostFrame>,
+    ) -> Result<(), TransportError> {
+        self.check_idle(slot)?;
+        let held = &mut self.res.slots[slot].host;
+        if held.is_some() {
+            return Err(TransportError::misuse(format!(
+                "slot {slot}'s host frame given back while the consumer holds it"
+            )));
+        }
+        *held = Some(host);
+        Ok(())
     }
 
     /// Lends the slot's host frame ([`Work::ReadBack`]) until the slot's
