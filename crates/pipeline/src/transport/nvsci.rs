@@ -76,7 +76,7 @@ use tegra_interop::driver::nvsci::{
 use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
 use crate::consumer::shared::{CpuFrame, Lendable};
-use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
+use crate::consumer::{CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement};
 use crate::ring::{Peek, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::{
@@ -452,6 +452,8 @@ impl NvSciTransport {
 
     /// Opens the transport with `ctx` as the consumer's context (the
     /// transport keeps a clone of it; so may the caller, for its own work).
+    /// [`Processing::CudaKernel`] runs the check-and-invert kernel
+    /// ([`CheckInvert`]); [`NvSciTransport::with_work`] runs the caller's.
     pub fn new(
         ctx: &Context,
         name: &'static str,
@@ -460,11 +462,39 @@ impl NvSciTransport {
         slots: usize,
         fault: Fault,
     ) -> Result<Self, TransportError> {
+        let work = (processing == Processing::CudaKernel).then(CheckInvert::boxed);
+        Self::build(ctx, name, processing, work, geometry, slots, fault)
+    }
+
+    /// Opens the transport with `ctx` as the consumer's context, the
+    /// consumer running `work` on every frame, in place (zero-copy: the
+    /// work sees the NvSciBuf buffer itself).
+    pub fn with_work(
+        ctx: &Context,
+        name: &'static str,
+        work: Box<dyn FrameWork>,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, TransportError> {
+        let processing = Processing::CudaKernel;
+        Self::build(ctx, name, processing, Some(work), geometry, slots, fault)
+    }
+
+    fn build(
+        ctx: &Context,
+        name: &'static str,
+        processing: Processing,
+        work: Option<Box<dyn FrameWork>>,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, TransportError> {
         let objects = Objects::allocate(ctx.backend(), ctx, geometry.frame_len(), slots)?;
         let memories = objects.import_memories(ctx)?;
         let (mappings, slot_state) = import_slots(ctx, &objects, &memories, geometry)?;
-        let processor = match processing {
-            Processing::HostFnOverSimulatedDeviceMemory => {
+        let processor = match (processing, work) {
+            (Processing::HostFnOverSimulatedDeviceMemory, _) | (_, None) => {
                 let (done_tx, done_rx) = mpsc::channel();
                 Processor::HostFn {
                     stream: Stream::new(ctx).during("CUDA stream")?,
@@ -474,15 +504,15 @@ impl NvSciTransport {
                     in_flight: 0,
                 }
             }
-            Processing::CudaKernel => {
+            (Processing::CudaKernel, Some(work)) => {
                 let config = ConsumerConfig {
                     geometry,
                     slots,
                     memory: FrameMemory::System,
-                    work: Work::InPlace,
+                    placement: Placement::InPlace,
                     skip_kernel: fault == Fault::SkipProcess,
                 };
-                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings)?))
+                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings, work)?))
             }
         };
         let cpu_wait = CpuWaitContext::new(&objects.syncs).during("CPU wait context")?;
