@@ -334,6 +334,15 @@ impl Processor {
             Processor::Kernel(c) => c.entry_stream(),
         }
     }
+
+    /// The stream the *free* signal goes on (after the copy back, in copy
+    /// placement).
+    fn exit_stream(&self) -> &Stream {
+        match self {
+            Processor::HostFn { stream, .. } => stream,
+            Processor::Kernel(c) => c.exit_stream(),
+        }
+    }
 }
 
 /// The NvSci transport (see the module docs): a value that owns its CUDA
@@ -463,29 +472,39 @@ impl NvSciTransport {
         fault: Fault,
     ) -> Result<Self, TransportError> {
         let work = (processing == Processing::CudaKernel).then(CheckInvert::boxed);
-        Self::build(ctx, name, processing, work, geometry, slots, fault)
+        let placed = work.map(|w| (w, Placement::InPlace));
+        Self::build(ctx, name, processing, placed, geometry, slots, fault)
     }
 
     /// Opens the transport with `ctx` as the consumer's context, the
-    /// consumer running `work` on every frame, in place (zero-copy: the
-    /// work sees the NvSciBuf buffer itself).
+    /// consumer running `work` on every frame: on the NvSciBuf buffer
+    /// itself ([`Placement::InPlace`], zero-copy) or on a device-local copy
+    /// of it, copied back after the work ([`Placement::DeviceCopy`]).
+    /// [`Placement::ReadBack`] is the EGLStream's, refused here.
     pub fn with_work(
         ctx: &Context,
         name: &'static str,
         work: Box<dyn FrameWork>,
+        placement: Placement,
         geometry: FrameGeometry,
         slots: usize,
         fault: Fault,
     ) -> Result<Self, TransportError> {
+        if placement == Placement::ReadBack {
+            return Err(TransportError::refused(
+                "the NvSci transport's consumer works on its own buffers: InPlace or DeviceCopy",
+            ));
+        }
         let processing = Processing::CudaKernel;
-        Self::build(ctx, name, processing, Some(work), geometry, slots, fault)
+        let placed = Some((work, placement));
+        Self::build(ctx, name, processing, placed, geometry, slots, fault)
     }
 
     fn build(
         ctx: &Context,
         name: &'static str,
         processing: Processing,
-        work: Option<Box<dyn FrameWork>>,
+        work: Option<(Box<dyn FrameWork>, Placement)>,
         geometry: FrameGeometry,
         slots: usize,
         fault: Fault,
@@ -504,12 +523,12 @@ impl NvSciTransport {
                     in_flight: 0,
                 }
             }
-            (Processing::CudaKernel, Some(work)) => {
+            (Processing::CudaKernel, Some((work, placement))) => {
                 let config = ConsumerConfig {
                     geometry,
                     slots,
                     memory: FrameMemory::System,
-                    placement: Placement::InPlace,
+                    placement,
                     skip_kernel: fault == Fault::SkipProcess,
                 };
                 Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings, work)?))
@@ -839,7 +858,7 @@ impl FrameTransport for NvSciTransport {
         self.queue_processing(slot, frame)?;
         let free = self.slots[slot]
             .signaler
-            .signal(self.processor.stream())
+            .signal(self.processor.exit_stream())
             .during("CUDA signal of free fence")?;
         let produced = self.slots[slot]
             .signaler
