@@ -227,7 +227,7 @@ impl crate::frame::LeasedMemory for Lendable<VulkanFrame> {
     }
 }
 
-/// A consumer slot's pinned host frame ([`Work::ReadBack`](super::Work::ReadBack)):
+/// A consumer slot's pinned host frame ([`Placement::ReadBack`](super::Placement::ReadBack)):
 /// the buffer and a shared view of its bytes, so that a lent frame can read
 /// them through `&self` from another thread.
 pub(crate) struct HostFrame {

@@ -27,7 +27,7 @@
 //! first. The consumer's copy has the producer's pitch (checked per frame:
 //! a frame of another pitch is an error, not a silent re-layout).
 //!
-//! Processing is the pipeline's [`Consumer`] ([`Work::ReadBack`]): the
+//! Processing is the pipeline's [`Consumer`] ([`Placement::ReadBack`]): the
 //! NVRTC kernel of [`crate::consumer`] over the acquired frame, then a copy
 //! kernel into the slot's pinned host buffer (the buffer the camera writes
 //! and the producer checks), times and completion from CUDA events. The
@@ -41,7 +41,7 @@ use tegra_interop::driver::{BackendKind, Context, DeviceBuffer, Stream};
 use crate::consumer::egl::EglStreamEnds;
 pub use crate::consumer::egl::OwnedEglStream;
 use crate::consumer::shared::{HostFrame, Lendable};
-use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
+use crate::consumer::{CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement};
 use crate::transport::{
     Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, SlotMemory, Ticket,
     TransportError, TransportInfo,
@@ -91,7 +91,7 @@ pub struct EglTransport {
     figures: Figures,
     // Torn down in this order by `shut_down` (see Drop).
     pstream: Stream,
-    /// The consumer's CUDA work ([`Work::ReadBack`]: the kernel over each
+    /// The consumer's CUDA work ([`Placement::ReadBack`]: the kernel over each
     /// acquired frame, then a copy into the slot's pinned host buffer, which
     /// it owns); `None` once shut down.
     consumer_work: Option<Box<Consumer>>,
@@ -119,6 +119,19 @@ impl EglTransport {
         geometry: FrameGeometry,
         slots: usize,
     ) -> Result<EglTransport, TransportError> {
+        Self::open_with_work(ctx, stream, name, geometry, slots, CheckInvert::boxed())
+    }
+
+    /// [`EglTransport::open`] running `work` on each acquired frame
+    /// ([`Placement::ReadBack`]) instead of the check-and-invert kernel.
+    pub fn open_with_work(
+        ctx: &Context,
+        stream: OwnedEglStream,
+        name: &'static str,
+        geometry: FrameGeometry,
+        slots: usize,
+        work: Box<dyn FrameWork>,
+    ) -> Result<EglTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || slots == 0 {
             return Err(TransportError::refused(
@@ -129,10 +142,10 @@ impl EglTransport {
             geometry,
             slots,
             memory: FrameMemory::Device,
-            work: Work::ReadBack,
+            placement: Placement::ReadBack,
             skip_kernel: false,
         };
-        let consumer_work = Consumer::new(ctx, config, Vec::new())?;
+        let consumer_work = Consumer::new(ctx, config, Vec::new(), work)?;
         let pool = (0..pool_size(slots))
             .map(|_| DeviceBuffer::new(ctx, len).during("allocating a frame buffer (cuMemAlloc)"))
             .collect::<Result<Vec<_>, _>>()?;

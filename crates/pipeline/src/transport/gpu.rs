@@ -67,7 +67,7 @@
 //! frame to the slot's device buffer) and runs the kernel; the second stream
 //! waits for the kernel's end event, copies the frame back, records the
 //! frame's end and signals *free* (the shared [`Consumer`]'s
-//! `Work::DeviceCopy`). A slot's next frame is queued only after the
+//! `Placement::DeviceCopy`). A slot's next frame is queued only after the
 //! slot's last frame was collected (its end event completed: the ring), so
 //! its copy in cannot overtake the last copy out of the same device buffer;
 //! *ready* and *free* order both streams against the producer as before. [`CopyWith::Kernels`] keeps the earlier copy kernels
@@ -213,7 +213,7 @@
 //! # Launches
 //!
 //! The consumer's CUDA work is the pipeline's shared [`Consumer`]
-//! (`Work::InPlace` for zero-copy, `Work::DeviceCopy` for copy mode), on
+//! (`Placement::InPlace` for zero-copy, `Placement::DeviceCopy` for copy mode), on
 //! the driver's function table (the seam): its streams, events, device
 //! buffers, pinned counters and the NVRTC-compiled kernels are the
 //! driver's owned handles, one `cuLaunchKernel` per kernel with no
@@ -246,7 +246,9 @@ use crate::transport::{
 };
 
 use crate::consumer::shared::{Lendable, RegisteredFrame, VulkanFrame};
-use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
+use crate::consumer::{
+    self, CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement,
+};
 
 mod cuda;
 
@@ -858,6 +860,19 @@ impl GpuTransport {
         slots: usize,
         options: GpuOptions,
     ) -> Result<GpuTransport, TransportError> {
+        Self::open_with_work(geometry, slots, options, CheckInvert::boxed())
+    }
+
+    /// [`GpuTransport::open_with`] with the consumer running `work` on
+    /// every frame instead of the check-and-invert kernel: on the Vulkan
+    /// frame itself in [`Mode::ZeroCopy`], on the slot's device copy in
+    /// [`Mode::DeviceCopy`] (copied back into the frame afterwards).
+    pub fn open_with_work(
+        geometry: FrameGeometry,
+        slots: usize,
+        options: GpuOptions,
+        work: Box<dyn FrameWork>,
+    ) -> Result<GpuTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || geometry.stride == 0 {
             return Err(TransportError::refused(
@@ -882,13 +897,13 @@ impl GpuTransport {
             geometry,
             slots,
             memory: FrameMemory::System,
-            work: match options.mode {
-                Mode::ZeroCopy => Work::InPlace,
-                Mode::DeviceCopy => Work::DeviceCopy(options.copy_with),
+            placement: match options.mode {
+                Mode::ZeroCopy => Placement::InPlace,
+                Mode::DeviceCopy => Placement::DeviceCopy(options.copy_with),
             },
             skip_kernel: false,
         };
-        let mut consumer = Consumer::new(&dev.ctx, config, mapped)?;
+        let mut consumer = Consumer::new(&dev.ctx, config, mapped, work)?;
         if options.registers_frames() {
             consumer.copy_through_registered(register_frames(&dev.ctx, &slots_vk)?)?;
         }

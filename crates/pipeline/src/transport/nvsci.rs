@@ -76,7 +76,7 @@ use tegra_interop::driver::nvsci::{
 use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
 use crate::consumer::shared::{CpuFrame, Lendable};
-use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
+use crate::consumer::{CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement};
 use crate::transport::host::Fault;
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, DriverResultExt,
@@ -333,6 +333,15 @@ impl Processor {
             Processor::Kernel(c) => c.entry_stream(),
         }
     }
+
+    /// The stream the *free* signal goes on (after the copy back, in copy
+    /// placement).
+    fn exit_stream(&self) -> &Stream {
+        match self {
+            Processor::HostFn { stream, .. } => stream,
+            Processor::Kernel(c) => c.exit_stream(),
+        }
+    }
 }
 
 /// The NvSci transport (see the module docs): a value that owns its CUDA
@@ -451,6 +460,8 @@ impl NvSciTransport {
 
     /// Opens the transport with `ctx` as the consumer's context (the
     /// transport keeps a clone of it; so may the caller, for its own work).
+    /// [`Processing::CudaKernel`] runs the check-and-invert kernel
+    /// ([`CheckInvert`]); [`NvSciTransport::with_work`] runs the caller's.
     pub fn new(
         ctx: &Context,
         name: &'static str,
@@ -459,11 +470,49 @@ impl NvSciTransport {
         slots: usize,
         fault: Fault,
     ) -> Result<Self, TransportError> {
+        let work = (processing == Processing::CudaKernel).then(CheckInvert::boxed);
+        let placed = work.map(|w| (w, Placement::InPlace));
+        Self::build(ctx, name, processing, placed, geometry, slots, fault)
+    }
+
+    /// Opens the transport with `ctx` as the consumer's context, the
+    /// consumer running `work` on every frame: on the NvSciBuf buffer
+    /// itself ([`Placement::InPlace`], zero-copy) or on a device-local copy
+    /// of it, copied back after the work ([`Placement::DeviceCopy`]).
+    /// [`Placement::ReadBack`] is the EGLStream's, refused here.
+    pub fn with_work(
+        ctx: &Context,
+        name: &'static str,
+        work: Box<dyn FrameWork>,
+        placement: Placement,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, TransportError> {
+        if placement == Placement::ReadBack {
+            return Err(TransportError::refused(
+                "the NvSci transport's consumer works on its own buffers: InPlace or DeviceCopy",
+            ));
+        }
+        let processing = Processing::CudaKernel;
+        let placed = Some((work, placement));
+        Self::build(ctx, name, processing, placed, geometry, slots, fault)
+    }
+
+    fn build(
+        ctx: &Context,
+        name: &'static str,
+        processing: Processing,
+        work: Option<(Box<dyn FrameWork>, Placement)>,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, TransportError> {
         let objects = Objects::allocate(ctx.backend(), ctx, geometry.frame_len(), slots)?;
         let memories = objects.import_memories(ctx)?;
         let (mappings, slot_state) = import_slots(ctx, &objects, &memories, geometry)?;
-        let processor = match processing {
-            Processing::HostFnOverSimulatedDeviceMemory => {
+        let processor = match (processing, work) {
+            (Processing::HostFnOverSimulatedDeviceMemory, _) | (_, None) => {
                 let (done_tx, done_rx) = mpsc::channel();
                 Processor::HostFn {
                     stream: Stream::new(ctx).during("CUDA stream")?,
@@ -473,15 +522,15 @@ impl NvSciTransport {
                     in_flight: 0,
                 }
             }
-            Processing::CudaKernel => {
+            (Processing::CudaKernel, Some((work, placement))) => {
                 let config = ConsumerConfig {
                     geometry,
                     slots,
                     memory: FrameMemory::System,
-                    work: Work::InPlace,
+                    placement,
                     skip_kernel: fault == Fault::SkipProcess,
                 };
-                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings)?))
+                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings, work)?))
             }
         };
         let cpu_wait = CpuWaitContext::new(&objects.syncs).during("CPU wait context")?;
@@ -795,7 +844,7 @@ impl FrameTransport for NvSciTransport {
         self.queue_processing(slot, frame)?;
         let free = self.slots[slot]
             .signaler
-            .signal(self.processor.stream())
+            .signal(self.processor.exit_stream())
             .during("CUDA signal of free fence")?;
         let produced = self.slots[slot]
             .signaler
