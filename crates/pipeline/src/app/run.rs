@@ -380,6 +380,9 @@ pub(crate) struct Run<'t> {
     /// Per slot: nanoseconds the producer spent acquiring its lease.
     acquire_ns: [u64; MAX_SLOTS],
     checker: Option<CheckerThread>,
+    /// Without the checker thread: read leases to check on the producer
+    /// thread once its waits are recorded.
+    to_check: Vec<CheckJob>,
     progress: Progress,
     pub(crate) first_start: Option<Instant>,
 }
@@ -397,6 +400,7 @@ impl<'t> Run<'t> {
             digests: [None; MAX_SLOTS],
             acquire_ns: [0; MAX_SLOTS],
             checker,
+            to_check: Vec::with_capacity(MAX_SLOTS),
             progress,
             first_start: None,
         }
@@ -447,6 +451,7 @@ impl<'t> Run<'t> {
         while self.ring.pending() > 0 {
             let f = self.ring.wait_collect()?;
             self.finished(f)?;
+            self.check_here();
         }
         self.progress.update(self.plan.frames);
         self.progress.finish();
@@ -494,6 +499,7 @@ impl<'t> Run<'t> {
             ("checker wait", checker_ns),
         ];
         self.t.trace.producer_waits(frame, start, waits);
+        self.check_here();
         Ok(())
     }
 
@@ -523,12 +529,23 @@ impl<'t> Run<'t> {
                 Ok((lend_ns, began.elapsed().as_nanos() as u64))
             }
             None => {
-                let (frame, slot) = (read.frame(), read.slot());
-                let (result, ns) = self.plan.checker.check(frame, read.bytes(), expected);
-                drop(read);
-                self.checked(frame, slot, result, ns, began);
+                self.to_check.push(CheckJob { read, expected });
                 Ok((lend_ns, 0))
             }
+        }
+    }
+
+    /// Checks the read leases kept for the producer thread (each dropped
+    /// after, which gives its slot back).
+    fn check_here(&mut self) {
+        for job in std::mem::take(&mut self.to_check) {
+            let (frame, slot, at) = (job.read.frame(), job.read.slot(), Instant::now());
+            let (result, ns) = self
+                .plan
+                .checker
+                .check(frame, job.read.bytes(), job.expected);
+            drop(job.read);
+            self.checked(frame, slot, result, ns, at);
         }
     }
 
