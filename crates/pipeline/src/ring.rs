@@ -17,7 +17,11 @@
 //! 3. [`Ring::collect`] / [`Ring::wait_collect`] give each finished frame
 //!    back as a [`Finished`], in the order the consumer finished them;
 //!    [`Ring::read`] lends a finished frame's processed bytes as a
-//!    [`ReadLease`] (owned, `Send`), for a check on any thread.
+//!    [`ReadLease`] (owned, `Send`), for a check on any thread. A frame can
+//!    be read until its slot's next lease is acquired: to read every
+//!    frame, call [`Ring::make_room`] and collect before each acquire (the
+//!    acquire collects what it must to free its slot, and a frame it
+//!    collected that way can no longer be read once it hands the slot out).
 //!
 //! Leases give their slot back by being dropped: a write lease dropped
 //! unwritten returns the slot to the transport unsignalled, and the ring
@@ -421,7 +425,8 @@ impl Ring {
     /// The next frame's slot as a [`WriteLease`], once its previous frame is
     /// collected and the transport found the slot's *free* fence reached.
     /// A frame whose lease was dropped unwritten comes first, with the same
-    /// ticket.
+    /// ticket. A finished frame of the slot not read by then can no longer
+    /// be read (see the module docs).
     ///
     /// # Errors
     /// [`RingError::Busy`] when the slot is still being written (a ring of

@@ -178,6 +178,7 @@ impl Invert {
         Invert::default()
     }
 
+    #[cfg(feature = "sim")]
     /// Registers the Rust twin of [`INVERT_SOURCE`] with a simulator. It
     /// does what the CUDA code does for the launch's grid: the vectors of
     /// the grid-stride loop (all of them, with any thread at all), and of

@@ -39,6 +39,7 @@ pub mod builtin;
 pub mod egl;
 pub mod kernel;
 pub mod shared;
+#[cfg(feature = "sim")]
 pub mod twin;
 pub mod work;
 
