@@ -15,8 +15,8 @@ use tegra_interop::driver::{
 
 use super::kernel::{self, grid_for, pattern_seed, Kernels, BLOCK};
 use super::work::{DeviceFrame, FrameWork, Placement, WorkError, WorkResultExt};
+use crate::error::TransportError;
 use crate::frame::FrameLayout;
-use crate::transport::TransportError;
 
 /// A [`TransportError`] from the kernel helpers as a [`WorkError`] (the
 /// consumer maps it back, so the kind survives the round trip).
