@@ -16,7 +16,8 @@
 //!   Jetson or the simulator), [`transport::egl`] (EGLImage / EGLStream),
 //!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
 //!   and [`transport::process`] (the camera in another process).
-//! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
+//! - [`consumer`]: the CUDA consumer and the user's work on each frame
+//!   ([`consumer::work::FrameWork`]; the check-and-invert kernel is one).
 //! - [`platform`]: the producing side's platform APIs, the crate
 //!   `tegra-interop-platform` re-exported: `platform::vulkan` (feature
 //!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
