@@ -24,7 +24,8 @@
 //!   Jetson or the simulator), [`transport::egl`] (EGLImage / EGLStream),
 //!   and `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA
 //!   consumer).
-//! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
+//! - [`consumer`]: the CUDA consumer and the user's work on each frame
+//!   ([`consumer::work::FrameWork`]; the check-and-invert kernel is one).
 //! - [`platform`]: the producing side's platform APIs, the crate
 //!   `tegra-interop-platform` re-exported: `platform::vulkan` (feature
 //!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory

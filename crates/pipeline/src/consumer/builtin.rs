@@ -1,5 +1,5 @@
 //! The project's own [`FrameWork`]s: [`CheckInvert`] (the check-and-invert
-//! kernel of [`KERNEL_SOURCE`], with its mismatch counters: what the
+//! kernel of [`KERNEL_SOURCE`](super::KERNEL_SOURCE), with its mismatch counters: what the
 //! `pipeline` program and the tests verify with) and [`Invert`] (every byte
 //! inverted, no pattern: for frames whose content the ring does not know,
 //! read back and re-inverted by whoever does).

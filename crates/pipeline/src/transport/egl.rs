@@ -124,6 +124,8 @@ impl EglTransport {
 
     /// [`EglTransport::open`] running `work` on each acquired frame
     /// ([`Placement::ReadBack`]) instead of the check-and-invert kernel.
+    /// The read-back after it is the consumer's copy kernel: on the
+    /// simulator register [`crate::consumer::twin::register`] too.
     pub fn open_with_work(
         ctx: &Context,
         stream: OwnedEglStream,
