@@ -515,27 +515,17 @@ impl Ring {
     /// its limit).
     ///
     /// # Errors
-    /// [`RingError::Order`] when nothing is pending; the transport's
+    /// [`RingError::Idle`] when nothing is pending; the transport's
     /// failure or timeout.
     pub fn wait_collect(&mut self) -> Result<Finished, RingError> {
         self.take_back()?;
         if self.done.is_empty() {
             if self.slots.in_flight() == 0 {
-                return Err(RingError::Order {
-                    what: "wait for a finished frame",
-                    frame: self.slots.next_frame(),
-                    slot: self.slots.next_slot(),
-                    state: self.slots.state(self.slots.next_slot()),
-                });
+                return Err(RingError::Idle);
             }
             self.collect_one(true)?;
         }
-        self.done.pop_front().ok_or(RingError::Order {
-            what: "collect",
-            frame: self.slots.next_frame(),
-            slot: self.slots.next_slot(),
-            state: None,
-        })
+        self.done.pop_front().ok_or(RingError::Idle)
     }
 
     /// Lends finished frame `f`'s processed bytes for reading, where the
@@ -644,7 +634,7 @@ mod tests {
             seen.push(done.frame());
         }
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
-        assert!(ring.wait_collect().is_err(), "nothing pending");
+        assert!(matches!(ring.wait_collect(), Err(RingError::Idle)));
         ring.close().unwrap();
     }
 

@@ -98,6 +98,9 @@ pub enum RingError {
         /// The lease's slot.
         slot: usize,
     },
+    /// A wait for a finished frame with none pending (nothing handed over
+    /// and not yet collected).
+    Idle,
     /// A wait of the ring ran past its limit.
     Timeout {
         /// What was waited for.
@@ -138,6 +141,7 @@ impl fmt::Display for RingError {
                 f,
                 "the lease of frame {frame} in slot {slot} belongs to another ring"
             ),
+            RingError::Idle => f.write_str("no frame is pending to wait for"),
             RingError::Timeout { waiting_for, limit } => {
                 write!(f, "timed out after {limit:?} waiting for {waiting_for}")
             }
