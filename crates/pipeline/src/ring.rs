@@ -678,6 +678,15 @@ mod tests {
         assert_eq!(ring.next_frame(), 5);
     }
 
+    /// Both leases cross threads.
+    #[test]
+    fn leases_are_send() {
+        fn send<T: Send>() {}
+        send::<WriteLease>();
+        send::<ReadLease>();
+        send::<Finished>();
+    }
+
     /// A lease written on another thread is handed over on this one.
     #[test]
     fn a_lease_is_written_on_another_thread() {
