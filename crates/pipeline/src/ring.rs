@@ -547,7 +547,7 @@ impl Ring {
         self.take_back()?;
         let Some((slot, free_reached)) = self.slots.lendable(f.frame()) else {
             return Err(RingError::Order {
-                what: "read",
+                what: "read (a frame is read before its slot's next acquire)",
                 frame: f.frame(),
                 slot: f.slot(),
                 state: self.slots.state(f.slot()),
