@@ -490,7 +490,12 @@ impl Ring {
         let write_ns = lease
             .write_ns
             .unwrap_or_else(|| now.saturating_duration_since(started).as_nanos() as u64);
-        self.transport.signal_ready(t, memory)?;
+        if let Err(e) = self.transport.signal_ready(t, memory) {
+            // Not signalled: the transport has the memory back, and the
+            // same ticket comes out again.
+            self.slots.unwritten(t)?;
+            return Err(e.into());
+        }
         self.slots.release(t, started, write_ns)?;
         if !self.info.queues_before_ready {
             self.transport.queue_consumer(t)?;
