@@ -13,7 +13,8 @@ use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerF
 use tegra_interop::driver::{BackendKind, Context, DeviceBuffer, Stream};
 use tegra_interop::sys::cuda::EGLStreamKHR;
 
-use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
+use crate::error::{DriverResultExt, TransportError};
+use crate::frame::FrameGeometry;
 
 /// Where an [`OwnedEglStream`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +45,7 @@ impl std::fmt::Debug for OwnedEglStream {
 }
 
 impl OwnedEglStream {
+    #[cfg(feature = "sim")]
     /// The simulator's stream (connected only in a context of the
     /// simulator: connecting it in a context of the real driver is refused).
     pub fn simulated(stream: tegra_interop_sim::egl::SimEglStream) -> OwnedEglStream {

@@ -11,7 +11,7 @@
 //! <camera>,<cuda>` (an `INTER_PROCESS` line of `/etc/nvsciipc.cfg`).
 //!
 //! # One protocol
-//! The CUDA process drives the pipeline's [`Ring`](crate::ring::Ring), the
+//! The CUDA process drives the ring's state machine ([`crate::slots::Slots`]), the
 //! one slot protocol of every transport; its transport,
 //! [`cuda::RemoteCamera`], has its producer side in the camera process:
 //! each ticket crosses to the camera, which waits for the slot's *free*
@@ -71,8 +71,7 @@ pub use summary::Summary;
 
 /// The endpoint names of the simulator's pair.
 const SIM_PAIR: (&str, &str) = ("tegra-interop-camera", "tegra-interop-cuda");
-/// How long either side waits for the other unless `--peer-timeout` says.
-pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::app::cli::DEFAULT_PEER_TIMEOUT;
 
 /// Runs the two-process mode as `opts` asks (`opts.processes == 2` or
 /// `opts.role` set); options this mode does not carry out are refused
