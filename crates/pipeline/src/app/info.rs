@@ -17,9 +17,12 @@
 //! ```
 //!
 //! Exit status: 0 report printed (also when no driver exists: that is a
-//! finding, not a failure), 2 bad arguments.
+//! finding, not a failure), 1 the report could not be made or written to
+//! stdout (a closed pipe, `interop_info | head -1`, is not a failure), 2
+//! bad arguments.
 
 use crate::app::cli::SimDriver;
+use crate::app::output;
 use crate::app::probe;
 #[cfg(feature = "vulkan")]
 use crate::transport::gpu;
@@ -41,7 +44,7 @@ use tegra_interop_sim::{Sim, SimConfig};
 #[command(
     name = "interop_info",
     about = "interop_info: what this machine offers for CUDA <-> NvSci / Vulkan interop",
-    after_help = "Exit status: 0 report printed (also when no driver exists: that is a finding), 2 bad arguments.",
+    after_help = "Exit status: 0 report printed (also when no driver exists: that is a finding), 1 the report could not be made or written to stdout, 2 bad arguments.",
     disable_version_flag = true
 )]
 struct Args {
@@ -451,25 +454,25 @@ fn report(with_sim: bool, sim_driver: SimDriver) -> Result<String, String> {
 }
 
 /// The `interop_info` binary: prints the report (`--sim` adds the simulator's view).
+/// Exit status: 0 report printed, 1 it could not be made or written to
+/// stdout (a closed pipe is not such a failure: see [`crate::app::output`]),
+/// 2 bad arguments.
 pub fn main() -> ExitCode {
     let (with_sim, sim_driver) = match Args::try_parse() {
         Ok(a) => (a.sim, a.sim_driver),
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
-            print!("{}", Args::command().render_long_help());
-            return ExitCode::SUCCESS;
+            let help = Args::command().render_long_help().to_string();
+            return output::stdout_then("the help", &help, ExitCode::SUCCESS);
         }
         Err(e) => {
-            eprintln!("error: {}", crate::app::cli::one_line(&e));
+            output::stderr_line(&format!("error: {}", crate::app::cli::one_line(&e)));
             return ExitCode::from(2);
         }
     };
     match report(with_sim, sim_driver) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Ok(text) => output::stdout_then("the report", &text, ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("error: {e}");
+            output::stderr_line(&format!("error: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -50,20 +50,23 @@ use crate::transport::{
 /// the run is declared stuck.
 const STUCK: Duration = Duration::from_secs(10);
 
-/// Environment variable that sets the producer's pool of device buffers
-/// (ring + 1 ..= 64), for measuring how waiting for the driver to return
-/// presented buffers limits the frame rate.
-pub const POOL_ENV: &str = "TEGRA_INTEROP_EGL_POOL";
+/// The most device buffers the producer's pool may have.
+pub const MAX_POOL: usize = 64;
 
-/// The producer's buffers: [`POOL_ENV`] where set to a number in
-/// `slots + 1 ..= 64`, else `slots + 1`, the least that works (the stream
-/// keeps the most recently released frame for reuse: measured).
-pub fn pool_size(slots: usize) -> usize {
-    std::env::var(POOL_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| (slots + 1..=64).contains(n))
-        .unwrap_or(slots + 1)
+/// The producer's buffers for a ring of `slots`: `pool` where given (it
+/// must be in `slots + 1 ..= MAX_POOL`; a larger pool is for measuring how
+/// waiting for the driver to return presented buffers limits the frame
+/// rate), else `slots + 1`, the least that works (the stream keeps the most
+/// recently released frame for reuse: measured).
+pub fn pool_size(slots: usize, pool: Option<usize>) -> Result<usize, TransportError> {
+    match pool {
+        None => Ok(slots + 1),
+        Some(n) if (slots + 1..=MAX_POOL).contains(&n) => Ok(n),
+        Some(n) => Err(TransportError::refused(format!(
+            "a pool of {n} device buffers for a ring of {slots}: it takes {}..={MAX_POOL}",
+            slots + 1
+        ))),
+    }
 }
 
 /// Per-frame figures of the EGLStream handover, for the report.
@@ -105,7 +108,8 @@ impl EglTransport {
     /// Opens the transport on `stream`, an `EGLStreamKHR` in FIFO mode of
     /// at least `slots` frames (the transport keeps it and destroys it
     /// after both ends disconnected), with `ctx` as the producer's and
-    /// consumer's context.
+    /// consumer's context and `pool` device buffers for the producer
+    /// ([`pool_size`]; `None`: the least that works).
     ///
     /// The consumer's work is the pipeline's [`Consumer`] (the NVRTC
     /// kernel over each acquired frame, then its read-back), on a GPU and on
@@ -117,6 +121,7 @@ impl EglTransport {
         name: &'static str,
         geometry: FrameGeometry,
         slots: usize,
+        pool: Option<usize>,
     ) -> Result<EglTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || slots == 0 {
@@ -132,7 +137,7 @@ impl EglTransport {
             skip_kernel: false,
         };
         let consumer_work = Consumer::new(ctx, config, Vec::new())?;
-        let pool = (0..pool_size(slots))
+        let pool = (0..pool_size(slots, pool)?)
             .map(|_| DeviceBuffer::new(ctx, len).during("allocating a frame buffer (cuMemAlloc)"))
             .collect::<Result<Vec<_>, _>>()?;
         let mut t = EglTransport {
@@ -389,10 +394,12 @@ fn consume(
 /// Opens the transport on the simulator: a simulated FIFO stream of
 /// `slots` frames, processed by the pipeline's [`Consumer`], whose kernels
 /// run as their Rust twins (registered with the simulator made here).
-/// Gives the simulator too, for its ledger after the run.
+/// Gives the simulator too, for its ledger after the run. `pool`: the
+/// producer's buffers ([`pool_size`]).
 pub fn open_sim(
     geometry: FrameGeometry,
     slots: usize,
+    pool: Option<usize>,
 ) -> Result<(EglTransport, tegra_interop_sim::Sim), TransportError> {
     use tegra_interop_sim::egl::EglStreamMode;
     let sim = tegra_interop_sim::Sim::new()
@@ -405,18 +412,19 @@ pub fn open_sim(
         .create_egl_stream(EglStreamMode::Fifo(fifo))
         .ok_or_else(|| TransportError::refused("the simulator refused an EGLStream"))?;
     let stream = OwnedEglStream::simulated(stream);
-    let t = EglTransport::open(&ctx, stream, "egl-sim", geometry, slots)?;
+    let t = EglTransport::open(&ctx, stream, "egl-sim", geometry, slots, pool)?;
     Ok((t, sim))
 }
 
 /// Opens the transport on the real driver with a real EGL display (the
 /// device platform, headless) and a FIFO stream of `slots` frames,
 /// processing by the NVRTC kernel. Gives the driver's backend too, for its
-/// deferred release errors.
+/// deferred release errors. `pool`: the producer's buffers ([`pool_size`]).
 #[cfg(feature = "vulkan")]
 pub fn open_real(
     geometry: FrameGeometry,
     slots: usize,
+    pool: Option<usize>,
 ) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
     let backend = tegra_interop::driver::Backend::real().during("CUDA driver")?;
     let ctx = Context::new(std::sync::Arc::clone(&backend), 0).during("CUDA context")?;
@@ -429,7 +437,7 @@ pub fn open_real(
         .map_err(|e| TransportError::refused(e.to_string()))?;
     // The stream keeps its display (the exporter's) alive.
     let stream = OwnedEglStream::display(stream);
-    let t = EglTransport::open(&ctx, stream, "egl-gpu", geometry, slots)?;
+    let t = EglTransport::open(&ctx, stream, "egl-gpu", geometry, slots, pool)?;
     Ok((t, backend))
 }
 
@@ -438,6 +446,7 @@ pub fn open_real(
 pub fn open_real(
     _geometry: FrameGeometry,
     _slots: usize,
+    _pool: Option<usize>,
 ) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
     Err(TransportError::refused(
         "this program was built without `--features vulkan`, which brings the EGL display code",
@@ -478,7 +487,7 @@ mod tests {
     /// the simulator's call log.
     fn run_verified(slots: usize) -> Vec<&'static str> {
         {
-            let (mut t, sim) = open_sim(G, slots).unwrap();
+            let (mut t, sim) = open_sim(G, slots, None).unwrap();
             let mut ring = Ring::new(slots).unwrap();
             let mut collected = Vec::new();
             let mut note = |c: &Completion| {
@@ -515,7 +524,7 @@ mod tests {
 
     #[test]
     fn a_consumer_before_the_present_is_refused() {
-        let (mut t, sim) = open_sim(G, 2).unwrap();
+        let (mut t, sim) = open_sim(G, 2, None).unwrap();
         let mut ring = Ring::new(2).unwrap();
         let ticket = ring.acquire().unwrap();
         t.wait_free(&ticket).unwrap();
@@ -532,8 +541,24 @@ mod tests {
     #[test]
     fn odd_strides_are_refused_before_anything_is_made() {
         let g = FrameGeometry { stride: 6, rows: 2 };
-        let e = open_sim(g, 2).err().unwrap();
+        let e = open_sim(g, 2, None).err().unwrap();
         assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
         assert!(e.to_string().contains("multiple of 4"), "{e}");
+    }
+
+    #[test]
+    fn the_pool_is_a_setting_with_a_checked_range() {
+        assert_eq!(pool_size(3, None).unwrap(), 4);
+        assert_eq!(pool_size(3, Some(4)).unwrap(), 4);
+        assert_eq!(pool_size(3, Some(MAX_POOL)).unwrap(), MAX_POOL);
+        for bad in [0, 3, MAX_POOL + 1, 100_000] {
+            let e = pool_size(3, Some(bad)).unwrap_err();
+            assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
+            assert!(e.to_string().contains("4..=64"), "{e}");
+        }
+        assert!(open_sim(G, 3, Some(3)).is_err());
+        let (t, sim) = open_sim(G, 2, Some(6)).unwrap();
+        drop(t);
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }
 }
