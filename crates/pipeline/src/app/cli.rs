@@ -603,26 +603,32 @@ impl Args {
                 }
             ));
         }
-        if o.two_process() {
-            two_process_conflicts(&o)?;
-        } else {
-            for (given, flag) in [
-                (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
-                (o.endpoints.is_some(), "--endpoints"),
-                (
-                    o.peer_timeout != Options::default().peer_timeout,
-                    "--peer-timeout",
-                ),
-            ] {
-                if given {
-                    return Err(format!(
-                        "{flag} only applies to the two-process mode (--processes 2 or --role)"
-                    ));
-                }
-            }
-        }
+        mode_conflicts(&o)?;
         Ok(o)
     }
+}
+
+/// The two-process mode's conflicts ([`two_process_conflicts`]), or, in
+/// one process, its options given anyway.
+fn mode_conflicts(o: &Options) -> Result<(), String> {
+    if o.two_process() {
+        return two_process_conflicts(o);
+    }
+    for (given, flag) in [
+        (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
+        (o.endpoints.is_some(), "--endpoints"),
+        (
+            o.peer_timeout != Options::default().peer_timeout,
+            "--peer-timeout",
+        ),
+    ] {
+        if given {
+            return Err(format!(
+                "{flag} only applies to the two-process mode (--processes 2 or --role)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `--trace -` with `--json` (both would write JSON to stdout), and
