@@ -117,9 +117,14 @@ fn a_full_stderr_does_not_change_the_exit_status() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    // A run error too.
+    // A run error too (a trace that cannot be created stops the run).
     let o = pipeline()
-        .args(["--backend", "jetson"])
+        .args([
+            "--backend",
+            "host",
+            "--trace",
+            "/nonexistent-dir-of-this-test/t.json",
+        ])
         .args(SMALL)
         .stderr(dev_full())
         .output()
