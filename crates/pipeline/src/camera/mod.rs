@@ -790,6 +790,18 @@ impl<I2C: I2c, PIN: OutputPin, R: FrameReadout> Camera<I2C, PIN, R> {
 mod tests {
     use super::TestPattern;
 
+    /// Out of range is refused and decides nothing (the number stays free
+    /// for the process).
+    #[test]
+    fn frame_threads_outside_their_range_are_refused() {
+        use super::{set_frame_threads, ConfigError, MAX_FRAME_THREADS};
+        for n in [0, MAX_FRAME_THREADS + 1, 100_000] {
+            assert_eq!(set_frame_threads(n), Err(ConfigError::FrameThreads(n)));
+        }
+        let e = ConfigError::FrameThreads(0).to_string();
+        assert!(e.contains("1..=64"), "{e}");
+    }
+
     /// The block-table fill and check agree with the per-byte definition,
     /// for strides that are and are not multiples of the 256-byte block.
     #[test]
