@@ -308,7 +308,7 @@ fn egl_stream_transport_verifies_every_frame() {
         rows: 64,
     };
     for slots in [1usize, 2, 4] {
-        let (mut t, backend) = egl::open_real(g, slots).unwrap();
+        let (mut t, backend) = egl::open_real(g, slots, None).unwrap();
         assert_eq!(t.info().backend, "egl-gpu");
         let mut ring = Ring::new(slots).unwrap();
         let frames = 6 * slots as u64 + 3;

@@ -108,7 +108,7 @@ fn run(which: Transport, frames: u64, checkpoints: &[u64]) -> Vec<(u64, Rss)> {
         }
         Transport::Egl => {
             let (t, sim) =
-                tegra_interop_pipeline::transport::egl::open_sim(GEOMETRY, SLOTS).unwrap();
+                tegra_interop_pipeline::transport::egl::open_sim(GEOMETRY, SLOTS, None).unwrap();
             (Box::new(t), sim)
         }
     };

@@ -308,11 +308,12 @@ fn a_trace_file_that_cannot_be_created_stops_the_run_before_it_starts() {
         assert_eq!(o.status.code(), Some(1), "{err}");
         assert!(err.contains("--trace: cannot create"), "{err}");
         assert!(err.contains(target.to_str().unwrap()), "{err}");
-        // No report: nothing ran.
-        assert!(
-            o.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&o.stdout)
+        // No report, nothing ran: `--json`'s error object instead.
+        let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            (&j["ok"], &j["stage"]),
+            (&false.into(), &"run".into()),
+            "{j}"
         );
     }
 }

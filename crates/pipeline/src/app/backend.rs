@@ -132,10 +132,11 @@ impl OpenedRest {
     }
 }
 
-/// The discrete-GPU transport's opener: geometry, slots, `--copy`; the
-/// transport and its one-line note.
+/// The discrete-GPU transport's opener: geometry, slots, the options
+/// (`--copy`, the environment's GPU settings); the transport and its
+/// one-line note.
 pub type GpuOpen =
-    fn(FrameGeometry, usize, bool) -> Result<(Box<dyn FrameTransport>, &'static str), String>;
+    fn(FrameGeometry, usize, &Options) -> Result<(Box<dyn FrameTransport>, &'static str), String>;
 
 /// The discrete-GPU transport, passed in by a program built with it (the
 /// pipeline with `--features vulkan`); programs without it pass `None`.
@@ -143,7 +144,7 @@ pub type GpuOpen =
 pub struct GpuHook {
     /// Whether it can run here (see [`probe::TransportProbe`]).
     pub probe: probe::TransportProbe,
-    /// Opens it for the geometry, the ring's size and `--copy`.
+    /// Opens it for the geometry, the ring's size and the options.
     pub open: GpuOpen,
 }
 
@@ -244,7 +245,7 @@ pub fn open(
         _ => why,
     };
     if matches!(concrete, Concrete::Egl) {
-        return open_egl(why, geometry, opts.ring);
+        return open_egl(why, geometry, opts.ring, opts.egl_pool);
     }
     let opened = |transport: Box<dyn FrameTransport>, note, transport_copies, after| Opened {
         transport,
@@ -255,9 +256,9 @@ pub fn open(
         after,
     };
     Ok(match concrete {
-        Concrete::Egl => return open_egl(String::new(), geometry, opts.ring),
+        Concrete::Egl => return open_egl(String::new(), geometry, opts.ring, opts.egl_pool),
         Concrete::Gpu(hook) => {
-            let (t, note) = (hook.open)(geometry, opts.ring, opts.copy)?;
+            let (t, note) = (hook.open)(geometry, opts.ring, opts)?;
             opened(t, Some(note), true, After::Nothing)
         }
         Concrete::Jetson(backend) => {
@@ -304,29 +305,36 @@ pub fn open(
 /// opens, else on the simulator with the reason. The stream makes the copy
 /// (measured on the H200: the consumer acquires its own copy), so the
 /// camera writes the slot directly.
-fn open_egl(why: String, geometry: FrameGeometry, ring: usize) -> Result<Opened, String> {
-    Ok(match crate::transport::egl::open_real(geometry, ring) {
-        Ok((t, backend)) => Opened {
-            note: Some(t.note()),
-            transport: Box::new(t),
-            why: format!("{why}; a GPU with an EGL display"),
-            transport_copies: true,
-            always_copies: true,
-            after: After::Driver(backend),
-        },
-        Err(no) => {
-            let (t, sim) = crate::transport::egl::open_sim(geometry, ring)?;
-            Opened {
+fn open_egl(
+    why: String,
+    geometry: FrameGeometry,
+    ring: usize,
+    pool: Option<usize>,
+) -> Result<Opened, String> {
+    Ok(
+        match crate::transport::egl::open_real(geometry, ring, pool) {
+            Ok((t, backend)) => Opened {
                 note: Some(t.note()),
                 transport: Box::new(t),
-                why: format!("{why}; on the simulator, because no real EGLStream opened: {no}")
-                    .replace('\n', " "),
+                why: format!("{why}; a GPU with an EGL display"),
                 transport_copies: true,
                 always_copies: true,
-                after: After::Sim(sim),
+                after: After::Driver(backend),
+            },
+            Err(no) => {
+                let (t, sim) = crate::transport::egl::open_sim(geometry, ring, pool)?;
+                Opened {
+                    note: Some(t.note()),
+                    transport: Box::new(t),
+                    why: format!("{why}; on the simulator, because no real EGLStream opened: {no}")
+                        .replace('\n', " "),
+                    transport_copies: true,
+                    always_copies: true,
+                    after: After::Sim(sim),
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 #[cfg(test)]

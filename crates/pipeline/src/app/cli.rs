@@ -16,22 +16,33 @@ use crate::camera::{PixelFormat, SensorConfig};
 use crate::ring::MAX_SLOTS;
 use crate::transport::host::Fault;
 
+pub mod env;
+pub use env::Environment;
+
 /// Most frames one run may have.
 pub const MAX_FRAMES: u64 = 1_000_000;
 
 /// Most threads `--frame-threads` may ask for.
-pub const MAX_FRAME_THREADS: usize = 64;
+pub const MAX_FRAME_THREADS: usize = crate::camera::MAX_FRAME_THREADS;
+
+/// Most device buffers `--egl-pool` may ask for.
+pub const MAX_EGL_POOL: usize = crate::transport::egl::MAX_POOL;
 
 /// What `--help` prints after the options: the exit statuses and every
 /// environment variable that still changes what the program does.
 pub const AFTER_HELP: &str = "\
-Exit status: 0 all frames verified, 1 run or verification failure, 2 bad arguments.
+Exit status: 0 all frames verified; 1 run or verification failure, or stdout could not be
+written (a closed pipe is not a failure: the status stays the run's); 2 bad arguments or a bad
+environment variable. With --json, stdout always carries one JSON object: the report, or
+{\"ok\": false, \"stage\": \"arguments\" | \"run\", \"error\": ...}.
 
-Environment (each overrides a built-in choice; none is needed):
+Environment (read once, at the start; each overrides a built-in choice, none is needed; unset or
+empty: the default; any other value outside the accepted ones is refused, exit status 2):
   TEGRA_INTEROP_FRAME_THREADS  threads that write and check a large frame, 1..=64
                                (--frame-threads wins where both are given)
   TEGRA_INTEROP_CAMERA_AHEAD   on or 1 (default) | off or 0: --camera-ahead where not given
   TEGRA_INTEROP_EGL_POOL       --backend egl: the producer's device buffers, ring+1..=64
+                               (--egl-pool wins where both are given)
   TEGRA_INTEROP_GPU_HANDOVER   --backend gpu: queue (default) | host-only (a diagnosis
                                control that is expected to fail verification)
   TEGRA_INTEROP_GPU_EARLY      --backend gpu: 1 (default) | 0
@@ -40,7 +51,9 @@ Environment (each overrides a built-in choice; none is needed):
                                mapping page-locked for CUDA) | import (the earlier path)
   TEGRA_INTEROP_GPU_RECLAIM_AFTER  --backend gpu: later frames released before a slot is
                                taken back, 0..=8 (default 1)
-  TEGRA_INTEROP_VK_QUEUE       --backend gpu: which Vulkan queue family the producer uses";
+  TEGRA_INTEROP_VK_QUEUE       --backend gpu: the Vulkan queue family of the handover:
+                               first-compute | compute-only | transfer-only
+                               (default: transfer-only where the device has one)";
 
 /// Which interop backend to run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -195,11 +208,20 @@ pub struct Options {
     /// How long a side of the two-process mode waits for the other before
     /// it gives up with a timeout error (`--peer-timeout`).
     pub peer_timeout: std::time::Duration,
-    /// Threads that write and check a large frame (`None`: the default, or
-    /// `TEGRA_INTEROP_FRAME_THREADS`).
+    /// `--frame-threads`: threads that write and check a large frame
+    /// (`None`: `TEGRA_INTEROP_FRAME_THREADS`, else the default; see
+    /// [`Options::frame_threads_setting`]).
     pub frame_threads: Option<usize>,
+    /// `--egl-pool`, else `TEGRA_INTEROP_EGL_POOL`: the EGL transport's
+    /// device buffers (`None`: the least that works).
+    pub egl_pool: Option<usize>,
+    /// What the `TEGRA_INTEROP_*` variables asked for (read by [`parse`]).
+    /// A process of the two-process mode reads its own (it inherits them),
+    /// so [`Options::to_args`] leaves them out.
+    pub env: Environment,
     /// `--trace`: where each frame's stages go as a Chrome trace (see
-    /// [`crate::app::trace`]); `None`: no trace.
+    /// [`crate::app::trace`]); `-`: stdout ([`Options::trace_to_stdout`]);
+    /// `None`: no trace.
     pub trace: Option<PathBuf>,
     /// `--trace-frames`: how many frames (the first) the trace records.
     pub trace_frames: u64,
@@ -214,6 +236,18 @@ impl Options {
     /// Whether this run is the two-process mode (either side or both).
     pub fn two_process(&self) -> bool {
         self.processes == 2 || self.role.is_some()
+    }
+
+    /// Whether `--trace -` sends the trace to stdout (the human-readable
+    /// report then goes to stderr).
+    pub fn trace_to_stdout(&self) -> bool {
+        self.trace.as_deref() == Some(std::path::Path::new(crate::app::trace::STDOUT))
+    }
+
+    /// The threads for a large frame this run asks for: `--frame-threads`,
+    /// else `TEGRA_INTEROP_FRAME_THREADS`; `None`: the default.
+    pub fn frame_threads_setting(&self) -> Option<usize> {
+        self.frame_threads.or(self.env.frame_threads)
     }
 
     /// The command-line arguments that give these options (defaults left
@@ -267,6 +301,9 @@ impl Options {
         if let Some(n) = self.frame_threads {
             push("--frame-threads", n.to_string());
         }
+        if let Some(n) = self.egl_pool {
+            push("--egl-pool", n.to_string());
+        }
         if let Some(p) = &self.nvsciipc_config {
             a.push("--nvsciipc-config".into());
             a.push(p.clone().into_os_string());
@@ -317,6 +354,8 @@ impl Default for Options {
             endpoints: None,
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             frame_threads: None,
+            egl_pool: None,
+            env: Environment::default(),
             trace: None,
             trace_frames: crate::app::trace::DEFAULT_TRACE_FRAMES,
             camera_ahead: true,
@@ -361,6 +400,10 @@ fn processes_arg(v: &str) -> Result<u8, String> {
 
 fn threads_arg(v: &str) -> Result<usize, String> {
     ranged(v, 1, MAX_FRAME_THREADS as u64, "").map(|n| n as usize)
+}
+
+fn egl_pool_arg(v: &str) -> Result<usize, String> {
+    ranged(v, 2, MAX_EGL_POOL as u64, ": ring+1 at least").map(|n| n as usize)
 }
 
 fn peer_timeout_arg(v: &str) -> Result<std::time::Duration, String> {
@@ -458,10 +501,19 @@ pub struct Args {
     /// a quarter of the machine's cores, 1..=8; not in the two-process mode)
     #[arg(long, value_name = "N", value_parser = threads_arg)]
     frame_threads: Option<usize>,
+    /// --backend egl: the producer's device buffers (ring+1..=64; default
+    /// ring+1, the least that works; more for measuring how waiting for the
+    /// driver to return presented buffers limits the frame rate)
+    #[arg(long, value_name = "N", value_parser = egl_pool_arg)]
+    egl_pool: Option<usize>,
     /// Write each frame's stages (camera write, handover, consumer,
     /// read-back check, the producer's waits) to FILE as a Chrome trace
-    /// (JSON; open it in ui.perfetto.dev or chrome://tracing); the file is
-    /// created before the run and written at its end (one-process mode only)
+    /// (JSON; open it in ui.perfetto.dev or chrome://tracing; `-`: stdout,
+    /// and the report goes to stderr; not with --json). The trace is
+    /// written beside FILE and replaces it only once complete (a run that
+    /// fails before it starts leaves FILE as it was); a FILE that exists
+    /// and is not a regular file (a FIFO, a device) is refused before the
+    /// run (one-process mode only)
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Whether the camera writes the next frame on its own thread while the
@@ -481,7 +533,7 @@ pub struct Args {
 impl Args {
     /// The checks that involve more than one option; each error names the
     /// options that conflict.
-    pub fn validate(self) -> Result<Options, String> {
+    pub fn validate(self, env: Environment) -> Result<Options, String> {
         let format = match self.format {
             FormatArg::Raw8 => PixelFormat::Raw8,
             FormatArg::Raw16 => PixelFormat::Raw16,
@@ -514,15 +566,18 @@ impl Args {
             endpoints: self.endpoints,
             peer_timeout: self.peer_timeout,
             frame_threads: self.frame_threads,
+            egl_pool: self.egl_pool.or(env.egl_pool),
+            env,
             trace: self.trace,
             trace_frames: self
                 .trace_frames
                 .unwrap_or(crate::app::trace::DEFAULT_TRACE_FRAMES),
             camera_ahead: match self.camera_ahead {
                 Some(s) => s == Switch::On,
-                None => camera_ahead_from_env()?,
+                None => env.camera_ahead.unwrap_or(true),
             },
         };
+        output_and_pool_conflicts(&o, self.egl_pool.is_some())?;
         if self.camera_ahead.is_some() && o.two_process() {
             return Err(
                 "--camera-ahead cannot be used with --processes 2 or --role: the two-process mode does not carry it out"
@@ -552,44 +607,68 @@ impl Args {
                 }
             ));
         }
-        if o.two_process() {
-            two_process_conflicts(&o)?;
-        } else {
-            for (given, flag) in [
-                (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
-                (o.endpoints.is_some(), "--endpoints"),
-                (
-                    o.peer_timeout != Options::default().peer_timeout,
-                    "--peer-timeout",
-                ),
-            ] {
-                if given {
-                    return Err(format!(
-                        "{flag} only applies to the two-process mode (--processes 2 or --role)"
-                    ));
-                }
-            }
-        }
+        mode_conflicts(&o)?;
         Ok(o)
     }
 }
 
-/// `TEGRA_INTEROP_CAMERA_AHEAD`: on (also 1) or off (also 0); unset or
-/// empty: on; anything else is refused.
-fn camera_ahead_from_env() -> Result<bool, String> {
-    match std::env::var("TEGRA_INTEROP_CAMERA_AHEAD") {
-        Err(std::env::VarError::NotPresent) => Ok(true),
-        Ok(v) => match v.trim() {
-            "" | "on" | "1" => Ok(true),
-            "off" | "0" => Ok(false),
-            other => Err(format!(
-                "TEGRA_INTEROP_CAMERA_AHEAD={other} is neither on (1) nor off (0)"
-            )),
-        },
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err("TEGRA_INTEROP_CAMERA_AHEAD is not valid Unicode".into())
+/// The two-process mode's conflicts ([`two_process_conflicts`]), or, in
+/// one process, its options given anyway.
+fn mode_conflicts(o: &Options) -> Result<(), String> {
+    if o.two_process() {
+        return two_process_conflicts(o);
+    }
+    for (given, flag) in [
+        (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
+        (o.endpoints.is_some(), "--endpoints"),
+        (
+            o.peer_timeout != Options::default().peer_timeout,
+            "--peer-timeout",
+        ),
+    ] {
+        if given {
+            return Err(format!(
+                "{flag} only applies to the two-process mode (--processes 2 or --role)"
+            ));
         }
     }
+    Ok(())
+}
+
+/// `--trace -` with `--json` (both would write JSON to stdout), and
+/// `--egl-pool` (given on the command line: `flag`) without `--backend egl`
+/// or outside ring+1..=64, are refused, naming the options.
+fn output_and_pool_conflicts(o: &Options, flag: bool) -> Result<(), String> {
+    if o.trace_to_stdout() && o.json {
+        return Err(
+            "--trace - cannot be used with --json: both would write JSON to stdout; give --trace a FILE"
+                .into(),
+        );
+    }
+    if flag && o.backend != BackendChoice::Egl {
+        return Err(format!(
+            "--egl-pool only applies to --backend egl (not --backend {})",
+            o.backend.name()
+        ));
+    }
+    match o.egl_pool {
+        Some(n) if flag && !(o.ring + 1..=MAX_EGL_POOL).contains(&n) => Err(format!(
+            "--egl-pool {n} is outside {}..={MAX_EGL_POOL} for --ring {} (ring+1 at least)",
+            o.ring + 1,
+            o.ring
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Applies what the options set for the whole process (before any frame):
+/// the threads for a large frame ([`Options::frame_threads_setting`]).
+/// Both programs that run the pipeline call it once.
+pub fn apply_process_settings(o: &Options) -> Result<(), String> {
+    if let Some(n) = o.frame_threads_setting() {
+        crate::camera::set_frame_threads(n).map_err(|e| format!("--frame-threads: {e}"))?;
+    }
+    Ok(())
 }
 
 /// What the two-process mode does not carry out is refused, naming both
@@ -639,6 +718,9 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
 }
 
 /// What the command line asks for.
+// Made once per process and matched at once: boxing the options would buy
+// nothing but a change to every caller.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// Print the help text ([`help`]).
@@ -672,8 +754,18 @@ pub fn one_line(e: &clap::Error) -> String {
     format!("{msg} (see --help)")
 }
 
-/// Parses the arguments after the program name.
+/// Parses the arguments after the program name, and the process's
+/// `TEGRA_INTEROP_*` variables ([`mod@env`]).
 pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, String> {
+    parse_with_env(args, &|name| std::env::var_os(name))
+}
+
+/// [`parse`] with the variables read through `var` instead of the
+/// process's environment.
+pub fn parse_with_env<I: IntoIterator<Item = OsString>>(
+    args: I,
+    var: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<Command, String> {
     let argv = std::iter::once(OsString::from("pipeline")).chain(args);
     let matches = match Args::command().try_get_matches_from(argv) {
         Ok(m) => m,
@@ -696,7 +788,8 @@ pub fn parse<I: IntoIterator<Item = OsString>>(args: I) -> Result<Command, Strin
                 .into(),
         );
     }
-    args.validate().map(Command::Run)
+    let env = Environment::read(var, args.ring)?;
+    args.validate(env).map(Command::Run)
 }
 
 #[cfg(test)]
@@ -705,7 +798,17 @@ mod tests {
     use super::*;
 
     fn run(args: &[&str]) -> Result<Options, String> {
-        match parse(args.iter().map(OsString::from))? {
+        run_with(args, &[])
+    }
+
+    /// Parses `args` with only the variables `vars` set.
+    fn run_with(args: &[&str], vars: &[(&str, &str)]) -> Result<Options, String> {
+        let var = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| OsString::from(v))
+        };
+        match parse_with_env(args.iter().map(OsString::from), &var)? {
             Command::Run(o) => Ok(o),
             Command::Help => Err("help".into()),
         }
@@ -813,9 +916,10 @@ mod tests {
                 "--frame-threads",
                 "2",
             ][..],
+            &["--backend", "egl", "--ring", "2", "--egl-pool", "5"][..],
         ] {
             let o = run(args).unwrap();
-            let again = match parse(o.to_args()).unwrap() {
+            let again = match parse_with_env(o.to_args(), &|_| None).unwrap() {
                 Command::Run(o) => o,
                 Command::Help => panic!("help"),
             };
@@ -884,6 +988,71 @@ mod tests {
     }
 
     #[test]
+    fn the_environment_becomes_options_and_a_flag_wins() {
+        let o = run_with(
+            &[],
+            &[(env::FRAME_THREADS, "5"), (env::CAMERA_AHEAD, "off")],
+        )
+        .unwrap();
+        assert_eq!(
+            (o.frame_threads, o.frame_threads_setting()),
+            (None, Some(5))
+        );
+        assert!(!o.camera_ahead);
+        let o = run_with(&["--frame-threads", "3"], &[(env::FRAME_THREADS, "5")]).unwrap();
+        assert_eq!(o.frame_threads_setting(), Some(3));
+        let o = run_with(&["--camera-ahead", "on"], &[(env::CAMERA_AHEAD, "0")]).unwrap();
+        assert!(o.camera_ahead);
+        let egl = ["--backend", "egl", "--ring", "3"];
+        assert_eq!(
+            run_with(&egl, &[(env::EGL_POOL, "9")]).unwrap().egl_pool,
+            Some(9)
+        );
+        let mut flag = egl.to_vec();
+        flag.extend(["--egl-pool", "4"]);
+        assert_eq!(
+            run_with(&flag, &[(env::EGL_POOL, "9")]).unwrap().egl_pool,
+            Some(4)
+        );
+        // The variable is checked against the ring even where the flag wins.
+        let e = run_with(&flag, &[(env::EGL_POOL, "3")]).unwrap_err();
+        assert!(e.contains(env::EGL_POOL) && e.contains("4..=64"), "{e}");
+        let o = run_with(&["--backend", "gpu"], &[(env::GPU_EARLY, "0")]).unwrap();
+        assert_eq!(o.env.gpu.early, Some(false));
+        // The two-process mode reads the variables in each process.
+        let o = run_with(&["--processes", "2"], &[(env::FRAME_THREADS, "2")]).unwrap();
+        assert_eq!(o.frame_threads_setting(), Some(2));
+        assert!(!o.to_args().iter().any(|a| a == "--frame-threads"));
+    }
+
+    #[test]
+    fn trace_to_stdout_and_the_egl_pool_are_checked() {
+        let o = run(&["--trace", "-"]).unwrap();
+        assert!(o.trace_to_stdout());
+        assert!(!run(&["--trace", "./-"]).unwrap().trace_to_stdout());
+        for (args, want) in [
+            (
+                &["--trace", "-", "--json"][..],
+                &["--trace -", "--json"][..],
+            ),
+            (&["--egl-pool", "6"], &["--egl-pool", "--backend egl"]),
+            (
+                &["--backend", "egl", "--ring", "8", "--egl-pool", "8"],
+                &["--egl-pool 8", "9..=64"],
+            ),
+            (
+                &["--backend", "egl", "--egl-pool", "65"],
+                &["--egl-pool", "2..=64"],
+            ),
+        ] {
+            let e = run(args).unwrap_err();
+            for w in want {
+                assert!(e.contains(w), "{args:?}: {e} (wanted {w:?})");
+            }
+        }
+    }
+
+    #[test]
     fn the_two_process_entry_point_refuses_what_it_does_not_carry_out() {
         let o = Options {
             processes: 2,
@@ -909,8 +1078,12 @@ mod tests {
             "TEGRA_INTEROP_CAMERA_AHEAD",
             "--camera-ahead <ON|OFF>",
             "TEGRA_INTEROP_EGL_POOL",
+            "--egl-pool <N>",
             "Exit status",
         ] {
+            assert!(h.contains(w), "{w}: {h}");
+        }
+        for w in env::ALL {
             assert!(h.contains(w), "{w}: {h}");
         }
         assert!(!h.contains("--die-at"));

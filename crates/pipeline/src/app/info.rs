@@ -17,9 +17,12 @@
 //! ```
 //!
 //! Exit status: 0 report printed (also when no driver exists: that is a
-//! finding, not a failure), 2 bad arguments.
+//! finding, not a failure), 1 the report could not be made or written to
+//! stdout (a closed pipe, `interop_info | head -1`, is not a failure), 2
+//! bad arguments.
 
 use crate::app::cli::SimDriver;
+use crate::app::output;
 use crate::app::probe;
 #[cfg(feature = "vulkan")]
 use crate::transport::gpu;
@@ -41,7 +44,7 @@ use tegra_interop_sim::{Sim, SimConfig};
 #[command(
     name = "interop_info",
     about = "interop_info: what this machine offers for CUDA <-> NvSci / Vulkan interop",
-    after_help = "Exit status: 0 report printed (also when no driver exists: that is a finding), 2 bad arguments.",
+    after_help = "Exit status: 0 report printed (also when no driver exists: that is a finding), 1 the report could not be made or written to stdout, 2 bad arguments.",
     disable_version_flag = true
 )]
 struct Args {
@@ -144,79 +147,91 @@ fn device_lines(out: &mut String, backend: &Arc<Backend>, driver: Option<i32>) {
                 attr(&dev, "INTEGRATED", 18, attribute::INTEGRATED)
             ),
         );
-        let _ = writeln!(out, "    handle kinds:");
-        let t = backend.table();
-        let opaque = match (
-            t.cuda.cuImportExternalMemory.is_some(),
-            t.cuda.cuImportExternalSemaphore.is_some(),
-        ) {
-            (true, true) => format!(
-                "entry points present (symbol present: cuImportExternalMemory, \
-                 cuImportExternalSemaphore; driver supports CUDA {}); import not probed: it \
-                 needs an exporter (Vulkan, NvSci), run the conformance suite; measured \
-                 working on an H200, driver 580.159",
-                driver.map_or_else(|| "?".into(), version)
-            ),
-            _ => "no (symbol missing: cuImportExternalMemory / cuImportExternalSemaphore)".into(),
-        };
-        line(out, "    fd (opaque)", opaque);
-        line(
-            out,
-            "    timeline semaphore",
-            attr(
-                &dev,
-                "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED",
-                114,
-                attribute::TIMELINE_SEMAPHORE_INTEROP_SUPPORTED,
-            ),
-        );
-        // Attribute 124 first appears in CUDA 11.7's attribute list (after
-        // cudarc's per-release bindings); an older driver does not know it.
-        let export = match (driver, dev.attribute(attribute::DMA_BUF_SUPPORTED)) {
-            (Some(v), Err(e)) if v < 11070 => format!(
-                "unknown to this driver: attribute DMA_BUF_SUPPORTED (124) is new in CUDA 11.7 and the driver is CUDA {} (call: cuDeviceGetAttribute answered {})",
-                version(v),
-                e.code().map_or_else(|| e.to_string(), |c| c.to_string())
-            ),
-            _ => attr(&dev, "DMA_BUF_SUPPORTED", 124, attribute::DMA_BUF_SUPPORTED),
-        };
-        line(
-            out,
-            "    dma-buf export",
-            format!("{export}; describes exporting device memory as a dma-buf, not importing one"),
-        );
-        // Probed whatever the version says: the driver's answer is the evidence.
-        let mut import = match Context::primary(backend.clone(), ordinal) {
-            Ok(ctx) => driver_probe::dma_buf_import(&ctx).to_string(),
-            Err(e) => format!("unknown (no probe possible: {e})"),
-        };
-        if let Some(v) = driver.filter(|v| *v < 13000) {
-            let _ = write!(
-                import,
-                "; note: cuDriverGetVersion = {v}, and the DMABUF_FD kind is new in CUDA 13.0"
-            );
-        }
-        line(out, "    DMABUF_FD import", import);
-        let libraries =
-            t.nvscibuf.NvSciBufModuleOpen.is_some() && t.nvscisync.NvSciSyncModuleOpen.is_some();
-        let nvsci = match (t.cuda.cuDeviceGetNvSciSyncAttributes.is_some(), libraries) {
-            (true, true) => {
-                "cuDeviceGetNvSciSyncAttributes present and NvSci libraries loaded (symbol present, library loaded; NVSCIBUF / NVSCISYNC import not probed)".to_string()
-            }
-            (true, false) => format!(
-                "cuDeviceGetNvSciSyncAttributes present, but no NvSci libraries (library not loaded{}): NVSCIBUF / NVSCISYNC imports are not possible (measured on an H200: the driver answers NOT_SUPPORTED)",
-                t.nvscibuf
-                    .loader
-                    .and_then(|n| n.load_error)
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
-            ),
-            (false, _) => {
-                "cuDeviceGetNvSciSyncAttributes missing (symbol missing): no NVSCIBUF / NVSCISYNC imports".to_string()
-            }
-        };
-        line(out, "    nvsci", nvsci);
+        handle_kind_lines(out, backend, driver, ordinal, &dev);
     }
+}
+
+/// The handle kinds device `ordinal` (`dev`) can import, as the driver
+/// answers (part of [`device_lines`]).
+fn handle_kind_lines(
+    out: &mut String,
+    backend: &Arc<Backend>,
+    driver: Option<i32>,
+    ordinal: i32,
+    dev: &Device,
+) {
+    let _ = writeln!(out, "    handle kinds:");
+    let t = backend.table();
+    let opaque = match (
+        t.cuda.cuImportExternalMemory.is_some(),
+        t.cuda.cuImportExternalSemaphore.is_some(),
+    ) {
+        (true, true) => format!(
+            "entry points present (symbol present: cuImportExternalMemory, \
+             cuImportExternalSemaphore; driver supports CUDA {}); import not probed: it \
+             needs an exporter (Vulkan, NvSci), run the conformance suite; measured \
+             working on an H200, driver 580.159",
+            driver.map_or_else(|| "?".into(), version)
+        ),
+        _ => "no (symbol missing: cuImportExternalMemory / cuImportExternalSemaphore)".into(),
+    };
+    line(out, "    fd (opaque)", opaque);
+    line(
+        out,
+        "    timeline semaphore",
+        attr(
+            dev,
+            "TIMELINE_SEMAPHORE_INTEROP_SUPPORTED",
+            114,
+            attribute::TIMELINE_SEMAPHORE_INTEROP_SUPPORTED,
+        ),
+    );
+    // Attribute 124 first appears in CUDA 11.7's attribute list (after
+    // cudarc's per-release bindings); an older driver does not know it.
+    let export = match (driver, dev.attribute(attribute::DMA_BUF_SUPPORTED)) {
+        (Some(v), Err(e)) if v < 11070 => format!(
+            "unknown to this driver: attribute DMA_BUF_SUPPORTED (124) is new in CUDA 11.7 and the driver is CUDA {} (call: cuDeviceGetAttribute answered {})",
+            version(v),
+            e.code().map_or_else(|| e.to_string(), |c| c.to_string())
+        ),
+        _ => attr(dev, "DMA_BUF_SUPPORTED", 124, attribute::DMA_BUF_SUPPORTED),
+    };
+    line(
+        out,
+        "    dma-buf export",
+        format!("{export}; describes exporting device memory as a dma-buf, not importing one"),
+    );
+    // Probed whatever the version says: the driver's answer is the evidence.
+    let mut import = match Context::primary(backend.clone(), ordinal) {
+        Ok(ctx) => driver_probe::dma_buf_import(&ctx).to_string(),
+        Err(e) => format!("unknown (no probe possible: {e})"),
+    };
+    if let Some(v) = driver.filter(|v| *v < 13000) {
+        let _ = write!(
+            import,
+            "; note: cuDriverGetVersion = {v}, and the DMABUF_FD kind is new in CUDA 13.0"
+        );
+    }
+    line(out, "    DMABUF_FD import", import);
+    let libraries =
+        t.nvscibuf.NvSciBufModuleOpen.is_some() && t.nvscisync.NvSciSyncModuleOpen.is_some();
+    let nvsci = match (t.cuda.cuDeviceGetNvSciSyncAttributes.is_some(), libraries) {
+        (true, true) => {
+            "cuDeviceGetNvSciSyncAttributes present and NvSci libraries loaded (symbol present, library loaded; NVSCIBUF / NVSCISYNC import not probed)".to_string()
+        }
+        (true, false) => format!(
+            "cuDeviceGetNvSciSyncAttributes present, but no NvSci libraries (library not loaded{}): NVSCIBUF / NVSCISYNC imports are not possible (measured on an H200: the driver answers NOT_SUPPORTED)",
+            t.nvscibuf
+                .loader
+                .and_then(|n| n.load_error)
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ),
+        (false, _) => {
+            "cuDeviceGetNvSciSyncAttributes missing (symbol missing): no NVSCIBUF / NVSCISYNC imports".to_string()
+        }
+    };
+    line(out, "    nvsci", nvsci);
 }
 
 fn library_line<'a>(
@@ -451,25 +466,25 @@ fn report(with_sim: bool, sim_driver: SimDriver) -> Result<String, String> {
 }
 
 /// The `interop_info` binary: prints the report (`--sim` adds the simulator's view).
+/// Exit status: 0 report printed, 1 it could not be made or written to
+/// stdout (a closed pipe is not such a failure: see [`crate::app::output`]),
+/// 2 bad arguments.
 pub fn main() -> ExitCode {
     let (with_sim, sim_driver) = match Args::try_parse() {
         Ok(a) => (a.sim, a.sim_driver),
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
-            print!("{}", Args::command().render_long_help());
-            return ExitCode::SUCCESS;
+            let help = Args::command().render_long_help().to_string();
+            return output::stdout_then("the help", &help, ExitCode::SUCCESS);
         }
         Err(e) => {
-            eprintln!("error: {}", crate::app::cli::one_line(&e));
+            output::stderr_line(&format!("error: {}", crate::app::cli::one_line(&e)));
             return ExitCode::from(2);
         }
     };
     match report(with_sim, sim_driver) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        Ok(text) => output::stdout_then("the report", &text, ExitCode::SUCCESS),
         Err(e) => {
-            eprintln!("error: {e}");
+            output::stderr_line(&format!("error: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -27,14 +27,16 @@ pub mod baseline;
 pub mod check;
 pub mod cli;
 pub mod info;
+pub mod output;
 pub mod probe;
 pub mod process;
+pub mod program;
 pub mod report;
 pub mod run;
 pub mod stats;
 pub mod trace;
 
-use std::process::ExitCode;
+pub use program::main;
 
 use crate::app::report::{Progress, Report};
 use crate::ring::Ring;
@@ -44,60 +46,9 @@ use crate::transport::FrameGeometry;
 use crate::transport::FrameTransport;
 use backend::Opened;
 use check::Checker;
-use cli::{Command, Options, Readback};
+use cli::{Options, Readback};
 use run::{Plan, Run, Timings};
 use trace::Trace;
-
-/// The `pipeline` binary: parses the command line, runs, prints the report.
-/// Exit status: 0 verified, 1 run or verification failure, 2 bad arguments.
-pub fn main() -> ExitCode {
-    let opts = match cli::parse(std::env::args_os().skip(1)) {
-        Ok(Command::Help) => {
-            print!("{}", cli::help());
-            return ExitCode::SUCCESS;
-        }
-        Ok(Command::Run(o)) => o,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if let Some(n) = opts.frame_threads {
-        crate::camera::set_frame_threads(n);
-    }
-    let (result, who) = if opts.two_process() {
-        let who = match opts.role {
-            Some(cli::Role::Camera) => "error (camera process)",
-            _ => "error (cuda process)",
-        };
-        let r = crate::app::process::run(&opts).map_err(|e| e.to_string());
-        (r, who)
-    } else {
-        (run(&opts).map(Some), "error")
-    };
-    match result {
-        Ok(Some(report)) => {
-            if opts.json {
-                println!("{}", report.json());
-            } else {
-                print!("{}", report.human());
-            }
-            if report.passed() {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("error: frames failed verification; the pipeline is broken");
-                ExitCode::FAILURE
-            }
-        }
-        // The camera side of the two-process mode: its figures went to the
-        // CUDA process, which reports them.
-        Ok(None) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{who}: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
 
 /// The discrete-GPU transport, in a build with `--features vulkan`.
 #[cfg(feature = "vulkan")]
@@ -110,16 +61,17 @@ const GPU: Option<backend::GpuHook> = Some(backend::GpuHook {
 #[cfg(not(feature = "vulkan"))]
 const GPU: Option<backend::GpuHook> = None;
 
-/// Opens the discrete-GPU transport (zero-copy, or copy-based for `--copy`).
+/// Opens the discrete-GPU transport (zero-copy, or copy-based for `--copy`)
+/// with the environment's settings ([`cli::env::GpuSettings`]).
 #[cfg(feature = "vulkan")]
 fn open_gpu(
     geometry: FrameGeometry,
     slots: usize,
-    copy: bool,
+    opts: &Options,
 ) -> Result<(Box<dyn FrameTransport>, &'static str), String> {
-    let mode = crate::transport::gpu::Mode::from_copy_flag(copy);
-    let t =
-        crate::transport::gpu::GpuTransport::open(geometry, slots, mode).map_err(String::from)?;
+    let options = cli::env::gpu_options(opts.copy, &opts.env.gpu);
+    let t = crate::transport::gpu::GpuTransport::open_with(geometry, slots, options)
+        .map_err(String::from)?;
     let note = t.note();
     Ok((Box::new(t), note))
 }

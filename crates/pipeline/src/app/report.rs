@@ -187,6 +187,9 @@ impl Serialize for JsonStages<'_> {
 #[derive(Serialize)]
 struct JsonReport<'a> {
     schema_version: u32,
+    /// Whether the run worked and verified (as in [`json_error`]'s object,
+    /// where it is false).
+    ok: bool,
     processes: u8,
     backend: &'a str,
     why: &'a str,
@@ -360,6 +363,7 @@ impl Report {
     pub fn json(&self) -> String {
         let r = JsonReport {
             schema_version: SCHEMA_VERSION,
+            ok: self.passed(),
             processes: self.processes,
             backend: self.backend,
             why: &self.why,
@@ -389,11 +393,25 @@ impl Report {
         };
         // Serialising plain numbers, strings and maps with string keys
         // cannot fail; should it, the error is the output, still JSON.
-        serde_json::to_string(&r).unwrap_or_else(|e| {
-            serde_json::json!({ "schema_version": SCHEMA_VERSION, "error": e.to_string() })
-                .to_string()
-        })
+        serde_json::to_string(&r).unwrap_or_else(|e| json_error("report", &e.to_string()))
     }
+}
+
+/// `--json`'s answer when there is no report: one line, one JSON object
+/// `{"schema_version": 1, "ok": false, "stage": ..., "error": ...}`, where
+/// `stage` is `"arguments"` (the command line or the environment was
+/// refused; exit status 2) or `"run"` (the run could not start or failed
+/// before its report; exit status 1; `"report"` should the report itself
+/// not serialize), and `error` is the message stderr shows. A run that reaches its report prints the report instead (with
+/// `"ok"`: whether it verified).
+pub fn json_error(stage: &str, error: &str) -> String {
+    serde_json::json!({
+        "schema_version": SCHEMA_VERSION,
+        "ok": false,
+        "stage": stage,
+        "error": error,
+    })
+    .to_string()
 }
 
 /// A one-line progress bar on stderr, drawn only on a terminal, only once a
@@ -518,6 +536,16 @@ mod tests {
     }
 
     #[test]
+    fn json_error_is_one_line_of_one_object() {
+        let text = json_error("run", "backend `gpu` is not available: \"x\"\nand more");
+        assert!(!text.contains('\n'));
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(j["schema_version"], SCHEMA_VERSION);
+        assert_eq!((&j["ok"], &j["stage"]), (&false.into(), &"run".into()));
+        assert!(j["error"].as_str().unwrap().ends_with("\"x\"\nand more"));
+    }
+
+    #[test]
     fn json_parses_with_the_schema_and_the_figures() {
         let text = report(false).json();
         assert!(!text.contains('\n'));
@@ -525,6 +553,7 @@ mod tests {
         assert_eq!(j["schema_version"], SCHEMA_VERSION);
         assert_eq!(j["processes"], 1);
         assert_eq!(j["verified"], false);
+        assert_eq!(j["ok"], false);
         assert_eq!(j["verification"]["first_failure"], "frame 1 \"bad\"");
         assert_eq!(j["verification"]["pulses"], 2);
         assert_eq!(j["latency_us"]["p50"], 3.0);

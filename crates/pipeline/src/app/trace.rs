@@ -38,12 +38,23 @@
 //! once when the trace is opened; the file is serialized from them);
 //! `otherData.frames_left_out` says how many were not. When no trace is
 //! asked for, [`Trace::off`] records nothing and allocates nothing.
-//! The file is created before the run starts (so a bad path is an error
-//! before any frame) and written once at its end.
+//!
+//! Where it is written: [`Trace::create`] checks the path before the run
+//! starts (so a bad path is an error before any frame): a path that exists
+//! and is not a regular file (a FIFO, a device, a directory) is refused
+//! with [`TraceError::NotRegular`] (nothing opens it, so nothing waits on
+//! a FIFO), and a temporary file is created beside it (`.NAME.PID.N.tmp`
+//! in the same directory). [`Trace::finish`] writes the trace there and
+//! renames it over the path, in one step, once it is complete; a trace
+//! dropped unfinished (a run that failed before it started) removes its
+//! temporary file, and an existing file at the path stays as it was. A run
+//! that starts and then fails still finishes its trace (the frames up to
+//! the failure). [`STDOUT`] (`-`) writes the trace to stdout instead, at
+//! the end of the run.
 
 use std::fmt;
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -51,6 +62,9 @@ use serde::Serialize;
 
 #[cfg(doc)]
 use crate::{ring::InFlight, transport::Completion};
+
+/// The `--trace` path that means stdout.
+pub const STDOUT: &str = "-";
 
 /// Frames traced when `--trace-frames` is not given.
 pub const DEFAULT_TRACE_FRAMES: u64 = 10_000;
@@ -117,12 +131,28 @@ pub enum TraceError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// The path exists and is not a regular file (checked before the run
+    /// starts; nothing opens it).
+    NotRegular {
+        /// The path given to `--trace`.
+        path: PathBuf,
+        /// What it is instead (`"a FIFO"`, `"a directory"`, ...).
+        what: &'static str,
+    },
     /// The file could not be written at the end of the run.
     Write {
         /// The path given to `--trace`.
         path: PathBuf,
         /// The error of the write (I/O or JSON).
         source: serde_json::Error,
+    },
+    /// The complete trace could not replace the path (the rename of the
+    /// temporary file over it failed; the temporary file is removed).
+    Replace {
+        /// The path given to `--trace`.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
     },
 }
 
@@ -134,9 +164,19 @@ impl fmt::Display for TraceError {
                 "--trace: cannot create {}: {source} (nothing was run)",
                 path.display()
             ),
+            TraceError::NotRegular { path, what } => write!(
+                f,
+                "--trace: cannot create {}: it is {what}, not a regular file (nothing was run)",
+                path.display()
+            ),
             TraceError::Write { path, source } => {
                 write!(f, "--trace: cannot write {}: {source}", path.display())
             }
+            TraceError::Replace { path, source } => write!(
+                f,
+                "--trace: cannot put the trace in place at {}: {source}",
+                path.display()
+            ),
         }
     }
 }
@@ -145,7 +185,9 @@ impl std::error::Error for TraceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             TraceError::Create { source, .. } => Some(source),
+            TraceError::NotRegular { .. } => None,
             TraceError::Write { source, .. } => Some(source),
+            TraceError::Replace { source, .. } => Some(source),
         }
     }
 }
@@ -162,11 +204,134 @@ struct Span {
     busy: Option<Duration>,
 }
 
+/// A temporary file beside the trace's path, removed unless
+/// [`TempFile::persist`] renamed it over the path.
+#[derive(Debug)]
+struct TempFile {
+    /// Where the complete trace goes.
+    target: PathBuf,
+    /// The temporary file's path.
+    temp: PathBuf,
+    out: BufWriter<File>,
+    persisted: bool,
+}
+
+impl TempFile {
+    /// Checks `path` (see the module docs) and creates the temporary file
+    /// beside the file it names.
+    fn beside(path: &Path) -> Result<TempFile, TraceError> {
+        let create = |source| TraceError::Create {
+            path: path.to_owned(),
+            source,
+        };
+        let (target, permissions) = match fs::metadata(path) {
+            Ok(m) if m.is_file() => {
+                // Through a symbolic link: the file it points to is replaced.
+                (
+                    fs::canonicalize(path).map_err(create)?,
+                    Some(m.permissions()),
+                )
+            }
+            Ok(m) => {
+                return Err(TraceError::NotRegular {
+                    path: path.to_owned(),
+                    what: kind_of(&m.file_type()),
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (path.to_owned(), None),
+            Err(e) => return Err(create(e)),
+        };
+        let dir = match target.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let name = target
+            .file_name()
+            .map_or_else(|| "trace".into(), |n| n.to_string_lossy().into_owned());
+        let mut last = None;
+        for n in 0..16 {
+            let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));
+            match File::options().write(true).create_new(true).open(&temp) {
+                Ok(file) => {
+                    if let Some(p) = &permissions {
+                        // The replaced file's permissions are kept (at worst
+                        // the new file has the default ones).
+                        let _ = file.set_permissions(p.clone());
+                    }
+                    return Ok(TempFile {
+                        target,
+                        temp,
+                        out: BufWriter::new(file),
+                        persisted: false,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(create(e)),
+            }
+        }
+        Err(create(
+            last.unwrap_or_else(|| io::ErrorKind::AlreadyExists.into()),
+        ))
+    }
+
+    /// Renames the (flushed) temporary file over the target.
+    fn persist(&mut self) -> io::Result<()> {
+        self.out.flush()?;
+        self.out.get_ref().sync_all()?;
+        fs::rename(&self.temp, &self.target)?;
+        self.persisted = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.persisted {
+            // Nothing to report to from here; a leftover is named `.*.tmp`.
+            let _ = fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// What a path that is not a regular file is, for the message.
+fn kind_of(t: &fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a plain file"
+    }
+}
+
+/// Where a trace goes.
+#[derive(Debug)]
+enum Sink {
+    /// A temporary file, renamed over the path at the end.
+    File(TempFile),
+    /// Stdout (`--trace -`).
+    Stdout,
+}
+
 /// An open trace: where it goes and what was recorded so far.
 #[derive(Debug)]
 struct Recorder {
     path: PathBuf,
-    out: BufWriter<File>,
+    sink: Sink,
     origin: Instant,
     limit: u64,
     spans: Vec<Span>,
@@ -193,17 +358,20 @@ impl Trace {
         Trace(None)
     }
 
-    /// Creates `path` now (an error names it before anything runs) and
-    /// records the first `limit` frames of a run of `frames`.
+    /// Checks `path` and creates the temporary file beside it now (an
+    /// error names the path before anything runs; see the module docs;
+    /// [`STDOUT`]: stdout) and records the first `limit` frames of a run of
+    /// `frames`.
     pub fn create(path: &Path, limit: u64, frames: u64) -> Result<Self, TraceError> {
-        let file = File::create(path).map_err(|source| TraceError::Create {
-            path: path.to_owned(),
-            source,
-        })?;
+        let sink = if path == Path::new(STDOUT) {
+            Sink::Stdout
+        } else {
+            Sink::File(TempFile::beside(path)?)
+        };
         let traced = usize::try_from(limit.min(frames)).unwrap_or(usize::MAX);
         Ok(Trace(Some(Recorder {
             path: path.to_owned(),
-            out: BufWriter::new(file),
+            sink,
             origin: Instant::now(),
             limit,
             spans: Vec::with_capacity(traced.saturating_mul(SPANS_PER_FRAME)),
@@ -306,16 +474,17 @@ impl Trace {
         }
     }
 
-    /// Writes the file (nothing when off): `backend` names the run's
-    /// transport, `frames` how many frames it ran. The events are
-    /// serialized straight from the recorded spans (no second copy).
+    /// Writes the trace (nothing when off) and puts it in place: `backend`
+    /// names the run's transport, `frames` how many frames it ran. The
+    /// events are serialized straight from the recorded spans (no second
+    /// copy).
     pub fn finish(self, backend: &str, frames: u64) -> Result<(), TraceError> {
         let Some(r) = self.0 else {
             return Ok(());
         };
         let Recorder {
             path,
-            mut out,
+            sink,
             origin,
             limit,
             spans,
@@ -338,12 +507,26 @@ impl Trace {
                 clock: "std::time::Instant (the report's clock), microseconds since the trace file was opened",
             },
         };
-        let written = serde_json::to_writer(&mut out, &file).and_then(|()| {
-            out.write_all(b"\n")
-                .and_then(|()| out.flush())
-                .map_err(serde_json::Error::io)
-        });
-        written.map_err(|source| TraceError::Write { path, source })
+        let write = |out: &mut dyn Write| {
+            serde_json::to_writer(&mut *out, &file).and_then(|()| {
+                out.write_all(b"\n")
+                    .and_then(|()| out.flush())
+                    .map_err(serde_json::Error::io)
+            })
+        };
+        match sink {
+            Sink::Stdout => {
+                write(&mut io::stdout().lock()).map_err(|source| TraceError::Write { path, source })
+            }
+            Sink::File(mut temp) => {
+                write(&mut temp.out).map_err(|source| TraceError::Write {
+                    path: path.clone(),
+                    source,
+                })?;
+                temp.persist()
+                    .map_err(|source| TraceError::Replace { path, source })
+            }
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use tegra_interop_pipeline::app::baseline::limit::{self, Comparison, ModeRow, Pieces};
 use tegra_interop_pipeline::app::cli::{self, Command, Options};
-use tegra_interop_pipeline::app::{self, baseline};
+use tegra_interop_pipeline::app::{self, baseline, output};
 use tegra_interop_pipeline::transport::FrameGeometry;
 
 /// Pixel formats of the pipeline's camera.
@@ -172,12 +172,17 @@ impl Args {
     }
 }
 
+/// The first failed write to stdout (reported once, at the end).
+static STDOUT_FAILED: std::sync::OnceLock<std::io::Error> = std::sync::OnceLock::new();
+
 /// Where the human-readable lines go: stdout, or stderr under `--json`.
+/// A closed or failed stdout does not stop the runs: the first failure is
+/// kept and decides the exit status at the end ([`output::failed_stdout`]).
 fn say(json: bool, text: &str) {
     if json {
-        eprintln!("{text}");
-    } else {
-        println!("{text}");
+        output::stderr_line(text);
+    } else if let Err(e) = output::stdout(&format!("{text}\n")) {
+        let _ = STDOUT_FAILED.set(e);
     }
 }
 
@@ -208,7 +213,7 @@ fn run_mode(args: &Args, opts: &Options, copy: bool) -> ModeRun {
             Some(r.frames_per_s())
         }
         Err(e) => {
-            eprintln!("error: ours, {mode}: {e}");
+            output::stderr_line(&format!("error: ours, {mode}: {e}"));
             ok = false;
             None
         }
@@ -231,7 +236,7 @@ fn run_mode(args: &Args, opts: &Options, copy: bool) -> ModeRun {
             Some(b.frames_per_s())
         }
         Err(e) => {
-            eprintln!("error: plain CUDA, {mode}: {e}");
+            output::stderr_line(&format!("error: plain CUDA, {mode}: {e}"));
             ok = false;
             None
         }
@@ -288,10 +293,14 @@ fn main() -> ExitCode {
     let opts = match args.pipeline_options() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: {e}");
+            output::stderr_line(&format!("error: {e}"));
             return ExitCode::from(2);
         }
     };
+    if let Err(e) = cli::apply_process_settings(&opts) {
+        output::stderr_line(&format!("error: {e}"));
+        return ExitCode::FAILURE;
+    }
     let geometry = FrameGeometry {
         stride: opts.sensor.stride(),
         rows: usize::from(opts.sensor.height),
@@ -300,7 +309,7 @@ fn main() -> ExitCode {
     let pieces = match limit::measure_real(geometry, args.limit_reps) {
         Ok(p) => Some(p),
         Err(e) => {
-            eprintln!("error: measuring the machine's limit: {e}");
+            output::stderr_line(&format!("error: measuring the machine's limit: {e}"));
             ok = false;
             None
         }
@@ -312,24 +321,31 @@ fn main() -> ExitCode {
         runs.push((copy, run));
     }
     let c = compare(geometry, &opts, pieces, &runs, ok);
-    eprint!("{}", c.limit_warnings());
+    let warnings = c.limit_warnings();
+    if !warnings.is_empty() {
+        output::stderr_line(warnings.trim_end_matches('\n'));
+    }
     say(
         args.json,
         &format!("\n{}\n\n{}", c.pieces_line(), c.table()),
     );
-    if args.json {
-        match serde_json::to_string(&c) {
-            Ok(j) => println!("{j}"),
-            Err(e) => {
-                eprintln!("error: writing the JSON: {e}");
-                ok = false;
-            }
-        }
-    }
-    if ok {
+    let status = if ok {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    };
+    if let Some(e) = STDOUT_FAILED.get() {
+        return output::failed_stdout("the reports", e, status);
+    }
+    if !args.json {
+        return status;
+    }
+    match serde_json::to_string(&c) {
+        Ok(j) => output::stdout_then("the JSON", &format!("{j}\n"), status),
+        Err(e) => {
+            output::stderr_line(&format!("error: writing the JSON: {e}"));
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -178,6 +178,9 @@ pub enum ConfigError {
     },
     /// Frame rate is zero or above the sensor's maximum.
     FrameRate(u8),
+    /// Threads for a frame outside 1..=[`MAX_FRAME_THREADS`]
+    /// ([`set_frame_threads`]).
+    FrameThreads(usize),
 }
 
 impl fmt::Display for ConfigError {
@@ -194,6 +197,10 @@ impl fmt::Display for ConfigError {
                 f,
                 "frame rate {fps} is outside 1..={}",
                 SensorConfig::MAX_FPS
+            ),
+            ConfigError::FrameThreads(n) => write!(
+                f,
+                "{n} threads for a frame is outside 1..={MAX_FRAME_THREADS}"
             ),
         }
     }
@@ -461,27 +468,28 @@ impl TestPattern {
 /// starting threads costs more than it saves.
 pub const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
-/// Environment variable that sets the threads [`frame_threads`] uses for a
-/// large frame (1..=64), for measuring: e.g. whether writing and checking are
-/// bound by the cores or by memory bandwidth. [`set_frame_threads`] (the
-/// `pipeline` program's `--frame-threads`) wins over it.
-pub const FRAME_THREADS_ENV: &str = "TEGRA_INTEROP_FRAME_THREADS";
+/// The most threads [`set_frame_threads`] accepts.
+pub const MAX_FRAME_THREADS: usize = 64;
 
 /// The threads for a large frame, decided once per process.
 static FRAME_THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
 
-/// Sets the threads [`frame_threads`] uses for a large frame (clamped to
-/// 1..=64). Only before the first frame: the camera's and the check's thread
-/// pools are started once; returns false (and changes nothing) when the
-/// number was already decided.
-pub fn set_frame_threads(threads: usize) -> bool {
-    FRAME_THREADS.set(threads.clamp(1, 64)).is_ok()
+/// Sets the threads [`frame_threads`] uses for a large frame
+/// (1..=[`MAX_FRAME_THREADS`], else [`ConfigError::FrameThreads`]), for
+/// measuring: e.g. whether writing and checking are bound by the cores or
+/// by memory bandwidth. Only before the first frame: the camera's and the
+/// check's thread pools are started once; `Ok(false)` (and nothing
+/// changed) when the number was already decided.
+pub fn set_frame_threads(threads: usize) -> Result<bool, ConfigError> {
+    if !(1..=MAX_FRAME_THREADS).contains(&threads) {
+        return Err(ConfigError::FrameThreads(threads));
+    }
+    Ok(FRAME_THREADS.set(threads).is_ok())
 }
 
 /// Threads used to write or check a frame of `len` bytes: one below
 /// [`PARALLEL_MIN_BYTES`], else the number given to [`set_frame_threads`],
-/// else [`FRAME_THREADS_ENV`] where set to a number in 1..=64, else a
-/// quarter of the machine's parallelism, 1..=8: the camera
+/// else a quarter of the machine's parallelism, 1..=8: the camera
 /// and the read-back check run at the same time, and both are bound by
 /// memory bandwidth before cores (measured on the 16-core H200 host: 4
 /// threads each wrote and checked about as fast as 8, and 8 + 8 at once
@@ -492,13 +500,7 @@ pub fn frame_threads(len: usize) -> usize {
         return 1;
     }
     *FRAME_THREADS.get_or_init(|| {
-        std::env::var(FRAME_THREADS_ENV)
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|n| (1..=64).contains(n))
-            .unwrap_or_else(|| {
-                std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 8))
-            })
+        std::thread::available_parallelism().map_or(1, |n| (n.get() / 4).clamp(1, 8))
     })
 }
 
@@ -792,6 +794,18 @@ impl<I2C: I2c, PIN: OutputPin, R: FrameReadout> Camera<I2C, PIN, R> {
 #[cfg(test)]
 mod tests {
     use super::TestPattern;
+
+    /// Out of range is refused and decides nothing (the number stays free
+    /// for the process).
+    #[test]
+    fn frame_threads_outside_their_range_are_refused() {
+        use super::{set_frame_threads, ConfigError, MAX_FRAME_THREADS};
+        for n in [0, MAX_FRAME_THREADS + 1, 100_000] {
+            assert_eq!(set_frame_threads(n), Err(ConfigError::FrameThreads(n)));
+        }
+        let e = ConfigError::FrameThreads(0).to_string();
+        assert!(e.contains("1..=64"), "{e}");
+    }
 
     /// The block-table fill and check agree with the per-byte definition,
     /// for strides that are and are not multiples of the 256-byte block.

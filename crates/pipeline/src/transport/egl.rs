@@ -51,20 +51,23 @@ use crate::transport::{
 /// the run is declared stuck.
 const STUCK: Duration = Duration::from_secs(10);
 
-/// Environment variable that sets the producer's pool of device buffers
-/// (ring + 1 ..= 64), for measuring how waiting for the driver to return
-/// presented buffers limits the frame rate.
-pub const POOL_ENV: &str = "TEGRA_INTEROP_EGL_POOL";
+/// The most device buffers the producer's pool may have.
+pub const MAX_POOL: usize = 64;
 
-/// The producer's buffers: [`POOL_ENV`] where set to a number in
-/// `slots + 1 ..= 64`, else `slots + 1`, the least that works (the stream
-/// keeps the most recently released frame for reuse: measured).
-pub fn pool_size(slots: usize) -> usize {
-    std::env::var(POOL_ENV)
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| (slots + 1..=64).contains(n))
-        .unwrap_or(slots + 1)
+/// The producer's buffers for a ring of `slots`: `pool` where given (it
+/// must be in `slots + 1 ..= MAX_POOL`; a larger pool is for measuring how
+/// waiting for the driver to return presented buffers limits the frame
+/// rate), else `slots + 1`, the least that works (the stream keeps the most
+/// recently released frame for reuse: measured).
+pub fn pool_size(slots: usize, pool: Option<usize>) -> Result<usize, TransportError> {
+    match pool {
+        None => Ok(slots + 1),
+        Some(n) if (slots + 1..=MAX_POOL).contains(&n) => Ok(n),
+        Some(n) => Err(TransportError::refused(format!(
+            "a pool of {n} device buffers for a ring of {slots}: it takes {}..={MAX_POOL}",
+            slots + 1
+        ))),
+    }
 }
 
 /// Per-frame figures of the EGLStream handover, for the report.
@@ -106,7 +109,8 @@ impl EglTransport {
     /// Opens the transport on `stream`, an `EGLStreamKHR` in FIFO mode of
     /// at least `slots` frames (the transport keeps it and destroys it
     /// after both ends disconnected), with `ctx` as the producer's and
-    /// consumer's context.
+    /// consumer's context and `pool` device buffers for the producer
+    /// ([`pool_size`]; `None`: the least that works).
     ///
     /// The consumer's work is the pipeline's [`Consumer`] (the NVRTC
     /// kernel over each acquired frame, then its read-back), on a GPU and on
@@ -118,8 +122,17 @@ impl EglTransport {
         name: &'static str,
         geometry: FrameGeometry,
         slots: usize,
+        pool: Option<usize>,
     ) -> Result<EglTransport, TransportError> {
-        Self::open_with_work(ctx, stream, name, geometry, slots, CheckInvert::boxed())
+        Self::open_with_work(
+            ctx,
+            stream,
+            name,
+            geometry,
+            slots,
+            pool,
+            CheckInvert::boxed(),
+        )
     }
 
     /// [`EglTransport::open`] running `work` on each acquired frame
@@ -132,6 +145,7 @@ impl EglTransport {
         name: &'static str,
         geometry: FrameGeometry,
         slots: usize,
+        pool: Option<usize>,
         work: Box<dyn FrameWork>,
     ) -> Result<EglTransport, TransportError> {
         let len = geometry.frame_len();
@@ -148,7 +162,7 @@ impl EglTransport {
             skip_kernel: false,
         };
         let consumer_work = Consumer::new(ctx, config, Vec::new(), work)?;
-        let pool = (0..pool_size(slots))
+        let pool = (0..pool_size(slots, pool)?)
             .map(|_| DeviceBuffer::new(ctx, len).during("allocating a frame buffer (cuMemAlloc)"))
             .collect::<Result<Vec<_>, _>>()?;
         let mut t = EglTransport {
@@ -413,10 +427,12 @@ fn consume(
 /// Opens the transport on the simulator: a simulated FIFO stream of
 /// `slots` frames, processed by the pipeline's [`Consumer`], whose kernels
 /// run as their Rust twins (registered with the simulator made here).
-/// Gives the simulator too, for its ledger after the run.
+/// Gives the simulator too, for its ledger after the run. `pool`: the
+/// producer's buffers ([`pool_size`]).
 pub fn open_sim(
     geometry: FrameGeometry,
     slots: usize,
+    pool: Option<usize>,
 ) -> Result<(EglTransport, tegra_interop_sim::Sim), TransportError> {
     use tegra_interop_sim::egl::EglStreamMode;
     let sim = tegra_interop_sim::Sim::new()
@@ -429,18 +445,19 @@ pub fn open_sim(
         .create_egl_stream(EglStreamMode::Fifo(fifo))
         .ok_or_else(|| TransportError::refused("the simulator refused an EGLStream"))?;
     let stream = OwnedEglStream::simulated(stream);
-    let t = EglTransport::open(&ctx, stream, "egl-sim", geometry, slots)?;
+    let t = EglTransport::open(&ctx, stream, "egl-sim", geometry, slots, pool)?;
     Ok((t, sim))
 }
 
 /// Opens the transport on the real driver with a real EGL display (the
 /// device platform, headless) and a FIFO stream of `slots` frames,
 /// processing by the NVRTC kernel. Gives the driver's backend too, for its
-/// deferred release errors.
+/// deferred release errors. `pool`: the producer's buffers ([`pool_size`]).
 #[cfg(feature = "vulkan")]
 pub fn open_real(
     geometry: FrameGeometry,
     slots: usize,
+    pool: Option<usize>,
 ) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
     let backend = tegra_interop::driver::Backend::real().during("CUDA driver")?;
     let ctx = Context::new(std::sync::Arc::clone(&backend), 0).during("CUDA context")?;
@@ -453,7 +470,7 @@ pub fn open_real(
         .map_err(|e| TransportError::refused(e.to_string()))?;
     // The stream keeps its display (the exporter's) alive.
     let stream = OwnedEglStream::display(stream);
-    let t = EglTransport::open(&ctx, stream, "egl-gpu", geometry, slots)?;
+    let t = EglTransport::open(&ctx, stream, "egl-gpu", geometry, slots, pool)?;
     Ok((t, backend))
 }
 
@@ -462,6 +479,7 @@ pub fn open_real(
 pub fn open_real(
     _geometry: FrameGeometry,
     _slots: usize,
+    _pool: Option<usize>,
 ) -> Result<(EglTransport, std::sync::Arc<tegra_interop::driver::Backend>), TransportError> {
     Err(TransportError::refused(
         "this program was built without `--features vulkan`, which brings the EGL display code",
@@ -501,7 +519,7 @@ mod tests {
     /// Every frame through the simulated EGLStream, checked on both sides;
     /// the simulator's call log.
     fn run_verified(slots: usize) -> Vec<&'static str> {
-        let (t, sim) = open_sim(G, slots).unwrap();
+        let (t, sim) = open_sim(G, slots, None).unwrap();
         let mut ring = Ring::new(t).unwrap();
         let mut collected = Vec::new();
         let frames = 3 * slots as u64 + 2;
@@ -536,7 +554,7 @@ mod tests {
 
     #[test]
     fn a_consumer_before_the_present_is_refused() {
-        let (mut t, sim) = open_sim(G, 2).unwrap();
+        let (mut t, sim) = open_sim(G, 2, None).unwrap();
         let mut slots = crate::slots::Slots::new(2).unwrap();
         let ticket = slots.acquire().unwrap();
         let memory = t.take_slot(&ticket).unwrap();
@@ -554,8 +572,24 @@ mod tests {
     #[test]
     fn odd_strides_are_refused_before_anything_is_made() {
         let g = FrameGeometry { stride: 6, rows: 2 };
-        let e = open_sim(g, 2).err().unwrap();
+        let e = open_sim(g, 2, None).err().unwrap();
         assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
         assert!(e.to_string().contains("multiple of 4"), "{e}");
+    }
+
+    #[test]
+    fn the_pool_is_a_setting_with_a_checked_range() {
+        assert_eq!(pool_size(3, None).unwrap(), 4);
+        assert_eq!(pool_size(3, Some(4)).unwrap(), 4);
+        assert_eq!(pool_size(3, Some(MAX_POOL)).unwrap(), MAX_POOL);
+        for bad in [0, 3, MAX_POOL + 1, 100_000] {
+            let e = pool_size(3, Some(bad)).unwrap_err();
+            assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
+            assert!(e.to_string().contains("4..=64"), "{e}");
+        }
+        assert!(open_sim(G, 3, Some(3)).is_err());
+        let (t, sim) = open_sim(G, 2, Some(6)).unwrap();
+        drop(t);
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }
 }

@@ -255,23 +255,6 @@ mod cuda;
 pub use cuda::GpuTimes;
 use cuda::{CudaSlot, Done, Enqueuer, Job, Request};
 
-/// `0` queues the consumer after the ready signal instead of before the
-/// write (for comparison; see [`TransportInfo::queues_before_ready`]); an
-/// override of [`GpuOptions::early`] read by [`GpuOptions::with_env`].
-pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
-
-/// `engines` or `kernels`: an override of [`GpuOptions::copy_with`] read by
-/// [`GpuOptions::with_env`].
-pub const COPY_WITH_ENV: &str = "TEGRA_INTEROP_GPU_COPY_WITH";
-
-/// `registered` or `import`: an override of [`GpuOptions::copy_from`] read
-/// by [`GpuOptions::with_env`].
-pub const COPY_FROM_ENV: &str = "TEGRA_INTEROP_GPU_COPY_FROM";
-
-/// A number of frames, 0..=[`MAX_RECLAIM_AFTER`]: an override of
-/// [`GpuOptions::reclaim_after`] read by [`GpuOptions::with_env`].
-pub const RECLAIM_AFTER_ENV: &str = "TEGRA_INTEROP_GPU_RECLAIM_AFTER";
-
 /// The largest [`GpuOptions::reclaim_after`] (a ring's most slots).
 pub const MAX_RECLAIM_AFTER: usize = crate::slots::MAX_SLOTS;
 
@@ -312,17 +295,6 @@ impl Mode {
 /// or copy kernels (the previous design, on the same two streams).
 pub use crate::consumer::CopyWith;
 
-/// `engines` or `kernels` (the value of [`COPY_WITH_ENV`]).
-pub fn parse_copy_with(value: &str) -> Result<CopyWith, TransportError> {
-    match value {
-        "engines" => Ok(CopyWith::Engines),
-        "kernels" => Ok(CopyWith::Kernels),
-        v => Err(TransportError::refused(format!(
-            "{COPY_WITH_ENV}={v:?}: expected `engines` or `kernels`"
-        ))),
-    }
-}
-
 /// Where copy mode's copy engines read and write the frames (with
 /// [`CopyWith::Engines`]; copy kernels always go through the import).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,17 +310,6 @@ pub enum CopyFrom {
     /// The frame's import into CUDA (`cuMemcpyDtoDAsync` from the mapped
     /// external memory): the earlier design, kept for comparison.
     Import,
-}
-
-/// `registered` or `import` (the value of [`COPY_FROM_ENV`]).
-pub fn parse_copy_from(value: &str) -> Result<CopyFrom, TransportError> {
-    match value {
-        "registered" => Ok(CopyFrom::Registered),
-        "import" => Ok(CopyFrom::Import),
-        v => Err(TransportError::refused(format!(
-            "{COPY_FROM_ENV}={v:?}: expected `registered` or `import`"
-        ))),
-    }
 }
 
 /// How the producer hands a frame to CUDA and takes the slot back.
@@ -370,24 +331,6 @@ pub enum Handover {
     /// `TEGRA_INTEROP_GPU_HANDOVER=host-only`; it is expected to fail
     /// verification.
     HostOnly,
-}
-
-impl Handover {
-    /// The environment variable that selects the diagnosis control (an
-    /// override of [`GpuOptions::handover`] read by [`GpuOptions::with_env`]).
-    pub const ENV: &'static str = "TEGRA_INTEROP_GPU_HANDOVER";
-
-    /// `queue` or `host-only`.
-    pub fn parse(value: &str) -> Result<Handover, TransportError> {
-        match value {
-            "queue" => Ok(Handover::Queue),
-            "host-only" => Ok(Handover::HostOnly),
-            v => Err(TransportError::refused(format!(
-                "{}={v:?}: expected `queue` or `host-only`",
-                Self::ENV
-            ))),
-        }
-    }
 }
 
 /// How the discrete-GPU transport works: what the program passes to
@@ -439,55 +382,6 @@ impl GpuOptions {
         self.mode == Mode::DeviceCopy
             && self.copy_with == CopyWith::Engines
             && self.copy_from == CopyFrom::Registered
-    }
-
-    /// These options with the environment's overrides applied, where set:
-    /// [`Handover::ENV`], [`EARLY_ENV`] (`0` or `1`), [`COPY_WITH_ENV`],
-    /// [`COPY_FROM_ENV`], [`RECLAIM_AFTER_ENV`] and
-    /// the queue choice's variable (`QueueChoice::ENV`). A program that
-    /// accepts them lists them in its `--help`.
-    pub fn with_env(self) -> Result<GpuOptions, TransportError> {
-        self.with_vars(|name| std::env::var(name).ok())
-    }
-
-    /// [`GpuOptions::with_env`] over any source of variables (testable).
-    fn with_vars(
-        mut self,
-        var: impl Fn(&str) -> Option<String>,
-    ) -> Result<GpuOptions, TransportError> {
-        if let Some(v) = var(Handover::ENV) {
-            self.handover = Handover::parse(&v)?;
-        }
-        if let Some(v) = var(COPY_WITH_ENV) {
-            self.copy_with = parse_copy_with(&v)?;
-        }
-        if let Some(v) = var(COPY_FROM_ENV) {
-            self.copy_from = parse_copy_from(&v)?;
-        }
-        match var(EARLY_ENV).as_deref() {
-            None => {}
-            Some("1") => self.early = true,
-            Some("0") => self.early = false,
-            Some(v) => {
-                return Err(TransportError::refused(format!(
-                    "{EARLY_ENV}={v:?}: expected 0 or 1"
-                )))
-            }
-        }
-        if let Some(v) = var(RECLAIM_AFTER_ENV) {
-            match v.parse::<usize>() {
-                Ok(n) if n <= MAX_RECLAIM_AFTER => self.reclaim_after = n,
-                _ => {
-                    return Err(TransportError::refused(format!(
-                        "{RECLAIM_AFTER_ENV}={v:?}: expected a number of frames, 0..={MAX_RECLAIM_AFTER}"
-                    )))
-                }
-            }
-        }
-        if var(QueueChoice::ENV).is_some() {
-            self.queue = QueueChoice::from_env_if_set().map_err(|e| err("Vulkan")(&e))?;
-        }
-        Ok(self)
     }
 }
 
@@ -839,14 +733,13 @@ impl CudaSide {
 }
 
 impl GpuTransport {
-    /// [`GpuTransport::open_with`] with [`GpuOptions::new`]`(mode)` and the
-    /// environment's overrides ([`GpuOptions::with_env`]).
+    /// [`GpuTransport::open_with`] with [`GpuOptions::new`]`(mode)`.
     pub fn open(
         geometry: FrameGeometry,
         slots: usize,
         mode: Mode,
     ) -> Result<GpuTransport, TransportError> {
-        Self::open_with(geometry, slots, GpuOptions::new(mode).with_env()?)
+        Self::open_with(geometry, slots, GpuOptions::new(mode))
     }
 
     /// Opens the discrete-GPU transport for `geometry` and `slots` slots:
@@ -1387,14 +1280,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handover_values_parse() {
-        assert_eq!(Handover::parse("queue").unwrap(), Handover::Queue);
-        assert_eq!(Handover::parse("host-only").unwrap(), Handover::HostOnly);
-        let e = Handover::parse("host").unwrap_err().to_string();
-        assert!(e.contains(Handover::ENV) && e.contains("host-only"), "{e}");
-    }
-
-    #[test]
     fn copy_flag_selects_the_mode() {
         assert_eq!(Mode::from_copy_flag(false), Mode::ZeroCopy);
         assert_eq!(Mode::from_copy_flag(true), Mode::DeviceCopy);
@@ -1413,53 +1298,29 @@ mod tests {
         assert_eq!(o.queue, None);
         assert_eq!(o.reclaim_after, 1);
         assert_eq!(GpuOptions::new(Mode::ZeroCopy).reclaim_after, 1);
-        // No variable set: nothing changes.
-        assert_eq!(o.with_vars(|_| None).unwrap(), o);
     }
 
     #[test]
-    fn environment_overrides_each_option_or_is_refused() {
-        let o = GpuOptions::new(Mode::ZeroCopy);
-        let set = |name: &'static str, value: &'static str| {
-            move |n: &str| (n == name).then(|| value.to_string())
+    fn the_diagnosis_control_says_so_and_copy_kernels_register_nothing() {
+        let h = GpuOptions {
+            handover: Handover::HostOnly,
+            ..GpuOptions::new(Mode::ZeroCopy)
         };
-        let h = o.with_vars(set(Handover::ENV, "host-only")).unwrap();
-        assert_eq!(h.handover, Handover::HostOnly);
-        assert!(!note(&h, MemoryLocation::HostCached).is_empty());
-        assert!(!o.with_vars(set(EARLY_ENV, "0")).unwrap().early);
-        assert!(o.with_vars(set(EARLY_ENV, "1")).unwrap().early);
-        let r = o.with_vars(set(RECLAIM_AFTER_ENV, "3")).unwrap();
-        assert_eq!(r.reclaim_after, 3);
-        for bad in ["-1", "9", "two", ""] {
-            let e = o.with_vars(set(RECLAIM_AFTER_ENV, bad)).unwrap_err();
-            assert!(e.to_string().contains(RECLAIM_AFTER_ENV), "{bad:?}: {e}");
-        }
-        assert_eq!(
-            o.with_vars(set(COPY_WITH_ENV, "kernels"))
-                .unwrap()
-                .copy_with,
-            CopyWith::Kernels
-        );
+        assert!(note(&h, MemoryLocation::HostCached).starts_with("DIAGNOSIS CONTROL"));
         let d = GpuOptions::new(Mode::DeviceCopy);
-        let import = d.with_vars(set(COPY_FROM_ENV, "import")).unwrap();
-        assert_eq!(import.copy_from, CopyFrom::Import);
+        let import = GpuOptions {
+            copy_from: CopyFrom::Import,
+            ..d
+        };
         assert!(!import.registers_frames());
-        let r = import.with_vars(set(COPY_FROM_ENV, "registered")).unwrap();
-        assert!(r.registers_frames());
-        let kernels = d.with_vars(set(COPY_WITH_ENV, "kernels")).unwrap();
+        let kernels = GpuOptions {
+            copy_with: CopyWith::Kernels,
+            ..d
+        };
         assert!(
             !kernels.registers_frames(),
             "copy kernels go through the import"
         );
-        for (name, bad) in [
-            (EARLY_ENV, "yes"),
-            (COPY_WITH_ENV, "dma"),
-            (COPY_FROM_ENV, "pinned"),
-            (Handover::ENV, "host"),
-        ] {
-            let e = o.with_vars(set(name, bad)).unwrap_err().to_string();
-            assert!(e.contains(name) && e.contains(bad), "{e}");
-        }
     }
 
     #[test]

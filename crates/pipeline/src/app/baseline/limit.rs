@@ -547,7 +547,9 @@ pub fn measure(
 }
 
 fn log_slow(took: Duration) {
-    eprintln!("note: measuring the machine's limit took {took:?}");
+    crate::app::output::stderr_line(&format!(
+        "note: measuring the machine's limit took {took:?}"
+    ));
 }
 
 /// [`measure`] on the real driver, device 0.
