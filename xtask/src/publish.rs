@@ -15,7 +15,13 @@
 //!   features of its own, naming the ones docs.rs builds (`features` or
 //!   `all-features`); every feature named exists;
 //! - no normal or build dependency with an exact (`=x.y.z`) or wildcard
-//!   (`*`, also what a path dependency without a version gets) requirement.
+//!   (`*`, also what a path dependency without a version gets) requirement;
+//! - the package's file list (`cargo package --list`) holds both licence
+//!   texts, `LICENSE-MIT` and `LICENSE-APACHE`, and no history notebook (a
+//!   file whose name contains `history`, such as `BENCHMARKS-history.md`);
+//! - the licence texts are what their names say (the MIT permission notice,
+//!   the Apache License 2.0), and each crate's copies (symlinks or files)
+//!   read the same as the workspace root's.
 //!
 //! Every problem is listed on stdout, one per line, before the command fails
 //! with one `error:` line on stderr.
@@ -126,10 +132,26 @@ pub fn run(o: Options) -> Result<()> {
     }
     let meta: Value = serde_json::from_slice(&out.stdout)
         .map_err(|e| Failure::new(format!("cargo metadata printed no JSON: {e}")))?;
-    let problems = check(&meta, &o.crates, &|p| p.is_file());
+    let mut problems = check(&meta, &o.crates, &|p| p.is_file());
+    problems.extend(check_licence_texts(&crate::util::workspace_root()));
+    for (name, dir) in published_dirs(&meta) {
+        if !o.crates.contains(&name) {
+            continue;
+        }
+        match package_list(&name) {
+            Ok(files) => problems.extend(check_package_files(&name, &files)),
+            Err(e) => problems.push(format!("{name}: {}", e.message)),
+        }
+        problems.extend(check_licence_copies(
+            &name,
+            &crate::util::workspace_root(),
+            &dir,
+        ));
+    }
     if problems.is_empty() {
         println!(
-            "publish-check: {} crates have complete metadata and pin nothing",
+            "publish-check: {} crates have complete metadata, pin nothing, and ship \
+             both licence texts and no history notebook",
             o.crates.len()
         );
         Ok(())
@@ -143,6 +165,118 @@ pub fn run(o: Options) -> Result<()> {
             problems.len()
         )))
     }
+}
+
+/// The licence files every published package ships.
+pub const LICENCE_FILES: [&str; 2] = ["LICENSE-MIT", "LICENSE-APACHE"];
+
+/// A phrase each licence text must contain: the file is the licence its
+/// name says, not an empty or stray file.
+const LICENCE_MARKERS: [(&str, &str); 2] = [
+    (
+        "LICENSE-MIT",
+        "Permission is hereby granted, free of charge, to any",
+    ),
+    ("LICENSE-APACHE", "Version 2.0, January 2004"),
+];
+
+/// Name and directory of each publishable package in `meta`.
+fn published_dirs(meta: &Value) -> Vec<(String, std::path::PathBuf)> {
+    let empty = Vec::new();
+    meta["packages"]
+        .as_array()
+        .unwrap_or(&empty)
+        .iter()
+        .filter(|p| published(p))
+        .filter_map(|p| {
+            let name = p["name"].as_str()?;
+            let dir = std::path::Path::new(p["manifest_path"].as_str()?).parent()?;
+            Some((name.to_owned(), dir.to_path_buf()))
+        })
+        .collect()
+}
+
+/// The files `cargo package --list` puts in the package of `name`.
+fn package_list(name: &str) -> Result<Vec<String>> {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["package", "--list", "--allow-dirty", "-p", name])
+        .current_dir(crate::util::workspace_root())
+        .output()
+        .map_err(|e| Failure::new(format!("cannot run cargo package --list: {e}")))?;
+    if !out.status.success() {
+        return Err(Failure::new(format!(
+            "cargo package --list failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Every problem of one package's file list (as `cargo package --list`
+/// prints it): a licence text missing, a history notebook shipped.
+pub fn check_package_files(name: &str, files: &[String]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for licence in LICENCE_FILES {
+        if !files.iter().any(|f| f == licence) {
+            problems.push(format!(
+                "{name}: {licence} is not in the package (link or copy the root's \
+                 {licence} into the crate directory)"
+            ));
+        }
+    }
+    for f in files {
+        let file_name = f.rsplit('/').next().unwrap_or(f);
+        if file_name.to_ascii_lowercase().contains("history") {
+            problems.push(format!(
+                "{name}: ships the history notebook {f} (leave it out with `include`/`exclude`)"
+            ));
+        }
+    }
+    problems
+}
+
+/// Problems of the workspace root's licence texts: missing, or not the
+/// licence the name says.
+pub fn check_licence_texts(root: &std::path::Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (file, marker) in LICENCE_MARKERS {
+        match std::fs::read_to_string(root.join(file)) {
+            Ok(text) if text.contains(marker) => {}
+            Ok(_) => problems.push(format!(
+                "{file} at the workspace root does not contain {marker:?}: not that licence's text"
+            )),
+            Err(e) => problems.push(format!("{file} at the workspace root: cannot read it: {e}")),
+        }
+    }
+    problems
+}
+
+/// Problems of one crate's licence files against the root's: each must
+/// read the same (a symlink to the root's, or an identical copy).
+pub fn check_licence_copies(
+    name: &str,
+    root: &std::path::Path,
+    dir: &std::path::Path,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    for file in LICENCE_FILES {
+        let (Ok(want), Ok(have)) = (
+            std::fs::read(root.join(file)),
+            std::fs::read(dir.join(file)),
+        ) else {
+            // A missing file is reported through the package list.
+            continue;
+        };
+        if want != have {
+            problems.push(format!(
+                "{name}: {file} differs from the workspace root's {file}"
+            ));
+        }
+    }
+    problems
 }
 
 /// Whether `cargo metadata` marks the package publishable (`publish` absent
@@ -446,6 +580,93 @@ mod tests {
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("pinned pinned (=1.2.3)"));
         assert!(problems[2].contains("pathonly has no version requirement"));
+    }
+
+    fn listed(files: &[&str]) -> Vec<String> {
+        files.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_package_with_both_licences_and_no_notebook_passes() {
+        let files = listed(&[
+            "Cargo.toml",
+            "LICENSE-APACHE",
+            "LICENSE-MIT",
+            "README.md",
+            "CHANGELOG.md",
+            "src/lib.rs",
+        ]);
+        assert_eq!(check_package_files("good", &files), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_missing_licence_text_is_named() {
+        let problems = check_package_files("good", &listed(&["Cargo.toml", "LICENSE-MIT"]));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with("good: LICENSE-APACHE is not in the package"),
+            "{problems:?}"
+        );
+        let problems = check_package_files("good", &listed(&["Cargo.toml", "docs/LICENSE-MIT"]));
+        assert_eq!(problems.len(), 2, "{problems:?}");
+    }
+
+    #[test]
+    fn a_history_notebook_is_refused() {
+        let files = listed(&[
+            "LICENSE-APACHE",
+            "LICENSE-MIT",
+            "BENCHMARKS-history.md",
+            "docs/run-History.md",
+        ]);
+        let problems = check_package_files("good", &files);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("BENCHMARKS-history.md"),
+            "{problems:?}"
+        );
+        assert!(problems[1].contains("docs/run-History.md"), "{problems:?}");
+    }
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("xtask-publish-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("crates/a")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn licence_texts_must_be_those_licences() {
+        let dir = scratch("texts");
+        assert_eq!(check_licence_texts(&dir).len(), 2);
+        std::fs::write(dir.join("LICENSE-MIT"), "MIT\n").unwrap();
+        std::fs::write(
+            dir.join("LICENSE-APACHE"),
+            "Apache License\nVersion 2.0, January 2004\n",
+        )
+        .unwrap();
+        let problems = check_licence_texts(&dir);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("LICENSE-MIT at the workspace root does not contain"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_crate_copy_that_differs_from_the_root_is_refused() {
+        let dir = scratch("copies");
+        let krate = dir.join("crates/a");
+        for f in LICENCE_FILES {
+            std::fs::write(dir.join(f), format!("{f} text\n")).unwrap();
+            std::fs::write(krate.join(f), format!("{f} text\n")).unwrap();
+        }
+        assert!(check_licence_copies("a", &dir, &krate).is_empty());
+        std::fs::write(krate.join("LICENSE-MIT"), "edited\n").unwrap();
+        let problems = check_licence_copies("a", &dir, &krate);
+        assert_eq!(
+            problems,
+            vec!["a: LICENSE-MIT differs from the workspace root's LICENSE-MIT".to_string()]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

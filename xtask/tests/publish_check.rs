@@ -31,6 +31,36 @@ fn every_published_crate_has_complete_metadata() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // The package lists were read: both licence texts in each, no notebook.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("ship both licence texts and no history notebook"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_licence_texts_are_at_the_root_and_in_every_published_crate() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    for dir in [
+        "crates/sys",
+        "crates/core",
+        "crates/driver",
+        "crates/sim",
+        ".",
+        "crates/platform",
+        "crates/pipeline",
+    ] {
+        for file in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            let here = std::fs::read(root.join(dir).join(file))
+                .unwrap_or_else(|e| panic!("{dir}/{file}: {e}"));
+            assert_eq!(
+                here,
+                std::fs::read(root.join(file)).unwrap(),
+                "{dir}/{file}"
+            );
+        }
+    }
 }
 
 #[test]
