@@ -106,8 +106,18 @@ pub mod camera;
 pub mod consumer;
 pub mod error;
 pub mod frame;
+/// The interop layer this crate is built on (the crate `tegra-interop`
+/// re-exported): `interop::driver` for contexts, streams, modules and
+/// kernels a user's [`consumer::work::FrameWork`] needs, `interop::core`
+/// for the checked descriptors.
+pub use tegra_interop as interop;
 #[doc(inline)]
 pub use tegra_interop_platform as platform;
+/// The simulator (the crate `tegra-interop-sim` re-exported, feature
+/// `sim`): a software CUDA driver, NvSci and NVRTC, where a user's kernels
+/// run as Rust twins registered by name.
+#[cfg(feature = "sim")]
+pub use tegra_interop_sim as sim;
 pub mod ring;
 pub mod slots;
 pub mod source;
@@ -117,3 +127,10 @@ pub mod transport;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The repository README's examples (its quick start is a program on this
+/// crate), compiled and run as doctests here; only in the repository (the
+/// file is outside the package, and doctests are not built from it).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct RepositoryReadmeDoctests;
