@@ -11,8 +11,11 @@
 //! Backends, chosen at run time: with `--features vulkan` and a discrete
 //! GPU the GPU transport accepts, the real driver; otherwise the bundled
 //! simulator, where both kernels run as their Rust twins, registered by
-//! name below (`--sim` forces it). `--copy` runs the chain on a device-local
-//! copy of each frame.
+//! name below (`--sim` forces it). Each twin runs once per block of the
+//! launch (`Sim::register_block_kernel`) and touches what that block's
+//! threads touch, so a grid too small leaves the rest untouched, as on a
+//! GPU (the tests show the host check catching it). `--copy` runs the chain
+//! on a device-local copy of each frame.
 //!
 //! ```text
 //! cargo run -p tegra-interop-pipeline --example user_chain            # simulator
@@ -34,7 +37,7 @@ use tegra_interop_pipeline::ring::Ring;
 use tegra_interop_pipeline::transport::host::Fault;
 use tegra_interop_pipeline::transport::nvsci::NvSciTransport;
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
-use tegra_interop_sim::kernels::{KernelFault, KernelLaunch, KernelSpec};
+use tegra_interop_sim::kernels::{Block, KernelFault, KernelSpec};
 use tegra_interop_sim::{Sim, SimConfig};
 
 const WIDTH: u32 = 256;
@@ -75,43 +78,87 @@ fn grey_of(p: &[u8]) -> u8 {
     ((77 * u32::from(p[0]) + 150 * u32::from(p[1]) + 29 * u32::from(p[2]) + 128) >> 8) as u8
 }
 
-/// The twin of `rgba_to_grey`: the pixels the launched grid covers.
-fn grey_twin(k: &mut KernelLaunch<'_>) -> Result<(), KernelFault> {
-    let (rgba, width, height) = (k.arg_u64(0)?, k.arg_u32(1)?, k.arg_u32(2)?);
-    let (pitch, grey) = (k.arg_u64(3)?, k.arg_u64(4)?);
-    let (grid, block) = (k.grid(), k.block());
-    let cover_x = u64::from(grid[0]) * u64::from(block[0]);
-    let cover_y = u64::from(grid[1]) * u64::from(block[1]);
-    let (w, h) = (u64::from(width), u64::from(height));
-    let mut line = vec![0u8; 4 * width as usize];
-    for y in 0..h.min(cover_y) {
-        k.read(rgba + y * pitch, &mut line)?;
-        for x in 0..w.min(cover_x) {
-            let at = 4 * x as usize;
-            k.write(grey + y * w + x, &[grey_of(&line[at..at + 4])])?;
+/// The twin of `rgba_to_grey`, run once per block of the launch
+/// (`Sim::register_block_kernel`). The block's threads are
+/// `x = blockIdx.x * blockDim.x + threadIdx.x` and
+/// `y = blockIdx.y * blockDim.y + threadIdx.y`, cut at the picture by the
+/// kernel's `if`; for each of its lines the block reads its span of RGBA
+/// pixels and writes the span of grey bytes in one piece, so pixels no
+/// thread reaches keep their grey byte as it was. (Threads that differ only
+/// in `threadIdx.z` write the same value: one write stands for them.)
+fn grey_twin(b: &Block<'_>) -> Result<(), KernelFault> {
+    let (rgba, width, height) = (b.arg_u64(0)?, b.arg_u32(1)?, b.arg_u32(2)?);
+    let (pitch, grey) = (b.arg_u64(3)?, b.arg_u64(4)?);
+    let (idx, dim) = (b.block_idx(), b.block_dim());
+    let xs = thread_span(idx.x, dim.x, width)?;
+    let ys = thread_span(idx.y, dim.y, height)?;
+    let n = (xs.end - xs.start) as usize;
+    if n == 0 {
+        return Ok(());
+    }
+    let (mut pixels, mut out) = (vec![0u8; 4 * n], vec![0u8; n]);
+    for y in ys {
+        b.read(rgba + y * pitch + 4 * xs.start, &mut pixels)?;
+        for (g, p) in out.iter_mut().zip(pixels.chunks_exact(4)) {
+            *g = grey_of(p);
         }
+        b.write(grey + y * u64::from(width) + xs.start, &out)?;
     }
     Ok(())
 }
 
-/// The twin of `grey_histogram`: the values the launched threads cover.
-fn histogram_twin(k: &mut KernelLaunch<'_>) -> Result<(), KernelFault> {
-    let (grey, n, hist, sum) = (k.arg_u64(0)?, k.arg_u64(1)?, k.arg_u64(2)?, k.arg_u64(3)?);
-    let n = usize::try_from(n.min(k.threads()))
-        .map_err(|_| KernelFault::new("grey_histogram: n too large"))?;
-    let mut values = vec![0u8; n];
-    k.read(grey, &mut values)?;
-    let mut bins = vec![0u8; 256 * 4];
-    k.read(hist, &mut bins)?;
-    let mut total = k.read_u64(sum)?;
-    for g in values {
-        let at = 4 * usize::from(g);
-        let bin = u32::from_ne_bytes([bins[at], bins[at + 1], bins[at + 2], bins[at + 3]]);
-        bins[at..at + 4].copy_from_slice(&(bin + 1).to_ne_bytes());
-        total += u64::from(g);
+/// The values `block * dim + thread` (`thread < dim`) of one axis that pass
+/// the kernel's `< limit`. The kernel computes them in 32 bits; a grid
+/// where they would wrap is a fault here rather than a guess.
+fn thread_span(block: u32, dim: u32, limit: u32) -> Result<std::ops::Range<u64>, KernelFault> {
+    let first = u64::from(block) * u64::from(dim);
+    let end = first + u64::from(dim);
+    if end > 1 << 32 {
+        return Err(KernelFault::new(format!(
+            "rgba_to_grey: block {block} of {dim} threads: the 32-bit index wraps"
+        )));
     }
-    k.write(hist, &bins)?;
-    k.write_u64(sum, total)
+    let limit = u64::from(limit);
+    Ok(first.min(limit)..end.min(limit))
+}
+
+/// The twin of `grey_histogram`, run once per block of the launch. The
+/// block's threads `i = blockIdx.x * blockDim.x + threadIdx.x` below `n`
+/// (`Block::indices_x`: once per row of threads, as the CUDA code runs)
+/// each add 1 to `hist[grey[i]]` and `grey[i]` to `*sum` with `atomicAdd`.
+/// The twin makes the block's adds combined per address (the same totals:
+/// the adds commute), one block after another, so values no thread reaches
+/// are not counted, as on a GPU.
+fn histogram_twin(b: &Block<'_>) -> Result<(), KernelFault> {
+    let (grey, n, hist, sum) = (b.arg_u64(0)?, b.arg_u64(1)?, b.arg_u64(2)?, b.arg_u64(3)?);
+    let mut counts = [0u32; 256];
+    let (mut total, mut threads) = (0u64, 0u64);
+    for r in b.indices_x(n) {
+        let mut values = vec![0u8; (r.end - r.start) as usize];
+        b.read(grey + r.start, &mut values)?;
+        for g in values {
+            counts[usize::from(g)] += 1;
+            total = total.wrapping_add(u64::from(g));
+        }
+        threads += r.end - r.start;
+    }
+    if threads == 0 {
+        return Ok(());
+    }
+    if hist % 4 != 0 || sum % 8 != 0 {
+        return Err(KernelFault::new(
+            "grey_histogram: misaligned address for an atomicAdd",
+        ));
+    }
+    for (g, &c) in counts.iter().enumerate().filter(|(_, c)| **c != 0) {
+        // `atomicAdd(&hist[g], 1u)`, `c` times: twins run one at a time,
+        // so this read and write are one atomic add.
+        let at = hist + 4 * g as u64;
+        let old = b.read_u32(at)?;
+        b.write_u32(at, old.wrapping_add(c))?;
+    }
+    b.atomic_add_u64(sum, total)?;
+    Ok(())
 }
 
 /// One frame's result, as read back.
@@ -319,8 +366,8 @@ fn open(opts: Options, work: Box<dyn FrameWork>) -> Result<Opened, String> {
         }
     }
     let sim = Sim::with_config(SimConfig::tegra()).map_err(|e| e.to_string())?;
-    sim.register_kernel(KernelSpec::new("rgba_to_grey", GREY_PARAMS), grey_twin);
-    sim.register_kernel(
+    sim.register_block_kernel(KernelSpec::new("rgba_to_grey", GREY_PARAMS), grey_twin);
+    sim.register_block_kernel(
         KernelSpec::new("grey_histogram", HIST_PARAMS),
         histogram_twin,
     );
@@ -450,9 +497,15 @@ mod tests {
             short_grid: true,
         };
         let e = run(opts).unwrap_err();
-        // 256 x 120 pixels: 120 blocks of 256 threads; one fewer misses 256.
-        assert!(e.starts_with("frame 0: the device's sum "), "{e}");
-        assert!(e.contains("(histogram 30464 pixels)"), "{e}");
-        assert!(e.contains("(30720 pixels)"), "{e}");
+        // 256 x 120 pixels: 120 blocks of 256 threads; one fewer misses
+        // the last line's 256 grey values, which no thread counts: the sum
+        // is that of the first 119 lines exactly.
+        let mut bytes = vec![0u8; WIDTH as usize * 4 * HEIGHT as usize];
+        write_frame(0, &mut bytes);
+        let covered = &bytes[..WIDTH as usize * 4 * (HEIGHT as usize - 1)];
+        let sum: u64 = covered.chunks(4).map(|p| u64::from(grey_of(p))).sum();
+        let want = format!("frame 0: the device's sum {sum} (histogram 30464 pixels), the host's ");
+        assert!(e.starts_with(&want), "{e}");
+        assert!(e.ends_with("(30720 pixels)"), "{e}");
     }
 }

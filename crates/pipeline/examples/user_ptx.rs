@@ -16,7 +16,11 @@
 //! Backends, chosen at run time: with `--features vulkan` and a discrete
 //! GPU that the GPU transport accepts, the real driver (Vulkan frames
 //! imported into CUDA); otherwise the bundled simulator, where the kernel
-//! runs as its Rust twin, registered by name below (`--sim` forces it).
+//! runs as its Rust twin, registered by name below (`--sim` forces it). The
+//! twin runs once per block of the launch (`Sim::register_block_kernel`)
+//! and touches the pixels that block's threads touch, so a grid that misses
+//! part of the frame leaves that part untouched, as on a GPU, and the
+//! check fails (the tests show it).
 //! `--copy` runs the kernel on a device-local copy of each frame instead of
 //! the frame itself (both placements are tested on the simulator).
 //!
@@ -38,7 +42,7 @@ use tegra_interop_pipeline::ring::{Finished, Ring};
 use tegra_interop_pipeline::transport::host::Fault;
 use tegra_interop_pipeline::transport::nvsci::NvSciTransport;
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
-use tegra_interop_sim::kernels::{KernelFault, KernelLaunch, KernelSpec};
+use tegra_interop_sim::kernels::{Block, KernelFault, KernelSpec};
 use tegra_interop_sim::{Sim, SimConfig};
 
 const WIDTH: u32 = 320;
@@ -75,27 +79,53 @@ fn brightened(byte: u8, channel: usize) -> u8 {
     }
 }
 
-/// The Rust twin of `brighten` for the simulator: the same arithmetic over
-/// the pixels the launched grid covers (a grid too small leaves the rest
-/// untouched, as on a GPU).
-fn brighten_twin(k: &mut KernelLaunch<'_>) -> Result<(), KernelFault> {
-    let (frame, width, height) = (k.arg_u64(0)?, k.arg_u32(1)?, k.arg_u32(2)?);
-    let (pitch, add) = (k.arg_u64(3)?, k.arg_u32(4)?);
-    let (grid, block) = (k.grid(), k.block());
-    let cover_x = u64::from(grid[0]) * u64::from(block[0]);
-    let cover_y = u64::from(grid[1]) * u64::from(block[1]);
-    let mut px = [0u8; 4];
-    for y in 0..u64::from(height).min(cover_y) {
-        for x in 0..u64::from(width).min(cover_x) {
-            let at = frame + y * pitch + 4 * x;
-            k.read(at, &mut px)?;
+/// The Rust twin of `brighten` for the simulator, run once per block of
+/// the launch (`Sim::register_block_kernel`). The block's threads are
+/// `x = blockIdx.x * blockDim.x + threadIdx.x` and
+/// `y = blockIdx.y * blockDim.y + threadIdx.y`, cut at the frame by the
+/// kernel's `if`; the block reads, brightens and writes back its span of
+/// each of its lines in one piece. So a grid too small for the frame leaves
+/// the pixels no thread reaches untouched, as on a GPU.
+fn brighten_twin(b: &Block<'_>) -> Result<(), KernelFault> {
+    let (frame, width, height) = (b.arg_u64(0)?, b.arg_u32(1)?, b.arg_u32(2)?);
+    let (pitch, add) = (b.arg_u64(3)?, b.arg_u32(4)?);
+    let (idx, dim) = (b.block_idx(), b.block_dim());
+    if dim.z != 1 {
+        // Threads differing only in threadIdx.z would race on one pixel.
+        return Err(KernelFault::new("brighten: written for 2-D blocks"));
+    }
+    let xs = thread_span(idx.x, dim.x, width)?;
+    let ys = thread_span(idx.y, dim.y, height)?;
+    let mut line = vec![0u8; 4 * (xs.end - xs.start) as usize];
+    if line.is_empty() {
+        return Ok(());
+    }
+    for y in ys {
+        let at = frame + y * pitch + 4 * xs.start;
+        b.read(at, &mut line)?;
+        for px in line.chunks_exact_mut(4) {
             for c in &mut px[..3] {
                 *c = (u32::from(*c) + add).min(255) as u8;
             }
-            k.write(at, &px)?;
         }
+        b.write(at, &line)?;
     }
     Ok(())
+}
+
+/// The values `block * dim + thread` (`thread < dim`) of one axis that pass
+/// the kernel's `< limit`. The kernel computes them in 32 bits; a grid
+/// where they would wrap is a fault here rather than a guess.
+fn thread_span(block: u32, dim: u32, limit: u32) -> Result<std::ops::Range<u64>, KernelFault> {
+    let first = u64::from(block) * u64::from(dim);
+    let end = first + u64::from(dim);
+    if end > 1 << 32 {
+        return Err(KernelFault::new(format!(
+            "brighten: block {block} of {dim} threads: the 32-bit index wraps"
+        )));
+    }
+    let limit = u64::from(limit);
+    Ok(first.min(limit)..end.min(limit))
 }
 
 /// The user's work: the `brighten` kernel from a PTX module.
@@ -170,22 +200,37 @@ fn write_frame(frame: u64, bytes: &mut [u8]) {
     }
 }
 
-/// Checks that `bytes` are frame `frame` after `brighten`.
+/// Checks that `bytes` are frame `frame` after `brighten`. A failure names
+/// the first wrong byte and the lines with wrong bytes, and says how many
+/// of those are still as the program wrote them (untouched by the kernel).
 fn check_frame(frame: u64, bytes: &[u8]) -> Result<(), String> {
-    let mut want = vec![0u8; bytes.len()];
-    write_frame(frame, &mut want);
-    for (i, w) in want.iter_mut().enumerate() {
-        *w = brightened(*w, i % 4);
-    }
-    match bytes.iter().zip(&want).position(|(a, b)| a != b) {
-        None => Ok(()),
-        Some(i) => Err(format!(
-            "frame {frame}: byte {i} (line {}) is {}, the host computed {}",
-            i / (WIDTH as usize * 4),
-            bytes[i],
-            want[i]
-        )),
-    }
+    let mut written = vec![0u8; bytes.len()];
+    write_frame(frame, &mut written);
+    let want: Vec<u8> = written
+        .iter()
+        .enumerate()
+        .map(|(i, w)| brightened(*w, i % 4))
+        .collect();
+    let wrong: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i] != want[i]).collect();
+    let (Some(&first), Some(&last)) = (wrong.first(), wrong.last()) else {
+        return Ok(());
+    };
+    let line = |i: usize| i / (WIDTH as usize * 4);
+    let untouched = wrong.iter().filter(|&&i| bytes[i] == written[i]).count();
+    let untouched = match untouched == wrong.len() {
+        true => "all untouched".to_string(),
+        false => format!("{untouched} untouched"),
+    };
+    Err(format!(
+        "frame {frame}: byte {first} (line {}) is {}, the host computed {}; {} wrong byte(s) \
+         in lines {}..={}, {untouched}",
+        line(first),
+        bytes[first],
+        want[first],
+        wrong.len(),
+        line(first),
+        line(last),
+    ))
 }
 
 /// How to run.
@@ -226,7 +271,7 @@ fn open(opts: &Options, work: Box<dyn FrameWork>) -> Result<Opened, String> {
         }
     }
     let sim = Sim::with_config(SimConfig::tegra()).map_err(|e| e.to_string())?;
-    sim.register_kernel(KernelSpec::new("brighten", PARAMS), brighten_twin);
+    sim.register_block_kernel(KernelSpec::new("brighten", PARAMS), brighten_twin);
     let ctx = Context::new(sim.backend(), 0).map_err(|e| e.to_string())?;
     let placement = match opts.copy {
         true => Placement::DeviceCopy(CopyWith::Engines),
@@ -356,7 +401,19 @@ mod tests {
         };
         let e = run(&opts).unwrap_err();
         assert!(e.starts_with("frame 0: byte "), "{e}");
+        // 240 lines in blocks of 16: 14 block rows reach lines 0..224; the
+        // last 16 lines' R, G and B bytes are wrong because no thread
+        // touched them (every wrong byte is as the program wrote it).
         assert!(e.contains("(line 224)"), "{e}");
+        let mut written = vec![0u8; WIDTH as usize * 4 * HEIGHT as usize];
+        write_frame(0, &mut written);
+        let missed = written[224 * WIDTH as usize * 4..]
+            .iter()
+            .enumerate()
+            .filter(|&(i, w)| i % 4 != 3 && *w != 255) // 255 stays 255
+            .count();
+        let tail = format!("{missed} wrong byte(s) in lines 224..=239, all untouched");
+        assert!(e.ends_with(&tail), "{e}");
     }
 
     #[test]
@@ -365,7 +422,7 @@ mod tests {
         // --ptx` (the simulator loads what its NVRTC made, or PTX text whose
         // entries have twins).
         let sim = Sim::new().unwrap();
-        sim.register_kernel(KernelSpec::new("brighten", PARAMS), brighten_twin);
+        sim.register_block_kernel(KernelSpec::new("brighten", PARAMS), brighten_twin);
         let ptx = Nvrtc::new(&sim.backend())
             .unwrap()
             .compile(SOURCE, "brighten.cu", &[])

@@ -180,27 +180,58 @@ impl Invert {
 
     #[cfg(feature = "sim")]
     /// Registers the Rust twin of [`INVERT_SOURCE`] with a simulator. It
-    /// does what the CUDA code does for the launch's grid: the vectors of
-    /// the grid-stride loop (all of them, with any thread at all), and of
-    /// the tail only the bytes a thread of the grid covers.
+    /// runs once per block of the launch (`Sim::register_block_kernel`)
+    /// and follows the CUDA code's index arithmetic: the block's threads
+    /// `tid = blockIdx.x * blockDim.x + threadIdx.x` invert the 16-byte
+    /// vectors `tid`, `tid + gridDim.x * blockDim.x`, ... below `len / 16`,
+    /// and threads `tid < len % 16` one byte each of the tail. So a grid
+    /// too small for the tail leaves the bytes it misses untouched, as on
+    /// a GPU, and a misaligned buffer is a fault where a thread would load
+    /// a vector from it.
     pub fn register_twin(sim: &tegra_interop_sim::Sim) {
-        use tegra_interop_sim::kernels::{KernelFault, KernelSpec};
-        sim.register_kernel(KernelSpec::new(INVERT_KERNEL, &[8, 8]), |k| {
-            let (buf, len) = (k.arg_u64(0)?, k.arg_u64(1)?);
-            let len = usize::try_from(len)
-                .map_err(|_| KernelFault::new("invert: len exceeds the host's address space"))?;
-            let threads = usize::try_from(k.threads()).unwrap_or(usize::MAX);
-            let vectors = len / 16;
-            let covered = match threads {
-                0 => 0,
-                _ => vectors * 16 + (len - vectors * 16).min(threads),
-            };
-            let mut bytes = vec![0u8; covered];
-            k.read(buf, &mut bytes)?;
-            bytes.iter_mut().for_each(|b| *b = !*b);
-            k.write(buf, &bytes)
-        });
+        use tegra_interop_sim::kernels::KernelSpec;
+        sim.register_block_kernel(KernelSpec::new(INVERT_KERNEL, &[8, 8]), invert_block);
     }
+}
+
+/// The twin of [`INVERT_KERNEL`], one block: the bytes its threads touch,
+/// in the CUDA code's order (the grid-stride loop's vectors, then the
+/// tail), each range read, inverted and written back in one piece.
+#[cfg(feature = "sim")]
+fn invert_block(
+    b: &tegra_interop_sim::kernels::Block<'_>,
+) -> Result<(), tegra_interop_sim::kernels::KernelFault> {
+    use tegra_interop_sim::kernels::KernelFault;
+    const VECTOR: u64 = 16;
+    let (buf, len) = (b.arg_u64(0)?, b.arg_u64(1)?);
+    let vectors = len / VECTOR;
+    let tail_at = vectors * VECTOR;
+    let mut vector_ranges = b.grid_stride_x(vectors).peekable();
+    if vector_ranges.peek().is_some() && buf % VECTOR != 0 {
+        // `uint4` loads and stores need 16-byte alignment on the GPU.
+        return Err(KernelFault::new(format!(
+            "kernel `{}`: misaligned address {buf:#x} for a 16-byte vector",
+            b.name()
+        )));
+    }
+    let bytes = vector_ranges
+        .map(|r| r.start * VECTOR..r.end * VECTOR)
+        .chain(
+            b.indices_x(len - tail_at)
+                .map(|r| tail_at + r.start..tail_at + r.end),
+        );
+    for r in bytes {
+        // At most `blockDim.x` vectors: a few KiB.
+        let n = usize::try_from(r.end - r.start).map_err(|_| {
+            KernelFault::new("invert: a block's range exceeds the host's address space")
+        })?;
+        let mut data = vec![0u8; n];
+        let at = buf.wrapping_add(r.start);
+        b.read(at, &mut data)?;
+        data.iter_mut().for_each(|v| *v = !*v);
+        b.write(at, &data)?;
+    }
+    Ok(())
 }
 
 impl FrameWork for Invert {
@@ -263,5 +294,82 @@ mod tests {
         assert!(CheckInvert::new().prepared().is_err());
         assert_eq!(CheckInvert::new().name(), "check-and-invert");
         assert_eq!(Invert::new().name(), "invert");
+    }
+
+    /// Runs the invert kernel over `bytes` at byte `offset` of a device
+    /// buffer with `grid` x `block`; gives the bytes afterwards.
+    #[cfg(feature = "sim")]
+    fn invert_on_sim(
+        sim: &tegra_interop_sim::Sim,
+        bytes: &[u8],
+        offset: u64,
+        grid: u32,
+        block: u32,
+    ) -> Vec<u8> {
+        use std::time::Duration;
+        use tegra_interop::driver::{DeviceBuffer, Event, EventFlags};
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let ptx = Nvrtc::new(ctx.backend())
+            .unwrap()
+            .compile(INVERT_SOURCE, "invert.cu", &[])
+            .unwrap();
+        let module = Module::load(&ctx, &ptx).unwrap();
+        let f = module.function(INVERT_KERNEL).unwrap();
+        let all = offset as usize + bytes.len();
+        let buf = DeviceBuffer::new(&ctx, all).unwrap();
+        buf.copy_from_host(offset as usize, bytes).unwrap();
+        let at = DevicePtr::at(&buf, offset, bytes.len() as u64).unwrap();
+        // SAFETY: `(unsigned char *, u64)` is the kernel's parameter list;
+        // it touches `bytes.len()` bytes from `at`, inside `buf`, which
+        // lives until the event below completed.
+        unsafe {
+            f.launch(grid, block)
+                .arg(at)
+                .arg(bytes.len() as u64)
+                .launch(&stream)
+        }
+        .unwrap();
+        let done = Event::new(&ctx, EventFlags::NO_TIMING).unwrap();
+        done.record(&stream).unwrap();
+        done.synchronize(Duration::from_secs(60)).unwrap();
+        let mut out = vec![0u8; bytes.len()];
+        buf.copy_to_host(offset as usize, &mut out).unwrap();
+        out
+    }
+
+    /// The per-block twin of the invert kernel touches what the CUDA code
+    /// touches: every vector with any grid (grid-stride loop), of the tail
+    /// only the bytes of threads `tid < len % 16`, so a grid too small for
+    /// the tail leaves the rest untouched.
+    #[test]
+    #[cfg(feature = "sim")]
+    #[cfg_attr(miri, ignore = "runs the simulator's stream threads and NVRTC model")]
+    fn the_invert_twin_follows_the_kernels_index_arithmetic() {
+        let sim = tegra_interop_sim::Sim::with_config(
+            tegra_interop_sim::SimConfig::default().with_diagnostic_echo(false),
+        )
+        .unwrap();
+        Invert::register_twin(&sim);
+        // 1000 bytes: 62 vectors and a tail of 8 bytes.
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let inverted: Vec<u8> = bytes.iter().map(|b| !*b).collect();
+        for (grid, block) in [(grid_for(bytes.len()), BLOCK), (1, 32), (3, 8), (1, 8)] {
+            let out = invert_on_sim(&sim, &bytes, 0, grid, block);
+            assert!(out == inverted, "grid {grid} x {block}");
+        }
+        // Four threads: all the vectors, but only 4 of the 8 tail bytes.
+        let out = invert_on_sim(&sim, &bytes, 0, 1, 4);
+        assert_eq!(out[..996], inverted[..996]);
+        assert_eq!(out[996..], bytes[996..], "the tail the grid misses");
+        assert!(sim.diagnostics().is_empty(), "{:?}", sim.diagnostics());
+        // A buffer off the 16-byte alignment faults before touching it.
+        let out = invert_on_sim(&sim, &bytes, 1, 1, 32);
+        assert_eq!(out, bytes);
+        let d = sim.take_diagnostics();
+        assert!(
+            d.iter().any(|d| d.message.contains("misaligned address")),
+            "{d:?}"
+        );
     }
 }
