@@ -42,7 +42,8 @@ fn open(fault: Fault) -> Result<CameraRing, String> {
         rows: 64,
     };
     let sim_fn = Processing::HostFnOverSimulatedDeviceMemory;
-    let transport = NvSciTransport::new(&ctx, "camera_ring", sim_fn, geometry, 3, fault)?;
+    let transport = NvSciTransport::new(&ctx, "camera_ring", sim_fn, geometry, 3)
+        .map(|t| t.with_fault(fault))?;
     Ok(CameraRing {
         ring: Ring::new(transport).map_err(|e| e.to_string())?,
         _ctx: ctx,

@@ -34,7 +34,6 @@ use tegra_interop_pipeline::consumer::work::{
 use tegra_interop_pipeline::consumer::CopyWith;
 use tegra_interop_pipeline::frame::{FrameLayout, PixelFormat};
 use tegra_interop_pipeline::ring::Ring;
-use tegra_interop_pipeline::transport::host::Fault;
 use tegra_interop_pipeline::transport::nvsci::NvSciTransport;
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 use tegra_interop_sim::kernels::{Block, KernelFault, KernelSpec};
@@ -376,15 +375,7 @@ fn open(opts: Options, work: Box<dyn FrameWork>) -> Result<Opened, String> {
         true => Placement::DeviceCopy(CopyWith::Engines),
         false => Placement::InPlace,
     };
-    let t = NvSciTransport::with_work(
-        &ctx,
-        "user_chain",
-        work,
-        placement,
-        geometry,
-        SLOTS,
-        Fault::None,
-    )?;
+    let t = NvSciTransport::with_work(&ctx, "user_chain", work, placement, geometry, SLOTS)?;
     Ok(Opened {
         transport: Box::new(t),
         _sim: Some(sim),

@@ -40,7 +40,6 @@ use std::time::Instant;
 
 use tegra_interop_pipeline::camera::TestPattern;
 use tegra_interop_pipeline::ring::Ring;
-use tegra_interop_pipeline::transport::host::Fault;
 use tegra_interop_pipeline::transport::nvsci::{NvSciTransport, Processing};
 use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 use tegra_interop_sim::{Sim, SimConfig};
@@ -101,7 +100,6 @@ fn run(which: Transport, frames: u64, checkpoints: &[u64]) -> Vec<(u64, Rss)> {
                 Processing::HostFnOverSimulatedDeviceMemory,
                 GEOMETRY,
                 SLOTS,
-                Fault::None,
             )
             .unwrap();
             (Box::new(t), sim)

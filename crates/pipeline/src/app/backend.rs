@@ -269,8 +269,8 @@ pub fn open(
                 Processing::CudaKernel,
                 geometry,
                 opts.ring,
-                opts.fault,
-            )?;
+            )
+            .map(|t| t.with_fault(opts.fault))?;
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Driver(backend))
         }
@@ -293,8 +293,8 @@ pub fn open(
                 Processing::CudaKernel,
                 geometry,
                 opts.ring,
-                opts.fault,
-            )?;
+            )
+            .map(|t| t.with_fault(opts.fault))?;
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Sim(sim))
         }

@@ -384,6 +384,14 @@ impl Consumer {
         &self.config
     }
 
+    /// Reports every frame done without running the work from now on
+    /// (`true`), or runs it again (`false`): fault injection for testing the
+    /// checks that must catch a consumer that did nothing
+    /// ([`ConsumerConfig::skip_kernel`]).
+    pub fn set_skip_kernel(&mut self, skip: bool) {
+        self.config.skip_kernel = skip;
+    }
+
     /// The context it works in.
     pub fn context(&self) -> &Context {
         &self.ctx

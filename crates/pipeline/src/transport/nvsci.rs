@@ -428,7 +428,6 @@ impl NvSciTransport {
         name: &'static str,
         geometry: FrameGeometry,
         slots: usize,
-        fault: Fault,
     ) -> Result<(NvSciTransport, tegra_interop_sim::Sim), TransportError> {
         let sim = tegra_interop_sim::Sim::with_config(tegra_interop_sim::SimConfig::tegra())
             .map_err(|e| TransportError::refused(format!("cannot start the simulator: {e}")))?;
@@ -439,7 +438,6 @@ impl NvSciTransport {
             Processing::CudaKernel,
             geometry,
             slots,
-            fault,
         )?;
         Ok((t, sim))
     }
@@ -453,10 +451,9 @@ impl NvSciTransport {
         processing: Processing,
         geometry: FrameGeometry,
         slots: usize,
-        fault: Fault,
     ) -> Result<Self, TransportError> {
         let ctx = Context::new(Arc::clone(backend), 0).during("CUDA context")?;
-        Self::new(&ctx, name, processing, geometry, slots, fault)
+        Self::new(&ctx, name, processing, geometry, slots)
     }
 
     /// Opens the transport with `ctx` as the consumer's context (the
@@ -469,11 +466,10 @@ impl NvSciTransport {
         processing: Processing,
         geometry: FrameGeometry,
         slots: usize,
-        fault: Fault,
     ) -> Result<Self, TransportError> {
         let work = (processing == Processing::CudaKernel).then(CheckInvert::boxed);
         let placed = work.map(|w| (w, Placement::InPlace));
-        Self::build(ctx, name, processing, placed, geometry, slots, fault)
+        Self::build(ctx, name, processing, placed, geometry, slots)
     }
 
     /// Opens the transport with `ctx` as the consumer's context, the
@@ -488,7 +484,6 @@ impl NvSciTransport {
         placement: Placement,
         geometry: FrameGeometry,
         slots: usize,
-        fault: Fault,
     ) -> Result<Self, TransportError> {
         if placement == Placement::ReadBack {
             return Err(TransportError::refused(
@@ -497,7 +492,21 @@ impl NvSciTransport {
         }
         let processing = Processing::CudaKernel;
         let placed = Some((work, placement));
-        Self::build(ctx, name, processing, placed, geometry, slots, fault)
+        Self::build(ctx, name, processing, placed, geometry, slots)
+    }
+
+    /// The transport with `fault` injected, for testing the checks that
+    /// must catch it (the `pipeline` program's `--fault`): a frame damaged
+    /// between the write and the ready signal ([`Fault::Corrupt`]), or the
+    /// consumer's work left out while the frame is still reported done
+    /// ([`Fault::SkipProcess`]). [`Fault::None`] leaves it as it is. Not for
+    /// production rings.
+    pub fn with_fault(mut self, fault: Fault) -> Self {
+        if let Processor::Kernel(consumer) = &mut self.processor {
+            consumer.set_skip_kernel(fault == Fault::SkipProcess);
+        }
+        self.fault = fault;
+        self
     }
 
     fn build(
@@ -507,7 +516,6 @@ impl NvSciTransport {
         work: Option<(Box<dyn FrameWork>, Placement)>,
         geometry: FrameGeometry,
         slots: usize,
-        fault: Fault,
     ) -> Result<Self, TransportError> {
         let objects = Objects::allocate(ctx.backend(), ctx, geometry.frame_len(), slots)?;
         let memories = objects.import_memories(ctx)?;
@@ -529,7 +537,7 @@ impl NvSciTransport {
                     slots,
                     memory: FrameMemory::System,
                     placement,
-                    skip_kernel: fault == Fault::SkipProcess,
+                    skip_kernel: false,
                 };
                 Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings, work)?))
             }
@@ -542,7 +550,7 @@ impl NvSciTransport {
                 ctx.backend().kind() == BackendKind::Real,
             ),
             geometry,
-            fault,
+            fault: Fault::None,
             cpu_wait,
             slots: slot_state,
             processor,
@@ -944,7 +952,8 @@ mod tests {
         fault: Fault,
     ) -> Result<NvSciTransport, TransportError> {
         crate::consumer::twin::register(sim);
-        NvSciTransport::open(&sim.backend(), "nvsci-sim", processing, G, slots, fault)
+        NvSciTransport::open(&sim.backend(), "nvsci-sim", processing, G, slots)
+            .map(|t| t.with_fault(fault))
     }
 
     /// Runs `f` over a transport and a ring on a fresh simulator, then
@@ -1232,7 +1241,9 @@ mod tests {
     /// (every release's fence flavour is covered by the host-function
     /// test above; this is the tegra default) and returns the completions.
     fn kernel_run(slots: usize, frames: u64, fault: Fault) -> Vec<Completion> {
-        let (mut t, sim) = NvSciTransport::open_sim("nvsci-sim", G, slots, fault).unwrap();
+        let (mut t, sim) = NvSciTransport::open_sim("nvsci-sim", G, slots)
+            .map(|(t, s)| (t.with_fault(fault), s))
+            .unwrap();
         assert!(t
             .note()
             .starts_with("sim: the consumer's NVRTC kernel path"));
@@ -1300,16 +1311,9 @@ mod tests {
     fn the_kernel_path_without_its_twins_is_refused_in_one_line() {
         // The simulator's NVRTC compiles only kernels it can run.
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let e = NvSciTransport::open(
-            &sim.backend(),
-            "nvsci-sim",
-            Processing::CudaKernel,
-            G,
-            2,
-            Fault::None,
-        )
-        .err()
-        .unwrap();
+        let e = NvSciTransport::open(&sim.backend(), "nvsci-sim", Processing::CudaKernel, G, 2)
+            .err()
+            .unwrap();
         assert!(e.driver_error().is_some(), "{e:?}");
         let text = e.to_string();
         assert!(
