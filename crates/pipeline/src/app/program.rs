@@ -1,5 +1,5 @@
 //! The `pipeline` program's entry point: the command line and environment
-//! ([`cli`]), the run ([`crate::app::run`], or the two-process mode), and
+//! ([`cli`]), the run ([`crate::app::run()`], or the two-process mode), and
 //! what it prints.
 //!
 //! Exit status: 0 all frames verified; 1 the run failed, a frame failed
