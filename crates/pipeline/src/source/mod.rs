@@ -46,6 +46,9 @@ use twox_hash::XxHash3_64;
 
 use crate::frame::{FrameLayout, FrameMut};
 
+#[cfg(feature = "gstreamer")]
+pub mod gst;
+
 /// What a source said about one frame it wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Filled {
