@@ -10,7 +10,8 @@ use tegra_interop_pipeline::frame::{FrameLayout, FrameMut, PixelFormat};
 use tegra_interop_pipeline::source::gst::{GstLimits, GstSource};
 use tegra_interop_pipeline::source::{frame_digest, pixel_digest, Source, SourceError};
 
-const ACCEPTANCE: &str = "videotestsrc num-buffers=300 ! video/x-raw,format=RGBA,width=1280,height=720";
+const ACCEPTANCE: &str =
+    "videotestsrc num-buffers=300 ! video/x-raw,format=RGBA,width=1280,height=720";
 
 fn rgba(width: u32, height: u32) -> FrameLayout {
     FrameLayout::packed(width, height, PixelFormat::Rgba8).expect("layout")
@@ -36,7 +37,10 @@ fn run(source: &mut GstSource, frames: u64) -> (Vec<u64>, Option<SourceError>) {
             Ok(filled) => {
                 let digest = filled.digest.expect("the GStreamer source gives a digest");
                 let in_ring = pixel_digest(&layout, &bytes).expect("digest");
-                assert_eq!(digest, in_ring, "frame {index}: ring bytes differ from GStreamer's");
+                assert_eq!(
+                    digest, in_ring,
+                    "frame {index}: ring bytes differ from GStreamer's"
+                );
                 digests.push(digest);
             }
             Err(e) => return (digests, Some(e)),
@@ -97,7 +101,10 @@ fn gstreamer_strides_and_a_padded_ring_pitch_meet_line_by_line() {
     )
     .expect("source");
     let (digests, end) = run(&mut source, 12);
-    assert!(matches!(end, Some(SourceError::Ended { frames: 12 })), "{end:?}");
+    assert!(
+        matches!(end, Some(SourceError::Ended { frames: 12 })),
+        "{end:?}"
+    );
     assert_eq!(digests.len(), 12);
     let mut distinct = digests.clone();
     distinct.sort_unstable();
@@ -119,7 +126,10 @@ fn negotiate_takes_the_streams_size() {
     );
     let (digests, end) = run(&mut source, 3);
     assert_eq!(digests.len(), 3);
-    assert!(matches!(end, Some(SourceError::Ended { frames: 3 })), "{end:?}");
+    assert!(
+        matches!(end, Some(SourceError::Ended { frames: 3 })),
+        "{end:?}"
+    );
 }
 
 #[test]
@@ -202,11 +212,17 @@ fn the_end_of_the_stream_before_the_frames_wanted_says_how_many_came() {
     .expect("source");
     let (digests, end) = run(&mut source, 10);
     assert_eq!(digests.len(), 5);
-    assert!(matches!(end, Some(SourceError::Ended { frames: 5 })), "{end:?}");
+    assert!(
+        matches!(end, Some(SourceError::Ended { frames: 5 })),
+        "{end:?}"
+    );
     // And again: the end stays the end.
     let (more, end) = run(&mut source, 1);
     assert!(more.is_empty());
-    assert!(matches!(end, Some(SourceError::Ended { frames: 5 })), "{end:?}");
+    assert!(
+        matches!(end, Some(SourceError::Ended { frames: 5 })),
+        "{end:?}"
+    );
 }
 
 #[test]
@@ -229,7 +245,11 @@ fn an_error_mid_stream_names_the_element_and_its_words() {
         }
         other => panic!("expected an element error, got {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(2), "the error took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the error took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -287,7 +307,11 @@ fn dropping_a_running_source_stops_it_promptly() {
         assert_eq!(digests.len(), 2);
         let started = Instant::now();
         drop(source);
-        assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }
 

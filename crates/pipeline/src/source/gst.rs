@@ -377,9 +377,8 @@ impl GstSource {
             .format(video_format(format))
             .build();
         // A stand-in until the caps are known; replaced below.
-        let provisional = FrameLayout::packed(1, 1, format).map_err(|e| {
-            element_error(SINK_ELEMENT, format!("no layout for {format}: {e}"))
-        })?;
+        let provisional = FrameLayout::packed(1, 1, format)
+            .map_err(|e| element_error(SINK_ELEMENT, format!("no layout for {format}: {e}")))?;
         let mut source = Self::build(description, provisional, limits, &caps)?;
         source.start()?;
         source.layout = source.negotiated_layout(format)?;
@@ -417,9 +416,12 @@ impl GstSource {
              enable-last-sample=false"
         );
         let mut context = gst::ParseContext::new();
-        let element =
-            gst::parse::launch_full(&description, Some(&mut context), gst::ParseFlags::FATAL_ERRORS)
-                .map_err(|e| parse_error(&context, &e))?;
+        let element = gst::parse::launch_full(
+            &description,
+            Some(&mut context),
+            gst::ParseFlags::FATAL_ERRORS,
+        )
+        .map_err(|e| parse_error(&context, &e))?;
         let pipeline = element.downcast::<gst::Pipeline>().map_err(|e| {
             let _ = e.set_state(gst::State::Null);
             element_error("pipeline description", "did not make a pipeline")
@@ -466,12 +468,12 @@ impl GstSource {
             if let gst::MessageView::Error(e) = message.view() {
                 let error = e.error();
                 let debug = e.debug().map(|d| d.to_string());
-                let flow = e
-                    .details()
-                    .and_then(|d| d.get::<i32>("flow-return").ok());
+                let flow = e.details().and_then(|d| d.get::<i32>("flow-return").ok());
                 let not_negotiated = flow == Some(gst::FlowReturn::NotNegotiated.into_glib())
                     || error.matches(gst::CoreError::Negotiation)
-                    || debug.as_deref().is_some_and(|d| d.contains("not-negotiated"));
+                    || debug
+                        .as_deref()
+                        .is_some_and(|d| d.contains("not-negotiated"));
                 shared.record_error(BusError {
                     element: message
                         .src()
@@ -615,7 +617,10 @@ impl GstSource {
         let info = gst_video::VideoInfo::from_caps(&caps)
             .map_err(|e| element_error(SINK_ELEMENT, format!("caps {caps}: {e}")))?;
         FrameLayout::packed(info.width(), info.height(), format).map_err(|e| {
-            element_error(SINK_ELEMENT, format!("caps {caps} give no frame layout: {e}"))
+            element_error(
+                SINK_ELEMENT,
+                format!("caps {caps} give no frame layout: {e}"),
+            )
         })
     }
 
@@ -646,10 +651,7 @@ impl GstSource {
                 ),
             });
         }
-        let debug = e
-            .debug
-            .map(|d| format!(" ({d})"))
-            .unwrap_or_default();
+        let debug = e.debug.map(|d| format!(" ({d})")).unwrap_or_default();
         Some(element_error(&e.element, format!("{}{debug}", e.message)))
     }
 
@@ -715,7 +717,10 @@ impl GstSource {
         let pending = self.shared.pop_digest().ok_or_else(|| {
             element_error(
                 DIGEST_ELEMENT,
-                format!("no digest for frame {} (the handoff did not see it)", self.frames),
+                format!(
+                    "no digest for frame {} (the handoff did not see it)",
+                    self.frames
+                ),
             )
         })?;
         if pending.pts != pts {
