@@ -59,11 +59,13 @@
 //!
 //! Each frame is copied from the GStreamer buffer into the ring's slot.
 //! On a Jetson, `nvarguscamerasrc` and `nvvidconv` can keep frames in DMA
-//! buffers (`memory:NVMM`); the zero-copy path would import that buffer
-//! into CUDA (its dmabuf file descriptor as CUDA external memory, or an
-//! EGLImage made from the `NvBufSurface` and registered with CUDA) instead
-//! of copying it. That path is not implemented; `nvvidconv` to
-//! `video/x-raw` (system memory) is what this source takes.
+//! buffers (`memory:NVMM`); the zero-copy path would hand that buffer to
+//! CUDA instead of copying it (an EGLImage of the `NvBufSurface`
+//! registered with CUDA, or the dmabuf file descriptor imported as CUDA
+//! external memory), holding the GStreamer buffer until the consumer's
+//! *free* fence. That path is not implemented (the crate README says
+//! more); `nvvidconv` to `video/x-raw` (system memory) is what this source
+//! takes.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -172,7 +174,7 @@ impl Shared {
 /// GStreamer pipeline description (see the [module docs](self) for the
 /// rule, the verification and the limits).
 ///
-/// ```no_run
+/// ```
 /// use tegra_interop_pipeline::frame::{FrameLayout, FrameMut, PixelFormat};
 /// use tegra_interop_pipeline::source::gst::{GstLimits, GstSource};
 /// use tegra_interop_pipeline::source::{pixel_digest, Source};
