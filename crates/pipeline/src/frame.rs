@@ -1,10 +1,19 @@
 //! The frame types every part of the ring shares: a frame's layout, the
 //! pixel formats the ring knows, and the writable view a source fills.
 //!
-//! This module sits below the transports, the consumer and the sources
-//! (they all import it; it imports none of them).
+//! Also the frame types of the ring's protocol: [`FrameGeometry`] (the
+//! bytes a slot holds), [`Completion`] (what the consumer reports per
+//! frame) and [`process_frame`] (the project's check-and-invert work on the
+//! host).
+//!
+//! This module sits below the ring, the transports, the consumer and the
+//! sources (they all import it; it imports none of them).
 
 use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::camera::TestPattern;
+use crate::error::TransportError;
 
 /// Pixel formats a frame of the ring may hold. The ring moves bytes; the
 /// format tells a user's work how to read them.
@@ -203,6 +212,71 @@ impl<'a> FrameMut<'a> {
     }
 }
 
+/// Layout of one frame: `rows` lines of `stride` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameGeometry {
+    /// Bytes per line.
+    pub stride: usize,
+    /// Number of lines.
+    pub rows: usize,
+}
+
+impl FrameGeometry {
+    /// Bytes per frame.
+    pub fn frame_len(&self) -> usize {
+        self.stride * self.rows
+    }
+}
+
+/// One processed frame, as reported by the consumer side.
+#[derive(Clone, Copy, Debug)]
+pub struct Completion {
+    /// Slot the frame was in.
+    pub slot: usize,
+    /// Frame index.
+    pub frame: u64,
+    /// Bytes that did not match the test pattern when the consumer read them.
+    pub mismatches: u64,
+    /// Time the consumer spent in [`process_frame`] (after its wait).
+    pub process: Duration,
+    /// Time the consumer was occupied with the frame after its wait: the
+    /// processing plus whatever else it does per frame (copies, counter
+    /// read-back, the *free* signal; on a GPU also any time its stream sat
+    /// behind other GPU work). Equal to `process` where nothing else is done.
+    pub busy: Duration,
+    /// When the frame was known to be finished on the host.
+    pub finished: Instant,
+}
+
+/// The project's own per-frame work, which every backend must do
+/// identically (its CUDA kernel computes the same): count the bytes that
+/// differ from `TestPattern::new(frame, stride)`, and invert every byte in
+/// place.
+pub fn process_frame(frame: u64, stride: usize, bytes: &mut [u8]) -> u64 {
+    let pattern = TestPattern::new(frame, stride);
+    let mut mismatches = 0u64;
+    if stride == 0 {
+        return 0;
+    }
+    for (row, line) in bytes.chunks_mut(stride).enumerate() {
+        for (col, b) in line.iter_mut().enumerate() {
+            mismatches += u64::from(*b != pattern.byte(row, col));
+            *b = !*b;
+        }
+    }
+    mismatches
+}
+
+/// A slot's memory as a transport keeps it, moved out of the transport
+/// while a write lease holds it (the transport cannot reach it then).
+pub(crate) trait LeasedMemory: Send + 'static {
+    /// The memory's bytes, for the lease holder's writes (`slot` names it
+    /// in an error).
+    fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError>;
+    /// The memory, for the transport to take its own type back.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +294,23 @@ mod tests {
         assert_eq!(l.frame_len(), 7680 * 1080);
         let mut bytes = vec![0u8; l.frame_len() - 1];
         assert!(FrameMut::new(0, l, &mut bytes).is_err());
+    }
+
+    #[test]
+    fn process_counts_mismatches_and_inverts() {
+        let stride = 300;
+        let mut buf = vec![0u8; stride * 4];
+        let p = TestPattern::new(5, stride);
+        p.fill(&mut buf);
+        buf[7] ^= 0x10;
+        buf[stride * 3] ^= 0x01;
+        assert_eq!(process_frame(5, stride, &mut buf), 2);
+        // Everything but the two corrupted bytes is now the inverted pattern.
+        assert_eq!(p.first_mismatch(&buf, 0xff), Some(7));
+        let mut good = vec![0u8; stride * 4];
+        p.fill(&mut good);
+        assert_eq!(process_frame(5, stride, &mut good), 0);
+        assert_eq!(p.first_mismatch(&good, 0xff), None);
+        assert_eq!(process_frame(6, stride, &mut good), (stride * 4) as u64);
     }
 }

@@ -8,10 +8,18 @@
 //! - [`camera`]: the camera sensor model over `embedded-hal` 1.0 traits
 //!   (no alloc), which writes the frames; [`camera::sensor`] is its
 //!   simulated bus.
-//! - [`ring`]: the ring of slots, the one per-slot state machine, and the
-//!   [`ring::Ticket`] it hands out per frame.
+//! - [`frame`] and [`error`]: the frame types (layout, geometry, the
+//!   consumer's completion) and the transport error, below everything else.
+//! - [`slots`]: the one per-slot state machine and the [`slots::Ticket`] it
+//!   hands out per frame.
+//! - [`ring`]: the [`ring::Ring`], which owns a transport and hands its
+//!   slots out as owned leases ([`ring::WriteLease`], [`ring::ReadLease`]),
+//!   with a typed [`ring::RingError`].
+//! - [`source`]: where frames come from ([`source::Source`]; the sensor
+//!   model is [`source::SensorSource`]).
 //! - [`transport`]: the interface a transport implements (interop only:
-//!   wait, write, signal), and the transports: [`transport::host`] (host
+//!   take a slot's memory, signal, queue the consumer, collect, lend), and
+//!   the transports: [`transport::host`] (host
 //!   reference), [`transport::nvsci`] (NvSciBuf/NvSciSync + CUDA, on a
 //!   Jetson or the simulator), [`transport::egl`] (EGLImage / EGLStream),
 //!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
@@ -22,7 +30,8 @@
 //!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
 //!   and semaphores) and [`platform::egl`] (EGL display, streams and
 //!   images).
-//! - [`app`]: the programs built on the library: [`app::cli`],
+//! - [`app`]: the programs built on the library ([`app::run`] is the
+//!   `pipeline` program's one loop): [`app::cli`],
 //!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
 //!   (which transport runs here and why), [`app::info`] (the
 //!   `interop_info` capability report), [`app::baseline`] (plain CUDA, for
@@ -33,36 +42,36 @@
 //! A ring of `n` slots; frame `f` uses slot `f % n` for the slot's
 //! `k = f / n`-th time. Each slot has a frame buffer and two deterministic
 //! fences: *ready* (producer signals, consumer waits) and *free* (consumer
-//! signals, producer waits). The [`ring::Ring`] alone keeps where each
-//! slot is and computes the values; a transport gets them in a
-//! [`ring::Ticket`] (`free_wait = k`, `ready = k + 1`, `free_signal = k + 1`)
-//! and keeps no per-slot progress.
+//! signals, producer waits). The ring's state machine ([`slots::Slots`])
+//! alone keeps where each slot is and computes the values; a transport gets
+//! them in a [`slots::Ticket`] (`free_wait = k`, `ready = k + 1`,
+//! `free_signal = k + 1`) and keeps no per-slot progress.
 //!
 //! ```text
-//!            Ring::acquire            Ring::release           Ring::submit
-//!   Free ------------------> Writing ---------------> Ready --------------> InFlight
-//!    ^   (then wait_free:             (after signal_ready:    (after queue_consumer:  |
-//!    |    free >= free_wait,           ready = ready)          consumer waits ready,  |
-//!    |    producer writes)                                     processes, signals     |
-//!    |                                                         free = free_signal)    |
-//!    +------------------------------------------------------------------------------+
-//!                  Ring::complete (a completion from try_complete / wait_complete)
+//!          Ring::acquire              Ring::hand_over                           Ring::collect
+//!   Free ----------------> Writing -------------------------> InFlight ------------------> Free
+//!    ^   (take_slot: free >=   | (the WriteLease: written   (signal_ready: ready = k + 1;   |
+//!    |    free_wait; a         |  on any thread)             consumer waits ready, works,   |
+//!    |    WriteLease)          | dropped unwritten:          signals free = k + 1)         | Ring::read
+//!    |                         +--> the same ticket again                                   v
+//!    +------------------------------------------------------------------------------- Lent (a ReadLease;
+//!                                                                    dropped: the slot is free again)
 //! ```
 //!
 //! The program that drives the ring (the producer's thread) makes every
 //! move; the consumer side (a CUDA stream, or the host reference's thread)
 //! only signals *free*, which the transport reports as a completion.
-//! [`ring::Ring::acquire`] refuses a slot that is not `Free`, so a slot is
-//! written again only after its frame was collected, and every fence value
-//! a side waits for has been, or is being, signalled.
-//! [`ring::Ring::make_room`], [`ring::Ring::produce`] and
-//! [`ring::Ring::drain`] do the usual loop; examples/camera_ring.rs in the
-//! repository is a whole program on them.
+//! [`ring::Ring::acquire`] hands out a slot only once its previous frame
+//! was collected and its read lease dropped, so a slot is written again
+//! only after its frame was read, and every fence value a side waits for
+//! has been, or is being, signalled. The ring's module docs show the loop;
+//! examples/camera_ring.rs in this crate is a whole program on it.
 //!
-//! Transports are values the caller owns (store them, return them):
+//! Transports are values the caller owns until a ring takes them:
 //! [`transport::nvsci::NvSciTransport::open`] / [`transport::nvsci::NvSciTransport::new`],
 //! [`transport::host::HostReference::new`], `transport::gpu::GpuTransport::open`;
-//! [`transport::FrameTransport::close`] tears one down and reports errors.
+//! [`ring::Ring::close`] (or [`transport::FrameTransport::close`]) tears one
+//! down and reports errors.
 //!
 //! # Unsafe code
 //!
@@ -77,9 +86,10 @@
 //! simulator's host processing of a mapped buffer) and the EGLStream's two
 //! CUDA ends in [`consumer::egl`] (connected to an
 //! [`OwnedEglStream`](consumer::egl::OwnedEglStream), torn down in the
-//! driver's order). A lent frame ([`transport::PeekedFrame`]) is safe by its
-//! type: it shares the memory it was lent from, and the transport waits for
-//! it to be dropped before it writes the slot or lets the device at it.
+//! driver's order). A lent frame ([`transport::PeekedFrame`], which a
+//! [`ring::ReadLease`] holds) is safe by its type: it shares the memory it
+//! was lent from, and the transport waits for it to be dropped before it
+//! writes the slot or lets the device at it.
 //! The producers' platform code (Vulkan through `ash`, EGL/GLES loaded at
 //! run time) is a crate of its own, `tegra-interop-platform` ([`platform`]).
 //! `tests/unsafe_code.rs` reads the source tree and fails on `unsafe` (or a
@@ -91,10 +101,12 @@
 pub mod app;
 pub mod camera;
 pub mod consumer;
+pub mod error;
 pub mod frame;
 #[doc(inline)]
 pub use tegra_interop_platform as platform;
 pub mod ring;
+pub mod slots;
 pub mod source;
 pub mod transport;
 

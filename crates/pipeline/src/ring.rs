@@ -1,563 +1,600 @@
-//! The ring of slots and its one per-slot state machine.
+//! The ring: slots handed out as owned leases, the way the driver owns its
+//! handles.
 //!
-//! A [`Ring`] of `n` slots decides, once per frame, which slot the frame
-//! uses and which fence values the two sides wait for and signal, and hands
-//! them out as a [`Ticket`]. A transport ([`crate::transport`]) only does
-//! the interop a ticket names (wait, write, signal); it keeps no per-slot
-//! progress of its own. Fixed capacity, no allocation.
+//! A [`Ring`] owns a transport ([`crate::transport::FrameTransport`]: the
+//! slots' memory and fences) and the one state machine of its slots
+//! ([`crate::slots`]: which slot each frame uses, and the fence values).
+//! Per frame:
 //!
-//! # The slot protocol
+//! 1. [`Ring::acquire`] collects what finished until the frame's slot is
+//!    free, waits (on the transport) for the slot's *free* fence, and hands
+//!    the slot out as a [`WriteLease`]: owned, `Send`, written on any
+//!    thread ([`WriteLease::bytes_mut`], or a [`crate::source::Source`]
+//!    through [`WriteLease::frame_mut`]);
+//! 2. [`Ring::hand_over`] consumes the written lease: the memory goes back
+//!    to the transport, which signals *ready*, and the consumer is queued
+//!    (it waits for *ready*, does its work, signals *free*);
+//! 3. [`Ring::collect`] / [`Ring::wait_collect`] give each finished frame
+//!    back as a [`Finished`], in the order the consumer finished them;
+//!    [`Ring::read`] lends a finished frame's processed bytes as a
+//!    [`ReadLease`] (owned, `Send`), for a check on any thread.
 //!
-//! Frame `f` uses slot `f % n`; it is that slot's `k`-th use, `k = f / n`.
-//! Each slot has two deterministic fences: *ready* (the producer signals,
-//! the consumer waits) and *free* (the consumer signals, the producer
-//! waits). The ticket of frame `f` carries:
+//! Leases give their slot back by being dropped: a write lease dropped
+//! unwritten returns the slot to the transport unsignalled, and the ring
+//! hands the same ticket (frame and fence values) out again at the next
+//! [`Ring::acquire`]; a read lease dropped lets the slot's next frame be
+//! acquired ([`Ring::acquire`] waits for it, at most [`READ_RETURN_WAIT`]).
+//! There is no call to forget. A lease handed to another ring is refused
+//! ([`RingError::ForeignLease`]) and goes back to its own.
 //!
-//! - [`Ticket::free_wait`] = `k`: the producer writes only once the slot's
-//!   *free* fence reached `k` (the consumer finished the slot's previous
-//!   frame; 0 for a first use, which waits for nothing);
-//! - [`Ticket::ready`] = `k + 1`: the producer signals *ready* to it after
-//!   writing, and the consumer waits for it;
-//! - [`Ticket::free_signal`] = `k + 1`: the consumer signals *free* to it
-//!   after processing.
+//! The fence values follow the deterministic protocol of
+//! [`crate::slots`]: frame `f` of a ring of `n` uses slot `f % n` for its
+//! `k = f / n`-th time; the producer waits for *free* = `k`, signals
+//! *ready* = `k + 1`, the consumer signals *free* = `k + 1`.
 //!
-//! Each slot is in one [`SlotState`]; only the ring moves it, and the
-//! caller (the program that drives the ring) tells it when:
+//! ```
+//! use tegra_interop_pipeline::camera::TestPattern;
+//! use tegra_interop_pipeline::frame::FrameGeometry;
+//! use tegra_interop_pipeline::ring::Ring;
+//! use tegra_interop_pipeline::transport::host::{Fault, HostReference};
 //!
-//! | from       | to         | ring call                  | after the transport's |
-//! |------------|------------|----------------------------|-----------------------|
-//! | `Free`     | `Writing`  | [`Ring::acquire`] (ticket) | (before) `wait_free`: wait *free* >= `free_wait`, get the bytes |
-//! | `Writing`  | `Ready`    | [`Ring::release`]          | `signal_ready`: signal *ready* = `ready` |
-//! | `Ready`    | `InFlight` | [`Ring::submit`]           | `queue_consumer`: wait *ready*, process, signal *free* = `free_signal` |
-//! | `InFlight` | `Free`     | [`Ring::complete`]         | `try_complete` / `wait_complete` returned the frame |
-//!
-//! A transport whose consumer waits for *ready* on the device
-//! ([`FrameTransport::queues_before_ready`]) may have its consumer queued
-//! before the frame is written, so that the device starts on the frame as
-//! soon as *ready* arrives instead of after the host has queued the work:
-//!
-//! | from       | to         | ring call                  | after the transport's |
-//! |------------|------------|----------------------------|-----------------------|
-//! | `Writing`  | `Queued`   | [`Ring::submit_early`]     | `queue_consumer` (before `wait_free`) |
-//! | `Queued`   | `InFlight` | [`Ring::release`]          | `signal_ready` |
-//!
-//! A collected frame may be lent for reading beyond the call that lent it
-//! (the producer's read-back check, on another thread, while the camera
-//! writes the next frames):
-//!
-//! | from       | to         | ring call                  | after the transport's |
-//! |------------|------------|----------------------------|-----------------------|
-//! | `Free`     | `Lent`     | [`Ring::lend`]             | `lend` lent the frame ([`PeekedFrame`]) |
-//! | `Lent`     | `Free`     | [`Ring::give_back`]        | (the reader is done with the bytes) |
-//!
-//! A transport that [leases its slots](FrameTransport::leases_frames) lets
-//! a frame be written on another thread: [`Ring::take_for_write`] is the
-//! first half of [`Ring::produce`] (acquire, early queueing, the wait for
-//! the slot, whose memory moves out of the transport into a
-//! [`WriteLease`]) and [`Ring::hand_over`] the second (the memory back,
-//! ready signal, release, queueing). Between the two the slot is `Writing`
-//! and the next frame's slot may be taken too.
-//!
-//! [`Ring::acquire`] refuses a slot that is not `Free`, so a slot's frame is
-//! always collected before the slot is written again, a lent frame is
-//! given back before its slot's next ticket exists (and so before the
-//! transport is asked for those bytes again), and every value a transport
-//! waits for has been (or is being) signalled.
-//! [`Ring::make_room`] and [`Ring::drain`] collect completions for the
-//! caller.
+//! let g = FrameGeometry { stride: 64, rows: 4 };
+//! let mut ring = Ring::new(HostReference::new(g, 2, Fault::None))?;
+//! for _ in 0..6 {
+//!     let mut lease = ring.acquire()?;
+//!     let frame = lease.frame();
+//!     TestPattern::new(frame, g.stride).fill(lease.bytes_mut()?);
+//!     ring.hand_over(lease)?;
+//! }
+//! let mut finished = 0;
+//! while ring.pending() > 0 {
+//!     let done = ring.wait_collect()?;
+//!     assert_eq!(done.completion.mismatches, 0);
+//!     finished += 1;
+//! }
+//! assert_eq!(finished, 6);
+//! ring.close()?;
+//! # Ok::<(), tegra_interop_pipeline::ring::RingError>(())
+//! ```
 
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use crate::transport::{Completion, FrameTransport, PeekedFrame, WriteLease};
+use crate::frame::{Completion, FrameGeometry, FrameLayout, FrameMut};
+pub use crate::slots::{Collected, InFlight, RingError, SlotState, Slots, Ticket, MAX_SLOTS};
+use crate::transport::{FrameTransport, PeekedFrame, SlotMemory, TransportInfo};
 
-/// Most slots a ring may have (the ring is a fixed-size array).
-pub const MAX_SLOTS: usize = 8;
+/// How long [`Ring::acquire`] waits for the read lease of the slot's
+/// previous frame to be dropped before it gives up with
+/// [`RingError::Timeout`].
+pub const READ_RETURN_WAIT: Duration = Duration::from_secs(30);
 
-/// One frame's use of one slot, as the ring handed it out: the slot, the
-/// frame and the fence values of the protocol (see the module docs).
-/// Only [`Ring::acquire`] makes one; it is neither `Clone` nor `Copy`, so
-/// a frame has exactly one.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Ticket {
-    slot: usize,
-    frame: u64,
-    use_index: u64,
-    previous: Option<u64>,
+/// Numbers the rings of this process (a lease names its ring).
+static RING_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// A lease coming back to its ring by being dropped.
+enum Back {
+    /// A write lease dropped unwritten: its ticket and the slot's memory.
+    Unwritten { ticket: Ticket, memory: SlotMemory },
+    /// A read lease of `frame` dropped.
+    Read { frame: u64 },
 }
 
-impl Ticket {
-    /// The slot the frame uses.
-    pub fn slot(&self) -> usize {
-        self.slot
+/// A finished frame, as [`Ring::collect`] gives it: what the consumer
+/// reported, what the ring recorded, and how long it queued.
+#[derive(Clone, Copy, Debug)]
+pub struct Finished {
+    /// The consumer's report.
+    pub completion: Completion,
+    /// What the ring recorded at its hand-over.
+    pub rec: InFlight,
+    /// From its ready signal to the previous frame's finish (zero if that
+    /// had finished by then).
+    pub queued: Duration,
+    ring: u64,
+}
+
+impl Finished {
+    /// The frame.
+    pub fn frame(&self) -> u64 {
+        self.completion.frame
     }
 
-    /// The frame index.
+    /// The slot it was in.
+    pub fn slot(&self) -> usize {
+        self.completion.slot
+    }
+}
+
+/// A slot taken for writing one frame: owned, `Send` (write it on any
+/// thread), given back by [`Ring::hand_over`] once written, or by being
+/// dropped unwritten (the ring then hands the same ticket out again).
+pub struct WriteLease {
+    ring: u64,
+    ticket: Ticket,
+    memory: Option<SlotMemory>,
+    geometry: FrameGeometry,
+    started: Option<Instant>,
+    write_ns: Option<u64>,
+    back: Sender<Back>,
+}
+
+impl fmt::Debug for WriteLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteLease")
+            .field("ring", &self.ring)
+            .field("ticket", &self.ticket)
+            .finish()
+    }
+}
+
+impl WriteLease {
+    /// The frame's ticket (slot, frame, fence values).
+    pub fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+
+    /// The frame being written.
+    pub fn frame(&self) -> u64 {
+        self.ticket.frame()
+    }
+
+    /// The slot.
+    pub fn slot(&self) -> usize {
+        self.ticket.slot()
+    }
+
+    /// The frame's layout in bytes.
+    pub fn geometry(&self) -> FrameGeometry {
+        self.geometry
+    }
+
+    /// The frame's bytes, to write (they hold the slot's processed previous
+    /// frame until then). The first call starts the frame's write time.
+    ///
+    /// # Errors
+    /// Refused where the frame is not written in this process (the
+    /// two-process mode's CUDA side) or the slot's memory is smaller than a
+    /// frame.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8], RingError> {
+        self.started.get_or_insert_with(Instant::now);
+        let slot = self.ticket.slot();
+        match self.memory.as_mut() {
+            Some(m) => Ok(m.bytes_mut()?),
+            None => Err(RingError::Order {
+                what: "write",
+                frame: self.ticket.frame(),
+                slot,
+                state: None,
+            }),
+        }
+    }
+
+    /// The frame as a [`FrameMut`] of `layout` (for a
+    /// [`crate::source::Source`]).
+    ///
+    /// # Errors
+    /// As [`WriteLease::bytes_mut`]; refused when `layout` is not the
+    /// ring's frame size.
+    pub fn frame_mut(&mut self, layout: FrameLayout) -> Result<FrameMut<'_>, RingError> {
+        let index = self.ticket.frame();
+        let bytes = self.bytes_mut()?;
+        FrameMut::new(index, layout, bytes).map_err(RingError::Layout)
+    }
+
+    /// Records when the frame's write started and how long it took (the
+    /// default: from the first [`WriteLease::bytes_mut`] to the hand-over).
+    pub fn set_write_time(&mut self, started: Instant, took: Duration) {
+        self.started = Some(started);
+        self.write_ns = Some(took.as_nanos() as u64);
+    }
+}
+
+impl Drop for WriteLease {
+    fn drop(&mut self) {
+        if let Some(memory) = self.memory.take() {
+            let ticket = self.ticket.duplicate();
+            // The ring is gone when this fails: the memory goes with the
+            // lease, as the transport's did.
+            let _ = self.back.send(Back::Unwritten { ticket, memory });
+        }
+    }
+}
+
+/// A finished frame's processed bytes, lent for reading: owned, `Send`.
+/// While it lives, the slot's next frame is not acquired and the transport
+/// neither writes the bytes nor lets the device at them; dropping it gives
+/// the slot back.
+pub struct ReadLease {
+    bytes: Option<PeekedFrame>,
+    frame: u64,
+    slot: usize,
+    back: Sender<Back>,
+}
+
+impl fmt::Debug for ReadLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadLease")
+            .field("frame", &self.frame)
+            .field("slot", &self.slot)
+            .field("len", &self.bytes().len())
+            .finish()
+    }
+}
+
+impl ReadLease {
+    /// The frame.
     pub fn frame(&self) -> u64 {
         self.frame
     }
 
-    /// The slot's previous frame, whose processed bytes the slot holds when
-    /// the producer gets it (`None` for the slot's first use). The ring
-    /// hands out a ticket only once that frame is collected.
-    pub fn previous_frame(&self) -> Option<u64> {
-        self.previous
-    }
-
-    /// The value of the slot's *free* fence the producer waits for before it
-    /// writes (the number of the slot's earlier frames; 0: wait for nothing).
-    pub fn free_wait(&self) -> u64 {
-        self.use_index
-    }
-
-    /// The value of the slot's *ready* fence: signalled by the producer once
-    /// the frame is written, waited for by the consumer.
-    pub fn ready(&self) -> u64 {
-        self.use_index + 1
-    }
-
-    /// The value of the slot's *free* fence the consumer signals once it has
-    /// processed the frame.
-    pub fn free_signal(&self) -> u64 {
-        self.use_index + 1
-    }
-}
-
-/// A collected frame that still sits in its slot, lent for reading (the
-/// producer's check of the processed bytes) before the slot's next ticket
-/// exists: made by [`Ring::peek`]. The slot is `Free`, so no transport call
-/// for a ticket touches it until the ring hands out its next ticket.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Peek {
-    slot: usize,
-    frame: u64,
-    free_reached: u64,
-}
-
-impl Peek {
     /// The slot.
     pub fn slot(&self) -> usize {
         self.slot
     }
-    /// The collected frame whose processed bytes the slot holds.
-    pub fn frame(&self) -> u64 {
-        self.frame
-    }
-    /// The value the slot's *free* fence reached when the consumer finished
-    /// the frame (its [`Ticket::free_signal`]); the slot's next ticket waits
-    /// for the same value.
-    pub fn free_reached(&self) -> u64 {
-        self.free_reached
+
+    /// The processed bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.as_ref().map_or(&[], PeekedFrame::bytes)
     }
 }
 
-/// What the ring remembers about a frame between its write and its
-/// completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InFlight {
-    /// Frame index.
-    pub frame: u64,
-    /// When the producer started writing it.
-    pub started: Instant,
-    /// Nanoseconds the producer took to write it (camera, plus the copy in
-    /// `--copy` mode).
-    pub write_ns: u64,
-    /// When the producer signalled it ready.
-    pub signalled: Instant,
+impl Drop for ReadLease {
+    fn drop(&mut self) {
+        // The bytes go first, so the transport finds them given back when
+        // the ring hears of it.
+        drop(self.bytes.take());
+        let _ = self.back.send(Back::Read { frame: self.frame });
+    }
 }
 
-/// Where a slot is in the protocol (see the module docs for the moves).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotState {
-    /// The consumer is done with it (or it was never used): the next frame
-    /// of the slot may be acquired.
-    Free,
-    /// The producer holds it to write this frame.
-    Writing(u64),
-    /// Written and signalled ready; the consumer is not queued yet.
-    Ready(InFlight),
-    /// The consumer is queued for this frame, which the producer still
-    /// writes (only for transports that queue before ready).
-    Queued(u64),
-    /// The consumer is queued for it; its completion is not collected yet.
-    InFlight(InFlight),
-    /// Free, but its collected frame is lent for reading
-    /// ([`PeekedFrame`]): no ticket for the slot until
-    /// [`Ring::give_back`].
-    Lent(u64),
-}
-
-/// A collected frame: what the ring recorded for it, and how long it
-/// waited, already signalled ready, for the consumer to finish the frame
-/// before it (queueing, not interop cost).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Collected {
-    /// What was recorded at [`Ring::release`].
-    pub rec: InFlight,
-    /// From its ready signal to the previous frame's finish (zero if the
-    /// previous frame had finished by then).
-    pub queued: Duration,
-}
-
-/// The ring: which slot each frame uses, its fence values and the one state
-/// machine of every slot.
-#[derive(Debug)]
+/// The ring (see the module docs).
 pub struct Ring {
-    slots: usize,
-    next_frame: u64,
-    state: [SlotState; MAX_SLOTS],
-    last_done: [Option<u64>; MAX_SLOTS],
-    last_finished: Option<Instant>,
+    id: u64,
+    slots: Slots,
+    info: TransportInfo,
+    transport: Box<dyn FrameTransport>,
+    back_tx: Sender<Back>,
+    back_rx: Receiver<Back>,
+    done: VecDeque<Finished>,
+}
+
+impl fmt::Debug for Ring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ring")
+            .field("id", &self.id)
+            .field("backend", &self.info.backend)
+            .field("slots", &self.slots)
+            .finish()
+    }
 }
 
 impl Ring {
-    /// An empty ring of `slots` slots, `1..=MAX_SLOTS`; its first frame is 0.
-    pub fn new(slots: usize) -> Result<Ring, String> {
-        if slots == 0 || slots > MAX_SLOTS {
-            return Err(format!(
-                "ring size {slots} is outside 1..={MAX_SLOTS} (the ring has a fixed capacity)"
-            ));
-        }
+    /// A ring over `transport`'s slots (`1..=MAX_SLOTS` of them).
+    ///
+    /// # Errors
+    /// [`RingError::Size`] for a transport with no slots or too many.
+    pub fn new(transport: impl FrameTransport + 'static) -> Result<Ring, RingError> {
+        Ring::from_box(Box::new(transport))
+    }
+
+    /// [`Ring::new`] over a boxed transport.
+    ///
+    /// # Errors
+    /// As [`Ring::new`].
+    pub fn from_box(transport: Box<dyn FrameTransport>) -> Result<Ring, RingError> {
+        let info = transport.info();
+        let (back_tx, back_rx) = mpsc::channel();
         Ok(Ring {
-            slots,
-            next_frame: 0,
-            state: [SlotState::Free; MAX_SLOTS],
-            last_done: [None; MAX_SLOTS],
-            last_finished: None,
+            id: RING_IDS.fetch_add(1, Ordering::Relaxed),
+            slots: Slots::new(info.slots)?,
+            info,
+            transport,
+            back_tx,
+            back_rx,
+            done: VecDeque::with_capacity(MAX_SLOTS),
         })
     }
 
     /// Number of slots.
     pub fn slots(&self) -> usize {
-        self.slots
+        self.slots.slots()
     }
 
-    /// The frame the next [`Ring::acquire`] hands out.
-    pub fn next_frame(&self) -> u64 {
-        self.next_frame
+    /// Layout of every frame.
+    pub fn geometry(&self) -> FrameGeometry {
+        self.info.geometry
     }
 
-    /// The slot the next [`Ring::acquire`] hands out.
-    pub fn next_slot(&self) -> usize {
-        (self.next_frame % self.slots as u64) as usize
+    /// What the transport said about itself when the ring was made.
+    pub fn info(&self) -> &TransportInfo {
+        &self.info
+    }
+
+    /// The transport (for its name and measurements).
+    pub fn transport(&self) -> &dyn FrameTransport {
+        &*self.transport
     }
 
     /// Where `slot` is in the protocol (`None` past the ring's end).
     pub fn state(&self, slot: usize) -> Option<SlotState> {
-        self.state[..self.slots].get(slot).copied()
+        self.slots.state(slot)
     }
 
-    /// Number of frames whose consumer is queued and not collected.
-    pub fn in_flight(&self) -> usize {
-        self.state[..self.slots]
-            .iter()
-            .filter(|s| matches!(s, SlotState::InFlight(_)))
-            .count()
+    /// The frame the next new lease is for.
+    pub fn next_frame(&self) -> u64 {
+        self.slots.next_frame()
     }
 
-    /// The last frame collected in `slot`, if any.
-    pub fn last_done(&self, slot: usize) -> Option<u64> {
-        self.last_done[..self.slots].get(slot).copied().flatten()
+    /// Frames handed over and not yet collected (in flight, or finished and
+    /// waiting in the ring for [`Ring::collect`]).
+    pub fn pending(&self) -> usize {
+        self.slots.in_flight() + self.done.len()
     }
 
-    /// `Free -> Writing`: the ticket of the next frame. Refused unless its
-    /// slot is free (collect the slot's frame first: [`Ring::make_room`]).
-    pub fn acquire(&mut self) -> Result<Ticket, String> {
-        let frame = self.next_frame;
-        let slot = self.next_slot();
-        match self.state[slot] {
-            SlotState::Free => {}
-            other => {
-                return Err(format!(
-                    "frame {frame} needs slot {slot}, which is {other:?}; collect its frame first"
-                ))
+    /// Takes back the leases dropped since the last call.
+    fn take_back(&mut self) -> Result<(), RingError> {
+        while let Ok(b) = self.back_rx.try_recv() {
+            self.returned(b)?;
+        }
+        Ok(())
+    }
+
+    fn returned(&mut self, b: Back) -> Result<(), RingError> {
+        match b {
+            Back::Unwritten { ticket, memory } => {
+                self.slots.unwritten(&ticket)?;
+                self.transport.put_back(&ticket, memory)?;
             }
+            Back::Read { frame } => self.slots.give_back(frame)?,
         }
-        self.state[slot] = SlotState::Writing(frame);
-        self.next_frame += 1;
-        Ok(Ticket {
-            slot,
-            frame,
-            use_index: frame / self.slots as u64,
-            previous: frame.checked_sub(self.slots as u64),
-        })
+        Ok(())
     }
 
-    fn expect(&self, t: &Ticket, what: &str, ok: bool) -> Result<(), String> {
-        if ok {
-            return Ok(());
-        }
-        Err(format!(
-            "{what} of frame {} in slot {}, which is {:?}",
-            t.frame,
-            t.slot,
-            self.state(t.slot)
-        ))
-    }
-
-    /// `Writing -> Ready` (or `Queued -> InFlight`): the frame was written
-    /// (from `started`, taking `write_ns`) and the transport signalled its
-    /// ready fence.
-    pub fn release(&mut self, t: &Ticket, started: Instant, write_ns: u64) -> Result<(), String> {
-        let rec = InFlight {
-            frame: t.frame,
-            started,
-            write_ns,
-            signalled: Instant::now(),
+    /// Collects one finished frame from the transport (blocking or not).
+    fn collect_one(&mut self, block: bool) -> Result<bool, RingError> {
+        let c = match block {
+            true => self.transport.wait_complete()?,
+            false => match self.transport.try_complete()? {
+                Some(c) => c,
+                None => return Ok(false),
+            },
         };
-        match self.state(t.slot) {
-            Some(SlotState::Writing(f)) if f == t.frame => {
-                self.state[t.slot] = SlotState::Ready(rec);
-                Ok(())
-            }
-            Some(SlotState::Queued(f)) if f == t.frame => {
-                self.state[t.slot] = SlotState::InFlight(rec);
-                Ok(())
-            }
-            _ => self.expect(t, "release", false),
-        }
+        let Collected { rec, queued } = self.slots.complete(&c)?;
+        self.done.push_back(Finished {
+            completion: c,
+            rec,
+            queued,
+            ring: self.id,
+        });
+        Ok(true)
     }
 
-    /// `Ready -> InFlight`: the transport queued the consumer for the frame.
-    pub fn submit(&mut self, t: &Ticket) -> Result<(), String> {
-        match self.state(t.slot) {
-            Some(SlotState::Ready(rec)) if rec.frame == t.frame => {
-                self.state[t.slot] = SlotState::InFlight(rec);
-                Ok(())
-            }
-            _ => self.expect(t, "submit", false),
+    /// The slot the next [`Ring::acquire`] hands out.
+    fn upcoming_slot(&self) -> usize {
+        let returned = (0..self.slots())
+            .filter_map(|s| match self.slots.state(s) {
+                Some(SlotState::Returned { frame, .. }) => Some(frame),
+                _ => None,
+            })
+            .min();
+        match returned {
+            Some(frame) => (frame % self.slots() as u64) as usize,
+            None => self.slots.next_slot(),
         }
-    }
-
-    /// `Writing -> Queued`: a transport that [queues before
-    /// ready](FrameTransport::queues_before_ready) queued the consumer for
-    /// the frame before it was written ([`Ring::release`] then moves it in
-    /// flight).
-    pub fn submit_early(&mut self, t: &Ticket) -> Result<(), String> {
-        let ok = self.state(t.slot) == Some(SlotState::Writing(t.frame));
-        self.expect(t, "early submit", ok)?;
-        self.state[t.slot] = SlotState::Queued(t.frame);
-        Ok(())
-    }
-
-    /// `InFlight -> Free`: the transport reported `c` finished. Refused
-    /// unless `c` names the frame in flight in its slot.
-    pub fn complete(&mut self, c: &Completion) -> Result<Collected, String> {
-        let (slot, frame) = (c.slot, c.frame);
-        match self.state(slot) {
-            Some(SlotState::InFlight(rec)) if rec.frame == frame => {
-                self.state[slot] = SlotState::Free;
-                self.last_done[slot] = Some(frame);
-                let queued = self.last_finished.map_or(Duration::ZERO, |prev| {
-                    prev.saturating_duration_since(rec.signalled)
-                });
-                self.last_finished = Some(c.finished);
-                Ok(Collected { rec, queued })
-            }
-            None => Err(format!(
-                "completion names slot {slot}, the ring has {} slots",
-                self.slots
-            )),
-            Some(other) => Err(format!(
-                "completion for frame {frame} in slot {slot}, which is {other:?}"
-            )),
-        }
-    }
-
-    /// `Lent -> Free`: the reader of lent frame `frame` is done with its
-    /// bytes; the slot's next ticket may be handed out. Refused unless that
-    /// frame is lent.
-    pub fn give_back(&mut self, frame: u64) -> Result<(), String> {
-        let slot = (frame % self.slots as u64) as usize;
-        match self.state[slot] {
-            SlotState::Lent(f) if f == frame => {
-                self.state[slot] = SlotState::Free;
-                Ok(())
-            }
-            other => Err(format!(
-                "give-back of frame {frame} in slot {slot}, which is {other:?}"
-            )),
-        }
-    }
-
-    /// Lends collected frame `frame` for reading while its slot waits for its
-    /// next ticket. `None` unless the frame was collected and is still the
-    /// last one of a `Free` slot (after the slot's next [`Ring::acquire`] the
-    /// bytes belong to that ticket).
-    pub fn peek(&self, frame: u64) -> Option<Peek> {
-        let slot = (frame % self.slots as u64) as usize;
-        let free = self.state[slot] == SlotState::Free;
-        (free && self.last_done[slot] == Some(frame)).then(|| Peek {
-            slot,
-            frame,
-            free_reached: frame / self.slots as u64 + 1,
-        })
-    }
-
-    /// Blocks until `frame` is collected (it must have been submitted), then
-    /// collects whatever else finished without blocking; calls `each` per
-    /// collected frame.
-    pub fn collect_through<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        frame: u64,
-        mut each: impl FnMut(&Completion, &Collected) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let slot = (frame % self.slots as u64) as usize;
-        while matches!(self.state[slot], SlotState::InFlight(rec) if rec.frame <= frame) {
-            let c = t.wait_complete().map_err(String::from)?;
-            each(&c, &self.complete(&c)?)?;
-        }
-        while let Some(c) = t.try_complete().map_err(String::from)? {
-            each(&c, &self.complete(&c)?)?;
-        }
-        Ok(())
-    }
-
-    /// `Free -> Lent`: lends collected frame `p` (from [`Ring::peek`]) for
-    /// reading beyond this call, where the transport can
-    /// ([`FrameTransport::lend`]): the [`PeekedFrame`] may go to another
-    /// thread that reads it while later frames are written, and the slot's
-    /// next ticket is refused until [`Ring::give_back`]. `Ok(None)`: the
-    /// transport cannot lend it now; the slot stays `Free` and its frame
-    /// unread. A stale `p` (the slot moved on) is refused.
-    pub fn lend<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        p: &Peek,
-    ) -> Result<Option<PeekedFrame>, String> {
-        // Checked here, not trusted from the caller.
-        if self.peek(p.frame).as_ref() != Some(p) {
-            return Err(format!(
-                "lend of frame {} in slot {}, which is not a free slot's collected frame",
-                p.frame, p.slot
-            ));
-        }
-        let lent = t.lend(p).map_err(String::from)?;
-        if lent.is_some() {
-            self.state[p.slot] = SlotState::Lent(p.frame);
-        }
-        Ok(lent)
-    }
-
-    /// One frame through the producer's half of the protocol: acquire its
-    /// ticket, have `t` wait for the slot, let `write` fill the bytes
-    /// (it returns when it started writing and how many nanoseconds it
-    /// took), signal ready, queue the consumer (first, right after the
-    /// acquire, where the transport [queues before
-    /// ready](FrameTransport::queues_before_ready)). Returns the frame's ticket
-    /// (already submitted). Call [`Ring::make_room`] first.
-    pub fn produce<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        write: impl FnOnce(&Ticket, &mut [u8]) -> Result<(Instant, u64), String>,
-    ) -> Result<Ticket, String> {
-        let ticket = self.acquire()?;
-        let early = t.queues_before_ready();
-        if early {
-            t.queue_consumer(&ticket).map_err(String::from)?;
-            self.submit_early(&ticket)?;
-        }
-        let (started, write_ns) = write(&ticket, t.wait_free(&ticket).map_err(String::from)?)?;
-        t.signal_ready(&ticket).map_err(String::from)?;
-        self.release(&ticket, started, write_ns)?;
-        if !early {
-            t.queue_consumer(&ticket).map_err(String::from)?;
-            self.submit(&ticket)?;
-        }
-        Ok(ticket)
-    }
-
-    /// The first half of [`Ring::produce`] for a frame written on another
-    /// thread: acquire its ticket (`Free -> Writing`; refused unless the
-    /// slot is free, as for [`Ring::acquire`]), queue the consumer where the
-    /// transport [queues before ready](FrameTransport::queues_before_ready),
-    /// and take the slot's memory out of the transport
-    /// ([`FrameTransport::take_for_write`], which waits for the slot as
-    /// `wait_free` does). More than one slot may be `Writing` at once: the
-    /// next frame's slot may be taken while this one is written. Refused
-    /// when the transport does not lease its slots (the ticket is then
-    /// acquired and never handed over: call it only where
-    /// [`FrameTransport::leases_frames`]).
-    pub fn take_for_write<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-    ) -> Result<(Ticket, WriteLease), String> {
-        if !t.leases_frames() {
-            return Err(format!(
-                "the {} transport does not lease its slots for writing",
-                t.backend()
-            ));
-        }
-        let ticket = self.acquire()?;
-        if t.queues_before_ready() {
-            t.queue_consumer(&ticket).map_err(String::from)?;
-            self.submit_early(&ticket)?;
-        }
-        let lease = t
-            .take_for_write(&ticket)
-            .map_err(String::from)?
-            .ok_or_else(|| {
-                format!(
-                    "the {} transport did not lease slot {}",
-                    t.backend(),
-                    ticket.slot
-                )
-            })?;
-        Ok((ticket, lease))
-    }
-
-    /// The second half: give the written memory back to the transport
-    /// ([`FrameTransport::put_back`]), signal ready, queue the consumer
-    /// (unless it was queued early), as [`Ring::produce`] does after its
-    /// `write`. `started` and `write_ns` say when and how long the frame
-    /// was written.
-    pub fn hand_over<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        ticket: Ticket,
-        lease: WriteLease,
-        started: Instant,
-        write_ns: u64,
-    ) -> Result<Ticket, String> {
-        t.put_back(&ticket, lease).map_err(String::from)?;
-        t.signal_ready(&ticket).map_err(String::from)?;
-        self.release(&ticket, started, write_ns)?;
-        if !t.queues_before_ready() {
-            t.queue_consumer(&ticket).map_err(String::from)?;
-            self.submit(&ticket)?;
-        }
-        Ok(ticket)
     }
 
     /// Collects every finished frame without blocking, then blocks until
-    /// the next frame's slot is free; calls `each` per collected frame.
-    pub fn make_room<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        mut each: impl FnMut(&Completion, &Collected) -> Result<(), String>,
-    ) -> Result<(), String> {
-        while let Some(c) = t.try_complete().map_err(String::from)? {
-            each(&c, &self.complete(&c)?)?;
+    /// the next lease's slot has no frame in flight and no read lease out
+    /// (at most [`READ_RETURN_WAIT`] for a read lease). [`Ring::acquire`]
+    /// does this first; call it alone to time the wait.
+    ///
+    /// # Errors
+    /// The transport's failure, or the wait's timeout.
+    pub fn make_room(&mut self) -> Result<(), RingError> {
+        self.take_back()?;
+        while self.collect_one(false)? {}
+        let slot = self.upcoming_slot();
+        while matches!(self.slots.state(slot), Some(SlotState::InFlight(_))) {
+            self.collect_one(true)?;
         }
-        while matches!(self.state[self.next_slot()], SlotState::InFlight(_)) {
-            let c = t.wait_complete().map_err(String::from)?;
-            each(&c, &self.complete(&c)?)?;
+        let began = Instant::now();
+        while let Some(SlotState::Lent(frame)) = self.slots.state(slot) {
+            let left = READ_RETURN_WAIT.saturating_sub(began.elapsed());
+            match self.back_rx.recv_timeout(left) {
+                Ok(b) => self.returned(b)?,
+                // The ring holds a sender: only the timeout is left.
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                    return Err(RingError::Timeout {
+                        waiting_for: format!("the read lease of frame {frame} to be dropped"),
+                        limit: READ_RETURN_WAIT,
+                    })
+                }
+            }
         }
         Ok(())
     }
 
-    /// Blocks until every frame in flight is collected; calls `each` per
-    /// collected frame.
-    pub fn drain<T: FrameTransport + ?Sized>(
-        &mut self,
-        t: &mut T,
-        mut each: impl FnMut(&Completion, &Collected) -> Result<(), String>,
-    ) -> Result<(), String> {
-        while self.in_flight() > 0 {
-            let c = t.wait_complete().map_err(String::from)?;
-            each(&c, &self.complete(&c)?)?;
+    /// The next frame's slot as a [`WriteLease`], once its previous frame is
+    /// collected and the transport found the slot's *free* fence reached.
+    /// A frame whose lease was dropped unwritten comes first, with the same
+    /// ticket.
+    ///
+    /// # Errors
+    /// [`RingError::Busy`] when the slot is still being written (a ring of
+    /// one slot whose lease is out); the transport's failure.
+    pub fn acquire(&mut self) -> Result<WriteLease, RingError> {
+        self.make_room()?;
+        let ticket = self.slots.acquire()?;
+        let queued = self.slots.state(ticket.slot()) == Some(SlotState::Queued(ticket.frame()));
+        if self.info.queues_before_ready && !queued {
+            if let Err(e) = self.transport.queue_consumer(&ticket) {
+                self.slots.unwritten(&ticket)?;
+                return Err(e.into());
+            }
+            self.slots.submit_early(&ticket)?;
+        }
+        let memory = match self.transport.take_slot(&ticket) {
+            Ok(m) => m,
+            Err(e) => {
+                // Not taken: the same ticket comes out again next time.
+                self.slots.unwritten(&ticket)?;
+                return Err(e.into());
+            }
+        };
+        Ok(WriteLease {
+            ring: self.id,
+            ticket,
+            memory: Some(memory),
+            geometry: self.info.geometry,
+            started: None,
+            write_ns: None,
+            back: self.back_tx.clone(),
+        })
+    }
+
+    /// Hands a written frame over: its memory back to the transport, which
+    /// signals *ready*; the consumer queued (unless it was queued at the
+    /// acquire). Consumes the lease.
+    ///
+    /// # Errors
+    /// [`RingError::ForeignLease`] for a lease of another ring (it goes back
+    /// to its own); the transport's failure.
+    pub fn hand_over(&mut self, mut lease: WriteLease) -> Result<(), RingError> {
+        if lease.ring != self.id {
+            return Err(RingError::ForeignLease {
+                frame: lease.frame(),
+                slot: lease.slot(),
+            });
+        }
+        self.take_back()?;
+        let Some(memory) = lease.memory.take() else {
+            return Err(RingError::Order {
+                what: "hand-over",
+                frame: lease.frame(),
+                slot: lease.slot(),
+                state: self.slots.state(lease.slot()),
+            });
+        };
+        let t = &lease.ticket;
+        let now = Instant::now();
+        let started = lease.started.unwrap_or(now);
+        let write_ns = lease
+            .write_ns
+            .unwrap_or_else(|| now.saturating_duration_since(started).as_nanos() as u64);
+        self.transport.signal_ready(t, memory)?;
+        self.slots.release(t, started, write_ns)?;
+        if !self.info.queues_before_ready {
+            self.transport.queue_consumer(t)?;
+            self.slots.submit(t)?;
         }
         Ok(())
+    }
+
+    /// The oldest finished frame, if one has finished (does not block).
+    ///
+    /// # Errors
+    /// The transport's failure; a completion out of the protocol.
+    pub fn collect(&mut self) -> Result<Option<Finished>, RingError> {
+        self.take_back()?;
+        if self.done.is_empty() {
+            self.collect_one(false)?;
+        }
+        Ok(self.done.pop_front())
+    }
+
+    /// The oldest finished frame, waiting for it (the transport's wait has
+    /// its limit).
+    ///
+    /// # Errors
+    /// [`RingError::Order`] when nothing is pending; the transport's
+    /// failure or timeout.
+    pub fn wait_collect(&mut self) -> Result<Finished, RingError> {
+        self.take_back()?;
+        if self.done.is_empty() {
+            if self.slots.in_flight() == 0 {
+                return Err(RingError::Order {
+                    what: "wait for a finished frame",
+                    frame: self.slots.next_frame(),
+                    slot: self.slots.next_slot(),
+                    state: self.slots.state(self.slots.next_slot()),
+                });
+            }
+            self.collect_one(true)?;
+        }
+        self.done.pop_front().ok_or(RingError::Order {
+            what: "collect",
+            frame: self.slots.next_frame(),
+            slot: self.slots.next_slot(),
+            state: None,
+        })
+    }
+
+    /// Lends finished frame `f`'s processed bytes for reading, where the
+    /// transport can (`Ok(None)`: it cannot; the slot stays free). Only the
+    /// last finished frame of a slot whose next frame was not acquired can
+    /// be read.
+    ///
+    /// # Errors
+    /// [`RingError::ForeignLease`] for another ring's frame;
+    /// [`RingError::Order`] when the slot moved on or is lent already; the
+    /// transport's failure.
+    pub fn read(&mut self, f: &Finished) -> Result<Option<ReadLease>, RingError> {
+        if f.ring != self.id {
+            return Err(RingError::ForeignLease {
+                frame: f.frame(),
+                slot: f.slot(),
+            });
+        }
+        self.take_back()?;
+        let Some((slot, free_reached)) = self.slots.lendable(f.frame()) else {
+            return Err(RingError::Order {
+                what: "read",
+                frame: f.frame(),
+                slot: f.slot(),
+                state: self.slots.state(f.slot()),
+            });
+        };
+        let Some(bytes) = self.transport.lend(slot, f.frame(), free_reached)? else {
+            return Ok(None);
+        };
+        self.slots.lend(f.frame())?;
+        Ok(Some(ReadLease {
+            bytes: Some(bytes),
+            frame: f.frame(),
+            slot,
+            back: self.back_tx.clone(),
+        }))
+    }
+
+    /// The transport's own measurements so far, one line (`None`: it has
+    /// none).
+    pub fn details(&self) -> Option<String> {
+        self.transport.details()
+    }
+
+    /// The transport, out of the ring, with the memory of every lease
+    /// dropped so far given back to it (leases still out keep theirs).
+    pub fn into_transport(mut self) -> Box<dyn FrameTransport> {
+        while let Ok(b) = self.back_rx.try_recv() {
+            if let Back::Unwritten { ticket, memory } = b {
+                let _ = self.transport.put_back(&ticket, memory);
+            }
+        }
+        self.transport
+    }
+
+    /// Tears the transport down ([`FrameTransport::close`]), once the
+    /// memory of every lease dropped so far is back in it, and reports the
+    /// first error a drop would have swallowed.
+    ///
+    /// # Errors
+    /// The transport's teardown failure.
+    pub fn close(self) -> Result<(), RingError> {
+        Ok(self.into_transport().close()?)
     }
 }
 
@@ -565,419 +602,170 @@ impl Ring {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::camera::TestPattern;
+    use crate::transport::host::{Fault, HostReference};
 
-    fn done(t: &Ticket) -> Completion {
-        Completion {
-            slot: t.slot,
-            frame: t.frame,
-            mismatches: 0,
-            process: Duration::ZERO,
-            busy: Duration::ZERO,
-            finished: Instant::now(),
-        }
+    const G: FrameGeometry = FrameGeometry { stride: 8, rows: 2 };
+
+    fn host_ring(slots: usize) -> Ring {
+        Ring::new(HostReference::new(G, slots, Fault::None)).unwrap()
     }
 
-    fn write(ring: &mut Ring) -> Ticket {
-        let t = ring.acquire().unwrap();
-        ring.release(&t, Instant::now(), 0).unwrap();
-        ring.submit(&t).unwrap();
-        t
+    fn write(ring: &mut Ring) -> u64 {
+        let mut lease = ring.acquire().unwrap();
+        let frame = lease.frame();
+        TestPattern::new(frame, G.stride).fill(lease.bytes_mut().unwrap());
+        ring.hand_over(lease).unwrap();
+        frame
     }
 
-    /// The early path: `Writing -> Queued` by `submit_early`, `Queued ->
-    /// InFlight` by `release`; a queued frame is not in flight (no
-    /// completion can come before its ready signal), is refused a second
-    /// submit of either kind, and its slot is not free.
+    /// Every frame comes back processed, in order, and each slot's read
+    /// lease holds its inverted pattern.
     #[test]
-    fn a_consumer_queued_before_the_write_moves_through_queued() {
-        let mut ring = Ring::new(2).unwrap();
-        let t = ring.acquire().unwrap();
-        ring.submit_early(&t).unwrap();
-        assert_eq!(ring.state(0), Some(SlotState::Queued(0)));
-        assert_eq!(ring.in_flight(), 0);
-        assert!(ring.submit_early(&t).is_err(), "queued twice");
-        assert!(
-            ring.submit(&t).is_err(),
-            "queued again after an early submit"
-        );
-        let t1 = ring.acquire().unwrap();
-        assert_eq!(t1.slot(), 1, "the next frame takes the next slot");
-        ring.release(&t1, Instant::now(), 0).unwrap();
-        assert!(
-            ring.submit_early(&t1).is_err(),
-            "early submit of a released frame"
-        );
-        assert!(
-            ring.complete(&done(&t)).is_err(),
-            "completed before its release"
-        );
-        ring.release(&t, Instant::now(), 0).unwrap();
-        assert!(matches!(ring.state(0), Some(SlotState::InFlight(r)) if r.frame == 0));
-        assert!(
-            ring.release(&t, Instant::now(), 0).is_err(),
-            "released twice"
-        );
-        assert_eq!(ring.in_flight(), 1);
-        ring.complete(&done(&t)).unwrap();
-        assert_eq!(ring.state(0), Some(SlotState::Free));
-        assert!(
-            ring.submit_early(&t).is_err(),
-            "early submit of a collected frame"
-        );
-    }
-
-    #[test]
-    fn rejects_zero_and_oversized_rings() {
-        assert!(Ring::new(0).is_err());
-        assert!(Ring::new(MAX_SLOTS + 1).is_err());
-        assert_eq!(Ring::new(MAX_SLOTS).unwrap().slots(), MAX_SLOTS);
-    }
-
-    #[test]
-    fn tickets_carry_the_deterministic_fence_values() {
-        let mut ring = Ring::new(3).unwrap();
-        let mut seen = Vec::new();
-        for _ in 0..7 {
-            let t = write(&mut ring);
-            seen.push((t.slot(), t.free_wait(), t.ready(), t.free_signal()));
-            assert_eq!(t.previous_frame(), t.frame().checked_sub(3));
-            ring.complete(&done(&t)).unwrap();
-        }
-        // Slot 1 is used by frames 1 and 4: ready 1 then 2; frame 4 waits
-        // for the free value frame 1 signalled.
-        assert_eq!(
-            seen,
-            [
-                (0, 0, 1, 1),
-                (1, 0, 1, 1),
-                (2, 0, 1, 1),
-                (0, 1, 2, 2),
-                (1, 1, 2, 2),
-                (2, 1, 2, 2),
-                (0, 2, 3, 3)
-            ]
-        );
-    }
-
-    #[test]
-    fn every_move_is_checked() {
-        let mut ring = Ring::new(2).unwrap();
-        let t0 = ring.acquire().unwrap();
-        assert_eq!(ring.state(0), Some(SlotState::Writing(0)));
-        assert!(ring.submit(&t0).is_err(), "submit before release");
-        ring.release(&t0, Instant::now(), 0).unwrap();
-        assert!(
-            ring.submit_early(&t0).is_err(),
-            "early submit after release"
-        );
-        let mut ring = Ring::new(2).unwrap();
-        let t0 = ring.acquire().unwrap();
-        assert!(ring.complete(&done(&t0)).is_err(), "complete while writing");
-        ring.release(&t0, Instant::now(), 0).unwrap();
-        assert!(
-            ring.release(&t0, Instant::now(), 0).is_err(),
-            "released twice"
-        );
-        ring.submit(&t0).unwrap();
-        assert!(ring.submit(&t0).is_err(), "submitted twice");
-        let t1 = write(&mut ring);
-        assert_eq!(ring.in_flight(), 2);
-        // Frame 2 needs slot 0, which is still in flight.
-        assert!(ring.acquire().is_err());
-        // Completions must name the frame in flight in that slot.
-        let mut wrong = done(&t1);
-        wrong.slot = 0;
-        assert!(ring.complete(&wrong).is_err());
-        wrong.slot = 5;
-        assert!(ring.complete(&wrong).is_err());
-        assert_eq!(ring.complete(&done(&t0)).unwrap().rec.frame, 0);
-        assert!(ring.complete(&done(&t0)).is_err(), "double completion");
-        assert_eq!(ring.last_done(0), Some(0));
-        assert_eq!(ring.last_done(1), None);
-        assert_eq!(ring.acquire().unwrap().slot(), 0);
-        assert_eq!(ring.state(9), None);
-    }
-
-    #[test]
-    fn queueing_is_measured_against_the_previous_finish() {
-        let mut ring = Ring::new(2).unwrap();
-        let a = write(&mut ring);
-        let b = write(&mut ring);
-        let late = Instant::now() + Duration::from_millis(5);
-        let mut c = done(&a);
-        c.finished = late;
-        assert_eq!(ring.complete(&c).unwrap().queued, Duration::ZERO);
-        // `b` was ready before `a` finished: it queued behind it.
-        assert!(ring.complete(&done(&b)).unwrap().queued >= Duration::from_millis(4));
-    }
-
-    #[test]
-    fn peek_lends_only_a_free_slots_last_collected_frame() {
-        let mut ring = Ring::new(3).unwrap();
-        let t0 = write(&mut ring);
-        assert_eq!(ring.peek(0), None, "in flight: not lent");
-        ring.complete(&done(&t0)).unwrap();
-        let p = ring.peek(0).unwrap();
-        assert_eq!((p.slot(), p.frame(), p.free_reached()), (0, 0, 1));
-        assert_eq!(p.free_reached(), t0.free_signal());
-        assert_eq!(ring.peek(3), None, "not produced yet");
-        assert_eq!(ring.peek(1), None, "never written");
-        let _t1 = write(&mut ring);
-        let _t2 = write(&mut ring);
-        // Frame 3 takes slot 0: from its acquire on, frame 0 is not lent.
-        let t3 = ring.acquire().unwrap();
-        assert_eq!(
-            t3.free_wait(),
-            p.free_reached(),
-            "the next ticket waits for the same value"
-        );
-        assert_eq!(ring.peek(0), None);
-    }
-
-    /// A transport that records what it was asked and lends from plain
-    /// buffers (or refuses to lend).
-    struct Lender {
-        bufs: Vec<crate::consumer::shared::Lendable<Vec<u8>>>,
-        lend: bool,
-        /// Whether it queues its consumer before ready.
-        early: bool,
-        done: std::collections::VecDeque<Completion>,
-        log: Vec<String>,
-    }
-
-    impl FrameTransport for Lender {
-        fn backend(&self) -> &'static str {
-            "lender"
-        }
-        fn slot_count(&self) -> usize {
-            self.bufs.len()
-        }
-        fn geometry(&self) -> crate::transport::FrameGeometry {
-            crate::transport::FrameGeometry { stride: 4, rows: 1 }
-        }
-        fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], crate::transport::TransportError> {
-            self.log.push(format!("wait_free {}", t.frame()));
-            Ok(self.bufs[t.slot()].get_mut(t.slot())?)
-        }
-        fn lend(
-            &mut self,
-            p: &Peek,
-        ) -> Result<Option<PeekedFrame>, crate::transport::TransportError> {
-            if !self.lend {
-                return Ok(None);
+    fn frames_go_round_and_come_back_processed() {
+        let mut ring = host_ring(3);
+        for f in 0..7 {
+            assert_eq!(write(&mut ring), f);
+            while let Some(done) = ring.collect().unwrap() {
+                assert_eq!(done.completion.mismatches, 0);
             }
-            self.log.push(format!("lend {}", p.frame()));
-            Ok(Some(self.bufs[p.slot()].lend(4)?))
         }
-        fn signal_ready(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
-            self.log.push(format!("ready {}", t.frame()));
-            Ok(())
-        }
-        fn queue_consumer(&mut self, t: &Ticket) -> Result<(), crate::transport::TransportError> {
-            self.log.push(format!("queue {}", t.frame()));
-            self.done.push_back(done(t));
-            Ok(())
-        }
-        fn queues_before_ready(&self) -> bool {
-            self.early
-        }
-        fn try_complete(&mut self) -> Result<Option<Completion>, crate::transport::TransportError> {
-            Ok(None)
-        }
-        fn wait_complete(&mut self) -> Result<Completion, crate::transport::TransportError> {
-            self.done
-                .pop_front()
-                .ok_or_else(|| crate::transport::TransportError::new("nothing in flight"))
-        }
-    }
-
-    fn lender(slots: usize, lend: bool) -> Lender {
-        Lender {
-            bufs: (0..slots)
-                .map(|i| crate::consumer::shared::Lendable::new(vec![i as u8; 4]))
-                .collect(),
-            lend,
-            early: false,
-            done: Default::default(),
-            log: Vec::new(),
-        }
-    }
-
-    /// `produce` queues the consumer after the ready signal, or, for a
-    /// transport that queues before ready, right after the acquire (before
-    /// the wait for the slot and the write); the ring's states follow.
-    #[test]
-    fn produce_queues_the_consumer_where_the_transport_can_take_it() {
-        for early in [false, true] {
-            let mut ring = Ring::new(2).unwrap();
-            let mut t = lender(2, false);
-            t.early = early;
-            let mut written = None;
-            let ticket = ring
-                .produce(&mut t, |ticket, _| {
-                    written = Some(ticket.frame());
-                    Ok((Instant::now(), 0))
-                })
-                .unwrap();
-            let want: &[&str] = if early {
-                &["queue 0", "wait_free 0", "ready 0"]
-            } else {
-                &["wait_free 0", "ready 0", "queue 0"]
-            };
-            assert_eq!(t.log, want, "early = {early}");
-            assert_eq!(written, Some(0));
-            assert!(matches!(ring.state(0), Some(SlotState::InFlight(r)) if r.frame == 0));
-            ring.drain(&mut t, |c, _| {
-                assert_eq!(c.frame, ticket.frame());
-                Ok(())
-            })
-            .unwrap();
-            assert_eq!(ring.state(0), Some(SlotState::Free));
-        }
-    }
-
-    #[test]
-    fn lend_keeps_the_slot_until_it_is_given_back() {
-        let mut ring = Ring::new(3).unwrap();
-        let mut t = lender(3, true);
-        for _ in 0..3 {
-            ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-                .unwrap();
-        }
-        // Frame 1 (slot 1) may be lent once it is collected, not before.
-        ring.make_room(&mut t, |_, _| Ok(())).unwrap();
-        let stale = Peek {
-            slot: 2,
-            frame: 2,
-            free_reached: 1,
-        };
-        assert!(ring.lend(&mut t, &stale).is_err(), "frame 2 is in flight");
-        ring.collect_through(&mut t, 1, |_, _| Ok(())).unwrap();
-        assert_eq!(ring.in_flight(), 1, "frame 2 still in flight");
-        let p = ring.peek(1).unwrap();
-        let lent = ring.lend(&mut t, &p).unwrap().unwrap();
-        assert_eq!(lent.len(), 4);
-        // The lent bytes are slot 1's buffer, which holds frame 1.
-        assert_eq!(
-            lent.as_ptr(),
-            t.bufs[1].get().as_ptr(),
-            "slot 1's buffer lent"
-        );
-        assert_eq!(lent.bytes(), &[1; 4][..], "slot 1's bytes");
-        assert!(t.log.iter().any(|l| l == "lend 1"), "{:?}", t.log);
-        // Frame 1 is lent: slot 1 is neither peeked nor lent again, nor
-        // acquired (frame 4's ticket) until it is given back; frame 3
-        // (slot 0) goes on meanwhile.
-        assert_eq!(ring.state(1), Some(SlotState::Lent(1)));
-        assert_eq!(ring.peek(1), None);
-        assert!(ring.lend(&mut t, &p).is_err(), "lent twice");
-        ring.produce(&mut t, |ticket, bytes| {
-            bytes.fill(ticket.frame() as u8);
-            Ok((Instant::now(), 0))
-        })
-        .unwrap();
-        assert_eq!(t.bufs[0].get(), &vec![3; 4]);
-        ring.make_room(&mut t, |_, _| Ok(())).unwrap();
-        let e = ring
-            .produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-            .unwrap_err();
-        assert!(e.contains("slot 1") && e.contains("Lent"), "{e}");
-        assert_eq!(ring.next_frame(), 4, "nothing acquired");
-        assert!(ring.give_back(2).is_err(), "frame 2 was not lent");
-        drop(lent);
-        ring.give_back(1).unwrap();
-        assert!(ring.give_back(1).is_err(), "given back twice");
-        ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-            .unwrap();
-        // Slot 1 moved on to frame 4: the old peek is stale even once frame
-        // 4 is collected.
-        ring.drain(&mut t, |_, _| Ok(())).unwrap();
-        assert!(ring.lend(&mut t, &p).is_err(), "stale peek");
-        assert!(ring.peek(4).is_some());
-
-        // A transport that cannot lend: nothing lent, the slot stays free.
-        let mut ring = Ring::new(3).unwrap();
-        let mut t = lender(3, false);
-        for _ in 0..3 {
-            ring.produce(&mut t, |_, _| Ok((Instant::now(), 0)))
-                .unwrap();
-        }
-        ring.collect_through(&mut t, 1, |_, _| Ok(())).unwrap();
-        let p = ring.peek(1).unwrap();
-        assert!(ring.lend(&mut t, &p).unwrap().is_none());
-        assert_eq!(ring.state(1), Some(SlotState::Free));
-        assert_eq!(ring.peek(1), Some(p));
-    }
-
-    /// The split produce (`take_for_write`, then `hand_over`) over the
-    /// host transport, which leases its slots: two slots may be `Writing`
-    /// at once (frame f + 1 taken before f is handed over), a leased slot
-    /// is neither signalled nor lent while it is out, a lease is given back
-    /// only for its own ticket, a slot still in flight or lent is not
-    /// taken, and every frame comes back processed.
-    #[test]
-    fn a_leased_slot_is_written_off_the_transport_and_handed_over_after() {
-        use crate::transport::host::{Fault, HostReference};
-        let g = crate::transport::FrameGeometry { stride: 8, rows: 2 };
-        let mut t = HostReference::new(g, 2, Fault::None);
-        let mut ring = Ring::new(2).unwrap();
-        let (t0, mut l0) = ring.take_for_write(&mut t).unwrap();
-        let (t1, mut l1) = ring.take_for_write(&mut t).unwrap();
-        assert_eq!(ring.state(0), Some(SlotState::Writing(0)));
-        assert_eq!(ring.state(1), Some(SlotState::Writing(1)));
-        // Frame 2 needs slot 0, which is being written.
-        assert!(ring.take_for_write(&mut t).is_err());
-        assert_eq!(ring.next_frame(), 2, "nothing acquired");
-        // While out, the transport cannot signal the slot.
-        let e = t.signal_ready(&t0).unwrap_err();
-        assert!(e.to_string().contains("not waited for"), "{e}");
-        for (ticket, lease) in [(&t0, &mut l0), (&t1, &mut l1)] {
-            let bytes = lease.bytes_mut().unwrap();
-            assert_eq!(bytes.len(), g.frame_len());
-            crate::camera::TestPattern::new(ticket.frame(), g.stride).fill(bytes);
-        }
-        // A lease goes back only for its own ticket (a misuse drops it:
-        // checked on a lease of its own below).
-        let t1 = ring.hand_over(&mut t, t1, l1, Instant::now(), 0).unwrap();
-        assert!(matches!(ring.state(1), Some(SlotState::InFlight(r)) if r.frame == 1));
-        ring.hand_over(&mut t, t0, l0, Instant::now(), 0).unwrap();
         let mut seen = Vec::new();
-        ring.drain(&mut t, |c, _| {
-            seen.push((c.frame, c.mismatches));
-            Ok(())
-        })
-        .unwrap();
-        seen.sort_unstable();
-        assert_eq!(seen, [(0, 0), (1, 0)]);
-        // The next use of slot 1 holds frame 1, processed (inverted).
-        let (t2, mut l2) = ring.take_for_write(&mut t).unwrap();
-        assert_eq!(t2.frame(), 2);
-        let (t3, mut l3) = ring.take_for_write(&mut t).unwrap();
-        assert_eq!(t3.previous_frame(), Some(t1.frame()));
-        let pattern = crate::camera::TestPattern::new(1, g.stride);
-        assert_eq!(pattern.first_mismatch(l3.bytes_mut().unwrap(), 0xff), None);
-        drop(l3);
-        // `l3` was dropped, not given back: slot 1 has no memory, and the
-        // transport says so instead of writing it.
-        assert!(t.signal_ready(&t3).is_err());
-        // A lease given back for another ticket is refused.
-        let bytes = l2.bytes_mut().unwrap();
-        bytes.fill(0);
-        let e = ring
-            .hand_over(&mut t, t3, l2, Instant::now(), 0)
-            .unwrap_err();
-        assert!(e.contains("given back for frame 3"), "{e}");
+        while ring.pending() > 0 {
+            let done = ring.wait_collect().unwrap();
+            let read = ring.read(&done).unwrap().unwrap();
+            let p = TestPattern::new(done.frame(), G.stride);
+            assert_eq!(p.first_mismatch(read.bytes(), 0xff), None);
+            seen.push(done.frame());
+        }
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert!(ring.wait_collect().is_err(), "nothing pending");
+        ring.close().unwrap();
     }
 
-    /// A transport that does not lease refuses the split produce before it
-    /// acquires anything.
+    /// A write lease dropped unwritten gives its slot back: the next
+    /// acquire hands out the same frame with the same fence values, and the
+    /// run goes on.
     #[test]
-    fn take_for_write_needs_a_leasing_transport() {
-        let mut ring = Ring::new(2).unwrap();
-        let mut t = lender(2, false);
-        let e = ring.take_for_write(&mut t).unwrap_err();
-        assert!(e.contains("does not lease"), "{e}");
-        assert_eq!(ring.next_frame(), 0);
-        assert_eq!(ring.state(0), Some(SlotState::Free));
+    fn a_lease_dropped_unwritten_returns_the_slot() {
+        let mut ring = host_ring(2);
+        write(&mut ring);
+        let lease = ring.acquire().unwrap();
+        let (frame, slot, fences) = (
+            lease.frame(),
+            lease.slot(),
+            (
+                lease.ticket().free_wait(),
+                lease.ticket().ready(),
+                lease.ticket().free_signal(),
+            ),
+        );
+        assert_eq!(ring.state(slot), Some(SlotState::Writing(frame)));
+        drop(lease);
+        let again = ring.acquire().unwrap();
+        assert_eq!((again.frame(), again.slot()), (frame, slot));
+        let t = again.ticket();
+        assert_eq!((t.free_wait(), t.ready(), t.free_signal()), fences);
+        drop(again);
+        // Dropped on another thread: the same.
+        let lease = ring.acquire().unwrap();
+        std::thread::spawn(move || drop(lease)).join().unwrap();
+        for _ in 0..4 {
+            write(&mut ring);
+        }
+        let mut n = 0;
+        while ring.pending() > 0 {
+            assert_eq!(ring.wait_collect().unwrap().completion.mismatches, 0);
+            n += 1;
+        }
+        // Frames 0..=4: the lease dropped twice took no frame number.
+        assert_eq!(n, 5);
+        assert_eq!(ring.next_frame(), 5);
+    }
+
+    /// A lease written on another thread is handed over on this one.
+    #[test]
+    fn a_lease_is_written_on_another_thread() {
+        let mut ring = host_ring(2);
+        let a = ring.acquire().unwrap();
+        let b = ring.acquire().unwrap();
+        let written = std::thread::spawn(move || {
+            [a, b].map(|mut l| {
+                let f = l.frame();
+                TestPattern::new(f, G.stride).fill(l.bytes_mut().unwrap());
+                l
+            })
+        })
+        .join()
+        .unwrap();
+        for l in written {
+            ring.hand_over(l).unwrap();
+        }
+        for _ in 0..2 {
+            assert_eq!(ring.wait_collect().unwrap().completion.mismatches, 0);
+        }
+    }
+
+    /// A read lease holds its slot; dropping it (here on another thread)
+    /// lets the slot's next frame be acquired.
+    #[test]
+    fn a_read_lease_dropped_gives_the_slot_back() {
+        let mut ring = host_ring(1);
+        write(&mut ring);
+        let done = ring.wait_collect().unwrap();
+        let read = ring.read(&done).unwrap().unwrap();
+        assert_eq!(ring.state(0), Some(SlotState::Lent(0)));
+        assert!(ring.read(&done).is_err(), "lent twice");
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            drop(read);
+        });
+        // Waits for the reader.
+        let lease = ring.acquire().unwrap();
+        reader.join().unwrap();
+        assert_eq!(lease.frame(), 1);
+        assert_eq!(lease.ticket().free_wait(), 1);
+        drop(lease);
+        // The slot moved on: frame 0 can no longer be read.
+        write(&mut ring);
+        assert!(matches!(ring.read(&done), Err(RingError::Order { .. })));
+    }
+
+    /// A lease (or a finished frame) of another ring is refused with a
+    /// typed error, and the lease goes back to its own ring.
+    #[test]
+    fn another_rings_lease_is_refused() {
+        let mut a = host_ring(2);
+        let mut b = host_ring(2);
+        let lease = a.acquire().unwrap();
+        let frame = lease.frame();
+        let e = b.hand_over(lease).unwrap_err();
+        assert!(
+            matches!(e, RingError::ForeignLease { frame: 0, slot: 0 }),
+            "{e}"
+        );
+        assert!(!e.to_string().contains('\n'));
+        // Back in `a`: handed out again.
+        assert_eq!(a.acquire().unwrap().frame(), frame);
+        write(&mut b);
+        let done = b.wait_collect().unwrap();
+        assert!(matches!(a.read(&done), Err(RingError::ForeignLease { .. })));
+    }
+
+    /// A transport's failure comes through the ring as
+    /// [`RingError::Transport`], with the transport's error as its source.
+    #[test]
+    fn transport_errors_keep_their_source() {
+        use std::error::Error as _;
+        let e = RingError::from(crate::error::TransportError::timeout(
+            "slot 1's free fence",
+            Duration::from_secs(1),
+        ));
+        let source = e.source().unwrap();
+        assert!(source
+            .downcast_ref::<crate::error::TransportError>()
+            .is_some());
+        assert_eq!(e.to_string(), source.to_string());
+        assert!(Ring::new(HostReference::new(G, 0, Fault::None)).is_err());
     }
 }

@@ -1,6 +1,7 @@
 //! The pipeline's discrete-GPU transport (`tegra_interop_pipeline::transport::gpu`: Vulkan
 //! frames and timeline semaphores imported into CUDA, an NVRTC kernel as the
-//! consumer) driven directly through the ring's tickets, in both
+//! consumer) driven directly through the ring's tickets (the state machine
+//! of `tegra_interop_pipeline::slots` and the transport's calls), in both
 //! modes (zero-copy and copy-based).
 //!
 //! The tests that need a GPU are `#[ignore]`d: run them on the GPU machine
@@ -12,7 +13,7 @@ use std::time::Instant;
 
 use tegra_interop_pipeline::camera::TestPattern;
 
-use tegra_interop_pipeline::ring::{Ring, Ticket};
+use tegra_interop_pipeline::slots::{SlotState, Slots as Ring, Ticket};
 use tegra_interop_pipeline::transport::gpu::{
     self, CopyFrom, CopyWith, GpuOptions, GpuTransport, Mode,
 };
@@ -43,17 +44,27 @@ fn with_options<R>(
     r
 }
 
+/// Collects every frame in flight.
+fn drain(t: &mut dyn FrameTransport, ring: &mut Ring, mut each: impl FnMut(u64, u64)) {
+    while ring.in_flight() > 0 {
+        let c = t.wait_complete().unwrap();
+        ring.complete(&c).unwrap();
+        each(c.frame, c.mismatches);
+    }
+}
+
 /// Wait for the slot, write the pattern (optionally damaged), signal
 /// ready, queue the consumer; the ring moves the slot along.
 fn produce(t: &mut GpuTransport, ring: &mut Ring, damage: Option<usize>) -> Ticket {
-    let g = t.geometry();
+    let g = t.info().geometry;
     let ticket = ring.acquire().unwrap();
-    let buf = t.wait_free(&ticket).unwrap();
+    let mut m = t.take_slot(&ticket).unwrap();
+    let buf = m.bytes_mut().unwrap();
     TestPattern::new(ticket.frame(), g.stride).fill(buf);
     if let Some(at) = damage {
         buf[at] ^= 0x24;
     }
-    t.signal_ready(&ticket).unwrap();
+    t.signal_ready(&ticket, m).unwrap();
     ring.release(&ticket, Instant::now(), 0).unwrap();
     t.queue_consumer(&ticket).unwrap();
     ring.submit(&ticket).unwrap();
@@ -108,7 +119,8 @@ fn frames_round_trip_in_both_modes() {
                     }
                     let ticket = ring.acquire().unwrap();
                     assert_eq!((ticket.frame(), ticket.slot()), (frame, slot));
-                    let buf = t.wait_free(&ticket).unwrap();
+                    let mut m = t.take_slot(&ticket).unwrap();
+                    let buf = m.bytes_mut().unwrap();
                     if frame >= 3 {
                         let want = if (frame - 3) % 5 == 1 { 2 } else { 0 };
                         let p = TestPattern::new(frame - 3, stride);
@@ -125,17 +137,15 @@ fn frames_round_trip_in_both_modes() {
                         buf[0] ^= 0x24;
                         buf[g.frame_len() - 1] ^= 0x81;
                     }
-                    t.signal_ready(&ticket).unwrap();
+                    t.signal_ready(&ticket, m).unwrap();
                     ring.release(&ticket, Instant::now(), 0).unwrap();
                     t.queue_consumer(&ticket).unwrap();
                     ring.submit(&ticket).unwrap();
                 }
-                ring.drain(t, |c, _| {
-                    let want = if c.frame % 5 == 1 { 2 } else { 0 };
-                    assert_eq!(c.mismatches, want);
-                    Ok(())
-                })
-                .unwrap();
+                drain(t, ring, |frame, mismatches| {
+                    let want = if frame % 5 == 1 { 2 } else { 0 };
+                    assert_eq!(mismatches, want);
+                });
                 assert!(t.try_complete().unwrap().is_none());
                 let times = t.gpu_times();
                 assert_eq!(times.frames, frames);
@@ -163,12 +173,13 @@ fn consumer_waits_for_the_release() {
     };
     with(g, 2, Mode::ZeroCopy, |t, ring| {
         let ticket = ring.acquire().unwrap();
-        TestPattern::new(0, 256).fill(t.wait_free(&ticket).unwrap());
+        let mut m = t.take_slot(&ticket).unwrap();
+        TestPattern::new(0, 256).fill(m.bytes_mut().unwrap());
         t.queue_consumer(&ticket).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(t.try_complete().unwrap().is_none(), "ran before release");
         let released = Instant::now();
-        t.signal_ready(&ticket).unwrap();
+        t.signal_ready(&ticket, m).unwrap();
         let c = t.wait_complete().unwrap();
         assert_eq!(c.mismatches, 0);
         assert!(c.finished >= released);
@@ -210,8 +221,9 @@ fn teardown_with_a_waiting_consumer_does_not_hang() {
     with(g, 2, Mode::ZeroCopy, |t, ring| {
         produce(t, ring, None);
         let second = ring.acquire().unwrap();
-        let _ = t.wait_free(&second).unwrap();
+        let m = t.take_slot(&second).unwrap();
         t.queue_consumer(&second).unwrap(); // never signalled ready
+        t.put_back(&second, m).unwrap();
     });
     assert!(t0.elapsed().as_secs() < 30);
 }
@@ -297,41 +309,48 @@ fn egl_stream_transport_verifies_every_frame() {
     };
     for slots in [1usize, 2, 4] {
         let (mut t, backend) = egl::open_real(g, slots).unwrap();
-        assert_eq!(t.backend(), "egl-gpu");
+        assert_eq!(t.info().backend, "egl-gpu");
         let mut ring = Ring::new(slots).unwrap();
         let frames = 6 * slots as u64 + 3;
         let damaged = 2 * slots as u64 + 1;
         let mut seen = Vec::new();
-        let mut check = |c: &tegra_interop_pipeline::transport::Completion| {
-            let want = if c.frame == damaged { 1 } else { 0 };
-            assert_eq!(c.mismatches, want, "slots {slots}, frame {}", c.frame);
-            seen.push(c.frame);
-            Ok(())
-        };
         for _ in 0..frames {
-            ring.make_room(&mut t, |c, _| check(c)).unwrap();
-            ring.produce(&mut t, |ticket, bytes| {
-                if ticket.free_wait() > 0 {
-                    let prev = ticket.frame() - slots as u64;
-                    let mut want = vec![0u8; bytes.len()];
-                    TestPattern::new(prev, g.stride).fill(&mut want);
-                    if prev == damaged {
-                        want[77] ^= 0x24;
-                    }
-                    assert!(
-                        bytes.iter().zip(&want).all(|(a, b)| *a == !*b),
-                        "slots {slots}: frame {prev} read back inverted"
-                    );
+            while matches!(ring.state(ring.next_slot()), Some(SlotState::InFlight(_))) {
+                let c = t.wait_complete().unwrap();
+                ring.complete(&c).unwrap();
+                let want = if c.frame == damaged { 1 } else { 0 };
+                assert_eq!(c.mismatches, want, "slots {slots}, frame {}", c.frame);
+                seen.push(c.frame);
+            }
+            let ticket = ring.acquire().unwrap();
+            let mut m = t.take_slot(&ticket).unwrap();
+            let bytes = m.bytes_mut().unwrap();
+            if ticket.free_wait() > 0 {
+                let prev = ticket.frame() - slots as u64;
+                let mut want = vec![0u8; bytes.len()];
+                TestPattern::new(prev, g.stride).fill(&mut want);
+                if prev == damaged {
+                    want[77] ^= 0x24;
                 }
-                TestPattern::new(ticket.frame(), g.stride).fill(bytes);
-                if ticket.frame() == damaged {
-                    bytes[77] ^= 0x24;
-                }
-                Ok((Instant::now(), 0))
-            })
-            .unwrap();
+                assert!(
+                    bytes.iter().zip(&want).all(|(a, b)| *a == !*b),
+                    "slots {slots}: frame {prev} read back inverted"
+                );
+            }
+            TestPattern::new(ticket.frame(), g.stride).fill(bytes);
+            if ticket.frame() == damaged {
+                bytes[77] ^= 0x24;
+            }
+            t.signal_ready(&ticket, m).unwrap();
+            ring.release(&ticket, Instant::now(), 0).unwrap();
+            t.queue_consumer(&ticket).unwrap();
+            ring.submit(&ticket).unwrap();
         }
-        ring.drain(&mut t, |c, _| check(c)).unwrap();
+        drain(&mut t, &mut ring, |frame, mismatches| {
+            let want = if frame == damaged { 1 } else { 0 };
+            assert_eq!(mismatches, want, "slots {slots}, frame {frame}");
+            seen.push(frame);
+        });
         assert_eq!(seen, (0..frames).collect::<Vec<_>>(), "in order, none lost");
         println!("slots {slots}: {}", t.details().unwrap());
         Box::new(t).close().unwrap();

@@ -526,7 +526,8 @@ fn no_progress_display_in_captured_output() {
 /// `--camera-ahead` (and `TEGRA_INTEROP_CAMERA_AHEAD`): with the camera on
 /// its own thread and with the serial loop, every frame is verified on
 /// rings of 1 to 4, on every backend here; the report says which loop ran
-/// (rings of 1, and transports that cannot lease a slot, run serially).
+/// (every transport hands its slots out as leases; rings of 1 run
+/// serially).
 #[test]
 fn camera_ahead_on_and_off_verify_every_frame_on_small_rings() {
     for backend in ["host", "sim", "egl"] {
@@ -548,9 +549,8 @@ fn camera_ahead_on_and_off_verify_every_frame_on_small_rings() {
                 assert!(o.status.success(), "{what}: {}", stderr(&o));
                 let j = json(&o);
                 assert_all_checked(&j, 40);
-                // The host and NvSci transports lease their slots; the
-                // EGL one does not (serial loop).
-                let ahead = switch == "on" && ring != "1" && backend != "egl";
+                // Every transport leases its slots (the EGL one too).
+                let ahead = switch == "on" && ring != "1";
                 assert_eq!(j["camera_ahead"], ahead, "{what}: {j}");
             }
         }

@@ -39,10 +39,10 @@
 use std::time::Instant;
 
 use tegra_interop_pipeline::camera::TestPattern;
-use tegra_interop_pipeline::ring::{Collected, Ring};
+use tegra_interop_pipeline::ring::Ring;
 use tegra_interop_pipeline::transport::host::Fault;
 use tegra_interop_pipeline::transport::nvsci::{NvSciTransport, Processing};
-use tegra_interop_pipeline::transport::{Completion, FrameGeometry, FrameTransport};
+use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
 use tegra_interop_sim::{Sim, SimConfig};
 
 const GEOMETRY: FrameGeometry = FrameGeometry {
@@ -92,7 +92,7 @@ fn rss() -> Rss {
 /// of `checkpoints` (frame counts), after checking every frame arrived
 /// intact and the simulator was left clean.
 fn run(which: Transport, frames: u64, checkpoints: &[u64]) -> Vec<(u64, Rss)> {
-    let (mut t, sim): (Box<dyn FrameTransport>, Sim) = match which {
+    let (t, sim): (Box<dyn FrameTransport>, Sim) = match which {
         Transport::NvSci => {
             let sim = Sim::with_config(SimConfig::tegra()).unwrap();
             let t = NvSciTransport::open(
@@ -112,12 +112,8 @@ fn run(which: Transport, frames: u64, checkpoints: &[u64]) -> Vec<(u64, Rss)> {
             (Box::new(t), sim)
         }
     };
-    let mut ring = Ring::new(SLOTS).unwrap();
+    let mut ring = Ring::from_box(t).unwrap();
     let mut intact = 0u64;
-    let mut count = |c: &Completion, _: &Collected| {
-        intact += u64::from(c.mismatches == 0);
-        Ok(())
-    };
     let mut points = Vec::new();
     let began = Instant::now();
     for f in 0..frames {
@@ -132,15 +128,17 @@ fn run(which: Transport, frames: u64, checkpoints: &[u64]) -> Vec<(u64, Rss)> {
             );
             points.push((f, r));
         }
-        ring.make_room(t.as_mut(), &mut count).unwrap();
-        ring.produce(t.as_mut(), |ticket, bytes| {
-            let started = Instant::now();
-            TestPattern::new(ticket.frame(), GEOMETRY.stride).fill(bytes);
-            Ok((started, started.elapsed().as_nanos() as u64))
-        })
-        .unwrap();
+        let mut lease = ring.acquire().unwrap();
+        let frame = lease.frame();
+        TestPattern::new(frame, GEOMETRY.stride).fill(lease.bytes_mut().unwrap());
+        ring.hand_over(lease).unwrap();
+        while let Some(done) = ring.collect().unwrap() {
+            intact += u64::from(done.completion.mismatches == 0);
+        }
     }
-    ring.drain(t.as_mut(), &mut count).unwrap();
+    while ring.pending() > 0 {
+        intact += u64::from(ring.wait_collect().unwrap().completion.mismatches == 0);
+    }
     let r = rss();
     println!(
         "{which:?}: frame {frames:>9}: VmRSS {:>7.1} MiB, VmHWM {:>7.1} MiB ({:.1} s, {:.0} frames/s)",
@@ -150,7 +148,7 @@ fn run(which: Transport, frames: u64, checkpoints: &[u64]) -> Vec<(u64, Rss)> {
         frames as f64 / began.elapsed().as_secs_f64()
     );
     points.push((frames, r));
-    t.close().unwrap();
+    ring.close().unwrap();
     assert_eq!(intact, frames, "{which:?}: every frame intact");
     assert!(sim.ledger().is_clean(), "{which:?}: {}", sim.ledger());
     assert!(

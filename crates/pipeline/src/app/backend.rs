@@ -63,12 +63,47 @@ enum After {
     Driver(Arc<Backend>),
 }
 
+/// An [`Opened`] without its transport (which went into a ring): what to
+/// report about it, and what to check once it is closed.
+pub struct OpenedRest {
+    /// One line: why this backend.
+    pub why: String,
+    /// One line about how frames are processed, where it matters.
+    pub note: Option<&'static str>,
+    /// See [`Opened::transport_copies`].
+    pub transport_copies: bool,
+    /// See [`Opened::always_copies`].
+    pub always_copies: bool,
+    after: After,
+}
+
 impl Opened {
+    /// The transport, and the rest.
+    pub fn split(self) -> (Box<dyn FrameTransport>, OpenedRest) {
+        let rest = OpenedRest {
+            why: self.why,
+            note: self.note,
+            transport_copies: self.transport_copies,
+            always_copies: self.always_copies,
+            after: self.after,
+        };
+        (self.transport, rest)
+    }
+
     /// Closes the transport, then checks what it left: on the simulator, a
     /// run that leaves objects behind or that the simulator flagged as a
     /// misuse of the API fails here; on the real driver, a failed release.
     pub fn close(self) -> Result<(), String> {
-        self.transport.close().map_err(String::from)?;
+        let (transport, rest) = self.split();
+        rest.close(transport.close().map_err(String::from))
+    }
+}
+
+impl OpenedRest {
+    /// Once the transport was closed (`closed`: how that went), checks what
+    /// it left (see [`Opened::close`]); the first error.
+    pub fn close(self, closed: Result<(), String>) -> Result<(), String> {
+        closed?;
         match self.after {
             After::Nothing => Ok(()),
             After::Driver(backend) => match backend.take_drop_errors().first() {
@@ -320,7 +355,7 @@ mod tests {
     fn auto_falls_back_to_the_simulator_and_says_why() {
         let g = FrameGeometry { stride: 4, rows: 4 };
         let opened = open(&Options::default(), g, None).unwrap();
-        assert_eq!(opened.transport.backend(), "nvsci-sim");
+        assert_eq!(opened.transport.info().backend, "nvsci-sim");
         let why = opened.why.clone();
         opened.close().unwrap();
         assert!(
@@ -333,7 +368,7 @@ mod tests {
             ..Options::default()
         };
         let opened = open(&host, g, None).unwrap();
-        assert_eq!(opened.transport.backend(), "host-reference");
+        assert_eq!(opened.transport.info().backend, "host-reference");
         opened.close().unwrap();
     }
 }

@@ -778,6 +778,11 @@ impl<I2C: I2c, PIN: OutputPin, R: FrameReadout> Camera<I2C, PIN, R> {
         Ok(info)
     }
 
+    /// The trigger pin (for a model pin that counts its pulses).
+    pub fn pin(&self) -> &PIN {
+        &self.pin
+    }
+
     /// Gives the bus, the pin and the readout back.
     pub fn release(self) -> (I2C, PIN, R) {
         (self.i2c, self.pin, self.readout)

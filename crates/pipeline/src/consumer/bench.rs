@@ -23,7 +23,8 @@ use tegra_interop::driver::{
 };
 
 use super::{grid_for, pattern_seed, FrameMemory, Kernels, BLOCK, FRAME_ALIGN};
-use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
+use crate::error::{DriverResultExt, TransportError};
+use crate::frame::FrameGeometry;
 
 /// What a [`Bench`] holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

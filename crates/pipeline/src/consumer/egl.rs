@@ -13,7 +13,8 @@ use tegra_interop::driver::egl::{EglStreamConsumer, EglStreamProducer, ProducerF
 use tegra_interop::driver::{BackendKind, Context, DeviceBuffer, Stream};
 use tegra_interop::sys::cuda::EGLStreamKHR;
 
-use crate::transport::{DriverResultExt, FrameGeometry, TransportError};
+use crate::error::{DriverResultExt, TransportError};
+use crate::frame::FrameGeometry;
 
 /// Where an [`OwnedEglStream`] came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

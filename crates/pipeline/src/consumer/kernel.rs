@@ -8,7 +8,7 @@
 
 use tegra_interop::driver::{Context, Function, Module, Nvrtc};
 
-use crate::transport::{DriverResultExt, TransportError};
+use crate::error::{DriverResultExt, TransportError};
 
 /// Threads per block of the kernels (a multiple of the warp size).
 pub const BLOCK: u32 = 256;

@@ -35,14 +35,15 @@
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
 
 pub mod bench;
+pub mod builtin;
 pub mod egl;
 pub mod kernel;
 pub mod shared;
 pub mod twin;
+pub mod work;
 
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -54,10 +55,11 @@ use tegra_interop::driver::{
 
 use shared::{HostFrame, Lendable};
 
-use crate::transport::{
-    Completion, DriverError, DriverResultExt, FrameGeometry, PeekedFrame, TransportError,
-};
+use crate::error::{DriverError, DriverResultExt, TransportError};
+use crate::frame::{Completion, FrameGeometry, FrameLayout};
+use shared::PeekedFrame;
 
+pub use builtin::{CheckInvert, Invert};
 pub use kernel::{
     grid_for, kernel_pattern_byte, pattern_seed, self_check_pattern, CopyKernel, FrameMemory,
     Kernels, BLOCK, BYTES_PER_THREAD, FRAME_ALIGN, KERNEL_SOURCE,
@@ -92,22 +94,7 @@ pub enum CopyWith {
     Kernels,
 }
 
-/// What the consumer does with each frame.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Work {
-    /// Check and invert the slot's frame where it is (zero-copy): one
-    /// stream.
-    InPlace,
-    /// Copy the slot's frame into the slot's device buffer, check and
-    /// invert it there, copy it back. The copy in and the kernel run on the
-    /// entry stream, the copy back on the exit stream after the kernel's
-    /// event: a frame's copy back and a later frame's copy in overlap.
-    DeviceCopy(CopyWith),
-    /// Check and invert a frame that is not the consumer's (an acquired
-    /// EGL frame, `Consumer::queue_acquired`) in place, then copy it into
-    /// the slot's pinned host buffer ([`Consumer::host_frame`]): one stream.
-    ReadBack,
-}
+pub use work::{DeviceFrame, FnWork, FrameWork, Placement, WorkError};
 
 /// How a [`Consumer`] is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,12 +103,13 @@ pub struct ConsumerConfig {
     pub geometry: FrameGeometry,
     /// Slots of the ring.
     pub slots: usize,
-    /// Where the frames the kernel works on in place live (the kernel's
-    /// variant; device copies are always [`FrameMemory::Device`]).
+    /// Where the slots' own frames live ([`DeviceFrame::memory`] in
+    /// [`Placement::InPlace`]; device copies and EGL frames are always
+    /// [`FrameMemory::Device`]).
     pub memory: FrameMemory,
-    /// What is done per frame.
-    pub work: Work,
-    /// Report every frame done without running the kernel (fault
+    /// Where the work sees each frame.
+    pub placement: Placement,
+    /// Report every frame done without queueing the work (fault
     /// injection: the producer's read-back must catch it).
     pub skip_kernel: bool,
 }
@@ -132,25 +120,25 @@ pub struct FrameTimes {
     /// From [`Consumer::arrive`] to the start of the frame's work: the
     /// transport's wait for *ready* (`None` when `arrive` was not called).
     pub wait: Option<Duration>,
-    /// From the start to the kernel (the copy in, in copy mode).
+    /// From the start to the work (the copy in, in copy placement).
     pub copy_in: Duration,
-    /// The kernel.
+    /// The work ([`FrameWork::queue`]'s work on the stream).
     pub kernel: Duration,
-    /// From the kernel to the frame's end (the copy back or read-back).
+    /// From the work to the frame's end (the copy back or read-back).
     pub copy_out: Duration,
 }
 
 /// One slot's consumer state: its events, memory and frame in flight.
 struct Slot {
-    /// The slot's frame ([`Work::InPlace`], [`Work::DeviceCopy`]).
+    /// The slot's frame ([`Placement::InPlace`], [`Placement::DeviceCopy`]).
     frame: Option<MappedBuffer>,
-    /// Its device-local copy ([`Work::DeviceCopy`]).
+    /// Its device-local copy ([`Placement::DeviceCopy`]).
     device: Option<DeviceBuffer>,
     /// The same frame's host memory page-locked in place
     /// ([`Consumer::copy_through_registered`]): where copy mode's copies
     /// read and write it instead of through `frame`.
     registered: Option<shared::RegisteredFrame>,
-    /// Its host copy ([`Work::ReadBack`]).
+    /// Its host copy ([`Placement::ReadBack`]).
     host: Option<Lendable<HostFrame>>,
     arrive: Event,
     start: Event,
@@ -221,16 +209,20 @@ impl Slot {
 /// What queued work may use: freed only after the streams drained.
 struct Resources {
     slots: Vec<Slot>,
-    counters: PinnedHostBuffer,
-    kernels: Kernels,
+    /// The copy kernels, compiled where the placement uses them
+    /// ([`CopyWith::Kernels`], [`Placement::ReadBack`]).
+    copies: Option<Kernels>,
+    /// The user's work (its memory too may be used by queued work).
+    work: Mutex<Box<dyn FrameWork>>,
 }
 
 /// The consumer (see the module docs).
 ///
 /// # Why its safe methods are sound
 ///
-/// Kernels and copies are queued on its own streams over memory it owns
-/// (the slots' frames, device buffers, host buffers and counters) or that
+/// The work ([`FrameWork`]) and the copies are queued on its own streams
+/// over memory it owns (the slots' frames, device buffers, host buffers;
+/// the work owns its own, and is dropped with the rest) or that
 /// a borrowed guard keeps alive until work queued after it (an acquired
 /// EGL frame, released on the same stream after the work). A slot's memory
 /// is touched by the host only through [`Consumer::host_frame`] /
@@ -246,6 +238,8 @@ struct Resources {
 /// consumer's work.
 pub struct Consumer {
     config: ConsumerConfig,
+    /// Every frame's layout, as the work sees it.
+    layout: FrameLayout,
     grid: u32,
     progress: Mutex<Progress>,
     /// Dropped by `Drop::drop` once the streams drained, else leaked.
@@ -259,21 +253,26 @@ impl std::fmt::Debug for Consumer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Consumer")
             .field("config", &self.config)
+            .field("layout", &self.layout)
             .field("progress", &self.progress)
             .finish_non_exhaustive()
     }
 }
 
 impl Consumer {
-    /// Makes the consumer in `ctx`: compiles and loads the kernels, makes
-    /// the streams, the counters and each slot's events and memory.
-    /// `frames` are the slots' frames, one per slot, for
-    /// [`Work::InPlace`] and [`Work::DeviceCopy`] (each at least a frame
-    /// long, 16-byte aligned); none for [`Work::ReadBack`].
+    /// Makes the consumer in `ctx` running `work` on every frame: makes
+    /// the streams, each slot's events and memory, compiles the copy
+    /// kernels where the placement uses them, and has the work prepare
+    /// ([`FrameWork::prepare`]). `frames` are the slots' frames, one per
+    /// slot, for [`Placement::InPlace`] and [`Placement::DeviceCopy`] (each
+    /// at least a frame long, 16-byte aligned); none for
+    /// [`Placement::ReadBack`]. The project's own work is
+    /// [`CheckInvert`].
     pub fn new(
         ctx: &Context,
         config: ConsumerConfig,
         frames: Vec<MappedBuffer>,
+        mut work: Box<dyn FrameWork>,
     ) -> Result<Consumer, TransportError> {
         let g = config.geometry;
         let len = g.frame_len();
@@ -282,30 +281,38 @@ impl Consumer {
                 "the consumer needs frames and slots",
             ));
         }
-        let want = match config.work {
-            Work::ReadBack => 0,
+        let want = match config.placement {
+            Placement::ReadBack => 0,
             _ => config.slots,
         };
         if frames.len() != want {
             return Err(TransportError::refused(format!(
-                "the consumer was given {} frame(s) for {} slot(s) of {:?} work",
+                "the consumer was given {} frame(s) for {} slot(s) of {:?} placement",
                 frames.len(),
                 config.slots,
-                config.work
+                config.placement
             )));
         }
-        self_check_pattern(g.stride, g.rows)?;
-        let kernels = Kernels::compile(ctx)?;
-        let counters = PinnedHostBuffer::new(ctx, config.slots * 8)
-            .during("allocating the mismatch counters")?;
+        let layout = layout_for(g, work.as_ref())?;
+        let copies = match config.placement {
+            Placement::DeviceCopy(CopyWith::Kernels) | Placement::ReadBack => {
+                Some(Kernels::compile(ctx)?)
+            }
+            _ => None,
+        };
         let entry = Stream::new(ctx).during("creating the consumer's stream")?;
-        let exit = match config.work {
-            Work::DeviceCopy(_) => Some(Stream::new(ctx).during("creating the copy-back stream")?),
+        let exit = match config.placement {
+            Placement::DeviceCopy(_) => {
+                Some(Stream::new(ctx).during("creating the copy-back stream")?)
+            }
             _ => None,
         };
         let slots = Self::make_slots(ctx, &config, frames)?;
+        work.prepare(ctx, layout, config.slots, config.placement)
+            .map_err(|e| from_work(e, &*work, None))?;
         Ok(Consumer {
             config,
+            layout,
             grid: grid_for(len),
             progress: Mutex::new(Progress {
                 in_flight: VecDeque::with_capacity(config.slots),
@@ -313,8 +320,8 @@ impl Consumer {
             }),
             res: ManuallyDrop::new(Resources {
                 slots,
-                counters,
-                kernels,
+                copies,
+                work: Mutex::new(work),
             }),
             exit,
             entry,
@@ -333,13 +340,13 @@ impl Consumer {
         let mut slots = Vec::with_capacity(config.slots);
         for index in 0..config.slots {
             let mut slot = Slot::new(ctx)?;
-            match config.work {
-                Work::ReadBack => {
+            match config.placement {
+                Placement::ReadBack => {
                     slot.host = Some(Lendable::new(HostFrame::new(
                         PinnedHostBuffer::new(ctx, len).during("allocating a host frame buffer")?,
                     )));
                 }
-                Work::InPlace | Work::DeviceCopy(_) => {
+                Placement::InPlace | Placement::DeviceCopy(_) => {
                     let frame = frames
                         .next()
                         .ok_or_else(|| TransportError::no_slot(index))?;
@@ -353,7 +360,7 @@ impl Consumer {
                     slot.frame = Some(frame);
                 }
             }
-            if let Work::DeviceCopy(_) = config.work {
+            if let Placement::DeviceCopy(_) = config.placement {
                 slot.device =
                     Some(DeviceBuffer::new(ctx, len).during("allocating a device frame buffer")?);
             }
@@ -465,9 +472,9 @@ impl Consumer {
     }
 
     /// Queues frame `frame`'s work over `slot`'s own frame
-    /// ([`Work::InPlace`], [`Work::DeviceCopy`]): the kernel counts into
-    /// the slot's counter the bytes that differ from the frame's test
-    /// pattern and inverts every byte.
+    /// ([`Placement::InPlace`], [`Placement::DeviceCopy`]): the work
+    /// ([`FrameWork::queue`]) on the slot's frame or its device copy, with
+    /// the copies around it in copy placement.
     pub fn queue(&self, slot: usize, frame: u64) -> Result<(), TransportError> {
         self.queueing(slot, frame, |s| self.queue_own(s, slot, frame))
     }
@@ -481,13 +488,13 @@ impl Consumer {
         s.start
             .record(&self.entry)
             .during("recording a CUDA event")?;
-        match (self.config.work, s.device.as_ref()) {
-            (Work::DeviceCopy(with), Some(device)) => {
+        match (self.config.placement, s.device.as_ref()) {
+            (Placement::DeviceCopy(with), Some(device)) => {
                 self.copy_frame(with, CopyKernel::FromSystem, &self.entry, device, s, mapped)?;
                 s.kernel_start
                     .record(&self.entry)
                     .during("recording a CUDA event")?;
-                self.check(slot, frame, FrameMemory::Device, DevicePtr::of(device))?;
+                self.run_work(slot, frame, FrameMemory::Device, DevicePtr::of(device))?;
                 s.kernel_end
                     .record(&self.entry)
                     .during("recording a CUDA event")?;
@@ -501,7 +508,7 @@ impl Consumer {
                 s.kernel_start
                     .record(&self.entry)
                     .during("recording a CUDA event")?;
-                self.check(slot, frame, self.config.memory, DevicePtr::of(mapped))?;
+                self.run_work(slot, frame, self.config.memory, DevicePtr::of(mapped))?;
                 s.kernel_end
                     .record(&self.entry)
                     .during("recording a CUDA event")?;
@@ -514,8 +521,8 @@ impl Consumer {
     }
 
     /// Queues frame `frame`'s work over `acquired`, an EGL frame acquired
-    /// on [`Consumer::entry_stream`] ([`Work::ReadBack`]): check and invert
-    /// it in place, then copy it into the slot's host buffer. Release the
+    /// on [`Consumer::entry_stream`] ([`Placement::ReadBack`]): the work on
+    /// it in place, then a copy of it into the slot's host buffer. Release the
     /// frame after this (its release is ordered after the work on the same
     /// stream). Crate-private: the frame must have been acquired on the
     /// entry stream, which the guard does not tell.
@@ -539,7 +546,7 @@ impl Consumer {
     ) -> Result<(), TransportError> {
         let Some(host) = s.host.as_ref() else {
             return Err(TransportError::misuse(
-                "this consumer was not made for acquired frames (Work::ReadBack)",
+                "this consumer was not made for acquired frames (Placement::ReadBack)",
             ));
         };
         // The read-back below writes the host frame: not while a lent frame
@@ -576,7 +583,7 @@ impl Consumer {
         s.kernel_start
             .record(&self.entry)
             .during("recording a CUDA event")?;
-        self.check(slot, frame, FrameMemory::Device, plane)?;
+        self.run_work(slot, frame, FrameMemory::Device, plane)?;
         s.kernel_end
             .record(&self.entry)
             .during("recording a CUDA event")?;
@@ -589,9 +596,12 @@ impl Consumer {
         s.done.record(&self.entry).during("recording a CUDA event")
     }
 
-    /// Launches the check-and-invert kernel over `target` on the entry
-    /// stream, counting into `slot`'s counter (nothing with `skip_kernel`).
-    fn check(
+    /// Queues the work ([`FrameWork::queue`]) over `target`, the frame
+    /// `frame` of `slot`, on the entry stream (nothing with `skip_kernel`).
+    /// `target` is a frame the consumer owns (the slot's frame or its
+    /// device copy) or an acquired frame alive until after this work: the
+    /// [`DeviceFrame`] contract holds for work on the entry stream.
+    fn run_work(
         &self,
         slot: usize,
         frame: u64,
@@ -601,27 +611,18 @@ impl Consumer {
         if self.config.skip_kernel {
             return Ok(());
         }
-        let counter = DevicePtr::at(&self.res.counters, slot as u64 * 8, 8)
-            .during("addressing the slot's counter")?;
-        let g = self.config.geometry;
-        let launch = self
-            .res
-            .kernels
-            .check_and_invert(memory)
-            .launch(self.grid, BLOCK)
-            .arg(target)
-            .arg(g.frame_len() as u64)
-            .arg(g.stride as u64)
-            .arg(pattern_seed(frame))
-            .arg(counter);
-        // SAFETY: the arguments are the kernel's `(unsigned char *, u64,
-        // u64, u32, u64 *)`; `target` is `frame_len` bytes the consumer owns
-        // or an acquired frame alive until after this work (`queue`,
-        // `queue_acquired`), and the counter is the slot's word of the
-        // counters the consumer owns; the slot has nothing else in flight,
-        // the host touches neither before the frame is collected (see
-        // `Consumer`), and both outlive the stream's work (`Drop`).
-        unsafe { launch.launch(&self.entry) }.during("launching the consumer kernel")
+        let view = DeviceFrame::new(target, self.layout, frame, slot, memory);
+        let mut work = self.work()?;
+        work.queue(&view, &self.entry)
+            .map_err(|e| from_work(e, &**work, Some((slot, frame))))
+    }
+
+    /// The work, locked (one caller at a time: queueing or collecting).
+    fn work(&self) -> Result<MutexGuard<'_, Box<dyn FrameWork>>, TransportError> {
+        self.res
+            .work
+            .lock()
+            .map_err(|_| TransportError::misuse("a thread panicked inside the frame work"))
     }
 
     /// Copies slot `s`'s frame into its device copy `device`
@@ -704,9 +705,12 @@ impl Consumer {
         dst: DevicePtr<'_>,
         src: DevicePtr<'_>,
     ) -> Result<(), TransportError> {
-        let launch = self
-            .res
-            .kernels
+        let Some(kernels) = self.res.copies.as_ref() else {
+            return Err(TransportError::misuse(
+                "the copy kernels were not compiled for this placement",
+            ));
+        };
+        let launch = kernels
             .copy(which)
             .launch(self.grid, BLOCK)
             .arg(dst)
@@ -781,14 +785,13 @@ impl Consumer {
         p.in_flight.pop_front();
         p.states[slot] = SlotState::Idle { arrived: false };
         drop(p);
-        // The kernel's adds completed before `done` (same stream, or the
-        // copy back's stream waited for the kernel's event).
-        let mismatches = self
-            .res
-            .counters
-            .atomic_u64(slot)
-            .during("reading the slot's counter")?
-            .swap(0, Ordering::AcqRel);
+        // The work completed before `done` (same stream, or the copy
+        // back's stream waited for the work's event).
+        let mismatches = {
+            let mut work = self.work()?;
+            work.finished(slot, frame)
+                .map_err(|e| from_work(e, &**work, Some((slot, frame))))?
+        };
         let times = self.res.slots[slot].times(arrived)?;
         Ok(Some((
             Completion {
@@ -803,7 +806,7 @@ impl Consumer {
         )))
     }
 
-    /// Makes copy mode ([`Work::DeviceCopy`]) copy each slot's frame in and
+    /// Makes copy mode ([`Placement::DeviceCopy`]) copy each slot's frame in and
     /// out through `registered[slot]`, the same frame's host memory
     /// page-locked in place (`cuMemHostRegister`), instead of through the
     /// imported mapping (measured faster on the copy engines where the
@@ -820,7 +823,7 @@ impl Consumer {
         &mut self,
         registered: Vec<shared::RegisteredFrame>,
     ) -> Result<(), TransportError> {
-        if !matches!(self.config.work, Work::DeviceCopy(_)) {
+        if !matches!(self.config.placement, Placement::DeviceCopy(_)) {
             return Err(TransportError::refused(
                 "registered frames are the copies' host side: copy mode only",
             ));
@@ -853,8 +856,9 @@ impl Consumer {
         Ok(())
     }
 
-    /// The slot's own frame ([`Work::InPlace`], [`Work::DeviceCopy`]): the
-    /// mapping the kernel works on, for the host's synchronous copies
+    /// The slot's own frame ([`Placement::InPlace`],
+    /// [`Placement::DeviceCopy`]): the mapping the work sees (in place) or
+    /// that is copied, for the host's synchronous copies
     /// (`MappedBuffer::copy_from_host` / `copy_to_host`) while the slot is
     /// idle.
     pub fn frame(&self, slot: usize) -> Result<&MappedBuffer, TransportError> {
@@ -882,7 +886,7 @@ impl Consumer {
         }
     }
 
-    /// The slot's host frame ([`Work::ReadBack`]): the last collected
+    /// The slot's host frame ([`Placement::ReadBack`]): the last collected
     /// frame's bytes, read back. Refused while the slot has a frame in
     /// flight (`&mut self`: no thread queues meanwhile).
     pub fn host_frame(&mut self, slot: usize) -> Result<&[u8], TransportError> {
@@ -903,7 +907,45 @@ impl Consumer {
         }
     }
 
-    /// Lends the slot's host frame ([`Work::ReadBack`]) until the slot's
+    /// Moves the slot's host frame ([`Placement::ReadBack`]) out, for a write
+    /// lease (written on any thread) until [`Consumer::put_host_frame`];
+    /// refused while in flight or out already. Lent frames of it are given
+    /// back first.
+    pub(crate) fn take_host_frame(
+        &mut self,
+        slot: usize,
+    ) -> Result<Lendable<HostFrame>, TransportError> {
+        self.check_idle(slot)?;
+        let host = self.res.slots[slot].host.take().ok_or_else(|| {
+            TransportError::misuse(format!(
+                "slot {slot}'s host frame is out for writing (or this consumer has none)"
+            ))
+        })?;
+        if let Err(e) = host.wait_returned(slot) {
+            self.res.slots[slot].host = Some(host);
+            return Err(e);
+        }
+        Ok(host)
+    }
+
+    /// Takes the slot's host frame back from a write lease.
+    pub(crate) fn put_host_frame(
+        &mut self,
+        slot: usize,
+        host: Lendable<HostFrame>,
+    ) -> Result<(), TransportError> {
+        self.check_idle(slot)?;
+        let held = &mut self.res.slots[slot].host;
+        if held.is_some() {
+            return Err(TransportError::misuse(format!(
+                "slot {slot}'s host frame given back while the consumer holds it"
+            )));
+        }
+        *held = Some(host);
+        Ok(())
+    }
+
+    /// Lends the slot's host frame ([`Placement::ReadBack`]) until the slot's
     /// next ticket: the collected frame's read-back, for the producer's
     /// check on another thread. Refused while in flight.
     pub fn lend_host_frame(&mut self, slot: usize) -> Result<PeekedFrame, TransportError> {
@@ -928,6 +970,46 @@ impl Consumer {
                 .during("draining the consumer's copy-back stream")?;
         }
         Ok(())
+    }
+}
+
+/// The layout `work` sees of frames of `g`: lines of `g.stride` bytes
+/// holding whole pixels of the work's format.
+fn layout_for(g: FrameGeometry, work: &dyn FrameWork) -> Result<FrameLayout, TransportError> {
+    let format = work.pixel_format();
+    let bpp = format.bytes_per_pixel();
+    let refused = |why: String| {
+        TransportError::refused(format!(
+            "frame work `{}` reads {format} pixels: {why}",
+            work.name()
+        ))
+    };
+    if !g.stride.is_multiple_of(bpp) {
+        return Err(refused(format!(
+            "a line of {} bytes is not whole pixels",
+            g.stride
+        )));
+    }
+    let width = u32::try_from(g.stride / bpp).map_err(|_| refused("lines too wide".into()))?;
+    let height = u32::try_from(g.rows).map_err(|_| refused("too many lines".into()))?;
+    FrameLayout::with_pitch(width, height, g.stride, format).map_err(|e| refused(e.to_string()))
+}
+
+/// A [`WorkError`] of `work` as a [`TransportError`] of the same kind,
+/// naming the work (and the frame, where one was being handled).
+fn from_work(e: WorkError, work: &dyn FrameWork, at: Option<(usize, u64)>) -> TransportError {
+    let name = work.name();
+    match (e, at) {
+        (WorkError::Driver { doing, source }, _) => {
+            TransportError::driver(format!("frame work `{name}`: {doing}"), source)
+        }
+        (WorkError::Refused(why), _) => {
+            TransportError::refused(format!("frame work `{name}`: {why}"))
+        }
+        (other, Some((slot, frame))) => {
+            TransportError::frame_check(slot, frame, format!("frame work `{name}`: {other}"))
+        }
+        (other, None) => TransportError::new(format!("frame work `{name}`: {other}")),
     }
 }
 
@@ -966,7 +1048,7 @@ mod tests {
 
     /// A consumer over `slots` NvSciBuf frames imported into CUDA on a
     /// simulated Tegra (with the twins registered).
-    fn consumer(sim: &Sim, slots: usize, work: Work, skip_kernel: bool) -> Consumer {
+    fn consumer(sim: &Sim, slots: usize, work: Placement, skip_kernel: bool) -> Consumer {
         twin::register(sim);
         let ctx = Context::new(sim.backend(), 0).unwrap();
         let objects = Objects::allocate(&sim.backend(), &ctx, G.frame_len(), slots).unwrap();
@@ -980,16 +1062,16 @@ mod tests {
             geometry: G,
             slots,
             memory: FrameMemory::System,
-            work,
+            placement: work,
             skip_kernel,
         };
-        Consumer::new(&ctx, config, frames).unwrap()
+        Consumer::new(&ctx, config, frames, CheckInvert::boxed()).unwrap()
     }
 
     /// Runs 7 frames through a 2-slot consumer with `work`, frame 3 with
     /// one damaged byte; checks each result read back from the slot's
     /// frame and returns the completions.
-    fn run(sim: &Sim, work: Work) -> Vec<(Completion, FrameTimes)> {
+    fn run(sim: &Sim, work: Placement) -> Vec<(Completion, FrameTimes)> {
         let c = consumer(sim, 2, work, false);
         let mut done = Vec::new();
         let check = |c: &Consumer, done: &mut Vec<_>, slot: usize| {
@@ -1037,9 +1119,9 @@ mod tests {
     #[test]
     fn every_mode_checks_inverts_and_counts_on_the_simulator() {
         for work in [
-            Work::InPlace,
-            Work::DeviceCopy(CopyWith::Engines),
-            Work::DeviceCopy(CopyWith::Kernels),
+            Placement::InPlace,
+            Placement::DeviceCopy(CopyWith::Engines),
+            Placement::DeviceCopy(CopyWith::Kernels),
         ] {
             let sim = Sim::with_config(SimConfig::tegra()).unwrap();
             let done = run(&sim, work);
@@ -1055,8 +1137,8 @@ mod tests {
                 counted(&log, "cuMemcpyDtoDAsync"),
             );
             match work {
-                Work::InPlace => assert_eq!((launches, copies), (7, 0)),
-                Work::DeviceCopy(CopyWith::Engines) => {
+                Placement::InPlace => assert_eq!((launches, copies), (7, 0)),
+                Placement::DeviceCopy(CopyWith::Engines) => {
                     assert_eq!((launches, copies), (7, 14));
                     assert_eq!(counted(&log, "cuStreamWaitEvent"), 7);
                 }
@@ -1065,10 +1147,165 @@ mod tests {
         }
     }
 
+    /// A consumer like `consumer`'s, running `work`.
+    fn consumer_with(sim: &Sim, placement: Placement, work: Box<dyn FrameWork>) -> Consumer {
+        twin::register(sim);
+        Invert::register_twin(sim);
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let objects = Objects::allocate(&sim.backend(), &ctx, G.frame_len(), 2).unwrap();
+        let frames = objects
+            .import_memories(&ctx)
+            .unwrap()
+            .iter()
+            .map(|m| m.map_whole().unwrap())
+            .collect();
+        let config = ConsumerConfig {
+            geometry: G,
+            slots: 2,
+            memory: FrameMemory::System,
+            placement,
+            skip_kernel: false,
+        };
+        Consumer::new(&ctx, config, frames, work).unwrap()
+    }
+
+    /// User work in both placements: `Invert` changes the slot's frame
+    /// (in place, or through the device copy and its copy back), and a
+    /// closure sees the view the contract promises (the slot's frame or
+    /// a device-local copy of it, the layout, number and slot).
+    #[test]
+    fn user_work_runs_on_every_frame_in_both_placements() {
+        let placements = [
+            Placement::InPlace,
+            Placement::DeviceCopy(CopyWith::Engines),
+            Placement::DeviceCopy(CopyWith::Kernels),
+        ];
+        for placement in placements {
+            let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+            let c = consumer_with(&sim, placement, Box::new(Invert::new()));
+            for frame in 0..5u64 {
+                let slot = (frame % 2) as usize;
+                let bytes: Vec<u8> = (0..G.frame_len())
+                    .map(|i| (i as u64 + frame) as u8)
+                    .collect();
+                c.frame(slot).unwrap().copy_from_host(0, &bytes).unwrap();
+                c.queue(slot, frame).unwrap();
+                let (done, _) = c.wait_complete(Duration::from_secs(10)).unwrap();
+                assert_eq!((done.slot, done.frame, done.mismatches), (slot, frame, 0));
+                let mut out = vec![0u8; G.frame_len()];
+                c.frame(slot).unwrap().copy_to_host(0, &mut out).unwrap();
+                let want: Vec<u8> = bytes.iter().map(|b| !b).collect();
+                assert_eq!(out, want, "{placement:?} frame {frame}");
+            }
+            drop(c);
+            assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let log = Arc::clone(&seen);
+            let work = FnWork::new("look", move |f: &DeviceFrame<'_>, _: &Stream| {
+                let l = f.layout();
+                log.lock()
+                    .unwrap()
+                    .push((f.ptr().addr(), f.number(), f.slot(), f.memory(), l));
+                Ok(())
+            });
+            let c = consumer_with(&sim, placement, Box::new(work));
+            c.queue(1, 7).unwrap();
+            c.wait_complete(Duration::from_secs(10)).unwrap();
+            let (addr, number, slot, memory, layout) = seen.lock().unwrap()[0];
+            assert_eq!((number, slot), (7, 1));
+            assert_eq!(
+                (layout.pitch(), layout.height() as usize),
+                (G.stride, G.rows)
+            );
+            assert_eq!(layout.format(), crate::frame::PixelFormat::Gray8);
+            let own = c.frame(1).unwrap().device_ptr();
+            match placement {
+                Placement::InPlace => assert_eq!((addr, memory), (own, FrameMemory::System)),
+                _ => {
+                    assert_ne!(addr, own, "copy placement shows the device copy");
+                    assert_eq!(memory, FrameMemory::Device);
+                }
+            }
+        }
+    }
+
+    /// A work error names the work and the frame; a work that refuses the
+    /// layout stops the consumer before any frame.
+    #[test]
+    fn work_errors_name_the_work_and_the_frame() {
+        let sim = Sim::with_config(SimConfig::tegra()).unwrap();
+        let failing = FnWork::new("failing", |_: &DeviceFrame<'_>, _: &Stream| {
+            Err(WorkError::failed("out of paint"))
+        });
+        let c = consumer_with(&sim, Placement::InPlace, Box::new(failing));
+        let e = c.queue(0, 4).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                TransportError::FrameCheck {
+                    slot: 0,
+                    frame: 4,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("frame work `failing`: out of paint"),
+            "{e}"
+        );
+
+        struct Rgba;
+        impl FrameWork for Rgba {
+            fn name(&self) -> &str {
+                "rgba"
+            }
+            fn pixel_format(&self) -> crate::frame::PixelFormat {
+                crate::frame::PixelFormat::Rgba8
+            }
+            fn prepare(
+                &mut self,
+                _: &Context,
+                layout: FrameLayout,
+                _: usize,
+                _: Placement,
+            ) -> Result<(), WorkError> {
+                Err(WorkError::refused(format!("not {layout}")))
+            }
+            fn queue(&mut self, _: &DeviceFrame<'_>, _: &Stream) -> Result<(), WorkError> {
+                Ok(())
+            }
+        }
+        let ctx = Context::new(sim.backend(), 0).unwrap();
+        let config = ConsumerConfig {
+            geometry: G,
+            slots: 1,
+            memory: FrameMemory::Device,
+            placement: Placement::ReadBack,
+            skip_kernel: false,
+        };
+        let e = Consumer::new(&ctx, config, Vec::new(), Box::new(Rgba)).unwrap_err();
+        assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
+        assert!(e.to_string().contains("not 16x8 RGBA (pitch 64)"), "{e}");
+        let odd = ConsumerConfig {
+            geometry: FrameGeometry {
+                stride: 66,
+                rows: 8,
+            },
+            ..config
+        };
+        let e = Consumer::new(&ctx, odd, Vec::new(), Box::new(Rgba)).unwrap_err();
+        assert!(
+            e.to_string().contains("66 bytes is not whole pixels"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_slot_in_flight_is_refused_and_nothing_is_collected_twice() {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let c = consumer(&sim, 2, Work::InPlace, false);
+        let c = consumer(&sim, 2, Placement::InPlace, false);
         let e = c.wait_complete(Duration::from_millis(10)).unwrap_err();
         assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
         c.queue(0, 0).unwrap();
@@ -1087,7 +1324,7 @@ mod tests {
     #[test]
     fn skipping_the_kernel_counts_nothing_and_leaves_the_frame() {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let c = consumer(&sim, 1, Work::InPlace, true);
+        let c = consumer(&sim, 1, Placement::InPlace, true);
         let mut bytes = vec![0u8; G.frame_len()];
         TestPattern::new(0, G.stride).fill(&mut bytes);
         c.frame(0).unwrap().copy_from_host(0, &bytes).unwrap();
@@ -1143,7 +1380,7 @@ mod tests {
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
         let pages = [HostPages::new(4096), HostPages::new(4096)];
         let spare = HostPages::new(4096);
-        let mut c = consumer(&sim, 2, Work::DeviceCopy(CopyWith::Engines), false);
+        let mut c = consumer(&sim, 2, Placement::DeviceCopy(CopyWith::Engines), false);
         let register = |p: &HostPages| {
             // SAFETY: `pages` and `spare` outlive the consumer (declared
             // before it) and the refused registration; the
@@ -1209,7 +1446,7 @@ mod tests {
         assert_eq!(sim.ledger().live_host_allocations, 0, "{}", sim.ledger());
         // Zero-copy work has no copies to route.
         let sim = Sim::with_config(SimConfig::tegra()).unwrap();
-        let mut c = consumer(&sim, 1, Work::InPlace, false);
+        let mut c = consumer(&sim, 1, Placement::InPlace, false);
         let e = c.copy_through_registered(Vec::new()).unwrap_err();
         assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
     }
@@ -1223,15 +1460,15 @@ mod tests {
             geometry: G,
             slots: 2,
             memory: FrameMemory::System,
-            work: Work::InPlace,
+            placement: Placement::InPlace,
             skip_kernel: false,
         };
-        let e = Consumer::new(&ctx, config, Vec::new()).unwrap_err();
+        let e = Consumer::new(&ctx, config, Vec::new(), CheckInvert::boxed()).unwrap_err();
         assert!(matches!(e, TransportError::Refused { .. }), "{e:?}");
         assert!(!sim.call_log().contains(&"nvrtcCompileProgram"));
         let zero = ConsumerConfig { slots: 0, ..config };
         assert!(matches!(
-            Consumer::new(&ctx, zero, Vec::new()),
+            Consumer::new(&ctx, zero, Vec::new(), CheckInvert::boxed()),
             Err(TransportError::Refused { .. })
         ));
     }

@@ -19,7 +19,7 @@ use tegra_interop::driver::memory::MappedBuffer;
 use tegra_interop::driver::nvsci::BufObj;
 use tegra_interop::driver::{BackendKind, PinnedHostBuffer, RegisteredHostMemory, Stream};
 
-use crate::transport::{DriverError, DriverResultExt, TransportError};
+use crate::error::{DriverError, DriverResultExt, TransportError};
 
 /// How long a transport waits for a lent frame to be given back (every
 /// [`PeekedFrame`] of it dropped) before it writes the frame's memory or
@@ -47,20 +47,19 @@ impl LentBytes for Vec<u8> {
     }
 }
 
-/// A collected frame's bytes, lent by [`FrameTransport::lend`](crate::transport::FrameTransport::lend) for reading
+/// A collected frame's bytes, lent by a transport's `lend` for reading
 /// **beyond that call**, on another thread: the producer's read-back check
 /// runs while the camera writes the next frames and the handover goes on.
 ///
 /// Safe by its type: it shares ownership of the memory it was lent from
 /// (the memory outlives it, even when the transport is dropped first), and
 /// while it lives the lending transport neither writes that memory nor
-/// lets the device at it: the slot's next `wait_free`, ready signal and
+/// lets the device at it: the slot's next `take_slot`, ready signal and
 /// consumer queueing wait for it to be dropped (at most
 /// [`LEND_RETURN_WAIT`], then refuse with a timeout error). The ring's
-/// [`SlotState::Lent`](crate::ring::SlotState::Lent) keeps the slot's next
-/// ticket from being handed out until the reader gives the frame back
-/// ([`Ring::give_back`](crate::ring::Ring::give_back)): drop the frame
-/// before that.
+/// [`SlotState::Lent`](crate::slots::SlotState::Lent) keeps the slot's next
+/// ticket from being handed out until the reader gives the frame back (the
+/// ring's read lease, which holds it, is dropped).
 pub struct PeekedFrame {
     frame: Arc<dyn LentBytes>,
     len: usize,
@@ -191,7 +190,7 @@ impl<T: LentBytes> Lendable<T> {
     }
 }
 
-impl crate::transport::LeasedMemory for Lendable<Box<[u8]>> {
+impl crate::frame::LeasedMemory for Lendable<Box<[u8]>> {
     fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         Ok(self.get_mut(slot)?)
     }
@@ -200,7 +199,16 @@ impl crate::transport::LeasedMemory for Lendable<Box<[u8]>> {
     }
 }
 
-impl crate::transport::LeasedMemory for Lendable<CpuFrame> {
+impl crate::frame::LeasedMemory for Lendable<HostFrame> {
+    fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
+        Ok(self.get_mut(slot)?.bytes_mut())
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+impl crate::frame::LeasedMemory for Lendable<CpuFrame> {
     fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         Ok(self.get_mut(slot)?.bytes_mut())
     }
@@ -210,7 +218,7 @@ impl crate::transport::LeasedMemory for Lendable<CpuFrame> {
 }
 
 #[cfg(feature = "vulkan")]
-impl crate::transport::LeasedMemory for Lendable<VulkanFrame> {
+impl crate::frame::LeasedMemory for Lendable<VulkanFrame> {
     fn bytes_mut(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
         Lendable::<VulkanFrame>::bytes_mut(self, slot)
     }
@@ -219,7 +227,7 @@ impl crate::transport::LeasedMemory for Lendable<VulkanFrame> {
     }
 }
 
-/// A consumer slot's pinned host frame ([`Work::ReadBack`](super::Work::ReadBack)):
+/// A consumer slot's pinned host frame ([`Placement::ReadBack`](super::Placement::ReadBack)):
 /// the buffer and a shared view of its bytes, so that a lent frame can read
 /// them through `&self` from another thread.
 pub(crate) struct HostFrame {

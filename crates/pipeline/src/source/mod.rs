@@ -48,6 +48,8 @@ use crate::frame::{FrameLayout, FrameMut};
 
 #[cfg(feature = "gstreamer")]
 pub mod gst;
+pub mod sensor;
+pub use sensor::SensorSource;
 
 /// What a source said about one frame it wrote.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -227,6 +229,12 @@ pub trait Source: Send {
     /// [`SourceError::Ended`] once there are no more frames; the other
     /// variants when the source failed.
     fn fill(&mut self, frame: &mut FrameMut<'_>) -> Result<Filled, SourceError>;
+    /// For a source whose frames are triggered by pulses on a sync line:
+    /// the pulses sent so far (a program checks one per frame). `None`,
+    /// the default: no such line.
+    fn trigger_pulses(&self) -> Option<u64> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@
 //! first. The consumer's copy has the producer's pitch (checked per frame:
 //! a frame of another pitch is an error, not a silent re-layout).
 //!
-//! Processing is the pipeline's [`Consumer`] ([`Work::ReadBack`]): the
+//! Processing is the pipeline's [`Consumer`] ([`Placement::ReadBack`]): the
 //! NVRTC kernel of [`crate::consumer`] over the acquired frame, then a copy
 //! kernel into the slot's pinned host buffer (the buffer the camera writes
 //! and the producer checks), times and completion from CUDA events. The
@@ -40,10 +40,11 @@ use tegra_interop::driver::{BackendKind, Context, DeviceBuffer, Stream};
 
 use crate::consumer::egl::EglStreamEnds;
 pub use crate::consumer::egl::OwnedEglStream;
-use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
-use crate::ring::{Peek, Ticket};
+use crate::consumer::shared::{HostFrame, Lendable};
+use crate::consumer::{CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement};
 use crate::transport::{
-    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
+    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, SlotMemory, Ticket,
+    TransportError, TransportInfo,
 };
 
 /// How long an acquire, a buffer's return or a completion may take before
@@ -90,7 +91,7 @@ pub struct EglTransport {
     figures: Figures,
     // Torn down in this order by `shut_down` (see Drop).
     pstream: Stream,
-    /// The consumer's CUDA work ([`Work::ReadBack`]: the kernel over each
+    /// The consumer's CUDA work ([`Placement::ReadBack`]: the kernel over each
     /// acquired frame, then a copy into the slot's pinned host buffer, which
     /// it owns); `None` once shut down.
     consumer_work: Option<Box<Consumer>>,
@@ -118,6 +119,19 @@ impl EglTransport {
         geometry: FrameGeometry,
         slots: usize,
     ) -> Result<EglTransport, TransportError> {
+        Self::open_with_work(ctx, stream, name, geometry, slots, CheckInvert::boxed())
+    }
+
+    /// [`EglTransport::open`] running `work` on each acquired frame
+    /// ([`Placement::ReadBack`]) instead of the check-and-invert kernel.
+    pub fn open_with_work(
+        ctx: &Context,
+        stream: OwnedEglStream,
+        name: &'static str,
+        geometry: FrameGeometry,
+        slots: usize,
+        work: Box<dyn FrameWork>,
+    ) -> Result<EglTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || slots == 0 {
             return Err(TransportError::refused(
@@ -128,10 +142,10 @@ impl EglTransport {
             geometry,
             slots,
             memory: FrameMemory::Device,
-            work: Work::ReadBack,
+            placement: Placement::ReadBack,
             skip_kernel: false,
         };
-        let consumer_work = Consumer::new(ctx, config, Vec::new())?;
+        let consumer_work = Consumer::new(ctx, config, Vec::new(), work)?;
         let pool = (0..pool_size(slots))
             .map(|_| DeviceBuffer::new(ctx, len).during("allocating a frame buffer (cuMemAlloc)"))
             .collect::<Result<Vec<_>, _>>()?;
@@ -249,33 +263,40 @@ impl Drop for EglTransport {
 }
 
 impl FrameTransport for EglTransport {
-    fn backend(&self) -> &'static str {
-        self.name
+    fn info(&self) -> TransportInfo {
+        TransportInfo {
+            backend: self.name,
+            geometry: self.geometry,
+            slots: self.presented.len(),
+            queues_before_ready: false,
+        }
     }
 
-    fn slot_count(&self) -> usize {
-        self.presented.len()
-    }
-
-    fn geometry(&self) -> FrameGeometry {
-        self.geometry
-    }
-
-    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
+    fn take_slot(&mut self, t: &Ticket) -> Result<SlotMemory, TransportError> {
         // The ring hands out a slot only after its previous frame was
         // collected, whose completion came after the read-back into this
         // buffer (the consumer also refuses a slot in flight).
-        self.consumer_work_mut()?.host_frame_mut(t.slot())
+        let host = self.consumer_work_mut()?.take_host_frame(t.slot())?;
+        Ok(SlotMemory::new(t, self.geometry.frame_len(), host))
     }
 
-    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
+    fn put_back(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        let host: Lendable<HostFrame> = memory.into_memory(t)?;
+        self.consumer_work_mut()?.put_host_frame(t.slot(), host)
+    }
+
+    fn lend(
+        &mut self,
+        slot: usize,
+        _frame: u64,
+        _free_reached: u64,
+    ) -> Result<Option<PeekedFrame>, TransportError> {
         // The frame was collected, so its read-back is done.
-        self.consumer_work_mut()?
-            .lend_host_frame(p.slot())
-            .map(Some)
+        self.consumer_work_mut()?.lend_host_frame(slot).map(Some)
     }
 
-    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+    fn signal_ready(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        self.put_back(t, memory)?;
         let slot = t.slot();
         self.take_returns()?;
         let Some(index) = self.free.pop() else {
@@ -477,54 +498,51 @@ mod tests {
     /// Every frame through the simulated EGLStream, checked on both sides;
     /// the simulator's call log.
     fn run_verified(slots: usize) -> Vec<&'static str> {
-        {
-            let (mut t, sim) = open_sim(G, slots).unwrap();
-            let mut ring = Ring::new(slots).unwrap();
-            let mut collected = Vec::new();
-            let mut note = |c: &Completion| {
-                assert_eq!(c.mismatches, 0, "frame {}", c.frame);
-                collected.push(c.frame);
-                Ok(())
-            };
-            for _ in 0..(3 * slots + 2) {
-                ring.make_room(&mut t, |c, _| note(c)).unwrap();
-                ring.produce(&mut t, |ticket, bytes| {
-                    if ticket.free_wait() > 0 {
-                        let prev = ticket.frame() - slots as u64;
-                        let mut want = vec![0u8; bytes.len()];
-                        TestPattern::new(prev, G.stride).fill(&mut want);
-                        assert!(
-                            bytes.iter().zip(&want).all(|(a, b)| *a == !*b),
-                            "frame {prev} read back inverted"
-                        );
-                    }
-                    TestPattern::new(ticket.frame(), G.stride).fill(bytes);
-                    Ok((Instant::now(), 0))
-                })
-                .unwrap();
+        let (t, sim) = open_sim(G, slots).unwrap();
+        let mut ring = Ring::new(t).unwrap();
+        let mut collected = Vec::new();
+        let frames = 3 * slots as u64 + 2;
+        let mut check = |ring: &mut Ring, done: crate::ring::Finished| {
+            assert_eq!(done.completion.mismatches, 0, "frame {}", done.frame());
+            let read = ring.read(&done).unwrap().unwrap();
+            let want = TestPattern::new(done.frame(), G.stride);
+            assert_eq!(want.first_mismatch(read.bytes(), 0xff), None);
+            collected.push(done.frame());
+        };
+        for _ in 0..frames {
+            let mut lease = ring.acquire().unwrap();
+            let frame = lease.frame();
+            TestPattern::new(frame, G.stride).fill(lease.bytes_mut().unwrap());
+            ring.hand_over(lease).unwrap();
+            while let Some(done) = ring.collect().unwrap() {
+                check(&mut ring, done);
             }
-            ring.drain(&mut t, |c, _| note(c)).unwrap();
-            assert_eq!(collected, (0..(3 * slots as u64 + 2)).collect::<Vec<_>>());
-            assert!(t.details().unwrap().starts_with("EGLStream per frame"));
-            Box::new(t).close().unwrap();
-            assert!(sim.ledger().is_clean(), "{}", sim.ledger());
-            assert!(sim.diagnostics().is_empty(), "{:?}", sim.diagnostics());
-            sim.call_log()
         }
+        while ring.pending() > 0 {
+            let done = ring.wait_collect().unwrap();
+            check(&mut ring, done);
+        }
+        assert_eq!(collected, (0..frames).collect::<Vec<_>>());
+        assert!(ring.details().unwrap().starts_with("EGLStream per frame"));
+        ring.close().unwrap();
+        assert!(sim.ledger().is_clean(), "{}", sim.ledger());
+        assert!(sim.diagnostics().is_empty(), "{:?}", sim.diagnostics());
+        sim.call_log()
     }
 
     #[test]
     fn a_consumer_before_the_present_is_refused() {
         let (mut t, sim) = open_sim(G, 2).unwrap();
-        let mut ring = Ring::new(2).unwrap();
-        let ticket = ring.acquire().unwrap();
-        t.wait_free(&ticket).unwrap();
+        let mut slots = crate::slots::Slots::new(2).unwrap();
+        let ticket = slots.acquire().unwrap();
+        let memory = t.take_slot(&ticket).unwrap();
         let e = t.queue_consumer(&ticket).unwrap_err();
         assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
         assert!(
             e.to_string().contains("before the frame was presented"),
             "{e}"
         );
+        t.put_back(&ticket, memory).unwrap();
         drop(t);
         assert!(sim.ledger().is_clean(), "{}", sim.ledger());
     }

@@ -30,7 +30,7 @@
 //!   host-coherent, so the mapped range needs no explicit flush or
 //!   invalidate.
 //! - **Consumer**: one CUDA stream (two in copy mode); its work for a frame is queued before
-//!   the camera writes the frame ([`FrameTransport::queues_before_ready`]:
+//!   the camera writes the frame ([`TransportInfo::queues_before_ready`]:
 //!   the stream waits for *ready* on the device, so the kernel starts as soon
 //!   as the release batch signals, not after the host has queued ~10 calls),
 //!   by an enqueue thread that owns the stream and the imports
@@ -67,7 +67,7 @@
 //! frame to the slot's device buffer) and runs the kernel; the second stream
 //! waits for the kernel's end event, copies the frame back, records the
 //! frame's end and signals *free* (the shared [`Consumer`]'s
-//! `Work::DeviceCopy`). A slot's next frame is queued only after the
+//! `Placement::DeviceCopy`). A slot's next frame is queued only after the
 //! slot's last frame was collected (its end event completed: the ring), so
 //! its copy in cannot overtake the last copy out of the same device buffer;
 //! *ready* and *free* order both streams against the producer as before. [`CopyWith::Kernels`] keeps the earlier copy kernels
@@ -213,7 +213,7 @@
 //! # Launches
 //!
 //! The consumer's CUDA work is the pipeline's shared [`Consumer`]
-//! (`Work::InPlace` for zero-copy, `Work::DeviceCopy` for copy mode), on
+//! (`Placement::InPlace` for zero-copy, `Placement::DeviceCopy` for copy mode), on
 //! the driver's function table (the seam): its streams, events, device
 //! buffers, pinned counters and the NVRTC-compiled kernels are the
 //! driver's owned handles, one `cuLaunchKernel` per kernel with no
@@ -240,14 +240,15 @@ use crate::platform::vulkan::{
 use tegra_interop::core::{MemoryImport, TimelineTracker};
 use tegra_interop::driver::{Backend, Context, ExternalMemory, ExternalSemaphore, MappedBuffer};
 
-use crate::ring::{Peek, Ticket};
 use crate::transport::{
-    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
-    WriteLease,
+    Completion, DriverResultExt, FrameGeometry, FrameTransport, PeekedFrame, SlotMemory, Ticket,
+    TransportError, TransportInfo,
 };
 
 use crate::consumer::shared::{Lendable, RegisteredFrame, VulkanFrame};
-use crate::consumer::{self, Consumer, ConsumerConfig, FrameMemory, Work};
+use crate::consumer::{
+    self, CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement,
+};
 
 mod cuda;
 
@@ -255,7 +256,7 @@ pub use cuda::GpuTimes;
 use cuda::{CudaSlot, Done, Enqueuer, Job, Request};
 
 /// `0` queues the consumer after the ready signal instead of before the
-/// write (for comparison; see [`FrameTransport::queues_before_ready`]); an
+/// write (for comparison; see [`TransportInfo::queues_before_ready`]); an
 /// override of [`GpuOptions::early`] read by [`GpuOptions::with_env`].
 pub const EARLY_ENV: &str = "TEGRA_INTEROP_GPU_EARLY";
 
@@ -272,7 +273,7 @@ pub const COPY_FROM_ENV: &str = "TEGRA_INTEROP_GPU_COPY_FROM";
 pub const RECLAIM_AFTER_ENV: &str = "TEGRA_INTEROP_GPU_RECLAIM_AFTER";
 
 /// The largest [`GpuOptions::reclaim_after`] (a ring's most slots).
-pub const MAX_RECLAIM_AFTER: usize = crate::ring::MAX_SLOTS;
+pub const MAX_RECLAIM_AFTER: usize = crate::slots::MAX_SLOTS;
 
 /// Name printed as `backend: ...`.
 pub const BACKEND_NAME: &str = "vulkan-cuda";
@@ -405,7 +406,7 @@ pub struct GpuOptions {
     /// The handover (default [`Handover::Queue`]).
     pub handover: Handover,
     /// Whether the consumer is queued before the frame is written (default
-    /// on; see [`FrameTransport::queues_before_ready`]).
+    /// on; see [`TransportInfo::queues_before_ready`]).
     pub early: bool,
     /// The Vulkan queue family of the handover batches; `None` (default): a
     /// transfer-only family where the device has one, else the first with
@@ -553,7 +554,7 @@ struct Slot {
     /// The recorded host <-> CUDA handover batches of the slot's frame.
     handover: HostHandover,
     /// The frame (lent frames share it); `None` while it is out for
-    /// writing ([`WriteLease`]).
+    /// writing ([`SlotMemory`]).
     frame: Option<Lendable<VulkanFrame>>,
     ready_vk: VulkanSemaphore,
     free_vk: VulkanSemaphore,
@@ -859,6 +860,19 @@ impl GpuTransport {
         slots: usize,
         options: GpuOptions,
     ) -> Result<GpuTransport, TransportError> {
+        Self::open_with_work(geometry, slots, options, CheckInvert::boxed())
+    }
+
+    /// [`GpuTransport::open_with`] with the consumer running `work` on
+    /// every frame instead of the check-and-invert kernel: on the Vulkan
+    /// frame itself in [`Mode::ZeroCopy`], on the slot's device copy in
+    /// [`Mode::DeviceCopy`] (copied back into the frame afterwards).
+    pub fn open_with_work(
+        geometry: FrameGeometry,
+        slots: usize,
+        options: GpuOptions,
+        work: Box<dyn FrameWork>,
+    ) -> Result<GpuTransport, TransportError> {
         let len = geometry.frame_len();
         if len == 0 || geometry.stride == 0 {
             return Err(TransportError::refused(
@@ -883,13 +897,13 @@ impl GpuTransport {
             geometry,
             slots,
             memory: FrameMemory::System,
-            work: match options.mode {
-                Mode::ZeroCopy => Work::InPlace,
-                Mode::DeviceCopy => Work::DeviceCopy(options.copy_with),
+            placement: match options.mode {
+                Mode::ZeroCopy => Placement::InPlace,
+                Mode::DeviceCopy => Placement::DeviceCopy(options.copy_with),
             },
             skip_kernel: false,
         };
-        let mut consumer = Consumer::new(&dev.ctx, config, mapped)?;
+        let mut consumer = Consumer::new(&dev.ctx, config, mapped, work)?;
         if options.registers_frames() {
             consumer.copy_through_registered(register_frames(&dev.ctx, &slots_vk)?)?;
         }
@@ -963,7 +977,7 @@ impl GpuTransport {
     /// Submits the batch that takes the slot back for the host once the consumer signals
     /// *free* ([`VulkanExporter::acquire_for_host_ahead`], not waited for
     /// here), which also signals the slot's host-only `reclaimed_vk`
-    /// semaphore. [`FrameTransport::wait_free`] then only host-waits for that
+    /// semaphore. [`FrameTransport::take_slot`] then only host-waits for that
     /// semaphore: the queue round trip of the acquire overlaps the frames in
     /// between instead of sitting on the producer's path. Called for a frame
     /// once [`GpuOptions::reclaim_after`] later frames' release batches
@@ -1141,19 +1155,6 @@ impl GpuTransport {
         self.reach_free(slot, want, true).map(drop)
     }
 
-    /// The slot's frame bytes, for the host: once its lent frame (if any)
-    /// was given back. Only after the slot's *free* fence reached the
-    /// value the consumer signals after its last access, with the device's
-    /// writes visible to the host (the protocol; the next device access
-    /// waits for the slot's ready signal, which needs `&mut self`).
-    fn host_frame(&mut self, slot: usize) -> Result<&mut [u8], TransportError> {
-        let len = self.geometry.frame_len();
-        let bytes = present(self.slots[slot].frame.as_mut(), slot)?.bytes_mut(slot)?;
-        bytes
-            .get_mut(..len)
-            .ok_or_else(|| TransportError::refused("the Vulkan allocation is smaller than a frame"))
-    }
-
     /// Submits `slot`'s release batch (or, as the diagnosis control, a host
     /// signal) that signals *ready* at `value`.
     fn submit_ready(&mut self, slot: usize, value: u64) -> Result<(), TransportError> {
@@ -1184,12 +1185,15 @@ impl Drop for GpuTransport {
 }
 
 impl FrameTransport for GpuTransport {
-    fn backend(&self) -> &'static str {
-        BACKEND_NAME
-    }
-
-    fn slot_count(&self) -> usize {
-        self.slots.len()
+    fn info(&self) -> TransportInfo {
+        TransportInfo {
+            backend: BACKEND_NAME,
+            geometry: self.geometry,
+            slots: self.slots.len(),
+            // The stream waits for *ready* on the device, and `shut_down`
+            // lets a consumer whose frame was never signalled through.
+            queues_before_ready: self.options.early,
+        }
     }
 
     fn details(&self) -> Option<String> {
@@ -1214,74 +1218,58 @@ impl FrameTransport for GpuTransport {
         ))
     }
 
-    fn geometry(&self) -> FrameGeometry {
-        self.geometry
-    }
-
-    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
-        let slot = self.check_slot(t)?;
-        self.wait_slot(slot, t.free_wait())?;
-        // The slot's free fence reached the value the consumer signals
-        // after its last access to this memory (kernel, copies); the
-        // consumer's next access waits for this slot's ready fence, which
-        // only `signal_ready` signals, and that takes `&mut self`, so it
-        // cannot run while the returned slice is alive.
-        self.host_frame(slot)
-    }
-
-    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
-        let other = p.slot();
+    fn lend(
+        &mut self,
+        other: usize,
+        frame: u64,
+        free_reached: u64,
+    ) -> Result<Option<PeekedFrame>, TransportError> {
         if other >= self.slots.len() {
             return Ok(None);
         }
         // A later frame of the slot was signalled ready: the device may be
-        // writing the slot, which no longer holds the peeked frame.
-        if self.slots[other].ready_track.last() > p.free_reached() {
+        // writing the slot, which no longer holds the frame.
+        if self.slots[other].ready_track.last() > free_reached {
             return Err(TransportError::misuse(format!(
-                "lend of frame {} in slot {other}, which has moved on to a later frame",
-                p.frame()
+                "lend of frame {frame} in slot {other}, which has moved on to a later frame"
             )));
         }
         // Only through the slot's acquire for exactly this value (submitted
         // ahead, or now where it is still owed): an inline acquire here would
         // be followed by the ahead one, taking the buffer back twice.
-        if !self.reach_free(other, p.free_reached(), false)? {
+        if !self.reach_free(other, free_reached, false)? {
             return Ok(None);
         }
         // The free fence reached the value the consumer signals after its
         // last access (and the acquire batch made its writes visible to the
         // host). The lent frame shares the slot's memory (kept alive while
-        // it lives); the slot's next host write (`wait_free`) and its next
+        // it lives); the slot's next host write (`take_slot`) and its next
         // device access (after `signal_ready`) wait for it to be dropped.
         Ok(Some(
             present(self.slots[other].frame.as_mut(), other)?.lend(self.geometry.frame_len())?,
         ))
     }
 
-    fn leases_frames(&self) -> bool {
-        true
-    }
-
-    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+    fn take_slot(&mut self, t: &Ticket) -> Result<SlotMemory, TransportError> {
         let slot = self.check_slot(t)?;
         self.wait_slot(slot, t.free_wait())?;
-        // As `wait_free`: the free fence reached the value the consumer
-        // signals after its last access, with the device's writes visible
-        // to the host; the device's next access waits for this slot's ready
-        // signal, which is refused until the frame is given back
-        // (`put_back`). Lent frames are given back first.
+        // The free fence reached the value the consumer signals after its
+        // last access (kernel, copies), with the device's writes visible to
+        // the host; the device's next access waits for this slot's ready
+        // signal, which takes the memory back first. Lent frames are given
+        // back first.
         let frame = present(self.slots[slot].frame.as_mut(), slot)?;
         frame.wait_returned(slot)?;
         let frame = self.slots[slot]
             .frame
             .take()
             .ok_or_else(|| out_for_writing(slot))?;
-        Ok(Some(WriteLease::new(t, self.geometry.frame_len(), frame)))
+        Ok(SlotMemory::new(t, self.geometry.frame_len(), frame))
     }
 
-    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
+    fn put_back(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
         let slot = self.check_slot(t)?;
-        let frame: Lendable<VulkanFrame> = lease.into_memory(t)?;
+        let frame: Lendable<VulkanFrame> = memory.into_memory(t)?;
         let held = &mut self.slots[slot].frame;
         if held.is_some() {
             return Err(TransportError::misuse(format!(
@@ -1292,8 +1280,9 @@ impl FrameTransport for GpuTransport {
         Ok(())
     }
 
-    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+    fn signal_ready(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
         let entered = Instant::now();
+        self.put_back(t, memory)?;
         let slot = self.check_slot(t)?;
         // The device reads and writes the slot once it is signalled ready:
         // not while a lent frame of it is read.
@@ -1334,12 +1323,6 @@ impl FrameTransport for GpuTransport {
             }
         }
         Ok(())
-    }
-
-    fn queues_before_ready(&self) -> bool {
-        // The stream waits for *ready* on the device, and `shut_down` lets
-        // a consumer whose frame was never signalled through.
-        self.options.early
     }
 
     fn queue_consumer(&mut self, t: &Ticket) -> Result<(), TransportError> {

@@ -15,10 +15,9 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::consumer::shared::Lendable;
-use crate::ring::{Peek, Ticket};
 use crate::transport::{
-    process_frame, Completion, FrameGeometry, FrameTransport, PeekedFrame, TransportError,
-    WriteLease,
+    process_frame, Completion, FrameGeometry, FrameTransport, PeekedFrame, SlotMemory, Ticket,
+    TransportError, TransportInfo,
 };
 
 /// How long the producer waits for a free slot or a finished frame before
@@ -199,46 +198,16 @@ impl HostReference {
 }
 
 impl FrameTransport for HostReference {
-    fn backend(&self) -> &'static str {
-        "host-reference"
-    }
-
-    fn slot_count(&self) -> usize {
-        self.held.len()
-    }
-
-    fn geometry(&self) -> FrameGeometry {
-        self.geometry
-    }
-
-    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
-        let slot = t.slot();
-        self.take_free(slot, t.free_wait(), t.frame())?;
-        match self.held.get_mut(slot) {
-            Some(Some(bytes)) => Ok(bytes.get_mut(slot)?),
-            _ => Err(TransportError::misuse("slot buffer missing")),
+    fn info(&self) -> TransportInfo {
+        TransportInfo {
+            backend: "host-reference",
+            geometry: self.geometry,
+            slots: self.held.len(),
+            queues_before_ready: false,
         }
     }
 
-    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
-        let slot = p.slot();
-        // The slot's buffer comes back with the value its next ticket waits
-        // for.
-        self.take_free(slot, p.free_reached(), p.frame())?;
-        match self.held.get(slot) {
-            // The lent frame shares the slot's buffer; the producer's next
-            // write (`wait_free`) and the consumer thread's processing wait
-            // for it to be dropped.
-            Some(Some(bytes)) => Ok(Some(bytes.lend(self.geometry.frame_len())?)),
-            _ => Err(TransportError::misuse("slot buffer missing")),
-        }
-    }
-
-    fn leases_frames(&self) -> bool {
-        true
-    }
-
-    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+    fn take_slot(&mut self, t: &Ticket) -> Result<SlotMemory, TransportError> {
         let slot = t.slot();
         self.take_free(slot, t.free_wait(), t.frame())?;
         let bytes = self
@@ -252,11 +221,11 @@ impl FrameTransport for HostReference {
             self.held[slot] = Some(bytes);
             return Err(e);
         }
-        Ok(Some(WriteLease::new(t, self.geometry.frame_len(), bytes)))
+        Ok(SlotMemory::new(t, self.geometry.frame_len(), bytes))
     }
 
-    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
-        let bytes: Lendable<Box<[u8]>> = lease.into_memory(t)?;
+    fn put_back(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        let bytes: Lendable<Box<[u8]>> = memory.into_memory(t)?;
         match self.held.get_mut(t.slot()) {
             Some(held @ None) => {
                 *held = Some(bytes);
@@ -270,17 +239,31 @@ impl FrameTransport for HostReference {
         }
     }
 
-    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+    fn lend(
+        &mut self,
+        slot: usize,
+        frame: u64,
+        free_reached: u64,
+    ) -> Result<Option<PeekedFrame>, TransportError> {
+        // The slot's buffer comes back with the value its next ticket waits
+        // for.
+        self.take_free(slot, free_reached, frame)?;
+        match self.held.get(slot) {
+            // The lent frame shares the slot's buffer; the next write and
+            // the consumer thread's processing wait for it to be dropped.
+            Some(Some(bytes)) => Ok(Some(bytes.lend(self.geometry.frame_len())?)),
+            _ => Err(TransportError::misuse("slot buffer missing")),
+        }
+    }
+
+    fn signal_ready(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        self.put_back(t, memory)?;
         let slot = t.slot();
         let bytes = self
             .held
             .get_mut(slot)
             .and_then(Option::take)
-            .ok_or_else(|| {
-                TransportError::misuse(format!(
-                    "ready signal of slot {slot}, which was not waited for"
-                ))
-            })?;
+            .ok_or_else(|| TransportError::misuse(format!("slot {slot}'s buffer missing")))?;
         // The consumer thread writes the buffer: not while a lent frame of
         // it is read (the buffer goes back where it was when refused).
         if let Err(e) = bytes.wait_returned(slot) {
@@ -346,28 +329,37 @@ impl Drop for HostReference {
 mod tests {
     use super::*;
     use crate::camera::TestPattern;
-    use crate::ring::Ring;
+    use crate::slots::Slots;
 
-    fn transport(slots: usize, fault: Fault) -> (HostReference, Ring) {
+    fn transport(slots: usize, fault: Fault) -> (HostReference, Slots) {
         let g = FrameGeometry {
             stride: 64,
             rows: 8,
         };
         (
             HostReference::new(g, slots, fault),
-            Ring::new(slots).unwrap(),
+            Slots::new(slots).unwrap(),
         )
     }
 
-    /// One frame through the ring: wait, write the pattern, signal, queue.
-    fn produce(t: &mut HostReference, ring: &mut Ring) -> Ticket {
+    /// One frame through the protocol: take, write the pattern, signal,
+    /// queue.
+    fn produce(t: &mut HostReference, ring: &mut Slots) -> Ticket {
         let ticket = ring.acquire().unwrap();
-        TestPattern::new(ticket.frame(), 64).fill(t.wait_free(&ticket).unwrap());
-        t.signal_ready(&ticket).unwrap();
+        let mut m = t.take_slot(&ticket).unwrap();
+        TestPattern::new(ticket.frame(), 64).fill(m.bytes_mut().unwrap());
+        t.signal_ready(&ticket, m).unwrap();
         ring.release(&ticket, Instant::now(), 0).unwrap();
         t.queue_consumer(&ticket).unwrap();
         ring.submit(&ticket).unwrap();
         ticket
+    }
+
+    fn drain(t: &mut HostReference, ring: &mut Slots) {
+        while ring.in_flight() > 0 {
+            let c = t.wait_complete().unwrap();
+            ring.complete(&c).unwrap();
+        }
     }
 
     #[test]
@@ -379,7 +371,8 @@ mod tests {
                 (ticket.frame(), ticket.slot()),
                 (frame, (frame % 2) as usize)
             );
-            let buf = t.wait_free(&ticket).unwrap();
+            let mut m = t.take_slot(&ticket).unwrap();
+            let buf = m.bytes_mut().unwrap();
             if frame >= 2 {
                 // The producer sees the consumer's in-place result of the
                 // slot's previous frame.
@@ -387,7 +380,7 @@ mod tests {
                 assert_eq!(prev.first_mismatch(buf, 0xff), None);
             }
             TestPattern::new(frame, 64).fill(buf);
-            t.signal_ready(&ticket).unwrap();
+            t.signal_ready(&ticket, m).unwrap();
             ring.release(&ticket, Instant::now(), 0).unwrap();
             t.queue_consumer(&ticket).unwrap();
             ring.submit(&ticket).unwrap();
@@ -402,25 +395,24 @@ mod tests {
     fn skipped_processing_leaves_the_frame_uninverted() {
         let (mut t, mut ring) = transport(1, Fault::SkipProcess);
         produce(&mut t, &mut ring);
-        ring.drain(&mut t, |c, _| {
-            assert_eq!(c.mismatches, 0);
-            Ok(())
-        })
-        .unwrap();
+        let c = t.wait_complete().unwrap();
+        assert_eq!(c.mismatches, 0);
+        ring.complete(&c).unwrap();
         let next = ring.acquire().unwrap();
-        let buf = t.wait_free(&next).unwrap();
+        let mut m = t.take_slot(&next).unwrap();
+        let buf = m.bytes_mut().unwrap();
         assert_eq!(TestPattern::new(0, 64).first_mismatch(buf, 0xff), Some(0));
     }
 
     #[test]
     fn a_fence_value_other_than_the_ticket_is_refused() {
-        // Two rings over one transport: the second hands out frame 0 again
-        // for a slot whose free fence is already at 1.
+        // Two state machines over one transport: the second hands out frame
+        // 0 again for a slot whose free fence is already at 1.
         let (mut t, mut ring) = transport(1, Fault::None);
         produce(&mut t, &mut ring);
-        ring.drain(&mut t, |_, _| Ok(())).unwrap();
-        let stale = Ring::new(1).unwrap().acquire().unwrap();
-        let e = t.wait_free(&stale).unwrap_err();
+        drain(&mut t, &mut ring);
+        let stale = Slots::new(1).unwrap().acquire().unwrap();
+        let e = t.take_slot(&stale).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -437,23 +429,25 @@ mod tests {
             e.contains("free fence is 1") && e.contains("waits for 0"),
             "{e}"
         );
-        // A ready signal without the wait is refused, not sent.
-        let mut fresh = Ring::new(1).unwrap();
-        let (mut t, _) = transport(1, Fault::None);
-        assert!(t.signal_ready(&fresh.acquire().unwrap()).is_err());
+        // Memory of another ticket is refused, not signalled.
+        let (mut t, mut ring) = transport(2, Fault::None);
+        let a = ring.acquire().unwrap();
+        let b = ring.acquire().unwrap();
+        let m = t.take_slot(&a).unwrap();
+        assert!(t.signal_ready(&b, m).is_err());
     }
 
     #[test]
     fn a_lent_frame_outliving_its_turn_is_waited_for_not_overwritten() {
         // The transport is asked for the slot's next frame while a frame of
-        // it is still lent (lent straight from the transport, so the ring
-        // does not hold the slot back): `wait_free` waits until the reader
-        // dropped the frame, and the reader sees the frame unchanged.
+        // it is still lent (lent straight from the transport, so no ring
+        // holds the slot back): `take_slot` waits until the reader dropped
+        // the frame, and the reader sees the frame unchanged.
         let (mut t, mut ring) = transport(2, Fault::None);
         produce(&mut t, &mut ring);
-        ring.drain(&mut t, |_, _| Ok(())).unwrap();
-        let p = ring.peek(0).unwrap();
-        let lent = t.lend(&p).unwrap().unwrap();
+        drain(&mut t, &mut ring);
+        let (slot, free) = ring.lendable(0).unwrap();
+        let lent = t.lend(slot, 0, free).unwrap().unwrap();
         let dropped = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             let reader = scope.spawn(|| {
@@ -469,12 +463,12 @@ mod tests {
             produce(&mut t, &mut ring);
             let next = ring.acquire().unwrap();
             assert_eq!(next.slot(), 0);
-            let bytes = t.wait_free(&next).unwrap();
+            let mut m = t.take_slot(&next).unwrap();
             assert!(
                 dropped.load(std::sync::atomic::Ordering::SeqCst),
                 "the slot was handed out for writing while its frame was lent"
             );
-            bytes.fill(0);
+            m.bytes_mut().unwrap().fill(0);
             reader.join().unwrap();
         });
     }
@@ -483,8 +477,9 @@ mod tests {
     fn a_lent_frame_keeps_its_memory_after_the_transport_is_gone() {
         let (mut t, mut ring) = transport(1, Fault::None);
         produce(&mut t, &mut ring);
-        ring.drain(&mut t, |_, _| Ok(())).unwrap();
-        let lent = t.lend(&ring.peek(0).unwrap()).unwrap().unwrap();
+        drain(&mut t, &mut ring);
+        let (slot, free) = ring.lendable(0).unwrap();
+        let lent = t.lend(slot, 0, free).unwrap().unwrap();
         drop(t);
         assert_eq!(lent.len(), 64 * 8);
         assert_eq!(

@@ -76,12 +76,11 @@ use tegra_interop::driver::nvsci::{
 use tegra_interop::driver::{Backend, BackendKind, Context, MappedBuffer, Stream};
 
 use crate::consumer::shared::{CpuFrame, Lendable};
-use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Work};
-use crate::ring::{Peek, Ticket};
+use crate::consumer::{CheckInvert, Consumer, ConsumerConfig, FrameMemory, FrameWork, Placement};
 use crate::transport::host::Fault;
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, DriverResultExt,
-    FrameGeometry, FrameTransport, PeekedFrame, TransportError, WriteLease,
+    FrameGeometry, FrameTransport, PeekedFrame, SlotMemory, Ticket, TransportError, TransportInfo,
 };
 
 /// How long a CPU wait or a completion may take before the run is declared
@@ -150,7 +149,7 @@ pub struct Objects {
 
 struct SlotObjects {
     /// The frame buffer, with the producer's CPU view of it (lent frames
-    /// share it); `None` while it is out for writing ([`WriteLease`]).
+    /// share it); `None` while it is out for writing ([`SlotMemory`]).
     frame: Option<Lendable<CpuFrame>>,
     ready: SyncObj,
     free: SyncObj,
@@ -334,6 +333,15 @@ impl Processor {
             Processor::Kernel(c) => c.entry_stream(),
         }
     }
+
+    /// The stream the *free* signal goes on (after the copy back, in copy
+    /// placement).
+    fn exit_stream(&self) -> &Stream {
+        match self {
+            Processor::HostFn { stream, .. } => stream,
+            Processor::Kernel(c) => c.exit_stream(),
+        }
+    }
 }
 
 /// The NvSci transport (see the module docs): a value that owns its CUDA
@@ -452,6 +460,8 @@ impl NvSciTransport {
 
     /// Opens the transport with `ctx` as the consumer's context (the
     /// transport keeps a clone of it; so may the caller, for its own work).
+    /// [`Processing::CudaKernel`] runs the check-and-invert kernel
+    /// ([`CheckInvert`]); [`NvSciTransport::with_work`] runs the caller's.
     pub fn new(
         ctx: &Context,
         name: &'static str,
@@ -460,11 +470,49 @@ impl NvSciTransport {
         slots: usize,
         fault: Fault,
     ) -> Result<Self, TransportError> {
+        let work = (processing == Processing::CudaKernel).then(CheckInvert::boxed);
+        let placed = work.map(|w| (w, Placement::InPlace));
+        Self::build(ctx, name, processing, placed, geometry, slots, fault)
+    }
+
+    /// Opens the transport with `ctx` as the consumer's context, the
+    /// consumer running `work` on every frame: on the NvSciBuf buffer
+    /// itself ([`Placement::InPlace`], zero-copy) or on a device-local copy
+    /// of it, copied back after the work ([`Placement::DeviceCopy`]).
+    /// [`Placement::ReadBack`] is the EGLStream's, refused here.
+    pub fn with_work(
+        ctx: &Context,
+        name: &'static str,
+        work: Box<dyn FrameWork>,
+        placement: Placement,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, TransportError> {
+        if placement == Placement::ReadBack {
+            return Err(TransportError::refused(
+                "the NvSci transport's consumer works on its own buffers: InPlace or DeviceCopy",
+            ));
+        }
+        let processing = Processing::CudaKernel;
+        let placed = Some((work, placement));
+        Self::build(ctx, name, processing, placed, geometry, slots, fault)
+    }
+
+    fn build(
+        ctx: &Context,
+        name: &'static str,
+        processing: Processing,
+        work: Option<(Box<dyn FrameWork>, Placement)>,
+        geometry: FrameGeometry,
+        slots: usize,
+        fault: Fault,
+    ) -> Result<Self, TransportError> {
         let objects = Objects::allocate(ctx.backend(), ctx, geometry.frame_len(), slots)?;
         let memories = objects.import_memories(ctx)?;
         let (mappings, slot_state) = import_slots(ctx, &objects, &memories, geometry)?;
-        let processor = match processing {
-            Processing::HostFnOverSimulatedDeviceMemory => {
+        let processor = match (processing, work) {
+            (Processing::HostFnOverSimulatedDeviceMemory, _) | (_, None) => {
                 let (done_tx, done_rx) = mpsc::channel();
                 Processor::HostFn {
                     stream: Stream::new(ctx).during("CUDA stream")?,
@@ -474,15 +522,15 @@ impl NvSciTransport {
                     in_flight: 0,
                 }
             }
-            Processing::CudaKernel => {
+            (Processing::CudaKernel, Some((work, placement))) => {
                 let config = ConsumerConfig {
                     geometry,
                     slots,
                     memory: FrameMemory::System,
-                    work: Work::InPlace,
+                    placement,
                     skip_kernel: fault == Fault::SkipProcess,
                 };
-                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings)?))
+                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings, work)?))
             }
         };
         let cpu_wait = CpuWaitContext::new(&objects.syncs).during("CPU wait context")?;
@@ -640,46 +688,35 @@ impl NvSciTransport {
 }
 
 impl FrameTransport for NvSciTransport {
-    fn backend(&self) -> &'static str {
-        self.name
+    fn info(&self) -> TransportInfo {
+        TransportInfo {
+            backend: self.name,
+            geometry: self.geometry,
+            slots: self.objects.slots.len(),
+            queues_before_ready: false,
+        }
     }
 
-    fn slot_count(&self) -> usize {
-        self.objects.slots.len()
-    }
-
-    fn geometry(&self) -> FrameGeometry {
-        self.geometry
-    }
-
-    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
-        let slot = t.slot();
-        self.wait_slot(slot, t.free_wait())?;
-        // The consumer is done with it: its free fence for the slot's
-        // previous frame was reached above (or the slot was never used).
-        Ok(self.objects.slots[slot]
-            .frame_mut(slot)?
-            .get_mut(slot)?
-            .bytes_mut())
-    }
-
-    fn lend(&mut self, p: &Peek) -> Result<Option<PeekedFrame>, TransportError> {
-        let slot = p.slot();
+    fn lend(
+        &mut self,
+        slot: usize,
+        frame: u64,
+        free_reached: u64,
+    ) -> Result<Option<PeekedFrame>, TransportError> {
         if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
         // A later frame of the slot was signalled ready: the consumer may
-        // be writing the slot, which no longer holds the peeked frame.
-        if self.slots[slot].ready_signalled > p.free_reached() {
+        // be writing the slot, which no longer holds the frame.
+        if self.slots[slot].ready_signalled > free_reached {
             return Err(TransportError::misuse(format!(
-                "lend of frame {} in slot {slot}, which has moved on to a later frame",
-                p.frame()
+                "lend of frame {frame} in slot {slot}, which has moved on to a later frame"
             )));
         }
         // The consumer is done with it once its free fence for the frame
-        // is reached; the slot's next wait_free, ready signal and
-        // processing wait for the lent frame to be dropped.
-        self.wait_slot(slot, p.free_reached())?;
+        // is reached; the slot's next take, ready signal and processing
+        // wait for the lent frame to be dropped.
+        self.wait_slot(slot, free_reached)?;
         Ok(Some(
             self.objects.slots[slot]
                 .frame(slot)?
@@ -687,29 +724,26 @@ impl FrameTransport for NvSciTransport {
         ))
     }
 
-    fn leases_frames(&self) -> bool {
-        true
-    }
-
-    fn take_for_write(&mut self, t: &Ticket) -> Result<Option<WriteLease>, TransportError> {
+    fn take_slot(&mut self, t: &Ticket) -> Result<SlotMemory, TransportError> {
         let slot = t.slot();
         if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
         }
+        // The consumer is done with the slot once its free fence for the
+        // slot's previous frame is reached (or the slot was never used);
+        // lent frames of it are given back before it leaves the transport.
         self.wait_slot(slot, t.free_wait())?;
-        // As `wait_free`: the consumer is done with the slot; lent frames
-        // of it are given back before it leaves the transport.
         self.objects.slots[slot].frame(slot)?.wait_returned(slot)?;
         let frame = self.objects.slots[slot]
             .frame
             .take()
             .ok_or_else(|| out_for_writing(slot))?;
-        Ok(Some(WriteLease::new(t, self.geometry.frame_len(), frame)))
+        Ok(SlotMemory::new(t, self.geometry.frame_len(), frame))
     }
 
-    fn put_back(&mut self, t: &Ticket, lease: WriteLease) -> Result<(), TransportError> {
+    fn put_back(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
         let slot = t.slot();
-        let frame: Lendable<CpuFrame> = lease.into_memory(t)?;
+        let frame: Lendable<CpuFrame> = memory.into_memory(t)?;
         let held = &mut self
             .objects
             .slots
@@ -725,7 +759,8 @@ impl FrameTransport for NvSciTransport {
         Ok(())
     }
 
-    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+    fn signal_ready(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        self.put_back(t, memory)?;
         let slot = t.slot();
         if slot >= self.objects.slots.len() {
             return Err(TransportError::no_slot(slot));
@@ -809,7 +844,7 @@ impl FrameTransport for NvSciTransport {
         self.queue_processing(slot, frame)?;
         let free = self.slots[slot]
             .signaler
-            .signal(self.processor.stream())
+            .signal(self.processor.exit_stream())
             .during("CUDA signal of free fence")?;
         let produced = self.slots[slot]
             .signaler
@@ -893,7 +928,7 @@ impl Drop for NvSciTransport {
 mod tests {
     use super::*;
     use crate::camera::TestPattern;
-    use crate::ring::Ring;
+    use crate::slots::Slots as Ring;
     use tegra_interop_sim::{Sim, SimConfig};
 
     const G: FrameGeometry = FrameGeometry {
@@ -938,11 +973,38 @@ mod tests {
         r
     }
 
+    /// Collects whatever finished, then until the next slot is not in
+    /// flight (what the ring does before an acquire).
+    fn make_room(t: &mut NvSciTransport, ring: &mut Ring, mut each: impl FnMut(&Completion)) {
+        while let Some(c) = t.try_complete().unwrap() {
+            ring.complete(&c).unwrap();
+            each(&c);
+        }
+        while matches!(
+            ring.state(ring.next_slot()),
+            Some(crate::slots::SlotState::InFlight(_))
+        ) {
+            let c = t.wait_complete().unwrap();
+            ring.complete(&c).unwrap();
+            each(&c);
+        }
+    }
+
+    /// Collects every frame in flight.
+    fn drain(t: &mut NvSciTransport, ring: &mut Ring, mut each: impl FnMut(&Completion)) {
+        while ring.in_flight() > 0 {
+            let c = t.wait_complete().unwrap();
+            ring.complete(&c).unwrap();
+            each(&c);
+        }
+    }
+
     /// Wait, write the pattern, signal ready (the ring's first two moves).
     fn write(t: &mut NvSciTransport, ring: &mut Ring) -> Result<Ticket, TransportError> {
         let ticket = ring.acquire().map_err(TransportError::new)?;
-        TestPattern::new(ticket.frame(), G.stride).fill(t.wait_free(&ticket)?);
-        t.signal_ready(&ticket)?;
+        let mut m = t.take_slot(&ticket)?;
+        TestPattern::new(ticket.frame(), G.stride).fill(m.bytes_mut()?);
+        t.signal_ready(&ticket, m)?;
         ring.release(&ticket, Instant::now(), 0)
             .map_err(TransportError::new)?;
         Ok(ticket)
@@ -959,16 +1021,13 @@ mod tests {
     #[test]
     fn frames_round_trip_in_place_and_leave_nothing_behind() {
         with(2, Fault::None, |t, ring| {
-            assert_eq!(t.backend(), "nvsci-sim");
+            assert_eq!(t.info().backend, "nvsci-sim");
             let mut last = None;
             for frame in 0..9u64 {
-                ring.make_room(t, |c, _| {
-                    assert_eq!(c.mismatches, 0);
-                    Ok(())
-                })
-                .unwrap();
+                make_room(t, ring, |c| assert_eq!(c.mismatches, 0));
                 let ticket = ring.acquire().unwrap();
-                let buf = t.wait_free(&ticket).unwrap();
+                let mut m = t.take_slot(&ticket).unwrap();
+                let buf = m.bytes_mut().unwrap();
                 if frame >= 2 {
                     // The consumer's in-place result of the slot's previous
                     // frame, seen through the producer's CPU pointer.
@@ -976,17 +1035,15 @@ mod tests {
                     assert_eq!(prev.first_mismatch(buf, 0xff), None, "frame {frame}");
                 }
                 TestPattern::new(frame, G.stride).fill(buf);
-                t.signal_ready(&ticket).unwrap();
+                t.signal_ready(&ticket, m).unwrap();
                 ring.release(&ticket, Instant::now(), 0).unwrap();
                 t.queue_consumer(&ticket).unwrap();
                 ring.submit(&ticket).unwrap();
             }
-            ring.drain(t, |c, _| {
+            drain(t, ring, |c| {
                 assert_eq!(c.mismatches, 0);
                 last = Some(c.frame);
-                Ok(())
-            })
-            .unwrap();
+            });
             assert_eq!(last, Some(8));
             assert!(t.wait_complete().is_err(), "nothing else in flight");
         });
@@ -1068,11 +1125,11 @@ mod tests {
     fn a_lent_frame_is_waited_for_before_its_slot_is_rewritten_and_a_stale_one_refused() {
         with(2, Fault::None, |t, ring| {
             produce(t, ring);
-            ring.drain(t, |_, _| Ok(())).unwrap();
-            let p = ring.peek(0).unwrap();
-            // Lent straight from the transport: the ring does not hold the
-            // slot back, the transport must.
-            let lent = t.lend(&p).unwrap().unwrap();
+            drain(t, ring, |_| {});
+            let (slot, free) = ring.lendable(0).unwrap();
+            // Lent straight from the transport: no ring holds the slot
+            // back, the transport must.
+            let lent = t.lend(slot, 0, free).unwrap().unwrap();
             let dropped = std::sync::atomic::AtomicBool::new(false);
             let next = std::thread::scope(|scope| {
                 let reader = scope.spawn(|| {
@@ -1086,27 +1143,23 @@ mod tests {
                 });
                 produce(t, ring); // frame 1, slot 1
                 let next = ring.acquire().unwrap(); // frame 2, slot 0
-                let bytes = t.wait_free(&next).unwrap();
+                let mut m = t.take_slot(&next).unwrap();
                 assert!(
                     dropped.load(std::sync::atomic::Ordering::SeqCst),
                     "slot 0 handed out for writing while its frame was lent"
                 );
-                TestPattern::new(2, G.stride).fill(bytes);
+                TestPattern::new(2, G.stride).fill(m.bytes_mut().unwrap());
                 reader.join().unwrap();
-                t.signal_ready(&next).unwrap();
+                t.signal_ready(&next, m).unwrap();
                 ring.release(&next, Instant::now(), 0).unwrap();
                 next
             });
-            // Slot 0 moved on to frame 2: frame 0's peek is refused.
-            let e = t.lend(&p).unwrap_err();
+            // Slot 0 moved on to frame 2: lending frame 0 is refused.
+            let e = t.lend(slot, 0, free).unwrap_err();
             assert!(e.to_string().contains("moved on"), "{e}");
             t.queue_consumer(&next).unwrap();
             ring.submit(&next).unwrap();
-            ring.drain(t, |c, _| {
-                assert_eq!(c.mismatches, 0);
-                Ok(())
-            })
-            .unwrap();
+            drain(t, ring, |c| assert_eq!(c.mismatches, 0));
         });
     }
 
@@ -1114,12 +1167,13 @@ mod tests {
     fn a_consumer_queued_before_the_ready_signal_is_refused_not_queued() {
         with(1, Fault::None, |t, ring| {
             let ticket = ring.acquire().unwrap();
-            TestPattern::new(0, G.stride).fill(t.wait_free(&ticket).unwrap());
+            let mut m = t.take_slot(&ticket).unwrap();
+            TestPattern::new(0, G.stride).fill(m.bytes_mut().unwrap());
             // Out of order: queued before the ready signal is refused.
             let e = t.queue_consumer(&ticket).unwrap_err();
             assert!(matches!(e, TransportError::Misuse { .. }), "{e:?}");
             assert!(e.to_string().contains("before its ready signal"), "{e}");
-            t.signal_ready(&ticket).unwrap();
+            t.signal_ready(&ticket, m).unwrap();
             ring.release(&ticket, Instant::now(), 0).unwrap();
             t.queue_consumer(&ticket).unwrap();
             ring.submit(&ticket).unwrap();
@@ -1143,11 +1197,12 @@ mod tests {
             ring.complete(&c).unwrap();
             // Not inverted: the producer sees the raw pattern again.
             let next = ring.acquire().unwrap();
-            let buf = t.wait_free(&next).unwrap();
+            let mut m = t.take_slot(&next).unwrap();
             assert_eq!(
-                TestPattern::new(0, G.stride).first_mismatch(buf, 0xff),
+                TestPattern::new(0, G.stride).first_mismatch(m.bytes_mut().unwrap(), 0xff),
                 Some(0)
             );
+            t.put_back(&next, m).unwrap();
         });
     }
 
@@ -1183,29 +1238,22 @@ mod tests {
         let mut ring = Ring::new(slots).unwrap();
         let mut done = Vec::new();
         for frame in 0..frames {
-            ring.make_room(&mut t, |c, _| {
-                done.push(*c);
-                Ok(())
-            })
-            .unwrap();
+            make_room(&mut t, &mut ring, |c| done.push(*c));
             let ticket = ring.acquire().unwrap();
-            let buf = t.wait_free(&ticket).unwrap();
+            let mut m = t.take_slot(&ticket).unwrap();
+            let buf = m.bytes_mut().unwrap();
             if frame >= slots as u64 && fault == Fault::None {
                 // The kernel's in-place result, through the CPU pointer.
                 let prev = TestPattern::new(frame - slots as u64, G.stride);
                 assert_eq!(prev.first_mismatch(buf, 0xff), None, "frame {frame}");
             }
             TestPattern::new(frame, G.stride).fill(buf);
-            t.signal_ready(&ticket).unwrap();
+            t.signal_ready(&ticket, m).unwrap();
             ring.release(&ticket, Instant::now(), 0).unwrap();
             t.queue_consumer(&ticket).unwrap();
             ring.submit(&ticket).unwrap();
         }
-        ring.drain(&mut t, |c, _| {
-            done.push(*c);
-            Ok(())
-        })
-        .unwrap();
+        drain(&mut t, &mut ring, |c| done.push(*c));
         drop(t);
         let log = sim.call_log();
         for call in ["nvrtcCompileProgram", "cuModuleLoadData", "cuEventQuery"] {
@@ -1301,9 +1349,10 @@ mod tests {
         let mut ring = Ring::new(1).unwrap();
         assert_eq!(flushes(), 0);
         let ticket = ring.acquire().unwrap();
-        TestPattern::new(0, G.stride).fill(t.wait_free(&ticket).unwrap());
+        let mut m = t.take_slot(&ticket).unwrap();
+        TestPattern::new(0, G.stride).fill(m.bytes_mut().unwrap());
         assert_eq!(flushes(), 1, "after the free fence, before the CPU reads");
-        t.signal_ready(&ticket).unwrap();
+        t.signal_ready(&ticket, m).unwrap();
         assert_eq!(flushes(), 2, "after the CPU wrote, before the ready signal");
         t.queue_consumer(&ticket).unwrap();
         assert_eq!(t.wait_complete().unwrap().mismatches, 0);

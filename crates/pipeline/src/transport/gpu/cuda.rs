@@ -229,7 +229,7 @@ mod tests {
 
     use super::*;
     use crate::camera::TestPattern;
-    use crate::consumer::{twin, ConsumerConfig, CopyWith, FrameMemory, Work};
+    use crate::consumer::{twin, CheckInvert, ConsumerConfig, CopyWith, FrameMemory, Placement};
     use crate::transport::FrameGeometry;
 
     /// The producer's side of one slot on the simulator: the exported frame
@@ -280,7 +280,7 @@ mod tests {
     /// transport does (the work queued before the frame is written, then
     /// *ready* signalled), frame `damaged` with one wrong byte; returns each
     /// frame's mismatch count, checking every frame's read-back.
-    fn run(work: Work, frames: u64, damaged: u64) -> Vec<u64> {
+    fn run(work: Placement, frames: u64, damaged: u64) -> Vec<u64> {
         let sim = tegra_interop_sim::Sim::new().unwrap();
         twin::register(&sim);
         let ctx = Context::new(sim.backend(), 0).unwrap();
@@ -300,10 +300,10 @@ mod tests {
             geometry: g,
             slots: slots as usize,
             memory: FrameMemory::System,
-            work,
+            placement: work,
             skip_kernel: false,
         };
-        let consumer = Arc::new(Consumer::new(&ctx, config, mapped).unwrap());
+        let consumer = Arc::new(Consumer::new(&ctx, config, mapped, CheckInvert::boxed()).unwrap());
         let mut e = Enqueuer {
             consumer: Arc::clone(&consumer),
             slots: fences,
@@ -357,9 +357,9 @@ mod tests {
     #[cfg_attr(miri, ignore = "runs the simulator's stream threads and NVRTC model")]
     fn every_mode_processes_every_frame_on_the_simulator() {
         for work in [
-            Work::InPlace,
-            Work::DeviceCopy(CopyWith::Engines),
-            Work::DeviceCopy(CopyWith::Kernels),
+            Placement::InPlace,
+            Placement::DeviceCopy(CopyWith::Engines),
+            Placement::DeviceCopy(CopyWith::Kernels),
         ] {
             let counts = run(work, 7, 3);
             let want: Vec<u64> = (0..7).map(|f| u64::from(f == 3)).collect();

@@ -1,5 +1,5 @@
 //! The camera process: allocates what the CUDA process asks for, then
-//! carries out the tickets of the CUDA process's [`Ring`] (wait *free*,
+//! carries out the tickets of the CUDA process's ring (wait *free*,
 //! check the slot's previous frame, write, signal *ready*), checking each
 //! against a ring of its own that follows the same protocol.
 
@@ -16,9 +16,14 @@ use super::wire::{Figures, Hello, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
 use crate::camera::TestPattern;
 use crate::consumer::shared::CpuFrame;
-use crate::ring::{Ring, Ticket};
+use crate::slots::{Slots, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::Completion;
+
+/// The ring's refusal as the process error.
+fn ring_error(e: crate::slots::RingError) -> ProcessError {
+    ProcessError::Ring(e.to_string())
+}
 
 /// One slot's objects, as the camera holds them.
 struct Slot {
@@ -62,7 +67,7 @@ struct Camera {
     stride: usize,
     len: usize,
     limit: Duration,
-    mirror: Ring,
+    mirror: Slots,
     frames: u64,
     fault: Fault,
     verified: u64,
@@ -142,7 +147,7 @@ impl Camera {
                 &mut link, &bufs, &syncs, &mine, &signal, &wait, limit,
             )?);
         }
-        let mirror = Ring::new(hello.ring as usize).map_err(ProcessError::Ring)?;
+        let mirror = Slots::new(hello.ring as usize).map_err(ring_error)?;
         let cx = CpuWaitContext::new(&syncs).ctx("CPU wait context")?;
         Ok(Camera {
             cx,
@@ -252,7 +257,7 @@ impl Camera {
         if let Some((prev, value)) = self.slots[i].held {
             self.take_back(i, prev, value)?;
         }
-        let t = self.mirror.acquire().map_err(ProcessError::Ring)?;
+        let t = self.mirror.acquire().map_err(ring_error)?;
         if TicketMsg::of(&t) != *msg {
             return Err(self.link.protocol(format!(
                 "ticket {msg:?}; the ring's next is {:?}",
@@ -276,7 +281,7 @@ impl Camera {
         self.mirror
             .release(&t, started, write_ns)
             .and_then(|()| self.mirror.submit(&t))
-            .map_err(ProcessError::Ring)?;
+            .map_err(ring_error)?;
         self.slots[i].held = Some((t.frame(), t.free_signal()));
         Ok(())
     }
@@ -373,7 +378,7 @@ impl Camera {
             busy: Duration::ZERO,
             finished: Instant::now(),
         };
-        self.mirror.complete(&done).map_err(ProcessError::Ring)?;
+        self.mirror.complete(&done).map_err(ring_error)?;
         Ok(())
     }
 

@@ -1,7 +1,9 @@
-//! The CUDA process: drives a [`Ring`] whose transport, [`RemoteCamera`],
-//! has its producer side in the camera process. The ring's producer calls
-//! become messages: [`FrameTransport::wait_free`] hands the ticket to the
-//! camera and waits (at most the peer timeout) until it wrote the frame;
+//! The CUDA process: drives the ring's state machine ([`Slots`]) over a
+//! transport, [`RemoteCamera`], whose producer side is in the camera
+//! process. The producer calls become messages: [`FrameTransport::take_slot`]
+//! hands the ticket to the camera and waits (at most the peer timeout)
+//! until it wrote the frame (the slot's memory it returns has no bytes
+//! here: the frame is written in the camera process);
 //! [`FrameTransport::signal_ready`] takes the ready fence (received, or
 //! built from the deterministic counter); the consumer side is local: a
 //! wait on the CUDA stream, the processing, the *free* signal, whose fence
@@ -26,11 +28,11 @@ use super::summary::{Summary, Timings};
 use super::wire::{Figures, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
 use crate::consumer::shared::{queue_sim_host_processing, SimHostError};
-use crate::ring::{Collected, Ring, Ticket};
+use crate::slots::{Collected, SlotState, Slots, Ticket};
 use crate::transport::host::Fault;
 use crate::transport::{
     process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    TransportError,
+    SlotMemory, TransportError, TransportInfo,
 };
 
 /// One slot's objects on the CUDA side (dropped in this order: the
@@ -81,7 +83,7 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
     let mut link = Link::open(&s.backend, &s.cuda_ep, Peer::Camera, settings.limit)?;
     link.send(&Msg::Hello(settings.hello()))?;
     let mut cam = RemoteCamera::set_up(link, s, settings)?;
-    let mut ring = Ring::new(settings.ring).map_err(ProcessError::Ring)?;
+    let mut ring = Slots::new(settings.ring).map_err(|e| ProcessError::Ring(e.to_string()))?;
     let mut t = Timings::new()?;
     let (mut mismatches, mut bad_frames) = (0u64, 0u64);
     let mut each = |c: &Completion, col: &Collected| {
@@ -92,17 +94,14 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
         t.write.push(col.rec.write_ns);
         t.process.push(c.process.as_nanos() as u64);
         t.queued.push(col.queued.as_nanos() as u64);
-        Ok::<(), String>(())
     };
-    let handed = Rc::clone(&cam.handed);
     let start = Instant::now();
     for _ in 0..settings.frames {
-        ring.make_room(&mut cam, &mut each)
-            .and_then(|()| ring.produce(&mut cam, |_, _| Ok(handed.get())))
-            .map_err(|e| cam.take_error(e))?;
+        one_frame(&mut ring, &mut cam, &mut each).map_err(|e| cam.take_error(e))?;
     }
-    ring.drain(&mut cam, &mut each)
-        .map_err(|e| cam.take_error(e))?;
+    while ring.in_flight() > 0 {
+        collect(&mut ring, &mut cam, true, &mut each).map_err(|e| cam.take_error(e))?;
+    }
     let cuda_us = start.elapsed().as_micros() as u64;
     let source = cam.source;
     let camera = cam.finish()?;
@@ -119,6 +118,47 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
         process: t.process.summary(),
         queued: t.queued.summary(),
     })
+}
+
+/// Collects one finished frame (waiting for it when `block`); whether one
+/// was collected.
+fn collect(
+    ring: &mut Slots,
+    cam: &mut RemoteCamera,
+    block: bool,
+    each: &mut impl FnMut(&Completion, &Collected),
+) -> Result<bool, String> {
+    let c = match block {
+        true => cam.wait_complete()?,
+        false => match cam.try_complete()? {
+            Some(c) => c,
+            None => return Ok(false),
+        },
+    };
+    each(&c, &ring.complete(&c)?);
+    Ok(true)
+}
+
+/// One frame through the protocol: collect until its slot is free, hand
+/// its ticket to the camera (which writes it), take the ready fence, queue
+/// the consumer.
+fn one_frame(
+    ring: &mut Slots,
+    cam: &mut RemoteCamera,
+    each: &mut impl FnMut(&Completion, &Collected),
+) -> Result<(), String> {
+    while collect(ring, cam, false, each)? {}
+    while matches!(ring.state(ring.next_slot()), Some(SlotState::InFlight(_))) {
+        collect(ring, cam, true, each)?;
+    }
+    let ticket = ring.acquire()?;
+    let memory = cam.take_slot(&ticket)?;
+    cam.signal_ready(&ticket, memory)?;
+    let (started, write_ns) = cam.handed.get();
+    ring.release(&ticket, started, write_ns)?;
+    cam.queue_consumer(&ticket)?;
+    ring.submit(&ticket)?;
+    Ok(())
 }
 
 fn buffer_attrs(len: usize, gpu: GpuId) -> Result<BufAttrs, ProcessError> {
@@ -349,28 +389,33 @@ impl Drop for RemoteCamera {
 }
 
 impl FrameTransport for RemoteCamera {
-    fn backend(&self) -> &'static str {
-        "nvsci-two-process"
+    fn info(&self) -> TransportInfo {
+        TransportInfo {
+            backend: "nvsci-two-process",
+            geometry: self.geometry,
+            slots: self.slots.len(),
+            queues_before_ready: false,
+        }
     }
 
-    fn slot_count(&self) -> usize {
-        self.slots.len()
-    }
-
-    fn geometry(&self) -> FrameGeometry {
-        self.geometry
-    }
-
-    /// The camera process writes the frame; no bytes are lent here (the
-    /// producer is not in this process): the slice is empty.
-    fn wait_free(&mut self, t: &Ticket) -> Result<&mut [u8], TransportError> {
+    /// Hands the ticket to the camera process, which writes the frame;
+    /// the memory returned has no bytes here (writing it is refused).
+    fn take_slot(&mut self, t: &Ticket) -> Result<SlotMemory, TransportError> {
         match self.await_written(t) {
-            Ok(()) => Ok(&mut []),
+            Ok(()) => Ok(SlotMemory::elsewhere(t, "by the camera process")),
             Err(e) => Err(self.fail(e)),
         }
     }
 
-    fn signal_ready(&mut self, t: &Ticket) -> Result<(), TransportError> {
+    /// Nothing to take back: the camera process holds the memory (and has
+    /// written the frame).
+    fn put_back(&mut self, _t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        drop(memory);
+        Ok(())
+    }
+
+    fn signal_ready(&mut self, t: &Ticket, memory: SlotMemory) -> Result<(), TransportError> {
+        drop(memory);
         match self.ready_fence(t) {
             Ok(f) => {
                 self.slots[t.slot()].pending = Some(f);

@@ -11,7 +11,7 @@
 //! <camera>,<cuda>` (an `INTER_PROCESS` line of `/etc/nvsciipc.cfg`).
 //!
 //! # One protocol
-//! The CUDA process drives the pipeline's [`Ring`](crate::ring::Ring), the
+//! The CUDA process drives the ring's state machine ([`crate::slots::Slots`]), the
 //! one slot protocol of every transport; its transport,
 //! [`cuda::RemoteCamera`], has its producer side in the camera process:
 //! each ticket crosses to the camera, which waits for the slot's *free*

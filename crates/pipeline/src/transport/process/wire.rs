@@ -13,7 +13,7 @@ use tegra_interop::driver::nvsci::{IpcEndpoint, NvSciIpc};
 use tegra_interop::driver::Backend;
 
 use super::error::{Peer, ProcessError};
-use crate::ring::Ticket;
+use crate::slots::Ticket;
 
 /// What both sides must agree on before any object crosses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

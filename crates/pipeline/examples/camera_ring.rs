@@ -2,29 +2,31 @@
 //! frames into a ring of NvSciBuf buffers, a CUDA consumer (a stream-ordered
 //! host function on the simulator) checks and processes each one in place,
 //! and NvSciSync fences order the two. Runs on the built-in simulator, so it
-//! works anywhere: `cargo run -p tegra-interop --example camera_ring`.
+//! works anywhere:
+//! `cargo run -p tegra-interop-pipeline --example camera_ring`.
 //!
-//! [`CameraRing`] stores the CUDA context, the ring and its buffers and
-//! semaphores (the transport) in one struct, returned from [`open`].
+//! Each slot is handed out as a write lease: written here, then handed
+//! over (a lease dropped unwritten would give its slot back). Each finished
+//! frame comes back, and its processed bytes can be read through a read
+//! lease. [`CameraRing`] keeps the ring (which owns the transport) and the
+//! CUDA context in one struct, returned from [`open`].
 
 use std::process::ExitCode;
-use std::time::Instant;
 
 use tegra_interop::driver::Context;
 use tegra_interop_pipeline::camera::TestPattern;
-use tegra_interop_pipeline::ring::{Collected, Ring};
+use tegra_interop_pipeline::ring::{Finished, Ring, RingError};
 use tegra_interop_pipeline::transport::host::Fault;
 use tegra_interop_pipeline::transport::nvsci::{NvSciTransport, Processing};
-use tegra_interop_pipeline::transport::{Completion, FrameGeometry, FrameTransport};
+use tegra_interop_pipeline::transport::FrameGeometry;
 use tegra_interop_sim::{Sim, SimConfig};
 
 const FRAMES: u64 = 24;
 
 /// Everything a long-lived camera ring needs, in one value (fields drop in
-/// order: the transport before the context, the simulator last).
+/// order: the ring and its transport before the context, the simulator
+/// last).
 struct CameraRing {
-    /// The NvSciBuf buffers, NvSciSync semaphores and the consumer's stream.
-    transport: NvSciTransport,
     ring: Ring,
     /// The consumer's context, kept for the program's own CUDA work.
     _ctx: Context,
@@ -42,35 +44,46 @@ fn open(fault: Fault) -> Result<CameraRing, String> {
     let sim_fn = Processing::HostFnOverSimulatedDeviceMemory;
     let transport = NvSciTransport::new(&ctx, "camera_ring", sim_fn, geometry, 3, fault)?;
     Ok(CameraRing {
-        transport,
-        ring: Ring::new(3)?,
+        ring: Ring::new(transport).map_err(|e| e.to_string())?,
         _ctx: ctx,
         _sim: sim,
     })
 }
 
 impl CameraRing {
-    /// Runs `frames` frames; returns how many the consumer found intact.
-    fn run(&mut self, frames: u64) -> Result<u64, String> {
-        let (t, ring) = (&mut self.transport, &mut self.ring);
-        let stride = t.geometry().stride;
+    /// Runs `frames` frames; returns how many came back intact (the
+    /// consumer saw the camera's pattern, and the processed bytes read
+    /// back are that pattern inverted).
+    fn run(&mut self, frames: u64) -> Result<u64, RingError> {
+        let stride = self.ring.geometry().stride;
         let mut verified = 0;
-        let mut count = |c: &Completion, _: &Collected| {
-            verified += u64::from(c.mismatches == 0);
-            Ok(())
-        };
         for _ in 0..frames {
-            // A full ring: wait for the consumer to hand the oldest slot back.
-            ring.make_room(t, &mut count)?;
-            ring.produce(t, |ticket, bytes| {
-                // The camera writes its test pattern straight into the shared buffer.
-                let started = Instant::now();
-                TestPattern::new(ticket.frame(), stride).fill(bytes);
-                Ok((started, started.elapsed().as_nanos() as u64))
-            })?;
+            // Waits for the consumer to hand the slot back when the ring is full.
+            let mut lease = self.ring.acquire()?;
+            let frame = lease.frame();
+            // The camera writes its test pattern straight into the shared buffer.
+            TestPattern::new(frame, stride).fill(lease.bytes_mut()?);
+            self.ring.hand_over(lease)?;
+            while let Some(done) = self.ring.collect()? {
+                verified += u64::from(self.intact(&done, stride)?);
+            }
         }
-        ring.drain(t, &mut count)?;
+        while self.ring.pending() > 0 {
+            let done = self.ring.wait_collect()?;
+            verified += u64::from(self.intact(&done, stride)?);
+        }
         Ok(verified)
+    }
+
+    /// Whether a finished frame came back intact (its read lease is
+    /// dropped at the end, which gives the slot back).
+    fn intact(&mut self, done: &Finished, stride: usize) -> Result<bool, RingError> {
+        let Some(read) = self.ring.read(done)? else {
+            return Ok(false);
+        };
+        let processed = TestPattern::new(done.frame(), stride);
+        Ok(done.completion.mismatches == 0
+            && processed.first_mismatch(read.bytes(), 0xff).is_none())
     }
 }
 
@@ -84,7 +97,7 @@ fn summary(verified: &Result<u64, String>, frames: u64) -> String {
 }
 
 fn main() -> ExitCode {
-    let verified = open(Fault::None).and_then(|mut cam| cam.run(FRAMES));
+    let verified = open(Fault::None).and_then(|mut cam| cam.run(FRAMES).map_err(|e| e.to_string()));
     let line = summary(&verified, FRAMES);
     if verified.is_ok() {
         println!("{line}");
@@ -115,9 +128,10 @@ fn the_summary_names_counts_and_errors_plainly() {
 
 #[test]
 fn every_frame_arrives_and_a_damaged_one_is_caught() -> Result<(), String> {
+    let run = |cam: &mut CameraRing| cam.run(FRAMES).map_err(|e| e.to_string());
     let mut cam = open(Fault::None)?;
-    assert_eq!(cam.run(FRAMES), Ok(FRAMES));
-    assert_eq!(cam.run(FRAMES), Ok(FRAMES), "the stored ring runs on");
-    assert_eq!(open(Fault::Corrupt).and_then(|mut c| c.run(FRAMES)), Ok(0));
+    assert_eq!(run(&mut cam), Ok(FRAMES));
+    assert_eq!(run(&mut cam), Ok(FRAMES), "the stored ring runs on");
+    assert_eq!(open(Fault::Corrupt).and_then(|mut c| run(&mut c)), Ok(0));
     Ok(())
 }
