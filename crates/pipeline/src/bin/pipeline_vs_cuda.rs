@@ -2,7 +2,18 @@
 //! ([`tegra_interop_pipeline::app::baseline`]) and the machine's limit for
 //! the same work ([`tegra_interop_pipeline::app::baseline::limit`]), all in
 //! one process: zero-copy and copy-based, with ours / limit, ours / GPU
-//! bound, plain / limit and ours / plain for each mode.
+//! bound, plain / limit and ours / plain for each mode, and ours' latency
+//! (p50 / p99: the producer starts writing a frame -> the host sees the
+//! consumer's work on it done).
+//!
+//! "Ours" is the user-work path: the GPU transport's consumer runs its work
+//! as a `Box<dyn FrameWork>` (`GpuTransport::open_with_work`, here with
+//! `consumer::CheckInvert`), exactly as a user's own kernel would run, and
+//! that work launches the same `check_and_invert` kernel (one NVRTC source,
+//! `consumer::KERNEL_SOURCE`) that the plain-CUDA program launches. So
+//! ours / plain is what the ring, its interop and the generic work seam
+//! cost against a plain CUDA loop doing the same work. Defaults: 1920x1080
+//! RGBA8, a ring of 4. Runs only on a GPU.
 //!
 //! ```text
 //! pipeline_vs_cuda --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet
@@ -170,9 +181,17 @@ fn say(json: bool, text: &str) {
     }
 }
 
-/// Runs ours and the baseline in one mode; their frames/s (`None`: failed)
-/// and whether both passed.
-fn run_mode(args: &Args, opts: &Options, copy: bool) -> (Option<f64>, Option<f64>, bool) {
+/// What one mode's runs gave: ours and the baseline's frames/s (`None`:
+/// failed), ours' latency p50 / p99 in ns, and whether both passed.
+struct ModeRun {
+    ours: Option<f64>,
+    plain: Option<f64>,
+    latency: Option<(u64, u64)>,
+    passed: bool,
+}
+
+/// Runs ours and the baseline in one mode.
+fn run_mode(args: &Args, opts: &Options, copy: bool) -> ModeRun {
     let mode = if copy { "copy" } else { "zero-copy" };
     // `Options` is `Copy` today and becomes `Clone` only (the pipeline's
     // clap options carry paths); `clone` works with both.
@@ -180,10 +199,12 @@ fn run_mode(args: &Args, opts: &Options, copy: bool) -> (Option<f64>, Option<f64
     let mut opts = opts.clone();
     opts.copy = copy;
     let mut ok = true;
+    let mut latency = None;
     let ours = match app::run(&opts) {
         Ok(r) => {
             say(args.json, &format!("== ours, {mode}\n{}", r.human()));
             ok &= r.passed();
+            latency = (r.latency.count > 0).then_some((r.latency.p50, r.latency.p99));
             Some(r.frames_per_s())
         }
         Err(e) => {
@@ -215,7 +236,12 @@ fn run_mode(args: &Args, opts: &Options, copy: bool) -> (Option<f64>, Option<f64
             None
         }
     };
-    (ours, plain, ok)
+    ModeRun {
+        ours,
+        plain,
+        latency,
+        passed: ok,
+    }
 }
 
 /// The name of CUDA device 0, for the JSON (`None` where the driver or the
@@ -231,12 +257,18 @@ fn compare(
     geometry: FrameGeometry,
     opts: &Options,
     pieces: Option<Pieces>,
-    runs: &[(bool, Option<f64>, Option<f64>)],
+    runs: &[(bool, ModeRun)],
     passed: bool,
 ) -> Comparison {
     let modes = runs
         .iter()
-        .map(|&(copy, ours, plain)| ModeRow::new(copy, ours, plain, pieces.as_ref()))
+        .map(|(copy, r)| {
+            let row = ModeRow::new(*copy, r.ours, r.plain, pieces.as_ref());
+            match r.latency {
+                Some((p50, p99)) => row.with_latency(p50, p99),
+                None => row,
+            }
+        })
         .collect();
     Comparison {
         schema_version: 1,
@@ -275,9 +307,9 @@ fn main() -> ExitCode {
     };
     let mut runs = Vec::new();
     for &copy in args.modes() {
-        let (ours, plain, passed) = run_mode(&args, &opts, copy);
-        ok &= passed;
-        runs.push((copy, ours, plain));
+        let run = run_mode(&args, &opts, copy);
+        ok &= run.passed;
+        runs.push((copy, run));
     }
     let c = compare(geometry, &opts, pieces, &runs, ok);
     eprint!("{}", c.limit_warnings());

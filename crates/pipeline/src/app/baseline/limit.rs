@@ -580,6 +580,12 @@ pub struct ModeRow {
     pub plain_over_limit: Option<f64>,
     /// ours / plain CUDA.
     pub ours_over_plain: Option<f64>,
+    /// Ours' latency (the producer starts writing a frame -> the host sees
+    /// the consumer's work on it done), median, in microseconds (`None`:
+    /// not measured).
+    pub ours_latency_p50_us: Option<f64>,
+    /// Ours' latency, 99th percentile, in microseconds.
+    pub ours_latency_p99_us: Option<f64>,
 }
 
 impl ModeRow {
@@ -604,7 +610,17 @@ impl ModeRow {
             ours_over_gpu_bound: over(ours, limit.map(|l| l.gpu_frames_per_s)),
             plain_over_limit: over(plain, rate),
             ours_over_plain: ours.zip(plain).map(|(o, p)| o / p),
+            ours_latency_p50_us: None,
+            ours_latency_p99_us: None,
         }
+    }
+
+    /// The row with ours' latency percentiles (nanoseconds in, as the
+    /// pipeline's report has them; microseconds kept).
+    pub fn with_latency(mut self, p50_ns: u64, p99_ns: u64) -> ModeRow {
+        self.ours_latency_p50_us = Some(p50_ns as f64 / 1e3);
+        self.ours_latency_p99_us = Some(p99_ns as f64 / 1e3);
+        self
     }
 }
 
@@ -636,14 +652,14 @@ impl Comparison {
     pub fn table(&self) -> String {
         let f = |v: Option<f64>, digits: usize| v.map_or("-".into(), |v| format!("{v:.digits$}"));
         let mut out = String::from(
-            "| mode | ours frames/s | plain CUDA frames/s | limit frames/s (bound by) | ours / limit | ours / GPU bound | plain / limit | ours / plain |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+            "| mode | ours frames/s | plain CUDA frames/s | limit frames/s (bound by) | ours / limit | ours / GPU bound | plain / limit | ours / plain | ours latency p50 / p99 us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
         for r in &self.modes {
             let limit = r.limit.map_or("-".into(), |l| {
                 format!("{:.1} ({})", l.frames_per_s, l.bound_by)
             });
             out.push_str(&format!(
-                "| {} | {} | {} | {limit} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {limit} | {} | {} | {} | {} | {} / {} |\n",
                 r.mode,
                 f(r.ours_frames_per_s, 1),
                 f(r.plain_frames_per_s, 1),
@@ -651,6 +667,8 @@ impl Comparison {
                 f(r.ours_over_gpu_bound, 3),
                 f(r.plain_over_limit, 3),
                 f(r.ours_over_plain, 3),
+                f(r.ours_latency_p50_us, 1),
+                f(r.ours_latency_p99_us, 1),
             ));
         }
         out
@@ -913,6 +931,9 @@ pub(crate) mod tests {
             .iter()
             .map(|&copy| ModeRow::new(copy, Some(ours), Some(plain), Some(&p)))
             .collect();
+        let mut modes = modes;
+        modes[0] = modes[0].clone().with_latency(1_500, 2_250_000);
+        assert_eq!(modes[1].ours_latency_p50_us, None);
         for (r, limit) in modes.iter().zip([p.zero_copy(), p.copy()]) {
             assert_eq!(r.limit, Some(limit));
             let want = ours / limit.frames_per_s;
@@ -966,8 +987,13 @@ pub(crate) mod tests {
             }
             assert!(json["modes"][m]["limit"]["bound_by"].is_string());
         }
+        assert_eq!(json["modes"][0]["ours_latency_p50_us"], 1.5);
+        assert_eq!(json["modes"][0]["ours_latency_p99_us"], 2250.0);
+        assert!(json["modes"][1]["ours_latency_p99_us"].is_null());
         let table = c.table();
         assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(table.contains("| 1.5 / 2250.0 |"), "{table}");
+        assert!(table.contains("| - / - |"), "{table}");
         assert!(c.pieces_line().contains("both at once"));
     }
 
