@@ -331,3 +331,78 @@ fn a_frame_of_another_layout_is_refused() {
         Err(SourceError::Layout { .. })
     ));
 }
+
+// The `pipeline` program with a GStreamer source (built with the same
+// features as this test): every frame verified against GStreamer's digest,
+// and a run that must fail does.
+
+fn program(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pipeline"))
+        .args(args)
+        .arg("--quiet")
+        .output()
+        .expect("the pipeline program runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const MOVING: &str =
+    "gst:videotestsrc num-buffers=60 pattern=ball ! video/x-raw,format=RGBA,width=320,height=240";
+
+#[test]
+fn the_program_verifies_every_gstreamer_frame() {
+    for extra in [&[][..], &["--copy", "--ring", "2"], &["--backend", "host"]] {
+        let mut args = vec!["--source", MOVING, "--frames", "60"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = program(&args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        assert!(out.contains("60 frames of 320x240 rgba8"), "{out}");
+        assert!(
+            out.contains(
+                "verified: 60/60 frames (the processed frame read back matches the digest"
+            ),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn the_program_fails_a_frame_the_work_did_not_reach_or_the_ring_damaged() {
+    for fault in ["skip-process", "corrupt"] {
+        let (code, out, err) = program(&[
+            "--source",
+            MOVING,
+            "--frames",
+            "10",
+            "--backend",
+            "sim",
+            "--fault",
+            fault,
+        ]);
+        assert_eq!(code, 1, "{fault}: {out}{err}");
+        assert!(out.contains("verification FAILED"), "{fault}: {out}");
+        assert!(out.contains("the source gave"), "{fault}: {out}");
+    }
+}
+
+#[test]
+fn the_program_names_what_went_wrong_with_its_source() {
+    let (code, _, err) = program(&["--source", MOVING, "--frames", "61"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("the source ended after 60 frame(s)"), "{err}");
+    let (code, _, err) = program(&[
+        "--source",
+        "gst:videotestsrc ! video/x-raw,format=NV12,width=320,height=240",
+        "--frames",
+        "5",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("`capsfilter0` gives caps video/x-raw, format=(string)NV12"),
+        "{err}"
+    );
+    assert!(err.contains("the ring wants 320x240 RGBA"), "{err}");
+}

@@ -286,14 +286,34 @@ pub fn open(
             let sim =
                 Sim::with_config(config).map_err(|e| format!("cannot start the simulator: {e}"))?;
             crate::consumer::twin::register(&sim);
-            let t = NvSciTransport::open(
-                &sim.backend(),
-                "nvsci-sim",
-                Processing::CudaKernel,
-                geometry,
-                opts.ring,
-                opts.fault,
-            )?;
+            let t = match opts.source {
+                // A source's own frames (no test pattern): the consumer
+                // inverts them, the checker inverts back (`build_source`).
+                crate::app::cli::SourceChoice::Gst { .. } => {
+                    crate::consumer::Invert::register_twin(&sim);
+                    let ctx = tegra_interop::driver::Context::new(sim.backend(), 0)
+                        .map_err(|e| format!("CUDA context on the simulator: {e}"))?;
+                    let work = Box::new(crate::consumer::Invert::new());
+                    let placement = crate::consumer::Placement::InPlace;
+                    NvSciTransport::with_work(
+                        &ctx,
+                        "nvsci-sim",
+                        work,
+                        placement,
+                        geometry,
+                        opts.ring,
+                        opts.fault,
+                    )?
+                }
+                crate::app::cli::SourceChoice::Sensor => NvSciTransport::open(
+                    &sim.backend(),
+                    "nvsci-sim",
+                    Processing::CudaKernel,
+                    geometry,
+                    opts.ring,
+                    opts.fault,
+                )?,
+            };
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Sim(sim))
         }

@@ -215,6 +215,23 @@ pub fn check_inverted(
     Ok(hasher.finish() == digest)
 }
 
+/// [`frame_digest`] of `processed` with every byte inverted back (`!b`):
+/// for a packed frame (pitch = line) after the invert work, equal to the
+/// source's [`Filled::digest`] exactly when every byte came through the
+/// ring and the work intact. The form of check a program that takes a
+/// plain `fn(&[u8]) -> u64` uses; [`check_inverted`] is the same check
+/// for any pitch.
+pub fn inverted_frame_digest(processed: &[u8]) -> u64 {
+    let mut hasher = XxHash3_64::with_seed(0);
+    let mut chunk = [0u8; 4096];
+    for part in processed.chunks(chunk.len()) {
+        let out = &mut chunk[..part.len()];
+        out.iter_mut().zip(part).for_each(|(o, b)| *o = !b);
+        hasher.write(out);
+    }
+    hasher.finish()
+}
+
 /// A producer of frames for the ring.
 pub trait Source: Send {
     /// A short description for reports and errors (e.g. `sensor model` or
@@ -290,5 +307,9 @@ mod tests {
             inverted[at] ^= 0x80;
         }
         assert!(check_inverted(&layout, &inverted[..10], digest).is_err());
+        // The packed form gives the same answer.
+        assert_eq!(inverted_frame_digest(&inverted), digest);
+        inverted[5] ^= 0x10;
+        assert_ne!(inverted_frame_digest(&inverted), digest);
     }
 }
