@@ -58,15 +58,17 @@ impl CameraRing {
         let stride = self.ring.geometry().stride;
         let mut verified = 0;
         for _ in 0..frames {
-            // Waits for the consumer to hand the slot back when the ring is full.
+            // A full ring: wait for the consumer to finish the next slot's
+            // frame, and read what finished before the slot is written again.
+            self.ring.make_room()?;
+            while let Some(done) = self.ring.collect()? {
+                verified += u64::from(self.intact(&done, stride)?);
+            }
             let mut lease = self.ring.acquire()?;
             let frame = lease.frame();
             // The camera writes its test pattern straight into the shared buffer.
             TestPattern::new(frame, stride).fill(lease.bytes_mut()?);
             self.ring.hand_over(lease)?;
-            while let Some(done) = self.ring.collect()? {
-                verified += u64::from(self.intact(&done, stride)?);
-            }
         }
         while self.ring.pending() > 0 {
             let done = self.ring.wait_collect()?;

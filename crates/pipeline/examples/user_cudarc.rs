@@ -22,15 +22,14 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
 
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 use tegra_interop::driver::{Context, Stream};
 use tegra_interop_pipeline::consumer::work::{DeviceFrame, FrameWork, Placement, WorkError};
 use tegra_interop_pipeline::frame::{FrameLayout, PixelFormat};
-use tegra_interop_pipeline::ring::Ring;
+use tegra_interop_pipeline::ring::{Finished, Ring};
 use tegra_interop_pipeline::transport::gpu::{self, GpuOptions, GpuTransport, Mode};
-use tegra_interop_pipeline::transport::{FrameGeometry, FrameTransport};
+use tegra_interop_pipeline::transport::FrameGeometry;
 
 const WIDTH: u32 = 1280;
 const HEIGHT: u32 = 720;
@@ -150,25 +149,34 @@ fn run(copy: bool) -> Result<(u64, String), String> {
     };
     let options = GpuOptions::new(Mode::from_copy_flag(copy));
     let work = Box::new(CudarcInvert::default());
-    let mut t: Box<dyn FrameTransport> = Box::new(GpuTransport::open_with_work(
-        geometry, SLOTS, options, work,
-    )?);
-    let mut ring = Ring::new(SLOTS)?;
+    let t = GpuTransport::open_with_work(geometry, SLOTS, options, work)?;
+    let mut ring = Ring::new(t).map_err(|e| e.to_string())?;
     let mut verified = 0;
-    for _ in 0..FRAMES + SLOTS as u64 {
-        ring.make_room(t.as_mut(), |_, _| Ok(()))?;
-        ring.produce(t.as_mut(), |ticket, bytes| {
-            let started = Instant::now();
-            if let Some(done) = ticket.previous_frame() {
-                check_frame(done, bytes)?;
-                verified += 1;
-            }
-            write_frame(ticket.frame(), bytes);
-            Ok((started, started.elapsed().as_nanos() as u64))
-        })?;
+    // Each finished frame is read back through a read lease (dropping it
+    // gives the slot back) and checked.
+    let mut check = |ring: &mut Ring, done: Finished| -> Result<(), String> {
+        if let Some(read) = ring.read(&done).map_err(|e| e.to_string())? {
+            check_frame(done.frame(), read.bytes())?;
+            verified += 1;
+        }
+        Ok(())
+    };
+    for _ in 0..FRAMES {
+        // What finished is read before its slot is written again.
+        ring.make_room().map_err(|e| e.to_string())?;
+        while let Some(done) = ring.collect().map_err(|e| e.to_string())? {
+            check(&mut ring, done)?;
+        }
+        let mut lease = ring.acquire().map_err(|e| e.to_string())?;
+        let frame = lease.frame();
+        write_frame(frame, lease.bytes_mut().map_err(|e| e.to_string())?);
+        ring.hand_over(lease).map_err(|e| e.to_string())?;
     }
-    ring.drain(t.as_mut(), |_, _| Ok(()))?;
-    t.close()?;
+    while ring.pending() > 0 {
+        let done = ring.wait_collect().map_err(|e| e.to_string())?;
+        check(&mut ring, done)?;
+    }
+    ring.close().map_err(|e| e.to_string())?;
     Ok((verified, why))
 }
 

@@ -280,13 +280,15 @@ fn run(opts: &Options) -> Result<(u64, String), String> {
         Ok(())
     };
     for _ in 0..FRAMES {
+        // What finished is read before its slot is written again.
+        ring.make_room().map_err(|e| e.to_string())?;
+        while let Some(done) = ring.collect().map_err(|e| e.to_string())? {
+            check(&mut ring, done)?;
+        }
         let mut lease = ring.acquire().map_err(|e| e.to_string())?;
         let frame = lease.frame();
         write_frame(frame, lease.bytes_mut().map_err(|e| e.to_string())?);
         ring.hand_over(lease).map_err(|e| e.to_string())?;
-        while let Some(done) = ring.collect().map_err(|e| e.to_string())? {
-            check(&mut ring, done)?;
-        }
     }
     while ring.pending() > 0 {
         let done = ring.wait_collect().map_err(|e| e.to_string())?;

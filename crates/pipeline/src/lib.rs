@@ -22,9 +22,10 @@
 //!   the transports: [`transport::host`] (host
 //!   reference), [`transport::nvsci`] (NvSciBuf/NvSciSync + CUDA, on a
 //!   Jetson or the simulator), [`transport::egl`] (EGLImage / EGLStream),
-//!   `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA consumer)
-//!   and [`transport::process`] (the camera in another process).
-//! - [`consumer`]: the CUDA consumer (check-and-invert kernel, counters).
+//!   and `transport::gpu` (feature `vulkan`: Vulkan producer, CUDA
+//!   consumer).
+//! - [`consumer`]: the CUDA consumer and the user's work on each frame
+//!   ([`consumer::work::FrameWork`]; the check-and-invert kernel is one).
 //! - [`platform`]: the producing side's platform APIs, the crate
 //!   `tegra-interop-platform` re-exported: `platform::vulkan` (feature
 //!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
@@ -35,7 +36,8 @@
 //!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
 //!   (which transport runs here and why), [`app::info`] (the
 //!   `interop_info` capability report), [`app::baseline`] (plain CUDA, for
-//!   `pipeline_vs_cuda`).
+//!   `pipeline_vs_cuda`), [`app::process`] (the two-process mode: the
+//!   camera in another process).
 //!
 //! # The slot protocol
 //!
@@ -98,6 +100,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "cli")]
 pub mod app;
 pub mod camera;
 pub mod consumer;

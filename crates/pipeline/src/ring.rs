@@ -17,7 +17,11 @@
 //! 3. [`Ring::collect`] / [`Ring::wait_collect`] give each finished frame
 //!    back as a [`Finished`], in the order the consumer finished them;
 //!    [`Ring::read`] lends a finished frame's processed bytes as a
-//!    [`ReadLease`] (owned, `Send`), for a check on any thread.
+//!    [`ReadLease`] (owned, `Send`), for a check on any thread. A frame can
+//!    be read until its slot's next lease is acquired: to read every
+//!    frame, call [`Ring::make_room`] and collect before each acquire (the
+//!    acquire collects what it must to free its slot, and a frame it
+//!    collected that way can no longer be read once it hands the slot out).
 //!
 //! Leases give their slot back by being dropped: a write lease dropped
 //! unwritten returns the slot to the transport unsignalled, and the ring
@@ -421,7 +425,8 @@ impl Ring {
     /// The next frame's slot as a [`WriteLease`], once its previous frame is
     /// collected and the transport found the slot's *free* fence reached.
     /// A frame whose lease was dropped unwritten comes first, with the same
-    /// ticket.
+    /// ticket. A finished frame of the slot not read by then can no longer
+    /// be read (see the module docs).
     ///
     /// # Errors
     /// [`RingError::Busy`] when the slot is still being written (a ring of
@@ -510,27 +515,17 @@ impl Ring {
     /// its limit).
     ///
     /// # Errors
-    /// [`RingError::Order`] when nothing is pending; the transport's
+    /// [`RingError::Idle`] when nothing is pending; the transport's
     /// failure or timeout.
     pub fn wait_collect(&mut self) -> Result<Finished, RingError> {
         self.take_back()?;
         if self.done.is_empty() {
             if self.slots.in_flight() == 0 {
-                return Err(RingError::Order {
-                    what: "wait for a finished frame",
-                    frame: self.slots.next_frame(),
-                    slot: self.slots.next_slot(),
-                    state: self.slots.state(self.slots.next_slot()),
-                });
+                return Err(RingError::Idle);
             }
             self.collect_one(true)?;
         }
-        self.done.pop_front().ok_or(RingError::Order {
-            what: "collect",
-            frame: self.slots.next_frame(),
-            slot: self.slots.next_slot(),
-            state: None,
-        })
+        self.done.pop_front().ok_or(RingError::Idle)
     }
 
     /// Lends finished frame `f`'s processed bytes for reading, where the
@@ -639,7 +634,7 @@ mod tests {
             seen.push(done.frame());
         }
         assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
-        assert!(ring.wait_collect().is_err(), "nothing pending");
+        assert!(matches!(ring.wait_collect(), Err(RingError::Idle)));
         ring.close().unwrap();
     }
 

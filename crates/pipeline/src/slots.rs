@@ -98,6 +98,9 @@ pub enum RingError {
         /// The lease's slot.
         slot: usize,
     },
+    /// A wait for a finished frame with none pending (nothing handed over
+    /// and not yet collected).
+    Idle,
     /// A wait of the ring ran past its limit.
     Timeout {
         /// What was waited for.
@@ -138,6 +141,7 @@ impl fmt::Display for RingError {
                 f,
                 "the lease of frame {frame} in slot {slot} belongs to another ring"
             ),
+            RingError::Idle => f.write_str("no frame is pending to wait for"),
             RingError::Timeout { waiting_for, limit } => {
                 write!(f, "timed out after {limit:?} waiting for {waiting_for}")
             }
@@ -751,5 +755,134 @@ mod tests {
         assert_eq!(ring.state(1), Some(SlotState::Queued(1)));
         assert_eq!(ring.next_frame(), 2, "no new frame was taken");
         assert!(ring.acquire().is_err(), "both slots are being written");
+    }
+
+    /// One move of a random run of the protocol.
+    #[derive(Clone, Debug)]
+    enum Move {
+        Acquire,
+        Unwritten(usize),
+        Early(usize),
+        Write(usize),
+        Complete(usize),
+        Lend,
+        GiveBack,
+    }
+
+    fn moves() -> impl proptest::strategy::Strategy<Value = Move> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => Just(Move::Acquire),
+            1 => (0..8usize).prop_map(Move::Unwritten),
+            1 => (0..8usize).prop_map(Move::Early),
+            3 => (0..8usize).prop_map(Move::Write),
+            3 => (0..8usize).prop_map(Move::Complete),
+            1 => Just(Move::Lend),
+            1 => Just(Move::GiveBack),
+        ]
+    }
+
+    /// The ticket of `frame` in a ring of `n`, by the protocol's formula.
+    fn check_values(t: &Ticket, n: u64) {
+        assert_eq!(t.slot() as u64, t.frame() % n);
+        assert_eq!(t.free_wait(), t.frame() / n);
+        assert_eq!(t.ready(), t.frame() / n + 1);
+        assert_eq!(t.free_signal(), t.ready());
+        assert_eq!(t.previous_frame(), t.frame().checked_sub(n));
+    }
+
+    proptest::proptest! {
+        /// Any run of moves keeps the protocol: every ticket has the
+        /// deterministic fence values of its frame, a frame is written
+        /// once, a slot holds one frame at a time, a ticket given back
+        /// unwritten comes out again unchanged before any new frame, and
+        /// the ring refuses exactly the moves out of order.
+        #[test]
+        fn any_run_keeps_the_protocol(n in 1usize..=4, run in proptest::collection::vec(moves(), 1..120)) {
+            let mut ring = Slots::new(n).unwrap();
+            let n64 = n as u64;
+            // Tickets out for writing (with whether the consumer is queued),
+            // frames in flight, frames written, tickets given back, lent.
+            let mut held: Vec<(Ticket, bool)> = Vec::new();
+            let mut flying: Vec<Ticket> = Vec::new();
+            let mut written = std::collections::BTreeSet::new();
+            let mut returned: Vec<u64> = Vec::new();
+            let mut lent: Option<u64> = None;
+            let mut last_done: Option<u64> = None;
+            for m in run {
+                match m {
+                    Move::Acquire => match ring.acquire() {
+                        Ok(t) => {
+                            check_values(&t, n64);
+                            assert!(!written.contains(&t.frame()), "frame {} again", t.frame());
+                            assert!(held.iter().all(|(h, _)| h.slot() != t.slot()));
+                            assert!(flying.iter().all(|f| f.slot() != t.slot()));
+                            let queued = match returned.iter().min().copied() {
+                                Some(f) => {
+                                    assert_eq!(t.frame(), f, "the oldest given back first");
+                                    returned.retain(|&r| r != f);
+                                    ring.state(t.slot()) == Some(SlotState::Queued(f))
+                                }
+                                None => false,
+                            };
+                            held.push((t, queued));
+                        }
+                        Err(RingError::Busy { slot, state, .. }) => {
+                            assert!(returned.is_empty());
+                            assert_ne!(state, SlotState::Free);
+                            assert_eq!(ring.state(slot), Some(state));
+                        }
+                        Err(e) => panic!("{e}"),
+                    },
+                    Move::Unwritten(i) if !held.is_empty() => {
+                        let (t, _) = held.remove(i % held.len());
+                        ring.unwritten(&t).unwrap();
+                        returned.push(t.frame());
+                    }
+                    Move::Early(i) if !held.is_empty() => {
+                        let k = i % held.len();
+                        let r = ring.submit_early(&held[k].0);
+                        assert_eq!(r.is_ok(), !held[k].1, "early submit once");
+                        held[k].1 = true;
+                    }
+                    Move::Write(i) if !held.is_empty() => {
+                        let (t, queued) = held.remove(i % held.len());
+                        ring.release(&t, Instant::now(), 0).unwrap();
+                        if !queued {
+                            assert!(ring.submit_early(&t).is_err());
+                            ring.submit(&t).unwrap();
+                        } else {
+                            assert!(ring.submit(&t).is_err(), "queued twice");
+                        }
+                        assert!(written.insert(t.frame()));
+                        flying.push(t);
+                    }
+                    Move::Complete(i) if !flying.is_empty() => {
+                        let t = flying.remove(i % flying.len());
+                        let c = ring.complete(&done(&t)).unwrap();
+                        assert_eq!(c.rec.frame, t.frame());
+                        assert!(ring.complete(&done(&t)).is_err(), "collected twice");
+                        last_done = Some(t.frame());
+                    }
+                    Move::Lend => {
+                        if let (None, Some(f)) = (lent, last_done) {
+                            let ok = ring.lendable(f).is_some();
+                            assert_eq!(ring.lend(f).is_ok(), ok);
+                            if ok {
+                                lent = Some(f);
+                            }
+                        }
+                    }
+                    Move::GiveBack => {
+                        if let Some(f) = lent.take() {
+                            ring.give_back(f).unwrap();
+                            assert!(ring.give_back(f).is_err());
+                        }
+                    }
+                    _ => {}
+                }
+                assert_eq!(ring.in_flight(), flying.len());
+            }
+        }
     }
 }

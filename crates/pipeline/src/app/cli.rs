@@ -155,6 +155,10 @@ enum FaultArg {
     Corrupt,
 }
 
+/// How long either side of the two-process mode waits for the other
+/// unless `--peer-timeout` says.
+pub const DEFAULT_PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A validated run configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -359,7 +363,7 @@ impl Default for Options {
             role: None,
             nvsciipc_config: None,
             endpoints: None,
-            peer_timeout: crate::transport::process::DEFAULT_PEER_TIMEOUT,
+            peer_timeout: DEFAULT_PEER_TIMEOUT,
             frame_threads: None,
             trace: None,
             trace_frames: crate::app::trace::DEFAULT_TRACE_FRAMES,
@@ -653,7 +657,7 @@ fn camera_ahead_from_env() -> Result<bool, String> {
 }
 
 /// What the two-process mode does not carry out is refused, naming both
-/// options (the command line's check; [`crate::transport::process::run`]
+/// options (the command line's check; [`crate::app::process::run`]
 /// makes it again for options built in code).
 pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
     let mode = if o.role.is_some() {
@@ -993,7 +997,7 @@ mod tests {
             copy: true,
             ..Options::default()
         };
-        let e = crate::transport::process::run(&o).unwrap_err().to_string();
+        let e = crate::app::process::run(&o).unwrap_err().to_string();
         assert!(e.contains("--copy") && e.contains("--processes 2"), "{e}");
     }
 

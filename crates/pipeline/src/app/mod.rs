@@ -28,6 +28,7 @@ pub mod check;
 pub mod cli;
 pub mod info;
 pub mod probe;
+pub mod process;
 pub mod report;
 pub mod run;
 pub mod stats;
@@ -69,7 +70,7 @@ pub fn main() -> ExitCode {
             Some(cli::Role::Camera) => "error (camera process)",
             _ => "error (cuda process)",
         };
-        let r = crate::transport::process::run(&opts).map_err(|e| e.to_string());
+        let r = crate::app::process::run(&opts).map_err(|e| e.to_string());
         (r, who)
     } else {
         (run(&opts).map(Some), "error")

@@ -271,18 +271,6 @@ impl Report {
 
     /// The human-readable summary.
     pub fn human(&self) -> String {
-        let row = |name: &str, s: &Summary| {
-            if s.count == 0 {
-                return format!("  {name:<18} not measured in this mode\n");
-            }
-            format!(
-                "  {name:<18} p50 {:>10.1}  p99 {:>10.1}  max {:>10.1}  mean {:>10.1}\n",
-                us(s.p50),
-                us(s.p99),
-                us(s.max),
-                s.mean / 1000.0
-            )
-        };
         let mut out = String::new();
         let _ = writeln!(out, "backend: {} ({})", self.backend, self.why);
         if self.backend == "host-reference" {
@@ -308,6 +296,44 @@ impl Report {
             }
         );
         let _ = writeln!(out, "{}", self.verdict());
+        self.figures(&mut out);
+        if let Some(details) = &self.details {
+            let _ = writeln!(out, "  transport: {details}");
+        }
+        let _ = write!(
+            out,
+            "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us",
+            self.frames_per_s(),
+            self.mb_per_s(),
+            self.wall.as_secs_f64(),
+            self.frame_time_us(),
+        );
+        if self.process.count > 0 {
+            let _ = write!(
+                out,
+                " = mean processing {:.1} us + {:.1} us",
+                self.process.mean / 1000.0,
+                self.frame_time_us() - self.process.mean / 1000.0
+            );
+        }
+        out.push('\n');
+        out
+    }
+
+    /// The per-frame figures and the stages of the human-readable summary.
+    fn figures(&self, out: &mut String) {
+        let row = |name: &str, s: &Summary| {
+            if s.count == 0 {
+                return format!("  {name:<18} not measured in this mode\n");
+            }
+            format!(
+                "  {name:<18} p50 {:>10.1}  p99 {:>10.1}  max {:>10.1}  mean {:>10.1}\n",
+                us(s.p50),
+                us(s.p99),
+                us(s.max),
+                s.mean / 1000.0
+            )
+        };
         let figures = [
             ("latency", &self.latency),
             ("camera write", &self.write),
@@ -336,27 +362,6 @@ impl Report {
                 us(s.p50)
             );
         }
-        if let Some(details) = &self.details {
-            let _ = writeln!(out, "  transport: {details}");
-        }
-        let _ = write!(
-            out,
-            "throughput: {:.1} frames/s, {:.1} MB/s ({:.3} s); frame time {:.1} us",
-            self.frames_per_s(),
-            self.mb_per_s(),
-            self.wall.as_secs_f64(),
-            self.frame_time_us(),
-        );
-        if self.process.count > 0 {
-            let _ = write!(
-                out,
-                " = mean processing {:.1} us + {:.1} us",
-                self.process.mean / 1000.0,
-                self.frame_time_us() - self.process.mean / 1000.0
-            );
-        }
-        out.push('\n');
-        out
     }
 
     /// The machine-readable summary: one line, one JSON object of schema

@@ -1,9 +1,10 @@
 //! The program's one loop over small parts: a [`Source`] fills each write
 //! lease (on the producer thread, or one frame ahead on a writer thread:
 //! [`Plan::ahead`]), the ring hands it over, and every finished frame goes
-//! to the [`Checker`] through a read lease (on a checker thread beside the
-//! writes, or on the producer thread: [`Plan::overlap`]); the timings and
-//! the verification make the report.
+//! to the [`Checker`]: through a read lease on a checker thread beside the
+//! writes, or on the producer thread through the slot's next write lease,
+//! just before the frame is overwritten ([`Plan::overlap`]); the timings
+//! and the verification make the report.
 
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
@@ -29,9 +30,9 @@ pub struct Plan {
     /// The source writes frame f + 1 on a writer thread while the producer
     /// hands frame f over (needs two slots or more).
     pub ahead: bool,
-    /// Finished frames are checked on a checker thread while later frames
-    /// are written (needs three slots or more); else on the producer
-    /// thread as they are collected.
+    /// Finished frames are checked through read leases on a checker thread
+    /// while later frames are written (needs three slots or more); else on
+    /// the producer thread when their slot comes round.
     pub overlap: bool,
     /// The source writes into a staging buffer that is copied into the
     /// slot (`--copy` where the transport does not copy).
@@ -380,9 +381,6 @@ pub(crate) struct Run<'t> {
     /// Per slot: nanoseconds the producer spent acquiring its lease.
     acquire_ns: [u64; MAX_SLOTS],
     checker: Option<CheckerThread>,
-    /// Without the checker thread: read leases to check on the producer
-    /// thread once its waits are recorded.
-    to_check: Vec<CheckJob>,
     progress: Progress,
     pub(crate) first_start: Option<Instant>,
 }
@@ -400,7 +398,6 @@ impl<'t> Run<'t> {
             digests: [None; MAX_SLOTS],
             acquire_ns: [0; MAX_SLOTS],
             checker,
-            to_check: Vec::with_capacity(MAX_SLOTS),
             progress,
             first_start: None,
         }
@@ -451,7 +448,6 @@ impl<'t> Run<'t> {
         while self.ring.pending() > 0 {
             let f = self.ring.wait_collect()?;
             self.finished(f)?;
-            self.check_here();
         }
         self.progress.update(self.plan.frames);
         self.progress.finish();
@@ -499,7 +495,6 @@ impl<'t> Run<'t> {
             ("checker wait", checker_ns),
         ];
         self.t.trace.producer_waits(frame, start, waits);
-        self.check_here();
         Ok(())
     }
 
@@ -507,6 +502,12 @@ impl<'t> Run<'t> {
     /// the nanoseconds spent lending it and handing it to the checker.
     fn finished(&mut self, f: Finished) -> Result<(u64, u64), String> {
         on_completion(&f, &mut self.t, &mut self.v, self.plan.checker);
+        // Without the checker thread, the frame is checked through its
+        // slot's next write lease, just before it is overwritten.
+        let Some(c) = self.checker.as_mut() else {
+            self.unchecked[f.slot()] = Some(f.frame());
+            return Ok((0, 0));
+        };
         let began = Instant::now();
         let read = self.ring.read(&f)?;
         let lend_ns = began.elapsed().as_nanos() as u64;
@@ -515,38 +516,17 @@ impl<'t> Run<'t> {
             _ => None,
         };
         let Some(read) = read else {
+            // The transport cannot lend it now: checked through the lease.
             self.unchecked[f.slot()] = Some(f.frame());
             return Ok((lend_ns, 0));
         };
         let began = Instant::now();
-        match self.checker.as_mut() {
-            Some(c) => {
-                let job = CheckJob { read, expected };
-                if c.jobs.as_ref().is_none_or(|j| j.send(job).is_err()) {
-                    return Err("the read-back checker stopped".into());
-                }
-                c.out += 1;
-                Ok((lend_ns, began.elapsed().as_nanos() as u64))
-            }
-            None => {
-                self.to_check.push(CheckJob { read, expected });
-                Ok((lend_ns, 0))
-            }
+        let job = CheckJob { read, expected };
+        if c.jobs.as_ref().is_none_or(|j| j.send(job).is_err()) {
+            return Err("the read-back checker stopped".into());
         }
-    }
-
-    /// Checks the read leases kept for the producer thread (each dropped
-    /// after, which gives its slot back).
-    fn check_here(&mut self) {
-        for job in std::mem::take(&mut self.to_check) {
-            let (frame, slot, at) = (job.read.frame(), job.read.slot(), Instant::now());
-            let (result, ns) = self
-                .plan
-                .checker
-                .check(frame, job.read.bytes(), job.expected);
-            drop(job.read);
-            self.checked(frame, slot, result, ns, at);
-        }
+        c.out += 1;
+        Ok((lend_ns, began.elapsed().as_nanos() as u64))
     }
 
     /// Records a check on the producer thread that began at `at`.
@@ -711,4 +691,66 @@ fn on_completion(f: &Finished, t: &mut Timings, v: &mut Verification, checker: C
     );
     t.last_finished = Some(c.finished);
     t.trace.consumer(c.frame, rec.signalled, c.finished, c.busy);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::frame::{FrameGeometry, FrameMut};
+    use crate::source::SourceError;
+    use crate::transport::host::{Fault, HostReference};
+
+    /// A source that fails on its second frame.
+    struct Flaky(FrameLayout);
+
+    impl Source for Flaky {
+        fn describe(&self) -> String {
+            "flaky".into()
+        }
+        fn layout(&self) -> FrameLayout {
+            self.0
+        }
+        fn fill(&mut self, frame: &mut FrameMut<'_>) -> Result<Filled, SourceError> {
+            match frame.index() {
+                1 => Err(SourceError::Ended { frames: 1 }),
+                i => {
+                    frame.bytes_mut().fill(i as u8);
+                    Ok(Filled::default())
+                }
+            }
+        }
+    }
+
+    /// After a failed write the writer thread writes nothing more but
+    /// answers every lease it was given (with the first failure); the
+    /// leases dropped unwritten give their slots back, and the ring hands
+    /// the same frames out again.
+    #[test]
+    fn the_writer_answers_every_lease_after_a_failure() {
+        let layout = FrameLayout::packed(4, 2, crate::frame::PixelFormat::Rgba8).unwrap();
+        let g = FrameGeometry {
+            stride: 16,
+            rows: 2,
+        };
+        let mut ring = Ring::new(HostReference::new(g, 3, Fault::None)).unwrap();
+        let mut p = Producer::new(Box::new(Flaky(layout)), true, false);
+        for _ in 0..3 {
+            p.give(ring.acquire().unwrap()).unwrap();
+        }
+        let answers: Vec<Written> = (0..3).map(|_| p.take().unwrap()).collect();
+        assert!(answers[0].filled.is_ok());
+        let first = answers[1].filled.as_ref().unwrap_err().clone();
+        let third = answers[2].filled.as_ref().unwrap_err();
+        assert!(third.contains("frame 2 not written") && third.contains(&first));
+        let mut answers = answers.into_iter();
+        let w = answers.next().unwrap();
+        ring.hand_over(w.lease).unwrap();
+        drop(answers);
+        // Frames 1 and 2 come out again, same slots.
+        let again: Vec<WriteLease> = (0..2).map(|_| ring.acquire().unwrap()).collect();
+        let again: Vec<u64> = again.iter().map(WriteLease::frame).collect();
+        assert_eq!(again, [1, 2]);
+        assert_eq!(p.finish().unwrap().describe(), "flaky");
+    }
 }

@@ -15,11 +15,11 @@
 //! | producer | `collect wait` | loop start; the report's *collect wait* |
 //! | producer | `lend wait`    | right after; the report's *lend wait* |
 //! | producer | `checker wait` | right after; the report's *checker wait* |
-//! | producer | `acquire`      | entering `Ring::produce` until the slot is the producer's (part of the report's *handover*) |
+//! | producer | `acquire`      | entering `Ring::acquire` until the write lease is the producer's (part of the report's *handover*) |
 //! | producer | `check`        | an inline read-back check of the slot's previous frame (the report's *verify*) |
 //! | producer | `camera`       | `--camera-ahead off` (or a transport that cannot lease its slots, or a ring of one): the camera starts writing; until it signals the frame (the report's *camera*) |
 //! | producer | `copy`         | the same, `--copy` where the transport does not copy: the camera's staging buffer into the slot (part of the report's *held*) |
-//! | producer | `handover`     | after the write until `Ring::produce` returns: release, ready signal (the rest of the report's *handover*); with the camera thread, `Ring::hand_over`: the slot back to the transport, ready signal, consumer queued |
+//! | producer | `handover`     | `Ring::hand_over` of the written lease: the slot back to the transport, ready signal, consumer queued (the rest of the report's *handover*) |
 //! | camera   | `camera`, `copy` | the same two stages on the camera thread (`--camera-ahead on`, the default where the transport leases its slots): they overlap the producer track's handover of the frame before and its waits for the frame after |
 //! | consumer | `consumer`     | the consumer's busy time ([`Completion::busy`], the report's *consumer*; CUDA events on a GPU), placed from the frame's ready signal ([`InFlight::signalled`]) or the previous frame's end, whichever is later; ends by the time the host saw it finished ([`Completion::finished`]) |
 //! | checker  | `check`        | the checker thread's read-back check of a lent frame (the report's *verify*) |

@@ -387,4 +387,54 @@ mod tests {
         let one = Args::try_parse_from(["p", "--modes", "copy", "--json"]).unwrap();
         assert_eq!((one.modes(), one.json), (&[true][..], true));
     }
+
+    /// Each mode's row carries ours / plain and ours' latency from its
+    /// runs; a failed run leaves its figures out instead of inventing them.
+    #[test]
+    fn the_comparison_carries_each_runs_ratio_and_latency() {
+        let a = Args::try_parse_from(["p", "--frames", "10"]).unwrap();
+        let o = a.pipeline_options().unwrap();
+        let g = FrameGeometry {
+            stride: o.sensor.stride(),
+            rows: usize::from(o.sensor.height),
+        };
+        assert_eq!(
+            (g.stride, g.rows, o.ring),
+            (1920 * 4, 1080, 4),
+            "the defaults"
+        );
+        let runs = [
+            (
+                false,
+                ModeRun {
+                    ours: Some(950.0),
+                    plain: Some(1000.0),
+                    latency: Some((2_000, 9_000)),
+                    passed: true,
+                },
+            ),
+            (
+                true,
+                ModeRun {
+                    ours: None,
+                    plain: Some(500.0),
+                    latency: None,
+                    passed: false,
+                },
+            ),
+        ];
+        let c = compare(g, &o, None, &runs, false);
+        let zero = &c.modes[0];
+        assert_eq!(zero.mode, "zero-copy");
+        assert!((zero.ours_over_plain.unwrap() - 0.95).abs() < 1e-12);
+        assert_eq!(
+            (zero.ours_latency_p50_us, zero.ours_latency_p99_us),
+            (Some(2.0), Some(9.0))
+        );
+        let copy = &c.modes[1];
+        assert_eq!((copy.mode, copy.ours_over_plain), ("copy", None));
+        assert_eq!(copy.ours_latency_p99_us, None);
+        assert!(!c.passed);
+        assert!(c.table().contains("| 0.950 | 2.0 / 9.0 |"), "{}", c.table());
+    }
 }

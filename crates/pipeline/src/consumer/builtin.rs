@@ -1,5 +1,5 @@
 //! The project's own [`FrameWork`]s: [`CheckInvert`] (the check-and-invert
-//! kernel of [`KERNEL_SOURCE`], with its mismatch counters: what the
+//! kernel of [`KERNEL_SOURCE`](super::KERNEL_SOURCE), with its mismatch counters: what the
 //! `pipeline` program and the tests verify with) and [`Invert`] (every byte
 //! inverted, no pattern: for frames whose content the ring does not know,
 //! read back and re-inverted by whoever does).
@@ -15,8 +15,8 @@ use tegra_interop::driver::{
 
 use super::kernel::{self, grid_for, pattern_seed, Kernels, BLOCK};
 use super::work::{DeviceFrame, FrameWork, Placement, WorkError, WorkResultExt};
+use crate::error::TransportError;
 use crate::frame::FrameLayout;
-use crate::transport::TransportError;
 
 /// A [`TransportError`] from the kernel helpers as a [`WorkError`] (the
 /// consumer maps it back, so the kind survives the round trip).
@@ -178,6 +178,7 @@ impl Invert {
         Invert::default()
     }
 
+    #[cfg(feature = "sim")]
     /// Registers the Rust twin of [`INVERT_SOURCE`] with a simulator. It
     /// does what the CUDA code does for the launch's grid: the vectors of
     /// the grid-stride loop (all of them, with any thread at all), and of

@@ -45,6 +45,7 @@ impl std::fmt::Debug for OwnedEglStream {
 }
 
 impl OwnedEglStream {
+    #[cfg(feature = "sim")]
     /// The simulator's stream (connected only in a context of the
     /// simulator: connecting it in a context of the real driver is refused).
     pub fn simulated(stream: tegra_interop_sim::egl::SimEglStream) -> OwnedEglStream {

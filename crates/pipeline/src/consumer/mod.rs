@@ -2,18 +2,26 @@
 //! consumer runs CUDA work: the NvSci transport (a Jetson, or the
 //! simulator), the EGLStream transport and the discrete-GPU transport.
 //!
-//! A [`Consumer`] owns everything of the consumer side but the fences:
-//! the check-and-invert kernel ([`kernel::KERNEL_SOURCE`], compiled when it
-//! is made, with the backend's NVRTC, and loaded into the context), one
-//! mismatch counter per slot in device-mapped pinned host memory, per-slot
-//! CUDA events, the slot's frame (a mapped import) or, per mode, its
-//! device-local copy or its pinned host buffer, and the streams. Per frame
-//! the transport queues its wait for *ready* on [`Consumer::entry_stream`],
+//! What the consumer does with a frame is a [`FrameWork`] ([`work`]): the
+//! user's CUDA work, given a typed device view of the frame
+//! ([`DeviceFrame`]) and the stream the ring's fences are ordered on. The
+//! project's check-and-invert kernel is one implementation
+//! ([`CheckInvert`], with its mismatch counters: what the `pipeline`
+//! program and the tests verify with), [`Invert`] another; the examples
+//! `user_ptx`, `user_chain` and `user_cudarc` are users' own.
+//!
+//! A [`Consumer`] owns everything of the consumer side but the fences: the
+//! work (made ready in [`Consumer::new`] with [`FrameWork::prepare`]),
+//! per-slot CUDA events, the slot's frame (a mapped import) or, per
+//! [`Placement`], its device-local copy or its pinned host buffer, the copy
+//! kernels where the placement uses them, and the streams. Per frame the
+//! transport queues its wait for *ready* on [`Consumer::entry_stream`],
 //! calls [`Consumer::queue`] (or `Consumer::queue_acquired` for an EGL
-//! frame) and queues its *free* signal on [`Consumer::exit_stream`]; the
-//! frame's [`Completion`] comes from [`Consumer::try_complete`] /
-//! [`Consumer::wait_complete`], in queueing order, with the mismatch count
-//! and the GPU times of its events.
+//! frame), which queues the copy in, the work ([`FrameWork::queue`]) and
+//! the copy back, and queues its *free* signal on [`Consumer::exit_stream`];
+//! the frame's [`Completion`] comes from [`Consumer::try_complete`] /
+//! [`Consumer::wait_complete`], in queueing order, with what
+//! [`FrameWork::finished`] found and the GPU times of its events.
 //!
 //! Everything goes through the driver's seam (`tegra_interop::driver`:
 //! `Nvrtc`, `Module`, `Function::launch`,
@@ -28,8 +36,9 @@
 //!
 //! This is the one module of the pipeline with `unsafe` code, each block
 //! with its `// SAFETY:` line: the kernel launches and the queued copies
-//! (see [`Consumer`] for the rules that make them sound, and [`bench`](mod@bench) for
-//! the plain-CUDA baseline's), the host views of shared frames and lent
+//! (see [`Consumer`] for the rules that make them sound, [`work`] for the
+//! contract a [`FrameWork`]'s own launches rest on, [`builtin`] for the
+//! project's two, and [`bench`](mod@bench) for the plain-CUDA baseline's), the host views of shared frames and lent
 //! frames ([`shared`]) and the EGLStream's CUDA ends ([`egl`]). Each keeps
 //! the driver's promise inside a safe API.
 #![allow(unsafe_code)] // the pipeline's one module with unsafe code (see the module docs)
@@ -39,6 +48,7 @@ pub mod builtin;
 pub mod egl;
 pub mod kernel;
 pub mod shared;
+#[cfg(feature = "sim")]
 pub mod twin;
 pub mod work;
 

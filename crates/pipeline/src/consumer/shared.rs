@@ -489,6 +489,7 @@ impl CpuFrame {
         Ok(CpuFrame { buf, ptr, len })
     }
 
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
     /// The CPU mapping of the whole of `buf` (its reconciled size): for a
     /// side that sized the buffer itself and wants the driver's error as is.
     pub(crate) fn whole(buf: BufObj) -> Result<CpuFrame, DriverError> {
@@ -566,6 +567,7 @@ impl Lendable<CpuFrame> {
     }
 }
 
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
 /// Why [`queue_sim_host_processing`] did not queue.
 #[derive(Debug)]
 pub(crate) enum SimHostError {
@@ -576,6 +578,7 @@ pub(crate) enum SimHostError {
     Driver(DriverError),
 }
 
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
 /// Queues on `stream` a host function that runs `process` over the first
 /// `len` bytes of `map`, a mapped external buffer, as host memory: the
 /// simulator's processing of a frame it imported (on the simulator a device

@@ -306,15 +306,20 @@ impl fmt::Debug for dyn FrameWork {
 /// ```
 /// use tegra_interop_pipeline::consumer::work::{FnWork, FrameWork};
 ///
+/// use tegra_interop_pipeline::frame::PixelFormat;
+///
 /// let work = FnWork::new("count", |frame, _stream| {
 ///     // Launch a kernel over `frame.ptr()` on `_stream` here.
 ///     let _ = frame.number();
 ///     Ok(())
-/// });
+/// })
+/// .with_format(PixelFormat::Rgba8);
 /// assert_eq!(work.name(), "count");
+/// assert_eq!(work.pixel_format(), PixelFormat::Rgba8);
 /// ```
 pub struct FnWork<F> {
     name: String,
+    format: PixelFormat,
     queue: F,
 }
 
@@ -326,8 +331,16 @@ where
     pub fn new(name: impl Into<String>, queue: F) -> FnWork<F> {
         FnWork {
             name: name.into(),
+            format: PixelFormat::Gray8,
             queue,
         }
+    }
+
+    /// The same work, reading the frames as `format` pixels
+    /// ([`FrameWork::pixel_format`]; [`PixelFormat::Gray8`] unless set).
+    pub fn with_format(mut self, format: PixelFormat) -> FnWork<F> {
+        self.format = format;
+        self
     }
 }
 
@@ -343,6 +356,10 @@ where
 {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn pixel_format(&self) -> PixelFormat {
+        self.format
     }
 
     fn prepare(

@@ -124,6 +124,8 @@ impl EglTransport {
 
     /// [`EglTransport::open`] running `work` on each acquired frame
     /// ([`Placement::ReadBack`]) instead of the check-and-invert kernel.
+    /// The read-back after it is the consumer's copy kernel: on the
+    /// simulator register [`crate::consumer::twin::register`] too.
     pub fn open_with_work(
         ctx: &Context,
         stream: OwnedEglStream,
@@ -407,6 +409,7 @@ fn consume(
     released
 }
 
+#[cfg(feature = "sim")]
 /// Opens the transport on the simulator: a simulated FIFO stream of
 /// `slots` frames, processed by the pipeline's [`Consumer`], whose kernels
 /// run as their Rust twins (registered with the simulator made here).
@@ -510,13 +513,14 @@ mod tests {
             collected.push(done.frame());
         };
         for _ in 0..frames {
+            ring.make_room().unwrap();
+            while let Some(done) = ring.collect().unwrap() {
+                check(&mut ring, done);
+            }
             let mut lease = ring.acquire().unwrap();
             let frame = lease.frame();
             TestPattern::new(frame, G.stride).fill(lease.bytes_mut().unwrap());
             ring.hand_over(lease).unwrap();
-            while let Some(done) = ring.collect().unwrap() {
-                check(&mut ring, done);
-            }
         }
         while ring.pending() > 0 {
             let done = ring.wait_collect().unwrap();

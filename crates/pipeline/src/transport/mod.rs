@@ -36,7 +36,6 @@ pub mod egl;
 pub mod gpu;
 pub mod host;
 pub mod nvsci;
-pub mod process;
 
 use std::fmt;
 use std::time::Duration;
@@ -91,6 +90,7 @@ impl fmt::Debug for SlotMemory {
     }
 }
 
+#[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
 /// Memory of a frame written elsewhere (the two-process mode's camera
 /// process): no bytes here.
 struct Elsewhere(&'static str);
@@ -118,6 +118,7 @@ impl SlotMemory {
         }
     }
 
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
     /// `t`'s slot, whose frame is written `where_` (by another process):
     /// [`SlotMemory::bytes_mut`] refuses.
     pub(crate) fn elsewhere(t: &Ticket, where_: &'static str) -> SlotMemory {

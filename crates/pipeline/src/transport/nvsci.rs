@@ -419,6 +419,7 @@ fn import_slots(
 }
 
 impl NvSciTransport {
+    #[cfg(feature = "sim")]
     /// Opens the transport on a new simulated Tegra (`SimConfig::tegra()`)
     /// with the kernel path ([`Processing::CudaKernel`]): the same consumer
     /// code as on a Jetson, the kernels run as their Rust twins (registered

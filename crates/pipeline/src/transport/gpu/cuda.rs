@@ -202,7 +202,7 @@ pub struct GpuTimes {
     pub host_reclaim: Duration,
     /// Host time waiting for a slot to be taken back (its acquire batch to
     /// complete, submitted first where it was still owed): the producer's
-    /// `wait_free` and the read-back check's `lend` together.
+    /// `take_slot` and the read-back check's `lend` together.
     pub host_free_wait: Duration,
     /// Acquires submitted only when the producer needed the slot (their
     /// turn had not come; counted over the run, not averaged).

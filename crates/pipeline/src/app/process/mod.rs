@@ -71,8 +71,7 @@ pub use summary::Summary;
 
 /// The endpoint names of the simulator's pair.
 const SIM_PAIR: (&str, &str) = ("tegra-interop-camera", "tegra-interop-cuda");
-/// How long either side waits for the other unless `--peer-timeout` says.
-pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::app::cli::DEFAULT_PEER_TIMEOUT;
 
 /// Runs the two-process mode as `opts` asks (`opts.processes == 2` or
 /// `opts.role` set); options this mode does not carry out are refused
