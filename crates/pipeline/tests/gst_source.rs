@@ -246,7 +246,7 @@ fn an_error_mid_stream_names_the_element_and_its_words() {
         other => panic!("expected an element error, got {other:?}"),
     }
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(4),
         "the error took {:?}",
         started.elapsed()
     );
@@ -276,7 +276,7 @@ fn a_source_that_gives_nothing_times_out_saying_what_it_waited_for() {
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(started.elapsed() < Duration::from_secs(4));
     // Not live: the pipeline cannot preroll, so starting times out.
     let limits = GstLimits {
         start: Duration::from_millis(300),
@@ -294,6 +294,8 @@ fn a_source_that_gives_nothing_times_out_saying_what_it_waited_for() {
     }
 }
 
+/// Dropping takes milliseconds; the 4 s bound (as in the tests above) is
+/// far below a hang and far above a loaded CI machine's delays.
 #[test]
 fn dropping_a_running_source_stops_it_promptly() {
     for _ in 0..10 {
@@ -308,7 +310,7 @@ fn dropping_a_running_source_stops_it_promptly() {
         let started = Instant::now();
         drop(source);
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(4),
             "{:?}",
             started.elapsed()
         );
