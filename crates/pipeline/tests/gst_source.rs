@@ -192,7 +192,14 @@ fn a_missing_element_is_named_by_its_factory() {
 
 #[test]
 fn descriptions_that_cannot_end_in_the_sink_are_refused() {
-    for description in ["", "   ", "videotestsrc ! fakesink", "videotestsrc !"] {
+    for description in [
+        "",
+        "   ",
+        "videotestsrc ! fakesink",
+        "videotestsrc !",
+        "videotestsrc ! queue name=tegra_interop_sink",
+        "videotestsrc ! identity name=tegra_interop_digest",
+    ] {
         match GstSource::new(description, rgba(64, 48), quick()) {
             Err(SourceError::Element { element, .. }) => {
                 assert_eq!(element, "pipeline description", "{description:?}")

@@ -412,6 +412,15 @@ impl GstSource {
                  `videotestsrc ! video/x-raw,format=RGBA,width=1280,height=720`",
             ));
         }
+        if let Some(name) = [DIGEST_ELEMENT, SINK_ELEMENT]
+            .into_iter()
+            .find(|n| user.contains(n))
+        {
+            return Err(element_error(
+                "pipeline description",
+                format!("uses the name `{name}`, which the source gives its own element"),
+            ));
+        }
         let description = format!(
             "{user} ! identity name={DIGEST_ELEMENT} signal-handoffs=true \
              ! appsink name={SINK_ELEMENT} sync=false max-buffers=2 drop=false \
