@@ -33,7 +33,7 @@
 //!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
 //!   and semaphores) and [`platform::egl`] (EGL display, streams and
 //!   images).
-//! - [`app`]: the programs built on the library ([`app::run`] is the
+//! - [`app`]: the programs built on the library ([`mod@app::run`] is the
 //!   `pipeline` program's one loop): [`app::cli`],
 //!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
 //!   (which transport runs here and why), [`app::info`] (the

@@ -490,7 +490,12 @@ impl Ring {
         let write_ns = lease
             .write_ns
             .unwrap_or_else(|| now.saturating_duration_since(started).as_nanos() as u64);
-        self.transport.signal_ready(t, memory)?;
+        if let Err(e) = self.transport.signal_ready(t, memory) {
+            // Not signalled: the transport has the memory back, and the
+            // same ticket comes out again.
+            self.slots.unwritten(t)?;
+            return Err(e.into());
+        }
         self.slots.release(t, started, write_ns)?;
         if !self.info.queues_before_ready {
             self.transport.queue_consumer(t)?;
@@ -547,7 +552,7 @@ impl Ring {
         self.take_back()?;
         let Some((slot, free_reached)) = self.slots.lendable(f.frame()) else {
             return Err(RingError::Order {
-                what: "read",
+                what: "read (a frame is read before its slot's next acquire)",
                 frame: f.frame(),
                 slot: f.slot(),
                 state: self.slots.state(f.slot()),
@@ -676,6 +681,15 @@ mod tests {
         // Frames 0..=4: the lease dropped twice took no frame number.
         assert_eq!(n, 5);
         assert_eq!(ring.next_frame(), 5);
+    }
+
+    /// Both leases cross threads.
+    #[test]
+    fn leases_are_send() {
+        fn send<T: Send>() {}
+        send::<WriteLease>();
+        send::<ReadLease>();
+        send::<Finished>();
     }
 
     /// A lease written on another thread is handed over on this one.

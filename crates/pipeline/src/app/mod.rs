@@ -1,7 +1,7 @@
 //! The `pipeline` program: a source's frames through the ring, each one
 //! verified.
 //!
-//! The program is one loop over small parts ([`run`]): the source
+//! The program is one loop over small parts ([`mod@run`]): the source
 //! ([`build_source`]: the camera sensor model by default) fills each write
 //! lease of the [`Ring`], the ring hands it over (the slot's ready fence is
 //! signalled, the consumer waits on it, processes the frame in place and
