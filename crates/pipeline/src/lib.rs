@@ -16,7 +16,9 @@
 //!   slots out as owned leases ([`ring::WriteLease`], [`ring::ReadLease`]),
 //!   with a typed [`ring::RingError`].
 //! - [`source`]: where frames come from ([`source::Source`]; the sensor
-//!   model is [`source::SensorSource`]).
+//!   model is [`source::SensorSource`]; any GStreamer pipeline's `appsink`
+//!   is `source::gst::GstSource`, feature `gstreamer`), and the frame
+//!   digest a checker compares ([`source::frame_digest`]).
 //! - [`transport`]: the interface a transport implements (interop only:
 //!   take a slot's memory, signal, queue the consumer, collect, lend), and
 //!   the transports: [`transport::host`] (host

@@ -287,18 +287,34 @@ pub fn open(
             let sim =
                 Sim::with_config(config).map_err(|e| format!("cannot start the simulator: {e}"))?;
             crate::consumer::twin::register(&sim);
-            let t = NvSciTransport::open(
-                &sim.backend(),
-                "nvsci-sim",
-                Processing::CudaKernel,
-                geometry,
-                opts.ring,
-            )
-            .map(|t| t.with_fault(opts.fault))?;
+            let t = open_nvsci_sim(opts, geometry, &sim)?;
             let note = Some(t.note());
             opened(Box::new(t), note, false, After::Sim(sim))
         }
     })
+}
+
+/// The simulator's NvSci transport: the check-and-invert kernel for the
+/// sensor model's frames; for a source's own frames (no test pattern,
+/// `--source gst:...`) the `Invert` work, which the checker undoes
+/// (`build_source`).
+fn open_nvsci_sim(
+    opts: &Options,
+    geometry: FrameGeometry,
+    sim: &Sim,
+) -> Result<NvSciTransport, String> {
+    if opts.source == crate::app::cli::SourceChoice::Sensor {
+        let processing = Processing::CudaKernel;
+        let t = NvSciTransport::open(&sim.backend(), "nvsci-sim", processing, geometry, opts.ring)?;
+        return Ok(t.with_fault(opts.fault));
+    }
+    crate::consumer::Invert::register_twin(sim);
+    let ctx = tegra_interop::driver::Context::new(sim.backend(), 0)
+        .map_err(|e| format!("CUDA context on the simulator: {e}"))?;
+    let work = Box::new(crate::consumer::Invert::new());
+    let placement = crate::consumer::Placement::InPlace;
+    let t = NvSciTransport::with_work(&ctx, "nvsci-sim", work, placement, geometry, opts.ring)?;
+    Ok(t.with_fault(opts.fault))
 }
 
 /// The EGLStream transport: on a real GPU with an EGL display where one

@@ -230,6 +230,54 @@ pub struct Options {
     /// transport leases its slots and the ring has two or more; the serial
     /// loop otherwise).
     pub camera_ahead: bool,
+    /// `--source`: where the frames come from.
+    pub source: SourceChoice,
+}
+
+/// Where the frames come from (`--source`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SourceChoice {
+    /// `sensor`: the built-in sensor model ([`crate::camera`]).
+    #[default]
+    Sensor,
+    /// `gst:<description>`: a GStreamer pipeline description, run by
+    /// `source::gst::GstSource` (feature `gstreamer`).
+    Gst {
+        /// The description after `gst:`.
+        description: String,
+        /// Whether `--width`/`--height` fix the frame size (the appsink
+        /// asks for it); otherwise the size is the stream's, in the
+        /// `--format` asked for.
+        fixed_size: bool,
+    },
+}
+
+fn source_arg(v: &str) -> Result<SourceChoice, String> {
+    if v == "sensor" {
+        return Ok(SourceChoice::Sensor);
+    }
+    let Some(description) = v.strip_prefix("gst:").map(str::trim) else {
+        return Err(format!(
+            "`{v}` is not a source: `sensor` or `gst:<GStreamer pipeline description>`"
+        ));
+    };
+    if description.is_empty() {
+        return Err(
+            "`gst:` needs a GStreamer pipeline description after it, e.g. \
+             \"gst:videotestsrc ! video/x-raw,format=RGBA,width=1280,height=720\""
+                .into(),
+        );
+    }
+    if !cfg!(feature = "gstreamer") {
+        return Err("this program was built without GStreamer: build it with \
+             `--features gstreamer` (cargo run --release -p tegra-interop-pipeline \
+             --features gstreamer -- --source \"gst:...\")"
+            .into());
+    }
+    Ok(SourceChoice::Gst {
+        description: description.to_owned(),
+        fixed_size: false,
+    })
 }
 
 impl Options {
@@ -359,6 +407,7 @@ impl Default for Options {
             trace: None,
             trace_frames: crate::app::trace::DEFAULT_TRACE_FRAMES,
             camera_ahead: true,
+            source: SourceChoice::Sensor,
         }
     }
 }
@@ -528,6 +577,13 @@ pub struct Args {
     /// frame)
     #[arg(long, value_name = "N", value_parser = frames_arg)]
     trace_frames: Option<u64>,
+    /// Where the frames come from: `sensor` (the built-in sensor model) or
+    /// `gst:DESCRIPTION`, a GStreamer pipeline whose end the program links
+    /// to an appsink (build with --features gstreamer; the frame size is
+    /// the stream's unless --width/--height are given; every frame is
+    /// checked against a digest taken inside GStreamer)
+    #[arg(long, value_name = "SOURCE", default_value = "sensor", value_parser = source_arg)]
+    source: SourceChoice,
 }
 
 impl Args {
@@ -576,14 +632,10 @@ impl Args {
                 Some(s) => s == Switch::On,
                 None => env.camera_ahead.unwrap_or(true),
             },
+            source: self.source,
         };
         output_and_pool_conflicts(&o, self.egl_pool.is_some())?;
-        if self.camera_ahead.is_some() && o.two_process() {
-            return Err(
-                "--camera-ahead cannot be used with --processes 2 or --role: the two-process mode does not carry it out"
-                    .into(),
-            );
-        }
+        source_and_ahead_conflicts(&o, self.camera_ahead.is_some())?;
         if self.trace_frames.is_some() && o.trace.is_none() {
             return Err("--trace-frames only applies with --trace FILE".into());
         }
@@ -610,6 +662,25 @@ impl Args {
         mode_conflicts(&o)?;
         Ok(o)
     }
+}
+
+/// The options the two-process mode cannot carry out: a source other than
+/// the sensor model, and `--camera-ahead` (`ahead_given`).
+fn source_and_ahead_conflicts(o: &Options, ahead_given: bool) -> Result<(), String> {
+    if o.source != SourceChoice::Sensor && o.two_process() {
+        return Err(
+            "--source gst:... cannot be used with --processes 2 or --role: the \
+             two-process mode's camera is the sensor model"
+                .into(),
+        );
+    }
+    if ahead_given && o.two_process() {
+        return Err(
+            "--camera-ahead cannot be used with --processes 2 or --role: the two-process mode does not carry it out"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The two-process mode's conflicts ([`two_process_conflicts`]), or, in
@@ -781,7 +852,13 @@ pub fn parse_with_env<I: IntoIterator<Item = OsString>>(
     };
     let explicit_processes =
         matches.value_source("processes") == Some(clap::parser::ValueSource::CommandLine);
-    let args = Args::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
+    let size_given = ["width", "height"]
+        .iter()
+        .any(|a| matches.value_source(a) == Some(clap::parser::ValueSource::CommandLine));
+    let mut args = Args::from_arg_matches(&matches).map_err(|e| one_line(&e))?;
+    if let SourceChoice::Gst { fixed_size, .. } = &mut args.source {
+        *fixed_size = size_given;
+    }
     if args.role.is_some() && explicit_processes && args.processes == 1 {
         return Err(
             "--role cannot be used with --processes 1: a role is one side of the two-process mode"
@@ -811,6 +888,43 @@ mod tests {
         match parse_with_env(args.iter().map(OsString::from), &var)? {
             Command::Run(o) => Ok(o),
             Command::Help => Err("help".into()),
+        }
+    }
+
+    #[test]
+    fn source_is_the_sensor_or_a_gstreamer_description() {
+        assert_eq!(run(&[]).unwrap().source, SourceChoice::Sensor);
+        assert_eq!(
+            run(&["--source", "sensor"]).unwrap().source,
+            SourceChoice::Sensor
+        );
+        for bad in ["camera", "gst", "gst:", "gst:   ", ""] {
+            let e = run(&["--source", bad]).unwrap_err();
+            assert!(e.contains("source") || e.contains("gst:"), "{bad:?}: {e}");
+        }
+        let desc = "gst:videotestsrc ! video/x-raw,format=RGBA,width=1280,height=720";
+        if cfg!(feature = "gstreamer") {
+            let o = run(&["--source", desc]).unwrap();
+            assert_eq!(
+                o.source,
+                SourceChoice::Gst {
+                    description: desc[4..].to_owned(),
+                    fixed_size: false
+                }
+            );
+            let o = run(&["--source", desc, "--height", "720"]).unwrap();
+            assert!(matches!(
+                o.source,
+                SourceChoice::Gst {
+                    fixed_size: true,
+                    ..
+                }
+            ));
+            let e = run(&["--source", desc, "--processes", "2"]).unwrap_err();
+            assert!(e.contains("--processes 2"), "{e}");
+        } else {
+            let e = run(&["--source", desc]).unwrap_err();
+            assert!(e.contains("--features gstreamer"), "{e}");
         }
     }
 

@@ -82,6 +82,13 @@ fn open_gpu(
 /// # Errors
 /// The source could not be set up.
 pub fn build_source(opts: &Options) -> Result<(Box<dyn Source>, Checker), String> {
+    if let cli::SourceChoice::Gst {
+        description,
+        fixed_size,
+    } = &opts.source
+    {
+        return gst_source(opts, description, *fixed_size);
+    }
     let source = SensorSource::new(opts.sensor).map_err(|e| e.to_string())?;
     let checker = Checker::Pattern {
         stride: opts.sensor.stride(),
@@ -89,12 +96,55 @@ pub fn build_source(opts: &Options) -> Result<(Box<dyn Source>, Checker), String
     Ok((Box::new(source), checker))
 }
 
+/// `--source gst:...`: the GStreamer source in `--format`, at
+/// `--width`/`--height` where given (else the stream's size); the consumer
+/// inverts each frame (`backend::open`), so the checker inverts it back
+/// and compares the digest GStreamer's side took.
+#[cfg(feature = "gstreamer")]
+fn gst_source(
+    opts: &Options,
+    description: &str,
+    fixed_size: bool,
+) -> Result<(Box<dyn Source>, Checker), String> {
+    use crate::source::gst::{GstLimits, GstSource};
+    let layout = crate::source::sensor::layout_of(&opts.sensor).map_err(|e| e.to_string())?;
+    let limits = GstLimits::default();
+    let source = match fixed_size {
+        true => GstSource::new(description, layout, limits),
+        false => GstSource::negotiate(description, layout.format(), limits),
+    }
+    .map_err(|e| format!("--source gst: {e}"))?;
+    let checker = Checker::Digest {
+        digest: crate::source::inverted_frame_digest,
+    };
+    Ok((Box::new(source), checker))
+}
+
+#[cfg(not(feature = "gstreamer"))]
+fn gst_source(_: &Options, _: &str, _: bool) -> Result<(Box<dyn Source>, Checker), String> {
+    Err("--source gst: this program was built without GStreamer: build it with --features gstreamer".into())
+}
+
+/// The options with the frame size the source gives (a GStreamer source
+/// may size its frames after the stream), for the transport and the report.
+fn sized_by(opts: &Options, layout: crate::frame::FrameLayout) -> Result<Options, String> {
+    let side = |v: u32| {
+        u16::try_from(v).map_err(|_| format!("the source gives {layout} frames, too large a side"))
+    };
+    let mut sized = opts.clone();
+    sized.sensor.width = side(layout.width())?;
+    sized.sensor.height = side(layout.height())?;
+    Ok(sized)
+}
+
 /// Runs the pipeline as the binary does with `opts` and returns its report
 /// (the binary prints it).
 pub fn run(opts: &Options) -> Result<Report, String> {
+    let (source, checker) = build_source(opts)?;
+    let opts = &sized_by(opts, source.layout())?;
     let geometry = FrameGeometry {
-        stride: opts.sensor.stride(),
-        rows: usize::from(opts.sensor.height),
+        stride: source.layout().pitch(),
+        rows: source.layout().height() as usize,
     };
     // A trace file that cannot be created is an error before the run.
     let mut trace = match &opts.trace {
@@ -102,7 +152,6 @@ pub fn run(opts: &Options) -> Result<Report, String> {
         None => Ok(Trace::off()),
     }
     .map_err(|e| e.to_string())?;
-    let (source, checker) = build_source(opts)?;
     let opened = backend::open(opts, geometry, GPU)?;
     let backend = opened.transport.info().backend;
     let (report, closed) = pipeline(opts, opened, source, checker, &mut trace);
@@ -162,6 +211,7 @@ fn run_to_report(
             "the source gives {layout} frames, the transport laid out {geometry:?}"
         ));
     }
+    run.v.by_digest = !plan.checker.counts_consumer();
     let source = run.frames(source)?;
     run.check_the_rest()?;
     run.v.pulses = source.trigger_pulses();

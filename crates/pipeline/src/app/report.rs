@@ -23,6 +23,11 @@ pub struct Verification {
     pub failed: u64,
     /// The first failure, as one line.
     pub first_failure: Option<String>,
+    /// The read-back was checked against a digest the source took
+    /// (`--source gst:...`), not against the camera pattern (which the
+    /// consumer then does not check either).
+    #[serde(skip)]
+    pub by_digest: bool,
 }
 
 impl Verification {
@@ -246,8 +251,12 @@ impl Report {
                 Some(p) => format!(", {p} trigger pulses"),
                 None => String::new(),
             };
+            let how = match v.by_digest {
+                true => "the processed frame read back matches the digest its source took before the ring",
+                false => "consumer saw the camera pattern, producer read back the processed frame",
+            };
             format!(
-                "verified: {}/{} frames (consumer saw the camera pattern, producer read back the processed frame{pulses})",
+                "verified: {}/{} frames ({how}{pulses})",
                 self.frames, self.frames
             )
         } else {

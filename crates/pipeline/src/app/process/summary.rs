@@ -79,6 +79,7 @@ impl Summary {
             pulses: None,
             failed: self.bad_frames + self.camera.failed + missing,
             first_failure,
+            by_digest: false,
         }
     }
 
