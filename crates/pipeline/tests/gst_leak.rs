@@ -44,6 +44,9 @@ fn round(n: usize, layout: FrameLayout, bytes: &mut [u8]) -> u64 {
     frames
 }
 
+/// Threads the process may gain between the two counts without a leak.
+const THREAD_SLACK: u64 = 4;
+
 #[test]
 fn sources_made_and_dropped_leave_no_threads_or_memory_behind() {
     let layout = FrameLayout::packed(320, 240, PixelFormat::Rgba8).expect("layout");
@@ -59,8 +62,12 @@ fn sources_made_and_dropped_leave_no_threads_or_memory_behind() {
     let (threads_after, rss_after) = threads_and_rss();
     // 100 good rounds of 5 frames, 100 of 2 before the element's error.
     assert_eq!(frames, 100 * 5 + 100 * 2);
+    // GStreamer and GLib keep pools of worker threads that grow and shrink
+    // on their own (one more was seen on a loaded CI machine); a source
+    // that left its streaming thread behind would add one per round, 360
+    // here, so a slack of a few threads still catches any leak.
     assert!(
-        threads_after <= threads,
+        threads_after <= threads + THREAD_SLACK,
         "threads {threads} after 40 rounds, {threads_after} after 400"
     );
     assert!(
