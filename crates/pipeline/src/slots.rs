@@ -791,6 +791,42 @@ mod tests {
         assert_eq!(t.previous_frame(), t.frame().checked_sub(n));
     }
 
+    /// One `Move::Acquire` of the property test: a ticket with its frame's
+    /// values, never a written frame or a busy slot again, the oldest
+    /// ticket given back first; or the refusal of a slot that is not free.
+    fn acquire_checked(
+        ring: &mut Slots,
+        n64: u64,
+        held: &mut Vec<(Ticket, bool)>,
+        flying: &[Ticket],
+        written: &std::collections::BTreeSet<u64>,
+        returned: &mut Vec<u64>,
+    ) {
+        match ring.acquire() {
+            Ok(t) => {
+                check_values(&t, n64);
+                assert!(!written.contains(&t.frame()), "frame {} again", t.frame());
+                assert!(held.iter().all(|(h, _)| h.slot() != t.slot()));
+                assert!(flying.iter().all(|f| f.slot() != t.slot()));
+                let queued = match returned.iter().min().copied() {
+                    Some(f) => {
+                        assert_eq!(t.frame(), f, "the oldest given back first");
+                        returned.retain(|&r| r != f);
+                        ring.state(t.slot()) == Some(SlotState::Queued(f))
+                    }
+                    None => false,
+                };
+                held.push((t, queued));
+            }
+            Err(RingError::Busy { slot, state, .. }) => {
+                assert!(returned.is_empty());
+                assert_ne!(state, SlotState::Free);
+                assert_eq!(ring.state(slot), Some(state));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     proptest::proptest! {
         /// Any run of moves keeps the protocol: every ticket has the
         /// deterministic fence values of its frame, a frame is written
@@ -811,29 +847,7 @@ mod tests {
             let mut last_done: Option<u64> = None;
             for m in run {
                 match m {
-                    Move::Acquire => match ring.acquire() {
-                        Ok(t) => {
-                            check_values(&t, n64);
-                            assert!(!written.contains(&t.frame()), "frame {} again", t.frame());
-                            assert!(held.iter().all(|(h, _)| h.slot() != t.slot()));
-                            assert!(flying.iter().all(|f| f.slot() != t.slot()));
-                            let queued = match returned.iter().min().copied() {
-                                Some(f) => {
-                                    assert_eq!(t.frame(), f, "the oldest given back first");
-                                    returned.retain(|&r| r != f);
-                                    ring.state(t.slot()) == Some(SlotState::Queued(f))
-                                }
-                                None => false,
-                            };
-                            held.push((t, queued));
-                        }
-                        Err(RingError::Busy { slot, state, .. }) => {
-                            assert!(returned.is_empty());
-                            assert_ne!(state, SlotState::Free);
-                            assert_eq!(ring.state(slot), Some(state));
-                        }
-                        Err(e) => panic!("{e}"),
-                    },
+                    Move::Acquire => acquire_checked(&mut ring, n64, &mut held, &flying, &written, &mut returned),
                     Move::Unwritten(i) if !held.is_empty() => {
                         let (t, _) = held.remove(i % held.len());
                         ring.unwritten(&t).unwrap();
