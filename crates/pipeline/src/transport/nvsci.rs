@@ -100,7 +100,7 @@ pub enum Processing {
     /// buffer, its mismatch counter in mapped pinned memory, completions
     /// from its events. On a Jetson (built, never run on one) and on the
     /// simulator, where the kernel runs as its Rust twin (register the
-    /// twins first: [`crate::consumer::twin::register`]).
+    /// twins first: `crate::consumer::twin::register`).
     CudaKernel,
 }
 
