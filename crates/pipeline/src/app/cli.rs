@@ -760,17 +760,16 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
             o.backend.name()
         ));
     }
-    // The whole mode in one command starts its camera over a pair of its
-    // own on the simulator; its CUDA side on a Jetson is not written.
-    if o.role.is_none() && (o.endpoints.is_some() || o.backend == BackendChoice::Jetson) {
-        let flag = if o.endpoints.is_some() {
-            "--endpoints"
-        } else {
-            "--backend jetson"
-        };
-        return Err(format!(
-            "{flag} cannot be used with --processes 2: that mode runs on the simulator over a pair it writes, and its CUDA side on a Jetson (the NVRTC kernel path) is not written; name a pair with --role camera / --role cuda and --nvsciipc-config"
-        ));
+    // The whole mode in one command on the simulator runs over a pair it
+    // writes in memory, unless a configuration file is named.
+    if o.role.is_none()
+        && o.endpoints.is_some()
+        && o.backend == BackendChoice::Sim
+        && o.nvsciipc_config.is_none()
+    {
+        return Err(
+            "--endpoints cannot be used with --backend sim --processes 2 without --nvsciipc-config: on the simulator that mode runs over a pair it makes; --endpoints names a Jetson's pair (--backend jetson or auto) or a pair of the named file".into(),
+        );
     }
     let refused = [
         (o.copy, "--copy"),
