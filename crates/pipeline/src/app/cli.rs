@@ -525,8 +525,10 @@ pub struct Args {
     #[arg(long, value_name = "F", value_enum, default_value = "none")]
     fault: FaultArg,
     /// 1: everything in this process; 2: the camera in a second process,
-    /// connected to this CUDA process only by NvSciIpc (--backend auto or
-    /// sim: the simulator, over a BSP-style configuration it keeps in memory)
+    /// connected to this CUDA process only by NvSciIpc (--backend sim, or
+    /// auto without --endpoints: the simulator, over a BSP-style
+    /// configuration it keeps in memory; --backend jetson with --endpoints:
+    /// a Jetson's pair, built but never run on one)
     #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
     processes: u8,
     /// Run one side of the two-process mode alone (the other is started

@@ -14,7 +14,7 @@
 //! cannot build it.
 //!
 //! The consumer is the one the in-process NvSci transport runs
-//! ([`nvsci_consumer`]): one code path for the real driver and the
+//! (`transport::nvsci::nvsci_consumer`): one code path for the real driver and the
 //! simulator, which one is the driver's backend. On a Jetson the kernel is
 //! compiled by NVRTC and runs on the GPU (built for aarch64, never run on
 //! one); on the simulator the same compile, load and launch reach the

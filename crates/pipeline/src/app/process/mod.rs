@@ -18,8 +18,9 @@
 //! fence, checks the processed bytes of the slot's previous frame (every
 //! byte inverted), writes the frame, signals *ready* and answers
 //! "written"; the CUDA process then waits for *ready* on its stream,
-//! processes the frame in place, signals *free*. The camera checks every
-//! ticket against a ring of its own that follows the same protocol.
+//! runs the user's work on the frame in place, signals *free*. The camera
+//! checks every ticket against a ring of its own that follows the same
+//! protocol.
 //!
 //! Set-up, per slot, exactly as the libraries require across processes
 //! (each side opens its own modules; lists travel from the waiter to the
@@ -43,9 +44,21 @@
 //!
 //! `--role camera` / `--role cuda` run one side alone (the other started by
 //! hand or by a test), with `--nvsciipc-config` naming the file both use.
-//! Processing on the simulator is a stream-ordered host function over the
-//! mapped memory (as the in-process NvSci transport does there); the CUDA
-//! kernel path of a Jetson is not written for this mode, which says so.
+//!
+//! # The work, and where it runs
+//! The CUDA process's consumer is the in-process NvSci transport's
+//! (`transport::nvsci::nvsci_consumer`): the work the one-process
+//! NvSci mode chooses (the check-and-invert kernel for the sensor model's
+//! frames, the only source this mode has) is compiled with NVRTC, loaded
+//! and launched on the consumer's stream after its wait for *ready*, over
+//! the NvSciBuf buffer mapped into CUDA, and *free* is signalled after it.
+//! The driver's backend selects where that runs, not a separate code path:
+//! `--backend jetson`, or `auto` with `--endpoints`, opens the real driver
+//! once the Jetson probe finds an integrated GPU, the NvSci libraries and
+//! NVRTC (refused with its reason otherwise), and the kernel runs on the
+//! GPU; on the simulator it runs as its registered Rust twin, which counts
+//! its launches for the report. The Jetson side is built for aarch64 in CI
+//! and has never run on a Jetson.
 
 mod camera;
 pub mod cuda;
