@@ -388,6 +388,8 @@ impl RemoteCamera {
     /// Ends the run: the camera checks its last frames and sends its
     /// figures; the endpoint closes.
     fn finish(mut self) -> Result<Figures, ProcessError> {
+        // Every frame was collected (each within the limit): all that is
+        // left on the streams are the free signals after them.
         self.consumer
             .drain()
             .map_err(|e| ProcessError::Consumer(e.to_string()))?;
