@@ -525,8 +525,10 @@ pub struct Args {
     #[arg(long, value_name = "F", value_enum, default_value = "none")]
     fault: FaultArg,
     /// 1: everything in this process; 2: the camera in a second process,
-    /// connected to this CUDA process only by NvSciIpc (--backend auto or
-    /// sim: the simulator, over a BSP-style configuration it keeps in memory)
+    /// connected to this CUDA process only by NvSciIpc (--backend sim, or
+    /// auto without --endpoints: the simulator, over a BSP-style
+    /// configuration it keeps in memory; --backend jetson with --endpoints:
+    /// a Jetson's pair, built but never run on one)
     #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
     processes: u8,
     /// Run one side of the two-process mode alone (the other is started
@@ -760,17 +762,16 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
             o.backend.name()
         ));
     }
-    // The whole mode in one command starts its camera over a pair of its
-    // own on the simulator; its CUDA side on a Jetson is not written.
-    if o.role.is_none() && (o.endpoints.is_some() || o.backend == BackendChoice::Jetson) {
-        let flag = if o.endpoints.is_some() {
-            "--endpoints"
-        } else {
-            "--backend jetson"
-        };
-        return Err(format!(
-            "{flag} cannot be used with --processes 2: that mode runs on the simulator over a pair it writes, and its CUDA side on a Jetson (the NVRTC kernel path) is not written; name a pair with --role camera / --role cuda and --nvsciipc-config"
-        ));
+    // The whole mode in one command on the simulator runs over a pair it
+    // writes in memory, unless a configuration file is named.
+    if o.role.is_none()
+        && o.endpoints.is_some()
+        && o.backend == BackendChoice::Sim
+        && o.nvsciipc_config.is_none()
+    {
+        return Err(
+            "--endpoints cannot be used with --backend sim --processes 2 without --nvsciipc-config: on the simulator that mode runs over a pair it makes; --endpoints names a Jetson's pair (--backend jetson or auto) or a pair of the named file".into(),
+        );
     }
     let refused = [
         (o.copy, "--copy"),

@@ -18,8 +18,9 @@
 //! fence, checks the processed bytes of the slot's previous frame (every
 //! byte inverted), writes the frame, signals *ready* and answers
 //! "written"; the CUDA process then waits for *ready* on its stream,
-//! processes the frame in place, signals *free*. The camera checks every
-//! ticket against a ring of its own that follows the same protocol.
+//! runs the user's work on the frame in place, signals *free*. The camera
+//! checks every ticket against a ring of its own that follows the same
+//! protocol.
 //!
 //! Set-up, per slot, exactly as the libraries require across processes
 //! (each side opens its own modules; lists travel from the waiter to the
@@ -43,9 +44,21 @@
 //!
 //! `--role camera` / `--role cuda` run one side alone (the other started by
 //! hand or by a test), with `--nvsciipc-config` naming the file both use.
-//! Processing on the simulator is a stream-ordered host function over the
-//! mapped memory (as the in-process NvSci transport does there); the CUDA
-//! kernel path of a Jetson is not written for this mode, which says so.
+//!
+//! # The work, and where it runs
+//! The CUDA process's consumer is the in-process NvSci transport's
+//! (`transport::nvsci::nvsci_consumer`): the work the one-process
+//! NvSci mode chooses (the check-and-invert kernel for the sensor model's
+//! frames, the only source this mode has) is compiled with NVRTC, loaded
+//! and launched on the consumer's stream after its wait for *ready*, over
+//! the NvSciBuf buffer mapped into CUDA, and *free* is signalled after it.
+//! The driver's backend selects where that runs, not a separate code path:
+//! `--backend jetson`, or `auto` with `--endpoints`, opens the real driver
+//! once the Jetson probe finds an integrated GPU, the NvSci libraries and
+//! NVRTC (refused with its reason otherwise), and the kernel runs on the
+//! GPU; on the simulator it runs as its registered Rust twin, which counts
+//! its launches for the report. The Jetson side is built for aarch64 in CI
+//! and has never run on a Jetson.
 
 mod camera;
 pub mod cuda;
@@ -62,6 +75,7 @@ use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
 use crate::app::cli::{two_process_conflicts, BackendChoice, Options, Role};
+use crate::app::probe::{Probe, Verdict};
 use crate::app::report::Report;
 use crate::transport::host::Fault;
 use crate::transport::FrameGeometry;
@@ -156,10 +170,10 @@ impl Settings {
 /// One process's simulator or the real driver, and the endpoint names.
 pub(crate) struct Setup {
     backend: Arc<Backend>,
-    _sim: Option<Sim>,
+    /// This process's simulator (`None` on the real driver).
+    sim: Option<Sim>,
     camera_ep: String,
     cuda_ep: String,
-    simulated: bool,
 }
 
 fn refuse_backend(b: BackendChoice) -> Result<(), ProcessError> {
@@ -178,24 +192,28 @@ fn setup(
     config: Option<&str>,
 ) -> Result<Setup, ProcessError> {
     refuse_backend(settings.backend)?;
-    let real = settings.backend == BackendChoice::Jetson
-        || (settings.backend == BackendChoice::Auto && endpoints.is_some());
-    if real {
+    if real_driver(settings.backend, endpoints) {
         let (camera_ep, cuda_ep) = endpoints.cloned().ok_or_else(|| {
             ProcessError::Options(
                 "on a Jetson, name the BSP's endpoint pair: --endpoints <camera>,<cuda>".into(),
             )
         })?;
-        let backend = Backend::real().map_err(|source| ProcessError::Driver {
-            what: "the CUDA driver",
-            source,
-        })?;
+        // The one-process mode's test for a Jetson: an integrated GPU, the
+        // NvSci libraries and their symbols, NVRTC (the kernel's compiler).
+        let probe = Probe::new();
+        let backend = match (probe.jetson(), probe.real) {
+            (Verdict::Available(_), Ok(backend)) => backend,
+            (Verdict::Unavailable(why), _) | (Verdict::Available(_), Err(why)) => {
+                return Err(ProcessError::Options(format!(
+                    "--processes 2 on the real driver (the NvSci pair {camera_ep},{cuda_ep}) needs a Jetson: {why}"
+                )))
+            }
+        };
         return Ok(Setup {
             backend,
-            _sim: None,
+            sim: None,
             camera_ep,
             cuda_ep,
-            simulated: false,
         });
     }
     let config = config.ok_or_else(|| {
@@ -216,10 +234,9 @@ fn sim_setup(
         .unwrap_or((SIM_PAIR.0.to_owned(), SIM_PAIR.1.to_owned()));
     Ok(Setup {
         backend: sim.backend(),
-        _sim: Some(sim),
+        sim: Some(sim),
         camera_ep,
         cuda_ep,
-        simulated: true,
     })
 }
 
@@ -229,11 +246,6 @@ fn run_cuda(
     config: Option<&str>,
 ) -> Result<Summary, ProcessError> {
     let s = setup(settings, endpoints, config)?;
-    if !s.simulated {
-        return Err(ProcessError::Options(
-            "--processes 2 runs on the simulator only: its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware".into(),
-        ));
-    }
     cuda::run(settings, &s)
 }
 
@@ -244,10 +256,13 @@ fn cuda_process(
     config: Option<String>,
 ) -> Result<Summary, ProcessError> {
     refuse_backend(settings.backend)?;
-    if settings.backend == BackendChoice::Jetson || opts.endpoints.is_some() {
-        return Err(ProcessError::Options(
-            "--processes 2 runs on the simulator only, over the pair it makes: --endpoints (a Jetson's pair) and --backend jetson are refused because its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware (on the simulator, --role camera / --role cuda with --nvsciipc-config and --endpoints name another pair)".into(),
-        ));
+    if real_driver(settings.backend, opts.endpoints.as_ref()) {
+        // A Jetson: the pair is the BSP's (`/etc/nvsciipc.cfg`), both
+        // processes on the real driver; checked before the camera starts.
+        let s = setup(settings, opts.endpoints.as_ref(), None)?;
+        let camera = spawn_camera(opts, None, None)?;
+        let result = cuda::run(settings, &s);
+        return finish_with_camera(camera, result, settings.limit);
     }
     // A configuration of our own in memory, unless a file is named.
     let (own, config) = match config {
@@ -263,9 +278,26 @@ fn cuda_process(
             (Some(c), p)
         }
     };
-    let camera = spawn_camera(opts, &config, own.as_ref())?;
-    let result = run_cuda(settings, None, Some(&config));
-    let status = reap(camera, result.is_ok(), settings.limit)?;
+    let camera = spawn_camera(opts, Some(&config), own.as_ref())?;
+    let result = run_cuda(settings, opts.endpoints.as_ref(), Some(&config));
+    finish_with_camera(camera, result, settings.limit)
+}
+
+/// Whether the run is on the real driver: `--backend jetson`, or `auto`
+/// with a Jetson's endpoint pair named (`--endpoints`); else the
+/// simulator.
+fn real_driver(backend: BackendChoice, endpoints: Option<&(String, String)>) -> bool {
+    backend == BackendChoice::Jetson || (backend == BackendChoice::Auto && endpoints.is_some())
+}
+
+/// The CUDA side's `result` once the camera process it started exited
+/// (see [`reap`]), or its failure.
+fn finish_with_camera(
+    camera: Child,
+    result: Result<Summary, ProcessError>,
+    limit: Duration,
+) -> Result<Summary, ProcessError> {
+    let status = reap(camera, result.is_ok(), limit)?;
     let summary = result?;
     if !status.success() {
         return Err(ProcessError::CameraFailed(status));
@@ -274,10 +306,11 @@ fn cuda_process(
 }
 
 /// Starts this program as the camera side of the same run, on `config`
-/// (inherited where it is `own`, a memory file).
+/// (inherited where it is `own`, a memory file; `None` on a Jetson, whose
+/// pair the options name).
 fn spawn_camera(
     opts: &Options,
-    config: &str,
+    config: Option<&str>,
     own: Option<&IpcConfigFile>,
 ) -> Result<Child, ProcessError> {
     let exe = std::env::current_exe().map_err(|source| ProcessError::Io {
@@ -287,7 +320,7 @@ fn spawn_camera(
     let camera = Options {
         role: Some(Role::Camera),
         processes: 1,
-        nvsciipc_config: Some(config.into()),
+        nvsciipc_config: config.map(Into::into),
         json: false,
         ..opts.clone()
     };
@@ -379,6 +412,9 @@ mod tests {
             assert_eq!(summary.source, want, "{release:?}");
             assert!(summary.passed(), "{release:?}: {summary:?}");
             assert_eq!(summary.camera.verified, 20);
+            // Every frame went through the kernel (its simulator twin).
+            assert_eq!(summary.kernel_launches, Some(20), "{release:?}");
+            assert!(!summary.real);
         }
     }
 }
