@@ -80,8 +80,12 @@ pub struct RemoteCamera {
 /// Runs the CUDA side: set-up, every frame through the ring, the
 /// camera's figures.
 pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessError> {
-    let mut link = Link::open(&s.backend, &s.cuda_ep, Peer::Camera, settings.limit)?;
-    link.send(&Msg::Hello(settings.hello()))?;
+    let mut link = Link::open(s, &s.cuda_ep, Peer::Camera, settings.limit)?;
+    let fault = link.offer(&settings.hello())?;
+    let settings = &Settings {
+        fault,
+        ..settings.clone()
+    };
     let mut cam = RemoteCamera::set_up(link, s, settings)?;
     let mut ring = Slots::new(settings.ring).map_err(|e| ProcessError::Ring(e.to_string()))?;
     let mut t = Timings::new()?;

@@ -94,8 +94,9 @@ pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
     let endpoints = opts.endpoints.as_ref();
     let summary = match opts.role {
         Some(Role::Camera) => {
+            let watch = camera::watch_parent()?;
             let s = setup(&settings, endpoints, config.as_deref())?;
-            camera::run(&settings, &s)?;
+            camera::run(&settings, &s, watch)?;
             return Ok(None);
         }
         // The CUDA side alone; its camera was started by someone else.
@@ -149,6 +150,7 @@ impl Settings {
             width: u64::from(self.width),
             height: u64::from(self.height),
             bytes_per_pixel: self.bytes_per_pixel as u64,
+            fault: self.fault,
         }
     }
 }
@@ -265,12 +267,16 @@ fn cuda_process(
     };
     let camera = spawn_camera(opts, &config, own.as_ref())?;
     let result = run_cuda(settings, None, Some(&config));
-    let status = reap(camera, result.is_ok(), settings.limit)?;
-    let summary = result?;
-    if !status.success() {
-        return Err(ProcessError::CameraFailed(status));
+    let (status, ended_here) = reap(camera, result.is_ok(), settings.limit)?;
+    match result {
+        Ok(summary) if status.success() => Ok(summary),
+        Ok(_) => Err(ProcessError::CameraFailed(status)),
+        Err(error) => Err(ProcessError::WithCamera {
+            error: Box::new(error),
+            camera: status,
+            ended_here,
+        }),
     }
-    Ok(summary)
 }
 
 /// Starts this program as the camera side of the same run, on `config`
@@ -292,7 +298,8 @@ fn spawn_camera(
         ..opts.clone()
     };
     let mut cmd = Command::new(exe);
-    cmd.args(camera.to_args());
+    cmd.args(camera.to_args())
+        .env(camera::PARENT_VAR, std::process::id().to_string());
     if let Some(c) = own {
         c.share_with(&mut cmd);
     }
@@ -306,8 +313,8 @@ fn spawn_camera(
 /// went well (it only sends its figures and closes), a moment after one
 /// that failed (the camera is then dead, stopped or stuck); a camera still
 /// running then is killed, so that this process never waits for it
-/// without a limit.
-fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, ProcessError> {
+/// without a limit. Its exit status, and whether it was ended here.
+fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<(ExitStatus, bool), ProcessError> {
     let io = |what| move |source| ProcessError::Io { what, source };
     let grace = if ok {
         limit
@@ -320,7 +327,7 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
             .try_wait()
             .map_err(io("waiting for the camera process"))?
         {
-            return Ok(status);
+            return Ok((status, false));
         }
         if Instant::now() >= deadline {
             camera.kill().map_err(io("ending the camera process"))?;
@@ -334,7 +341,7 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
                     limit,
                 });
             }
-            return Ok(status);
+            return Ok((status, true));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -371,7 +378,7 @@ mod tests {
                 sim_setup(c.with_nvsciipc_config(cfg.path()), None)
             };
             let summary = std::thread::scope(|s| {
-                let camera = s.spawn(|| camera::run(&settings, &sim()?));
+                let camera = s.spawn(|| camera::run(&settings, &sim()?, None));
                 let summary = cuda::run(&settings, &sim().unwrap());
                 camera.join().unwrap().unwrap();
                 summary.unwrap()

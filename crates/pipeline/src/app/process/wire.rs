@@ -6,16 +6,17 @@
 //! message of the wrong kind, with missing, extra or malformed fields, is a
 //! [`ProcessError::Protocol`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tegra_interop::driver::nvsci::{IpcEndpoint, NvSciIpc};
-use tegra_interop::driver::Backend;
 
 use super::error::{Peer, ProcessError};
+use super::Setup;
 use crate::slots::Ticket;
+use crate::transport::host::Fault;
 
-/// What both sides must agree on before any object crosses.
+/// What both sides must agree on before any object crosses, and the
+/// defect one of them was asked to inject (`--fault`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Hello {
     pub frames: u64,
@@ -23,6 +24,64 @@ pub(crate) struct Hello {
     pub width: u64,
     pub height: u64,
     pub bytes_per_pixel: u64,
+    pub fault: Fault,
+}
+
+impl Hello {
+    /// The fault of a run whose sides were given `self.fault` and
+    /// `theirs.fault`: the one given (to either side), `None` when they
+    /// name two different ones.
+    fn agreed_fault(&self, theirs: &Hello) -> Option<Fault> {
+        match (self.fault, theirs.fault) {
+            (Fault::None, f) | (f, Fault::None) => Some(f),
+            (a, b) if a == b => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The options of `self` (this side) and `theirs` that differ, in
+    /// words (`--frames 21 here, 20 there`); empty when none.
+    fn differences(&self, theirs: &Hello) -> String {
+        let mut out = Vec::new();
+        let mut num = |name: &str, here: u64, there: u64| {
+            if here != there {
+                out.push(format!("{name} {here} here, {name} {there} there"));
+            }
+        };
+        num("--frames", self.frames, theirs.frames);
+        num("--ring", self.ring, theirs.ring);
+        num("--width", self.width, theirs.width);
+        num("--height", self.height, theirs.height);
+        if self.bytes_per_pixel != theirs.bytes_per_pixel {
+            out.push(format!(
+                "--format of {} bytes per pixel here, of {} there",
+                self.bytes_per_pixel, theirs.bytes_per_pixel
+            ));
+        }
+        if self.agreed_fault(theirs).is_none() {
+            out.push(format!(
+                "--fault {} here, --fault {} there",
+                fault_word(self.fault),
+                fault_word(theirs.fault)
+            ));
+        }
+        out.join("; ")
+    }
+}
+
+/// `--fault`'s word for `f`, as it crosses in the hello.
+fn fault_word(f: Fault) -> &'static str {
+    match f {
+        Fault::None => "none",
+        Fault::SkipProcess => "skip-process",
+        Fault::Corrupt => "corrupt",
+    }
+}
+
+fn parse_fault(word: &str) -> Option<Fault> {
+    [Fault::None, Fault::SkipProcess, Fault::Corrupt]
+        .into_iter()
+        .find(|&f| fault_word(f) == word)
 }
 
 /// The fields of a [`Ticket`], as they cross to the camera process.
@@ -66,8 +125,15 @@ struct BadMessage(String);
 /// One message of the protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Msg {
-    /// CUDA -> camera, first.
+    /// CUDA -> camera, first: its options.
     Hello(Hello),
+    /// Camera -> CUDA, the answer to a hello that matches its own options:
+    /// the fault the run injects (the one either side was given).
+    Agreed(Fault),
+    /// Camera -> CUDA, the answer to a hello that does not match: its own
+    /// options (the CUDA side names the differences; no text of the peer
+    /// is shown).
+    Refused(Hello),
     /// CUDA -> camera: write this frame as the ticket says.
     Ticket(TicketMsg),
     /// Camera -> CUDA: the frame is written and *ready* signalled (its
@@ -85,10 +151,9 @@ pub(crate) enum Msg {
 impl Msg {
     fn encode(&self) -> String {
         match self {
-            Msg::Hello(h) => format!(
-                "hello {} {} {} {} {}",
-                h.frames, h.ring, h.width, h.height, h.bytes_per_pixel
-            ),
+            Msg::Hello(h) => format!("hello {}", hello_fields(h)),
+            Msg::Agreed(f) => format!("agreed {}", fault_word(*f)),
+            Msg::Refused(h) => format!("refused {}", hello_fields(h)),
             Msg::Ticket(t) => format!(
                 "ticket {} {} {} {} {} {}",
                 t.frame,
@@ -131,17 +196,30 @@ impl Msg {
                 )))
             }
         };
+        let fault = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|w| parse_fault(w))
+                .ok_or_else(|| BadMessage(format!("`{kind}` with a bad fault {i}: {text:?}")))
+        };
+        let hello = || -> Result<Hello, BadMessage> {
+            want(6)?;
+            Ok(Hello {
+                frames: n(0)?,
+                ring: n(1)?,
+                width: n(2)?,
+                height: n(3)?,
+                bytes_per_pixel: n(4)?,
+                fault: fault(5)?,
+            })
+        };
         Ok(match kind {
-            "hello" => {
-                want(5)?;
-                Msg::Hello(Hello {
-                    frames: n(0)?,
-                    ring: n(1)?,
-                    width: n(2)?,
-                    height: n(3)?,
-                    bytes_per_pixel: n(4)?,
-                })
+            "hello" => Msg::Hello(hello()?),
+            "agreed" => {
+                want(1)?;
+                Msg::Agreed(fault(0)?)
             }
+            "refused" => Msg::Refused(hello()?),
             "ticket" => {
                 want(6)?;
                 let previous = match fields[5] {
@@ -187,6 +265,18 @@ impl Msg {
     }
 }
 
+fn hello_fields(h: &Hello) -> String {
+    format!(
+        "{} {} {} {} {} {}",
+        h.frames,
+        h.ring,
+        h.width,
+        h.height,
+        h.bytes_per_pixel,
+        fault_word(h.fault)
+    )
+}
+
 /// This side's end of the pair: every wait on it is bounded by the peer
 /// timeout, and its errors name the peer and what was waited for.
 pub(crate) struct Link {
@@ -195,17 +285,63 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    /// Opens endpoint `name` and waits (at most `limit`) for `peer` to
-    /// connect; every later send and receive waits at most `limit` too.
-    pub fn open(
-        backend: &Arc<Backend>,
-        name: &str,
-        peer: Peer,
-        limit: Duration,
-    ) -> Result<Link, ProcessError> {
-        let ep = NvSciIpc::open(backend, name, limit)
-            .map_err(|e| ProcessError::ipc(peer, format!("to connect to {name:?}"), e))?;
-        Ok(Link { ep, peer })
+    /// Opens endpoint `name` of `s` and waits (at most `limit`) for `peer`
+    /// to connect; every later send and receive waits at most `limit` too.
+    /// A configuration file the simulator refused is
+    /// [`ProcessError::Config`], with the simulator's reason.
+    pub fn open(s: &Setup, name: &str, peer: Peer, limit: Duration) -> Result<Link, ProcessError> {
+        match NvSciIpc::open(&s.backend, name, limit) {
+            Ok(ep) => Ok(Link { ep, peer }),
+            Err(e) => Err(match config_refusal(s) {
+                Some(reason) => ProcessError::Config { reason, source: e },
+                None => ProcessError::ipc(peer, format!("to connect to {name:?}"), e),
+            }),
+        }
+    }
+
+    /// The CUDA side's half of the handshake: sends our options, waits for
+    /// the camera's answer; the fault the run injects.
+    pub fn offer(&mut self, ours: &Hello) -> Result<Fault, ProcessError> {
+        self.send(&Msg::Hello(*ours))?;
+        match self.recv(&|| "its answer to our hello".into())? {
+            Msg::Agreed(f) if ours.agreed_fault(&Hello { fault: f, ..*ours }) == Some(f) => Ok(f),
+            Msg::Refused(theirs) => {
+                let detail = ours.differences(&theirs);
+                Err(if detail.is_empty() {
+                    self.protocol(format!("it refused our hello {ours:?} as its own"))
+                } else {
+                    ProcessError::Mismatch {
+                        peer: self.peer,
+                        detail,
+                    }
+                })
+            }
+            other => Err(self.protocol(format!("{other:?} instead of its answer to our hello"))),
+        }
+    }
+
+    /// The camera side's half of the handshake: takes the CUDA side's
+    /// options and answers; the fault the run injects. On a mismatch the
+    /// refusal is sent, the endpoint closed (the peer reads the refusal
+    /// first) and the mismatch returned.
+    pub fn answer(mut self, ours: &Hello) -> Result<(Link, Fault), ProcessError> {
+        let theirs = match self.recv(&|| "its hello".into())? {
+            Msg::Hello(h) => h,
+            other => return Err(self.protocol(format!("{other:?} instead of its hello"))),
+        };
+        let detail = ours.differences(&theirs);
+        match ours.agreed_fault(&theirs) {
+            Some(f) if detail.is_empty() => {
+                self.send(&Msg::Agreed(f))?;
+                Ok((self, f))
+            }
+            _ => {
+                let peer = self.peer;
+                self.send(&Msg::Refused(*ours))?;
+                self.close()?;
+                Err(ProcessError::Mismatch { peer, detail })
+            }
+        }
     }
 
     /// The endpoint, for the driver's object and fence transfers.
@@ -264,6 +400,16 @@ impl Link {
     }
 }
 
+/// The simulator's reason for refusing the NvSciIpc configuration file,
+/// where it refused one (its diagnostic of `NvSciIpcInit`).
+fn config_refusal(s: &Setup) -> Option<String> {
+    let sim = s._sim.as_ref()?;
+    sim.diagnostics()
+        .into_iter()
+        .find(|d| d.symbol == "NvSciIpcInit" && d.kind == tegra_interop_sim::DiagnosticKind::Misuse)
+        .map(|d| d.message)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -278,7 +424,18 @@ mod tests {
                 width: 64,
                 height: 16,
                 bytes_per_pixel: 4,
+                fault: Fault::None,
             }),
+            Msg::Refused(Hello {
+                frames: 1,
+                ring: 8,
+                width: 2,
+                height: 3,
+                bytes_per_pixel: 2,
+                fault: Fault::SkipProcess,
+            }),
+            Msg::Agreed(Fault::Corrupt),
+            Msg::Agreed(Fault::None),
             Msg::Ticket(TicketMsg {
                 frame: 4,
                 slot: 1,
@@ -319,11 +476,48 @@ mod tests {
             b"written -1 2",
             b"end now",
             b"hello",
+            b"hello 1 2 3 4 5",
+            b"hello 1 2 3 4 5 broken",
+            b"agreed",
+            b"agreed corrupt none",
+            b"refused 1 2 3 4 5 \x1b[2J",
             b"reboot",
             b"\xff\xfe",
             b"",
         ] {
             assert!(Msg::decode(bad).is_err(), "{bad:?}");
         }
+    }
+
+    fn hello(frames: u64, ring: u64, fault: Fault) -> Hello {
+        Hello {
+            frames,
+            ring,
+            width: 64,
+            height: 16,
+            bytes_per_pixel: 4,
+            fault,
+        }
+    }
+
+    #[test]
+    fn the_fault_given_to_either_side_is_the_runs_and_two_differ() {
+        use Fault::{Corrupt, None as No, SkipProcess};
+        for (a, b, want) in [
+            (No, No, Some(No)),
+            (Corrupt, No, Some(Corrupt)),
+            (No, SkipProcess, Some(SkipProcess)),
+            (Corrupt, Corrupt, Some(Corrupt)),
+            (Corrupt, SkipProcess, None),
+        ] {
+            assert_eq!(hello(5, 3, a).agreed_fault(&hello(5, 3, b)), want);
+            assert_eq!(hello(5, 3, b).agreed_fault(&hello(5, 3, a)), want);
+        }
+        assert_eq!(hello(5, 3, Corrupt).differences(&hello(5, 3, No)), "");
+        assert_eq!(
+            hello(21, 3, Corrupt).differences(&hello(20, 4, SkipProcess)),
+            "--frames 21 here, --frames 20 there; --ring 3 here, --ring 4 there; \
+             --fault corrupt here, --fault skip-process there"
+        );
     }
 }
