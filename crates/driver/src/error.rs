@@ -272,7 +272,7 @@ impl fmt::Display for Error {
             }
             Error::NvSci { call, code } => {
                 write!(f, "{call} failed: {code}")?;
-                if let Some(hint) = code.hint() {
+                if let Some(hint) = code.hint_for(call) {
                     write!(f, "; {hint}")?;
                 }
                 Ok(())
