@@ -38,7 +38,13 @@
 //! peer ends this side with [`ProcessError::Timeout`], naming what it
 //! waited for; a peer that died gives [`ProcessError::Ipc`] (the
 //! connection reset). The CUDA process ends the camera process it started
-//! when it fails. No wait is queued on the GPU before the fence it waits
+//! when it fails, and its error says how that process ended
+//! ([`ProcessError::WithCamera`]). The camera process it starts watches it
+//! until the two are connected, and ends at once if it died before
+//! ([`ProcessError::ParentGone`]). First the CUDA side sends its options
+//! and `--fault`; the camera answers with the run's fault (the one either
+//! side was given) or with its own options, which the CUDA side names
+//! where they differ ([`ProcessError::Mismatch`]). No wait is queued on the GPU before the fence it waits
 //! for was signalled, so a dead camera leaves no stuck stream behind.
 //!
 //! `--role camera` / `--role cuda` run one side alone (the other started by

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use tegra_interop::driver::nvsci::{IpcEndpoint, NvSciIpc};
+use tegra_interop::driver::nvsci::{IpcEndpoint, IpcError, NvSciIpc};
 
 use super::error::{Peer, ProcessError};
 use super::Setup;
@@ -292,7 +292,7 @@ impl Link {
     pub fn open(s: &Setup, name: &str, peer: Peer, limit: Duration) -> Result<Link, ProcessError> {
         match NvSciIpc::open(&s.backend, name, limit) {
             Ok(ep) => Ok(Link { ep, peer }),
-            Err(e) => Err(match config_refusal(s) {
+            Err(e) => Err(match config_refusal(s, &e) {
                 Some(reason) => ProcessError::Config { reason, source: e },
                 None => ProcessError::ipc(peer, format!("to connect to {name:?}"), e),
             }),
@@ -337,8 +337,10 @@ impl Link {
             }
             _ => {
                 let peer = self.peer;
-                self.send(&Msg::Refused(*ours))?;
-                self.close()?;
+                let told = self.send(&Msg::Refused(*ours)).and_then(|()| self.close());
+                // The mismatch is this side's error whether or not the
+                // refusal reached the peer (which then sees a reset).
+                drop(told);
                 Err(ProcessError::Mismatch { peer, detail })
             }
         }
@@ -401,9 +403,17 @@ impl Link {
 }
 
 /// The simulator's reason for refusing the NvSciIpc configuration file,
-/// where it refused one (its diagnostic of `NvSciIpcInit`).
-fn config_refusal(s: &Setup) -> Option<String> {
-    let sim = s._sim.as_ref()?;
+/// where `e` is that refusal (`NvSciIpcInit`'s `NotPermitted`; the reason
+/// is the simulator's diagnostic of that call).
+fn config_refusal(s: &Setup, e: &IpcError) -> Option<String> {
+    let refused = matches!(
+        e,
+        IpcError::Driver(tegra_interop::driver::Error::NvSci {
+            call: "NvSciIpcInit",
+            code: tegra_interop::core::NvSciError::NOT_PERMITTED,
+        })
+    );
+    let sim = s._sim.as_ref().filter(|_| refused)?;
     sim.diagnostics()
         .into_iter()
         .find(|d| d.symbol == "NvSciIpcInit" && d.kind == tegra_interop_sim::DiagnosticKind::Misuse)
