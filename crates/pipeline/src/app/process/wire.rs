@@ -179,89 +179,118 @@ impl Msg {
             .map_err(|_| BadMessage("a message that is not text".into()))?;
         let mut words = text.split(' ');
         let kind = words.next().unwrap_or_default();
-        let fields: Vec<&str> = words.collect();
-        let n = |i: usize| -> Result<u64, BadMessage> {
-            fields
-                .get(i)
-                .and_then(|w| w.parse().ok())
-                .ok_or_else(|| BadMessage(format!("`{kind}` with a bad field {i}: {text:?}")))
-        };
-        let want = |count: usize| {
-            if fields.len() == count {
-                Ok(())
-            } else {
-                Err(BadMessage(format!(
-                    "`{kind}` with {} fields: {text:?}",
-                    fields.len()
-                )))
-            }
-        };
-        let fault = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|w| parse_fault(w))
-                .ok_or_else(|| BadMessage(format!("`{kind}` with a bad fault {i}: {text:?}")))
-        };
-        let hello = || -> Result<Hello, BadMessage> {
-            want(6)?;
-            Ok(Hello {
-                frames: n(0)?,
-                ring: n(1)?,
-                width: n(2)?,
-                height: n(3)?,
-                bytes_per_pixel: n(4)?,
-                fault: fault(5)?,
-            })
+        let f = Fields {
+            kind,
+            text,
+            words: words.collect(),
         };
         Ok(match kind {
-            "hello" => Msg::Hello(hello()?),
+            "hello" => Msg::Hello(f.hello()?),
             "agreed" => {
-                want(1)?;
-                Msg::Agreed(fault(0)?)
+                f.want(1)?;
+                Msg::Agreed(f.fault(0)?)
             }
-            "refused" => Msg::Refused(hello()?),
+            "refused" => Msg::Refused(f.hello()?),
             "ticket" => {
-                want(6)?;
-                let previous = match fields[5] {
+                f.want(6)?;
+                let previous = match f.words[5] {
                     "-" => None,
-                    _ => Some(n(5)?),
+                    _ => Some(f.n(5)?),
                 };
                 Msg::Ticket(TicketMsg {
-                    frame: n(0)?,
-                    slot: n(1)?,
-                    free_wait: n(2)?,
-                    ready: n(3)?,
-                    free_signal: n(4)?,
+                    frame: f.n(0)?,
+                    slot: f.n(1)?,
+                    free_wait: f.n(2)?,
+                    ready: f.n(3)?,
+                    free_signal: f.n(4)?,
                     previous,
                 })
             }
             "written" => {
-                want(2)?;
+                f.want(2)?;
                 Msg::Written {
-                    frame: n(0)?,
-                    write_ns: n(1)?,
+                    frame: f.n(0)?,
+                    write_ns: f.n(1)?,
                 }
             }
             "freed" => {
-                want(1)?;
-                Msg::Freed { frame: n(0)? }
+                f.want(1)?;
+                Msg::Freed { frame: f.n(0)? }
             }
             "end" => {
-                want(0)?;
+                f.want(0)?;
                 Msg::End
             }
             "figures" => {
-                want(5)?;
+                f.want(5)?;
                 Msg::Figures(Figures {
-                    pid: n(0)?,
-                    verified: n(1)?,
-                    failed: n(2)?,
-                    write_us_per_frame: n(3)?,
-                    elapsed_us: n(4)?,
+                    pid: f.n(0)?,
+                    verified: f.n(1)?,
+                    failed: f.n(2)?,
+                    write_us_per_frame: f.n(3)?,
+                    elapsed_us: f.n(4)?,
                 })
             }
             _ => return Err(BadMessage(format!("an unknown message {text:?}"))),
         })
+    }
+}
+
+/// The fields of one message being parsed, after its first word.
+struct Fields<'a> {
+    kind: &'a str,
+    text: &'a str,
+    words: Vec<&'a str>,
+}
+
+impl Fields<'_> {
+    /// Exactly `count` fields, or the error.
+    fn want(&self, count: usize) -> Result<(), BadMessage> {
+        if self.words.len() == count {
+            return Ok(());
+        }
+        Err(BadMessage(format!(
+            "`{}` with {} fields: {:?}",
+            self.kind,
+            self.words.len(),
+            self.text
+        )))
+    }
+
+    /// Field `i` as a number.
+    fn n(&self, i: usize) -> Result<u64, BadMessage> {
+        self.words
+            .get(i)
+            .and_then(|w| w.parse().ok())
+            .ok_or_else(|| self.bad("field", i))
+    }
+
+    /// Field `i` as a `--fault` word.
+    fn fault(&self, i: usize) -> Result<Fault, BadMessage> {
+        self.words
+            .get(i)
+            .and_then(|w| parse_fault(w))
+            .ok_or_else(|| self.bad("fault", i))
+    }
+
+    /// The six fields of a hello (or a refusal).
+    fn hello(&self) -> Result<Hello, BadMessage> {
+        self.want(6)?;
+        Ok(Hello {
+            frames: self.n(0)?,
+            ring: self.n(1)?,
+            width: self.n(2)?,
+            height: self.n(3)?,
+            bytes_per_pixel: self.n(4)?,
+            fault: self.fault(5)?,
+        })
+    }
+
+    fn bad(&self, what: &str, i: usize) -> BadMessage {
+        BadMessage(format!(
+            "`{}` with a bad {what} {i}: {:?}",
+            self.kind, self.text
+        ))
     }
 }
 
