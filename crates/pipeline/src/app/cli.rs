@@ -172,6 +172,11 @@ enum FaultArg {
 /// unless `--peer-timeout` says.
 pub const DEFAULT_PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The shortest `--peer-timeout`: 1 ms. A shorter limit cannot be met by
+/// any peer (a message takes longer to cross), and one that rounds to no
+/// time at all would make every wait fail at once.
+pub const MIN_PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A validated run configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -456,9 +461,15 @@ fn egl_pool_arg(v: &str) -> Result<usize, String> {
 }
 
 fn peer_timeout_arg(v: &str) -> Result<std::time::Duration, String> {
-    match v.parse::<f64>() {
-        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
-        _ => Err(format!("`{v}` is not a number of seconds in (0, 86400]")),
+    let min = MIN_PEER_TIMEOUT.as_secs_f64();
+    match v.trim().parse::<f64>() {
+        Ok(s) if s >= min && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        Ok(s) if s > 0.0 && s < min => Err(format!(
+            "{v} s is below the shortest limit, {min} s (1 ms): no peer answers sooner"
+        )),
+        _ => Err(format!(
+            "`{v}` is not a number of seconds in [{min}, 86400]"
+        )),
     }
 }
 
@@ -545,7 +556,7 @@ pub struct Args {
     endpoints: Option<(String, String)>,
     /// The two-process mode: seconds either side waits for the other (its
     /// connection, each message, each fence) before it ends with a timeout
-    /// error naming what it waited for (0 < S <= 86400)
+    /// error naming what it waited for (0.001 <= S <= 86400)
     #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
     peer_timeout: std::time::Duration,
     /// Threads that write and check a frame of 1 MiB or more (1..=64; default:

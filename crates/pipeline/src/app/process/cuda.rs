@@ -94,8 +94,12 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
     // On the simulator the kernel is its Rust twin, registered before the
     // consumer compiles it; on the real driver NVRTC compiles the kernel.
     let launches: Option<Launches> = s.sim.as_ref().map(twin::register_counted);
-    let mut link = Link::open(&s.backend, &s.cuda_ep, Peer::Camera, settings.limit)?;
-    link.send(&Msg::Hello(settings.hello()))?;
+    let mut link = Link::open(s, &s.cuda_ep, Peer::Camera, settings.limit)?;
+    let fault = link.offer(&settings.hello())?;
+    let settings = &Settings {
+        fault,
+        ..settings.clone()
+    };
     let mut cam = RemoteCamera::set_up(link, s, settings)?;
     let real = s.backend.kind() == BackendKind::Real;
     let note = Processing::CudaKernel.describe(cam.source, real);

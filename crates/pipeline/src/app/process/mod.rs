@@ -39,7 +39,13 @@
 //! peer ends this side with [`ProcessError::Timeout`], naming what it
 //! waited for; a peer that died gives [`ProcessError::Ipc`] (the
 //! connection reset). The CUDA process ends the camera process it started
-//! when it fails. No wait is queued on the GPU before the fence it waits
+//! when it fails, and its error says how that process ended
+//! ([`ProcessError::WithCamera`]). The camera process it starts watches it
+//! until the two are connected, and ends at once if it died before
+//! ([`ProcessError::ParentGone`]). First the CUDA side sends its options
+//! and `--fault`; the camera answers with the run's fault (the one either
+//! side was given) or with its own options, which the CUDA side names
+//! where they differ ([`ProcessError::Mismatch`]). No wait is queued on the GPU before the fence it waits
 //! for was signalled, so a dead camera leaves no stuck stream behind.
 //!
 //! `--role camera` / `--role cuda` run one side alone (the other started by
@@ -108,8 +114,9 @@ pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
     let endpoints = opts.endpoints.as_ref();
     let summary = match opts.role {
         Some(Role::Camera) => {
+            let watch = camera::watch_parent()?;
             let s = setup(&settings, endpoints, config.as_deref())?;
-            camera::run(&settings, &s)?;
+            camera::run(&settings, &s, watch)?;
             return Ok(None);
         }
         // The CUDA side alone; its camera was started by someone else.
@@ -163,6 +170,7 @@ impl Settings {
             width: u64::from(self.width),
             height: u64::from(self.height),
             bytes_per_pixel: self.bytes_per_pixel as u64,
+            fault: self.fault,
         }
     }
 }
@@ -297,12 +305,16 @@ fn finish_with_camera(
     result: Result<Summary, ProcessError>,
     limit: Duration,
 ) -> Result<Summary, ProcessError> {
-    let status = reap(camera, result.is_ok(), limit)?;
-    let summary = result?;
-    if !status.success() {
-        return Err(ProcessError::CameraFailed(status));
+    let (status, ended_here) = reap(camera, result.is_ok(), limit)?;
+    match result {
+        Ok(summary) if status.success() => Ok(summary),
+        Ok(_) => Err(ProcessError::CameraFailed(status)),
+        Err(error) => Err(ProcessError::WithCamera {
+            error: Box::new(error),
+            camera: status,
+            ended_here,
+        }),
     }
-    Ok(summary)
 }
 
 /// Starts this program as the camera side of the same run, on `config`
@@ -325,7 +337,8 @@ fn spawn_camera(
         ..opts.clone()
     };
     let mut cmd = Command::new(exe);
-    cmd.args(camera.to_args());
+    cmd.args(camera.to_args())
+        .env(camera::PARENT_VAR, std::process::id().to_string());
     if let Some(c) = own {
         c.share_with(&mut cmd);
     }
@@ -339,8 +352,8 @@ fn spawn_camera(
 /// went well (it only sends its figures and closes), a moment after one
 /// that failed (the camera is then dead, stopped or stuck); a camera still
 /// running then is killed, so that this process never waits for it
-/// without a limit.
-fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, ProcessError> {
+/// without a limit. Its exit status, and whether it was ended here.
+fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<(ExitStatus, bool), ProcessError> {
     let io = |what| move |source| ProcessError::Io { what, source };
     let grace = if ok {
         limit
@@ -353,7 +366,7 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
             .try_wait()
             .map_err(io("waiting for the camera process"))?
         {
-            return Ok(status);
+            return Ok((status, false));
         }
         if Instant::now() >= deadline {
             camera.kill().map_err(io("ending the camera process"))?;
@@ -367,7 +380,7 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
                     limit,
                 });
             }
-            return Ok(status);
+            return Ok((status, true));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -404,7 +417,7 @@ mod tests {
                 sim_setup(c.with_nvsciipc_config(cfg.path()), None)
             };
             let summary = std::thread::scope(|s| {
-                let camera = s.spawn(|| camera::run(&settings, &sim()?));
+                let camera = s.spawn(|| camera::run(&settings, &sim()?, None));
                 let summary = cuda::run(&settings, &sim().unwrap());
                 camera.join().unwrap().unwrap();
                 summary.unwrap()
