@@ -163,12 +163,16 @@ fn pair(nframes: u32, frame_size: u32) -> IpcConfigFile {
 
 #[test]
 fn init_reads_the_configuration_file() {
+    // A file that was there when the simulator was made (it is checked
+    // then) and is gone at NvSciIpcInit.
+    let gone = IpcConfigFile::with_text("INTER_PROCESS a b 4 64\n").unwrap();
     let missing = Sim::with_config(
         SimConfig::tegra()
-            .with_nvsciipc_config("/nonexistent/tegra-interop/nvsciipc.cfg")
+            .with_nvsciipc_config(gone.path())
             .with_diagnostic_echo(false),
     )
     .unwrap();
+    std::fs::remove_file(gone.path()).unwrap();
     let t = missing.table();
     assert_eq!(init(&t), NOT_PERMITTED);
     assert_eq!(open(&t, "a"), Err(NOT_INITIALIZED));
@@ -179,8 +183,10 @@ fn init_reads_the_configuration_file() {
         "{d:?}"
     );
 
-    let bad = IpcConfigFile::with_text("INTER_PROCESS a b 16\n").unwrap();
+    // A file rewritten malformed between the simulator's making and Init.
+    let bad = IpcConfigFile::with_text("INTER_PROCESS a b 16 64\n").unwrap();
     let (_s, t) = sim(&bad);
+    std::fs::write(bad.path(), "INTER_PROCESS a b 16\n").unwrap();
     assert_eq!(init(&t), NOT_PERMITTED);
 
     let cfg = IpcConfigFile::with_text("INTER_PROCESS a b 4 64\nINTER_VM vm0 3 0\n").unwrap();
@@ -504,4 +510,74 @@ fn unknown_handles_are_bad_parameters() {
     assert_eq!(r.0, BAD_PARAMETER);
     assert_eq!(reset(&t, 0x1234), BAD_PARAMETER);
     call!(t.nvsciipc, NvSciIpcDeinit());
+}
+
+/// The simulator refuses a configuration it cannot use when it is made,
+/// with a typed error naming the file and the reason.
+fn refused(path: &std::path::Path) -> String {
+    let t0 = Instant::now();
+    let r = Sim::with_config(
+        SimConfig::tegra()
+            .with_nvsciipc_config(path)
+            .with_diagnostic_echo(false),
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let e = r
+        .err()
+        .unwrap_or_else(|| panic!("{} was accepted", path.display()));
+    let text = e.to_string();
+    assert!(
+        matches!(e, tegra_interop_sim::SimError::IpcConfig(_)),
+        "{text}"
+    );
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    text
+}
+
+/// Issue 31: `frame_size` 2^32-1 was taken (a 5-frame two-process run took
+/// 6 min and 16.8 GB); the values are bounded, each refusal naming the
+/// field and the bound.
+#[test]
+fn configuration_values_are_bounded() {
+    for (line, field) in [
+        ("INTER_PROCESS a b 16 4294967295", "frame_size"),
+        ("INTER_PROCESS a b 4294967295 64", "nframes"),
+        ("INTER_PROCESS a b 128 65536", "nframes x frame_size"),
+    ] {
+        let cfg = IpcConfigFile::with_text(&format!("{line}\n")).unwrap();
+        let text = refused(cfg.path());
+        assert!(text.contains(field), "{line}: {text}");
+        assert!(text.contains("at most"), "{line}: {text}");
+    }
+    // The largest accepted values still work.
+    let cfg = IpcConfigFile::with_text("INTER_PROCESS a b 64 65536\n").unwrap();
+    let (_s, t) = sim(&cfg);
+    assert_eq!(init(&t), OK);
+    call!(t.nvsciipc, NvSciIpcDeinit());
+}
+
+/// Issue 31: `/dev/zero` as the configuration was read until memory ran
+/// out, and a FIFO blocked both processes forever. Only a regular file of
+/// bounded size is read; anything else is a typed error at once, naming
+/// the file and the reason (not a bare NotPermitted).
+#[test]
+fn only_a_bounded_regular_file_is_read_as_the_configuration() {
+    let text = refused(std::path::Path::new("/dev/zero"));
+    assert!(text.contains("not a regular file"), "{text}");
+    let dir = std::env::temp_dir().join(format!("ti-nvsciipc-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("nvsciipc.cfg");
+    let c = CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let text = refused(&fifo);
+    assert!(text.contains("not a regular file"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let huge = IpcConfigFile::with_text(&"# padding\n".repeat(200_000)).unwrap();
+    let text = refused(huge.path());
+    assert!(text.contains("larger than"), "{text}");
+    let missing = refused(std::path::Path::new(
+        "/nonexistent/tegra-interop/nvsciipc.cfg",
+    ));
+    assert!(missing.contains("cannot"), "{missing}");
 }

@@ -20,7 +20,11 @@ mod wire;
 
 pub(crate) use self::buffers::*;
 pub(crate) use self::calls::*;
-pub use self::config::IpcConfigFile;
+pub(crate) use self::config::IpcTable;
+pub use self::config::{
+    IpcConfigError, IpcConfigFile, IpcConfigProblem, MAX_CHANNEL_BYTES, MAX_CONFIG_BYTES,
+    MAX_FRAME_SIZE, MAX_NFRAMES,
+};
 pub(crate) use self::endpoint::IpcState;
 pub(crate) use self::fences::*;
 pub(crate) use self::lists::*;
