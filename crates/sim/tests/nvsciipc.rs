@@ -512,6 +512,51 @@ fn unknown_handles_are_bad_parameters() {
     call!(t.nvsciipc, NvSciIpcDeinit());
 }
 
+/// Issue 31: with frames the simulator's socket cannot hold `nframes` of
+/// (64 x 65536, 16 x 65536, 32 x 24576) and a peer that reads nothing,
+/// GetEventSafe reported WRITE while WriteSafe answered InsufficientMemory,
+/// and a sender that trusted WRITE spun forever. nvsciipc.h: WRITE is a
+/// FIFO status event, reported as long as the write FIFO has a free frame;
+/// WriteSafe answers InsufficientMemory when it is full. So WRITE is
+/// reported exactly when a write succeeds, and comes back once the peer
+/// reads.
+#[test]
+fn write_is_reported_exactly_while_the_write_channel_has_room() {
+    for (nframes, frame_size) in [(64, 65536), (16, 65536), (32, 24576)] {
+        let cfg = pair(nframes, frame_size);
+        let [(sa, ta, a), (sb, tb, b)] = established(&cfg);
+        let frame = vec![7u8; frame_size as usize];
+        let mut sent = 0;
+        loop {
+            let ev = events(&ta, a).unwrap();
+            let r = write(&ta, a, &frame);
+            assert_eq!(
+                ev & WRITE != 0,
+                r == OK,
+                "{nframes}x{frame_size}, frame {sent}: events {ev:#x}, write {r:#x}"
+            );
+            if r != OK {
+                assert_eq!(r, INSUFFICIENT_MEMORY);
+                break;
+            }
+            sent += 1;
+            assert!(sent <= nframes, "more than nframes frames in flight");
+        }
+        assert!(sent >= 1);
+        assert_eq!(events(&ta, a).unwrap() & WRITE, 0, "full: no WRITE");
+        // The peer reads one frame: room again, and WRITE says so.
+        wait_for(&tb, b, READ);
+        assert_eq!(read(&tb, b, frame_size).unwrap().len(), frame.len());
+        assert_eq!(wait_for(&ta, a, WRITE) & WRITE, WRITE);
+        assert_eq!(write(&ta, a, &frame), OK);
+        for (s, t, h) in [(&sa, &ta, a), (&sb, &tb, b)] {
+            assert_eq!(call!(t.nvsciipc, NvSciIpcCloseEndpointSafe(h, false)).0, OK);
+            call!(t.nvsciipc, NvSciIpcDeinit());
+            assert!(s.nvsci_ledger().is_clean(), "{}", s.nvsci_ledger());
+        }
+    }
+}
+
 /// The simulator refuses a configuration it cannot use when it is made,
 /// with a typed error naming the file and the reason.
 fn refused(path: &std::path::Path) -> String {
