@@ -418,6 +418,65 @@ fn a_send_to_a_silent_peer_times_out_within_its_limit() {
     }
 }
 
+/// Issue 31: a buffer descriptor naming an object that was never sent (the
+/// peer rewrote its transfer id) made the import wait the simulator's 30 s,
+/// whatever the caller's `Timeout`. The import now waits at most the
+/// caller's limit, then answers a typed error; the receiver goes on and
+/// nothing leaks.
+#[test]
+fn an_object_never_sent_is_waited_for_only_the_callers_timeout() {
+    let _lock = serial();
+    let baseline = open_fds();
+    let mut pr = pair();
+    let (bufs_p, bufs_c) = pr.buf_modules();
+    let mine = bufs_c
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_Readonly))
+        .unwrap();
+    bufs_c.send_unreconciled(&[&mine], &mut pr.c).unwrap();
+    let theirs = bufs_p.receive_unreconciled(&mut pr.p).unwrap();
+    let own = bufs_p
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_ReadWrite))
+        .unwrap();
+    let obj = bufs_p.reconcile_and_alloc(&[&own, &theirs]).unwrap();
+    // The descriptor (the second message) names another transfer id.
+    let other_id = |n: usize, bytes: Vec<u8>| match n {
+        0 => bytes,
+        _ => {
+            let mut b = bytes;
+            let id = u64::from_ne_bytes(b[8..16].try_into().unwrap());
+            b[8..16].copy_from_slice(&(id ^ 0x5a5a_5a5a).to_ne_bytes());
+            b
+        }
+    };
+    let mut hostile = Hostile {
+        inner: &mut pr.p,
+        sent: 0,
+        rewrite: &other_id,
+        swallow: false,
+    };
+    obj.send(Some(BufPerm::ReadOnly), &mut hostile).unwrap();
+    let t0 = Instant::now();
+    let err = bufs_c
+        .receive_obj(
+            &mut pr.c,
+            &[&mine],
+            BufPerm::ReadOnly,
+            Timeout::After(SHORT),
+        )
+        .expect_err("a descriptor of an object never sent");
+    let took = t0.elapsed();
+    assert!(took < SHORT + Duration::from_secs(3), "{took:?}: {err}");
+    assert_eq!(
+        nvsci_code(&err).map(|(call, _)| call),
+        Some("NvSciBufObjIpcImport"),
+        "{err}"
+    );
+    still_talking(&mut pr.c, &mut pr.p);
+    drop((obj, own, theirs, mine, bufs_p, bufs_c));
+    pr.finish();
+    assert_eq!(open_fds(), baseline);
+}
+
 /// The simulator's `NvSciIpcGetEventSafe`, called by [`always_write`].
 static GET_EVENT: Mutex<RawGetEvent> = Mutex::new(None);
 

@@ -335,7 +335,9 @@ impl BufModule {
     /// Receives a buffer sent with [`BufObj::send`]: its reconciled list
     /// (checked against the importer's own lists `own`) and the object,
     /// with at least `required` permission (checked by the library and
-    /// again on the imported handle).
+    /// again on the imported handle). `timeout` goes to the import call:
+    /// NvSciBuf ignores it (its object comes with the descriptor); the
+    /// simulator waits at most that long for the object to arrive.
     pub fn receive_obj(
         &self,
         ep: &mut impl IpcEndpoint,
@@ -413,7 +415,10 @@ impl SyncModule {
     /// against this side's own lists `own`), then the object
     /// (`NvSciSyncObjIpcImport` with that reconciled list, as the library
     /// requires) with at least `required` permission (checked by the library
-    /// and again on the imported handle).
+    /// and again on the imported handle). `timeout` goes to the import
+    /// call: NvSciSync 6.0.10 leaves it unused (its object comes with the
+    /// descriptor); the simulator waits at most that long for the object to
+    /// arrive.
     pub fn receive_obj(
         &self,
         ep: &mut impl IpcEndpoint,

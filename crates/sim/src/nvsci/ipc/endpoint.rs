@@ -420,9 +420,10 @@ impl Endpoint {
         lock(&self.conn).claimed.contains(&id)
     }
 
-    /// Waits (at most `limit`) for the exported object `id`; once per id.
-    pub(crate) fn receive_object(&self, id: u64, limit: Option<Duration>) -> R<OwnedFd> {
-        let deadline = limit.and_then(|l| Instant::now().checked_add(l));
+    /// Waits at most `limit` for the exported object `id` (`Timeout` when it
+    /// does not come); once per id.
+    pub(crate) fn receive_object(&self, id: u64, limit: Duration) -> R<OwnedFd> {
+        let deadline = Instant::now().checked_add(limit);
         let _rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             {
