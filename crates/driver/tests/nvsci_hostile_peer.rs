@@ -9,10 +9,13 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tegra_interop_core::nvsci::{BufAttr, BufAttrSet};
-use tegra_interop_core::sys::nvsci::{NvSciBufAttrValAccessPerm as Perm, NvSciBufType};
+use tegra_interop_core::sys::nvsci::{
+    NvSciBufAttrValAccessPerm as Perm, NvSciBufType, NvSciError as RawError,
+    PFN_NvSciIpcGetEventSafe as RawGetEvent,
+};
 use tegra_interop_core::NvSciError;
 use tegra_interop_driver::nvsci::{BufModule, BufPerm, IpcEndpoint, IpcError, NvSciIpc, Timeout};
 use tegra_interop_driver::{Backend, Error};
@@ -46,7 +49,12 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let cfg = IpcConfigFile::inter_process(&[("p", "c", NFRAMES, 1024)]).unwrap();
+    pair_of(NFRAMES, 1024)
+}
+
+/// [`pair`] over a pair of `nframes` frames of `frame_size` bytes.
+fn pair_of(nframes: u32, frame_size: u32) -> Pair {
+    let cfg = IpcConfigFile::inter_process(&[("p", "c", nframes, frame_size)]).unwrap();
     // Quiet: forged descriptors are refused on purpose; the tests read the
     // diagnostics.
     let mk = || {
@@ -353,4 +361,199 @@ fn a_message_flood_is_back_pressure_and_a_typed_timeout() {
     still_talking(&mut pr.c, &mut pr.p);
     pr.finish();
     assert_eq!(open_fds(), baseline);
+}
+
+/// Issue 31: a peer that reads nothing, over pairs whose frames the
+/// simulator's socket holds fewer than `nframes` of (16 x 65536, 64 x 65536,
+/// 32 x 24576): a `send` with a 3 s timeout was still spinning at 20 s (the
+/// library reported WRITE while WriteSafe answered "full", and the retry
+/// loop never looked at its deadline). Now the send gives up within its
+/// limit with a typed Timeout that says it waited for room in the write
+/// channel; the consumer then reads every message that went.
+#[test]
+fn a_send_to_a_silent_peer_times_out_within_its_limit() {
+    let _lock = serial();
+    for (nframes, frame_size) in [(16, 65536), (64, 65536), (32, 24576)] {
+        let mut pr = pair_of(nframes, frame_size);
+        let mut p = pr.p;
+        p.set_timeout(SHORT);
+        let message = vec![0x5au8; 4 * frame_size as usize];
+        let (tx, rx) = std::sync::mpsc::channel();
+        // In a thread of its own: before the fix the send never returned.
+        std::thread::spawn(move || {
+            let mut sent = 0u32;
+            let (err, took) = loop {
+                let t0 = Instant::now();
+                match p.send(&message) {
+                    Ok(()) => sent += 1,
+                    Err(e) => break (e, t0.elapsed()),
+                }
+                if sent > 10 * nframes {
+                    panic!("no back-pressure");
+                }
+            };
+            let _ = tx.send((p, sent, err, took));
+        });
+        let (p, sent, err, took) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{nframes}x{frame_size}: the send was still going at 20 s"));
+        assert!(
+            matches!(err, IpcError::Timeout { .. }),
+            "{nframes}x{frame_size}: {err}"
+        );
+        assert!(
+            err.to_string().contains("room in the write channel"),
+            "{nframes}x{frame_size}: {err}"
+        );
+        assert!(
+            took < SHORT + Duration::from_secs(3),
+            "{nframes}x{frame_size}: the failing send took {took:?}"
+        );
+        pr.p = p;
+        pr.c.set_timeout(Duration::from_secs(10));
+        for _ in 0..sent {
+            assert_eq!(pr.c.recv().unwrap().len(), 4 * frame_size as usize);
+        }
+        pr.finish();
+    }
+}
+
+/// Issue 31: a buffer descriptor naming an object that was never sent (the
+/// peer rewrote its transfer id) made the import wait the simulator's 30 s,
+/// whatever the caller's `Timeout`. The import now waits at most the
+/// caller's limit, then answers a typed error; the receiver goes on and
+/// nothing leaks.
+#[test]
+fn an_object_never_sent_is_waited_for_only_the_callers_timeout() {
+    let _lock = serial();
+    let baseline = open_fds();
+    let mut pr = pair();
+    let (bufs_p, bufs_c) = pr.buf_modules();
+    let mine = bufs_c
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_Readonly))
+        .unwrap();
+    bufs_c.send_unreconciled(&[&mine], &mut pr.c).unwrap();
+    let theirs = bufs_p.receive_unreconciled(&mut pr.p).unwrap();
+    let own = bufs_p
+        .attr_list(&raw(4096, Perm::NvSciBufAccessPerm_ReadWrite))
+        .unwrap();
+    let obj = bufs_p.reconcile_and_alloc(&[&own, &theirs]).unwrap();
+    // The descriptor (the second message) names another transfer id.
+    let other_id = |n: usize, bytes: Vec<u8>| match n {
+        0 => bytes,
+        _ => {
+            let mut b = bytes;
+            let id = u64::from_ne_bytes(b[8..16].try_into().unwrap());
+            b[8..16].copy_from_slice(&(id ^ 0x5a5a_5a5a).to_ne_bytes());
+            b
+        }
+    };
+    let mut hostile = Hostile {
+        inner: &mut pr.p,
+        sent: 0,
+        rewrite: &other_id,
+        swallow: false,
+    };
+    obj.send(Some(BufPerm::ReadOnly), &mut hostile).unwrap();
+    let t0 = Instant::now();
+    let err = bufs_c
+        .receive_obj(
+            &mut pr.c,
+            &[&mine],
+            BufPerm::ReadOnly,
+            Timeout::After(SHORT),
+        )
+        .expect_err("a descriptor of an object never sent");
+    let took = t0.elapsed();
+    assert!(took < SHORT + Duration::from_secs(3), "{took:?}: {err}");
+    assert_eq!(
+        nvsci_code(&err).map(|(call, _)| call),
+        Some("NvSciBufObjIpcImport"),
+        "{err}"
+    );
+    still_talking(&mut pr.c, &mut pr.p);
+    drop((obj, own, theirs, mine, bufs_p, bufs_c));
+    pr.finish();
+    assert_eq!(open_fds(), baseline);
+}
+
+/// The simulator's `NvSciIpcGetEventSafe`, called by [`always_write`].
+static GET_EVENT: Mutex<RawGetEvent> = Mutex::new(None);
+
+/// A library that reports WRITE whatever its write channel holds (the
+/// simulator did, before issue 31): the simulator's answer, WRITE added.
+unsafe extern "C" fn always_write(h: u64, events: *mut u32) -> RawError {
+    let Some(f) = *GET_EVENT.lock().unwrap_or_else(|e| e.into_inner()) else {
+        return RawError(1);
+    };
+    // SAFETY: the caller's arguments, forwarded to the simulator's entry
+    // point of the same signature.
+    let r = unsafe { f(h, events) };
+    if r.0 == 0 && !events.is_null() {
+        // SAFETY: a non-null out-pointer the caller gave for one u32.
+        unsafe { *events |= 0x2 };
+    }
+    r
+}
+
+/// Issue 31, the driver's half: `transfer` retried a full channel without
+/// looking at its deadline, so a library that reports WRITE on a full write
+/// channel made `send` spin forever. Over such a library (the simulator
+/// with WRITE always added) a send to a peer that reads nothing now ends
+/// within its limit with a typed Timeout saying what it waited for.
+#[test]
+fn a_library_reporting_write_on_a_full_channel_cannot_make_send_spin() {
+    let _lock = serial();
+    let cfg = IpcConfigFile::inter_process(&[("p", "c", NFRAMES, 1024)]).unwrap();
+    let mk = || {
+        Sim::with_config(
+            SimConfig::tegra()
+                .with_nvsciipc_config(cfg.path())
+                .with_diagnostic_echo(false),
+        )
+        .unwrap()
+    };
+    let (sp, sc) = (mk(), mk());
+    let mut table = sp.table();
+    *GET_EVENT.lock().unwrap() = table.nvsciipc.NvSciIpcGetEventSafe;
+    table.nvsciipc.NvSciIpcGetEventSafe = Some(always_write);
+    // SAFETY: the simulator's table keeps `from_table`'s contract (see its
+    // README); the one entry replaced forwards to the simulator's and only
+    // adds an event bit. `sp` outlives every use of the backend.
+    let bp = unsafe { Backend::from_table("sim reporting WRITE always", table) };
+    let bc = sc.backend();
+    let (mut p, c) = std::thread::scope(|s| {
+        let p = s.spawn(|| NvSciIpc::open(&bp, "p", Duration::from_secs(10)).unwrap());
+        let c = NvSciIpc::open(&bc, "c", Duration::from_secs(10)).unwrap();
+        (p.join().unwrap(), c)
+    });
+    p.set_timeout(SHORT);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // In a thread of its own: before the fix the send never returned.
+    std::thread::spawn(move || {
+        let mut sent = 0u32;
+        let (err, took) = loop {
+            let t0 = Instant::now();
+            match p.send(&sent.to_ne_bytes()) {
+                Ok(()) => sent += 1,
+                Err(e) => break (e, t0.elapsed()),
+            }
+            assert!(sent <= 1000, "no back-pressure");
+        };
+        let _ = tx.send((p, sent, err, took));
+    });
+    let (p, sent, err, took) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("the send was still going at 20 s"));
+    assert!(matches!(err, IpcError::Timeout { .. }), "{err}");
+    assert!(
+        err.to_string().contains("room in the write channel"),
+        "{err}"
+    );
+    assert!(took < SHORT + Duration::from_secs(3), "{took:?}");
+    assert_eq!(sent, NFRAMES);
+    drop((p, c, bp, bc));
+    for sim in [&sp, &sc] {
+        assert!(sim.nvsci_ledger().is_clean(), "{}", sim.nvsci_ledger());
+    }
 }

@@ -50,6 +50,9 @@ pub struct SimConfig {
     /// The NvSciIpc configuration file `NvSciIpcInit` reads, in the BSP's
     /// format (`INTER_PROCESS <ep_a> <ep_b> <nframes> <frame_size>` lines).
     /// `None` (the default) reads `/etc/nvsciipc.cfg`, as the BSP does.
+    /// A path given here (with `nvsci` on) is checked when the simulator is
+    /// made: a file that is not regular, too large, malformed or beyond the
+    /// simulator's bounds is [`SimError::IpcConfig`].
     pub nvsciipc_config: Option<std::path::PathBuf>,
     /// How long [`Sim::with_config`] waits for a free slot when all
     /// [`SLOTS`] are in use. Default 60 s.
@@ -164,6 +167,10 @@ pub enum SimError {
         /// The number of slots.
         slots: usize,
     },
+    /// The NvSciIpc configuration named by [`SimConfig::nvsciipc_config`]
+    /// cannot be used (checked when the simulator is made; `NvSciIpcInit`
+    /// reads it again).
+    IpcConfig(crate::nvsci::IpcConfigError),
 }
 
 impl fmt::Display for SimError {
@@ -173,8 +180,16 @@ impl fmt::Display for SimError {
                 f,
                 "all {slots} simulator slots are in use (drop unused Sims, or fewer tests in parallel)"
             ),
+            SimError::IpcConfig(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for SimError {}
+impl std::error::Error for SimError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SimError::IpcConfig(e) => Some(e),
+            SimError::NoFreeSlot { .. } => None,
+        }
+    }
+}

@@ -145,8 +145,14 @@ impl Sim {
     ///
     /// # Errors
     /// [`SimError::NoFreeSlot`] when all slots stay taken for
-    /// [`SimConfig::slot_wait`].
+    /// [`SimConfig::slot_wait`]; [`SimError::IpcConfig`] when NvSci is on
+    /// and the NvSciIpc configuration named by
+    /// [`SimConfig::nvsciipc_config`] cannot be used (the file and the
+    /// reason).
     pub fn with_config(config: SimConfig) -> Result<Sim, SimError> {
+        if let Some(path) = config.nvsciipc_config.as_deref().filter(|_| config.nvsci) {
+            nvsci::ipc::IpcTable::load(path).map_err(SimError::IpcConfig)?;
+        }
         let deadline = Instant::now().checked_add(config.slot_wait);
         let inner = Arc::new_cyclic(|me| Instance::new(config, me.clone()));
         loop {

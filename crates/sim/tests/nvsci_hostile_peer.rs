@@ -411,3 +411,55 @@ fn forged_private_keys_are_refused_on_import() {
     drop(p);
     assert_eq!(open_fds(), baseline);
 }
+
+/// Issue 31: a 1 MiB unreconciled-list descriptor of 262,142 empty parts
+/// was accepted (146 MB of lists at the importer) and refused only at
+/// reconcile. The parse bounds what a descriptor may hold (parts, keys in a
+/// part, bytes of a value): each over-sized shape is refused at import with
+/// BadParameter and a diagnostic naming the bound, for both import calls;
+/// the honest descriptor still imports.
+#[test]
+fn oversized_list_descriptors_are_refused_at_parse() {
+    use std::collections::BTreeMap;
+    let _lock = serial();
+    let baseline = open_fds();
+    let p = peers();
+    let mb = SciBuf::module(&p.b.t);
+    let lb = raw_list(&p.b.t, mb, 4096, READONLY);
+    let honest = export_unreconciled(&p.b, lb);
+    let part = forge::list_parts(&honest).unwrap().remove(0);
+    let empty_parts = forge::list_desc(&vec![BTreeMap::new(); 262_142]);
+    assert_eq!(empty_parts.len(), 1 << 20, "the probe's 1 MiB descriptor");
+    let many_keys: BTreeMap<u32, Vec<u8>> = (0x4000_0000..0x4000_0000 + 10_000)
+        .map(|k| (k, Vec::new()))
+        .collect();
+    let mut big_value = part.clone();
+    big_value.insert(B_GPU_ID, vec![0u8; 512 << 10]);
+    let ma = SciBuf::module(&p.a.t);
+    for (what, desc) in [
+        ("parts", empty_parts),
+        ("parts", forge::list_desc(&vec![part.clone(); 1000])),
+        ("keys", forge::list_desc(&[many_keys])),
+        ("bytes", forge::list_desc(&[big_value])),
+    ] {
+        assert_eq!(
+            import_unreconciled(&p.a, ma, &desc).0,
+            BAD_PARAMETER,
+            "{what}"
+        );
+        assert_eq!(
+            import_reconciled(&p.a, &desc, &[]).0,
+            BAD_PARAMETER,
+            "{what}"
+        );
+        assert!(
+            has_misuse(&p.a.sim, what),
+            "{what}: {:#?}",
+            p.a.sim.diagnostics()
+        );
+        p.a.sim.take_diagnostics();
+    }
+    assert_eq!(import_unreconciled(&p.a, ma, &honest).0, OK);
+    drop(p);
+    assert_eq!(open_fds(), baseline);
+}

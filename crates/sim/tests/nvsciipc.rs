@@ -163,12 +163,16 @@ fn pair(nframes: u32, frame_size: u32) -> IpcConfigFile {
 
 #[test]
 fn init_reads_the_configuration_file() {
+    // A file that was there when the simulator was made (it is checked
+    // then) and is gone at NvSciIpcInit.
+    let gone = IpcConfigFile::with_text("INTER_PROCESS a b 4 64\n").unwrap();
     let missing = Sim::with_config(
         SimConfig::tegra()
-            .with_nvsciipc_config("/nonexistent/tegra-interop/nvsciipc.cfg")
+            .with_nvsciipc_config(gone.path())
             .with_diagnostic_echo(false),
     )
     .unwrap();
+    std::fs::remove_file(gone.path()).unwrap();
     let t = missing.table();
     assert_eq!(init(&t), NOT_PERMITTED);
     assert_eq!(open(&t, "a"), Err(NOT_INITIALIZED));
@@ -179,8 +183,10 @@ fn init_reads_the_configuration_file() {
         "{d:?}"
     );
 
-    let bad = IpcConfigFile::with_text("INTER_PROCESS a b 16\n").unwrap();
+    // A file rewritten malformed between the simulator's making and Init.
+    let bad = IpcConfigFile::with_text("INTER_PROCESS a b 16 64\n").unwrap();
     let (_s, t) = sim(&bad);
+    std::fs::write(bad.path(), "INTER_PROCESS a b 16\n").unwrap();
     assert_eq!(init(&t), NOT_PERMITTED);
 
     let cfg = IpcConfigFile::with_text("INTER_PROCESS a b 4 64\nINTER_VM vm0 3 0\n").unwrap();
@@ -504,4 +510,119 @@ fn unknown_handles_are_bad_parameters() {
     assert_eq!(r.0, BAD_PARAMETER);
     assert_eq!(reset(&t, 0x1234), BAD_PARAMETER);
     call!(t.nvsciipc, NvSciIpcDeinit());
+}
+
+/// Issue 31: with frames the simulator's socket cannot hold `nframes` of
+/// (64 x 65536, 16 x 65536, 32 x 24576) and a peer that reads nothing,
+/// GetEventSafe reported WRITE while WriteSafe answered InsufficientMemory,
+/// and a sender that trusted WRITE spun forever. nvsciipc.h: WRITE is a
+/// FIFO status event, reported as long as the write FIFO has a free frame;
+/// WriteSafe answers InsufficientMemory when it is full. So WRITE is
+/// reported exactly when a write succeeds, and comes back once the peer
+/// reads.
+#[test]
+fn write_is_reported_exactly_while_the_write_channel_has_room() {
+    for (nframes, frame_size) in [(64, 65536), (16, 65536), (32, 24576)] {
+        let cfg = pair(nframes, frame_size);
+        let [(sa, ta, a), (sb, tb, b)] = established(&cfg);
+        let frame = vec![7u8; frame_size as usize];
+        let mut sent = 0;
+        loop {
+            let ev = events(&ta, a).unwrap();
+            let r = write(&ta, a, &frame);
+            assert_eq!(
+                ev & WRITE != 0,
+                r == OK,
+                "{nframes}x{frame_size}, frame {sent}: events {ev:#x}, write {r:#x}"
+            );
+            if r != OK {
+                assert_eq!(r, INSUFFICIENT_MEMORY);
+                break;
+            }
+            sent += 1;
+            assert!(sent <= nframes, "more than nframes frames in flight");
+        }
+        assert!(sent >= 1);
+        assert_eq!(events(&ta, a).unwrap() & WRITE, 0, "full: no WRITE");
+        // The peer reads one frame: room again, and WRITE says so.
+        wait_for(&tb, b, READ);
+        assert_eq!(read(&tb, b, frame_size).unwrap().len(), frame.len());
+        assert_eq!(wait_for(&ta, a, WRITE) & WRITE, WRITE);
+        assert_eq!(write(&ta, a, &frame), OK);
+        for (s, t, h) in [(&sa, &ta, a), (&sb, &tb, b)] {
+            assert_eq!(call!(t.nvsciipc, NvSciIpcCloseEndpointSafe(h, false)).0, OK);
+            call!(t.nvsciipc, NvSciIpcDeinit());
+            assert!(s.nvsci_ledger().is_clean(), "{}", s.nvsci_ledger());
+        }
+    }
+}
+
+/// The simulator refuses a configuration it cannot use when it is made,
+/// with a typed error naming the file and the reason.
+fn refused(path: &std::path::Path) -> String {
+    let t0 = Instant::now();
+    let r = Sim::with_config(
+        SimConfig::tegra()
+            .with_nvsciipc_config(path)
+            .with_diagnostic_echo(false),
+    );
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let e = r
+        .err()
+        .unwrap_or_else(|| panic!("{} was accepted", path.display()));
+    let text = e.to_string();
+    assert!(
+        matches!(e, tegra_interop_sim::SimError::IpcConfig(_)),
+        "{text}"
+    );
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    text
+}
+
+/// Issue 31: `frame_size` 2^32-1 was taken (a 5-frame two-process run took
+/// 6 min and 16.8 GB); the values are bounded, each refusal naming the
+/// field and the bound.
+#[test]
+fn configuration_values_are_bounded() {
+    for (line, field) in [
+        ("INTER_PROCESS a b 16 4294967295", "frame_size"),
+        ("INTER_PROCESS a b 4294967295 64", "nframes"),
+        ("INTER_PROCESS a b 128 65536", "nframes x frame_size"),
+    ] {
+        let cfg = IpcConfigFile::with_text(&format!("{line}\n")).unwrap();
+        let text = refused(cfg.path());
+        assert!(text.contains(field), "{line}: {text}");
+        assert!(text.contains("at most"), "{line}: {text}");
+    }
+    // The largest accepted values still work.
+    let cfg = IpcConfigFile::with_text("INTER_PROCESS a b 64 65536\n").unwrap();
+    let (_s, t) = sim(&cfg);
+    assert_eq!(init(&t), OK);
+    call!(t.nvsciipc, NvSciIpcDeinit());
+}
+
+/// Issue 31: `/dev/zero` as the configuration was read until memory ran
+/// out, and a FIFO blocked both processes forever. Only a regular file of
+/// bounded size is read; anything else is a typed error at once, naming
+/// the file and the reason (not a bare NotPermitted).
+#[test]
+fn only_a_bounded_regular_file_is_read_as_the_configuration() {
+    let text = refused(std::path::Path::new("/dev/zero"));
+    assert!(text.contains("not a regular file"), "{text}");
+    let dir = std::env::temp_dir().join(format!("ti-nvsciipc-fifo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("nvsciipc.cfg");
+    let c = CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path alive for the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let text = refused(&fifo);
+    assert!(text.contains("not a regular file"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let huge = IpcConfigFile::with_text(&"# padding\n".repeat(200_000)).unwrap();
+    let text = refused(huge.path());
+    assert!(text.contains("larger than"), "{text}");
+    let missing = refused(std::path::Path::new(
+        "/nonexistent/tegra-interop/nvsciipc.cfg",
+    ));
+    assert!(missing.contains("cannot"), "{missing}");
 }

@@ -249,7 +249,7 @@ impl NvSciIpc {
             Calls::Legacy => call::NvSciIpcResetEndpoint(api, handle)?,
         }
         let deadline = Instant::now() + timeout;
-        ep.wait_for(EV_CONN_EST, deadline)?;
+        ep.wait_for(EV_CONN_EST, deadline, "the peer to connect")?;
         Ok(ep)
     }
 
@@ -343,12 +343,18 @@ impl NvSciIpc {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(IpcError::Timeout {
-                    endpoint: self.name.clone(),
-                    waited: self.timeout,
-                });
+                return Err(self.timeout_error("the peer to read every frame sent"));
             }
             crate::fd::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
+        }
+    }
+
+    /// The typed timeout of this endpoint, waiting for `what`.
+    fn timeout_error(&self, waiting_for: &'static str) -> IpcError {
+        IpcError::Timeout {
+            endpoint: self.name.clone(),
+            waited: self.timeout,
+            waiting_for,
         }
     }
 
@@ -375,8 +381,9 @@ impl NvSciIpc {
     }
 
     /// Waits until one of `want` is reported; a reset connection is
-    /// [`IpcError::ConnectionReset`].
-    fn wait_for(&self, want: u32, deadline: Instant) -> Result<u32, IpcError> {
+    /// [`IpcError::ConnectionReset`], the deadline passing a timeout saying
+    /// it waited for `what`.
+    fn wait_for(&self, want: u32, deadline: Instant, what: &'static str) -> Result<u32, IpcError> {
         loop {
             let ev = self.events()?;
             if ev & EV_CONN_RESET != 0 {
@@ -389,10 +396,8 @@ impl NvSciIpc {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(IpcError::Timeout {
-                    endpoint: self.name.clone(),
-                    waited: self.timeout,
-                });
+                // The open's wait (before `self.timeout` may have changed).
+                return Err(self.timeout_error(what));
             }
             // The library's event fd lives as long as the endpoint.
             crate::fd::poll_readable(self.event_fd, (deadline - now).min(Duration::from_secs(1)));
@@ -420,23 +425,36 @@ impl NvSciIpc {
     }
 
     /// One frame operation: waits for `event` (nvsciipc.h: check the
-    /// events before every read and write), then runs `op`; an empty/full
-    /// channel waits again, a reset is [`IpcError::ConnectionReset`].
+    /// events before every read and write), then runs `op`; a reset is
+    /// [`IpcError::ConnectionReset`]. An empty/full answer waits again, the
+    /// deadline checked on every round: a library that reports the event
+    /// yet answers "full" (or "empty") is retried after a pause that grows
+    /// from 1 ms to 50 ms, never in a spin, and the wait ends with a
+    /// timeout saying it waited for `waiting_for`.
     fn transfer(
         &self,
         event: u32,
         deadline: Instant,
-        what: &'static str,
+        call: &'static str,
+        waiting_for: &'static str,
         mut op: impl FnMut() -> Result<tegra_interop_sys::nvsci::NvSciError, Error>,
     ) -> Result<(), IpcError> {
+        let mut pause = Duration::from_millis(1);
         loop {
-            self.wait_for(event, deadline)?;
+            self.wait_for(event, deadline, waiting_for)?;
             let r = op()?;
             match r.0 {
                 0 => return Ok(()),
-                CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => continue,
+                CHANNEL_EMPTY_OR_FULL | TRY_AGAIN => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(self.timeout_error(waiting_for));
+                    }
+                    std::thread::sleep(pause.min(deadline - now));
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
                 CONNECTION_RESET => return Err(self.reset_error()),
-                _ => return Err(failed(what, r)),
+                _ => return Err(failed(call, r)),
             }
         }
     }
@@ -445,7 +463,8 @@ impl NvSciIpc {
         let api = &self.backend.table().nvsciipc;
         let len = u32::try_from(frame.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         let (h, p) = (self.handle, frame.as_ptr().cast());
-        self.transfer(EV_WRITE, deadline, "NvSciIpcWriteSafe", || {
+        let waiting_for = "room in the write channel (the peer has not read what was sent)";
+        self.transfer(EV_WRITE, deadline, "NvSciIpcWriteSafe", waiting_for, || {
             match self.calls {
                 // SAFETY: `p` points to `frame`, `len` readable bytes alive for the call; the byte
                 // count goes to a temporary.
@@ -461,14 +480,21 @@ impl NvSciIpc {
         let api = &self.backend.table().nvsciipc;
         let len = u32::try_from(buf.len()).map_err(|_| IpcError::Malformed("frame length"))?;
         let (h, size, p) = (self.handle, buf.len(), buf.as_mut_ptr().cast());
-        self.transfer(EV_READ, deadline, "NvSciIpcReadSafe", || match self.calls {
-            // SAFETY: `p` points to `buf`, `len` writable bytes alive for the call; the byte count
-            // goes to a temporary.
-            Calls::Safe => unsafe { code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32) },
-            // SAFETY: `p` points to `buf`, `size` writable bytes alive for the call; the byte count
-            // goes to a temporary.
-            Calls::Legacy => unsafe { code::NvSciIpcRead(api, h, p, size, &mut 0i32) },
-        })
+        let waiting_for = "a frame from the peer";
+        self.transfer(
+            EV_READ,
+            deadline,
+            "NvSciIpcReadSafe",
+            waiting_for,
+            || match self.calls {
+                // SAFETY: `p` points to `buf`, `len` writable bytes alive for the call; the byte count
+                // goes to a temporary.
+                Calls::Safe => unsafe { code::NvSciIpcReadSafe(api, h, p, len, &mut 0u32) },
+                // SAFETY: `p` points to `buf`, `size` writable bytes alive for the call; the byte count
+                // goes to a temporary.
+                Calls::Legacy => unsafe { code::NvSciIpcRead(api, h, p, size, &mut 0i32) },
+            },
+        )
     }
 }
 

@@ -113,6 +113,8 @@ pub enum IpcError {
         endpoint: String,
         /// How long was waited.
         waited: std::time::Duration,
+        /// What was waited for (e.g. "room in the write channel").
+        waiting_for: &'static str,
     },
     /// A message larger than this side accepts was sent or announced.
     TooLarge {
@@ -163,9 +165,13 @@ impl fmt::Display for IpcError {
                 f,
                 "NvSciIpc endpoint {endpoint:?}: the connection was reset (the peer closed or reset its endpoint, or its process ended); close this endpoint and open both ends again"
             ),
-            IpcError::Timeout { endpoint, waited } => write!(
+            IpcError::Timeout {
+                endpoint,
+                waited,
+                waiting_for,
+            } => write!(
                 f,
-                "NvSciIpc endpoint {endpoint:?}: no answer from the peer within {waited:?} (is the peer process running and using the paired endpoint name?)"
+                "NvSciIpc endpoint {endpoint:?}: gave up after {waited:?} waiting for {waiting_for} (is the peer process running, using the paired endpoint name, and reading?)"
             ),
             IpcError::TooLarge { len, max } => {
                 write!(f, "a message of {len} bytes; at most {max} are accepted")
@@ -329,7 +335,9 @@ impl BufModule {
     /// Receives a buffer sent with [`BufObj::send`]: its reconciled list
     /// (checked against the importer's own lists `own`) and the object,
     /// with at least `required` permission (checked by the library and
-    /// again on the imported handle).
+    /// again on the imported handle). `timeout` goes to the import call:
+    /// NvSciBuf ignores it (its object comes with the descriptor); the
+    /// simulator waits at most that long for the object to arrive.
     pub fn receive_obj(
         &self,
         ep: &mut impl IpcEndpoint,
@@ -407,7 +415,10 @@ impl SyncModule {
     /// against this side's own lists `own`), then the object
     /// (`NvSciSyncObjIpcImport` with that reconciled list, as the library
     /// requires) with at least `required` permission (checked by the library
-    /// and again on the imported handle).
+    /// and again on the imported handle). `timeout` goes to the import
+    /// call: NvSciSync 6.0.10 leaves it unused (its object comes with the
+    /// descriptor); the simulator waits at most that long for the object to
+    /// arrive.
     pub fn receive_obj(
         &self,
         ep: &mut impl IpcEndpoint,

@@ -183,6 +183,7 @@ fn cpu_wait(
             return Err(Box::new(IpcError::Timeout {
                 endpoint: ep.inner.name().to_owned(),
                 waited: limit,
+                waiting_for: "the producer's signal of the frame's fence",
             }));
         }
     }

@@ -15,9 +15,10 @@ use tegra_interop_sys::nvsci::NvSciBufObjIpcExportDescriptor;
 pub const FIRST_PRIVATE_KEY: u32 = super::attrs::PRIVATE_PEER;
 
 /// The parts of an attribute-list descriptor: per part, key -> value bytes.
-/// `None` for bytes that are not one.
+/// `None` for bytes that are not one, or one beyond the bounds an import
+/// checks (see the crate README's "hostile peer" rows).
 pub fn list_parts(desc: &[u8]) -> Option<Vec<BTreeMap<u32, Vec<u8>>>> {
-    let parts = super::attrs::deserialize(desc)?;
+    let parts = super::attrs::deserialize(desc).ok()?;
     Some(
         parts
             .into_iter()

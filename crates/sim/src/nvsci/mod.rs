@@ -82,7 +82,7 @@ pub mod forge;
 mod buf;
 // Entry-point bodies carry their C names: the generated trampolines find them by name.
 #[allow(non_snake_case)]
-mod ipc;
+pub(crate) mod ipc;
 mod list;
 mod release;
 mod slots;
@@ -115,7 +115,10 @@ pub(crate) mod bodies {
 }
 
 pub use attrs::color;
-pub use ipc::IpcConfigFile;
+pub use ipc::{
+    IpcConfigError, IpcConfigFile, IpcConfigProblem, MAX_CHANNEL_BYTES, MAX_CONFIG_BYTES,
+    MAX_FRAME_SIZE, MAX_NFRAMES,
+};
 pub use release::NvSciRelease;
 
 /// `NvSciError` values the simulator returns (named by the generated bindings).

@@ -88,15 +88,14 @@ pub(crate) fn NvSciBufObjIpcImport(
             );
             return Err(err::BAD_PARAMETER);
         }
-        // The header says the timeout is ignored; the simulator waits for
-        // the descriptor's memory at most `hang_timeout`.
-        let _ = timeout_us;
         let e = endpoint(c, ep)?;
         if e.claimed(id) {
             c.diag(D::Misuse, "this NvSciBuf object descriptor was imported already (a descriptor imports once; the real library's answer is not known, refused)".into());
             return Err(err::BAD_PARAMETER);
         }
-        let fd = e.receive_object(id, Some(c.inst.config.hang_timeout))?;
+        // The header says the timeout is ignored (the real library does not
+        // wait); the simulator's fd waits at most the caller's limit.
+        let fd = await_object(c, &e, id, timeout_us, "NvSciBufObjIpcImport")?;
         // From here on a refusal drops `fd`: nothing stays behind.
         if let Err(why) = buf::check_imported_memory(std::os::fd::AsFd::as_fd(&fd), size) {
             c.diag(

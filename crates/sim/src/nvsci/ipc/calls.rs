@@ -293,7 +293,7 @@ pub(crate) fn NvSciIpcGetEventSafe(c: &Call, h: NvSciIpcEndpoint, events: CMut<u
         if !k.frames.is_empty() {
             ev |= event::READ;
         }
-        if k.outstanding < e.cfg.nframes {
+        if e.write_room(&k) {
             ev |= event::WRITE;
         }
         if k.outstanding == 0 {
@@ -362,16 +362,21 @@ pub(crate) fn NvSciIpcWriteSafe(
     if !k.established || k.lost {
         return err::CONNECTION_RESET;
     }
-    if k.outstanding >= e.cfg.nframes {
+    // Full: `nframes` unread at the peer, or the socket holds what it may
+    // (the same rule as the WRITE event).
+    if !e.write_room(&k) {
         return err::INSUFFICIENT_MEMORY;
     }
     let Some(sock) = &k.sock else {
         return err::CONNECTION_RESET;
     };
     match send(sock, &header(Kind::Frame, 0), data, None) {
-        Ok(()) => {}
-        // The socket buffer is smaller than nframes frames: full for now.
-        Err(x) if x.raw_os_error() == Some(libc::EAGAIN) => return err::INSUFFICIENT_MEMORY,
+        Ok(()) => k.write_blocked = false,
+        // Full after all (only where the kernel does not report its queue).
+        Err(x) if x.raw_os_error() == Some(libc::EAGAIN) => {
+            k.write_blocked = true;
+            return err::INSUFFICIENT_MEMORY;
+        }
         Err(x) => {
             e.lose(&mut k, format!("sending to the peer failed: {x}"));
             return err::CONNECTION_RESET;

@@ -19,6 +19,167 @@ pub(crate) const MAX_NAME: usize = 64;
 /// Where the BSP keeps the configuration.
 pub(crate) const DEFAULT_CONFIG: &str = "/etc/nvsciipc.cfg";
 
+/// The most bytes of a configuration file the simulator reads. A chosen
+/// bound: a BSP's file has one short line per channel (a few KiB), and no
+/// NVIDIA document states a size.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// The largest `frame_size` the simulator accepts. A chosen bound: no
+/// header or NVIDIA guide states one (the DRIVE OS 6.0.9 guide says there
+/// is no upper limit); the simulator carries each frame as one
+/// `SOCK_SEQPACKET` message, which must fit a socket's default send buffer
+/// (Linux: 212,992 bytes), and 64 KiB is that with room to spare.
+pub const MAX_FRAME_SIZE: u32 = 1 << 16;
+/// The largest `nframes` the simulator accepts. A chosen bound: none is
+/// documented; `nframes` also bounds how many exported objects (one fd
+/// each) a peer can make this end hold, which must stay well inside the
+/// usual limit of 1024 open fds.
+pub const MAX_NFRAMES: u32 = 256;
+/// The most bytes one direction of a channel may queue (`nframes x
+/// frame_size`): what a receiver may have to hold for its peer. A chosen
+/// bound (4 MiB, e.g. 64 frames of 64 KiB); the BSP's examples queue
+/// kilobytes.
+pub const MAX_CHANNEL_BYTES: u64 = 4 << 20;
+
+/// Why the simulator cannot use an NvSciIpc configuration file: the file
+/// and the reason. `Display` says both.
+#[derive(Debug)]
+pub struct IpcConfigError {
+    /// The file, as it was named.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: IpcConfigProblem,
+}
+
+/// What is wrong with an NvSciIpc configuration file (see [`IpcConfigError`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum IpcConfigProblem {
+    /// It could not be opened, examined or read.
+    Unreadable(io::Error),
+    /// It is not a regular file (a FIFO, a device, a socket, a directory):
+    /// it is opened without blocking, examined and refused, never read (a
+    /// FIFO could block and a device never end).
+    NotRegular {
+        /// What it is instead.
+        kind: &'static str,
+    },
+    /// It holds more than [`MAX_CONFIG_BYTES`].
+    TooLarge {
+        /// The most bytes read.
+        max: u64,
+    },
+    /// It is not UTF-8 text.
+    NotText,
+    /// A line is not of the BSP's form.
+    Malformed {
+        /// The line number (from 1).
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A number beyond the simulator's bound.
+    OutOfRange {
+        /// The line number (from 1).
+        line: usize,
+        /// The field: `nframes`, `frame_size` or `nframes x frame_size`.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+        /// The most accepted.
+        max: u64,
+    },
+}
+
+impl std::fmt::Display for IpcConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let path = self.path.display();
+        match &self.problem {
+            IpcConfigProblem::Unreadable(e) => {
+                write!(f, "cannot read the NvSciIpc configuration {path}: {e}")
+            }
+            IpcConfigProblem::NotRegular { kind } => write!(
+                f,
+                "the NvSciIpc configuration {path} is not a regular file but a {kind}; it was not read (only a regular file is: a FIFO could block and a device never end)"
+            ),
+            IpcConfigProblem::TooLarge { max } => write!(
+                f,
+                "the NvSciIpc configuration {path} is larger than {max} bytes, the most the simulator reads"
+            ),
+            IpcConfigProblem::NotText => {
+                write!(f, "the NvSciIpc configuration {path} is not UTF-8 text")
+            }
+            IpcConfigProblem::Malformed { line, reason } => {
+                write!(f, "the NvSciIpc configuration {path}, line {line}: {reason}")
+            }
+            IpcConfigProblem::OutOfRange {
+                line,
+                field,
+                value,
+                max,
+            } => write!(
+                f,
+                "the NvSciIpc configuration {path}, line {line}: {field} {value} is beyond the simulator's bound (at most {max}; no NVIDIA document states a limit, the simulator's own is in its README)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for IpcConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.problem {
+            IpcConfigProblem::Unreadable(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What a non-regular file is, in words.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+/// Reads at most [`MAX_CONFIG_BYTES`] of the regular file at `path`. The
+/// file is opened without blocking (a FIFO without a writer would block the
+/// open) and examined (`fstat`) before anything is read from it.
+fn read_bounded(path: &Path) -> Result<String, IpcConfigProblem> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(IpcConfigProblem::Unreadable)?;
+    let meta = file.metadata().map_err(IpcConfigProblem::Unreadable)?;
+    if !meta.file_type().is_file() {
+        return Err(IpcConfigProblem::NotRegular {
+            kind: kind_of(meta.file_type()),
+        });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(IpcConfigProblem::Unreadable)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(IpcConfigProblem::TooLarge {
+            max: MAX_CONFIG_BYTES,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| IpcConfigProblem::NotText)
+}
+
 /// The kind of channel a configuration line declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Backend {
@@ -65,22 +226,23 @@ fn file_identity(path: &Path) -> PathBuf {
 }
 
 impl IpcTable {
-    /// Reads and checks the configuration at `path`.
-    pub(crate) fn load(path: &Path) -> Result<IpcTable, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            format!(
-                "cannot read the NvSciIpc configuration {}: {e}",
-                path.display()
-            )
-        })?;
+    /// Reads and checks the configuration at `path` (a regular file of at
+    /// most [`MAX_CONFIG_BYTES`], values within the simulator's bounds).
+    pub(crate) fn load(path: &Path) -> Result<IpcTable, IpcConfigError> {
+        let error = |problem| IpcConfigError {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let text = read_bounded(path).map_err(error)?;
         let canonical = file_identity(path);
-        let mut t = IpcTable::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut t = IpcTable::parse(&text).map_err(error)?;
         t.key = fnv(canonical.as_os_str().as_encoded_bytes());
         Ok(t)
     }
 
-    /// Parses configuration text (BSP format).
-    pub(crate) fn parse(text: &str) -> Result<IpcTable, String> {
+    /// Parses configuration text (BSP format), values within the bounds
+    /// ([`MAX_NFRAMES`], [`MAX_FRAME_SIZE`], [`MAX_CHANNEL_BYTES`]).
+    pub(crate) fn parse(text: &str) -> Result<IpcTable, IpcConfigProblem> {
         let mut endpoints = HashMap::new();
         for (n, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -89,39 +251,59 @@ impl IpcTable {
             }
             let f: Vec<&str> = line.split_whitespace().collect();
             let at = n + 1;
+            let malformed = |reason: String| IpcConfigProblem::Malformed { line: at, reason };
             let name_ok = |s: &str| !s.is_empty() && s.len() < MAX_NAME;
             let mut add = |name: &str, cfg: EndpointConfig| {
                 if !name_ok(name) {
-                    return Err(format!(
-                        "line {at}: endpoint name {name:?} is empty or longer than {} bytes",
+                    return Err(malformed(format!(
+                        "endpoint name {name:?} is empty or longer than {} bytes",
                         MAX_NAME - 1
-                    ));
+                    )));
                 }
                 if endpoints.insert(name.to_owned(), cfg).is_some() {
-                    return Err(format!("line {at}: endpoint {name:?} is declared twice"));
+                    return Err(malformed(format!("endpoint {name:?} is declared twice")));
                 }
                 Ok(())
             };
             match f[0] {
                 "INTER_PROCESS" | "INTER_THREAD" => {
                     let [_, a, b, nframes, frame_size] = f[..] else {
-                        return Err(format!(
-                            "line {at}: expected `{} <ep_a> <ep_b> <nframes> <frame_size>`",
+                        return Err(malformed(format!(
+                            "expected `{} <ep_a> <ep_b> <nframes> <frame_size>`",
                             f[0]
-                        ));
+                        )));
                     };
-                    let num = |s: &str, what: &str| match s.parse::<u32>() {
-                        Ok(v) if v > 0 => Ok(v),
-                        _ => Err(format!("line {at}: {what} {s:?} is not a positive number")),
+                    let num = |s: &str, field: &'static str, max: u32| match s.parse::<u64>() {
+                        Ok(0) | Err(_) => {
+                            Err(malformed(format!("{field} {s:?} is not a positive number")))
+                        }
+                        Ok(v) if v > u64::from(max) => Err(IpcConfigProblem::OutOfRange {
+                            line: at,
+                            field,
+                            value: v,
+                            max: u64::from(max),
+                        }),
+                        Ok(v) => Ok(v as u32),
                     };
                     if a == b {
-                        return Err(format!("line {at}: an endpoint cannot be its own peer"));
+                        return Err(malformed("an endpoint cannot be its own peer".into()));
+                    }
+                    let nframes = num(nframes, "nframes", MAX_NFRAMES)?;
+                    let frame_size = num(frame_size, "frame_size", MAX_FRAME_SIZE)?;
+                    let queued = u64::from(nframes) * u64::from(frame_size);
+                    if queued > MAX_CHANNEL_BYTES {
+                        return Err(IpcConfigProblem::OutOfRange {
+                            line: at,
+                            field: "nframes x frame_size",
+                            value: queued,
+                            max: MAX_CHANNEL_BYTES,
+                        });
                     }
                     let cfg = EndpointConfig {
                         backend: Backend::Local,
                         pair: (a.to_owned(), b.to_owned()),
-                        nframes: num(nframes, "nframes")?,
-                        frame_size: num(frame_size, "frame_size")?,
+                        nframes,
+                        frame_size,
                     };
                     add(a, cfg.clone())?;
                     add(b, cfg)?;
@@ -135,7 +317,7 @@ impl IpcTable {
                     };
                     add(f[1], cfg)?;
                 }
-                other => return Err(format!("line {at}: unknown backend {other:?}")),
+                other => return Err(malformed(format!("unknown backend {other:?}"))),
             }
         }
         Ok(IpcTable { key: 0, endpoints })
@@ -324,6 +506,10 @@ mod tests {
             "INTER_PROCESS a b 16 x",
             "INTER_PROCESS a b 1 1\nINTER_PROCESS a c 1 1",
             "SOMETHING a b 1 1",
+            "INTER_PROCESS a b 16 4294967295",
+            "INTER_PROCESS a b 16 65537",
+            "INTER_PROCESS a b 257 64",
+            "INTER_PROCESS a b 256 65536",
         ] {
             assert!(IpcTable::parse(bad).is_err(), "{bad}");
         }

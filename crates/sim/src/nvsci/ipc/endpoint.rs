@@ -26,7 +26,18 @@
 //! answer `ConnectionReset` before the connection is established or after
 //! it was lost. `GetEventSafe` reports CONN_EST / CONN_RESET once each
 //! (edge events) and READ / WRITE / WRITE_EMPTY while they hold (FIFO
-//! status), as the header describes. The endpoint's event fd (an epoll fd
+//! status), as the header describes: WRITE exactly while a `WriteSafe`
+//! would post a frame ([`Endpoint::write_room`]).
+//!
+//! The write FIFO is full when `nframes` frames are unread at the peer, or
+//! when the connection's socket holds as much as it may (frames reach the
+//! peer's queue only when the peer's library runs, so a peer that calls
+//! nothing leaves them in the socket). A frame goes only while the socket's
+//! unreceived bytes (`SIOCOUTQ`) are below half its send buffer: the
+//! kernel takes a message below the whole buffer, so the send cannot fail
+//! for room, and the other half stays for the control messages
+//! (acknowledgements) that must not be refused. Each socket asks for a
+//! send buffer of four frames; the kernel caps it (`wmem_max`). The endpoint's event fd (an epoll fd
 //! over the endpoint's sockets) becomes readable when something arrives.
 //!
 //! The life-cycle preconditions the header states (event fd before the
@@ -66,8 +77,8 @@ use tegra_interop_sys::nvsci::NvSciError;
 
 use super::config::{fnv, EndpointConfig, IpcTable};
 use super::wire::{
-    accept, bind, connect, epoll_add, epoll_del, epoll_new, header, listen, peek_kind,
-    poll_readable, recv, send, seqpacket, Kind, Received, MAGIC,
+    accept, ask_send_buffer, bind, connect, epoll_add, epoll_del, epoll_new, header, listen,
+    peek_kind, poll_readable, recv, send, send_queue, seqpacket, Kind, Received, HEADER, MAGIC,
 };
 use crate::instance::Call;
 use crate::nvsci::{err, R};
@@ -132,11 +143,22 @@ pub(super) struct Conn {
     /// Objects this end exported that the peer neither imported nor
     /// refused yet (at most `nframes`).
     pub(super) objects_out: u32,
+    /// A frame's send found the socket full (`EAGAIN`); cleared by the next
+    /// frame that goes or the peer's next acknowledgement. Only consulted
+    /// where the kernel does not report the socket's queue (see
+    /// [`Endpoint::write_room`]).
+    pub(super) write_blocked: bool,
     /// Why the connection was lost.
     pub(super) lost_why: Option<String>,
     /// Whether every frame sent had been read when the connection was lost
     /// (WRITE_EMPTY had occurred before the reset).
     pub(super) empty_at_loss: bool,
+}
+
+/// The send buffer each connection's socket asks for: four frames of
+/// `frame_size` with their headers and the kernel's bookkeeping.
+fn send_buffer_wanted(frame_size: u32) -> usize {
+    4 * (frame_size as usize + HEADER + 4096)
 }
 
 pub(super) fn lock(m: &Mutex<Conn>) -> MutexGuard<'_, Conn> {
@@ -183,6 +205,7 @@ impl Endpoint {
             match connect(&s, &pair) {
                 Ok(()) => {
                     epoll_add(&epoll, s.as_raw_fd()).map_err(|_| err::RESOURCE_ERROR)?;
+                    ask_send_buffer(&s, send_buffer_wanted(cfg.frame_size));
                     conn.sock = Some(s);
                     break;
                 }
@@ -212,6 +235,21 @@ impl Endpoint {
         self.cfg.frame_size
     }
 
+    /// Whether a frame may be posted now: fewer than `nframes` unread at the
+    /// peer, and room in the socket (its unreceived bytes below half its
+    /// send buffer; where the kernel does not say, the last send did not
+    /// find it full). `WriteSafe` posts exactly when this holds and
+    /// `GetEventSafe` reports WRITE exactly when it holds.
+    pub(super) fn write_room(&self, c: &Conn) -> bool {
+        if c.outstanding >= self.cfg.nframes {
+            return false;
+        }
+        match c.sock.as_ref().and_then(send_queue) {
+            Some((queued, size)) => queued < size / 2,
+            None => !c.write_blocked,
+        }
+    }
+
     /// Whether the next waiting message would take the receiver past its
     /// bounds (`nframes` frames, `nframes` objects): then it stays queued.
     fn over_bounds(&self, c: &Conn, sock: &OwnedFd) -> bool {
@@ -236,6 +274,7 @@ impl Endpoint {
                     self.lose(c, "the connection could not be watched".into());
                     return;
                 }
+                ask_send_buffer(&s, send_buffer_wanted(self.frame_size()));
                 c.sock = Some(s);
             }
         }
@@ -276,7 +315,10 @@ impl Endpoint {
                             f.resize(self.frame_size() as usize, 0);
                             c.frames.push_back(f);
                         }
-                        (Some(Kind::Ack), None) => c.outstanding = c.outstanding.saturating_sub(1),
+                        (Some(Kind::Ack), None) => {
+                            c.outstanding = c.outstanding.saturating_sub(1);
+                            c.write_blocked = false;
+                        }
                         (Some(Kind::Object), Some(fd)) => {
                             if c.claimed.contains(&arg) || c.objects.contains_key(&arg) {
                                 // A transfer id seen before: the peer is not
@@ -378,9 +420,10 @@ impl Endpoint {
         lock(&self.conn).claimed.contains(&id)
     }
 
-    /// Waits (at most `limit`) for the exported object `id`; once per id.
-    pub(crate) fn receive_object(&self, id: u64, limit: Option<Duration>) -> R<OwnedFd> {
-        let deadline = limit.and_then(|l| Instant::now().checked_add(l));
+    /// Waits at most `limit` for the exported object `id` (`Timeout` when it
+    /// does not come); once per id.
+    pub(crate) fn receive_object(&self, id: u64, limit: Duration) -> R<OwnedFd> {
+        let deadline = Instant::now().checked_add(limit);
         let _rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             {

@@ -125,13 +125,13 @@ pub(crate) fn NvSciSyncObjIpcImport(
         };
         // Take the descriptor off the socket first, so a refused import
         // leaves nothing behind for later imports to skip over.
-        let limit = sync::timeout(timeout_us)?;
+        sync::timeout(timeout_us)?;
         let e = endpoint(c, ep)?;
         if e.claimed(id) {
             c.diag(D::Misuse, "this NvSciSync object descriptor was imported already (a descriptor imports once; the real library's answer is not known, refused)".into());
             return Err(err::BAD_PARAMETER);
         }
-        let fd = e.receive_object(id, limit)?;
+        let fd = await_object(c, &e, id, timeout_us, "NvSciSyncObjIpcImport")?;
         let want = if perm.0 == attrs::PERM_AUTO {
             grant
         } else {

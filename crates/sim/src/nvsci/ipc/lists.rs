@@ -36,12 +36,24 @@ fn hand_out(c: &Call, sync: bool, bytes: Vec<u8>, desc: CMut<*mut c_void>, len: 
 /// that carries one of the simulator's private keys (which export strips:
 /// the IPC topology, [`attrs::PRIVATE_PEER`] and up) is forged, and is
 /// refused with BadParameter (nvscibuf.h / nvscisync.h give that code for a
-/// descriptor whose list holds keys with invalid values).
+/// descriptor whose list holds keys with invalid values). So is one beyond
+/// the parse's bounds (parts, keys in a part, bytes of a value, a key
+/// twice: `attrs::wire`), before anything is allocated for it.
 fn parse(c: &Call, desc: Option<&[u8]>) -> R<Vec<AttrMap>> {
     let Some(bytes) = desc.filter(|d| !d.is_empty()) else {
         return Err(err::BAD_PARAMETER);
     };
-    let parts = attrs::deserialize(bytes).ok_or(err::BAD_PARAMETER)?;
+    let parts = match attrs::deserialize(bytes) {
+        Ok(parts) => parts,
+        Err(attrs::WireError::Malformed) => return Err(err::BAD_PARAMETER),
+        Err(attrs::WireError::Bound(why)) => {
+            c.diag(
+                D::Misuse,
+                format!("an imported attribute-list descriptor of {} bytes was refused at parse: {why} (the simulator's bounds; refused with BadParameter, the headers' code for an invalid descriptor)", bytes.len()),
+            );
+            return Err(err::BAD_PARAMETER);
+        }
+    };
     if let Some(k) = parts
         .iter()
         .flat_map(|p| p.keys())

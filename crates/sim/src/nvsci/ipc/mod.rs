@@ -20,7 +20,11 @@ mod wire;
 
 pub(crate) use self::buffers::*;
 pub(crate) use self::calls::*;
-pub use self::config::IpcConfigFile;
+pub(crate) use self::config::IpcTable;
+pub use self::config::{
+    IpcConfigError, IpcConfigFile, IpcConfigProblem, MAX_CHANNEL_BYTES, MAX_CONFIG_BYTES,
+    MAX_FRAME_SIZE, MAX_NFRAMES,
+};
 pub(crate) use self::endpoint::IpcState;
 pub(crate) use self::fences::*;
 pub(crate) use self::lists::*;
@@ -49,6 +53,46 @@ use crate::DiagnosticKind as D;
 const BUF_TAG: u64 = u64::from_le_bytes(*b"TISIMBUF");
 const SYNC_TAG: u64 = u64::from_le_bytes(*b"TISIMSYN");
 const FENCE_TAG: u64 = u64::from_le_bytes(*b"TISIMFIP");
+
+/// Waits for the fd of the object with transfer id `id` that the peer
+/// exported over `e`, for the import call `what`: at most the caller's
+/// `timeout_us` where it is a valid NvSci timeout (-1 and the infinite
+/// value: as long as it takes), and never longer than the simulator's
+/// `hang_timeout`. The real libraries do not wait here (NvSciBuf ignores
+/// the timeout, NvSciSync 6.0.10 leaves it unused): their object travels
+/// with the descriptor. The simulator's travels beside it, and is normally
+/// there first (it goes before the descriptor on the same connection); a
+/// descriptor of an object never sent answers `Timeout` once the limit
+/// passes, with a diagnostic saying what was waited for.
+pub(super) fn await_object(
+    c: &Call,
+    e: &endpoint::Endpoint,
+    id: u64,
+    timeout_us: i64,
+    what: &str,
+) -> R<std::os::fd::OwnedFd> {
+    let hang = c.inst.config.hang_timeout;
+    let asked = sync::timeout(timeout_us).ok().flatten();
+    let limit = asked.map_or(hang, |l| l.min(hang));
+    let r = e.receive_object(id, limit);
+    if r.as_ref().err() == Some(&err::TIMEOUT) {
+        let (kind, whose) = match asked {
+            Some(a) if a <= hang => (D::Misuse, "the caller's timeout"),
+            _ => (
+                D::Hang,
+                "the simulator's hang_timeout; the caller's timeout is longer or infinite",
+            ),
+        };
+        c.diag(
+            kind,
+            format!(
+                "{what}: the object of transfer id {id:#x} did not arrive over endpoint {:?} within {limit:?} ({whose}): a descriptor of an object never sent, or sent over another endpoint (the real library does not wait here; refused with Timeout)",
+                e.name
+            ),
+        );
+    }
+    r
+}
 
 // ---------------------------------------------------------------- buffers
 

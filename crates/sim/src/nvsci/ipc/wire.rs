@@ -174,6 +174,51 @@ pub(crate) fn accept(listener: &OwnedFd) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// What the kernel looks at before it takes a message on `sock`: the bytes
+/// this end sent that the peer has not received yet (`SIOCOUTQ`) and the
+/// socket's send buffer size (`SO_SNDBUF`). A message is taken while the
+/// first is below the second; `None` where the kernel does not answer.
+pub(crate) fn send_queue(sock: &OwnedFd) -> Option<(usize, usize)> {
+    let mut queued: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (= SIOCOUTQ) on a socket we own writes one int to
+    // the live local `queued`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut queued) } != 0 {
+        return None;
+    }
+    let mut size: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the live local `size`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut size as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    Some((queued.max(0) as usize, size.max(0) as usize))
+}
+
+/// Asks for a send buffer of `bytes` on `sock` (the kernel caps the request
+/// at its `wmem_max`); best effort, a refusal leaves the default.
+pub(crate) fn ask_send_buffer(sock: &OwnedFd, bytes: usize) {
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt reads one int from the live local `v`.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Waits at most `ms` milliseconds for `fd` to become readable (the
 /// outcome is not reported: callers look again).
 pub(crate) fn poll_readable(fd: &OwnedFd, ms: libc::c_int) {
