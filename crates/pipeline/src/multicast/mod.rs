@@ -33,7 +33,7 @@
 //! [`MulticastError::InPlace`]); it reads the slot through a copy into its
 //! own buffer ([`Placement::DeviceCopy`]) or a read-back.
 
-// (fanout, host, ring: next commits)
+pub mod fanout;
 
 use std::borrow::Cow;
 use std::fmt;
