@@ -690,6 +690,7 @@ impl Fanout {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::collections::VecDeque;

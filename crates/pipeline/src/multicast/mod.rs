@@ -34,6 +34,8 @@
 //! own buffer ([`Placement::DeviceCopy`]) or a read-back.
 
 pub mod fanout;
+pub mod host;
+pub mod ring;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -347,6 +349,8 @@ pub enum ConsumerEvent {
     Forgotten {
         /// The consumer.
         consumer: ConsumerId,
+        /// Its final counts.
+        report: ring::ConsumerReport,
     },
 }
 
