@@ -276,6 +276,19 @@ impl HostFanout {
         })
     }
 
+    /// Slot `slot`'s *ready* fence now (`None` past the ring).
+    pub fn ready_value(&self, slot: usize) -> Option<u64> {
+        (slot < self.buffers.len()).then(|| self.fences.ready[slot].load(Ordering::SeqCst))
+    }
+
+    /// Consumer place `id`'s *release* fence of `slot` now (it outlives
+    /// the consumer: a later consumer at the same place goes on from it).
+    pub fn release_value(&self, id: usize, slot: usize) -> Option<u64> {
+        self.release_fence(id, slot)
+            .ok()
+            .map(|f| f.load(Ordering::SeqCst))
+    }
+
     fn buffer(&mut self, slot: usize) -> Result<&mut Buffer, TransportError> {
         self.buffers
             .get_mut(slot)
