@@ -513,3 +513,20 @@ fn a_consumer_whose_work_panics_is_disconnected_and_the_others_go_on() {
     assert_eq!(report(&ring, &good).mismatches, 0);
     ring.close().unwrap();
 }
+
+#[test]
+fn a_lease_gives_a_typed_frame_view_of_the_rings_size_only() {
+    use tegra_interop_pipeline::frame::{FrameLayout, PixelFormat};
+    let mut ring = MulticastRing::new(HostFanout::new(G, 2).unwrap()).unwrap();
+    let mut lease = ring.acquire().unwrap();
+    let wrong = FrameLayout::packed(8, 8, PixelFormat::Rgba8).unwrap();
+    assert!(matches!(
+        lease.frame_mut(wrong),
+        Err(MulticastError::Layout(_))
+    ));
+    let right = FrameLayout::packed(16, 8, PixelFormat::Rgba8).unwrap();
+    let view = lease.frame_mut(right).unwrap();
+    assert_eq!(view.index(), 0);
+    drop(lease);
+    ring.close().unwrap();
+}

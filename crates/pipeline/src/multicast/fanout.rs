@@ -1020,7 +1020,18 @@ mod tests {
                 let b = match self.f.acquire() {
                     Ok(Acquire::Ticket(t)) => return Some(t),
                     Ok(Acquire::Wait(b)) => b,
-                    Err(MulticastError::AllRetired { .. }) => return None,
+                    Err(MulticastError::AllRetired { .. }) => {
+                        assert!((0..self.f.slots()).all(|s| !self.f.is_free(s)));
+                        let attached_hold = (0..MAX_CONSUMERS).any(|c| {
+                            self.f.standing(c) == Some(Standing::Attached)
+                                && self.f.taken(c).next().is_some()
+                        });
+                        assert!(
+                            !attached_hold,
+                            "AllRetired while an attached consumer holds a use"
+                        );
+                        return None;
+                    }
                     Err(e) => panic!("{e}"),
                 };
                 let mode = self.f.stats(b.consumer).unwrap().mode;

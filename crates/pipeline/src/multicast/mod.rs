@@ -450,6 +450,8 @@ pub enum MulticastError {
         /// The limit.
         limit: Duration,
     },
+    /// A frame view of another size than the ring's frames.
+    Layout(crate::frame::LayoutError),
     /// The transport failed.
     Transport(TransportError),
 }
@@ -495,6 +497,7 @@ impl fmt::Display for MulticastError {
             MulticastError::Timeout { waiting_for, limit } => {
                 write!(f, "waited {limit:?} for {waiting_for}")
             }
+            MulticastError::Layout(e) => write!(f, "multicast frame view: {e}"),
             MulticastError::Transport(e) => write!(f, "multicast transport: {e}"),
         }
     }

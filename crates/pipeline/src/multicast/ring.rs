@@ -65,6 +65,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
+use crate::frame::{FrameLayout, FrameMut};
+
 use super::fanout::{Acquire, Blocker, ConsumerStats, Fanout, FanoutTicket, Standing};
 use super::{
     Completion, ConsumerEvent, ConsumerId, ConsumerSpec, DisconnectReason, FanoutInfo,
@@ -126,6 +128,20 @@ impl WriteLease {
             Some(m) => Ok(m.bytes_mut()?),
             None => Err(MulticastError::order("the lease's memory was given back")),
         }
+    }
+}
+
+impl WriteLease {
+    /// The frame as a [`FrameMut`] of `layout` (for a
+    /// [`crate::source::Source`]).
+    ///
+    /// # Errors
+    /// As [`WriteLease::bytes_mut`]; [`MulticastError::Layout`] when
+    /// `layout` is not the ring's frame size.
+    pub fn frame_mut(&mut self, layout: FrameLayout) -> Result<FrameMut<'_>, MulticastError> {
+        let index = self.ticket.frame();
+        let bytes = self.bytes_mut()?;
+        FrameMut::new(index, layout, bytes).map_err(MulticastError::Layout)
     }
 }
 
