@@ -530,3 +530,11 @@ fn a_lease_gives_a_typed_frame_view_of_the_rings_size_only() {
     drop(lease);
     ring.close().unwrap();
 }
+
+#[test]
+fn the_ring_and_its_leases_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<MulticastRing<HostFanout>>();
+    send::<WriteLease>();
+    send::<Polled>();
+}

@@ -21,9 +21,10 @@
 //!   each consumer's time limit and reports [`ConsumerEvent`]s.
 //!
 //! Transports: [`host::HostFanout`] (the host reference: consumers are
-//! host threads running a closure over the slot's bytes, read-only), and
-//! the CUDA-backed one in `multicast::cuda` (each consumer its own CUDA
-//! stream and release semaphores).
+//! host threads running a closure over the slot's bytes, read-only; the
+//! one this module's tests run on), and a CUDA-backed one over exported
+//! memory and semaphores (module `multicast::cuda`, a separate piece of
+//! work: each consumer its own CUDA stream and release semaphores).
 //!
 //! # What "reclaimed safely" means
 //!
