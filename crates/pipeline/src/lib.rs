@@ -120,6 +120,7 @@ pub use tegra_interop_platform as platform;
 /// run as Rust twins registered by name.
 #[cfg(feature = "sim")]
 pub use tegra_interop_sim as sim;
+pub mod multicast;
 pub mod ring;
 pub mod slots;
 pub mod source;

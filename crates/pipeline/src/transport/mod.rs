@@ -111,9 +111,20 @@ impl LeasedMemory for Elsewhere {
 impl SlotMemory {
     /// `memory` of `t`'s slot, of which the first `len` bytes are the frame.
     pub(crate) fn new(t: &Ticket, len: usize, memory: impl LeasedMemory) -> SlotMemory {
+        SlotMemory::for_slot(t.slot(), t.frame(), len, memory)
+    }
+
+    /// `memory` of `slot`, taken for `frame` (a ring without [`Ticket`]s:
+    /// the multicast ring).
+    pub(crate) fn for_slot(
+        slot: usize,
+        frame: u64,
+        len: usize,
+        memory: impl LeasedMemory,
+    ) -> SlotMemory {
         SlotMemory {
-            slot: t.slot(),
-            frame: t.frame(),
+            slot,
+            frame,
             len,
             memory: Box::new(memory),
         }
@@ -154,13 +165,19 @@ impl SlotMemory {
     /// slot and frame it was taken for (a misuse otherwise; the memory is
     /// then dropped, and the slot is left without it).
     pub(crate) fn into_memory<M: 'static>(self, t: &Ticket) -> Result<M, TransportError> {
-        if (self.slot, self.frame) != (t.slot(), t.frame()) {
+        self.into_memory_of(t.slot(), t.frame())
+    }
+
+    /// [`SlotMemory::into_memory`] by slot and frame.
+    pub(crate) fn into_memory_of<M: 'static>(
+        self,
+        slot: usize,
+        frame: u64,
+    ) -> Result<M, TransportError> {
+        if (self.slot, self.frame) != (slot, frame) {
             return Err(TransportError::misuse(format!(
                 "slot {}'s memory for frame {} given back for frame {} in slot {}",
-                self.slot,
-                self.frame,
-                t.frame(),
-                t.slot()
+                self.slot, self.frame, frame, slot
             )));
         }
         self.memory
