@@ -34,6 +34,7 @@
 //! own buffer ([`Placement::DeviceCopy`]) or a read-back.
 
 // (fanout, host, ring: next commits)
+pub mod cuda;
 
 use std::borrow::Cow;
 use std::fmt;

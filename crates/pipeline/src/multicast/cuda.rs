@@ -1,0 +1,519 @@
+//! [`CudaFanout`]: a [`FanoutTransport`] whose producer is an
+//! [`Exporter`] (the simulator's memfds, or Vulkan on a discrete GPU) and
+//! whose consumers each run their own CUDA stream(s) in one context.
+//!
+//! - **Slots**: one exported frame and one exported *ready* timeline
+//!   semaphore per slot, made at [`CudaFanout::open`]. The producer writes
+//!   a frame into its slot's staging bytes (the [`SlotMemory`] the ring
+//!   lends); [`FanoutTransport::signal_ready`] copies them into the
+//!   exported memory through the host mapping and publishes it
+//!   ([`Exporter::publish`]: the Vulkan exporter's release batch makes the
+//!   host's writes visible to the device, then signals *ready*). That is
+//!   one host copy per frame: the exported mapping is not lent out as a
+//!   `&mut [u8]` here (that needs a host view under `consumer/`, the one
+//!   place of the crate with `unsafe`).
+//! - **Consumers**: [`FanoutTransport::attach`] imports, for the new
+//!   consumer and at that time (a late attach too), every slot's frame and
+//!   *ready* semaphore from fresh descriptors, makes the consumer's own
+//!   *release* timeline semaphore per slot (exported, imported into CUDA,
+//!   the host side kept for [`FanoutTransport::released`]), and builds a
+//!   [`Consumer`] (its own streams, events, device copies) running the
+//!   consumer's [`FrameWork`](crate::consumer::FrameWork). Per queued
+//!   frame: the entry stream waits for *ready* >= use, the consumer copies
+//!   the slot into its own device buffer and runs the work there, and the
+//!   exit stream signals the consumer's *release* of the slot to the use.
+//!   Nothing is copied back: the slot is shared and only read
+//!   ([`Placement::InPlace`] is refused by [`CudaWork::new`];
+//!   [`Placement::ReadBack`] is refused here, see below).
+//! - **Teardown**: a consumer's streams are drained with a bound
+//!   ([`DRAIN_LIMIT`]) before its imports are freed; a consumer whose
+//!   streams do not drain (its work waits for something that never comes)
+//!   is leaked, imports and all, never freed under the device. Drop never
+//!   panics; [`FanoutTransport::close`] reports such a leak.
+//!
+//! Every descriptor is consumed exactly once: a CUDA import takes it (and
+//! closes it on a failed import), and every object made before a failure
+//! is dropped on the way out.
+//!
+//! [`Placement::ReadBack`] is not offered yet: the shared consumer's
+//! read-back placement works on acquired EGL frames, and a read-back of an
+//! exported slot needs a new copy path in `consumer/`. Verified where: on
+//! the simulator (`tests/multicast_sim.rs`, CI). The Vulkan exporter's test
+//! (`tests/gpu_multicast.rs`) builds in CI and has not run on a GPU yet.
+
+use std::any::Any;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use tegra_interop::core::{SignalParams, WaitParams};
+use tegra_interop::driver::{Context, ExternalSemaphore, MappedBuffer, Stream};
+
+use super::{ConsumerSpec, CudaWork, FanoutInfo, FanoutTransport, Queued, MAX_CONSUMERS};
+use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Placement};
+use crate::frame::LeasedMemory;
+use crate::transport::export::{
+    import_frame, import_timeline, ExportedFrame, ExportedTimeline, Exporter,
+};
+use crate::transport::{Completion, DriverResultExt, FrameGeometry, SlotMemory, TransportError};
+
+/// How long a consumer's streams may take to drain at detach, close or
+/// drop before the consumer is leaked instead of freed.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long [`FanoutTransport::take_slot`] waits for the exporter to hand a
+/// slot back to the host (the Vulkan acquire batch; every consumer already
+/// released the slot, so this is the batch's own run time).
+pub const TAKE_LIMIT: Duration = Duration::from_secs(10);
+
+/// The name [`FanoutInfo::backend`] gives.
+pub const BACKEND_NAME: &str = "cuda-fanout";
+
+/// The producer's staging bytes of one slot, lent to the ring's write
+/// lease.
+struct Staged(Box<[u8]>);
+
+impl LeasedMemory for Staged {
+    fn bytes_mut(&mut self, _slot: usize) -> Result<&mut [u8], TransportError> {
+        Ok(&mut self.0)
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// The producer's side of one slot.
+struct ProducerSlot<E: Exporter> {
+    frame: E::Frame,
+    ready: E::Timeline,
+    /// The staging bytes; `None` while out for writing.
+    staging: Option<Box<[u8]>>,
+    /// The frame the slot is out for.
+    taken: Option<u64>,
+}
+
+/// One attached consumer: its CUDA consumer, its imports, the host side of
+/// its release semaphores and its frames in flight.
+struct CudaConsumer<T> {
+    /// `None` once it was drained and freed, or leaked.
+    consumer: Option<Consumer>,
+    ready: Vec<ExternalSemaphore>,
+    release: Vec<ExternalSemaphore>,
+    release_host: Vec<T>,
+    in_flight: VecDeque<Queued>,
+    done: VecDeque<Completion>,
+    limit: Duration,
+}
+
+/// Whether `stream` is idle (an error counts as not).
+fn idle(stream: &Stream) -> bool {
+    stream.is_idle().unwrap_or(false)
+}
+
+impl<T> CudaConsumer<T> {
+    fn consumer(&self) -> Result<&Consumer, TransportError> {
+        self.consumer
+            .as_ref()
+            .ok_or_else(|| TransportError::misuse("the consumer was already stopped"))
+    }
+
+    /// Drains the streams (at most `limit`), then frees the consumer and
+    /// its imports; where they do not drain, leaks them. `false`: leaked.
+    fn stop(&mut self, limit: Duration) -> bool {
+        let Some(consumer) = self.consumer.take() else {
+            return true;
+        };
+        let start = Instant::now();
+        let drained = loop {
+            if idle(consumer.entry_stream()) && idle(consumer.exit_stream()) {
+                break true;
+            }
+            if start.elapsed() >= limit {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let semaphores = (
+            std::mem::take(&mut self.ready),
+            std::mem::take(&mut self.release),
+        );
+        if drained {
+            drop(consumer);
+            drop(semaphores);
+        } else {
+            // Queued work may still use the imports: never free them under
+            // the device.
+            std::mem::forget(consumer);
+            std::mem::forget(semaphores);
+        }
+        drained
+    }
+
+    /// Collects the consumer's oldest finished frame, if it finished.
+    fn collect(&mut self) -> Result<bool, TransportError> {
+        let Some((completion, _)) = self.consumer()?.try_complete()? else {
+            return Ok(false);
+        };
+        self.in_flight.pop_front();
+        self.done.push_back(completion);
+        Ok(true)
+    }
+
+    /// Collects finished frames until `slot` has none in flight, at most
+    /// the consumer's limit (its release was seen, so its frame is done).
+    fn settle(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
+        let start = Instant::now();
+        while self.in_flight.iter().any(|q| q.slot == slot) {
+            if !self.collect()? {
+                if start.elapsed() >= self.limit {
+                    return Err(TransportError::timeout(
+                        format!("the consumer's last frame in slot {slot} to finish before frame {frame}"),
+                        self.limit,
+                    ));
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<T> Drop for CudaConsumer<T> {
+    fn drop(&mut self) {
+        self.stop(DRAIN_LIMIT);
+    }
+}
+
+/// A multicast transport over exported memory and CUDA consumers (see the
+/// module docs). Fields drop in order: the consumers (drained, or leaked),
+/// then the slots, then the exporter.
+pub struct CudaFanout<E: Exporter> {
+    consumers: Vec<Option<CudaConsumer<E::Timeline>>>,
+    slots: Vec<ProducerSlot<E>>,
+    geometry: FrameGeometry,
+    ctx: Context,
+    exporter: E,
+}
+
+impl<E: Exporter> std::fmt::Debug for CudaFanout<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaFanout")
+            .field("exporter", &self.exporter.name())
+            .field("geometry", &self.geometry)
+            .field("slots", &self.slots.len())
+            .field(
+                "consumers",
+                &self.consumers.iter().filter(|c| c.is_some()).count(),
+            )
+            .finish()
+    }
+}
+
+impl<E: Exporter> CudaFanout<E> {
+    /// `slots` slots of frames of `geometry`, exported by `exporter`, for
+    /// consumers in `ctx` (a context of the device the exporter's memory is
+    /// on; the simulator's where `exporter` is the simulator's).
+    ///
+    /// # Errors
+    /// Refused for a ring size outside `1..=MAX_SLOTS` or empty frames; the
+    /// exporter's errors.
+    pub fn open(
+        ctx: &Context,
+        mut exporter: E,
+        geometry: FrameGeometry,
+        slots: usize,
+    ) -> Result<CudaFanout<E>, TransportError> {
+        let len = geometry.frame_len();
+        if !(1..=crate::slots::MAX_SLOTS).contains(&slots) || len == 0 {
+            return Err(TransportError::refused(format!(
+                "a multicast ring needs 1..={} slots and non-empty frames (asked: {slots} slots of {len} bytes)",
+                crate::slots::MAX_SLOTS
+            )));
+        }
+        let mut made = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            made.push(ProducerSlot {
+                frame: exporter.export_frame(len as u64)?,
+                ready: exporter.export_timeline(0)?,
+                staging: Some(vec![0u8; len].into_boxed_slice()),
+                taken: None,
+            });
+        }
+        Ok(CudaFanout {
+            consumers: (0..MAX_CONSUMERS).map(|_| None).collect(),
+            slots: made,
+            geometry,
+            ctx: ctx.clone(),
+            exporter,
+        })
+    }
+
+    /// The exporter's name.
+    pub fn exporter_name(&self) -> &'static str {
+        self.exporter.name()
+    }
+
+    /// The exporter (for a test's or a tool's own exported objects).
+    pub fn exporter_mut(&mut self) -> &mut E {
+        &mut self.exporter
+    }
+
+    /// Consumers attached now.
+    pub fn attached(&self) -> usize {
+        self.consumers.iter().filter(|c| c.is_some()).count()
+    }
+
+    fn slot(&mut self, slot: usize) -> Result<&mut ProducerSlot<E>, TransportError> {
+        self.slots
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))
+    }
+
+    fn consumer(&mut self, id: usize) -> Result<&mut CudaConsumer<E::Timeline>, TransportError> {
+        self.consumers
+            .get_mut(id)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| TransportError::misuse(format!("consumer {id} is not attached")))
+    }
+
+    /// Every slot's frame and *ready* semaphore imported for a new
+    /// consumer, and its own *release* semaphores made and imported.
+    fn import_all(&mut self) -> Result<Imports<E::Timeline>, TransportError> {
+        let mut out = Imports {
+            frames: Vec::with_capacity(self.slots.len()),
+            ready: Vec::with_capacity(self.slots.len()),
+            release: Vec::with_capacity(self.slots.len()),
+            release_host: Vec::with_capacity(self.slots.len()),
+        };
+        for s in &self.slots {
+            out.frames
+                .push(import_frame(&self.ctx, s.frame.export_fd()?, &s.frame)?);
+            out.ready
+                .push(import_timeline(&self.ctx, s.ready.export_fd()?)?);
+            let host = self.exporter.export_timeline(0)?;
+            out.release
+                .push(import_timeline(&self.ctx, host.export_fd()?)?);
+            out.release_host.push(host);
+        }
+        Ok(out)
+    }
+
+    /// Stops every consumer (each drained at most [`DRAIN_LIMIT`]);
+    /// `false` when one had to be leaked.
+    fn stop_all(&mut self) -> usize {
+        self.consumers
+            .iter_mut()
+            .filter_map(Option::take)
+            .filter_map(|mut c| (!c.stop(DRAIN_LIMIT)).then_some(()))
+            .count()
+    }
+}
+
+/// What a new consumer imported ([`CudaFanout::import_all`]).
+struct Imports<T> {
+    frames: Vec<MappedBuffer>,
+    ready: Vec<ExternalSemaphore>,
+    release: Vec<ExternalSemaphore>,
+    release_host: Vec<T>,
+}
+
+impl<E: Exporter> FanoutTransport for CudaFanout<E> {
+    type Work = CudaWork;
+
+    fn info(&self) -> FanoutInfo {
+        FanoutInfo {
+            backend: BACKEND_NAME,
+            geometry: self.geometry,
+            slots: self.slots.len(),
+        }
+    }
+
+    fn attach(&mut self, id: usize, spec: ConsumerSpec<CudaWork>) -> Result<(), TransportError> {
+        match self.consumers.get(id) {
+            None => {
+                return Err(TransportError::misuse(format!(
+                    "consumer {id} is past the {MAX_CONSUMERS} consumer places"
+                )))
+            }
+            Some(Some(_)) => {
+                return Err(TransportError::misuse(format!(
+                    "consumer {id} is attached already"
+                )))
+            }
+            Some(None) => {}
+        }
+        let (work, placement) = spec.work.into_parts();
+        let Placement::DeviceCopy(_) = placement else {
+            return Err(TransportError::refused(format!(
+                "a CUDA multicast consumer works on its own device copy of the slot \
+                 (Placement::DeviceCopy); {placement:?} is not offered"
+            )));
+        };
+        let imports = self.import_all()?;
+        let config = ConsumerConfig {
+            geometry: self.geometry,
+            slots: self.slots.len(),
+            memory: FrameMemory::System,
+            placement,
+            skip_kernel: false,
+        };
+        let mut consumer = Consumer::new(&self.ctx, config, imports.frames, work)?;
+        consumer.set_read_only();
+        self.consumers[id] = Some(CudaConsumer {
+            consumer: Some(consumer),
+            ready: imports.ready,
+            release: imports.release,
+            release_host: imports.release_host,
+            in_flight: VecDeque::with_capacity(self.slots.len()),
+            done: VecDeque::with_capacity(self.slots.len()),
+            limit: spec.limit,
+        });
+        Ok(())
+    }
+
+    fn detach(&mut self, id: usize) -> Result<(), TransportError> {
+        self.consumer(id)?;
+        let Some(mut c) = self.consumers.get_mut(id).and_then(Option::take) else {
+            return Err(TransportError::misuse(format!(
+                "consumer {id} is not attached"
+            )));
+        };
+        if c.stop(DRAIN_LIMIT) {
+            Ok(())
+        } else {
+            Err(TransportError::timeout(
+                format!("consumer {id}'s streams to drain at its detach (its imports are leaked)"),
+                DRAIN_LIMIT,
+            ))
+        }
+    }
+
+    fn take_slot(
+        &mut self,
+        slot: usize,
+        frame: u64,
+        _use: u64,
+    ) -> Result<SlotMemory, TransportError> {
+        let len = self.geometry.frame_len();
+        let exporter = &mut self.exporter;
+        let s = self
+            .slots
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        if s.staging.is_none() {
+            return Err(TransportError::misuse(format!(
+                "slot {slot} is out for writing already"
+            )));
+        }
+        if !exporter.reclaim(&mut s.frame, TAKE_LIMIT)? {
+            return Err(TransportError::timeout(
+                format!("slot {slot} to come back to the host for frame {frame}"),
+                TAKE_LIMIT,
+            ));
+        }
+        let staging = s
+            .staging
+            .take()
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        s.taken = Some(frame);
+        Ok(SlotMemory::for_slot(slot, frame, len, Staged(staging)))
+    }
+
+    fn put_back(&mut self, slot: usize, memory: SlotMemory) -> Result<(), TransportError> {
+        let s = self.slot(slot)?;
+        let frame = s.taken.ok_or_else(|| {
+            TransportError::misuse(format!("slot {slot} was not out for writing"))
+        })?;
+        let Staged(bytes) = memory.into_memory_of(slot, frame)?;
+        s.staging = Some(bytes);
+        s.taken = None;
+        Ok(())
+    }
+
+    fn signal_ready(
+        &mut self,
+        slot: usize,
+        use_: u64,
+        memory: SlotMemory,
+    ) -> Result<(), TransportError> {
+        let exporter = &mut self.exporter;
+        let s = self
+            .slots
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?;
+        let frame = s.taken.ok_or_else(|| {
+            TransportError::misuse(format!("slot {slot} was not out for writing"))
+        })?;
+        let Staged(bytes) = memory.into_memory_of(slot, frame)?;
+        s.taken = None;
+        let bytes = s.staging.insert(bytes);
+        s.frame.write(0, bytes)?;
+        exporter.publish(&mut s.frame, &s.ready, use_)
+    }
+
+    fn queue(&mut self, id: usize, q: Queued) -> Result<(), TransportError> {
+        let c = self.consumer(id)?;
+        c.settle(q.slot, q.frame)?;
+        let (Some(ready), Some(release)) = (c.ready.get(q.slot), c.release.get_mut(q.slot)) else {
+            return Err(TransportError::no_slot(q.slot));
+        };
+        let consumer = c
+            .consumer
+            .as_ref()
+            .ok_or_else(|| TransportError::misuse("the consumer was already stopped"))?;
+        consumer
+            .entry_stream()
+            .wait(ready, WaitParams::timeline(q.use_))
+            .during("CUDA wait for a slot's ready fence")?;
+        consumer.queue(q.slot, q.frame)?;
+        consumer
+            .exit_stream()
+            .signal(release, SignalParams::timeline(q.use_))
+            .during("CUDA signal of the consumer's release fence")?;
+        c.in_flight.push_back(q);
+        Ok(())
+    }
+
+    fn released(&mut self, id: usize, slot: usize) -> Result<u64, TransportError> {
+        self.consumer(id)?
+            .release_host
+            .get(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .value()
+    }
+
+    fn wait_released(
+        &mut self,
+        id: usize,
+        slot: usize,
+        value: u64,
+        limit: Duration,
+    ) -> Result<bool, TransportError> {
+        self.consumer(id)?
+            .release_host
+            .get(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .wait(value, limit)
+    }
+
+    fn try_complete(&mut self, id: usize) -> Result<Option<Completion>, TransportError> {
+        let c = self.consumer(id)?;
+        if c.done.is_empty() && !c.in_flight.is_empty() {
+            c.collect()?;
+        }
+        Ok(c.done.pop_front())
+    }
+
+    fn close(mut self: Box<Self>) -> Result<(), TransportError> {
+        let leaked = self.stop_all();
+        if leaked == 0 {
+            Ok(())
+        } else {
+            Err(TransportError::timeout(
+                format!(
+                    "{leaked} consumer(s)' streams to drain at close (their imports are leaked)"
+                ),
+                DRAIN_LIMIT,
+            ))
+        }
+    }
+}
