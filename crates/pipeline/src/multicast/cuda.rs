@@ -99,7 +99,8 @@ struct CudaConsumer<T> {
     ready: Vec<ExternalSemaphore>,
     release: Vec<ExternalSemaphore>,
     release_host: Vec<T>,
-    in_flight: VecDeque<Queued>,
+    /// Frames queued and not collected, with when they were queued.
+    in_flight: VecDeque<(Queued, Instant)>,
     done: VecDeque<Completion>,
     limit: Duration,
 }
@@ -116,36 +117,48 @@ impl<T> CudaConsumer<T> {
             .ok_or_else(|| TransportError::misuse("the consumer was already stopped"))
     }
 
-    /// Drains the streams (at most `limit`), then frees the consumer and
-    /// its imports; where they do not drain, leaks them. `false`: leaked.
-    fn stop(&mut self, limit: Duration) -> bool {
-        let Some(consumer) = self.consumer.take() else {
-            return true;
-        };
-        let start = Instant::now();
-        let drained = loop {
-            if idle(consumer.entry_stream()) && idle(consumer.exit_stream()) {
-                break true;
+    /// Whether its streams are idle (a stopped consumer's are).
+    fn idle(&self) -> bool {
+        self.consumer
+            .as_ref()
+            .is_none_or(|c| idle(c.entry_stream()) && idle(c.exit_stream()))
+    }
+
+    /// Waits until its streams are idle, at most until `deadline`.
+    fn drained(&self, deadline: Instant) -> bool {
+        loop {
+            if self.idle() {
+                return true;
             }
-            if start.elapsed() >= limit {
-                break false;
+            if Instant::now() >= deadline {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(1));
-        };
-        let semaphores = (
-            std::mem::take(&mut self.ready),
-            std::mem::take(&mut self.release),
-        );
-        if drained {
-            drop(consumer);
-            drop(semaphores);
-        } else {
-            // Queued work may still use the imports: never free them under
-            // the device.
-            std::mem::forget(consumer);
-            std::mem::forget(semaphores);
         }
-        drained
+    }
+
+    /// Whether its oldest frame in flight was queued longer ago than its
+    /// limit: its stream may never drain.
+    fn overdue(&self) -> bool {
+        self.in_flight
+            .front()
+            .is_some_and(|(_, at)| at.elapsed() > self.limit)
+            && !self.idle()
+    }
+
+    /// Frees the consumer and its imports (its streams drained).
+    fn free(mut self) {
+        drop(self.consumer.take());
+        drop(std::mem::take(&mut self.ready));
+        drop(std::mem::take(&mut self.release));
+    }
+
+    /// Leaks the consumer and its imports: work queued on its streams may
+    /// still use them, and freeing device memory would wait for it.
+    fn leak(mut self) {
+        std::mem::forget(self.consumer.take());
+        std::mem::forget(std::mem::take(&mut self.ready));
+        std::mem::forget(std::mem::take(&mut self.release));
     }
 
     /// Collects the consumer's oldest finished frame, if it finished.
@@ -162,7 +175,7 @@ impl<T> CudaConsumer<T> {
     /// the consumer's limit (its release was seen, so its frame is done).
     fn settle(&mut self, slot: usize, frame: u64) -> Result<(), TransportError> {
         let start = Instant::now();
-        while self.in_flight.iter().any(|q| q.slot == slot) {
+        while self.in_flight.iter().any(|(q, _)| q.slot == slot) {
             if !self.collect()? {
                 if start.elapsed() >= self.limit {
                     return Err(TransportError::timeout(
@@ -177,17 +190,15 @@ impl<T> CudaConsumer<T> {
     }
 }
 
-impl<T> Drop for CudaConsumer<T> {
-    fn drop(&mut self) {
-        self.stop(DRAIN_LIMIT);
-    }
-}
-
 /// A multicast transport over exported memory and CUDA consumers (see the
-/// module docs). Fields drop in order: the consumers (drained, or leaked),
-/// then the slots, then the exporter.
+/// module docs). Its drop stops the consumers ([`DRAIN_LIMIT`]: freed
+/// once every stream drained, else all leaked); then the slots and the
+/// exporter go.
 pub struct CudaFanout<E: Exporter> {
     consumers: Vec<Option<CudaConsumer<E::Timeline>>>,
+    /// Detached consumers not freed yet: another consumer's stream seemed
+    /// stuck (freeing device memory in the context would wait for it).
+    detached: Vec<CudaConsumer<E::Timeline>>,
     slots: Vec<ProducerSlot<E>>,
     geometry: FrameGeometry,
     ctx: Context,
@@ -240,6 +251,7 @@ impl<E: Exporter> CudaFanout<E> {
         }
         Ok(CudaFanout {
             consumers: (0..MAX_CONSUMERS).map(|_| None).collect(),
+            detached: Vec::new(),
             slots: made,
             geometry,
             ctx: ctx.clone(),
@@ -255,6 +267,21 @@ impl<E: Exporter> CudaFanout<E> {
     /// The exporter (for a test's or a tool's own exported objects).
     pub fn exporter_mut(&mut self) -> &mut E {
         &mut self.exporter
+    }
+
+    /// Reads `slot`'s exported frame through the producer's host mapping
+    /// into `out` (a check that no consumer wrote the shared slot; call it
+    /// while no frame of the slot is being published).
+    ///
+    /// # Errors
+    /// A slot the transport does not have, or `out` longer than the frame
+    /// memory.
+    pub fn read_frame(&self, slot: usize, out: &mut [u8]) -> Result<(), TransportError> {
+        self.slots
+            .get(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .frame
+            .read(0, out)
     }
 
     /// Consumers attached now.
@@ -297,14 +324,40 @@ impl<E: Exporter> CudaFanout<E> {
         Ok(out)
     }
 
-    /// Stops every consumer (each drained at most [`DRAIN_LIMIT`]);
-    /// `false` when one had to be leaked.
+    /// Stops every consumer, attached or detached: once all their
+    /// streams drained (at most [`DRAIN_LIMIT`] in all) they are freed;
+    /// else every one is leaked (freeing device memory while a stream of
+    /// the context is stuck would wait for that stream). How many streams
+    /// did not drain.
     fn stop_all(&mut self) -> usize {
-        self.consumers
-            .iter_mut()
-            .filter_map(Option::take)
-            .filter_map(|mut c| (!c.stop(DRAIN_LIMIT)).then_some(()))
-            .count()
+        let mut all: Vec<CudaConsumer<E::Timeline>> = self.detached.drain(..).collect();
+        all.extend(self.consumers.iter_mut().filter_map(Option::take));
+        let deadline = Instant::now() + DRAIN_LIMIT;
+        let stuck = all.iter().filter(|c| !c.drained(deadline)).count();
+        for c in all {
+            if stuck == 0 {
+                c.free();
+            } else {
+                c.leak();
+            }
+        }
+        stuck
+    }
+
+    /// Frees the detached consumers once no attached one seems stuck.
+    fn free_detached(&mut self) {
+        let stuck = self.consumers.iter().flatten().any(CudaConsumer::overdue);
+        if !stuck {
+            for c in self.detached.drain(..) {
+                c.free();
+            }
+        }
+    }
+}
+
+impl<E: Exporter> Drop for CudaFanout<E> {
+    fn drop(&mut self) {
+        self.stop_all();
     }
 }
 
@@ -371,20 +424,21 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn detach(&mut self, id: usize) -> Result<(), TransportError> {
-        self.consumer(id)?;
-        let Some(mut c) = self.consumers.get_mut(id).and_then(Option::take) else {
+        let Some(c) = self.consumers.get_mut(id).and_then(Option::take) else {
             return Err(TransportError::misuse(format!(
                 "consumer {id} is not attached"
             )));
         };
-        if c.stop(DRAIN_LIMIT) {
-            Ok(())
-        } else {
-            Err(TransportError::timeout(
+        if !c.drained(Instant::now() + DRAIN_LIMIT) {
+            c.leak();
+            return Err(TransportError::timeout(
                 format!("consumer {id}'s streams to drain at its detach (its imports are leaked)"),
                 DRAIN_LIMIT,
-            ))
+            ));
         }
+        self.detached.push(c);
+        self.free_detached();
+        Ok(())
     }
 
     fn take_slot(
@@ -469,7 +523,7 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
             .exit_stream()
             .signal(release, SignalParams::timeline(q.use_))
             .during("CUDA signal of the consumer's release fence")?;
-        c.in_flight.push_back(q);
+        c.in_flight.push_back((q, Instant::now()));
         Ok(())
     }
 
@@ -504,16 +558,14 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn close(mut self: Box<Self>) -> Result<(), TransportError> {
-        let leaked = self.stop_all();
-        if leaked == 0 {
-            Ok(())
-        } else {
-            Err(TransportError::timeout(
+        match self.stop_all() {
+            0 => Ok(()),
+            stuck => Err(TransportError::timeout(
                 format!(
-                    "{leaked} consumer(s)' streams to drain at close (their imports are leaked)"
+                    "{stuck} consumer(s)' streams to drain at close (every consumer's imports are leaked)"
                 ),
                 DRAIN_LIMIT,
-            ))
+            )),
         }
     }
 }

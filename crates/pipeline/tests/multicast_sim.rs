@@ -1,0 +1,347 @@
+//! `multicast::cuda::CudaFanout` on the simulator: the simulator's memfd
+//! exporter as the producer, each consumer its own CUDA stream(s) in one
+//! simulated context, verifying every frame with the project's
+//! check-and-invert kernel on its own device copy of the slot.
+#![cfg(feature = "sim")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use tegra_interop::core::WaitParams;
+use tegra_interop::driver::{Context, ExternalSemaphore};
+use tegra_interop_pipeline::camera::TestPattern;
+use tegra_interop_pipeline::consumer::{
+    twin, CheckInvert, CopyWith, FnWork, FrameWork, Placement, WorkError,
+};
+use tegra_interop_pipeline::multicast::cuda::CudaFanout;
+use tegra_interop_pipeline::multicast::{
+    ConsumerSpec, CudaWork, FanoutTransport, MulticastError, Queued,
+};
+use tegra_interop_pipeline::sim::Sim;
+use tegra_interop_pipeline::transport::export::{
+    import_timeline, ExportedTimeline, Exporter, SimExporter, SimTimeline,
+};
+use tegra_interop_pipeline::transport::{Completion, FrameGeometry};
+
+const G: FrameGeometry = FrameGeometry {
+    stride: 64,
+    rows: 8,
+};
+const WAIT: Duration = Duration::from_secs(10);
+const COPY: Placement = Placement::DeviceCopy(CopyWith::Engines);
+
+/// A simulated driver with the consumer kernels' twins, and its context.
+fn sim() -> (Sim, Context) {
+    let sim = Sim::new().unwrap();
+    twin::register(&sim);
+    let ctx = Context::new(sim.backend(), 0).unwrap();
+    (sim, ctx)
+}
+
+fn check_invert(limit: Duration) -> ConsumerSpec<CudaWork> {
+    ConsumerSpec::fifo(CudaWork::new(CheckInvert::boxed(), COPY).unwrap(), limit)
+}
+
+/// Writes frame `frame` (its test pattern; one byte wrong when `damaged`)
+/// into `slot` as the slot's use `use_`, and signals *ready*.
+fn produce(
+    t: &mut dyn FanoutTransport<Work = CudaWork>,
+    slot: usize,
+    frame: u64,
+    use_: u64,
+    damaged: bool,
+) {
+    let mut memory = t.take_slot(slot, frame, use_).unwrap();
+    let bytes = memory.bytes_mut().unwrap();
+    TestPattern::new(frame, G.stride).fill(bytes);
+    if damaged {
+        bytes[5] ^= 0x40;
+    }
+    t.signal_ready(slot, use_, memory).unwrap();
+}
+
+/// Waits (bounded) for consumer `id`'s next completion.
+fn next(t: &mut dyn FanoutTransport<Work = CudaWork>, id: usize) -> Completion {
+    let start = Instant::now();
+    loop {
+        if let Some(c) = t.try_complete(id).unwrap() {
+            return c;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "consumer {id}: no completion within {WAIT:?}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// The producer's side of the fence rule, by hand: slots round robin
+/// (skipping retired ones), each slot's uses, and which use of each slot
+/// each consumer took last (0: none, or released).
+struct Driver {
+    next_slot: usize,
+    uses: Vec<u64>,
+    retired: Vec<bool>,
+    taken: Vec<[u64; 8]>,
+    queued: Vec<usize>,
+}
+
+impl Driver {
+    fn new(t: &dyn FanoutTransport<Work = CudaWork>) -> Driver {
+        let slots = t.info().slots;
+        Driver {
+            next_slot: 0,
+            uses: vec![0; slots],
+            retired: vec![false; slots],
+            taken: vec![[0; 8]; slots],
+            queued: vec![0; 8],
+        }
+    }
+
+    /// Frame `frame` to every consumer in `ids`, in the next slot not
+    /// retired, after waiting for each consumer that took an earlier use of
+    /// the slot to release it; `damaged`: one byte wrong. Its slot.
+    fn frame(
+        &mut self,
+        t: &mut dyn FanoutTransport<Work = CudaWork>,
+        ids: &[usize],
+        frame: u64,
+        damaged: bool,
+    ) -> usize {
+        let slot = loop {
+            let s = self.next_slot;
+            self.next_slot = (s + 1) % self.uses.len();
+            if !self.retired[s] {
+                break s;
+            }
+        };
+        for id in 0..8 {
+            let held = self.taken[slot][id];
+            if held > 0 && t.released(id, slot).unwrap() < held {
+                assert!(
+                    t.wait_released(id, slot, held, WAIT).unwrap(),
+                    "consumer {id}, slot {slot}"
+                );
+            }
+            self.taken[slot][id] = 0;
+        }
+        self.uses[slot] += 1;
+        let use_ = self.uses[slot];
+        produce(t, slot, frame, use_, damaged);
+        for &id in ids {
+            t.queue(id, Queued { frame, slot, use_ }).unwrap();
+            self.taken[slot][id] = use_;
+            self.queued[id] += 1;
+        }
+        slot
+    }
+
+    /// Every completion of consumer `id` still to come.
+    fn collect(
+        &mut self,
+        t: &mut dyn FanoutTransport<Work = CudaWork>,
+        id: usize,
+        into: &mut Vec<Completion>,
+    ) {
+        while into.len() < self.queued[id] {
+            into.push(next(t, id));
+        }
+    }
+}
+
+/// Checks that `done` is exactly `frames`, in order, each verified (no
+/// mismatch) but `damaged`, which has exactly one.
+fn verified(done: &[Completion], frames: std::ops::Range<u64>, damaged: Option<u64>, who: &str) {
+    let got: Vec<u64> = done.iter().map(|c| c.frame).collect();
+    assert_eq!(got, frames.collect::<Vec<_>>(), "{who}: frames");
+    for c in done {
+        let want = u64::from(Some(c.frame) == damaged);
+        assert_eq!(c.mismatches, want, "{who}: frame {} mismatches", c.frame);
+    }
+}
+
+/// Two consumers, each its own streams and imports, verify every frame of
+/// a ring of four on their own device copies; the one damaged frame is
+/// caught by both, and only it. The slot is never written by a consumer:
+/// the producer's read-back of each slot is the frame it wrote.
+#[test]
+fn two_consumers_on_their_own_streams_verify_every_frame() {
+    let (_sim, ctx) = sim();
+    let mut t = CudaFanout::open(&ctx, SimExporter, G, 4).unwrap();
+    assert_eq!(t.exporter_name(), "sim-memfd");
+    t.attach(0, check_invert(WAIT)).unwrap();
+    t.attach(1, check_invert(WAIT)).unwrap();
+    let mut d = Driver::new(&t);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for frame in 0..40 {
+        d.frame(&mut t, &[0, 1], frame, frame == 13);
+        while let Some(c) = t.try_complete(0).unwrap() {
+            a.push(c);
+        }
+    }
+    d.collect(&mut t, 0, &mut a);
+    d.collect(&mut t, 1, &mut b);
+    verified(&a, 0..40, Some(13), "consumer 0");
+    verified(&b, 0..40, Some(13), "consumer 1");
+    for slot in 0..4 {
+        let mut back = vec![0u8; G.frame_len()];
+        t.read_frame(slot, &mut back).unwrap();
+        let mut want = vec![0u8; G.frame_len()];
+        TestPattern::new(36 + slot as u64, G.stride).fill(&mut want);
+        assert!(back == want, "slot {slot} was written by a consumer");
+    }
+    t.detach(0).unwrap();
+    t.detach(1).unwrap();
+    Box::new(t).close().unwrap();
+}
+
+/// A consumer attached while the ring runs imports the slots then and
+/// takes frames from then on; the first consumer is never held up by it.
+/// Its release fences start at 0, and it detaches cleanly.
+#[test]
+fn a_late_consumer_imports_at_attach_and_takes_the_next_frames() {
+    let (_sim, ctx) = sim();
+    let mut t = CudaFanout::open(&ctx, SimExporter, G, 3).unwrap();
+    t.attach(0, check_invert(WAIT)).unwrap();
+    let mut d = Driver::new(&t);
+    for frame in 0..7 {
+        d.frame(&mut t, &[0], frame, false);
+    }
+    t.attach(5, check_invert(WAIT)).unwrap();
+    assert_eq!(t.attached(), 2);
+    for slot in 0..3 {
+        assert_eq!(t.released(5, slot).unwrap(), 0);
+    }
+    for frame in 7..20 {
+        d.frame(&mut t, &[0, 5], frame, false);
+    }
+    let (mut a, mut late) = (Vec::new(), Vec::new());
+    d.collect(&mut t, 0, &mut a);
+    d.collect(&mut t, 5, &mut late);
+    verified(&a, 0..20, None, "first consumer");
+    verified(&late, 7..20, None, "late consumer");
+    t.detach(5).unwrap();
+    d.taken.iter_mut().for_each(|t| t[5] = 0);
+    assert!(t.try_complete(5).is_err(), "a detached consumer is gone");
+    for frame in 20..26 {
+        d.frame(&mut t, &[0], frame, false);
+    }
+    d.collect(&mut t, 0, &mut a);
+    verified(&a, 0..26, None, "first consumer");
+    Box::new(t).close().unwrap();
+}
+
+/// In-place work is refused when the work is made (it would write the
+/// slot the others read), a read-back by this transport, both typed; an
+/// id past the places and an id attached twice are misuse.
+#[test]
+fn placements_that_would_write_the_slot_or_are_not_offered_are_refused() {
+    let (_sim, ctx) = sim();
+    let mut t = CudaFanout::open(&ctx, SimExporter, G, 2).unwrap();
+    assert!(matches!(
+        CudaWork::new(CheckInvert::boxed(), Placement::InPlace),
+        Err(MulticastError::InPlace { .. })
+    ));
+    let read_back = CudaWork::new(CheckInvert::boxed(), Placement::ReadBack).unwrap();
+    let e = t
+        .attach(0, ConsumerSpec::mailbox(read_back, WAIT))
+        .unwrap_err();
+    assert!(e.to_string().contains("DeviceCopy"), "{e}");
+    assert!(t.attach(8, check_invert(WAIT)).is_err());
+    t.attach(1, check_invert(WAIT)).unwrap();
+    assert!(t.attach(1, check_invert(WAIT)).is_err());
+    assert!(CudaFanout::open(&ctx, SimExporter, G, 0).is_err());
+    assert!(CudaFanout::open(&ctx, SimExporter, G, 9).is_err());
+}
+
+/// Work that makes its stream wait, from frame `stop_at` on, for a
+/// semaphore nobody signals (until the test does): a consumer stopped
+/// mid-run. It checks nothing.
+fn stalling_work(blocker: ExternalSemaphore, stop_at: u64) -> Box<dyn FrameWork> {
+    Box::new(FnWork::new("stall", move |frame, stream| {
+        if frame.number() >= stop_at {
+            stream
+                .wait(&blocker, WaitParams::timeline(1))
+                .map_err(|e| WorkError::driver("waiting for the blocker", e))?;
+        }
+        Ok(())
+    }))
+}
+
+/// A consumer whose stream stops (waits for a semaphore never signalled)
+/// holds its slot: its release of it does not come, while the other
+/// consumer goes on and verifies every frame over the other slots. Once
+/// the semaphore comes, its release does too and everything drains.
+#[test]
+fn a_stopped_consumer_holds_only_its_slot_and_drains_once_released() {
+    let (_sim, ctx) = sim();
+    let mut t = CudaFanout::open(&ctx, SimExporter, G, 4).unwrap();
+    let blocker_host: SimTimeline = t.exporter_mut().export_timeline(0).unwrap();
+    let blocker = import_timeline(&ctx, blocker_host.export_fd().unwrap()).unwrap();
+    t.attach(0, check_invert(WAIT)).unwrap();
+    let stall = CudaWork::new(stalling_work(blocker, 2), COPY).unwrap();
+    t.attach(1, ConsumerSpec::mailbox(stall, Duration::from_millis(200)))
+        .unwrap();
+    let mut d = Driver::new(&t);
+    d.frame(&mut t, &[0, 1], 0, false);
+    d.frame(&mut t, &[0, 1], 1, false);
+    d.frame(&mut t, &[0, 1], 2, false); // consumer 1 stops here, holding slot 2
+    let mut a = Vec::new();
+    let mut stopped = Vec::new();
+    stopped.push(next(&mut t, 1));
+    stopped.push(next(&mut t, 1));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        t.try_complete(1).unwrap().is_none(),
+        "the stopped consumer finished frame 2"
+    );
+    assert!(!t
+        .wait_released(1, 2, 1, Duration::from_millis(100))
+        .unwrap());
+    // The ring would retire slot 2 now (consumer 1 holds use 1 of it);
+    // the other consumer goes on over slots 3, 0 and 1.
+    d.retired[2] = true;
+    for frame in 3..15 {
+        assert_ne!(d.frame(&mut t, &[0], frame, false), 2);
+    }
+    d.collect(&mut t, 0, &mut a);
+    verified(&a, 0..15, None, "the consumer that goes on");
+    assert!(a.iter().all(|c| c.slot != 2 || c.frame == 2));
+    assert_eq!(t.released(1, 2).unwrap(), 0, "its fence of the held slot");
+    blocker_host.signal(1).unwrap();
+    assert!(
+        t.wait_released(1, 2, 1, WAIT).unwrap(),
+        "released once unblocked"
+    );
+    stopped.push(next(&mut t, 1));
+    assert_eq!(
+        stopped.iter().map(|c| c.frame).collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    Box::new(t).close().unwrap();
+}
+
+/// A consumer whose stream never drains is not freed under the device:
+/// close waits a bounded time, leaks it and says so (a typed timeout);
+/// the others were stopped cleanly. Nothing panics.
+#[test]
+fn close_leaks_a_consumer_that_never_drains_and_says_so() {
+    let (_sim, ctx) = sim();
+    let mut t = CudaFanout::open(&ctx, SimExporter, G, 2).unwrap();
+    let blocker_host: SimTimeline = t.exporter_mut().export_timeline(0).unwrap();
+    let blocker = import_timeline(&ctx, blocker_host.export_fd().unwrap()).unwrap();
+    t.attach(0, check_invert(WAIT)).unwrap();
+    let stall = CudaWork::new(stalling_work(blocker, 0), COPY).unwrap();
+    t.attach(1, ConsumerSpec::fifo(stall, Duration::from_millis(100)))
+        .unwrap();
+    let mut d = Driver::new(&t);
+    d.frame(&mut t, &[0, 1], 0, false);
+    let mut a = Vec::new();
+    d.collect(&mut t, 0, &mut a);
+    let start = Instant::now();
+    let e = Box::new(t).close().unwrap_err();
+    assert!(e.is_timeout(), "{e}");
+    assert!(e.to_string().contains("1 consumer"), "{e}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    drop(blocker_host);
+}
