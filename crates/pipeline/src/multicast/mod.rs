@@ -33,8 +33,10 @@
 //! [`MulticastError::InPlace`]); it reads the slot through a copy into its
 //! own buffer ([`Placement::DeviceCopy`]) or a read-back.
 
-// (fanout, host, ring: next commits)
 pub mod cuda;
+pub mod fanout;
+pub mod host;
+pub mod ring;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -348,6 +350,8 @@ pub enum ConsumerEvent {
     Forgotten {
         /// The consumer.
         consumer: ConsumerId,
+        /// Its final counts.
+        report: ring::ConsumerReport,
     },
 }
 
