@@ -8,14 +8,17 @@
 use std::time::{Duration, Instant};
 
 use tegra_interop::core::WaitParams;
-use tegra_interop::driver::{Context, ExternalSemaphore};
+use tegra_interop::driver::{Context, ExternalSemaphore, Stream};
 use tegra_interop_pipeline::camera::TestPattern;
 use tegra_interop_pipeline::consumer::{
-    twin, CheckInvert, CopyWith, FnWork, FrameWork, Placement, WorkError,
+    twin, CheckInvert, CopyWith, DeviceFrame, FnWork, FrameWork, Placement, WorkError,
 };
+use tegra_interop_pipeline::frame::FrameLayout;
 use tegra_interop_pipeline::multicast::cuda::CudaFanout;
+use tegra_interop_pipeline::multicast::ring::{MulticastRing, Polled};
 use tegra_interop_pipeline::multicast::{
-    ConsumerSpec, CudaWork, FanoutTransport, MulticastError, Queued,
+    ConsumerEvent, ConsumerId, ConsumerSpec, CudaWork, DisconnectReason, FanoutTransport, Mode,
+    MulticastError, Queued,
 };
 use tegra_interop_pipeline::sim::Sim;
 use tegra_interop_pipeline::transport::export::{
@@ -344,4 +347,303 @@ fn close_leaks_a_consumer_that_never_drains_and_says_so() {
     assert!(e.to_string().contains("1 consumer"), "{e}");
     assert!(start.elapsed() < Duration::from_secs(30));
     drop(blocker_host);
+}
+
+// ---- The "Done when" tests, through the multicast ring ----------
+
+type SimRing = MulticastRing<CudaFanout<SimExporter>>;
+
+/// A ring of `slots` over the simulator's exporter.
+fn ring(ctx: &Context, slots: usize) -> SimRing {
+    MulticastRing::new(CudaFanout::open(ctx, SimExporter, G, slots).unwrap()).unwrap()
+}
+
+/// Check-and-invert that also keeps its stream busy for `delay` per frame
+/// (a host function on the stream after the kernel): a slow consumer that
+/// still verifies every frame it takes.
+struct Slowed {
+    inner: CheckInvert,
+    delay: Duration,
+    /// From this frame on the stream also waits for `blocker` (a consumer
+    /// stopped mid-run), when there is one.
+    stop: Option<(u64, ExternalSemaphore)>,
+}
+
+impl Slowed {
+    fn boxed(delay: Duration, stop: Option<(u64, ExternalSemaphore)>) -> Box<dyn FrameWork> {
+        Box::new(Slowed {
+            inner: CheckInvert::new(),
+            delay,
+            stop,
+        })
+    }
+}
+
+impl FrameWork for Slowed {
+    fn name(&self) -> &str {
+        "slowed check-and-invert"
+    }
+    fn prepare(
+        &mut self,
+        ctx: &Context,
+        layout: FrameLayout,
+        slots: usize,
+        placement: Placement,
+    ) -> Result<(), WorkError> {
+        self.inner.prepare(ctx, layout, slots, placement)
+    }
+    fn queue(&mut self, frame: &DeviceFrame<'_>, stream: &Stream) -> Result<(), WorkError> {
+        if let Some((at, blocker)) = &self.stop {
+            if frame.number() >= *at {
+                stream
+                    .wait(blocker, WaitParams::timeline(1))
+                    .map_err(|e| WorkError::driver("waiting for the blocker", e))?;
+            }
+        }
+        self.inner.queue(frame, stream)?;
+        if !self.delay.is_zero() {
+            let delay = self.delay;
+            stream
+                .launch_host_fn(move || std::thread::sleep(delay))
+                .map_err(|e| WorkError::driver("queueing the delay", e))?;
+        }
+        Ok(())
+    }
+    fn finished(&mut self, slot: usize, frame: u64) -> Result<u64, WorkError> {
+        self.inner.finished(slot, frame)
+    }
+}
+
+fn spec(mode: Mode, work: Box<dyn FrameWork>, limit: Duration) -> ConsumerSpec<CudaWork> {
+    let work = CudaWork::new(work, COPY).unwrap();
+    match mode {
+        Mode::Fifo => ConsumerSpec::fifo(work, limit),
+        Mode::Mailbox => ConsumerSpec::mailbox(work, limit),
+    }
+}
+
+/// Writes the next frame (its test pattern; one byte wrong for frame
+/// `damaged`) and hands it over; its number.
+fn produce_one(r: &mut SimRing, damaged: Option<u64>) -> u64 {
+    let mut lease = r.acquire().unwrap();
+    let frame = lease.frame();
+    let bytes = lease.bytes_mut().unwrap();
+    TestPattern::new(frame, G.stride).fill(bytes);
+    if damaged == Some(frame) {
+        bytes[9] ^= 0x01;
+    }
+    r.hand_over(lease).unwrap();
+    frame
+}
+
+/// What a run saw: each consumer's finished frames (frame, mismatches) and
+/// the events.
+#[derive(Default)]
+struct Seen {
+    finished: std::collections::BTreeMap<ConsumerId, Vec<(u64, u64)>>,
+    events: Vec<(Instant, ConsumerEvent)>,
+}
+
+impl Seen {
+    fn take(&mut self, polled: Vec<Polled>) {
+        for p in polled {
+            match p {
+                Polled::Finished(d) => self
+                    .finished
+                    .entry(d.consumer)
+                    .or_default()
+                    .push((d.completion.frame, d.completion.mismatches)),
+                Polled::Event(e) => self.events.push((Instant::now(), e)),
+            }
+        }
+    }
+
+    fn frames(&self, c: ConsumerId) -> Vec<u64> {
+        self.finished
+            .get(&c)
+            .map_or(Vec::new(), |v| v.iter().map(|f| f.0).collect())
+    }
+
+    /// Every frame `c` finished verified: no mismatch but in `damaged`,
+    /// exactly one there.
+    fn all_verified(&self, c: ConsumerId, damaged: Option<u64>) {
+        for &(frame, m) in self.finished.get(&c).into_iter().flatten() {
+            assert_eq!(m, u64::from(Some(frame) == damaged), "{c}: frame {frame}");
+        }
+    }
+}
+
+/// Four consumers (two FIFO, two mailbox), each its own streams: every
+/// FIFO consumer finishes every frame in order, verified (the damaged
+/// frame caught, only it); each mailbox consumer finishes an increasing
+/// subset, each verified: it finished every frame it took, and took or
+/// skipped every frame.
+#[test]
+fn four_consumers_two_fifo_two_mailbox_each_verify_their_frames() {
+    let (_sim, ctx) = sim();
+    let mut r = ring(&ctx, 8);
+    let fifo =
+        [Mode::Fifo, Mode::Fifo].map(|m| r.attach(spec(m, CheckInvert::boxed(), WAIT)).unwrap());
+    let slow = Duration::from_millis(2);
+    let mail = [0, 1].map(|_| {
+        r.attach(spec(Mode::Mailbox, Slowed::boxed(slow, None), WAIT))
+            .unwrap()
+    });
+    let (frames, damaged) = (80, Some(41));
+    let mut seen = Seen::default();
+    for _ in 0..frames {
+        produce_one(&mut r, damaged);
+        seen.take(r.poll().unwrap());
+    }
+    seen.take(r.drain(WAIT).unwrap());
+    for c in fifo {
+        assert_eq!(seen.frames(c), (0..frames).collect::<Vec<_>>(), "{c}");
+        seen.all_verified(c, damaged);
+        assert_eq!(r.report(c).unwrap().mismatches, 1);
+    }
+    for c in mail {
+        let got = seen.frames(c);
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{c}: {got:?}");
+        assert!(!got.is_empty());
+        seen.all_verified(c, damaged);
+        let s = r.report(c).unwrap().stats;
+        assert_eq!(s.taken, got.len() as u64, "{c}: {s:?}");
+        assert_eq!(s.taken + s.skipped, frames, "{c}: {s:?}");
+        assert_eq!(
+            s.stalls, 0,
+            "{c}: a mailbox consumer made the producer wait"
+        );
+    }
+    r.close().unwrap();
+}
+
+/// A mailbox consumer ten times slower than the producer (the producer
+/// paced at 2 ms a frame, the consumer's stream busy 20 ms a frame) never
+/// makes the producer wait: the run takes the producer's own time, not the
+/// consumer's, and the consumer counts the frames it skipped. A FIFO
+/// consumer beside it finishes every frame.
+#[test]
+fn a_slow_mailbox_consumer_never_slows_the_producer_and_counts_its_skips() {
+    let (_sim, ctx) = sim();
+    let mut r = ring(&ctx, 4);
+    let fast = r
+        .attach(spec(Mode::Fifo, CheckInvert::boxed(), WAIT))
+        .unwrap();
+    let (period, frames) = (Duration::from_millis(2), 100u64);
+    let slow = r
+        .attach(spec(Mode::Mailbox, Slowed::boxed(period * 10, None), WAIT))
+        .unwrap();
+    let mut seen = Seen::default();
+    let start = Instant::now();
+    for f in 0..frames {
+        produce_one(&mut r, None);
+        seen.take(r.poll().unwrap());
+        if let Some(left) = (start + period * (f as u32 + 1)).checked_duration_since(Instant::now())
+        {
+            std::thread::sleep(left);
+        }
+    }
+    let produced_in = start.elapsed();
+    seen.take(r.drain(WAIT).unwrap());
+    // Waiting for the slow consumer's every frame would take 2 s.
+    assert!(
+        produced_in < period * 10 * frames as u32 / 2,
+        "{produced_in:?}"
+    );
+    let s = r.report(slow).unwrap().stats;
+    assert_eq!(s.stalls, 0, "{s:?}");
+    assert!(
+        s.skipped >= frames / 2,
+        "it skipped only {}: {s:?}",
+        s.skipped
+    );
+    assert_eq!(s.taken, seen.frames(slow).len() as u64, "{s:?}");
+    assert_eq!(s.taken + s.skipped, frames, "{s:?}");
+    seen.all_verified(slow, None);
+    assert_eq!(seen.frames(fast), (0..frames).collect::<Vec<_>>());
+    seen.all_verified(fast, None);
+    r.close().unwrap();
+}
+
+/// A FIFO consumer stopped mid-run (from frame 5 its stream waits for a
+/// semaphore nobody signals) is disconnected with a typed event within its
+/// limit, its slot is retired, and the three others finish and verify
+/// every frame. Once the semaphore comes its release does too and the
+/// slot is restored.
+#[test]
+fn a_consumer_stopped_mid_run_is_disconnected_within_its_limit_and_the_others_go_on() {
+    let (_sim, ctx) = sim();
+    let mut r = ring(&ctx, 8);
+    let blocker_host: SimTimeline = SimExporter.export_timeline(0).unwrap();
+    let blocker = import_timeline(&ctx, blocker_host.export_fd().unwrap()).unwrap();
+    let limit = Duration::from_millis(300);
+    let others: Vec<ConsumerId> = [Mode::Fifo, Mode::Fifo, Mode::Mailbox]
+        .into_iter()
+        .map(|m| r.attach(spec(m, CheckInvert::boxed(), WAIT)).unwrap())
+        .collect();
+    let stopped = r
+        .attach(spec(
+            Mode::Fifo,
+            Slowed::boxed(Duration::ZERO, Some((5, blocker))),
+            limit,
+        ))
+        .unwrap();
+    let (frames, damaged) = (60u64, Some(30));
+    let mut seen = Seen::default();
+    for _ in 0..frames {
+        produce_one(&mut r, damaged);
+        seen.take(r.poll().unwrap());
+    }
+    seen.take(r.drain(WAIT).unwrap());
+    let waited = seen
+        .events
+        .iter()
+        .find_map(|(_, e)| match e {
+            ConsumerEvent::Disconnected {
+                consumer,
+                reason: DisconnectReason::Timeout { frame: 5, waited },
+            } if *consumer == stopped => Some(*waited),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no timeout disconnect of {stopped}: {:?}", seen.events));
+    assert!(
+        waited >= limit && waited < limit + Duration::from_secs(2),
+        "{waited:?}"
+    );
+    let retired: Vec<usize> = seen
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            ConsumerEvent::SlotRetired { slot, consumer, .. } if *consumer == stopped => {
+                Some(*slot)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!retired.is_empty(), "{:?}", seen.events);
+    assert!(!r.is_attached(stopped));
+    assert_eq!(seen.frames(stopped), (0..5).collect::<Vec<_>>());
+    for &c in &others[..2] {
+        assert_eq!(seen.frames(c), (0..frames).collect::<Vec<_>>(), "{c}");
+        seen.all_verified(c, damaged);
+    }
+    seen.all_verified(others[2], damaged);
+    // The fence comes: the slot goes back to the pool.
+    blocker_host.signal(1).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while !seen
+        .events
+        .iter()
+        .any(|(_, e)| matches!(e, ConsumerEvent::SlotRestored { .. }))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no slot restored: {:?}",
+            seen.events
+        );
+        seen.take(r.wait_poll(Duration::from_millis(20)).unwrap());
+    }
+    produce_one(&mut r, None);
+    seen.take(r.drain(WAIT).unwrap());
+    r.close().unwrap();
 }
