@@ -40,6 +40,45 @@
 //! exported slot needs a new copy path in `consumer/`. Verified where: on
 //! the simulator (`tests/multicast_sim.rs`, CI). The Vulkan exporter's test
 //! (`tests/gpu_multicast.rs`) builds in CI and has not run on a GPU yet.
+//!
+//! ```
+//! # #[cfg(feature = "sim")] {
+//! use std::time::Duration;
+//! use tegra_interop::driver::Context;
+//! use tegra_interop_pipeline::camera::TestPattern;
+//! use tegra_interop_pipeline::consumer::{twin, CheckInvert, CopyWith, Placement};
+//! use tegra_interop_pipeline::multicast::cuda::CudaFanout;
+//! use tegra_interop_pipeline::multicast::ring::{MulticastRing, Polled};
+//! use tegra_interop_pipeline::multicast::{ConsumerSpec, CudaWork};
+//! use tegra_interop_pipeline::transport::export::SimExporter;
+//! use tegra_interop_pipeline::transport::FrameGeometry;
+//!
+//! let sim = tegra_interop_pipeline::sim::Sim::new()?;
+//! twin::register(&sim); // the kernels' Rust twins
+//! let ctx = Context::new(sim.backend(), 0)?;
+//! let g = FrameGeometry { stride: 64, rows: 4 };
+//! let mut ring = MulticastRing::new(CudaFanout::open(&ctx, SimExporter, g, 4)?)?;
+//! let copy = Placement::DeviceCopy(CopyWith::Engines);
+//! for _ in 0..2 {
+//!     let work = CudaWork::new(CheckInvert::boxed(), copy)?;
+//!     ring.attach(ConsumerSpec::fifo(work, Duration::from_secs(5)))?;
+//! }
+//! for _ in 0..3 {
+//!     let mut lease = ring.acquire()?;
+//!     let frame = lease.frame();
+//!     TestPattern::new(frame, g.stride).fill(lease.bytes_mut()?);
+//!     ring.hand_over(lease)?;
+//! }
+//! let verified = ring
+//!     .drain(Duration::from_secs(5))?
+//!     .into_iter()
+//!     .filter(|p| matches!(p, Polled::Finished(d) if d.completion.mismatches == 0))
+//!     .count();
+//! assert_eq!(verified, 6); // three frames, two consumers
+//! ring.close()?;
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::any::Any;
 use std::collections::VecDeque;

@@ -21,8 +21,8 @@
 //! The host's writes reach the importer only through
 //! [`Exporter::publish`], which also signals the frame's *ready* value:
 //! Vulkan makes host writes through a mapping visible to the device only
-//! through a queue submission (see [`crate::transport::gpu`], "Why the
-//! handover goes through the Vulkan queue"), so the Vulkan exporter
+//! through a queue submission (see the `transport::gpu` module docs, "Why
+//! the handover goes through the Vulkan queue"), so the Vulkan exporter
 //! submits its recorded handover batch there; the simulator's memory is
 //! plain shared memory and the signal is a host signal. Before the host
 //! writes a published frame again it calls [`Exporter::reclaim`] (after
@@ -31,12 +31,31 @@
 //!
 //! Two exporters: [`SimExporter`] (feature `sim`: the simulator's memfds,
 //! which the simulated driver accepts as GPU allocations, in other
-//! processes too) and [`VulkanFdExporter`] (feature `vulkan`: the Vulkan
+//! processes too) and `VulkanFdExporter` (feature `vulkan`: the Vulkan
 //! device whose UUID is the CUDA device's, through
-//! [`tegra_interop_platform::vulkan`]). Verified where: the simulator's
+//! `tegra_interop_platform::vulkan`). Verified where: the simulator's
 //! exporter by this crate's tests in CI; the Vulkan exporter builds in CI
 //! and its test (`tests/gpu_multicast.rs`) is for the GPU machine and has
 //! not run yet.
+//!
+//! ```
+//! # #[cfg(feature = "sim")] {
+//! use tegra_interop_pipeline::transport::export::{
+//!     ExportedFrame, ExportedTimeline, Exporter, SimExporter,
+//! };
+//!
+//! let mut exporter = SimExporter;
+//! let mut frame = exporter.export_frame(4096)?;
+//! let ready = exporter.export_timeline(0)?;
+//! frame.write(0, b"a frame")?;
+//! exporter.publish(&mut frame, &ready, 1)?; // the host's writes, then ready = 1
+//! assert_eq!(ready.value()?, 1);
+//! let fd = frame.export_fd()?; // send it, or import it: `import_frame`
+//! assert_eq!(frame.size(), 4096);
+//! # drop(fd);
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fmt::Display;
 use std::os::fd::{AsRawFd, OwnedFd};
