@@ -650,6 +650,10 @@ fn a_consumer_stopped_mid_run_is_disconnected_within_its_limit_and_the_others_go
     r.close().unwrap();
 }
 
+/// A consumer of a schedule: its id, mode, first frame and last frame
+/// (`None`: it took none).
+type Span = (ConsumerId, Mode, u64, Option<u64>);
+
 /// One step of a random schedule: `gap` frames, then an attach (FIFO or
 /// mailbox) or the detach of one of the consumers attached.
 #[derive(Clone, Copy, Debug)]
@@ -676,7 +680,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 /// `MulticastError::Fence`), so the run itself is the check that the
 /// transport's fence values stay exact across attach and detach. Returns
 /// what was seen and, per consumer, its first and last frame.
-fn run_schedule(steps: &[Step]) -> (Seen, Vec<(ConsumerId, Mode, u64, Option<u64>)>, u64) {
+fn run_schedule(steps: &[Step]) -> (Seen, Vec<Span>, u64) {
     let (_sim, ctx) = sim();
     let mut r = ring(&ctx, 8);
     let mut seen = Seen::default();
