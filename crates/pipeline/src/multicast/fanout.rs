@@ -34,8 +34,8 @@
 //!   `> f` (the next frame handed over); attached while no frame is being
 //!   written, it takes the next frame acquired.
 //! - A consumer that leaves (detach, or disconnect at its time limit)
-//!   takes no more frames; a mailbox frame waiting for it in the ring is
-//!   dropped (it never took it). Every use it took and has not released
+//!   takes no more frames; the frames waiting for it in the ring are
+//!   dropped (it never took them; counted as [`ConsumerStats::dropped`]). Every use it took and has not released
 //!   keeps its slot out of the pool (*retired*) until its release fence is
 //!   seen at that use: a device may still be reading the slot, so it is not
 //!   written before. A slot whose fence never comes stays out for the
@@ -44,8 +44,10 @@
 //!
 //! # Modes
 //!
-//! - FIFO: every frame handed over after its attach is queued to it at the
-//!   hand-over, in order.
+//! - FIFO: every frame handed over after its attach is taken, in order:
+//!   queued to it at the hand-over while it has fewer than [`FIFO_DEPTH`]
+//!   queued, else kept for it in the ring (holding the slot) and queued,
+//!   oldest first, as its earlier frames are released.
 //! - Mailbox: a frame is queued to it only when it holds no queued frame
 //!   (it finished its previous one); otherwise the frame waits in its
 //!   mailbox, replacing (and counting as *skipped*) a frame already
@@ -66,6 +68,12 @@
 
 use super::{Mode, MulticastError, Queued, MAX_CONSUMERS};
 use crate::slots::MAX_SLOTS;
+
+/// How many frames a FIFO consumer has queued to it (taken) at once; later
+/// frames wait for it in the ring, in order, holding their slots. A FIFO
+/// consumer that dies retires at most this many slots (those it may be
+/// reading); the frames waiting in the ring are dropped, not retired.
+pub const FIFO_DEPTH: usize = 2;
 
 /// One frame's slot as the state machine handed it out: the slot, the
 /// frame, and the slot's use (the *ready* value).
@@ -153,6 +161,8 @@ pub struct ConsumerStats {
     pub released: u64,
     /// Frames that waited in its mailbox and were replaced by a newer one.
     pub skipped: u64,
+    /// Frames waiting for it in the ring (not taken) when it left: dropped.
+    pub dropped: u64,
     /// Times the producer had to wait for it.
     pub stalls: u64,
 }
@@ -175,10 +185,23 @@ struct Consumer {
 }
 
 impl Consumer {
+    /// The slot of its oldest frame waiting in the ring (held, not taken).
     fn waiting_slot(&self) -> Option<usize> {
-        self.holds
-            .iter()
-            .position(|h| matches!(h, Some(h) if !h.taken))
+        (0..MAX_SLOTS)
+            .filter(|&s| matches!(self.holds[s], Some(h) if !h.taken))
+            .min_by_key(|&s| self.holds[s].map_or(u64::MAX, |h| h.frame))
+    }
+
+    fn waiting_count(&self) -> usize {
+        self.holds.iter().flatten().filter(|h| !h.taken).count()
+    }
+
+    /// How many frames it may have queued at once.
+    fn depth(&self) -> usize {
+        match self.stats.mode {
+            Mode::Fifo => FIFO_DEPTH,
+            Mode::Mailbox => 1,
+        }
     }
 
     fn taken_count(&self) -> usize {
@@ -406,6 +429,7 @@ impl Fanout {
                 taken: 0,
                 released: 0,
                 skipped: 0,
+                dropped: 0,
                 stalls: 0,
             },
         });
@@ -413,9 +437,10 @@ impl Fanout {
     }
 
     /// Consumer `c` leaves (detach or disconnect): it takes no more
-    /// frames, a frame waiting in its mailbox is dropped (not taken, not
-    /// counted as skipped), and the uses it took retire their slots until
-    /// their release is seen. Returns the last frame it took.
+    /// frames, the frames waiting for it in the ring are dropped (not
+    /// taken; counted as dropped, not skipped), and the uses it took retire
+    /// their slots until their release is seen. Returns the last frame it
+    /// took.
     ///
     /// # Errors
     /// [`MulticastError::Order`] for no consumer at `c`, or one that left.
@@ -427,8 +452,9 @@ impl Fanout {
             )));
         }
         k.standing = Standing::Left;
-        if let Some(s) = k.waiting_slot() {
+        while let Some(s) = k.waiting_slot() {
             k.holds[s] = None;
+            k.stats.dropped += 1;
         }
         Ok(k.stats.last_frame)
     }
@@ -569,9 +595,10 @@ impl Fanout {
 /// The hand-over and the releases.
 impl Fanout {
     /// Frame `t` is written and its *ready* fence signalled: every attached
-    /// consumer whose first frame is at most `t`'s takes it (FIFO: queued
-    /// now; mailbox: queued now if it holds no queued frame, else it waits
-    /// in its mailbox, replacing and skipping one waiting there).
+    /// consumer whose first frame is at most `t`'s holds it. It is queued
+    /// now where the consumer has room ([`FIFO_DEPTH`] frames for FIFO, one
+    /// for a mailbox) and nothing waits before it; else it waits in the
+    /// ring (a mailbox's replaces, and skips, one waiting there).
     ///
     /// # Errors
     /// [`MulticastError::Order`] when `t` is not the ticket being written.
@@ -594,9 +621,8 @@ impl Fanout {
             else {
                 continue;
             };
-            let busy = k.taken_count() > 0;
-            let queue_now = k.stats.mode == Mode::Fifo || !busy;
-            if !queue_now {
+            let queue_now = k.taken_count() < k.depth() && k.waiting_count() == 0;
+            if !queue_now && k.stats.mode == Mode::Mailbox {
                 if let Some(old) = k.waiting_slot() {
                     out.skipped[c] = k.holds[old].map(|h| Queued {
                         frame: h.frame,
@@ -623,8 +649,8 @@ impl Fanout {
 
     /// Consumer `c`'s release fence of `slot` is seen at `value`. A value
     /// it already had changes nothing; a new one must be the use of `slot`
-    /// it took and holds, which is then released (and, for a mailbox
-    /// consumer, the frame waiting in its mailbox is queued now).
+    /// it took and holds, which is then released (and the oldest frame
+    /// waiting for the consumer in the ring is queued now).
     ///
     /// # Errors
     /// [`MulticastError::Fence`] for a value that went back or is no use it
@@ -663,7 +689,7 @@ impl Fanout {
         k.holds[slot] = None;
         k.stats.released += 1;
         let mut next = None;
-        if k.stats.mode == Mode::Mailbox && k.standing == Standing::Attached {
+        if k.standing == Standing::Attached && k.taken_count() < k.depth() {
             if let Some(s) = k.waiting_slot() {
                 if let Some(h) = k.holds[s].as_mut() {
                     h.taken = true;
@@ -731,14 +757,15 @@ mod tests {
             (c, 0, 1, WaitReason::FifoWindow)
         );
         assert_eq!(f.stats(c).unwrap().stalls, 1);
+        // FIFO_DEPTH frames are queued; frame 2 waits in the ring.
+        let frames: Vec<u64> = queued.iter().map(|(_, q)| q.frame).collect();
+        assert_eq!(frames, [0, 1]);
+        assert_eq!(f.holds(c, 2), Some((1, 2, false)));
         let o = f.observe(c, b.slot, 1).unwrap();
         assert_eq!(o.released.unwrap().frame, 0);
+        assert_eq!(o.next.unwrap().frame, 2, "the waiting frame is queued now");
         let t = ticket(&mut f);
         assert_eq!((t.slot(), t.frame(), t.use_()), (b.slot, 3, 2));
-        assert_eq!(
-            queued.iter().map(|(_, q)| q.frame).collect::<Vec<_>>(),
-            [0, 1, 2]
-        );
     }
 
     #[test]
@@ -892,7 +919,6 @@ mod tests {
         queue: VecDeque<Queued>,
         got: Vec<u64>,
         offered: u64,
-        dropped_at_leave: u64,
         stuck: bool,
         left: bool,
         took: Vec<(usize, u64)>,
@@ -958,17 +984,18 @@ mod tests {
         fn check_counts(&self, c: usize, st: &ConsumerStats) {
             let s = self.seen[c].as_ref().unwrap();
             assert_eq!(st.taken, s.got.len() as u64);
-            let waiting = self.f.consumer(c).ok().and_then(Consumer::waiting_slot);
-            let waiting = u64::from(waiting.is_some());
+            let waiting = self.f.consumer(c).ok().map_or(0, Consumer::waiting_count) as u64;
             match st.mode {
                 Mode::Fifo => {
-                    let want: Vec<u64> = (st.first_frame..st.first_frame + s.offered).collect();
+                    let n = s.offered - st.dropped - waiting;
+                    let want: Vec<u64> = (st.first_frame..st.first_frame + n).collect();
                     assert_eq!(s.got, want, "FIFO consumer {c} misses frames");
                     assert_eq!(st.skipped, 0);
+                    assert!(s.queue.len() <= FIFO_DEPTH);
                 }
                 Mode::Mailbox => assert_eq!(
                     s.offered,
-                    st.taken + st.skipped + waiting + s.dropped_at_leave,
+                    st.taken + st.skipped + waiting + st.dropped,
                     "mailbox {c}'s counts do not add up"
                 ),
             }
@@ -1050,10 +1077,10 @@ mod tests {
             if self.seen[c].as_ref().unwrap().left {
                 return;
             }
-            let waiting = self.f.consumer(c).unwrap().waiting_slot().is_some();
+            let waiting = self.f.consumer(c).unwrap().waiting_count() as u64;
             self.f.leave(c).unwrap();
+            assert_eq!(self.f.stats(c).unwrap().dropped, waiting);
             let s = self.seen[c].as_mut().unwrap();
-            s.dropped_at_leave = u64::from(waiting);
             (s.left, s.stuck) = (true, stuck);
             for q in &s.queue {
                 assert!(self.f.retired(q.slot), "slot {} is not retired", q.slot);

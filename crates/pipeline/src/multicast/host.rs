@@ -19,6 +19,7 @@
 //! thread (the ring then disconnects the consumer, and the slot it held
 //! stays retired: its release never comes).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -233,6 +234,8 @@ pub struct HostFanout {
     buffers: Vec<Buffer>,
     fences: Arc<Fences>,
     workers: Vec<Option<Worker>>,
+    /// Per consumer place, completions of a stopped thread not yet taken.
+    leftover: Vec<VecDeque<Completion>>,
     /// Threads asked to stop that had not stopped within [`STOP_WAIT`].
     stragglers: usize,
 }
@@ -272,8 +275,22 @@ impl HostFanout {
                 signalled: Condvar::new(),
             }),
             workers: (0..MAX_CONSUMERS).map(|_| None).collect(),
+            leftover: (0..MAX_CONSUMERS).map(|_| VecDeque::new()).collect(),
             stragglers: 0,
         })
+    }
+
+    /// Slot `slot`'s *ready* fence now (`None` past the ring).
+    pub fn ready_value(&self, slot: usize) -> Option<u64> {
+        (slot < self.buffers.len()).then(|| self.fences.ready[slot].load(Ordering::SeqCst))
+    }
+
+    /// Consumer place `id`'s *release* fence of `slot` now (it outlives
+    /// the consumer: a later consumer at the same place goes on from it).
+    pub fn release_value(&self, id: usize, slot: usize) -> Option<u64> {
+        self.release_fence(id, slot)
+            .ok()
+            .map(|f| f.load(Ordering::SeqCst))
     }
 
     fn buffer(&mut self, slot: usize) -> Result<&mut Buffer, TransportError> {
@@ -307,8 +324,12 @@ impl HostFanout {
         drop(w.jobs);
         match w.exited.recv_timeout(STOP_WAIT) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                // It has left its loop: the join is immediate.
+                // It has left its loop: the join is immediate, and every
+                // completion it sent is in the queue.
                 let _ = w.thread.join();
+                if let Some(left) = self.leftover.get_mut(id) {
+                    left.extend(w.done.try_iter());
+                }
                 true
             }
             Err(RecvTimeoutError::Timeout) => {
@@ -385,6 +406,7 @@ impl FanoutTransport for HostFanout {
                 )))
             }
         }
+        self.leftover[id].clear();
         let (jobs, jobs_rx) = mpsc::channel();
         let (done_tx, done) = mpsc::channel();
         let (exited_tx, exited) = mpsc::channel();
@@ -499,6 +521,10 @@ impl FanoutTransport for HostFanout {
     }
 
     fn try_complete(&mut self, id: usize) -> Result<Option<Completion>, TransportError> {
+        if self.workers.get(id).is_some_and(Option::is_none) {
+            // Detached: what its thread reported before it stopped.
+            return Ok(self.leftover[id].pop_front());
+        }
         match self.worker(id)?.done.try_recv() {
             Ok(c) => Ok(Some(c)),
             Err(TryRecvError::Empty) => Ok(None),

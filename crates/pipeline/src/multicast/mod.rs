@@ -25,6 +25,31 @@
 //! the CUDA-backed one in `multicast::cuda` (each consumer its own CUDA
 //! stream and release semaphores).
 //!
+//! # What "reclaimed safely" means
+//!
+//! A consumer that misses its limit is disconnected
+//! ([`ConsumerEvent::Disconnected`] with [`DisconnectReason::Timeout`]),
+//! but a device (a GPU stream, a host thread) may still be reading the
+//! slots of the frames queued to it, and nothing on the host can stop it
+//! in the middle. So the ring never waits for it past its limit and never
+//! rewrites those slots blindly: each slot of a use it took is *retired*
+//! ([`ConsumerEvent::SlotRetired`]), out of the pool until the consumer's
+//! release fence is seen at that use (read with no wait at every poll),
+//! then *restored* ([`ConsumerEvent::SlotRestored`]). A slot whose fence
+//! never comes stays out for the ring's life. Frames that were still
+//! waiting for it in the ring (never queued to the device) are dropped at
+//! once. A FIFO consumer has at most [`fanout::FIFO_DEPTH`] frames queued,
+//! so a dead one retires at most that many slots; the others go on with
+//! the rest, without a dropped frame. A clean [`ring::MulticastRing::detach`]
+//! first waits (up to the consumer's limit) for the frames it took.
+//!
+//! # Outputs wait for the caller
+//!
+//! Finished frames and events wait in the ring until
+//! [`ring::MulticastRing::poll`] (or `wait_poll`, `drain`) hands them out:
+//! a program that never polls keeps one entry per finished frame per
+//! consumer. Poll once per frame (the examples and tests do).
+//!
 //! # Consumers never write the shared slot
 //!
 //! Every consumer of a multicast ring reads the same slot at the same time,
@@ -204,9 +229,10 @@ pub trait FanoutTransport {
     /// [`FanoutTransport::released`] before it queues anything).
     fn attach(&mut self, id: usize, spec: ConsumerSpec<Self::Work>) -> Result<(), TransportError>;
     /// Stops consumer `id` and frees what it owns. The ring calls it once
-    /// every use the consumer took is released, or at
-    /// [`FanoutTransport::close`]'s time; a transport whose consumer may
-    /// still be reading a slot must not free that slot's memory here.
+    /// every use the consumer took is released (then drains
+    /// [`FanoutTransport::try_complete`] for `id`: completions not yet
+    /// taken stay there to be taken); a transport whose consumer may still
+    /// be reading a slot must not free that slot's memory here.
     fn detach(&mut self, id: usize) -> Result<(), TransportError>;
     /// Moves `slot`'s memory out for the producer to write `frame`, the
     /// slot's use `use_`. The ring calls it only once every consumer that

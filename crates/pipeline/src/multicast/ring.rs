@@ -418,9 +418,10 @@ impl<T: FanoutTransport> MulticastRing<T> {
         let Some(id) = self.id_of(c) else {
             return Ok(());
         };
+        // Stopped first, so that every completion it sent is there to take.
+        let detached = self.transport.detach(c);
         self.drain_completions(c);
         let report = self.report(id);
-        let detached = self.transport.detach(c);
         self.fanout.forget(c)?;
         self.places[c] = None;
         if let Some(report) = report {
