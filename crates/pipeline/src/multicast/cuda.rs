@@ -238,6 +238,8 @@ pub struct CudaFanout<E: Exporter> {
     /// Detached consumers not freed yet: another consumer's stream seemed
     /// stuck (freeing device memory in the context would wait for it).
     detached: Vec<CudaConsumer<E::Timeline>>,
+    /// Per consumer place, completions a detached consumer left untaken.
+    leftover: Vec<VecDeque<Completion>>,
     slots: Vec<ProducerSlot<E>>,
     geometry: FrameGeometry,
     ctx: Context,
@@ -291,6 +293,7 @@ impl<E: Exporter> CudaFanout<E> {
         Ok(CudaFanout {
             consumers: (0..MAX_CONSUMERS).map(|_| None).collect(),
             detached: Vec::new(),
+            leftover: (0..MAX_CONSUMERS).map(|_| VecDeque::new()).collect(),
             slots: made,
             geometry,
             ctx: ctx.clone(),
@@ -450,6 +453,9 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
         };
         let mut consumer = Consumer::new(&self.ctx, config, imports.frames, work)?;
         consumer.set_read_only();
+        if let Some(l) = self.leftover.get_mut(id) {
+            l.clear();
+        }
         self.consumers[id] = Some(CudaConsumer {
             consumer: Some(consumer),
             ready: imports.ready,
@@ -463,7 +469,7 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn detach(&mut self, id: usize) -> Result<(), TransportError> {
-        let Some(c) = self.consumers.get_mut(id).and_then(Option::take) else {
+        let Some(mut c) = self.consumers.get_mut(id).and_then(Option::take) else {
             return Err(TransportError::misuse(format!(
                 "consumer {id} is not attached"
             )));
@@ -474,6 +480,14 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
                 format!("consumer {id}'s streams to drain at its detach (its imports are leaked)"),
                 DRAIN_LIMIT,
             ));
+        }
+        // Drained: every frame it was queued is done, so this ends.
+        let mut left = std::mem::take(&mut c.done);
+        while let Ok(Some((completion, _))) = c.consumer().and_then(Consumer::try_complete) {
+            left.push_back(completion);
+        }
+        if let Some(l) = self.leftover.get_mut(id) {
+            *l = left;
         }
         self.detached.push(c);
         self.free_detached();
@@ -589,6 +603,10 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn try_complete(&mut self, id: usize) -> Result<Option<Completion>, TransportError> {
+        if let (Some(None), Some(left)) = (self.consumers.get(id), self.leftover.get_mut(id)) {
+            // Detached: what it left untaken, then nothing.
+            return Ok(left.pop_front());
+        }
         let c = self.consumer(id)?;
         if c.done.is_empty() && !c.in_flight.is_empty() {
             c.collect()?;
