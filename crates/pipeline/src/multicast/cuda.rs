@@ -28,8 +28,14 @@
 //! - **Teardown**: a consumer's streams are drained with a bound
 //!   ([`DRAIN_LIMIT`]) before its imports are freed; a consumer whose
 //!   streams do not drain (its work waits for something that never comes)
-//!   is leaked, imports and all, never freed under the device. Drop never
-//!   panics; [`FanoutTransport::close`] reports such a leak.
+//!   is leaked, imports and all, never freed under the device. Freeing
+//!   device memory waits for the context's work (the simulator models it
+//!   as a context synchronize, which found this), so while one consumer
+//!   seems stuck (a frame queued longer ago than its limit, its stream
+//!   busy) a detached consumer is kept, not freed, and at close or drop
+//!   either every consumer drained and all are freed, or all are leaked.
+//!   Drop never panics; [`FanoutTransport::close`] reports a leak as a
+//!   typed timeout.
 //!
 //! Every descriptor is consumed exactly once: a CUDA import takes it (and
 //! closes it on a failed import), and every object made before a failure
