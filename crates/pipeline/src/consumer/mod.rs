@@ -255,6 +255,9 @@ pub struct Consumer {
     /// Dropped by `Drop::drop` once the streams drained, else leaked.
     res: ManuallyDrop<Resources>,
     exit: Option<Stream>,
+    /// Copy placement copies nothing back: the slot is only read (a
+    /// multicast slot that other consumers read too).
+    read_only: bool,
     entry: Stream,
     ctx: Context,
 }
@@ -334,6 +337,7 @@ impl Consumer {
                 work: Mutex::new(work),
             }),
             exit,
+            read_only: false,
             entry,
             ctx: ctx.clone(),
         })
@@ -382,6 +386,12 @@ impl Consumer {
     /// How it was made.
     pub fn config(&self) -> &ConsumerConfig {
         &self.config
+    }
+
+    /// Makes copy placement read the slot only: the work's copy is not
+    /// copied back (a multicast consumer, whose slot others read too).
+    pub(crate) fn set_read_only(&mut self) {
+        self.read_only = true;
     }
 
     /// Reports every frame done without running the work from now on
@@ -519,7 +529,9 @@ impl Consumer {
                 let exit = self.exit_stream();
                 exit.wait_event(&s.kernel_end)
                     .during("ordering the copy back after the kernel")?;
-                self.copy_frame(with, CopyKernel::ToSystem, exit, device, s, mapped)?;
+                if !self.read_only {
+                    self.copy_frame(with, CopyKernel::ToSystem, exit, device, s, mapped)?;
+                }
                 s.done.record(exit).during("recording a CUDA event")?;
             }
             _ => {

@@ -59,6 +59,7 @@
 //! [`MulticastError::InPlace`]); it reads the slot through a copy into its
 //! own buffer ([`Placement::DeviceCopy`]) or a read-back.
 
+pub mod cuda;
 pub mod fanout;
 pub mod host;
 pub mod ring;

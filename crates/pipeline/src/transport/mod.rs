@@ -32,6 +32,7 @@
 //! comparison.
 
 pub mod egl;
+pub mod export;
 #[cfg(feature = "vulkan")]
 pub mod gpu;
 pub mod host;
