@@ -32,6 +32,8 @@
 //! comparison.
 
 pub mod egl;
+#[cfg(target_os = "linux")]
+pub mod fdpass;
 #[cfg(feature = "vulkan")]
 pub mod gpu;
 pub mod host;
