@@ -428,7 +428,7 @@ pub fn probe() -> Result<String, String> {
 /// The producer's Vulkan device, its queue on `chosen`, or by default on a
 /// transfer-only family (the copy engines) where the device has one, else
 /// on the first family with compute (see "Which queue" in the module docs).
-fn open_exporter(
+pub(crate) fn open_exporter(
     uuid: [u8; 16],
     chosen: Option<QueueChoice>,
 ) -> Result<VulkanExporter, TransportError> {

@@ -32,6 +32,7 @@
 //! comparison.
 
 pub mod egl;
+pub mod export;
 #[cfg(target_os = "linux")]
 pub mod fdpass;
 #[cfg(feature = "vulkan")]
