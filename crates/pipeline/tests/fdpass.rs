@@ -63,6 +63,7 @@ fn a_memory_fd_crosses_and_its_size_is_checked() {
         let m = FdMsg::Memory {
             slot: 0,
             size: 8192,
+            dedicated: false,
         };
         tx.send_msg(&m, &[fd.as_fd()]).unwrap();
         let (got, fds) = rx.recv_msg(&|| "slot 0's memory".into()).unwrap();
@@ -80,6 +81,7 @@ fn a_forged_size_over_a_small_memfd_is_refused_before_import() {
         let forged = FdMsg::Memory {
             slot: 0,
             size: 1 << 30,
+            dedicated: false,
         };
         tx.send_msg(&forged, &[small.as_fd()]).unwrap();
         let (_, fds) = rx.recv_msg(&|| "slot 0's memory".into()).unwrap();

@@ -91,6 +91,14 @@ pub enum ProcessError {
     },
     /// The camera process the CUDA process started failed.
     CameraFailed(std::process::ExitStatus),
+    /// The fd transport's channel refused what the peer sent, or the peer
+    /// ended (`--backend sim-fd` / `gpu`).
+    Fd {
+        /// The side at the other end.
+        peer: Peer,
+        /// The channel's typed error.
+        source: crate::transport::fdpass::FdError,
+    },
 }
 
 impl fmt::Display for ProcessError {
@@ -120,6 +128,7 @@ impl fmt::Display for ProcessError {
             ProcessError::CameraFailed(status) => {
                 write!(f, "the camera process failed: {status}")
             }
+            ProcessError::Fd { peer, source } => write!(f, "the {peer} over fds: {source}"),
         }
     }
 }
@@ -131,6 +140,7 @@ impl std::error::Error for ProcessError {
             ProcessError::Reconcile { source, .. } => Some(source.as_ref()),
             ProcessError::Ipc { source, .. } => Some(source),
             ProcessError::Io { source, .. } => Some(source),
+            ProcessError::Fd { source, .. } => Some(source),
             _ => None,
         }
     }

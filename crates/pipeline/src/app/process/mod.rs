@@ -50,6 +50,9 @@
 mod camera;
 pub mod cuda;
 mod error;
+pub mod fd;
+mod fd_camera;
+mod fd_cuda;
 mod summary;
 mod wire;
 
@@ -80,6 +83,9 @@ pub use crate::app::cli::DEFAULT_PEER_TIMEOUT;
 /// `None` for the camera side run alone (`--role camera`), whose figures go
 /// to the CUDA process.
 pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
+    if fd::selected(opts) {
+        return fd::run(opts);
+    }
     two_process_conflicts(opts).map_err(ProcessError::Options)?;
     let settings = Settings::new(opts);
     let config = match &opts.nvsciipc_config {

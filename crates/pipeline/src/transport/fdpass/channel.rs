@@ -197,6 +197,28 @@ impl Channel {
         self.stream.as_fd()
     }
 
+    /// The socket, to hand to a started child (its stdin).
+    pub fn into_socket(self) -> OwnedFd {
+        OwnedFd::from(self.stream)
+    }
+
+    /// Whether the peer has closed its end (it ended), looked at without
+    /// waiting and without taking anything: `false` while it is connected,
+    /// also when a message is waiting.
+    ///
+    /// # Errors
+    /// The socket cannot be looked at.
+    pub fn peer_closed(&self) -> Result<bool, FdError> {
+        let mut b = [MaybeUninit::<u8>::uninit(); 1];
+        let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+        match rustix::net::recv(&self.stream, &mut b[..], flags) {
+            Ok((_, 0)) => Ok(true),
+            Ok(_) | Err(Errno::AGAIN) | Err(Errno::INTR) => Ok(false),
+            Err(Errno::CONNRESET) => Ok(true),
+            Err(e) => Err(errno("looking at the peer's socket")(e)),
+        }
+    }
+
     fn check_broken(&self) -> Result<(), FdError> {
         match &self.broken {
             Some(e) => Err(FdError::Broken(e.clone())),

@@ -49,6 +49,8 @@ pub enum FdMsg {
         slot: u64,
         /// Its size as exported (checked against the fd before import).
         size: u64,
+        /// Whether the import must say it is a dedicated allocation.
+        dedicated: bool,
     },
     /// Camera -> CUDA, with 1 fd: a timeline semaphore of slot `slot`.
     Semaphore {
@@ -136,7 +138,11 @@ impl FdMsg {
                     h.fault,
                 ],
             ),
-            FdMsg::Memory { slot, size } => (2, vec![slot, size]),
+            FdMsg::Memory {
+                slot,
+                size,
+                dedicated,
+            } => (2, vec![slot, size, u64::from(dedicated)]),
             FdMsg::Semaphore { slot, role } => (3, vec![slot, u64::from(role == SemRole::Free)]),
             FdMsg::SetUp => (4, vec![]),
             FdMsg::Ticket {
@@ -185,7 +191,7 @@ impl FdMsg {
             .ok_or_else(|| FdError::BadMessage("an empty message".into()))?;
         let want = match kind {
             1 => 6,
-            2 => 2,
+            2 => 3,
             3 => 2,
             4 | 7 => 0,
             5 => 5,
@@ -220,6 +226,11 @@ impl FdMsg {
             2 => FdMsg::Memory {
                 slot: f[0],
                 size: f[1],
+                dedicated: match f[2] {
+                    0 => false,
+                    1 => true,
+                    d => return Err(FdError::BadMessage(format!("a dedicated flag {d}"))),
+                },
             },
             3 => FdMsg::Semaphore {
                 slot: f[0],
@@ -272,6 +283,7 @@ mod tests {
             FdMsg::Memory {
                 slot: 1,
                 size: 4096,
+                dedicated: true,
             },
             FdMsg::Semaphore {
                 slot: 2,
@@ -320,7 +332,22 @@ mod tests {
         }
         .encode();
         role[9] = 2;
-        for bad in [vec![], vec![0], vec![9], vec![2, 1, 2], long, role] {
+        let mut dedicated = FdMsg::Memory {
+            slot: 0,
+            size: 1,
+            dedicated: false,
+        }
+        .encode();
+        dedicated[17] = 7;
+        for bad in [
+            vec![],
+            vec![0],
+            vec![9],
+            vec![2, 1, 2],
+            long,
+            role,
+            dedicated,
+        ] {
             assert!(
                 matches!(FdMsg::decode(&bad), Err(FdError::BadMessage(_))),
                 "{bad:?}"
