@@ -15,7 +15,7 @@
 //! - **Bounded fds**: at most [`Limits::max_fds`] per message. More, or a
 //!   control message the kernel had to cut (`MSG_CTRUNC`), is
 //!   [`FdError::TooManyFds`]; fds arriving inside a body are
-//!   [`FdError::StrayFds`]. Every fd received is an [`OwnedFd`] from the
+//!   [`FdError::StrayFds`]. Every fd received is an [`OwnedFd`](std::os::fd::OwnedFd) from the
 //!   moment the kernel hands it over (`MSG_CMSG_CLOEXEC` too), so a refused
 //!   message closes every one of them.
 //! - **The peer's uid**: `SO_PEERCRED` of the socket must name the uid this
