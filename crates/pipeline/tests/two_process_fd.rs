@@ -213,3 +213,62 @@ fn options_the_fd_mode_does_not_carry_out_are_refused() {
         assert!(t.contains(want), "{extra:?}: {t}");
     }
 }
+
+/// The pid of the first process whose parent is `pid` (`/proc/*/stat`).
+fn child_of(pid: u32) -> Option<u32> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&c| {
+            let Ok(s) = std::fs::read_to_string(format!("/proc/{c}/stat")) else {
+                return false;
+            };
+            let rest = s.rfind(')').map_or("", |i| &s[i + 2..]);
+            rest.split(' ').nth(1).and_then(|p| p.parse().ok()) == Some(pid)
+        })
+}
+
+#[test]
+fn a_killed_camera_process_ends_the_cuda_process_with_a_typed_error() {
+    // Its pipes are fds of this process until the end.
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut parent = binary()
+        .args(args(1_000_000))
+        .args(["--processes", "2", "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let camera = loop {
+        if let Some(c) = child_of(parent.id()) {
+            break c;
+        }
+        assert!(start.elapsed() < SLACK, "no camera process started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        parent.try_wait().unwrap().is_none(),
+        "the run ended before the kill"
+    );
+    // SAFETY: kill(2) of the camera process this test's child started.
+    assert_eq!(
+        unsafe { libc::kill(camera as libc::pid_t, libc::SIGKILL) },
+        0
+    );
+    let killed = Instant::now();
+    while parent.try_wait().unwrap().is_none() {
+        if killed.elapsed() > Duration::from_secs(limit()) + SLACK {
+            parent.kill().unwrap();
+            panic!("the CUDA process still runs after its camera was killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = parent.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("the camera process over fds: the peer closed the connection"),
+        "{t}"
+    );
+}
