@@ -251,6 +251,118 @@ fn a_killed_camera_process_ends_the_cuda_process_with_a_typed_error() {
         parent.try_wait().unwrap().is_none(),
         "the run ended before the kill"
     );
+    let pid = rustix::process::Pid::from_raw(camera as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let e = camera.join().unwrap().unwrap_err();
+    assert!(killed.elapsed() < Duration::from_secs(limit()) + SLACK);
+    assert!(
+        matches!(
+            &e,
+            ProcessError::Fd {
+                peer: Peer::Cuda,
+                source: FdError::Closed { .. }
+            } | ProcessError::Timeout {
+                peer: Peer::Cuda,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    drop(child);
+    assert_eq!(open_fds().unwrap(), before, "fds left in the camera ({e})");
+}
+
+#[test]
+fn a_forged_memory_size_ends_the_cuda_process_with_a_typed_error() {
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let before = open_fds().unwrap();
+    let limits = Limits::new(Duration::from_secs(limit()));
+    let (mut mine, theirs) = Channel::pair(limits).unwrap();
+    let child = cuda_child(10, theirs.into_socket());
+    let (hello, _) = mine.recv_msg(&|| "its hello".into()).unwrap();
+    assert!(matches!(hello, FdMsg::Hello(_)), "{hello:?}");
+    // A 4096-byte frame in a 4096-byte memfd, declared as 1 MiB (within
+    // what the CUDA side accepts for a frame, beyond the file).
+    let small = rustix::fs::memfd_create("forged", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&small, 4096).unwrap();
+    let forged = FdMsg::Memory {
+        slot: 0,
+        size: 1 << 20,
+        dedicated: false,
+    };
+    mine.send_msg(&forged, &[small.as_fd()]).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("declared as 1048576 bytes holds 4096 (fstat): refused before any import"),
+        "{t}"
+    );
+    drop((mine, small));
+    assert_eq!(open_fds().unwrap(), before);
+}
+
+#[test]
+fn options_the_fd_mode_does_not_carry_out_are_refused() {
+    let copy = [
+        &args(3)[..],
+        &["--processes".into(), "2".into(), "--copy".into()],
+    ]
+    .concat();
+    let alone = ["--backend", "sim-fd", "--frames", "3"].map(str::to_owned);
+    for (extra, want) in [
+        (&copy[..], "--copy cannot be used"),
+        (&alone[..], "use it with --processes 2"),
+    ] {
+        let o = {
+            let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+            binary().args(extra).output().unwrap()
+        };
+        let t = text(&o);
+        assert!(!o.status.success(), "{extra:?}: {t}");
+        assert!(t.contains(want), "{extra:?}: {t}");
+    }
+}
+
+/// The pid of the first process whose parent is `pid` (`/proc/*/stat`).
+fn child_of(pid: u32) -> Option<u32> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|&c| {
+            let Ok(s) = std::fs::read_to_string(format!("/proc/{c}/stat")) else {
+                return false;
+            };
+            let rest = s.rfind(')').map_or("", |i| &s[i + 2..]);
+            rest.split(' ').nth(1).and_then(|p| p.parse().ok()) == Some(pid)
+        })
+}
+
+#[test]
+fn a_killed_camera_process_ends_the_cuda_process_with_a_typed_error() {
+    // Its pipes are fds of this process until the end.
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let mut parent = binary()
+        .args(args(1_000_000))
+        .args(["--processes", "2", "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let camera = loop {
+        if let Some(c) = child_of(parent.id()) {
+            break c;
+        }
+        assert!(start.elapsed() < SLACK, "no camera process started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        parent.try_wait().unwrap().is_none(),
+        "the run ended before the kill"
+    );
     // SAFETY: kill(2) of the camera process this test's child started.
     assert_eq!(
         unsafe { libc::kill(camera as libc::pid_t, libc::SIGKILL) },
