@@ -338,3 +338,27 @@ fn a_silent_peer_times_out_naming_the_wait_and_a_gone_one_is_closed() {
         assert!(matches!(e, FdError::Timeout { .. }), "{e}");
     });
 }
+
+#[test]
+fn a_memory_fd_fstat_cannot_size_is_bounded_by_the_receiver_alone() {
+    ledgered(|| {
+        // A socket stands for a driver's opaque handle: not a regular file.
+        let (a, _b) = UnixStream::pair().unwrap();
+        let size = check_memory_fd(a.as_fd(), 8192, 4096, 1 << 21).unwrap();
+        assert_eq!(size, FdSize::Opaque);
+        let e = check_memory_fd(a.as_fd(), (1 << 21) + 1, 4096, 1 << 21).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FdError::SizeOutOfRange {
+                    declared: 0x20_0001,
+                    least: 4096,
+                    most: 0x20_0000
+                }
+            ),
+            "{e}"
+        );
+        let e = check_memory_fd(a.as_fd(), 100, 4096, 1 << 21).unwrap_err();
+        assert!(matches!(e, FdError::SizeOutOfRange { .. }), "{e}");
+    });
+}

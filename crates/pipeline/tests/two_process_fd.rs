@@ -269,3 +269,92 @@ fn a_killed_camera_process_ends_the_cuda_process_with_a_typed_error() {
         "{t}"
     );
 }
+
+/// `pipeline --role camera` on the simulator with `sock` as its stdin.
+fn camera_child(frames: u64, sock: OwnedFd) -> Child {
+    binary()
+        .args(args(frames))
+        .args(["--role", "camera", "--quiet"])
+        .stdin(Stdio::from(sock))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn a_ticket_out_of_order_ends_the_camera_process_with_a_typed_error() {
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let before = open_fds().unwrap();
+    let limits = Limits::new(Duration::from_secs(limit()));
+    let (mut mine, theirs) = Channel::pair(limits).unwrap();
+    let child = camera_child(10, theirs.into_socket());
+    let hello = tegra_interop_pipeline::transport::fdpass::FdHello {
+        frames: 10,
+        ring: 3,
+        width: 64,
+        height: 16,
+        bytes_per_pixel: 4,
+        fault: 0,
+    };
+    mine.send_msg(&FdMsg::Hello(hello), &[]).unwrap();
+    let mut kept = Vec::new();
+    loop {
+        let (m, fds) = mine.recv_msg(&|| "the slots".into()).unwrap();
+        kept.extend(fds);
+        if m == FdMsg::SetUp {
+            break;
+        }
+    }
+    assert_eq!(kept.len(), 9, "three fds per slot");
+    let skipped = FdMsg::Ticket {
+        frame: 5,
+        slot: 2,
+        free_wait: 1,
+        ready: 2,
+        previous: Some(2),
+    };
+    mine.send_msg(&skipped, &[]).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("the CUDA process broke the protocol: ticket"),
+        "{t}"
+    );
+    drop((mine, kept));
+    assert_eq!(open_fds().unwrap(), before);
+}
+
+#[test]
+fn an_fd_flood_ends_the_cuda_process_with_a_typed_error() {
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let before = open_fds().unwrap();
+    let limits = Limits::new(Duration::from_secs(limit()));
+    let (mut mine, theirs) = Channel::pair(limits).unwrap();
+    let child = cuda_child(10, theirs.into_socket());
+    mine.recv_msg(&|| "its hello".into()).unwrap();
+    let flood: Vec<OwnedFd> = (0..5)
+        .map(|_| rustix::fs::memfd_create("flood", rustix::fs::MemfdFlags::CLOEXEC).unwrap())
+        .collect();
+    let fds: Vec<_> = flood.iter().map(|f| f.as_fd()).collect();
+    let memory = FdMsg::Memory {
+        slot: 0,
+        size: 4096,
+        dedicated: false,
+    }
+    .encode();
+    let mut frame = (memory.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&memory);
+    mine.send_raw(&frame, &fds, "the CUDA process to take the flood")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("a message with 5 fds, more than the 2 allowed; all closed"),
+        "{t}"
+    );
+    drop((mine, flood));
+    assert_eq!(open_fds().unwrap(), before);
+}
