@@ -265,7 +265,7 @@ fn a_killed_camera_process_ends_the_cuda_process_with_a_typed_error() {
     let t = text(&o);
     assert!(!o.status.success(), "{t}");
     assert!(
-        t.contains("the camera process over fds: the peer closed the connection"),
+        t.contains("the camera process failed: signal: 9 (SIGKILL)"),
         "{t}"
     );
 }

@@ -138,11 +138,17 @@ pub(super) fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
             let camera = spawn_camera(opts, theirs)?;
             let result = super::fd_cuda::run(&settings, mine);
             let status = super::reap(camera, result.is_ok(), settings.limit)?;
-            let summary = result?;
-            if !status.success() {
-                return Err(ProcessError::CameraFailed(status));
+            match result {
+                // The camera ended first: its exit status says how (its own
+                // error is on the shared stderr).
+                Err(ProcessError::Fd {
+                    source: FdError::Closed { .. },
+                    ..
+                }) if !status.success() => Err(ProcessError::CameraFailed(status)),
+                Err(e) => Err(e),
+                Ok(_) if !status.success() => Err(ProcessError::CameraFailed(status)),
+                Ok(summary) => Ok(Some(summary.report(opts, &settings))),
             }
-            Ok(Some(summary.report(opts, &settings)))
         }
     }
 }
