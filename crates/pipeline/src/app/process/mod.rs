@@ -10,6 +10,9 @@
 //! use a file instead); on a Jetson the pair named with `--endpoints
 //! <camera>,<cuda>` (an `INTER_PROCESS` line of `/etc/nvsciipc.cfg`).
 //!
+//! With `--backend gpu` (a discrete GPU) or `--backend sim-fd` the mode
+//! runs over fds passed on a Unix socket instead: see [`fd`].
+//!
 //! # One protocol
 //! The CUDA process drives the ring's state machine ([`crate::slots::Slots`]), the
 //! one slot protocol of every transport; its transport,
