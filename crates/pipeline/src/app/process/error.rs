@@ -99,6 +99,8 @@ pub enum ProcessError {
         /// The channel's typed error.
         source: crate::transport::fdpass::FdError,
     },
+    /// The camera's exporter (Vulkan, or the simulator's memfds) failed.
+    Export(String),
 }
 
 impl fmt::Display for ProcessError {
@@ -129,6 +131,7 @@ impl fmt::Display for ProcessError {
                 write!(f, "the camera process failed: {status}")
             }
             ProcessError::Fd { peer, source } => write!(f, "the {peer} over fds: {source}"),
+            ProcessError::Export(e) => write!(f, "the exporter: {e}"),
         }
     }
 }

@@ -23,7 +23,7 @@ use crate::transport::{Completion, TransportError};
 const SLICE: Duration = Duration::from_millis(20);
 
 fn exporter_err(e: TransportError) -> ProcessError {
-    ProcessError::Consumer(format!("the exporter: {e}"))
+    ProcessError::Export(e.to_string())
 }
 
 fn ring_error(e: crate::slots::RingError) -> ProcessError {
