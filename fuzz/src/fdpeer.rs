@@ -1,8 +1,7 @@
 //! The fd two-process mode's channel fed by a hostile peer (part of
 //! `peer_messages`): the input's bytes cross a real Unix socket pair as they
 //! are (any lengths, any kinds), the first carrying as many memfds as the
-//! input's first byte says (0..=40, beyond the channel's limit and its
-//! receive buffer), and a typed message is decoded straight from the input
+//! input's first byte says (0..=40, beyond the channel's limit of 2), and a typed message is decoded straight from the input
 //! too. Properties: nothing panics or hangs (every receive is bounded); a
 //! body that decodes re-encodes to the same bytes; every refusal is a typed
 //! error; a memory message's fd is checked against its declared size

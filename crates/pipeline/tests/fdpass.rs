@@ -127,8 +127,49 @@ fn an_fd_flood_in_one_message_is_refused_and_every_fd_closed() {
             "{e}"
         );
         still_works(&mut tx, &mut rx);
-        // Beyond the receive buffer: the kernel cuts the control data
-        // (MSG_CTRUNC) and drops the rest; the channel is broken.
+        // Far over the limit, within the kernel's per-message maximum: the
+        // receive buffer holds them all, so every one is owned here and
+        // closed; the channel goes on.
+        let more: Vec<OwnedFd> = (0..200).map(|_| memfd(64)).collect();
+        let b: Vec<BorrowedFd<'_>> = more.iter().map(|f| f.as_fd()).collect();
+        tx.send_raw(&frame(&FdMsg::End.encode()), &b, "flood")
+            .unwrap();
+        let e = rx.recv(&|| "a message".into()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                FdError::TooManyFds {
+                    received: 200,
+                    max: 2,
+                    truncated: false
+                }
+            ),
+            "{e}"
+        );
+        still_works(&mut tx, &mut rx);
+    });
+}
+
+/// Whether this runs under the cross test runner (qemu-user).
+fn emulated() -> bool {
+    std::env::var("TEGRA_INTEROP_TEST_RUNNER").is_ok_and(|r| !r.trim().is_empty())
+}
+
+/// A receive buffer smaller than the flood: the kernel cuts the control
+/// data (MSG_CTRUNC) and drops the fds that did not fit; the channel
+/// reports it and breaks. Under qemu-user the emulator receives into a
+/// larger buffer of its own and does not close what it cuts (its fds stay
+/// open in this process), so the ledger is checked natively only.
+#[test]
+fn a_flood_beyond_the_receive_buffer_is_detected_by_msg_ctrunc() {
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let before = open_fds().unwrap();
+    {
+        let small = Limits {
+            fd_buffer: 4,
+            ..limits()
+        };
+        let (mut tx, mut rx) = Channel::pair(small).unwrap();
         let more: Vec<OwnedFd> = (0..100).map(|_| memfd(64)).collect();
         let b: Vec<BorrowedFd<'_>> = more.iter().map(|f| f.as_fd()).collect();
         tx.send_raw(&frame(&FdMsg::End.encode()), &b, "flood")
@@ -146,7 +187,10 @@ fn an_fd_flood_in_one_message_is_refused_and_every_fd_closed() {
         );
         let e = rx.recv(&|| "a message".into()).unwrap_err();
         assert!(matches!(e, FdError::Broken(_)), "{e}");
-    });
+    }
+    if !emulated() {
+        assert_eq!(open_fds().unwrap(), before, "fds left behind");
+    }
 }
 
 #[test]

@@ -21,7 +21,7 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags,
 };
 
-use super::{FdError, FdMsg, Limits, HARD_MAX_FDS};
+use super::{FdError, FdMsg, Limits, SCM_MAX_FD};
 
 /// The peer's credentials as the kernel reports them (`SO_PEERCRED`: the
 /// process that connected, or made the pair).
@@ -274,18 +274,9 @@ impl Channel {
     ) -> Result<(), FdError> {
         let deadline = Instant::now() + self.limits.timeout;
         let mut sent = 0usize;
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(HARD_MAX_FDS))];
-        let mut big = Vec::new();
-        let space: &mut [MaybeUninit<u8>] = if fds.len() > HARD_MAX_FDS {
-            big.resize(
-                rustix::cmsg_space!(ScmRights(fds.len())),
-                MaybeUninit::uninit(),
-            );
-            &mut big
-        } else {
-            &mut space
-        };
-        let mut control = SendAncillaryBuffer::new(space);
+        let n = fds.len().min(SCM_MAX_FD);
+        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(n))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
         if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(FdError::BadLimits(format!("{} fds do not fit", fds.len())));
         }
@@ -412,8 +403,8 @@ impl Channel {
             if let Err(e) = self.set_timeout(deadline, waiting_for, true) {
                 return Err(self.mid_message(e, got));
             }
-            let mut space =
-                [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(HARD_MAX_FDS))];
+            let n = self.limits.fd_buffer;
+            let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(n))];
             let mut control = RecvAncillaryBuffer::new(&mut space);
             let mut iov = [IoSliceMut::new(&mut buf[got..])];
             let flags = RecvFlags::CMSG_CLOEXEC;

@@ -65,6 +65,12 @@ pub use msg::{FdHello, FdMsg, SemRole};
 /// receive buffer for ancillary data is sized for this many).
 pub const HARD_MAX_FDS: usize = 16;
 
+/// The most fds one `sendmsg` can carry on Linux (the kernel's
+/// `SCM_MAX_FD`): the default receive buffer ([`Limits::fd_buffer`]) holds
+/// this many, so the kernel never has to drop fds of a message by cutting
+/// its control data; every fd that arrives is owned and closed here.
+pub const SCM_MAX_FD: usize = 253;
+
 /// The largest message body, whatever [`Limits`] say.
 pub const HARD_MAX_MESSAGE: usize = 64 * 1024;
 
@@ -77,6 +83,12 @@ pub struct Limits {
     pub max_fds: usize,
     /// The longest any one send or receive waits for the peer.
     pub timeout: Duration,
+    /// The fds the receive buffer holds per `recvmsg` (at least
+    /// `max_fds`, at most [`SCM_MAX_FD`], the default). With fewer, a flood
+    /// larger than the buffer makes the kernel cut the control data
+    /// (`MSG_CTRUNC`, [`FdError::TooManyFds`] with `truncated`) and drop the
+    /// fds that did not fit.
+    pub fd_buffer: usize,
 }
 
 impl Limits {
@@ -87,6 +99,7 @@ impl Limits {
             max_message: 4096,
             max_fds: 2,
             timeout,
+            fd_buffer: SCM_MAX_FD,
         }
     }
 
@@ -102,6 +115,12 @@ impl Limits {
             return Err(FdError::BadLimits(format!(
                 "max_fds {} is above {HARD_MAX_FDS}",
                 self.max_fds
+            )));
+        }
+        if self.fd_buffer < self.max_fds || self.fd_buffer > SCM_MAX_FD {
+            return Err(FdError::BadLimits(format!(
+                "fd_buffer {} is outside {}..={SCM_MAX_FD}",
+                self.fd_buffer, self.max_fds
             )));
         }
         if self.timeout.is_zero() {
