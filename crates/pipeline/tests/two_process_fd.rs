@@ -372,3 +372,37 @@ fn an_fd_flood_ends_the_cuda_process_with_a_typed_error() {
     drop((mine, flood));
     assert_eq!(open_fds().unwrap(), before);
 }
+
+/// The mode on a discrete GPU (Vulkan exporter, CUDA consumer), 2000
+/// frames of 1920x1080 RGBA8, every frame verified in both processes;
+/// the one-process `--backend gpu` run beside it in the same call, both
+/// throughput lines printed. Not run yet: for the GPU machine
+/// (`--features vulkan`, `--include-ignored`).
+#[cfg(feature = "vulkan")]
+#[test]
+#[ignore = "needs a GPU (Vulkan and CUDA): --processes 2 --backend gpu"]
+fn the_gpu_form_verifies_2000_frames_beside_the_one_process_figure() {
+    let run_gpu = |two: bool| {
+        let mut c = binary();
+        c.args(["--backend", "gpu", "--frames", "2000", "--ring", "4"]);
+        if two {
+            c.args(["--processes", "2", "--peer-timeout", "20"]);
+        }
+        let o = c.output().unwrap();
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        t
+    };
+    let two = run_gpu(true);
+    assert!(two.contains("backend: fd-vulkan-cuda"), "{two}");
+    assert!(two.contains("verified: 2000/2000 frames"), "{two}");
+    assert!(
+        two.contains("2000/2000 frames read back verified, 0 failed"),
+        "{two}"
+    );
+    let one = run_gpu(false);
+    for (name, t) in [("two processes", &two), ("one process", &one)] {
+        let line = t.lines().find(|l| l.starts_with("throughput:"));
+        println!("{name}: {}", line.unwrap_or("no throughput line"));
+    }
+}
