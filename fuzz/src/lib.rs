@@ -13,7 +13,9 @@
 //! (`src/peer.rs`): a hostile peer against the simulator's NvSci import
 //! paths and the driver's receive side.
 
+mod fdpeer;
 mod peer;
+pub use fdpeer::fd_peer;
 pub use peer::peer_messages;
 
 use arbitrary::{Arbitrary, Result, Unstructured};

@@ -176,6 +176,8 @@ fn raw(pages: u8, perm: Perm) -> BufAttrSet<4> {
 
 /// The hostile-peer property (see the module doc).
 pub fn peer_messages(data: &[u8]) {
+    // The fd two-process mode's channel takes the same bytes first.
+    crate::fd_peer(data);
     let mut u = Unstructured::new(data);
     let Ok(script) = Script::arbitrary(&mut u) else {
         return;

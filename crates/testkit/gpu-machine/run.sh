@@ -11,7 +11,7 @@ L=$OUT/log.txt
 {
 echo "== nvidia-smi"; nvidia-smi --query-gpu=name,driver_version --format=csv
 export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-for t in gpu_conformance gpu_vulkan gpu_cudarc gpu_egl gpu_egl_stream gpu_pipeline real_backend ${EXTRA:-}; do
+for t in gpu_conformance gpu_vulkan gpu_cudarc gpu_egl gpu_egl_stream gpu_pipeline gpu_multicast real_backend ${EXTRA:-}; do
   echo "== $t"; $B/$t --include-ignored --test-threads 1 2>&1 | grep -vE "^test .* ok$" | tail -40
 done
 echo "== interop_info"; $B/interop_info 2>&1 | grep -E "DMABUF|dma-buf|auto picks|gpu  "

@@ -187,6 +187,10 @@ fn resolve(choice: BackendChoice, gpu: Option<GpuHook>) -> Result<(Concrete, Str
     let probe = || Probe::new().with_gpu_transport(gpu.map(|g| g.probe));
     match choice {
         BackendChoice::Host => Ok((Concrete::Host, "requested with --backend host".into())),
+        BackendChoice::SimFd => Err(
+            "--backend sim-fd is the two-process mode's fd transport: use it with --processes 2"
+                .into(),
+        ),
         BackendChoice::Egl => Ok((Concrete::Egl, "requested with --backend egl".into())),
         BackendChoice::Sim => match probe::sim() {
             Verdict::Available(why) => Ok((

@@ -71,6 +71,8 @@ pub enum BackendChoice {
     /// host-reference: host memory + threads, a reference and testing transport, not the simulator and not CUDA
     #[value(alias = "host-reference")]
     Host,
+    /// --processes 2 only: the fd transport (memfds and timeline semaphores over a Unix socket, SCM_RIGHTS) on the built-in simulator; `gpu` is the same with Vulkan
+    SimFd,
 }
 
 impl BackendChoice {
@@ -83,6 +85,7 @@ impl BackendChoice {
             BackendChoice::Jetson => "jetson",
             BackendChoice::Egl => "egl",
             BackendChoice::Host => "host",
+            BackendChoice::SimFd => "sim-fd",
         }
     }
 }
@@ -652,7 +655,11 @@ impl Args {
         if self.trace_frames.is_some() && o.trace.is_none() {
             return Err("--trace-frames only applies with --trace FILE".into());
         }
-        if o.fault != Fault::None && !matches!(o.backend, BackendChoice::Host | BackendChoice::Sim)
+        if o.fault != Fault::None
+            && !matches!(
+                o.backend,
+                BackendChoice::Host | BackendChoice::Sim | BackendChoice::SimFd
+            )
         {
             return Err(format!(
                 "--fault only applies to --backend host or --backend sim (not --backend {})",
@@ -759,6 +766,9 @@ pub fn apply_process_settings(o: &Options) -> Result<(), String> {
 /// options (the command line's check; [`crate::app::process::run`]
 /// makes it again for options built in code).
 pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
+    if crate::app::process::fd::selected(o) {
+        return crate::app::process::fd::conflicts(o);
+    }
     let mode = if o.role.is_some() {
         "--role"
     } else {
@@ -769,7 +779,7 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
         BackendChoice::Auto | BackendChoice::Sim | BackendChoice::Jetson
     ) {
         return Err(format!(
-            "--backend {} cannot be used with {mode}: the two-process mode runs over NvSci (--backend auto, sim or jetson)",
+            "--backend {} cannot be used with {mode}: the two-process mode runs over NvSci (--backend auto, sim or jetson) or over fds (--backend sim-fd or gpu)",
             o.backend.name()
         ));
     }

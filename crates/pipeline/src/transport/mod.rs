@@ -33,6 +33,8 @@
 
 pub mod egl;
 pub mod export;
+#[cfg(target_os = "linux")]
+pub mod fdpass;
 #[cfg(feature = "vulkan")]
 pub mod gpu;
 pub mod host;

@@ -91,6 +91,16 @@ pub enum ProcessError {
     },
     /// The camera process the CUDA process started failed.
     CameraFailed(std::process::ExitStatus),
+    /// The fd transport's channel refused what the peer sent, or the peer
+    /// ended (`--backend sim-fd` / `gpu`).
+    Fd {
+        /// The side at the other end.
+        peer: Peer,
+        /// The channel's typed error.
+        source: crate::transport::fdpass::FdError,
+    },
+    /// The camera's exporter (Vulkan, or the simulator's memfds) failed.
+    Export(String),
     /// The two sides were started with options that differ (`--frames`,
     /// `--ring`, the frame's size and format, or two different `--fault`s).
     Mismatch {
@@ -182,6 +192,8 @@ impl fmt::Display for ProcessError {
             ProcessError::CameraFailed(status) => {
                 write!(f, "the camera process failed: it {}", ended(status))
             }
+            ProcessError::Fd { peer, source } => write!(f, "the {peer} over fds: {source}"),
+            ProcessError::Export(e) => write!(f, "the exporter: {e}"),
             ProcessError::Mismatch { peer, detail } => write!(
                 f,
                 "the {peer} was started with other options: {detail} (start both roles with the same --frames, --ring, --width, --height and --format; give --fault to one side, or the same to both)"
@@ -217,6 +229,7 @@ impl std::error::Error for ProcessError {
             ProcessError::Reconcile { source, .. } => Some(source.as_ref()),
             ProcessError::Ipc { source, .. } => Some(source),
             ProcessError::Io { source, .. } => Some(source),
+            ProcessError::Fd { source, .. } => Some(source),
             ProcessError::Config { source, .. } => Some(source),
             ProcessError::WithCamera { error, .. } => Some(error.as_ref()),
             _ => None,

@@ -10,6 +10,9 @@
 //! use a file instead); on a Jetson the pair named with `--endpoints
 //! <camera>,<cuda>` (an `INTER_PROCESS` line of `/etc/nvsciipc.cfg`).
 //!
+//! With `--backend gpu` (a discrete GPU) or `--backend sim-fd` the mode
+//! runs over fds passed on a Unix socket instead: see [`fd`].
+//!
 //! # One protocol
 //! The CUDA process drives the ring's state machine ([`crate::slots::Slots`]), the
 //! one slot protocol of every transport; its transport,
@@ -69,6 +72,9 @@
 mod camera;
 pub mod cuda;
 mod error;
+pub mod fd;
+mod fd_camera;
+mod fd_cuda;
 mod summary;
 mod wire;
 
@@ -100,6 +106,9 @@ pub use crate::app::cli::DEFAULT_PEER_TIMEOUT;
 /// `None` for the camera side run alone (`--role camera`), whose figures go
 /// to the CUDA process.
 pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
+    if fd::selected(opts) {
+        return fd::run(opts);
+    }
     two_process_conflicts(opts).map_err(ProcessError::Options)?;
     let settings = Settings::new(opts);
     let config = match &opts.nvsciipc_config {
