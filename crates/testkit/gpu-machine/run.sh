@@ -18,6 +18,7 @@ echo "== interop_info"; $B/interop_info 2>&1 | grep -E "DMABUF|dma-buf|auto pick
 P="$B/pipeline --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet"
 echo "== pipeline gpu zero-copy"; $P 2>&1 | tail -18
 echo "== pipeline gpu copy"; $P --copy 2>&1 | tail -18
+echo "== pipeline gpu two processes (fd transport)"; timeout 300 $B/pipeline --processes 2 --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet 2>&1 | tail -18
 for r in ${RINGS:-}; do echo "== pipeline gpu zero-copy ring $r"; $P --ring $r 2>&1 | grep -E "verified|stages|camera  |verify  |handover  |consumer  |transport:|throughput"; done
 E="$B/pipeline --backend egl --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet"
 echo "== pipeline egl"; $E 2>&1 | tail -19

@@ -30,7 +30,7 @@
 //! every importer released it): the Vulkan exporter takes the buffer back
 //! from the external owner with the other recorded batch.
 //!
-//! Two exporters: [`SimExporter`] (feature `sim`: the simulator's memfds,
+//! Two exporters: `SimExporter` (feature `sim`: the simulator's memfds,
 //! which the simulated driver accepts as GPU allocations, in other
 //! processes too) and `VulkanFdExporter` (feature `vulkan`: the Vulkan
 //! device whose UUID is the CUDA device's, through
