@@ -333,6 +333,47 @@ impl NvSciError {
     }
 }
 
+impl NvSciError {
+    /// The cause and fix of this code as returned by `call`: the import
+    /// calls (`...IpcImport...`) get their own for `BadParameter` (the
+    /// descriptor the peer sent was refused) and `Timeout` (the peer did
+    /// not send in time); other calls get [`hint`](Self::hint).
+    ///
+    /// ```
+    /// use tegra_interop_core::NvSciError;
+    ///
+    /// let h = NvSciError::BAD_PARAMETER.hint_for("NvSciBufObjIpcImport").unwrap();
+    /// assert!(h.cause.contains("descriptor"));
+    /// let h = NvSciError::BAD_PARAMETER.hint_for("NvSciBufAttrListSetAttrs").unwrap();
+    /// assert!(h.fix.contains("typed sets"));
+    /// ```
+    pub fn hint_for(self, call: &str) -> Option<Hint> {
+        if call.contains("IpcImport") {
+            match self {
+                NvSciError::BAD_PARAMETER => {
+                    return Some(Hint {
+                        cause: "the library refused the descriptor received from the peer: \
+                                malformed, truncated, or not exported by this library for this \
+                                module (a peer is not trusted; it may send anything)",
+                        fix: "check what the peer sends and that both sides run the same \
+                              library; nothing was imported",
+                    })
+                }
+                NvSciError::TIMEOUT => {
+                    return Some(Hint {
+                        cause: "the peer did not export what the import waits for within the \
+                                timeout (never sent, or the peer is stopped or slow)",
+                        fix: "check that the peer exported and sent it; raise the import's \
+                              timeout if the peer is only slow",
+                    })
+                }
+                _ => {}
+            }
+        }
+        self.hint()
+    }
+}
+
 impl From<tegra_interop_sys::nvsci::NvSciError> for NvSciError {
     fn from(value: tegra_interop_sys::nvsci::NvSciError) -> Self {
         NvSciError(value.0)

@@ -272,7 +272,7 @@ impl fmt::Display for Error {
             }
             Error::NvSci { call, code } => {
                 write!(f, "{call} failed: {code}")?;
-                if let Some(hint) = code.hint() {
+                if let Some(hint) = code.hint_for(call) {
                     write!(f, "; {hint}")?;
                 }
                 Ok(())
@@ -404,5 +404,42 @@ impl std::error::Error for ImportError {
 impl From<ImportError> for Error {
     fn from(value: ImportError) -> Self {
         value.error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(call: &'static str, code: NvSciError) -> String {
+        Error::NvSci { call, code }.to_string()
+    }
+
+    /// An import that refuses what the peer sent is told about the
+    /// descriptor, not how to build attribute lists (which the importer
+    /// did not do); an import that timed out is told about the peer, not a
+    /// fence.
+    #[test]
+    fn import_failures_are_explained_as_imports() {
+        for call in [
+            "NvSciBufAttrListIpcImportUnreconciled",
+            "NvSciSyncAttrListIpcImportReconciled",
+            "NvSciBufObjIpcImport",
+            "NvSciSyncIpcImportFence",
+        ] {
+            let t = text(call, NvSciError::BAD_PARAMETER);
+            assert!(!t.contains("typed sets"), "{t}");
+            assert!(t.contains("descriptor") && t.contains("peer"), "{t}");
+        }
+        for call in ["NvSciBufObjIpcImport", "NvSciSyncObjIpcImport"] {
+            let t = text(call, NvSciError::TIMEOUT);
+            assert!(!t.contains("fence"), "{t}");
+            assert!(t.contains("peer") && t.contains("timeout"), "{t}");
+        }
+        // Other calls keep their hints.
+        let t = text("NvSciBufAttrListSetAttrs", NvSciError::BAD_PARAMETER);
+        assert!(t.contains("typed sets"), "{t}");
+        let t = text("NvSciSyncFenceWait", NvSciError::TIMEOUT);
+        assert!(t.contains("fence was not signalled"), "{t}");
     }
 }

@@ -33,12 +33,12 @@
 //!   `vulkan`: the Vulkan exporter, device by CUDA UUID, exportable memory
 //!   and semaphores) and [`platform::egl`] (EGL display, streams and
 //!   images).
-//! - [`app`]: the programs built on the library ([`mod@app::run`] is the
-//!   `pipeline` program's one loop): [`app::cli`],
-//!   [`app::report`], [`app::stats`], [`app::backend`] and [`app::probe`]
-//!   (which transport runs here and why), [`app::info`] (the
-//!   `interop_info` capability report), [`app::baseline`] (plain CUDA, for
-//!   `pipeline_vs_cuda`), [`app::process`] (the two-process mode: the
+//! - `app`: the programs built on the library (`app::run` is the
+//!   `pipeline` program's one loop): `app::cli`,
+//!   `app::report`, `app::stats`, `app::backend` and `app::probe`
+//!   (which transport runs here and why), `app::info` (the
+//!   `interop_info` capability report), `app::baseline` (plain CUDA, for
+//!   `pipeline_vs_cuda`), `app::process` (the two-process mode: the
 //!   camera in another process).
 //!
 //! # The slot protocol

@@ -379,6 +379,26 @@ fn the_program_verifies_every_gstreamer_frame() {
 }
 
 #[test]
+fn the_json_report_says_frames_were_checked_against_the_source_digest() {
+    let (code, out, err) = program(&["--source", MOVING, "--frames", "20", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out.lines().last().unwrap_or_default();
+    let j: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+    assert_eq!(
+        j["verification"]["checked_against"], "source-digest",
+        "{line}"
+    );
+    let (code, out, err) = program(&["--frames", "20", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let line = out.lines().last().unwrap_or_default();
+    let j: serde_json::Value = serde_json::from_str(line).expect("one JSON object");
+    assert_eq!(
+        j["verification"]["checked_against"], "camera-pattern",
+        "{line}"
+    );
+}
+
+#[test]
 fn the_program_fails_a_frame_the_work_did_not_reach_or_the_ring_damaged() {
     for fault in ["skip-process", "corrupt"] {
         let (code, out, err) = program(&[

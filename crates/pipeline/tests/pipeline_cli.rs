@@ -397,11 +397,12 @@ fn endpoints_is_an_option_with_reasons() {
         "{err}"
     );
     assert_usage_error(&["--endpoints", "nocomma"], &["--endpoints", "CAMERA,CUDA"]);
-    // The two-process mode in one command runs over a pair it writes on the
-    // simulator: a Jetson's pair is refused with the reason.
+    // The two-process mode in one command runs over a pair it makes on the
+    // simulator: another pair without a configuration file is refused with
+    // the reason.
     assert_usage_error(
         &["--backend", "sim", "--processes", "2", "--endpoints", "a,b"],
-        &["--endpoints", "--processes 2", "not written"],
+        &["--endpoints", "--processes 2", "--nvsciipc-config"],
     );
     // Where it applies (one side run alone over a given configuration
     // file), it names the pair that side opens: a pair the file lacks is

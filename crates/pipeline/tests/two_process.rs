@@ -459,3 +459,91 @@ fn the_split_mode_refuses_other_backends() {
     assert_eq!(o.status.code(), Some(2), "a bad argument");
     assert!(String::from_utf8_lossy(&o.stderr).contains("runs over NvSci"));
 }
+
+/// The CUDA side's frames are processed by the consumer's kernel (on the
+/// simulator its registered Rust twin, launched through the same NVRTC
+/// compile, module load and `cuLaunchKernel` as on a Jetson), not by a
+/// host function: the twin counts one launch per frame, and none when the
+/// kernel is skipped (`--fault skip-process`, which the camera's read-back
+/// catches). The roles are started separately, so this runs under the
+/// cross test runner too. (Before: a stream-ordered host function
+/// processed the frames and the kernel path was refused.)
+#[test]
+fn the_kernel_processes_every_frame_on_the_cuda_side() {
+    let cfg =
+        IpcConfigFile::inter_process(&[("tegra-interop-camera", "tegra-interop-cuda", 16, 4096)])
+            .unwrap();
+    let path = cfg.path().to_str().unwrap().to_owned();
+    let role = |role: &str, extra: &[&str]| {
+        command(30)
+            .args(["--role", role, "--nvsciipc-config", &path])
+            .args(["--peer-timeout", &limit().to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let camera = role("camera", &[]);
+    let cuda = role("cuda", &["--json"]);
+    let within = Duration::from_secs(limit()) + SLACK;
+    let (o, _, _) = exit_within(cuda, within, "cuda", &[]);
+    let (c, _, _) = exit_within(camera, within, "camera", &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["verified"], true, "{j}");
+    assert_eq!(j["verification"]["readback_ok"], 30, "{j}");
+    let processing = j["processing"].as_str().unwrap();
+    assert!(
+        processing.contains("NVRTC kernel path") && processing.contains("Rust twin"),
+        "{processing}"
+    );
+    assert!(!processing.contains("host function"), "{processing}");
+    let details = j["transport_details"].as_str().unwrap();
+    assert!(details.contains(" 30 kernel launches"), "{details}");
+
+    // The kernel skipped: no launch, and the camera sees unprocessed frames.
+    if !common::can_start_a_camera_process() {
+        return;
+    }
+    let o = run(&["--fault", "skip-process", "--json"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let details = j["transport_details"].as_str().unwrap();
+    assert!(details.contains(" 0 kernel launches"), "{details}");
+    assert_eq!(j["verification"]["readback_ok"], 0, "{j}");
+}
+
+/// `--backend jetson` (or a Jetson's pair with `--endpoints`) selects the
+/// real driver for both processes; where there is no Jetson it is refused
+/// with the Jetson probe's reason before a camera process is started.
+/// (Before: refused on every machine, as not written.)
+#[test]
+fn the_real_driver_is_selected_and_refused_with_the_reason_off_a_jetson() {
+    if Path::new("/etc/nv_tegra_release").exists() {
+        eprintln!("skipped: this machine is a Jetson");
+        return;
+    }
+    for args in [
+        &["--backend", "jetson", "--endpoints", "cam,cuda"][..],
+        &["--backend", "auto", "--endpoints", "cam,cuda"][..],
+    ] {
+        let o = binary()
+            .args(["--processes", "2", "--frames", "3", "--quiet"])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains("on the real driver (the NvSci pair cam,cuda) needs a Jetson: "),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("camera process"), "{args:?}: {err}");
+    }
+}

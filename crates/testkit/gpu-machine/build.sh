@@ -18,6 +18,9 @@ for l in sys.stdin:
 while read n p; do cp "$p" $D/$n; done < /tmp/exes.txt
 cargo build --release -p tegra-interop-pipeline --features vulkan --bin pipeline --bin interop_info --bin pipeline_vs_cuda
 cargo build --release -p tegra-interop-testkit --features vulkan --example gpu_bench
-cp target/release/pipeline target/release/interop_info target/release/pipeline_vs_cuda target/release/examples/gpu_bench $D/
+cargo build --release -p tegra-interop-pipeline --features vulkan --example user_ptx --example user_chain
+cargo build --release -p tegra-interop-pipeline --features vulkan,cudarc --example user_cudarc
+cp target/release/pipeline target/release/interop_info target/release/pipeline_vs_cuda $D/
+cp target/release/examples/gpu_bench target/release/examples/user_ptx target/release/examples/user_chain target/release/examples/user_cudarc $D/
 strip $D/*
 ls -la $D

@@ -23,6 +23,8 @@ E="$B/pipeline --backend egl --frames 2000 --width 1920 --height 1080 --format r
 echo "== pipeline egl"; $E 2>&1 | tail -19
 echo "== pipeline egl json"; $E --json 2>&1 | tail -3 > $OUT/pipeline_egl.json; head -c 300 $OUT/pipeline_egl.json; echo
 echo "== pipeline_vs_cuda"; $B/pipeline_vs_cuda --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet > $OUT/pipeline_vs_cuda.txt 2>&1; echo "rc $?"; cat $OUT/pipeline_vs_cuda.txt | grep -vE "^  \(|^pipeline:|^backend"
+for x in user_ptx user_chain user_cudarc; do for m in "" --copy; do echo "== $x $m"; timeout 120 $B/$x $m 2>&1 | tail -6; echo "rc $?"; done; done
+echo "== pipeline_vs_cuda (second)"; $B/pipeline_vs_cuda --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet --json > $OUT/pipeline_vs_cuda2.json 2>&1; echo "rc $?"; tail -c 1500 $OUT/pipeline_vs_cuda2.json
 echo "== pipeline gpu json"; $P --json 2>&1 | tail -3 > $OUT/pipeline_gpu.json; head -c 600 $OUT/pipeline_gpu.json; echo
 [ "${BENCH:-1}" = 1 ] && { echo "== gpu_bench"; timeout 240 $B/gpu_bench "$OUT/gpu_bench.md" --json "$OUT/gpu_bench.json" > /dev/null 2>&1; grep -E "^\| |Goals|Frame loop" $OUT/gpu_bench.md | head -30; }
 } > $L 2>&1

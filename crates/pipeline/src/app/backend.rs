@@ -311,10 +311,28 @@ fn open_nvsci_sim(
     crate::consumer::Invert::register_twin(sim);
     let ctx = tegra_interop::driver::Context::new(sim.backend(), 0)
         .map_err(|e| format!("CUDA context on the simulator: {e}"))?;
-    let work = Box::new(crate::consumer::Invert::new());
-    let placement = crate::consumer::Placement::InPlace;
+    let (work, placement) = nvsci_work(&opts.source);
     let t = NvSciTransport::with_work(&ctx, "nvsci-sim", work, placement, geometry, opts.ring)?;
     Ok(t.with_fault(opts.fault))
+}
+
+/// The consumer's work in the NvSci modes (one process, and the CUDA
+/// process of `--processes 2`), in place on the NvSciBuf buffer: the
+/// check-and-invert kernel ([`CheckInvert`](crate::consumer::CheckInvert))
+/// for the sensor model's frames, the `Invert` work for a source's own
+/// frames (no test pattern; the checker undoes it). On the simulator the
+/// caller registers the chosen work's twins.
+pub(crate) fn nvsci_work(
+    source: &crate::app::cli::SourceChoice,
+) -> (
+    Box<dyn crate::consumer::FrameWork>,
+    crate::consumer::Placement,
+) {
+    let work: Box<dyn crate::consumer::FrameWork> = match source {
+        crate::app::cli::SourceChoice::Sensor => crate::consumer::CheckInvert::boxed(),
+        _ => Box::new(crate::consumer::Invert::new()),
+    };
+    (work, crate::consumer::Placement::InPlace)
 }
 
 /// The EGLStream transport: on a real GPU with an EGL display where one

@@ -172,6 +172,11 @@ enum FaultArg {
 /// unless `--peer-timeout` says.
 pub const DEFAULT_PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The shortest `--peer-timeout`: 1 ms. A shorter limit cannot be met by
+/// any peer (a message takes longer to cross), and one that rounds to no
+/// time at all would make every wait fail at once.
+pub const MIN_PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A validated run configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Options {
@@ -456,9 +461,15 @@ fn egl_pool_arg(v: &str) -> Result<usize, String> {
 }
 
 fn peer_timeout_arg(v: &str) -> Result<std::time::Duration, String> {
-    match v.parse::<f64>() {
-        Ok(s) if s > 0.0 && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
-        _ => Err(format!("`{v}` is not a number of seconds in (0, 86400]")),
+    let min = MIN_PEER_TIMEOUT.as_secs_f64();
+    match v.trim().parse::<f64>() {
+        Ok(s) if s >= min && s <= 86_400.0 => Ok(std::time::Duration::from_secs_f64(s)),
+        Ok(s) if s > 0.0 && s < min => Err(format!(
+            "{v} s is below the shortest limit, {min} s (1 ms): no peer answers sooner"
+        )),
+        _ => Err(format!(
+            "`{v}` is not a number of seconds in [{min}, 86400]"
+        )),
     }
 }
 
@@ -525,8 +536,10 @@ pub struct Args {
     #[arg(long, value_name = "F", value_enum, default_value = "none")]
     fault: FaultArg,
     /// 1: everything in this process; 2: the camera in a second process,
-    /// connected to this CUDA process only by NvSciIpc (--backend auto or
-    /// sim: the simulator, over a BSP-style configuration it keeps in memory)
+    /// connected to this CUDA process only by NvSciIpc (--backend sim, or
+    /// auto without --endpoints: the simulator, over a BSP-style
+    /// configuration it keeps in memory; --backend jetson with --endpoints:
+    /// a Jetson's pair, built but never run on one)
     #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
     processes: u8,
     /// Run one side of the two-process mode alone (the other is started
@@ -543,7 +556,7 @@ pub struct Args {
     endpoints: Option<(String, String)>,
     /// The two-process mode: seconds either side waits for the other (its
     /// connection, each message, each fence) before it ends with a timeout
-    /// error naming what it waited for (0 < S <= 86400)
+    /// error naming what it waited for (0.001 <= S <= 86400)
     #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
     peer_timeout: std::time::Duration,
     /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
@@ -760,17 +773,16 @@ pub fn two_process_conflicts(o: &Options) -> Result<(), String> {
             o.backend.name()
         ));
     }
-    // The whole mode in one command starts its camera over a pair of its
-    // own on the simulator; its CUDA side on a Jetson is not written.
-    if o.role.is_none() && (o.endpoints.is_some() || o.backend == BackendChoice::Jetson) {
-        let flag = if o.endpoints.is_some() {
-            "--endpoints"
-        } else {
-            "--backend jetson"
-        };
-        return Err(format!(
-            "{flag} cannot be used with --processes 2: that mode runs on the simulator over a pair it writes, and its CUDA side on a Jetson (the NVRTC kernel path) is not written; name a pair with --role camera / --role cuda and --nvsciipc-config"
-        ));
+    // The whole mode in one command on the simulator runs over a pair it
+    // writes in memory, unless a configuration file is named.
+    if o.role.is_none()
+        && o.endpoints.is_some()
+        && o.backend == BackendChoice::Sim
+        && o.nvsciipc_config.is_none()
+    {
+        return Err(
+            "--endpoints cannot be used with --backend sim --processes 2 without --nvsciipc-config: on the simulator that mode runs over a pair it makes; --endpoints names a Jetson's pair (--backend jetson or auto) or a pair of the named file".into(),
+        );
     }
     let refused = [
         (o.copy, "--copy"),

@@ -25,9 +25,19 @@ pub struct Verification {
     pub first_failure: Option<String>,
     /// The read-back was checked against a digest the source took
     /// (`--source gst:...`), not against the camera pattern (which the
-    /// consumer then does not check either).
-    #[serde(skip)]
+    /// consumer then does not check either). In the JSON report as
+    /// `"checked_against": "source-digest"` (else `"camera-pattern"`).
+    #[serde(rename = "checked_against", serialize_with = "checked_against")]
     pub by_digest: bool,
+}
+
+/// `by_digest` as the JSON report names it.
+fn checked_against<S: serde::Serializer>(by_digest: &bool, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(if *by_digest {
+        "source-digest"
+    } else {
+        "camera-pattern"
+    })
 }
 
 impl Verification {

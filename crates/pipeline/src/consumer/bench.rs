@@ -1,6 +1,6 @@
 //! Plain-CUDA work over frames the host fills and checks, safe by its
 //! shape: the plain-CUDA baseline and the machine's limit
-//! ([`crate::app::baseline`]) queue the pipeline's copies and its
+//! (`crate::app::baseline`) queue the pipeline's copies and its
 //! check-and-invert kernel through a [`Bench`], which owns the memory, the
 //! streams and the events, and keeps the promise the driver's queued calls
 //! ask for (the memory outlives the work, the host keeps off it meanwhile).

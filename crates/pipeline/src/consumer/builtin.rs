@@ -6,8 +6,8 @@
 //!
 //! Both launch through the driver's seam (`Nvrtc`, `Module`,
 //! `Function::launch`), so they run on a GPU and on the simulator, where
-//! the kernels are their Rust twins: [`super::twin::register`] for
-//! `CheckInvert`, [`Invert::register_twin`] for `Invert`.
+//! the kernels are their Rust twins: `super::twin::register` for
+//! `CheckInvert`, `Invert::register_twin` for `Invert`.
 
 use tegra_interop::driver::{
     Context, DevicePtr, Function, Module, Nvrtc, PinnedHostBuffer, Stream,
@@ -48,7 +48,7 @@ struct Prepared {
 /// [`FrameMemory::System`](super::FrameMemory::System).
 ///
 /// On the simulator register the kernels' twins first
-/// ([`super::twin::register`]).
+/// (`super::twin::register`).
 #[derive(Debug, Default)]
 pub struct CheckInvert {
     prepared: Option<Prepared>,
@@ -166,7 +166,7 @@ extern "C" __global__ void tegra_interop_invert(unsigned char *buf, unsigned lon
 /// Inverts every byte of every frame (no pattern, no count): for frames
 /// whose content only their source knows, which checks them by reading the
 /// slot back and inverting again. On the simulator register its twin first
-/// ([`Invert::register_twin`]).
+/// (`Invert::register_twin`).
 #[derive(Debug, Default)]
 pub struct Invert {
     prepared: Option<(Function, u32, u64)>,

@@ -4,7 +4,7 @@
 //! ([`grid_for`]) and [`Kernels`], the module NVRTC compiled from the
 //! source, loaded into one context, through the driver's seam
 //! ([`Nvrtc`], [`Module`]): the same calls on a GPU and on the simulator,
-//! where the kernels run as their Rust twins ([`super::twin`]).
+//! where the kernels run as their Rust twins (`super::twin`).
 
 use tegra_interop::driver::{Context, Function, Module, Nvrtc};
 
@@ -267,7 +267,7 @@ pub struct Kernels {
 
 impl Kernels {
     /// Compiles [`KERNEL_SOURCE`] with the backend's NVRTC (on the
-    /// simulator: its registry of twins, see [`super::twin::register`]) and
+    /// simulator: its registry of twins, see `super::twin::register`) and
     /// loads it into `ctx`.
     pub fn compile(ctx: &Context) -> Result<Kernels, TransportError> {
         let nvrtc = Nvrtc::new(ctx.backend()).during("loading NVRTC for the consumer kernel")?;

@@ -27,7 +27,7 @@
 //! `Nvrtc`, `Module`, `Function::launch`,
 //! `Event`, `PinnedHostBuffer`, `DeviceBuffer`, `Stream::copy_async`), so the
 //! same code runs on a GPU and on the simulator, where the kernels are their
-//! Rust twins ([`twin::register`]). On a GPU the kernels, launches and
+//! Rust twins (`twin::register`). On a GPU the kernels, launches and
 //! events of this design ran on an H100 and the H200 before they moved onto
 //! the seam (BENCHMARKS-history.md, sessions 6 to 9, through cudarc); the seam's
 //! version is verified on the simulator here and must be run on the GPU

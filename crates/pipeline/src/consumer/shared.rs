@@ -15,9 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tegra_interop::driver::memory::MappedBuffer;
 use tegra_interop::driver::nvsci::BufObj;
-use tegra_interop::driver::{BackendKind, PinnedHostBuffer, RegisteredHostMemory, Stream};
+use tegra_interop::driver::{PinnedHostBuffer, RegisteredHostMemory, Stream};
 
 use crate::error::{DriverError, DriverResultExt, TransportError};
 
@@ -565,61 +564,6 @@ impl Lendable<CpuFrame> {
         self.wait_returned(slot)?;
         self.get().queue_host_processing(stream, process)
     }
-}
-
-#[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
-/// Why [`queue_sim_host_processing`] did not queue.
-#[derive(Debug)]
-pub(crate) enum SimHostError {
-    /// The stream is on the real driver, or the mapping is smaller than
-    /// the frame: the bytes are not host memory of that length.
-    Refused(String),
-    /// `cuLaunchHostFunc` failed.
-    Driver(DriverError),
-}
-
-#[cfg_attr(not(feature = "cli"), allow(dead_code))] // used by `app::process`
-/// Queues on `stream` a host function that runs `process` over the first
-/// `len` bytes of `map`, a mapped external buffer, as host memory: the
-/// simulator's processing of a frame it imported (on the simulator a device
-/// pointer is the host address of the memory behind it). Refused on the
-/// real driver, where a device pointer is not a host address, and when the
-/// mapping is shorter than `len`.
-///
-/// The caller drains `stream` before it drops `map` (or leaks the mapping
-/// when it cannot), so the bytes outlive the function; the stream orders
-/// the function between its wait for *ready* and its *free* signal, the
-/// slot's consumer side of the protocol.
-pub(crate) fn queue_sim_host_processing(
-    stream: &Stream,
-    map: &MappedBuffer,
-    len: usize,
-    process: impl FnOnce(&mut [u8]) + Send + 'static,
-) -> Result<(), SimHostError> {
-    if stream.context().backend().kind() == BackendKind::Real {
-        return Err(SimHostError::Refused(
-            "host processing of a mapped buffer needs the simulator: on the real driver a device pointer is no host address".into(),
-        ));
-    }
-    if map.size() < len as u64 {
-        return Err(SimHostError::Refused(format!(
-            "the mapping has {} bytes, a frame needs {len}",
-            map.size()
-        )));
-    }
-    let addr = map.device_ptr() as usize;
-    stream
-        .launch_host_fn(move || {
-            // SAFETY: on the simulator (checked above) the device pointer is
-            // the host address of the mapping's memory, at least `len`
-            // bytes (checked above), alive until the stream drained (see
-            // above); the function runs after the stream's wait for *ready*
-            // and before its *free* signal, when only the consumer touches
-            // the slot.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
-            process(bytes);
-        })
-        .map_err(SimHostError::Driver)
 }
 
 #[cfg(test)]

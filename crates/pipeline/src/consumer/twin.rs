@@ -23,6 +23,8 @@
 //! other), at a few thousand calls per 1920x1080 frame.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tegra_interop_sim::kernels::{Block, KernelFault, KernelSpec};
 use tegra_interop_sim::Sim;
@@ -49,6 +51,40 @@ pub fn register(sim: &Sim) {
     for name in [COPY_IN, COPY_OUT] {
         sim.register_block_kernel(KernelSpec::new(name, COPY_PARAMS), copy);
     }
+}
+
+/// How many launches of the check-and-invert kernel (either variant) the
+/// twins registered by [`register_counted`] ran to their end: a count kept
+/// by the simulator's side of the launch, so a frame processed any other
+/// way (a host function, a skipped kernel) is not in it.
+#[derive(Clone, Debug, Default)]
+pub struct Launches(Arc<AtomicU64>);
+
+impl Launches {
+    /// Launches counted so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// [`register`], with the check-and-invert twins counting their launches:
+/// a launch counts once its last block (the simulator runs blocks last to
+/// first, so block 0) finished without a fault.
+pub fn register_counted(sim: &Sim) -> Launches {
+    register(sim);
+    let launches = Launches::default();
+    for name in [CHECK_DEVICE, CHECK_SYSMEM] {
+        let count = launches.clone();
+        sim.register_block_kernel(KernelSpec::new(name, CHECK_PARAMS), move |b| {
+            check_and_invert(b)?;
+            let i = b.block_idx();
+            if (i.x, i.y, i.z) == (0, 0, 0) {
+                count.0.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(())
+        });
+    }
+    launches
 }
 
 /// The byte ranges (offsets from the frame's start) one block touches, in

@@ -115,7 +115,7 @@ impl EglTransport {
     /// The consumer's work is the pipeline's [`Consumer`] (the NVRTC
     /// kernel over each acquired frame, then its read-back), on a GPU and on
     /// the simulator (register the kernels' twins first:
-    /// [`crate::consumer::twin::register`]).
+    /// `crate::consumer::twin::register`).
     pub fn open(
         ctx: &Context,
         stream: OwnedEglStream,
@@ -138,7 +138,7 @@ impl EglTransport {
     /// [`EglTransport::open`] running `work` on each acquired frame
     /// ([`Placement::ReadBack`]) instead of the check-and-invert kernel.
     /// The read-back after it is the consumer's copy kernel: on the
-    /// simulator register [`crate::consumer::twin::register`] too.
+    /// simulator register `crate::consumer::twin::register` too.
     pub fn open_with_work(
         ctx: &Context,
         stream: OwnedEglStream,

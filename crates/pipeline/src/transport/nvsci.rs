@@ -100,7 +100,7 @@ pub enum Processing {
     /// buffer, its mismatch counter in mapped pinned memory, completions
     /// from its events. On a Jetson (built, never run on one) and on the
     /// simulator, where the kernel runs as its Rust twin (register the
-    /// twins first: [`crate::consumer::twin::register`]).
+    /// twins first: `crate::consumer::twin::register`).
     CudaKernel,
 }
 
@@ -418,6 +418,41 @@ fn import_slots(
     Ok((mappings, slots))
 }
 
+/// [`Placement::ReadBack`] is the EGLStream's: refused over NvSciBuf.
+fn refuse_read_back(placement: Placement) -> Result<(), TransportError> {
+    if placement == Placement::ReadBack {
+        return Err(TransportError::refused(
+            "the NvSci transport's consumer works on its own buffers: InPlace or DeviceCopy",
+        ));
+    }
+    Ok(())
+}
+
+/// The kernel path's consumer over the CUDA mappings of NvSciBuf buffers
+/// (memory the CPU maps too), one per slot, running `work` in
+/// `placement`: what [`NvSciTransport::with_work`] runs in one process and
+/// the CUDA process of `--processes 2` runs over the buffers the camera
+/// process allocated. The caller queues the wait for *ready* on
+/// [`Consumer::entry_stream`] before [`Consumer::queue`], and the *free*
+/// signal on [`Consumer::exit_stream`] after it.
+pub(crate) fn nvsci_consumer(
+    ctx: &Context,
+    work: Box<dyn FrameWork>,
+    placement: Placement,
+    geometry: FrameGeometry,
+    mappings: Vec<MappedBuffer>,
+) -> Result<Consumer, TransportError> {
+    refuse_read_back(placement)?;
+    let config = ConsumerConfig {
+        geometry,
+        slots: mappings.len(),
+        memory: FrameMemory::System,
+        placement,
+        skip_kernel: false,
+    };
+    Consumer::new(ctx, config, mappings, work)
+}
+
 impl NvSciTransport {
     #[cfg(feature = "sim")]
     /// Opens the transport on a new simulated Tegra (`SimConfig::tegra()`)
@@ -485,11 +520,7 @@ impl NvSciTransport {
         geometry: FrameGeometry,
         slots: usize,
     ) -> Result<Self, TransportError> {
-        if placement == Placement::ReadBack {
-            return Err(TransportError::refused(
-                "the NvSci transport's consumer works on its own buffers: InPlace or DeviceCopy",
-            ));
-        }
+        refuse_read_back(placement)?;
         let processing = Processing::CudaKernel;
         let placed = Some((work, placement));
         Self::build(ctx, name, processing, placed, geometry, slots)
@@ -531,16 +562,9 @@ impl NvSciTransport {
                     in_flight: 0,
                 }
             }
-            (Processing::CudaKernel, Some((work, placement))) => {
-                let config = ConsumerConfig {
-                    geometry,
-                    slots,
-                    memory: FrameMemory::System,
-                    placement,
-                    skip_kernel: false,
-                };
-                Processor::Kernel(Box::new(Consumer::new(ctx, config, mappings, work)?))
-            }
+            (Processing::CudaKernel, Some((work, placement))) => Processor::Kernel(Box::new(
+                nvsci_consumer(ctx, work, placement, geometry, mappings)?,
+            )),
         };
         let cpu_wait = CpuWaitContext::new(&objects.syncs).during("CPU wait context")?;
         Ok(NvSciTransport {

@@ -3,6 +3,8 @@
 //! check the slot's previous frame, write, signal *ready*), checking each
 //! against a ring of its own that follows the same protocol.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tegra_interop::core::DeterministicCounter;
@@ -76,19 +78,79 @@ struct Camera {
     _bufs: BufModule,
 }
 
-/// Runs the camera side to the end of the CUDA process's frames.
-pub(super) fn run(settings: &Settings, s: &Setup) -> Result<(), ProcessError> {
-    let mut link = Link::open(&s.backend, &s.camera_ep, Peer::Cuda, settings.limit)?;
-    let hello = settings.hello();
-    match link.recv(&|| "its hello".into())? {
-        Msg::Hello(h) if h == hello => {}
-        other => {
-            return Err(link.protocol(format!(
-                "its hello {other:?} does not match ours {hello:?} (same --frames, --ring, --width, --height, --format on both sides)"
-            )))
-        }
+/// The variable in which the CUDA process passes its pid to the camera
+/// process it starts (`--processes 2`); a camera started by hand has none.
+pub(super) const PARENT_VAR: &str = "TEGRA_INTEROP_CAMERA_PARENT";
+
+/// Watches, while it lives, that the CUDA process that started this
+/// camera process is still its parent.
+pub(super) struct ParentWatch {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for ParentWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
     }
-    let mut cam = Camera::set_up(link, s, &hello, settings)?;
+}
+
+/// Starts watching the CUDA process that started this camera process
+/// ([`PARENT_VAR`]; `None` for a camera started otherwise), until it is
+/// connected: an early death of the CUDA process leaves no peer to reset
+/// the connection, and the driver's wait for it cannot be broken, so the
+/// watch ends this process (error line, exit status 1) within 20 ms of
+/// the death instead of letting it wait out `--peer-timeout`. A parent
+/// already gone is [`ProcessError::ParentGone`]. Once connected, the
+/// CUDA process's death resets the connection and the watch is dropped.
+pub(super) fn watch_parent() -> Result<Option<ParentWatch>, ProcessError> {
+    let Some(value) = std::env::var_os(PARENT_VAR) else {
+        return Ok(None);
+    };
+    let pid: u32 = value
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| ProcessError::Options(format!("{PARENT_VAR} is not a pid: {value:?}")))?;
+    let gone = move || std::os::unix::process::parent_id() != pid;
+    if gone() {
+        return Err(ProcessError::ParentGone { pid });
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let spawned = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+                if gone() && !stopped.load(Ordering::Relaxed) {
+                    let e = ProcessError::ParentGone { pid };
+                    crate::app::output::stderr_line(&format!("error (camera process): {e}"));
+                    std::process::exit(1);
+                }
+            }
+        });
+    spawned.map_err(|source| ProcessError::Io {
+        what: "starting the thread that watches the CUDA process",
+        source,
+    })?;
+    Ok(Some(ParentWatch { stop }))
+}
+
+/// Runs the camera side to the end of the CUDA process's frames; `watch`
+/// (see [`watch_parent`]) ends once connected.
+pub(super) fn run(
+    settings: &Settings,
+    s: &Setup,
+    watch: Option<ParentWatch>,
+) -> Result<(), ProcessError> {
+    let link = Link::open(s, &s.camera_ep, Peer::Cuda, settings.limit)?;
+    drop(watch);
+    let hello = settings.hello();
+    let (link, fault) = link.answer(&hello)?;
+    let settings = Settings {
+        fault,
+        ..settings.clone()
+    };
+    let mut cam = Camera::set_up(link, s, &hello, &settings)?;
     let start = Instant::now();
     loop {
         let next = cam.mirror.next_frame();

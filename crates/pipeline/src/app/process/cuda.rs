@@ -6,12 +6,22 @@
 //! here: the frame is written in the camera process);
 //! [`FrameTransport::signal_ready`] takes the ready fence (received, or
 //! built from the deterministic counter); the consumer side is local: a
-//! wait on the CUDA stream, the processing, the *free* signal, whose fence
-//! crosses back where the camera cannot build it.
+//! wait for *ready* on the consumer's CUDA stream, the user's work
+//! ([`FrameWork`](crate::consumer::FrameWork), chosen as the one-process
+//! NvSci mode chooses it: the check-and-invert kernel for the sensor
+//! model's frames) launched on that stream over the NvSciBuf buffer mapped
+//! into CUDA, the *free* signal, whose fence crosses back where the camera
+//! cannot build it.
+//!
+//! The consumer is the one the in-process NvSci transport runs
+//! (`transport::nvsci::nvsci_consumer`): one code path for the real driver and the
+//! simulator, which one is the driver's backend. On a Jetson the kernel is
+//! compiled by NVRTC and runs on the GPU (built for aarch64, never run on
+//! one); on the simulator the same compile, load and launch reach the
+//! kernel's registered Rust twin, which counts its launches for the report.
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,24 +31,27 @@ use tegra_interop::driver::nvsci::{
     BufAttrs, BufModule, BufObj, BufPerm, BufType, Fence, FenceSource, NvSciMemory, NvSciSemaphore,
     Signaler, SyncAttrs, SyncModule, SyncObj, SyncPerm, Timeout, Waiter,
 };
-use tegra_interop::driver::{Context as CudaContext, MappedBuffer, Stream};
+use tegra_interop::driver::{BackendKind, Context as CudaContext, MappedBuffer};
 
 use super::error::{Context, Peer, ProcessError};
 use super::summary::{Summary, Timings};
 use super::wire::{Figures, Link, Msg, TicketMsg};
 use super::{Settings, Setup};
-use crate::consumer::shared::{queue_sim_host_processing, SimHostError};
+use crate::app::backend::nvsci_work;
+use crate::app::cli::SourceChoice;
+use crate::consumer::twin::{self, Launches};
+use crate::consumer::Consumer;
 use crate::slots::{Collected, SlotState, Slots, Ticket};
 use crate::transport::host::Fault;
+use crate::transport::nvsci::{nvsci_consumer, Processing};
 use crate::transport::{
-    process_frame, try_recv_completion, wait_completion, Completion, FrameGeometry, FrameTransport,
-    SlotMemory, TransportError, TransportInfo,
+    Completion, FrameGeometry, FrameTransport, SlotMemory, TransportError, TransportInfo,
 };
 
 /// One slot's objects on the CUDA side (dropped in this order: the
-/// mapping before the memory, the semaphores before their objects).
+/// semaphores before their objects; its mapping is the consumer's, dropped
+/// before these).
 struct Slot {
-    map: MappedBuffer,
     _mem: NvSciMemory,
     _buf: BufObj,
     waiter: NvSciSemaphore<Waiter>,
@@ -52,20 +65,18 @@ struct Slot {
 }
 
 /// The ring's transport in the CUDA process: the producer is the camera
-/// process across NvSciIpc, the consumer this process's CUDA stream.
+/// process across NvSciIpc, the consumer this process's [`Consumer`] (the
+/// user's work on its CUDA stream).
 pub struct RemoteCamera {
-    // Field order is drop order: the stream's work ends (see `Drop`) before
-    // the slots' mappings go.
-    stream: Stream,
+    // Field order is drop order: the consumer drains its streams (its own
+    // drop; it leaks what they use if they cannot be drained) and drops
+    // the mappings before the slots' semaphores and memory go.
+    consumer: Consumer,
     slots: Vec<Slot>,
     link: Link,
     source: FenceSource,
     geometry: FrameGeometry,
     limit: Duration,
-    fault: Fault,
-    tx: Sender<Completion>,
-    rx: Receiver<Completion>,
-    in_flight: usize,
     /// When the last ticket was handed to the camera, and how long it
     /// said its write took: the ring's record of the frame.
     handed: Rc<Cell<(Instant, u64)>>,
@@ -80,9 +91,18 @@ pub struct RemoteCamera {
 /// Runs the CUDA side: set-up, every frame through the ring, the
 /// camera's figures.
 pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessError> {
-    let mut link = Link::open(&s.backend, &s.cuda_ep, Peer::Camera, settings.limit)?;
-    link.send(&Msg::Hello(settings.hello()))?;
+    // On the simulator the kernel is its Rust twin, registered before the
+    // consumer compiles it; on the real driver NVRTC compiles the kernel.
+    let launches: Option<Launches> = s.sim.as_ref().map(twin::register_counted);
+    let mut link = Link::open(s, &s.cuda_ep, Peer::Camera, settings.limit)?;
+    let fault = link.offer(&settings.hello())?;
+    let settings = &Settings {
+        fault,
+        ..settings.clone()
+    };
     let mut cam = RemoteCamera::set_up(link, s, settings)?;
+    let real = s.backend.kind() == BackendKind::Real;
+    let note = Processing::CudaKernel.describe(cam.source, real);
     let mut ring = Slots::new(settings.ring).map_err(|e| ProcessError::Ring(e.to_string()))?;
     let mut t = Timings::new()?;
     let (mut mismatches, mut bad_frames) = (0u64, 0u64);
@@ -110,6 +130,9 @@ pub(super) fn run(settings: &Settings, s: &Setup) -> Result<Summary, ProcessErro
         mismatches,
         bad_frames,
         source,
+        real,
+        note,
+        kernel_launches: launches.map(|l| l.get()),
         cuda_pid: std::process::id(),
         camera,
         cuda_us,
@@ -171,46 +194,23 @@ fn buffer_attrs(len: usize, gpu: GpuId) -> Result<BufAttrs, ProcessError> {
     Ok(mine)
 }
 
-impl RemoteCamera {
-    fn set_up(link: Link, s: &Setup, settings: &Settings) -> Result<RemoteCamera, ProcessError> {
-        let geometry = settings.geometry;
-        let ctx = CudaContext::create(Arc::clone(&s.backend), 0, 0).ctx("CUDA context")?;
-        let uuid = s.backend.device(0).and_then(|d| d.uuid());
-        let gpu = GpuId(uuid.ctx("device UUID")?);
-        let bufs = BufModule::open(&s.backend).ctx("NvSciBufModuleOpen")?;
-        let syncs = SyncModule::open(&s.backend).ctx("NvSciSyncModuleOpen")?;
-        let stream = Stream::new(&ctx).ctx("stream")?;
-        let (tx, rx) = mpsc::channel();
-        let mut cam = RemoteCamera {
-            stream,
-            slots: Vec::with_capacity(settings.ring),
-            link,
-            source: syncs.fence_source(),
-            geometry,
-            limit: settings.limit,
-            fault: settings.fault,
-            tx,
-            rx,
-            in_flight: 0,
-            handed: Rc::new(Cell::new((Instant::now(), 0))),
-            error: None,
-            _syncs: syncs,
-            _bufs: bufs,
-            _ctx: ctx,
-        };
-        let mine = buffer_attrs(geometry.frame_len(), gpu)?;
-        for _ in 0..settings.ring {
-            let slot = cam.slot(&mine)?;
-            cam.slots.push(slot);
-        }
-        Ok(cam)
-    }
+/// What the CUDA process opened before its consumer: the modules, the
+/// context, the link, each slot's objects and mapping.
+struct Parts {
+    ctx: CudaContext,
+    bufs: BufModule,
+    syncs: SyncModule,
+    link: Link,
+    source: FenceSource,
+    limit: Duration,
+}
 
-    /// One slot's objects: our buffer and ready waiter lists go to the
-    /// camera, which allocates; the camera's free waiter list comes, we
-    /// allocate *free* (we signal it).
-    fn slot(&mut self, mine: &BufAttrs) -> Result<Slot, ProcessError> {
-        let (bufs, syncs, ctx, link) = (&self._bufs, &self._syncs, &self._ctx, &mut self.link);
+impl Parts {
+    /// One slot's objects and the mapping of its buffer: our buffer and
+    /// ready waiter lists go to the camera, which allocates; the camera's
+    /// free waiter list comes, we allocate *free* (we signal it).
+    fn slot(&mut self, mine: &BufAttrs) -> Result<(Slot, MappedBuffer), ProcessError> {
+        let (bufs, syncs, ctx, link) = (&self.bufs, &self.syncs, &self.ctx, &mut self.link);
         let limit = Timeout::After(self.limit);
         let ours = bufs.attr_list(mine).ctx("buffer list")?;
         bufs.send_unreconciled(&[&ours], link.endpoint())
@@ -241,8 +241,8 @@ impl RemoteCamera {
         free.send(Some(SyncPerm::WaitOnly), link.endpoint())
             .map_err(link.ipc_err("to take the free object"))?;
         let mem = buf.import_cuda(ctx).ctx("NvSciBuf import")?;
-        Ok(Slot {
-            map: mem.map_whole().ctx("mapping")?,
+        let map = mem.map_whole().ctx("mapping")?;
+        let slot = Slot {
             _mem: mem,
             _buf: buf,
             waiter: ready.import_cuda_waiter(ctx).ctx("ready semaphore")?,
@@ -251,6 +251,55 @@ impl RemoteCamera {
             _free: free,
             ready_counter: None,
             pending: None,
+        };
+        Ok((slot, map))
+    }
+}
+
+impl RemoteCamera {
+    fn set_up(link: Link, s: &Setup, settings: &Settings) -> Result<RemoteCamera, ProcessError> {
+        let geometry = settings.geometry;
+        let ctx = CudaContext::create(Arc::clone(&s.backend), 0, 0).ctx("CUDA context")?;
+        let uuid = s.backend.device(0).and_then(|d| d.uuid());
+        let gpu = GpuId(uuid.ctx("device UUID")?);
+        let bufs = BufModule::open(&s.backend).ctx("NvSciBufModuleOpen")?;
+        let syncs = SyncModule::open(&s.backend).ctx("NvSciSyncModuleOpen")?;
+        let mut parts = Parts {
+            source: syncs.fence_source(),
+            ctx,
+            bufs,
+            syncs,
+            link,
+            limit: settings.limit,
+        };
+        let mine = buffer_attrs(geometry.frame_len(), gpu)?;
+        let (mut slots, mut mappings) = (
+            Vec::with_capacity(settings.ring),
+            Vec::with_capacity(settings.ring),
+        );
+        for _ in 0..settings.ring {
+            let (slot, map) = parts.slot(&mine)?;
+            slots.push(slot);
+            mappings.push(map);
+        }
+        // The two-process mode's camera is the sensor model (other sources
+        // are refused on the command line).
+        let (work, placement) = nvsci_work(&SourceChoice::Sensor);
+        let mut consumer = nvsci_consumer(&parts.ctx, work, placement, geometry, mappings)
+            .map_err(|e| ProcessError::Consumer(format!("setting up the frame work: {e}")))?;
+        consumer.set_skip_kernel(settings.fault == Fault::SkipProcess);
+        Ok(RemoteCamera {
+            consumer,
+            slots,
+            link: parts.link,
+            source: parts.source,
+            geometry,
+            limit: settings.limit,
+            handed: Rc::new(Cell::new((Instant::now(), 0))),
+            error: None,
+            _syncs: parts.syncs,
+            _bufs: parts.bufs,
+            _ctx: parts.ctx,
         })
     }
 
@@ -307,53 +356,30 @@ impl RemoteCamera {
         }
     }
 
-    /// Queues wait(ready) -> process -> signal(free) for the ticket, and
+    /// Queues wait(ready) -> the work -> signal(free) for the ticket, and
     /// sends the free fence where the camera cannot build it.
     fn queue(&mut self, t: &Ticket) -> Result<(), ProcessError> {
-        let sl = &mut self.slots[t.slot()];
-        let fence = sl.pending.take().ok_or_else(|| {
-            ProcessError::Ring(format!("frame {} queued before ready", t.frame()))
-        })?;
+        let (slot, frame) = (t.slot(), t.frame());
+        let sl = &mut self.slots[slot];
+        let fence = sl
+            .pending
+            .take()
+            .ok_or_else(|| ProcessError::Ring(format!("frame {frame} queued before ready")))?;
         // The fence arrived after the camera signalled it: the wait cannot
         // be left pending by a camera that dies now.
-        sl.waiter.wait(&self.stream, &fence).ctx("GPU wait")?;
-        let (slot, frame, stride, fault) = (t.slot(), t.frame(), self.geometry.stride, self.fault);
-        let len = self.geometry.frame_len();
-        let tx = self.tx.clone();
+        sl.waiter
+            .wait(self.consumer.entry_stream(), &fence)
+            .ctx("GPU wait")?;
         // The camera touches the bytes only after the free signal queued
-        // after this function; the stream is synchronised before the
-        // mappings drop.
-        let queued = queue_sim_host_processing(&self.stream, &sl.map, len, move |bytes| {
-            let started = Instant::now();
-            let mismatches = match fault {
-                Fault::SkipProcess => 0,
-                _ => process_frame(frame, stride, bytes),
-            };
-            let process = started.elapsed();
-            let finished = Instant::now();
-            let c = Completion {
-                slot,
-                frame,
-                mismatches,
-                process,
-                busy: process,
-                finished,
-            };
-            // The receiver is gone only once the transport is dropped.
-            let _ = tx.send(c);
-        });
-        match queued {
-            Ok(()) => {}
-            Err(SimHostError::Refused(why)) => return Err(ProcessError::Options(why)),
-            Err(SimHostError::Driver(source)) => {
-                return Err(ProcessError::Driver {
-                    what: "cuLaunchHostFunc",
-                    source,
-                })
-            }
-        }
-        let free_fence = sl.signaler.signal(&self.stream).ctx("free signal")?;
-        self.in_flight += 1;
+        // after the work; the consumer's streams drain before the mappings
+        // drop.
+        self.consumer
+            .queue(slot, frame)
+            .map_err(|e| ProcessError::Consumer(format!("frame {frame}'s work: {e}")))?;
+        let free_fence = sl
+            .signaler
+            .signal(self.consumer.exit_stream())
+            .ctx("free signal")?;
         if self.source == FenceSource::Received || t.free_signal() == 1 {
             self.link.send(&Msg::Freed { frame })?;
             free_fence
@@ -366,7 +392,11 @@ impl RemoteCamera {
     /// Ends the run: the camera checks its last frames and sends its
     /// figures; the endpoint closes.
     fn finish(mut self) -> Result<Figures, ProcessError> {
-        self.stream.synchronize().ctx("stream")?;
+        // Every frame was collected (each within the limit): all that is
+        // left on the streams are the free signals after them.
+        self.consumer
+            .drain()
+            .map_err(|e| ProcessError::Consumer(e.to_string()))?;
         self.link.send(&Msg::End)?;
         let figures = match self.link.recv(&|| "its figures".into())? {
             Msg::Figures(f) => f,
@@ -377,14 +407,6 @@ impl RemoteCamera {
             }
         };
         Ok(figures)
-    }
-}
-
-impl Drop for RemoteCamera {
-    fn drop(&mut self) {
-        // Every queued wait's fence had arrived signalled, so the stream
-        // drains; its host functions use the mappings dropped after this.
-        let _ = self.stream.synchronize();
     }
 }
 
@@ -430,21 +452,15 @@ impl FrameTransport for RemoteCamera {
     }
 
     fn try_complete(&mut self) -> Result<Option<Completion>, TransportError> {
-        match try_recv_completion(&self.rx) {
-            Ok(c) => {
-                self.in_flight -= usize::from(c.is_some());
-                Ok(c)
-            }
+        match self.consumer.try_complete() {
+            Ok(c) => Ok(c.map(|(c, _)| c)),
             Err(e) => Err(self.fail(ProcessError::Consumer(e.to_string()))),
         }
     }
 
     fn wait_complete(&mut self) -> Result<Completion, TransportError> {
-        match wait_completion(&self.rx, self.in_flight, self.limit) {
-            Ok(c) => {
-                self.in_flight -= 1;
-                Ok(c)
-            }
+        match self.consumer.wait_complete(self.limit) {
+            Ok((c, _)) => Ok(c),
             Err(e) => Err(self.fail(ProcessError::Consumer(e.to_string()))),
         }
     }

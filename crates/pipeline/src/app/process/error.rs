@@ -91,6 +91,68 @@ pub enum ProcessError {
     },
     /// The camera process the CUDA process started failed.
     CameraFailed(std::process::ExitStatus),
+    /// The two sides were started with options that differ (`--frames`,
+    /// `--ring`, the frame's size and format, or two different `--fault`s).
+    Mismatch {
+        /// The other side.
+        peer: Peer,
+        /// The options that differ, with both values.
+        detail: String,
+    },
+    /// The NvSciIpc configuration file cannot be used (the simulator's
+    /// reason: the file, its line, what is wrong).
+    Config {
+        /// Why the file was refused.
+        reason: String,
+        /// The call's own error (on the simulator `NvSciIpcInit`'s
+        /// `NotPermitted`).
+        source: IpcError,
+    },
+    /// The CUDA process failed, and how the camera process it started
+    /// ended.
+    WithCamera {
+        /// The CUDA process's error.
+        error: Box<ProcessError>,
+        /// The camera process's exit status.
+        camera: std::process::ExitStatus,
+        /// Whether it was still running after the failure and this process
+        /// ended it.
+        ended_here: bool,
+    },
+    /// The CUDA process that started this camera process ended before the
+    /// two connected.
+    ParentGone {
+        /// Its pid.
+        pid: u32,
+    },
+}
+
+/// How a process ended, in words ("exited with status 1", "was killed by
+/// signal 9 (SIGKILL)").
+pub(crate) fn ended(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => {
+            let name = match sig {
+                libc_signal::SIGKILL => " (SIGKILL)",
+                libc_signal::SIGTERM => " (SIGTERM)",
+                libc_signal::SIGSEGV => " (SIGSEGV)",
+                libc_signal::SIGABRT => " (SIGABRT)",
+                _ => "",
+            };
+            format!("was killed by signal {sig}{name}")
+        }
+        (None, None) => format!("ended ({status})"),
+    }
+}
+
+/// The Linux signal numbers [`ended`] names.
+mod libc_signal {
+    pub const SIGABRT: i32 = 6;
+    pub const SIGKILL: i32 = 9;
+    pub const SIGSEGV: i32 = 11;
+    pub const SIGTERM: i32 = 15;
 }
 
 impl fmt::Display for ProcessError {
@@ -118,8 +180,32 @@ impl fmt::Display for ProcessError {
             ProcessError::Figures(e) => write!(f, "per-frame figures: {e}"),
             ProcessError::Io { what, source } => write!(f, "{what}: {source}"),
             ProcessError::CameraFailed(status) => {
-                write!(f, "the camera process failed: {status}")
+                write!(f, "the camera process failed: it {}", ended(status))
             }
+            ProcessError::Mismatch { peer, detail } => write!(
+                f,
+                "the {peer} was started with other options: {detail} (start both roles with the same --frames, --ring, --width, --height and --format; give --fault to one side, or the same to both)"
+            ),
+            ProcessError::Config { reason, source } => write!(
+                f,
+                "the NvSciIpc configuration cannot be used: {reason} (so: {source})"
+            ),
+            ProcessError::WithCamera {
+                error,
+                camera,
+                ended_here: true,
+            } => write!(
+                f,
+                "{error}; the camera process was still running and was ended by this process: it {}",
+                ended(camera)
+            ),
+            ProcessError::WithCamera { error, camera, .. } => {
+                write!(f, "{error}; the camera process {}", ended(camera))
+            }
+            ProcessError::ParentGone { pid } => write!(
+                f,
+                "the CUDA process that started this camera process (pid {pid}) has ended; nothing is left to connect to"
+            ),
         }
     }
 }
@@ -131,6 +217,8 @@ impl std::error::Error for ProcessError {
             ProcessError::Reconcile { source, .. } => Some(source.as_ref()),
             ProcessError::Ipc { source, .. } => Some(source),
             ProcessError::Io { source, .. } => Some(source),
+            ProcessError::Config { source, .. } => Some(source),
+            ProcessError::WithCamera { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }

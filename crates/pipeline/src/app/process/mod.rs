@@ -18,8 +18,9 @@
 //! fence, checks the processed bytes of the slot's previous frame (every
 //! byte inverted), writes the frame, signals *ready* and answers
 //! "written"; the CUDA process then waits for *ready* on its stream,
-//! processes the frame in place, signals *free*. The camera checks every
-//! ticket against a ring of its own that follows the same protocol.
+//! runs the user's work on the frame in place, signals *free*. The camera
+//! checks every ticket against a ring of its own that follows the same
+//! protocol.
 //!
 //! Set-up, per slot, exactly as the libraries require across processes
 //! (each side opens its own modules; lists travel from the waiter to the
@@ -38,14 +39,32 @@
 //! peer ends this side with [`ProcessError::Timeout`], naming what it
 //! waited for; a peer that died gives [`ProcessError::Ipc`] (the
 //! connection reset). The CUDA process ends the camera process it started
-//! when it fails. No wait is queued on the GPU before the fence it waits
+//! when it fails, and its error says how that process ended
+//! ([`ProcessError::WithCamera`]). The camera process it starts watches it
+//! until the two are connected, and ends at once if it died before
+//! ([`ProcessError::ParentGone`]). First the CUDA side sends its options
+//! and `--fault`; the camera answers with the run's fault (the one either
+//! side was given) or with its own options, which the CUDA side names
+//! where they differ ([`ProcessError::Mismatch`]). No wait is queued on the GPU before the fence it waits
 //! for was signalled, so a dead camera leaves no stuck stream behind.
 //!
 //! `--role camera` / `--role cuda` run one side alone (the other started by
 //! hand or by a test), with `--nvsciipc-config` naming the file both use.
-//! Processing on the simulator is a stream-ordered host function over the
-//! mapped memory (as the in-process NvSci transport does there); the CUDA
-//! kernel path of a Jetson is not written for this mode, which says so.
+//!
+//! # The work, and where it runs
+//! The CUDA process's consumer is the in-process NvSci transport's
+//! (`transport::nvsci::nvsci_consumer`): the work the one-process
+//! NvSci mode chooses (the check-and-invert kernel for the sensor model's
+//! frames, the only source this mode has) is compiled with NVRTC, loaded
+//! and launched on the consumer's stream after its wait for *ready*, over
+//! the NvSciBuf buffer mapped into CUDA, and *free* is signalled after it.
+//! The driver's backend selects where that runs, not a separate code path:
+//! `--backend jetson`, or `auto` with `--endpoints`, opens the real driver
+//! once the Jetson probe finds an integrated GPU, the NvSci libraries and
+//! NVRTC (refused with its reason otherwise), and the kernel runs on the
+//! GPU; on the simulator it runs as its registered Rust twin, which counts
+//! its launches for the report. The Jetson side is built for aarch64 in CI
+//! and has never run on a Jetson.
 
 mod camera;
 pub mod cuda;
@@ -62,6 +81,7 @@ use tegra_interop_sim::nvsci::IpcConfigFile;
 use tegra_interop_sim::{Sim, SimConfig};
 
 use crate::app::cli::{two_process_conflicts, BackendChoice, Options, Role};
+use crate::app::probe::{Probe, Verdict};
 use crate::app::report::Report;
 use crate::transport::host::Fault;
 use crate::transport::FrameGeometry;
@@ -94,8 +114,9 @@ pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
     let endpoints = opts.endpoints.as_ref();
     let summary = match opts.role {
         Some(Role::Camera) => {
+            let watch = camera::watch_parent()?;
             let s = setup(&settings, endpoints, config.as_deref())?;
-            camera::run(&settings, &s)?;
+            camera::run(&settings, &s, watch)?;
             return Ok(None);
         }
         // The CUDA side alone; its camera was started by someone else.
@@ -149,6 +170,7 @@ impl Settings {
             width: u64::from(self.width),
             height: u64::from(self.height),
             bytes_per_pixel: self.bytes_per_pixel as u64,
+            fault: self.fault,
         }
     }
 }
@@ -156,10 +178,10 @@ impl Settings {
 /// One process's simulator or the real driver, and the endpoint names.
 pub(crate) struct Setup {
     backend: Arc<Backend>,
-    _sim: Option<Sim>,
+    /// This process's simulator (`None` on the real driver).
+    sim: Option<Sim>,
     camera_ep: String,
     cuda_ep: String,
-    simulated: bool,
 }
 
 fn refuse_backend(b: BackendChoice) -> Result<(), ProcessError> {
@@ -178,24 +200,28 @@ fn setup(
     config: Option<&str>,
 ) -> Result<Setup, ProcessError> {
     refuse_backend(settings.backend)?;
-    let real = settings.backend == BackendChoice::Jetson
-        || (settings.backend == BackendChoice::Auto && endpoints.is_some());
-    if real {
+    if real_driver(settings.backend, endpoints) {
         let (camera_ep, cuda_ep) = endpoints.cloned().ok_or_else(|| {
             ProcessError::Options(
                 "on a Jetson, name the BSP's endpoint pair: --endpoints <camera>,<cuda>".into(),
             )
         })?;
-        let backend = Backend::real().map_err(|source| ProcessError::Driver {
-            what: "the CUDA driver",
-            source,
-        })?;
+        // The one-process mode's test for a Jetson: an integrated GPU, the
+        // NvSci libraries and their symbols, NVRTC (the kernel's compiler).
+        let probe = Probe::new();
+        let backend = match (probe.jetson(), probe.real) {
+            (Verdict::Available(_), Ok(backend)) => backend,
+            (Verdict::Unavailable(why), _) | (Verdict::Available(_), Err(why)) => {
+                return Err(ProcessError::Options(format!(
+                    "--processes 2 on the real driver (the NvSci pair {camera_ep},{cuda_ep}) needs a Jetson: {why}"
+                )))
+            }
+        };
         return Ok(Setup {
             backend,
-            _sim: None,
+            sim: None,
             camera_ep,
             cuda_ep,
-            simulated: false,
         });
     }
     let config = config.ok_or_else(|| {
@@ -216,10 +242,9 @@ fn sim_setup(
         .unwrap_or((SIM_PAIR.0.to_owned(), SIM_PAIR.1.to_owned()));
     Ok(Setup {
         backend: sim.backend(),
-        _sim: Some(sim),
+        sim: Some(sim),
         camera_ep,
         cuda_ep,
-        simulated: true,
     })
 }
 
@@ -229,11 +254,6 @@ fn run_cuda(
     config: Option<&str>,
 ) -> Result<Summary, ProcessError> {
     let s = setup(settings, endpoints, config)?;
-    if !s.simulated {
-        return Err(ProcessError::Options(
-            "--processes 2 runs on the simulator only: its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware".into(),
-        ));
-    }
     cuda::run(settings, &s)
 }
 
@@ -244,10 +264,13 @@ fn cuda_process(
     config: Option<String>,
 ) -> Result<Summary, ProcessError> {
     refuse_backend(settings.backend)?;
-    if settings.backend == BackendChoice::Jetson || opts.endpoints.is_some() {
-        return Err(ProcessError::Options(
-            "--processes 2 runs on the simulator only, over the pair it makes: --endpoints (a Jetson's pair) and --backend jetson are refused because its CUDA side on a Jetson (the NVRTC kernel path) is not written; the hw_jetson suite has the two-process NvSci flow for hardware (on the simulator, --role camera / --role cuda with --nvsciipc-config and --endpoints name another pair)".into(),
-        ));
+    if real_driver(settings.backend, opts.endpoints.as_ref()) {
+        // A Jetson: the pair is the BSP's (`/etc/nvsciipc.cfg`), both
+        // processes on the real driver; checked before the camera starts.
+        let s = setup(settings, opts.endpoints.as_ref(), None)?;
+        let camera = spawn_camera(opts, None, None)?;
+        let result = cuda::run(settings, &s);
+        return finish_with_camera(camera, result, settings.limit);
     }
     // A configuration of our own in memory, unless a file is named.
     let (own, config) = match config {
@@ -263,21 +286,43 @@ fn cuda_process(
             (Some(c), p)
         }
     };
-    let camera = spawn_camera(opts, &config, own.as_ref())?;
-    let result = run_cuda(settings, None, Some(&config));
-    let status = reap(camera, result.is_ok(), settings.limit)?;
-    let summary = result?;
-    if !status.success() {
-        return Err(ProcessError::CameraFailed(status));
+    let camera = spawn_camera(opts, Some(&config), own.as_ref())?;
+    let result = run_cuda(settings, opts.endpoints.as_ref(), Some(&config));
+    finish_with_camera(camera, result, settings.limit)
+}
+
+/// Whether the run is on the real driver: `--backend jetson`, or `auto`
+/// with a Jetson's endpoint pair named (`--endpoints`); else the
+/// simulator.
+fn real_driver(backend: BackendChoice, endpoints: Option<&(String, String)>) -> bool {
+    backend == BackendChoice::Jetson || (backend == BackendChoice::Auto && endpoints.is_some())
+}
+
+/// The CUDA side's `result` once the camera process it started exited
+/// (see [`reap`]), or its failure.
+fn finish_with_camera(
+    camera: Child,
+    result: Result<Summary, ProcessError>,
+    limit: Duration,
+) -> Result<Summary, ProcessError> {
+    let (status, ended_here) = reap(camera, result.is_ok(), limit)?;
+    match result {
+        Ok(summary) if status.success() => Ok(summary),
+        Ok(_) => Err(ProcessError::CameraFailed(status)),
+        Err(error) => Err(ProcessError::WithCamera {
+            error: Box::new(error),
+            camera: status,
+            ended_here,
+        }),
     }
-    Ok(summary)
 }
 
 /// Starts this program as the camera side of the same run, on `config`
-/// (inherited where it is `own`, a memory file).
+/// (inherited where it is `own`, a memory file; `None` on a Jetson, whose
+/// pair the options name).
 fn spawn_camera(
     opts: &Options,
-    config: &str,
+    config: Option<&str>,
     own: Option<&IpcConfigFile>,
 ) -> Result<Child, ProcessError> {
     let exe = std::env::current_exe().map_err(|source| ProcessError::Io {
@@ -287,12 +332,13 @@ fn spawn_camera(
     let camera = Options {
         role: Some(Role::Camera),
         processes: 1,
-        nvsciipc_config: Some(config.into()),
+        nvsciipc_config: config.map(Into::into),
         json: false,
         ..opts.clone()
     };
     let mut cmd = Command::new(exe);
-    cmd.args(camera.to_args());
+    cmd.args(camera.to_args())
+        .env(camera::PARENT_VAR, std::process::id().to_string());
     if let Some(c) = own {
         c.share_with(&mut cmd);
     }
@@ -306,8 +352,8 @@ fn spawn_camera(
 /// went well (it only sends its figures and closes), a moment after one
 /// that failed (the camera is then dead, stopped or stuck); a camera still
 /// running then is killed, so that this process never waits for it
-/// without a limit.
-fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, ProcessError> {
+/// without a limit. Its exit status, and whether it was ended here.
+fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<(ExitStatus, bool), ProcessError> {
     let io = |what| move |source| ProcessError::Io { what, source };
     let grace = if ok {
         limit
@@ -320,7 +366,7 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
             .try_wait()
             .map_err(io("waiting for the camera process"))?
         {
-            return Ok(status);
+            return Ok((status, false));
         }
         if Instant::now() >= deadline {
             camera.kill().map_err(io("ending the camera process"))?;
@@ -334,7 +380,7 @@ fn reap(mut camera: Child, ok: bool, limit: Duration) -> Result<ExitStatus, Proc
                     limit,
                 });
             }
-            return Ok(status);
+            return Ok((status, true));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -371,7 +417,7 @@ mod tests {
                 sim_setup(c.with_nvsciipc_config(cfg.path()), None)
             };
             let summary = std::thread::scope(|s| {
-                let camera = s.spawn(|| camera::run(&settings, &sim()?));
+                let camera = s.spawn(|| camera::run(&settings, &sim()?, None));
                 let summary = cuda::run(&settings, &sim().unwrap());
                 camera.join().unwrap().unwrap();
                 summary.unwrap()
@@ -379,6 +425,9 @@ mod tests {
             assert_eq!(summary.source, want, "{release:?}");
             assert!(summary.passed(), "{release:?}: {summary:?}");
             assert_eq!(summary.camera.verified, 20);
+            // Every frame went through the kernel (its simulator twin).
+            assert_eq!(summary.kernel_launches, Some(20), "{release:?}");
+            assert!(!summary.real);
         }
     }
 }

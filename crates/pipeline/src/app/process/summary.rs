@@ -20,6 +20,13 @@ pub struct Summary {
     /// Frames in which it found any.
     pub(super) bad_frames: u64,
     pub(super) source: FenceSource,
+    /// The real driver (a Jetson), or the simulator.
+    pub(super) real: bool,
+    /// How the frames were processed and fences travelled (one line).
+    pub(super) note: &'static str,
+    /// On the simulator: launches of the check-and-invert kernel its twin
+    /// ran (one per processed frame).
+    pub(super) kernel_launches: Option<u64>,
     pub(super) cuda_pid: u32,
     pub(super) camera: Figures,
     pub(super) cuda_us: u64,
@@ -87,18 +94,24 @@ impl Summary {
     /// this mode measures, the others marked as not measured.
     pub(super) fn report(&self, opts: &Options, settings: &Settings) -> Report {
         let or_none = |s: Option<Stat>| s.unwrap_or(Stat::NOT_MEASURED);
+        let (backend, over) = match self.real {
+            true => ("nvsci-ipc-jetson", "the real driver"),
+            false => ("nvsci-ipc-sim", "the built-in simulator"),
+        };
+        let launches = match self.kernel_launches {
+            Some(n) => format!(", {n} kernel launches (its simulator twin)"),
+            None => String::new(),
+        };
         Report {
             processes: 2,
-            backend: "nvsci-ipc-sim",
+            backend,
             why: format!(
-                "--processes 2: the camera in a second process, connected to this CUDA process only by NvSciIpc on the built-in simulator; fences {}",
+                "--processes 2: the camera in a second process, connected to this CUDA process only by NvSciIpc on {over}; fences {}",
                 self.source.name()
             ),
-            note: Some(
-                "sim: processing runs as a stream-ordered host function over simulated device memory",
-            ),
+            note: Some(self.note),
             details: Some(format!(
-                "cuda pid {}: {} frames processed in {} us, {} bytes differed from the pattern; camera pid {}: {}/{} frames read back verified, {} failed, write {} us/frame, {} us",
+                "cuda pid {}: {} frames processed in {} us{launches}, {} bytes differed from the pattern; camera pid {}: {}/{} frames read back verified, {} failed, write {} us/frame, {} us",
                 self.cuda_pid,
                 self.frames,
                 self.cuda_us,
