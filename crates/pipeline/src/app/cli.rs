@@ -656,16 +656,9 @@ impl Args {
                 None => env.camera_ahead.unwrap_or(true),
             },
             source: self.source,
-            consumers: match &self.consumers {
-                Some(list) => {
-                    crate::app::multicast::parse_consumers(list).map_err(|e| e.to_string())?
-                }
-                None => Vec::new(),
-            },
+            consumers: crate::app::multicast::from_arg(self.consumers.as_deref())?,
         };
-        if !o.consumers.is_empty() {
-            crate::app::multicast::conflicts(&o)?;
-        }
+        crate::app::multicast::conflicts(&o)?;
         output_and_pool_conflicts(&o, self.egl_pool.is_some())?;
         source_and_ahead_conflicts(&o, self.camera_ahead.is_some())?;
         if self.trace_frames.is_some() && o.trace.is_none() {

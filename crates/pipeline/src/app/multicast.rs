@@ -168,11 +168,25 @@ fn parse_entry(entry: &str) -> Result<ConsumerArg, ConsumerArgError> {
     Ok(ConsumerArg { mode, slow })
 }
 
-/// The options `--consumers` cannot go with (checked by the command line).
+/// `--consumers LIST` where given (empty where not).
+///
+/// # Errors
+/// [`parse_consumers`]'s error, as one line.
+pub fn from_arg(list: Option<&str>) -> Result<Vec<ConsumerArg>, String> {
+    list.map_or(Ok(Vec::new()), |l| {
+        parse_consumers(l).map_err(|e| e.to_string())
+    })
+}
+
+/// The options `--consumers` cannot go with (checked by the command line;
+/// nothing to check without `--consumers`).
 ///
 /// # Errors
 /// One line naming the conflicting option.
 pub fn conflicts(o: &Options) -> Result<(), String> {
+    if o.consumers.is_empty() {
+        return Ok(());
+    }
     if !matches!(
         o.backend,
         BackendChoice::Auto | BackendChoice::Sim | BackendChoice::Gpu
@@ -827,7 +841,7 @@ mod tests {
             );
         }
         assert_eq!(
-            parse_consumers(&vec!["fifo"; 9].join(",")),
+            parse_consumers(&["fifo"; 9].join(",")),
             Err(ConsumerArgError::TooMany { given: 9 })
         );
     }
