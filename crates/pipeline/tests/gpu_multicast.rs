@@ -17,7 +17,10 @@ use tegra_interop::driver::{Backend, Context};
 use tegra_interop_pipeline::camera::TestPattern;
 use tegra_interop_pipeline::consumer::{CheckInvert, CopyWith, Placement};
 use tegra_interop_pipeline::multicast::cuda::CudaFanout;
-use tegra_interop_pipeline::multicast::{ConsumerSpec, CudaWork, FanoutTransport, Queued};
+use tegra_interop_pipeline::multicast::ring::{MulticastRing, Polled};
+use tegra_interop_pipeline::multicast::{
+    ConsumerId, ConsumerSpec, CudaWork, FanoutTransport, Queued,
+};
 use tegra_interop_pipeline::transport::export::VulkanFdExporter;
 use tegra_interop_pipeline::transport::{Completion, FrameGeometry};
 
@@ -132,4 +135,75 @@ fn two_consumers_on_different_streams_both_verify_every_frame() {
     t.detach(0).unwrap();
     t.detach(1).unwrap();
     Box::new(t).close().unwrap();
+}
+
+/// The same through the multicast ring (its pool, fence rule and
+/// collection): two FIFO consumers and one mailbox consumer on their own
+/// streams; both FIFO consumers finish every frame verified (the damaged
+/// one caught), the mailbox consumer an increasing subset, each verified,
+/// and it never makes the producer wait.
+#[test]
+#[ignore = "needs a GPU (NVIDIA driver and a Vulkan loader): run on the GPU machine"]
+fn the_ring_over_the_vulkan_exporter_verifies_every_consumers_frames() {
+    let (ctx, vk) = open();
+    let mut ring = MulticastRing::new(CudaFanout::open(&ctx, vk, G, 6).unwrap()).unwrap();
+    let fifo = [0, 1].map(|_| ring.attach(consumer()).unwrap());
+    let work = CudaWork::new(
+        CheckInvert::boxed(),
+        Placement::DeviceCopy(CopyWith::Engines),
+    )
+    .unwrap();
+    let mailbox = ring.attach(ConsumerSpec::mailbox(work, WAIT)).unwrap();
+    let mut finished: Vec<(ConsumerId, u64, u64)> = Vec::new();
+    let mut take = |polled: Vec<Polled>| {
+        for p in polled {
+            if let Polled::Finished(d) = p {
+                finished.push((d.consumer, d.completion.frame, d.completion.mismatches));
+            }
+        }
+    };
+    let start = Instant::now();
+    for _ in 0..FRAMES {
+        let mut lease = ring.acquire().unwrap();
+        let frame = lease.frame();
+        let bytes = lease.bytes_mut().unwrap();
+        TestPattern::new(frame, G.stride).fill(bytes);
+        if frame == DAMAGED {
+            bytes[77] ^= 0x20;
+        }
+        ring.hand_over(lease).unwrap();
+        take(ring.poll().unwrap());
+    }
+    take(ring.drain(WAIT).unwrap());
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "ring: {FRAMES} frames, 2 FIFO + 1 mailbox consumers, {:.0} frames/s",
+        FRAMES as f64 / secs
+    );
+    let of = |c: ConsumerId| -> Vec<(u64, u64)> {
+        finished
+            .iter()
+            .filter(|f| f.0 == c)
+            .map(|f| (f.1, f.2))
+            .collect()
+    };
+    for c in fifo {
+        let want: Vec<(u64, u64)> = (0..FRAMES).map(|f| (f, u64::from(f == DAMAGED))).collect();
+        assert_eq!(of(c), want, "{c}");
+    }
+    let got = of(mailbox);
+    assert!(!got.is_empty());
+    assert!(got.windows(2).all(|w| w[0].0 < w[1].0), "{got:?}");
+    assert!(
+        got.iter().all(|&(f, m)| m == u64::from(f == DAMAGED)),
+        "{got:?}"
+    );
+    let stats = ring.report(mailbox).unwrap().stats;
+    assert_eq!(stats.stalls, 0, "{stats:?}");
+    println!(
+        "mailbox consumer: {} finished, {} skipped",
+        got.len(),
+        stats.skipped
+    );
+    ring.close().unwrap();
 }

@@ -13,6 +13,7 @@ use tegra_interop_pipeline::camera::TestPattern;
 use tegra_interop_pipeline::consumer::builtin::CheckInvert;
 use tegra_interop_pipeline::consumer::{CopyWith, Placement};
 use tegra_interop_pipeline::frame::FrameGeometry;
+use tegra_interop_pipeline::multicast::fanout::FIFO_DEPTH;
 use tegra_interop_pipeline::multicast::host::{pattern_mismatches, Control, HostFanout, HostWork};
 use tegra_interop_pipeline::multicast::ring::{ConsumerReport, MulticastRing, Polled, WriteLease};
 use tegra_interop_pipeline::multicast::{
@@ -480,4 +481,60 @@ proptest::proptest! {
         check_fences(&ring, &all, &frames);
         ring.close().unwrap();
     }
+}
+
+#[test]
+fn a_consumer_whose_work_panics_is_disconnected_and_the_others_go_on() {
+    const FRAMES: u64 = 60;
+    let mut ring = MulticastRing::new(HostFanout::new(G, 6).unwrap()).unwrap();
+    let good = attach(&mut ring, Mode::Fifo, LIMIT);
+    let work = HostWork::new(|frame, _bytes: &[u8]| {
+        assert!(frame != 10, "this consumer fails at frame 10");
+        0
+    });
+    let bad = ring.attach(ConsumerSpec::fifo(work, LIMIT)).unwrap();
+    let began = Instant::now();
+    let mut events = Vec::new();
+    for _ in 0..FRAMES {
+        produce(&mut ring, &mut events);
+    }
+    events.extend(ring.drain(LIMIT).unwrap());
+    let failed = events.iter().any(|p| {
+        matches!(p, Polled::Event(ConsumerEvent::Disconnected { consumer, reason: DisconnectReason::Failed { .. } }) if *consumer == bad)
+    });
+    assert!(failed, "{events:?}");
+    // Its releases of frame 10 (and of 11, if queued to it before its end
+    // was seen) never come: those slots stay out, the rest go on; the ring
+    // did not wait out its limit.
+    let retired = ring.fanout().retired_count();
+    assert!((1..=FIFO_DEPTH).contains(&retired), "{retired} retired");
+    assert!(began.elapsed() < LIMIT / 2, "{:?}", began.elapsed());
+    assert_eq!(*good.log.lock().unwrap(), (0..FRAMES).collect::<Vec<_>>());
+    assert_eq!(report(&ring, &good).mismatches, 0);
+    ring.close().unwrap();
+}
+
+#[test]
+fn a_lease_gives_a_typed_frame_view_of_the_rings_size_only() {
+    use tegra_interop_pipeline::frame::{FrameLayout, PixelFormat};
+    let mut ring = MulticastRing::new(HostFanout::new(G, 2).unwrap()).unwrap();
+    let mut lease = ring.acquire().unwrap();
+    let wrong = FrameLayout::packed(8, 8, PixelFormat::Rgba8).unwrap();
+    assert!(matches!(
+        lease.frame_mut(wrong),
+        Err(MulticastError::Layout(_))
+    ));
+    let right = FrameLayout::packed(16, 8, PixelFormat::Rgba8).unwrap();
+    let view = lease.frame_mut(right).unwrap();
+    assert_eq!(view.index(), 0);
+    drop(lease);
+    ring.close().unwrap();
+}
+
+#[test]
+fn the_ring_and_its_leases_move_between_threads() {
+    fn send<T: Send>() {}
+    send::<MulticastRing<HostFanout>>();
+    send::<WriteLease>();
+    send::<Polled>();
 }

@@ -28,8 +28,16 @@
 //! - **Teardown**: a consumer's streams are drained with a bound
 //!   ([`DRAIN_LIMIT`]) before its imports are freed; a consumer whose
 //!   streams do not drain (its work waits for something that never comes)
-//!   is leaked, imports and all, never freed under the device. Drop never
-//!   panics; [`FanoutTransport::close`] reports such a leak.
+//!   is leaked, imports and all, never freed under the device. Destroying
+//!   an imported semaphore that was used waits for the whole context's
+//!   work (the driver crate's `ExternalSemaphore` synchronizes the context
+//!   first; a stuck stream of another consumer would hold it for ever on a
+//!   GPU, 30 s on the simulator, which found this), so while one consumer
+//!   seems stuck (a frame queued longer ago than its limit, its stream
+//!   busy) a detached consumer is kept, not freed, and at close or drop
+//!   either every consumer drained and all are freed, or all are leaked.
+//!   Drop never panics; [`FanoutTransport::close`] reports a leak as a
+//!   typed timeout.
 //!
 //! Every descriptor is consumed exactly once: a CUDA import takes it (and
 //! closes it on a failed import), and every object made before a failure
@@ -193,7 +201,7 @@ impl<T> CudaConsumer<T> {
     }
 
     /// Leaks the consumer and its imports: work queued on its streams may
-    /// still use them, and freeing device memory would wait for it.
+    /// still use them, and destroying them would wait for it.
     fn leak(mut self) {
         std::mem::forget(self.consumer.take());
         std::mem::forget(std::mem::take(&mut self.ready));
@@ -236,7 +244,7 @@ impl<T> CudaConsumer<T> {
 pub struct CudaFanout<E: Exporter> {
     consumers: Vec<Option<CudaConsumer<E::Timeline>>>,
     /// Detached consumers not freed yet: another consumer's stream seemed
-    /// stuck (freeing device memory in the context would wait for it).
+    /// stuck (destroying their semaphores synchronizes the context).
     detached: Vec<CudaConsumer<E::Timeline>>,
     /// Per consumer place, completions a detached consumer left untaken.
     leftover: Vec<VecDeque<Completion>>,
@@ -368,9 +376,9 @@ impl<E: Exporter> CudaFanout<E> {
 
     /// Stops every consumer, attached or detached: once all their
     /// streams drained (at most [`DRAIN_LIMIT`] in all) they are freed;
-    /// else every one is leaked (freeing device memory while a stream of
-    /// the context is stuck would wait for that stream). How many streams
-    /// did not drain.
+    /// else every one is leaked (destroying an imported semaphore waits
+    /// for the whole context, so for a stuck stream). How many consumers'
+    /// streams did not drain.
     fn stop_all(&mut self) -> usize {
         let mut all: Vec<CudaConsumer<E::Timeline>> = self.detached.drain(..).collect();
         all.extend(self.consumers.iter_mut().filter_map(Option::take));

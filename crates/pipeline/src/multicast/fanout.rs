@@ -524,16 +524,20 @@ impl Fanout {
         }))
     }
 
+    /// Whether an attached FIFO consumer holds `slot`, which is not
+    /// retired (a retired slot is out of the usable ones already).
     fn held_by_fifo(&self, slot: usize) -> bool {
-        self.consumers.iter().flatten().any(|k| {
-            k.standing == Standing::Attached
-                && k.stats.mode == Mode::Fifo
-                && k.holds[slot].is_some()
-        })
+        !self.retired(slot)
+            && self.consumers.iter().flatten().any(|k| {
+                k.standing == Standing::Attached
+                    && k.stats.mode == Mode::Fifo
+                    && k.holds[slot].is_some()
+            })
     }
 
     /// The attached consumer (of those `pick` accepts) holding the oldest
-    /// taken use: (index, slot, hold).
+    /// taken use: (index, slot, hold). A use of a retired slot counts: its
+    /// release lets the consumer's later frames on.
     fn oldest_hold(&self, pick: impl Fn(&Consumer) -> bool) -> Option<(usize, usize, Hold)> {
         let mut best: Option<(usize, usize, Hold)> = None;
         for (c, k) in self.consumers.iter().enumerate() {
@@ -544,7 +548,7 @@ impl Fanout {
                 continue;
             };
             for (s, h) in k.holds[..self.slots].iter().enumerate() {
-                if let Some(h) = h.filter(|h| h.taken && !self.retired(s)) {
+                if let Some(h) = h.filter(|h| h.taken) {
                     if best.is_none_or(|(_, _, b)| h.frame < b.frame) {
                         best = Some((c, s, h));
                     }
@@ -1016,7 +1020,18 @@ mod tests {
                 let b = match self.f.acquire() {
                     Ok(Acquire::Ticket(t)) => return Some(t),
                     Ok(Acquire::Wait(b)) => b,
-                    Err(MulticastError::AllRetired { .. }) => return None,
+                    Err(MulticastError::AllRetired { .. }) => {
+                        assert!((0..self.f.slots()).all(|s| !self.f.is_free(s)));
+                        let attached_hold = (0..MAX_CONSUMERS).any(|c| {
+                            self.f.standing(c) == Some(Standing::Attached)
+                                && self.f.taken(c).next().is_some()
+                        });
+                        assert!(
+                            !attached_hold,
+                            "AllRetired while an attached consumer holds a use"
+                        );
+                        return None;
+                    }
                     Err(e) => panic!("{e}"),
                 };
                 let mode = self.f.stats(b.consumer).unwrap().mode;

@@ -159,6 +159,9 @@ impl HostWork {
 struct Fences {
     ready: [AtomicU64; MAX_SLOTS],
     release: [[AtomicU64; MAX_SLOTS]; MAX_CONSUMERS],
+    /// Per consumer place, whether its thread runs (a waiter for its
+    /// release gives up once it ended).
+    alive: [AtomicBool; MAX_CONSUMERS],
     lock: Mutex<()>,
     signalled: Condvar,
 }
@@ -170,17 +173,21 @@ impl Fences {
         self.signalled.notify_all();
     }
 
-    /// Waits up to `limit` for `fence` to reach `value`.
-    fn wait(&self, fence: &AtomicU64, value: u64, limit: Duration) -> bool {
+    /// Waits up to `limit` for consumer `id`'s `fence` to reach `value`;
+    /// `None` when its thread ended first.
+    fn wait(&self, id: usize, fence: &AtomicU64, value: u64, limit: Duration) -> Option<bool> {
         let deadline = Instant::now() + limit;
         let mut guard = lock(&self.lock);
         loop {
             if fence.load(Ordering::SeqCst) >= value {
-                return true;
+                return Some(true);
+            }
+            if !self.alive[id].load(Ordering::SeqCst) {
+                return None;
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return false;
+                return Some(false);
             }
             guard = match self.signalled.wait_timeout(guard, left) {
                 Ok((g, _)) => g,
@@ -271,6 +278,7 @@ impl HostFanout {
             fences: Arc::new(Fences {
                 ready: std::array::from_fn(|_| AtomicU64::new(0)),
                 release: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+                alive: std::array::from_fn(|_| AtomicBool::new(false)),
                 lock: Mutex::new(()),
                 signalled: Condvar::new(),
             }),
@@ -340,6 +348,21 @@ impl HostFanout {
     }
 }
 
+/// Marks a consumer thread ended when it leaves its loop, unwinding from
+/// a panic of its work included, and wakes the waiters.
+struct Alive<'a> {
+    fences: &'a Fences,
+    id: usize,
+}
+
+impl Drop for Alive<'_> {
+    fn drop(&mut self) {
+        self.fences.alive[self.id].store(false, Ordering::SeqCst);
+        let _guard = lock(&self.fences.lock);
+        self.fences.signalled.notify_all();
+    }
+}
+
 /// Consumer thread `id`: per job, the gate (delay, stop), a check of the
 /// *ready* fence, the closure, the reference dropped, *release* signalled,
 /// the completion reported.
@@ -351,6 +374,10 @@ fn consumer_loop(
     done: Sender<Completion>,
     exited: Sender<()>,
 ) {
+    let _alive = Alive {
+        fences: &fences,
+        id,
+    };
     while let Ok(Job { q, bytes }) = jobs.recv() {
         if !work.control.gate() {
             break;
@@ -412,6 +439,7 @@ impl FanoutTransport for HostFanout {
         let (exited_tx, exited) = mpsc::channel();
         let control = spec.work.control();
         let fences = Arc::clone(&self.fences);
+        self.fences.alive[id].store(true, Ordering::SeqCst);
         let thread = thread::Builder::new()
             .name(format!("host-fanout-{id}"))
             .spawn(move || consumer_loop(id, spec.work, fences, jobs_rx, done_tx, exited_tx))
@@ -517,7 +545,11 @@ impl FanoutTransport for HostFanout {
         limit: Duration,
     ) -> Result<bool, TransportError> {
         let fence = self.release_fence(id, slot)?;
-        Ok(self.fences.wait(fence, value, limit))
+        self.fences.wait(id, fence, value, limit).ok_or_else(|| {
+            TransportError::peer(format!(
+                "host-fanout consumer {id}'s thread ended before its release of slot {slot} reached {value}"
+            ))
+        })
     }
 
     fn try_complete(&mut self, id: usize) -> Result<Option<Completion>, TransportError> {

@@ -21,9 +21,10 @@
 //!   each consumer's time limit and reports [`ConsumerEvent`]s.
 //!
 //! Transports: [`host::HostFanout`] (the host reference: consumers are
-//! host threads running a closure over the slot's bytes, read-only), and
-//! the CUDA-backed one in `multicast::cuda` (each consumer its own CUDA
-//! stream and release semaphores).
+//! host threads running a closure over the slot's bytes, read-only; the
+//! one this module's tests run on), and a CUDA-backed one over exported
+//! memory and semaphores (module `multicast::cuda`, a separate piece of
+//! work: each consumer its own CUDA stream and release semaphores).
 //!
 //! # What "reclaimed safely" means
 //!
@@ -451,6 +452,8 @@ pub enum MulticastError {
         /// The limit.
         limit: Duration,
     },
+    /// A frame view of another size than the ring's frames.
+    Layout(crate::frame::LayoutError),
     /// The transport failed.
     Transport(TransportError),
 }
@@ -496,6 +499,7 @@ impl fmt::Display for MulticastError {
             MulticastError::Timeout { waiting_for, limit } => {
                 write!(f, "waited {limit:?} for {waiting_for}")
             }
+            MulticastError::Layout(e) => write!(f, "multicast frame view: {e}"),
             MulticastError::Transport(e) => write!(f, "multicast transport: {e}"),
         }
     }

@@ -65,11 +65,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
+use crate::frame::{FrameLayout, FrameMut};
+
 use super::fanout::{Acquire, Blocker, ConsumerStats, Fanout, FanoutTicket, Standing};
 use super::{
     Completion, ConsumerEvent, ConsumerId, ConsumerSpec, DisconnectReason, FanoutInfo,
-    FanoutTransport, FrameGeometry, MulticastError, Queued, SlotMemory, TransportError,
-    MAX_CONSUMERS,
+    FanoutTransport, FrameGeometry, Mode, MulticastError, Queued, SlotMemory, MAX_CONSUMERS,
 };
 
 /// Numbers the multicast rings of this process (a lease names its ring).
@@ -127,6 +128,20 @@ impl WriteLease {
             Some(m) => Ok(m.bytes_mut()?),
             None => Err(MulticastError::order("the lease's memory was given back")),
         }
+    }
+}
+
+impl WriteLease {
+    /// The frame as a [`FrameMut`] of `layout` (for a
+    /// [`crate::source::Source`]).
+    ///
+    /// # Errors
+    /// As [`WriteLease::bytes_mut`]; [`MulticastError::Layout`] when
+    /// `layout` is not the ring's frame size.
+    pub fn frame_mut(&mut self, layout: FrameLayout) -> Result<FrameMut<'_>, MulticastError> {
+        let index = self.ticket.frame();
+        let bytes = self.bytes_mut()?;
+        FrameMut::new(index, layout, bytes).map_err(MulticastError::Layout)
     }
 }
 
@@ -191,6 +206,8 @@ pub struct MulticastRing<T: FanoutTransport> {
     back_tx: Sender<(FanoutTicket, SlotMemory)>,
     back_rx: Receiver<(FanoutTicket, SlotMemory)>,
     out: VecDeque<Polled>,
+    /// An error met where it could not be returned, for the next poll.
+    deferred: Option<MulticastError>,
 }
 
 impl<T: FanoutTransport> fmt::Debug for MulticastRing<T> {
@@ -222,6 +239,7 @@ impl<T: FanoutTransport> MulticastRing<T> {
             back_tx,
             back_rx,
             out: VecDeque::new(),
+            deferred: None,
         })
     }
 
@@ -304,16 +322,14 @@ impl<T: FanoutTransport> MulticastRing<T> {
         let (c, _) = probe.attach(spec.mode, &[])?;
         let (mode, limit) = (spec.mode, spec.limit);
         self.transport.attach(c, spec)?;
-        let mut fences = [0; crate::slots::MAX_SLOTS];
-        for (s, f) in fences.iter_mut().enumerate().take(self.info.slots) {
-            *f = self.transport.released(c, s)?;
-        }
-        let (c2, first_frame) = self.fanout.attach(mode, &fences)?;
-        if c2 != c {
-            return Err(MulticastError::order(
-                "the consumer index changed during attach",
-            ));
-        }
+        let first_frame = match self.attach_fences(c, mode) {
+            Ok(first) => first,
+            Err(e) => {
+                // Not in the ring: the transport lets it go again.
+                let _ = self.transport.detach(c);
+                return Err(e);
+            }
+        };
         self.attaches += 1;
         let id = ConsumerId::new(c, self.attaches);
         self.places[c] = Some(Place {
@@ -328,6 +344,25 @@ impl<T: FanoutTransport> MulticastRing<T> {
             first_frame,
         }));
         Ok(id)
+    }
+
+    /// The state machine's attach of consumer `c` (started on the
+    /// transport) with its release fences as the transport has them.
+    fn attach_fences(&mut self, c: usize, mode: Mode) -> Result<u64, MulticastError> {
+        let mut fences = [0; crate::slots::MAX_SLOTS];
+        for (s, f) in fences.iter_mut().enumerate().take(self.info.slots) {
+            *f = self.transport.released(c, s)?;
+        }
+        let (c2, first_frame) = self.fanout.attach(mode, &fences)?;
+        if c2 != c {
+            // The probe and the attach saw the same state: unreachable.
+            self.fanout.leave(c2)?;
+            self.fanout.forget(c2)?;
+            return Err(MulticastError::order(
+                "the consumer index changed during attach",
+            ));
+        }
+        Ok(first_frame)
     }
 
     /// Detaches `id`: it takes no more frames (a frame waiting in its
@@ -397,13 +432,14 @@ impl<T: FanoutTransport> MulticastRing<T> {
         self.try_forget(c)
     }
 
-    /// A consumer-side call for `c` failed: disconnect it (the ring goes on).
-    fn failed(&mut self, c: usize, e: &TransportError) {
+    /// A consumer-side call for `c` failed: disconnect it (the ring goes
+    /// on). An error while letting it go is kept for the next poll.
+    fn failed(&mut self, c: usize, e: &dyn std::fmt::Display) {
         let reason = DisconnectReason::Failed {
             reason: e.to_string(),
         };
-        if self.disconnect(c, reason).is_err() {
-            // Leaving twice is the only refusal: it is gone already.
+        if let Err(e) = self.disconnect(c, reason) {
+            self.deferred.get_or_insert(e);
         }
     }
 
@@ -555,11 +591,17 @@ impl<T: FanoutTransport> MulticastRing<T> {
     /// their limit are disconnected, retired slots whose fence came are
     /// restored, and consumers that left and hold nothing are forgotten.
     ///
+    /// A consumer whose calls fail, or whose release fence reads a value
+    /// that is no use it took, is disconnected
+    /// ([`DisconnectReason::Failed`]); the ring goes on.
+    ///
     /// # Errors
-    /// [`MulticastError::Fence`] for a release value that is no use the
-    /// consumer took (a transport's bug); the transport's failure to let a
-    /// consumer go.
+    /// The transport's failure to let a consumer go (also one met earlier,
+    /// where it could not be returned).
     pub fn poll(&mut self) -> Result<Vec<Polled>, MulticastError> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
         self.take_back()?;
         self.poll_all()?;
         Ok(self.out.drain(..).collect())
@@ -572,6 +614,9 @@ impl<T: FanoutTransport> MulticastRing<T> {
     /// # Errors
     /// As [`MulticastRing::poll`].
     pub fn wait_poll(&mut self, limit: Duration) -> Result<Vec<Polled>, MulticastError> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
         self.take_back()?;
         self.poll_all()?;
         if self.out.is_empty() {
@@ -699,7 +744,15 @@ impl<T: FanoutTransport> MulticastRing<T> {
                     continue;
                 }
             };
-            let o = self.fanout.observe(c, q.slot, value)?;
+            let o = match self.fanout.observe(c, q.slot, value) {
+                Ok(o) => o,
+                Err(e) => {
+                    // Not a use it took: its fence cannot be trusted. The
+                    // slot stays retired until a value it took is seen.
+                    self.failed(c, &e);
+                    continue;
+                }
+            };
             released_any |= o.released.is_some();
             if o.restored {
                 self.out

@@ -14,9 +14,10 @@
 //!
 //! Every object hands out any number of fresh descriptors
 //! (`export_fd()`): each is owned by the caller, and a successful CUDA
-//! import consumes it (the helpers [`import_frame`] and [`import_timeline`]
-//! take it by value; on a failed import they close it). That is also what
-//! the two-process mode sends over a Unix socket (`SCM_RIGHTS`).
+//! import consumes it (the helpers [`import_frame`], [`import_frame_fd`]
+//! and [`import_timeline`] take it by value; on a failed import they close
+//! it). That is also what the two-process mode sends over a Unix socket
+//! (`SCM_RIGHTS`).
 //!
 //! The host's writes reach the importer only through
 //! [`Exporter::publish`], which also signals the frame's *ready* value:
@@ -140,9 +141,36 @@ pub fn import_frame(
     fd: OwnedFd,
     frame: &dyn ExportedFrame,
 ) -> Result<MappedBuffer, TransportError> {
-    let mut import = MemoryImport::opaque_fd(fd.as_raw_fd(), frame.size())
+    import_frame_fd(ctx, fd, frame.size(), frame.dedicated())
+}
+
+/// Imports `fd`, a descriptor of exported frame memory of `size` bytes
+/// (`dedicated`: a dedicated allocation), into CUDA (`ctx`) and maps all of
+/// it: the importer's side where only the descriptor and its facts came
+/// (another process). A descriptor of a regular file (a memfd: the
+/// simulator's memory) is refused when `size` is more than the file holds
+/// (the real driver would accept such a size); other descriptors (a
+/// driver's opaque handle) tell no size, so check an untrusted peer's size
+/// by other means. The descriptor is consumed either way.
+pub fn import_frame_fd(
+    ctx: &Context,
+    fd: OwnedFd,
+    size: u64,
+    dedicated: bool,
+) -> Result<MappedBuffer, TransportError> {
+    let file = std::fs::File::from(fd);
+    if let Ok(meta) = file.metadata() {
+        if meta.is_file() && meta.len() < size {
+            return Err(TransportError::refused(format!(
+                "a frame import of {size} bytes over a file of {} bytes",
+                meta.len()
+            )));
+        }
+    }
+    let fd = OwnedFd::from(file);
+    let mut import = MemoryImport::opaque_fd(fd.as_raw_fd(), size)
         .map_err(|e| failed("describing a frame import")(&e))?;
-    if frame.dedicated() {
+    if dedicated {
         import = import.dedicated();
     }
     ExternalMemory::import_fd(ctx, fd, import)
@@ -499,8 +527,9 @@ mod tests {
         drop((imported, mapped));
     }
 
-    /// A descriptor that is not an exported simulator object is refused by
-    /// the import, and the descriptor is closed (consumed) all the same.
+    /// A descriptor that is not an exported simulator object, or a size
+    /// over the memory's, is refused by the import, and the descriptor is
+    /// closed (consumed) all the same.
     #[test]
     #[cfg_attr(miri, ignore = "runs the simulator")]
     fn an_import_of_a_foreign_fd_is_refused() {
@@ -510,5 +539,9 @@ mod tests {
         let foreign: OwnedFd = std::fs::File::open("/dev/null").unwrap().into();
         assert!(import_frame(&ctx, foreign, &frame).is_err());
         assert!(import_timeline(&ctx, frame.export_fd().unwrap()).is_err());
+        // A size over what the memfd holds (a forged size) is refused too.
+        let forged = import_frame_fd(&ctx, frame.export_fd().unwrap(), 1 << 20, false);
+        assert!(forged.is_err());
+        assert!(import_frame_fd(&ctx, frame.export_fd().unwrap(), 64, false).is_ok());
     }
 }
