@@ -768,6 +768,7 @@ impl MulticastReport {
     /// The report as one JSON object.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
+            "schema_version": crate::app::report::SCHEMA_VERSION,
             "ok": self.passed(), "mode": "multicast", "backend": self.backend,
             "frames": self.frames, "ring": self.slots,
             "frame_len": self.geometry.frame_len(),
