@@ -47,6 +47,53 @@
 //! two consumer processes, one of them killed with `SIGKILL` in the
 //! middle of a run. The Vulkan form builds with `--features vulkan`; its
 //! test is for the GPU machine and has not run there yet.
+//!
+//! Here the consumer's side runs in a thread with a simulator of its own
+//! (in the program it is a process started as `pipeline --role consumer`):
+//!
+//! ```
+//! # #[cfg(feature = "sim")] {
+//! use std::time::Duration;
+//! use tegra_interop::driver::Context;
+//! use tegra_interop_pipeline::camera::TestPattern;
+//! use tegra_interop_pipeline::consumer::{twin, CheckInvert};
+//! use tegra_interop_pipeline::multicast::process::{
+//!     serve, Expect, ProcessFanout, RemoteConsumer,
+//! };
+//! use tegra_interop_pipeline::multicast::ring::MulticastRing;
+//! use tegra_interop_pipeline::multicast::ConsumerSpec;
+//! use tegra_interop_pipeline::transport::export::SimExporter;
+//! use tegra_interop_pipeline::transport::fdpass::{Channel, Limits};
+//! use tegra_interop_pipeline::transport::FrameGeometry;
+//!
+//! type BoxError = Box<dyn std::error::Error + Send + Sync>;
+//! let g = FrameGeometry { stride: 64, rows: 4 };
+//! let limit = Duration::from_secs(5);
+//! let (mine, theirs) = Channel::pair(Limits::new(limit))?;
+//! let consumer = std::thread::spawn(move || {
+//!     let sim = tegra_interop_pipeline::sim::Sim::new()?;
+//!     twin::register(&sim); // the kernels' Rust twins
+//!     let ctx = Context::new(sim.backend(), 0)?;
+//!     let expect = Expect { slots: 3, geometry: g };
+//!     Ok::<_, BoxError>(serve(&ctx, theirs, &expect, CheckInvert::boxed())?)
+//! });
+//! let mut ring = MulticastRing::new(ProcessFanout::open(SimExporter, g, 3)?)?;
+//! let id = ring.attach(ConsumerSpec::fifo(RemoteConsumer::new(mine), limit))?;
+//! for _ in 0..5 {
+//!     let mut lease = ring.acquire()?;
+//!     TestPattern::new(lease.frame(), g.stride).fill(lease.bytes_mut()?);
+//!     ring.hand_over(lease)?;
+//! }
+//! ring.drain(limit)?;
+//! let report = ring.report(id).ok_or("the consumer is attached")?;
+//! assert_eq!((report.finished, report.mismatches), (5, 0));
+//! ring.detach(id)?; // `end`: the consumer answers with its figures
+//! ring.close()?;
+//! let served = consumer.join().map_err(|_| "the consumer thread")??;
+//! assert_eq!((served.taken, served.verified, served.failed), (5, 5, 0));
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+//! ```
 
 use std::collections::VecDeque;
 use std::fmt;

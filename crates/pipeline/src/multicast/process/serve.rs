@@ -167,50 +167,7 @@ fn receive(
         release: Vec::new(),
     };
     for slot in 0..slots {
-        let (m, fd) = next_fd(ch, &format!("slot {slot}'s memory"))?;
-        let (
-            McMsg::Memory {
-                slot: s,
-                size,
-                dedicated,
-            },
-            Some(fd),
-        ) = (m, fd)
-        else {
-            return Err(protocol(format!(
-                "{} instead of slot {slot}'s memory",
-                m.kind()
-            )));
-        };
-        if s != slot {
-            return Err(protocol(format!(
-                "slot {s}'s memory instead of slot {slot}'s"
-            )));
-        }
-        check_memory_fd(fd.as_fd(), size, len, most).map_err(peer("a slot's memory fd"))?;
-        out.frames.push(import_frame_fd(ctx, fd, size, dedicated)?);
-        let (m, fd) = next_fd(ch, &format!("slot {slot}'s ready semaphore"))?;
-        match (m, fd) {
-            (McMsg::Ready { slot: s }, Some(fd)) if s == slot => {
-                out.ready.push(import_timeline(ctx, fd)?)
-            }
-            _ => {
-                return Err(protocol(format!(
-                    "{m:?} instead of slot {slot}'s ready semaphore"
-                )))
-            }
-        }
-        let (m, fd) = next_fd(ch, &format!("slot {slot}'s release semaphore"))?;
-        match (m, fd) {
-            (McMsg::Release { slot: s }, Some(fd)) if s == slot => {
-                out.release.push(import_timeline(ctx, fd)?)
-            }
-            _ => {
-                return Err(protocol(format!(
-                    "{m:?} instead of slot {slot}'s release semaphore"
-                )))
-            }
-        }
+        receive_slot(ch, ctx, slot, (len, most), &mut out)?;
     }
     match next_fd(ch, "the end of the set-up")? {
         (McMsg::SetUp, _) => Ok((out, mailbox)),
@@ -219,6 +176,63 @@ fn receive(
             m.kind()
         ))),
     }
+}
+
+/// Receives and imports slot `slot`'s memory (its declared size checked
+/// within `len..=most` and against `fstat` first), *ready* and *release*
+/// semaphores.
+fn receive_slot(
+    ch: &mut Channel,
+    ctx: &Context,
+    slot: u64,
+    (len, most): (u64, u64),
+    out: &mut Received,
+) -> Result<(), TransportError> {
+    let (m, fd) = next_fd(ch, &format!("slot {slot}'s memory"))?;
+    let (
+        McMsg::Memory {
+            slot: s,
+            size,
+            dedicated,
+        },
+        Some(fd),
+    ) = (m, fd)
+    else {
+        return Err(protocol(format!(
+            "{} instead of slot {slot}'s memory",
+            m.kind()
+        )));
+    };
+    if s != slot {
+        return Err(protocol(format!(
+            "slot {s}'s memory instead of slot {slot}'s"
+        )));
+    }
+    check_memory_fd(fd.as_fd(), size, len, most).map_err(peer("a slot's memory fd"))?;
+    out.frames.push(import_frame_fd(ctx, fd, size, dedicated)?);
+    let (m, fd) = next_fd(ch, &format!("slot {slot}'s ready semaphore"))?;
+    match (m, fd) {
+        (McMsg::Ready { slot: s }, Some(fd)) if s == slot => {
+            out.ready.push(import_timeline(ctx, fd)?)
+        }
+        _ => {
+            return Err(protocol(format!(
+                "{m:?} instead of slot {slot}'s ready semaphore"
+            )))
+        }
+    }
+    let (m, fd) = next_fd(ch, &format!("slot {slot}'s release semaphore"))?;
+    match (m, fd) {
+        (McMsg::Release { slot: s }, Some(fd)) if s == slot => {
+            out.release.push(import_timeline(ctx, fd)?)
+        }
+        _ => {
+            return Err(protocol(format!(
+                "{m:?} instead of slot {slot}'s release semaphore"
+            )))
+        }
+    }
+    Ok(())
 }
 
 /// What the consumer process does per frame, and its counts.
