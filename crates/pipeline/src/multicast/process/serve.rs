@@ -329,16 +329,29 @@ impl Run {
 
     /// Frames until `end`, answering each once finished.
     fn frames(&mut self, ch: &mut Channel, limit: Duration) -> Result<(), TransportError> {
+        // Since when the oldest frame in flight waits (bounded by `limit`).
+        let mut since = Instant::now();
         loop {
-            while self.answer(ch, None)? {}
+            while self.answer(ch, None)? {
+                since = Instant::now();
+            }
             if !self.in_flight.is_empty() {
                 match pending(ch)? {
+                    Pending::Nothing if since.elapsed() >= limit => {
+                        let frame = self.in_flight.front().map_or(0, |f| f.0);
+                        return Err(TransportError::timeout(
+                            format!("frame {frame} to finish on this consumer's stream"),
+                            limit,
+                        ));
+                    }
                     Pending::Nothing => {
                         std::thread::sleep(Duration::from_micros(100));
                         continue;
                     }
                     Pending::Message | Pending::Closed => {}
                 }
+            } else {
+                since = Instant::now();
             }
             let r = ch
                 .recv(&|| "the producer's next ticket".into())
