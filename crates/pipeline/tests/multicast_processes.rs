@@ -12,6 +12,10 @@
 //!   exits cleanly with every frame verified and no fd left open;
 //! - the program's form, `pipeline --consumers ... --consumer-processes
 //!   --backend sim-fd`: one verified line per consumer process.
+//! - hostile peers: a consumer process refuses a hello for another ring
+//!   and a memory fd whose declared size is over the memfd's (before any
+//!   import); a consumer that answers a frame it was never sent is
+//!   disconnected, naming it, while the other verifies every frame.
 //!
 //! The library tests start the consumer processes through the cross test
 //! runner where one is set (as `two_process_fd.rs`'s `--role` tests do);
@@ -34,12 +38,12 @@ use std::time::{Duration, Instant};
 
 use tegra_interop_pipeline::camera::TestPattern;
 use tegra_interop_pipeline::multicast::fanout::FIFO_DEPTH;
-use tegra_interop_pipeline::multicast::process::{Farewells, ProcessFanout, RemoteConsumer};
+use tegra_interop_pipeline::multicast::process::{Farewells, McMsg, ProcessFanout, RemoteConsumer};
 use tegra_interop_pipeline::multicast::ring::{MulticastRing, Polled};
 use tegra_interop_pipeline::multicast::{
     ConsumerEvent, ConsumerId, ConsumerSpec, DisconnectReason, FanoutTransport,
 };
-use tegra_interop_pipeline::transport::export::Exporter;
+use tegra_interop_pipeline::transport::export::{ExportedFrame, Exporter, SimExporter};
 use tegra_interop_pipeline::transport::fdpass::{open_fds, Channel, Limits};
 use tegra_interop_pipeline::transport::FrameGeometry;
 
@@ -58,7 +62,12 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 /// `pipeline --role consumer` on `backend` with `sock` as its stdin.
 fn consumer(backend: &str, sock: OwnedFd) -> Child {
-    let (w, h, r) = (WIDTH.to_string(), HEIGHT.to_string(), RING.to_string());
+    consumer_with(backend, sock, Stdio::inherit(), RING)
+}
+
+/// As [`consumer`], with its stderr going to `stderr`, for a ring of `ring`.
+fn consumer_with(backend: &str, sock: OwnedFd, stderr: Stdio, ring: usize) -> Child {
+    let (w, h, r) = (WIDTH.to_string(), HEIGHT.to_string(), ring.to_string());
     let t = LIMIT.as_secs().to_string();
     common::child_command(env!("CARGO_BIN_EXE_pipeline"))
         .args(["--role", "consumer", "--backend", backend, "--ring", &r])
@@ -66,6 +75,7 @@ fn consumer(backend: &str, sock: OwnedFd) -> Child {
         .args(["--peer-timeout", &t])
         .stdin(Stdio::from(sock))
         .stdout(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }
@@ -110,12 +120,7 @@ fn two_consumer_processes_verify_every_frame() {
     const FRAMES: u64 = 60;
     let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
     let before = open_fds().unwrap();
-    let fanout = ProcessFanout::open(
-        tegra_interop_pipeline::transport::export::SimExporter,
-        G,
-        RING,
-    )
-    .unwrap();
+    let fanout = ProcessFanout::open(SimExporter, G, RING).unwrap();
     let farewells = fanout.farewells();
     let mut ring = MulticastRing::new(fanout).unwrap();
     let (a, _) = attach(&mut ring, "sim-fd");
@@ -249,11 +254,7 @@ fn check_farewells(farewells: &Farewells, b_pid: u32, frames: u64) {
 
 #[test]
 fn a_consumer_process_killed_mid_run_leaves_the_others_going_and_no_fd() {
-    killed_consumer_run(
-        tegra_interop_pipeline::transport::export::SimExporter,
-        "sim-fd",
-        90,
-    );
+    killed_consumer_run(SimExporter, "sim-fd", 90);
 }
 
 /// The same on the GPU machine: the Vulkan exporter in this process,
@@ -326,4 +327,119 @@ fn the_program_runs_one_process_per_consumer() {
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--backend sim-fd or gpu"));
+}
+
+/// Waits (bounded) for `child` to exit; its status and stderr.
+fn ended(mut child: Child) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + LIMIT;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            child.kill().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let o = child.wait_with_output().unwrap();
+    (o.status, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// This test plays a hostile producer: a consumer process started for
+/// another ring refuses the hello, and one sent a memory fd whose declared
+/// size is over what the memfd holds refuses it before any import; each
+/// exits with a typed error on stderr.
+#[test]
+fn a_consumer_process_refuses_a_wrong_hello_and_a_forged_memory_size() {
+    use std::os::fd::AsFd;
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let hello = McMsg::Hello {
+        index: 0,
+        slots: RING as u64,
+        stride: G.stride as u64,
+        rows: G.rows as u64,
+        mailbox: false,
+    };
+    let (mut mine, theirs) = Channel::pair(Limits::new(LIMIT)).unwrap();
+    let child = consumer_with("sim-fd", theirs.into_socket(), Stdio::piped(), RING + 1);
+    mine.send(&hello.encode(), &[]).unwrap();
+    let (status, err) = ended(child);
+    assert!(!status.success(), "{err}");
+    assert!(
+        err.contains("this consumer was started for 7 slots"),
+        "{err}"
+    );
+
+    let (mut mine, theirs) = Channel::pair(Limits::new(LIMIT)).unwrap();
+    let child = consumer_with("sim-fd", theirs.into_socket(), Stdio::piped(), RING);
+    mine.send(&hello.encode(), &[]).unwrap();
+    let frame = SimExporter.export_frame(G.frame_len() as u64).unwrap();
+    let forged = McMsg::Memory {
+        slot: 0,
+        size: 1 << 20,
+        dedicated: false,
+    };
+    let fd = frame.export_fd().unwrap();
+    mine.send(&forged.encode(), &[fd.as_fd()]).unwrap();
+    let (status, err) = ended(child);
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("refused before any import"), "{err}");
+}
+
+/// A consumer (played by a thread of this test) that answers a frame it
+/// was never sent is disconnected, naming what it sent; the consumer
+/// process beside it verifies every frame, and the ledger is back at the
+/// end.
+#[test]
+fn a_consumer_that_breaks_the_protocol_is_disconnected_and_the_other_goes_on() {
+    const FRAMES: u64 = 40;
+    let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
+    let before = open_fds().unwrap();
+    let mut ring = MulticastRing::new(ProcessFanout::open(SimExporter, G, RING).unwrap()).unwrap();
+    let (a, _) = attach(&mut ring, "sim-fd");
+    let (mine, mut theirs) = Channel::pair(Limits::new(LIMIT)).unwrap();
+    let hostile = std::thread::spawn(move || {
+        // The hello, three fds per slot and the end of the set-up.
+        for _ in 0..2 + 3 * RING {
+            drop(theirs.recv(&|| "the set-up".into()).unwrap());
+        }
+        theirs
+            .send(&McMsg::Attached { pid: 1 }.encode(), &[])
+            .unwrap();
+        drop(theirs.recv(&|| "a ticket".into()).unwrap());
+        let forged = McMsg::Done {
+            frame: 999,
+            slot: 0,
+            use_: 1,
+            mismatches: 0,
+            process_ns: 0,
+        };
+        theirs.send(&forged.encode(), &[]).unwrap();
+        while theirs.recv(&|| "the producer to close".into()).is_ok() {}
+    });
+    let spec = ConsumerSpec::fifo(RemoteConsumer::new(mine), LIMIT);
+    let bad = ring.attach(spec).unwrap();
+    let mut events = Vec::new();
+    for _ in 0..FRAMES {
+        produce(&mut ring, &mut events);
+    }
+    events.extend(ring.drain(LIMIT).unwrap());
+    assert_eq!(verified(&events, a), (0..FRAMES).collect::<Vec<_>>());
+    let reason = events.iter().find_map(|p| match p {
+        Polled::Event(ConsumerEvent::Disconnected { consumer, reason }) if *consumer == bad => {
+            Some(reason.clone())
+        }
+        _ => None,
+    });
+    match reason {
+        Some(DisconnectReason::Failed { reason }) => {
+            assert!(
+                reason.contains("broke the protocol") && reason.contains("frame 999"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    hostile.join().unwrap();
+    ring.detach(a).unwrap();
+    ring.poll().unwrap();
+    ring.close().unwrap();
+    assert_eq!(open_fds().unwrap(), before, "this process's fd ledger");
 }

@@ -39,6 +39,12 @@
 //!   open beyond what it started with), and exits; the process is reaped
 //!   here (bounded; killed past the limit).
 //!
+//! A consumer process that sends what the protocol does not allow (an
+//! answer for a slot it was not given, a message with fds, another kind)
+//! has its connection closed here and is disconnected with
+//! [`DisconnectReason::Failed`] naming what it sent; its slots are retired
+//! as above, and its release semaphores are closed once it is gone.
+//!
 //! Every wait is bounded: the channel's own limit for each message, the
 //! ring's limit for each release. Every fd is owned ([`std::os::fd::OwnedFd`]) from
 //! the moment it exists.
@@ -323,6 +329,9 @@ struct Remote<T> {
     /// Its release values as last read (final once `release` is empty).
     last: Vec<u64>,
     done: VecDeque<Completion>,
+    /// Frames sent to it and not answered yet: (frame, slot, use), oldest
+    /// first (it answers in that order).
+    queued: VecDeque<(u64, usize, u64)>,
     /// How its connection ended, once it did.
     ended: Option<String>,
     /// Whether its end was reported to the ring (once).
@@ -432,40 +441,26 @@ impl<T: ExportedTimeline> Remote<T> {
     }
 
     /// The consumer broke the protocol (`what`): its connection is closed
-    /// here, and it counts as ended.
+    /// here and it takes no more frames; the error (reported once, a
+    /// [`DisconnectReason::Failed`] for the ring: the process may still
+    /// run) names what it sent.
     fn broke(&mut self, what: String) -> TransportError {
-        self.closed(format!(
-            "it broke the protocol ({what}); its connection was closed"
-        ));
-        self.gone_error()
+        let why = format!("it broke the protocol ({what}); its connection was closed");
+        self.closed(why.clone());
+        self.reported = true;
+        TransportError::peer(format!(
+            "consumer process {} (consumer {}): {why}",
+            self.pid, self.index
+        ))
     }
 
     /// A `done` answer as a completion (checked against what it was
-    /// queued: the slot and use must be of a frame it took).
+    /// queued: it must be its oldest frame not yet answered).
     fn completion(&mut self, m: McMsg) -> Result<Completion, TransportError> {
-        let McMsg::Done {
-            frame,
-            slot,
-            mismatches,
-            process_ns,
-            ..
-        } = m
-        else {
-            return Err(self.broke("not an answer".into()));
-        };
-        let slot = usize::try_from(slot).unwrap_or(usize::MAX);
-        if slot >= self.last.len() {
-            return Err(self.broke(format!("an answer for slot {slot}")));
+        match answer(m, &mut self.queued) {
+            Ok(c) => Ok(c),
+            Err(what) => Err(self.broke(what)),
         }
-        let process = Duration::from_nanos(process_ns);
-        Ok(Completion {
-            slot,
-            frame,
-            mismatches,
-            process,
-            busy: process,
-            finished: Instant::now(),
-        })
     }
 
     /// The release value of `slot` now.
@@ -644,7 +639,7 @@ impl<E: Exporter> ProcessFanout<E> {
     /// kept; its last completions go to `leftover`.
     fn end_consumer(&mut self, mut r: Remote<E::Timeline>) -> Result<(), TransportError> {
         let said = match r.ch.as_mut() {
-            Some(ch) if r.ended.is_none() => farewell(ch, r.index, &mut r.done),
+            Some(ch) if r.ended.is_none() => farewell(ch, r.index, &mut r.queued, &mut r.done),
             _ => Ok(None),
         };
         r.ch = None;
@@ -689,11 +684,46 @@ fn consumer_pid(ch: &Channel, child: Option<&Child>, announced: u64) -> i32 {
     i32::try_from(announced).unwrap_or(0)
 }
 
+/// `m`, a consumer's `done` answer, as a completion, once checked to be
+/// the oldest frame of `queued` (which it takes off); else what is wrong.
+fn answer(m: McMsg, queued: &mut VecDeque<(u64, usize, u64)>) -> Result<Completion, String> {
+    let McMsg::Done {
+        frame,
+        slot,
+        use_,
+        mismatches,
+        process_ns,
+    } = m
+    else {
+        return Err(format!("{} instead of an answer", m.kind()));
+    };
+    let slot = usize::try_from(slot).unwrap_or(usize::MAX);
+    match queued.front() {
+        Some(&q) if q == (frame, slot, use_) => {}
+        oldest => {
+            return Err(format!(
+                "an answer for frame {frame} (slot {slot}, use {use_}); the oldest frame sent to it is {oldest:?}"
+            ))
+        }
+    }
+    queued.pop_front();
+    let process = Duration::from_nanos(process_ns);
+    Ok(Completion {
+        slot,
+        frame,
+        mismatches,
+        process,
+        busy: process,
+        finished: Instant::now(),
+    })
+}
+
 /// Sends `end` over `ch` and reads consumer `index`'s last answers (into
 /// `done`) and its figures.
 fn farewell(
     ch: &mut Channel,
     index: usize,
+    queued: &mut VecDeque<(u64, usize, u64)>,
     done: &mut VecDeque<Completion>,
 ) -> Result<Option<Served>, TransportError> {
     let err = |e: FdError| TransportError::peer_error("a consumer process's farewell", e);
@@ -703,27 +733,20 @@ fn farewell(
             .recv(&|| format!("consumer {index}'s figures"))
             .map_err(err)?;
         match McMsg::decode(&r.body).map_err(err)? {
-            McMsg::Done {
-                frame,
-                slot,
-                mismatches,
-                process_ns,
-                ..
-            } => done.push_back(Completion {
-                slot: usize::try_from(slot).unwrap_or(usize::MAX),
-                frame,
-                mismatches,
-                process: Duration::from_nanos(process_ns),
-                busy: Duration::from_nanos(process_ns),
-                finished: Instant::now(),
-            }),
-            McMsg::Figures(f) => return Ok(Some(f)),
-            other => {
-                return Err(TransportError::peer(format!(
-                    "consumer {index} sent {} instead of its figures",
-                    other.kind()
-                )))
-            }
+            McMsg::Figures(f) if r.fds.is_empty() => return Ok(Some(f)),
+            m => match answer(m, queued) {
+                Ok(c) if r.fds.is_empty() => done.push_back(c),
+                Ok(_) => {
+                    return Err(TransportError::peer(format!(
+                        "consumer {index} sent fds with an answer after `end`"
+                    )))
+                }
+                Err(what) => {
+                    return Err(TransportError::peer(format!(
+                        "consumer {index} sent, after `end`, {what}"
+                    )))
+                }
+            },
         }
     }
     Err(TransportError::peer(format!(
@@ -833,6 +856,7 @@ impl<E: Exporter> FanoutTransport for ProcessFanout<E> {
             last: vec![0; release.len()],
             release,
             done: VecDeque::new(),
+            queued: VecDeque::new(),
             ended: None,
             reported: false,
             exit: None,
@@ -934,7 +958,10 @@ impl<E: Exporter> FanoutTransport for ProcessFanout<E> {
             return r.report_end();
         };
         match ch.send(&ticket.encode(), &[]) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                r.queued.push_back((q.frame, q.slot, q.use_));
+                Ok(())
+            }
             Err(FdError::Closed { .. }) => {
                 r.closed("its connection closed (a ticket could not be sent)".into());
                 r.report_end()
