@@ -60,6 +60,13 @@ const G: FrameGeometry = FrameGeometry {
 /// Every wait's limit (generous: an emulated process starts slowly).
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// The pipeline binary: `TEGRA_INTEROP_PIPELINE` where set (the GPU
+/// machine, where the binaries built here lie elsewhere), else cargo's.
+fn pipeline_exe() -> std::ffi::OsString {
+    std::env::var_os("TEGRA_INTEROP_PIPELINE")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_pipeline").into())
+}
+
 /// `pipeline --role consumer` on `backend` with `sock` as its stdin.
 fn consumer(backend: &str, sock: OwnedFd) -> Child {
     consumer_with(backend, sock, Stdio::inherit(), RING)
@@ -69,7 +76,7 @@ fn consumer(backend: &str, sock: OwnedFd) -> Child {
 fn consumer_with(backend: &str, sock: OwnedFd, stderr: Stdio, ring: usize) -> Child {
     let (w, h, r) = (WIDTH.to_string(), HEIGHT.to_string(), ring.to_string());
     let t = LIMIT.as_secs().to_string();
-    common::child_command(env!("CARGO_BIN_EXE_pipeline"))
+    common::child_command(pipeline_exe())
         .args(["--role", "consumer", "--backend", backend, "--ring", &r])
         .args(["--width", &w, "--height", &h, "--format", "rgba8"])
         .args(["--peer-timeout", &t])
@@ -277,7 +284,7 @@ fn the_program_runs_one_process_per_consumer() {
         return;
     }
     let _one = LEDGER.lock().unwrap_or_else(|e| e.into_inner());
-    let o = common::child_command(env!("CARGO_BIN_EXE_pipeline"))
+    let o = common::child_command(pipeline_exe())
         .args([
             "--consumers",
             "fifo,fifo,mailbox:slow=3",
@@ -315,7 +322,7 @@ fn the_program_runs_one_process_per_consumer() {
         "{t}"
     );
     // Bad combinations are refused before anything starts.
-    let refused = common::child_command(env!("CARGO_BIN_EXE_pipeline"))
+    let refused = common::child_command(pipeline_exe())
         .args([
             "--consumers",
             "fifo",
