@@ -955,7 +955,9 @@ impl<E: Exporter> FanoutTransport for ProcessFanout<E> {
             delay_ns,
         };
         let Some(ch) = r.ch.as_mut() else {
-            return r.report_end();
+            return Err(TransportError::misuse(format!(
+                "consumer {id}'s connection is closed: it takes no more frames"
+            )));
         };
         match ch.send(&ticket.encode(), &[]) {
             Ok(()) => {
