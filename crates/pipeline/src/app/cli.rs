@@ -569,9 +569,10 @@ pub struct Args {
     /// configuration file; on a Jetson, of /etc/nvsciipc.cfg)
     #[arg(long, value_name = "CAMERA,CUDA", value_parser = endpoints_arg)]
     endpoints: Option<(String, String)>,
-    /// The two-process mode: seconds either side waits for the other (its
-    /// connection, each message, each fence) before it ends with a timeout
-    /// error naming what it waited for (0.001 <= S <= 86400)
+    /// The two-process mode (and --consumer-processes): seconds either side
+    /// waits for the other (its connection, each message, each fence)
+    /// before it ends with a timeout error naming what it waited for
+    /// (0.001 <= S <= 86400)
     #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
     peer_timeout: std::time::Duration,
     /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
@@ -739,7 +740,7 @@ fn mode_conflicts(o: &Options) -> Result<(), String> {
         (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
         (o.endpoints.is_some(), "--endpoints"),
         (
-            o.peer_timeout != Options::default().peer_timeout,
+            o.peer_timeout != Options::default().peer_timeout && !o.consumer_processes,
             "--peer-timeout",
         ),
     ] {
