@@ -6,7 +6,7 @@
 //! [`ProcessFanout`] whose exporter is the simulator's memfds (`sim-fd`)
 //! or Vulkan (`gpu`, a build with `--features vulkan`). Per `--consumers`
 //! entry it makes a Unix socket pair and starts this program with `--role
-//! consumer` ([`super::fd_consumer`]), its end of the pair on stdin; the
+//! consumer` (the module `fd_consumer`), its end of the pair on stdin; the
 //! ring's attach sends it the slots' memory and fences as fds. Each
 //! consumer process verifies every frame it takes on its own device copy
 //! and answers; at the end it sends its figures and exits, and this
