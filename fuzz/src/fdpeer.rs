@@ -11,6 +11,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
+use tegra_interop_pipeline::multicast::process::McMsg;
 use tegra_interop_pipeline::transport::fdpass::{
     check_memory_fd, open_fds, Channel, FdError, FdMsg, FdSize, Limits,
 };
@@ -24,6 +25,10 @@ fn memfd(len: u64) -> OwnedFd {
 /// The fd part of `peer_messages`.
 pub fn fd_peer(data: &[u8]) {
     if let Ok(m) = FdMsg::decode(data) {
+        assert_eq!(m.encode(), data, "{m:?} does not re-encode to its bytes");
+    }
+    // The multicast-over-processes messages (`multicast::process`) too.
+    if let Ok(m) = McMsg::decode(data) {
         assert_eq!(m.encode(), data, "{m:?} does not re-encode to its bytes");
     }
     let before = open_fds().expect("/proc/self/fd");

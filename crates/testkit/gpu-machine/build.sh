@@ -12,7 +12,7 @@ for l in sys.stdin:
     if m.get('executable') and m.get('target',{}).get('kind')==['test']: print(m['target']['name'], m['executable'])
 "; }
 { cargo test --release -p tegra-interop-testkit --features vulkan --test gpu_conformance --test gpu_vulkan --test gpu_cudarc --test gpu_egl --test gpu_egl_stream --no-run --message-format=json
-  cargo test --release -p tegra-interop-pipeline --features vulkan --test gpu_pipeline --test gpu_multicast --no-run --message-format=json
+  cargo test --release -p tegra-interop-pipeline --features vulkan --test gpu_pipeline --test gpu_multicast --test multicast_processes --no-run --message-format=json
   cargo test --release -p tegra-interop-driver --features cudarc --test real_backend --no-run --message-format=json; } 2>/dev/null | exes > /tmp/exes.txt
 [ -n "$EXTRA_TESTS" ] && eval "$EXTRA_TESTS" 2>/dev/null | exes >> /tmp/exes.txt
 while read n p; do cp "$p" $D/$n; done < /tmp/exes.txt

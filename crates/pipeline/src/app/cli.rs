@@ -147,6 +147,9 @@ pub enum Role {
     Camera,
     /// the CUDA side: processes the frames
     Cuda,
+    /// one consumer process of --consumer-processes (started by the
+    /// producer, its socket on stdin)
+    Consumer,
 }
 
 /// `--format` on the command line.
@@ -243,6 +246,9 @@ pub struct Options {
     /// `--consumers`: a multicast ring with these consumers
     /// ([`crate::app::multicast`]); empty: the one-consumer ring.
     pub consumers: Vec<crate::app::multicast::ConsumerArg>,
+    /// `--consumer-processes`: each `--consumers` entry in a process of its
+    /// own ([`crate::app::process::fd_multicast`]).
+    pub consumer_processes: bool,
 }
 
 /// Where the frames come from (`--source`).
@@ -345,6 +351,7 @@ impl Options {
             let r = match r {
                 Role::Camera => "camera",
                 Role::Cuda => "cuda",
+                Role::Consumer => "consumer",
             };
             push("--role", r.to_string());
         }
@@ -420,6 +427,7 @@ impl Default for Options {
             camera_ahead: true,
             source: SourceChoice::Sensor,
             consumers: Vec::new(),
+            consumer_processes: false,
         }
     }
 }
@@ -561,9 +569,10 @@ pub struct Args {
     /// configuration file; on a Jetson, of /etc/nvsciipc.cfg)
     #[arg(long, value_name = "CAMERA,CUDA", value_parser = endpoints_arg)]
     endpoints: Option<(String, String)>,
-    /// The two-process mode: seconds either side waits for the other (its
-    /// connection, each message, each fence) before it ends with a timeout
-    /// error naming what it waited for (0.001 <= S <= 86400)
+    /// The two-process mode (and --consumer-processes): seconds either side
+    /// waits for the other (its connection, each message, each fence)
+    /// before it ends with a timeout error naming what it waited for
+    /// (0.001 <= S <= 86400)
     #[arg(long, value_name = "S", default_value = "30", value_parser = peer_timeout_arg)]
     peer_timeout: std::time::Duration,
     /// Threads that write and check a frame of 1 MiB or more (1..=64; default:
@@ -610,6 +619,11 @@ pub struct Args {
     /// every consumer verifies each frame it takes on its own copy)
     #[arg(long, value_name = "LIST")]
     consumers: Option<String>,
+    /// Each --consumers entry in a process of its own (this program with
+    /// --role consumer), given the slots' memory and fences as fds over a
+    /// Unix socket (--backend sim-fd on the simulator, or gpu)
+    #[arg(long)]
+    consumer_processes: bool,
 }
 
 impl Args {
@@ -660,6 +674,7 @@ impl Args {
             },
             source: self.source,
             consumers: crate::app::multicast::from_arg(self.consumers.as_deref())?,
+            consumer_processes: self.consumer_processes,
         };
         crate::app::multicast::conflicts(&o)?;
         output_and_pool_conflicts(&o, self.egl_pool.is_some())?;
@@ -725,7 +740,7 @@ fn mode_conflicts(o: &Options) -> Result<(), String> {
         (o.nvsciipc_config.is_some(), "--nvsciipc-config"),
         (o.endpoints.is_some(), "--endpoints"),
         (
-            o.peer_timeout != Options::default().peer_timeout,
+            o.peer_timeout != Options::default().peer_timeout && !o.consumer_processes,
             "--peer-timeout",
         ),
     ] {

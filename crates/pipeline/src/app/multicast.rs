@@ -194,6 +194,9 @@ pub fn from_arg(list: Option<&str>) -> Result<Vec<ConsumerArg>, String> {
 /// # Errors
 /// One line naming the conflicting option.
 pub fn conflicts(o: &Options) -> Result<(), String> {
+    if o.consumer_processes || o.role == Some(crate::app::cli::Role::Consumer) {
+        return crate::app::process::fd_multicast::conflicts(o);
+    }
     if o.consumers.is_empty() {
         return Ok(());
     }

@@ -40,6 +40,9 @@ pub fn main() -> ExitCode {
     if let Err(e) = cli::apply_process_settings(&opts) {
         return failed(opts.json, "run", "error", &e, ExitCode::FAILURE);
     }
+    if opts.consumer_processes {
+        return crate::app::process::fd_multicast::main(&opts);
+    }
     if !opts.consumers.is_empty() {
         return match crate::app::multicast::run(&opts) {
             Ok(r) => print_multicast(&opts, &r),
@@ -49,6 +52,7 @@ pub fn main() -> ExitCode {
     let (result, who) = if opts.two_process() {
         let who = match opts.role {
             Some(cli::Role::Camera) => "error (camera process)",
+            Some(cli::Role::Consumer) => "error (consumer process)",
             _ => "error (cuda process)",
         };
         let r = crate::app::process::run(&opts).map_err(|e| e.to_string());

@@ -62,6 +62,7 @@
 pub mod cuda;
 pub mod fanout;
 pub mod host;
+pub mod process;
 pub mod ring;
 
 use std::borrow::Cow;
@@ -326,6 +327,15 @@ pub enum DisconnectReason {
     Failed {
         /// What the transport said.
         reason: String,
+    },
+    /// The consumer's process ended: its connection closed
+    /// ([`process::ProcessFanout`]; see [`process::ConsumerEnded`]).
+    ProcessEnded {
+        /// Its process id.
+        pid: i32,
+        /// What was seen (the connection closed; how the process ended,
+        /// where known).
+        detail: String,
     },
 }
 

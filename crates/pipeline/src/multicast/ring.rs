@@ -434,10 +434,9 @@ impl<T: FanoutTransport> MulticastRing<T> {
 
     /// A consumer-side call for `c` failed: disconnect it (the ring goes
     /// on). An error while letting it go is kept for the next poll.
-    fn failed(&mut self, c: usize, e: &dyn std::fmt::Display) {
-        let reason = DisconnectReason::Failed {
-            reason: e.to_string(),
-        };
+    fn failed(&mut self, c: usize, e: &(dyn std::error::Error + 'static)) {
+        // A consumer process that ended is named so (typed).
+        let reason = super::process::disconnect_reason(e);
         if let Err(e) = self.disconnect(c, reason) {
             self.deferred.get_or_insert(e);
         }

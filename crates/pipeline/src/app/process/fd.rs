@@ -128,6 +128,10 @@ pub(super) fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
             super::fd_camera::run(&settings, ch)?;
             Ok(None)
         }
+        Some(Role::Consumer) => {
+            super::fd_consumer::run(opts)?;
+            Ok(None)
+        }
         Some(Role::Cuda) => {
             let ch = stdin_channel(&settings, Peer::Camera)?;
             let s = super::fd_cuda::run(&settings, ch)?;

@@ -74,7 +74,9 @@ pub mod cuda;
 mod error;
 pub mod fd;
 mod fd_camera;
+mod fd_consumer;
 mod fd_cuda;
+pub mod fd_multicast;
 mod summary;
 mod wire;
 
@@ -130,6 +132,11 @@ pub fn run(opts: &Options) -> Result<Option<Report>, ProcessError> {
         }
         // The CUDA side alone; its camera was started by someone else.
         Some(Role::Cuda) => run_cuda(&settings, endpoints, config.as_deref())?,
+        Some(Role::Consumer) => {
+            return Err(ProcessError::Options(
+                "--role consumer runs over fds: --backend sim-fd or gpu".into(),
+            ))
+        }
         None => cuda_process(opts, &settings, config)?,
     };
     Ok(Some(summary.report(opts, &settings)))
