@@ -240,6 +240,9 @@ pub struct Options {
     pub camera_ahead: bool,
     /// `--source`: where the frames come from.
     pub source: SourceChoice,
+    /// `--consumers`: a multicast ring with these consumers
+    /// ([`crate::app::multicast`]); empty: the one-consumer ring.
+    pub consumers: Vec<crate::app::multicast::ConsumerArg>,
 }
 
 /// Where the frames come from (`--source`).
@@ -416,6 +419,7 @@ impl Default for Options {
             trace_frames: crate::app::trace::DEFAULT_TRACE_FRAMES,
             camera_ahead: true,
             source: SourceChoice::Sensor,
+            consumers: Vec::new(),
         }
     }
 }
@@ -600,6 +604,12 @@ pub struct Args {
     /// checked against a digest taken inside GStreamer)
     #[arg(long, value_name = "SOURCE", default_value = "sensor", value_parser = source_arg)]
     source: SourceChoice,
+    /// A multicast ring with these consumers, comma-separated: fifo |
+    /// mailbox, each optionally :slow=N (its stream N times slower than the
+    /// producer), e.g. fifo,fifo,mailbox:slow=10 (--backend sim or gpu;
+    /// every consumer verifies each frame it takes on its own copy)
+    #[arg(long, value_name = "LIST")]
+    consumers: Option<String>,
 }
 
 impl Args {
@@ -649,7 +659,9 @@ impl Args {
                 None => env.camera_ahead.unwrap_or(true),
             },
             source: self.source,
+            consumers: crate::app::multicast::from_arg(self.consumers.as_deref())?,
         };
+        crate::app::multicast::conflicts(&o)?;
         output_and_pool_conflicts(&o, self.egl_pool.is_some())?;
         source_and_ahead_conflicts(&o, self.camera_ahead.is_some())?;
         if self.trace_frames.is_some() && o.trace.is_none() {

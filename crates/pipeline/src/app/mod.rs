@@ -27,6 +27,7 @@ pub mod baseline;
 pub mod check;
 pub mod cli;
 pub mod info;
+pub mod multicast;
 pub mod output;
 pub mod probe;
 pub mod process;

@@ -40,6 +40,12 @@ pub fn main() -> ExitCode {
     if let Err(e) = cli::apply_process_settings(&opts) {
         return failed(opts.json, "run", "error", &e, ExitCode::FAILURE);
     }
+    if !opts.consumers.is_empty() {
+        return match crate::app::multicast::run(&opts) {
+            Ok(r) => print_multicast(&opts, &r),
+            Err(e) => failed(opts.json, "run", "error", &e, ExitCode::FAILURE),
+        };
+    }
     let (result, who) = if opts.two_process() {
         let who = match opts.role {
             Some(cli::Role::Camera) => "error (camera process)",
@@ -78,6 +84,23 @@ fn print_report(opts: &Options, report: &report::Report) -> ExitCode {
     };
     if !report.passed() {
         output::stderr_line("error: frames failed verification; the pipeline is broken");
+    }
+    status
+}
+
+/// Prints a `--consumers` run's report; the exit status.
+fn print_multicast(opts: &Options, r: &crate::app::multicast::MulticastReport) -> ExitCode {
+    let status = match r.passed() {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
+    };
+    let text = match opts.json {
+        true => format!("{}\n", r.json()),
+        false => r.human(),
+    };
+    let status = output::stdout_then("the report", &text, status);
+    if !r.passed() {
+        output::stderr_line("error: a consumer missed or failed a frame");
     }
     status
 }
