@@ -125,6 +125,10 @@ pub mod ring;
 pub mod slots;
 pub mod source;
 pub mod transport;
+/// Frames across hosts over Zenoh, as ROS 2 `sensor_msgs/msg/Image`
+/// (feature `zenoh`).
+#[cfg(feature = "zenoh")]
+pub mod zenoh;
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]
