@@ -7,8 +7,8 @@
 //!   copies each frame once, from the slot's host mapping straight into
 //!   the message buffer after its CDR header, and hands it to a publisher
 //!   thread through a bounded queue: when the network is slower than the
-//!   producer the oldest queued frame is dropped (counted), and the
-//!   producer never waits for the network.
+//!   producer, a frame offered to a full queue is dropped before its copy
+//!   (counted), and the producer never waits for the network.
 //! - [`source::ZenohSource`]: a [`Source`](crate::source::Source) that
 //!   subscribes to a topic, bounds and checks every sample (typed
 //!   [`source::SampleFault`]s for oversized, malformed, wrong-key and

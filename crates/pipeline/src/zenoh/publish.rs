@@ -8,9 +8,11 @@
 //! copies the frame from the slot's host mapping right after it: the one
 //! copy of the frame on this side (the buffer is then moved into Zenoh,
 //! not copied). The buffer goes into a queue of [`PublishConfig::queue`]
-//! messages; when the queue is full the OLDEST message is dropped and
-//! counted ([`PublishStats::dropped`]), so the producer never waits for
-//! the network and the memory held is at most `queue + 1` frames here.
+//! messages; a frame offered while the queue is full is dropped BEFORE it
+//! is copied and counted ([`PublishStats::dropped`]), so the producer
+//! never waits for the network, spends no copy on a frame that will not
+//! be sent (the reader runs on the producer's thread), and the memory held
+//! is at most `queue + 1` frames here.
 //!
 //! A thread of the publisher's own takes the messages in order and puts
 //! them with congestion control *block* (a slow subscriber slows this
@@ -71,7 +73,8 @@ pub struct PublishStats {
     pub offered: u64,
     /// Messages Zenoh accepted.
     pub published: u64,
-    /// Frames dropped: replaced in a full queue, or offered after the end.
+    /// Frames dropped: offered while the queue was full (not copied), or
+    /// offered after the end.
     pub dropped: u64,
     /// Puts Zenoh refused.
     pub failed: u64,
@@ -148,6 +151,15 @@ impl HostRead for PublishReader {
     }
 
     fn frame(&mut self, frame: u64, slot: &HostSlot<'_>) -> Result<u64, TransportError> {
+        {
+            // A full queue: drop this frame now, before its copy.
+            let mut q = lock(&self.shared.queue);
+            if q.items.len() >= self.shared.cap {
+                q.stats.offered += 1;
+                q.stats.dropped += 1;
+                return Ok(0);
+            }
+        }
         let now = now_ns();
         self.header.sec = i32::try_from(now.as_secs()).unwrap_or(i32::MAX);
         self.header.nanosec = now.subsec_nanos();
@@ -190,7 +202,11 @@ struct Sender {
 impl Sender {
     /// Puts one message; its log line.
     fn put(&mut self, m: Message) -> Result<(), String> {
-        let crc = crc32fast::hash(m.buf.get(m.data_at..).unwrap_or_default());
+        // The CRC is for the log only: no pass over the frame without one.
+        let crc = self
+            .log
+            .as_ref()
+            .map(|_| crc32fast::hash(m.buf.get(m.data_at..).unwrap_or_default()));
         self.sequence += 1;
         let attachment = Attachment {
             sequence_number: self.sequence,
@@ -202,7 +218,7 @@ impl Sender {
             .attachment(attachment.encode())
             .wait()
             .map_err(|e| format!("put of frame {}: {e}", m.frame))?;
-        if let Some(log) = &mut self.log {
+        if let (Some(log), Some(crc)) = (&mut self.log, crc) {
             writeln!(log, "{} {} {crc:08x}", self.sequence, m.frame)
                 .map_err(|e| format!("the publish log: {e}"))?;
         }
