@@ -9,20 +9,23 @@
 //! - `raw`: a plain Zenoh publisher (congestion control *block*, as
 //!   Zenoh's `z_pub_thr` example) puts the same `--width` x `--height` x 4
 //!   byte payload (8,294,400 bytes by default) `--frames` times, as fast
-//!   as Zenoh takes it;
+//!   as Zenoh takes it (the ratio's baseline);
+//! - `raw+copy`: the same, each put a fresh copy of the payload (the one
+//!   copy an application that publishes a camera's frames makes at least);
 //! - `ours`: the ring on the simulator (`CudaFanout`, 4 slots) with the
 //!   Zenoh consumer ([`ZenohPublisher`], a mailbox consumer) attached; the
-//!   producer hands over frames at `--rate` frames/s (default: 1.2 times
-//!   the raw row's rate, so the publisher always has a frame waiting) until
-//!   `--frames` messages were published. The producer writes the pixels of
+//!   producer hands over frames at `--rate` frames/s (default: the rate
+//!   the raw row of the same round reached, times `--rate-factor`, 1.0)
+//!   until `--frames` messages were published. The producer writes the pixels of
 //!   a slot on its first use only, then only the frame number (as a
 //!   camera's DMA writes the pixels, not the CPU); the consumer copies every
 //!   frame it is handed into its message, as it always does.
 //!
-//! Both rows count frames/s at the subscriber, from its first sample to
+//! Every row counts frames/s at the subscriber, from its first sample to
 //! its last; `ours` also gives the latency from the message's header
 //! stamp (taken when the ring handed the frame to the consumer) to its
-//! arrival, on the same host clock. Then the ratio ours/raw of frames/s.
+//! arrival, on the same host clock. `--rounds` rounds (3) of raw then
+//! ours; the ratio ours/raw is of the two medians of frames/s.
 //!
 //! `zenoh_bench rss` runs the ring with a local FIFO consumer and the
 //! Zenoh consumer, a subscriber that takes 1/`--slow` of the producer's
@@ -32,7 +35,7 @@
 //!
 //! Exit status: 0 done; 1 a failure; 2 bad arguments.
 
-use std::io::{BufRead as _, BufReader};
+use std::io::{BufRead as _, BufReader, Read as _};
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,7 +55,7 @@ use tegra_interop_pipeline::sim::Sim;
 use tegra_interop_pipeline::transport::export::SimExporter;
 use tegra_interop_pipeline::transport::{FrameGeometry, TransportError};
 use tegra_interop_pipeline::zenoh::publish::{PublishConfig, PublishStats, ZenohPublisher};
-use tegra_interop_pipeline::zenoh::wire::{decode_image, image_key};
+use tegra_interop_pipeline::zenoh::wire::{image_key, CDR_LE};
 use tegra_interop_pipeline::zenoh::ZenohEndpoints;
 use zenoh::handlers::FifoChannel;
 use zenoh::qos::CongestionControl;
@@ -98,9 +101,16 @@ struct Throughput {
     /// The Zenoh consumer's queue (`--publish-queue`).
     #[arg(long, default_value_t = 2)]
     queue: usize,
-    /// The producer's rate in the `ours` row (default: 1.2 x raw).
+    /// The producer's rate in the `ours` rows (frames/s; default: the
+    /// round's raw rate times `--rate-factor`).
     #[arg(long)]
     rate: Option<f64>,
+    /// The `ours` rows' rate as a multiple of the round's raw rate.
+    #[arg(long, default_value_t = 1.0)]
+    rate_factor: f64,
+    /// Rounds of raw then ours.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -225,7 +235,7 @@ fn subscriber(a: &Sub) -> Result<(), String> {
         let payload = sample.payload();
         bytes += payload.len() as u64;
         if a.cdr {
-            match stamp_of(&payload.to_bytes()) {
+            match stamp_of(payload) {
                 Some(stamp) => lat.push(at.saturating_sub(stamp)),
                 None => bad += 1,
             }
@@ -245,11 +255,21 @@ fn subscriber(a: &Sub) -> Result<(), String> {
     Ok(())
 }
 
-/// The header stamp of a CDR image, in ns since the epoch.
-fn stamp_of(bytes: &[u8]) -> Option<u64> {
-    let image = decode_image(bytes).ok()?;
-    let sec = u64::try_from(image.header.sec).ok()?;
-    Some(sec * 1_000_000_000 + u64::from(image.header.nanosec))
+/// The header stamp of a CDR image, in ns since the epoch: read from its
+/// first 12 bytes (encapsulation, `sec`, `nanosec`), so the subscriber
+/// never makes a contiguous copy of the frame (the raw row's subscriber
+/// touches no byte either).
+fn stamp_of(payload: &zenoh::bytes::ZBytes) -> Option<u64> {
+    let mut head = [0u8; 12];
+    payload.reader().read_exact(&mut head).ok()?;
+    let (enc, rest) = head.split_at(4);
+    let (sec, nanosec) = rest.split_at(4);
+    if enc != CDR_LE {
+        return None;
+    }
+    let sec = u64::try_from(i32::from_le_bytes(sec.try_into().ok()?)).ok()?;
+    let nanosec = u64::from(u32::from_le_bytes(nanosec.try_into().ok()?));
+    Some(sec * 1_000_000_000 + nanosec)
 }
 
 /// Starts the subscriber child on `ep`/`key`.
@@ -323,8 +343,10 @@ fn wait_matching(p: &zenoh::pubsub::Publisher<'_>) -> Result<(), String> {
     Ok(())
 }
 
-/// The raw row: a plain publisher puts the same payload `frames` times.
-fn raw_row(t: &Throughput) -> Result<Value, String> {
+/// The raw row: a plain publisher puts the same payload `frames` times
+/// (`copy`: each put a fresh copy of it, as an application that hands
+/// Zenoh a camera's frames must make at least).
+fn raw_row(t: &Throughput, copy: bool) -> Result<Value, String> {
     let len = frame_layout(t.width, t.height)?.frame_len();
     let ep = endpoint()?;
     let session = listen(&ep)?;
@@ -336,11 +358,16 @@ fn raw_row(t: &Throughput) -> Result<Value, String> {
         .wait()
         .map_err(|e| e.to_string())?;
     wait_matching(&publisher)?;
-    let payload = zenoh::bytes::ZBytes::from(vec![0xA5u8; len]);
+    let frame = vec![0xA5u8; len];
+    let payload = zenoh::bytes::ZBytes::from(frame.clone());
     let start = Instant::now();
     for i in 0..t.frames {
+        let bytes = match copy {
+            true => zenoh::bytes::ZBytes::from(frame.as_slice().to_vec()),
+            false => payload.clone(),
+        };
         publisher
-            .put(payload.clone())
+            .put(bytes)
             .wait()
             .map_err(|e| format!("raw put {i}: {e}"))?;
     }
@@ -350,7 +377,7 @@ fn raw_row(t: &Throughput) -> Result<Value, String> {
     session.close().wait().map_err(|e| e.to_string())?;
     let fps = sub_fps(&report);
     Ok(json!({
-        "row": "raw", "payload_bytes": len, "published": t.frames, "put_s": put_s,
+        "row": if copy { "raw+copy" } else { "raw" }, "payload_bytes": len, "published": t.frames, "put_s": put_s,
         "received": report["received"], "fps": fps, "mb_s": fps * len as f64 / 1e6,
     }))
 }
@@ -511,38 +538,83 @@ fn close_ring<T: tegra_interop_pipeline::multicast::FanoutTransport>(
     ring.close().map_err(|e| e.to_string())
 }
 
+/// The median of `v` (0 when empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Rounds of raw then ours (each ours row offered the rate its round's
+/// raw row reached, times `--rate-factor`, unless `--rate` is given); the
+/// ratio is of the medians, so a load that comes and goes on a shared
+/// machine weighs on both rows alike.
 fn throughput(t: &Throughput) -> Result<(), String> {
-    let raw = raw_row(t)?;
-    let raw_fps = raw["fps"].as_f64().unwrap_or(0.0);
-    let rate = t.rate.unwrap_or(raw_fps * 1.2).max(1.0);
-    let ours = ours_row(t, rate)?;
-    let ratio = ours["fps"].as_f64().unwrap_or(0.0) / raw_fps.max(1e-9);
+    let mut rows = Vec::new();
+    for _ in 0..t.rounds.max(1) {
+        let raw = raw_row(t, false)?;
+        let copied = raw_row(t, true)?;
+        let raw_fps = raw["fps"].as_f64().unwrap_or(0.0);
+        let rate = t.rate.unwrap_or(raw_fps * t.rate_factor).max(1.0);
+        let ours = ours_row(t, rate)?;
+        if !t.json {
+            print_rows(&raw, &copied, &ours);
+        }
+        rows.push((raw, copied, ours));
+    }
+    let fps = |i: usize| {
+        median(
+            rows.iter()
+                .map(|r| [&r.0, &r.1, &r.2][i]["fps"].as_f64().unwrap_or(0.0))
+                .collect(),
+        )
+    };
+    let (raw_fps, copy_fps, ours_fps) = (fps(0), fps(1), fps(2));
+    let ratio = ours_fps / raw_fps.max(1e-9);
+    let ratio_copy = ours_fps / copy_fps.max(1e-9);
+    let all: Vec<&Value> = rows.iter().flat_map(|r| [&r.0, &r.1, &r.2]).collect();
     if t.json {
-        let out = json!({"schema_version": 1, "rows": [raw, ours], "ratio_ours_raw": ratio});
+        let out = json!({"schema_version": 1, "rows": all, "raw_fps_median": raw_fps,
+            "raw_copy_fps_median": copy_fps, "ours_fps_median": ours_fps,
+            "ratio_ours_raw": ratio, "ratio_ours_raw_copy": ratio_copy});
         println!("{out}");
         return Ok(());
     }
-    println!("row   payload_B   received   frames/s     MB/s   p50_ms   p99_ms");
-    for r in [&raw, &ours] {
+    println!(
+        "median frames/s: raw {raw_fps:.1}, raw+copy {copy_fps:.1}, ours {ours_fps:.1}; \
+         ratio ours/raw {ratio:.3}, ours/raw+copy {ratio_copy:.3}"
+    );
+    Ok(())
+}
+
+fn print_rows(raw: &Value, copied: &Value, ours: &Value) {
+    let ms = |r: &Value, k: &str| {
+        r.get(k)
+            .map_or("-".into(), |v| format!("{:.2}", v.as_f64().unwrap_or(0.0)))
+    };
+    println!("row       payload_B  received   frames/s       MB/s   p50_ms   p99_ms");
+    for r in [raw, copied, ours] {
         println!(
-            "{:<5} {:>9} {:>10} {:>10.1} {:>8.1} {:>8} {:>8}",
+            "{:<8} {:>10} {:>9} {:>10.1} {:>10.1} {:>8} {:>8}",
             r["row"].as_str().unwrap_or("?"),
-            r["payload_bytes"],
-            r["received"],
+            r["payload_bytes"].as_u64().unwrap_or(0),
+            r["received"].as_u64().unwrap_or(0),
             r["fps"].as_f64().unwrap_or(0.0),
             r["mb_s"].as_f64().unwrap_or(0.0),
-            r.get("latency_p50_ms")
-                .map_or("-".into(), |v| format!("{:.2}", v.as_f64().unwrap_or(0.0))),
-            r.get("latency_p99_ms")
-                .map_or("-".into(), |v| format!("{:.2}", v.as_f64().unwrap_or(0.0))),
+            ms(r, "latency_p50_ms"),
+            ms(r, "latency_p99_ms"),
         );
     }
     println!(
         "ours: offered {:.1} frames/s, handed over {}, published {}, dropped {}",
-        rate, ours["handed_over"], ours["published"], ours["dropped"]
+        ours["offered_rate"].as_f64().unwrap_or(0.0),
+        ours["handed_over"],
+        ours["published"],
+        ours["dropped"]
     );
-    println!("ratio ours/raw (frames/s): {ratio:.3}");
-    Ok(())
 }
 
 /// A local consumer: counts the frames it read and checks each one's
