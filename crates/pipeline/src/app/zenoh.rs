@@ -1,6 +1,6 @@
 //! `pipeline --publish zenoh/<topic>` and `pipeline --source
-//! zenoh/<topic>`: frames across hosts over Zenoh (the library's
-//! [`crate::zenoh`], feature `zenoh`).
+//! zenoh/<topic>`: frames across hosts over Zenoh (the library's module
+//! `zenoh`, feature `zenoh`).
 //!
 //! - `--publish`: the multicast ring of `--consumers` (on the simulator's
 //!   exporter, or Vulkan with `--backend gpu`) with the Zenoh publisher
