@@ -41,7 +41,10 @@ fn every_consumer_is_verified_in_the_json_report() {
     ]);
     let v = json_of(&out);
     assert!(out.status.success(), "{v}");
-    assert_eq!(v["ok"], true);
+    assert_eq!(
+        (v["ok"].clone(), v["schema_version"].clone()),
+        (true.into(), 1.into())
+    );
     assert_eq!(v["frames"], 30);
     let c = v["consumers"].as_array().unwrap();
     assert_eq!(c.len(), 3, "{v}");

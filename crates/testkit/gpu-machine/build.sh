@@ -16,11 +16,11 @@ for l in sys.stdin:
   cargo test --release -p tegra-interop-driver --features cudarc --test real_backend --no-run --message-format=json; } 2>/dev/null | exes > /tmp/exes.txt
 [ -n "$EXTRA_TESTS" ] && eval "$EXTRA_TESTS" 2>/dev/null | exes >> /tmp/exes.txt
 while read n p; do cp "$p" $D/$n; done < /tmp/exes.txt
-cargo build --release -p tegra-interop-pipeline --features vulkan --bin pipeline --bin interop_info --bin pipeline_vs_cuda
+cargo build --release -p tegra-interop-pipeline --features vulkan --bin pipeline --bin interop_info --bin pipeline_vs_cuda --bin multicast_bench
 cargo build --release -p tegra-interop-testkit --features vulkan --example gpu_bench
 cargo build --release -p tegra-interop-pipeline --features vulkan --example user_ptx --example user_chain
 cargo build --release -p tegra-interop-pipeline --features vulkan,cudarc --example user_cudarc
-cp target/release/pipeline target/release/interop_info target/release/pipeline_vs_cuda $D/
+cp target/release/pipeline target/release/interop_info target/release/pipeline_vs_cuda target/release/multicast_bench $D/
 cp target/release/examples/gpu_bench target/release/examples/user_ptx target/release/examples/user_chain target/release/examples/user_cudarc $D/
 strip $D/*
 ls -la $D

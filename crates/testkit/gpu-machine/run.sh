@@ -26,6 +26,9 @@ echo "== pipeline_vs_cuda"; $B/pipeline_vs_cuda --backend gpu --frames 2000 --wi
 for x in user_ptx user_chain user_cudarc; do for m in "" --copy; do echo "== $x $m"; timeout 120 $B/$x $m 2>&1 | tail -6; echo "rc $?"; done; done
 echo "== pipeline_vs_cuda (second)"; $B/pipeline_vs_cuda --backend gpu --frames 2000 --width 1920 --height 1080 --format rgba8 --ring 4 --quiet --json > $OUT/pipeline_vs_cuda2.json 2>&1; echo "rc $?"; tail -c 1500 $OUT/pipeline_vs_cuda2.json
 echo "== pipeline gpu json"; $P --json 2>&1 | tail -3 > $OUT/pipeline_gpu.json; head -c 600 $OUT/pipeline_gpu.json; echo
+echo "== pipeline gpu multicast"; $P --consumers fifo,fifo,mailbox:slow=10 2>&1 | tail -7
+echo "== multicast_bench gpu"; timeout 300 $B/multicast_bench --backend gpu --frames 1000 2>&1 | tail -9; echo "rc $?"
+timeout 300 $B/multicast_bench --backend gpu --frames 1000 --json > $OUT/multicast_bench.json 2>&1; echo "rc $? (json)"
 [ "${BENCH:-1}" = 1 ] && { echo "== gpu_bench"; timeout 240 $B/gpu_bench "$OUT/gpu_bench.md" --json "$OUT/gpu_bench.json" > /dev/null 2>&1; grep -E "^\| |Goals|Frame loop" $OUT/gpu_bench.md | head -30; }
 } > $L 2>&1
 tail -c 11500 $L

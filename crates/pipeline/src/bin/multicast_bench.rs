@@ -449,6 +449,7 @@ fn json(a: &Args, rows: &[Row]) -> serde_json::Value {
         })
         .collect();
     serde_json::json!({
+        "schema_version": 1,
         "ok": rows.iter().all(|r| r["verified"] == true),
         "backend": match a.backend { BackendArg::Sim => "sim", BackendArg::Gpu => "gpu" },
         "frames": a.frames, "width": a.width, "height": a.height, "slots": a.slots,
