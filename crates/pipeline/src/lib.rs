@@ -125,8 +125,6 @@ pub mod ring;
 pub mod slots;
 pub mod source;
 pub mod transport;
-/// Frames across hosts over Zenoh, as ROS 2 `sensor_msgs/msg/Image`
-/// (feature `zenoh`).
 #[cfg(feature = "zenoh")]
 pub mod zenoh;
 

@@ -129,6 +129,16 @@ impl std::error::Error for ConsumerArgError {}
 
 /// Parses `--consumers`: `fifo | mailbox [:slow=N]`, comma-separated.
 ///
+/// ```
+/// use tegra_interop_pipeline::app::multicast::{parse_consumers, ConsumerArgError};
+/// use tegra_interop_pipeline::multicast::Mode;
+///
+/// let c = parse_consumers("fifo,mailbox:slow=10")?;
+/// assert_eq!((c[0].mode, c[1].mode, c[1].slow), (Mode::Fifo, Mode::Mailbox, 10));
+/// assert!(matches!(parse_consumers("lifo"), Err(ConsumerArgError::Mode { .. })));
+/// # Ok::<(), ConsumerArgError>(())
+/// ```
+///
 /// # Errors
 /// A [`ConsumerArgError`] naming the entry that is wrong.
 pub fn parse_consumers(list: &str) -> Result<Vec<ConsumerArg>, ConsumerArgError> {

@@ -40,6 +40,10 @@ pub fn main() -> ExitCode {
     if let Err(e) = cli::apply_process_settings(&opts) {
         return failed(opts.json, "run", "error", &e, ExitCode::FAILURE);
     }
+    #[cfg(feature = "zenoh")]
+    if opts.zenoh.publish.is_some() {
+        return crate::app::zenoh::main_publish(&opts);
+    }
     if !opts.consumers.is_empty() {
         return match crate::app::multicast::run(&opts) {
             Ok(r) => print_multicast(&opts, &r),

@@ -96,7 +96,6 @@ use tegra_interop::core::{SignalParams, WaitParams};
 use tegra_interop::driver::{Context, ExternalSemaphore, MappedBuffer, Stream};
 
 use super::{ConsumerSpec, CudaWork, FanoutInfo, FanoutTransport, Queued, WorkKind, MAX_CONSUMERS};
-use crate::consumer::FrameWork;
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Placement};
 use crate::frame::LeasedMemory;
 use crate::transport::export::{
@@ -595,7 +594,7 @@ impl<E: Exporter> CudaFanout<E> {
     fn attach_device(
         &mut self,
         id: usize,
-        work: Box<dyn FrameWork>,
+        work: Box<dyn crate::consumer::FrameWork>,
         placement: Placement,
         limit: Duration,
     ) -> Result<(), TransportError> {
