@@ -31,7 +31,9 @@
 //! Zenoh consumer, a subscriber that takes 1/`--slow` of the producer's
 //! rate, for `--frames` frames, and reads this process's `VmRSS` every
 //! `--every` frames; it reports the readings, the producer's waits for
-//! each consumer, and the local consumer's frame count.
+//! each consumer, and the local consumer's frame count, and fails (exit
+//! status 1) when the local consumer missed a frame or the producer
+//! waited for the Zenoh consumer.
 //!
 //! Exit status: 0 done; 1 a failure; 2 bad arguments.
 
@@ -680,9 +682,18 @@ fn rss(r: &Rss) -> Result<(), String> {
         &report,
         [local_stalls, zenoh_stalls],
     );
-    let out = json!({"local_frames": seen.load(Ordering::Relaxed),
-        "local_wrong": wrong.load(Ordering::Relaxed), "run": out});
-    println!("{out}");
+    let (local, wrong) = (seen.load(Ordering::Relaxed), wrong.load(Ordering::Relaxed));
+    println!(
+        "{}",
+        json!({"local_frames": local, "local_wrong": wrong, "run": out})
+    );
+    if local != made.handed || wrong != 0 || zenoh_stalls != 0 {
+        return Err(format!(
+            "the local consumer read {local} of {} frames ({wrong} wrong); \
+             the producer waited {zenoh_stalls} times for the Zenoh consumer",
+            made.handed
+        ));
+    }
     Ok(())
 }
 
