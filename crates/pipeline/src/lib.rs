@@ -125,6 +125,8 @@ pub mod ring;
 pub mod slots;
 pub mod source;
 pub mod transport;
+#[cfg(feature = "zenoh")]
+pub mod zenoh;
 
 /// The crate README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -249,6 +249,9 @@ pub struct Options {
     /// `--consumer-processes`: each `--consumers` entry in a process of its
     /// own ([`crate::app::process::fd_multicast`]).
     pub consumer_processes: bool,
+    /// `--publish zenoh/...` and the other Zenoh options
+    /// ([`crate::app::zenoh`]).
+    pub zenoh: crate::app::zenoh::ZenohOptions,
 }
 
 /// Where the frames come from (`--source`).
@@ -267,15 +270,24 @@ pub enum SourceChoice {
         /// `--format` asked for.
         fixed_size: bool,
     },
+    /// `zenoh/<topic>`: a Zenoh subscriber of the topic's images (feature
+    /// `zenoh`; [`crate::app::zenoh`]).
+    Zenoh {
+        /// The topic after `zenoh/`.
+        topic: String,
+    },
 }
 
 fn source_arg(v: &str) -> Result<SourceChoice, String> {
     if v == "sensor" {
         return Ok(SourceChoice::Sensor);
     }
+    if let Some(topic) = crate::app::zenoh::topic_of(v)? {
+        return Ok(SourceChoice::Zenoh { topic });
+    }
     let Some(description) = v.strip_prefix("gst:").map(str::trim) else {
         return Err(format!(
-            "`{v}` is not a source: `sensor` or `gst:<GStreamer pipeline description>`"
+            "`{v}` is not a source: `sensor`, `gst:<GStreamer pipeline description>` or `zenoh/<topic>`"
         ));
     };
     if description.is_empty() {
@@ -428,6 +440,7 @@ impl Default for Options {
             source: SourceChoice::Sensor,
             consumers: Vec::new(),
             consumer_processes: false,
+            zenoh: crate::app::zenoh::ZenohOptions::default(),
         }
     }
 }
@@ -624,6 +637,8 @@ pub struct Args {
     /// Unix socket (--backend sim-fd on the simulator, or gpu)
     #[arg(long)]
     consumer_processes: bool,
+    #[command(flatten)]
+    zenoh: crate::app::zenoh::ZenohArgs,
 }
 
 impl Args {
@@ -672,11 +687,12 @@ impl Args {
                 Some(s) => s == Switch::On,
                 None => env.camera_ahead.unwrap_or(true),
             },
+            zenoh: (self.zenoh).options(matches!(self.source, SourceChoice::Zenoh { .. }))?,
             source: self.source,
             consumers: crate::app::multicast::from_arg(self.consumers.as_deref())?,
             consumer_processes: self.consumer_processes,
         };
-        crate::app::multicast::conflicts(&o)?;
+        crate::app::multicast::conflicts(&o).and(crate::app::zenoh::conflicts(&o))?;
         output_and_pool_conflicts(&o, self.egl_pool.is_some())?;
         source_and_ahead_conflicts(&o, self.camera_ahead.is_some())?;
         if self.trace_frames.is_some() && o.trace.is_none() {

@@ -36,6 +36,7 @@ pub mod report;
 pub mod run;
 pub mod stats;
 pub mod trace;
+pub mod zenoh;
 
 pub use program::main;
 
@@ -89,6 +90,9 @@ pub fn build_source(opts: &Options) -> Result<(Box<dyn Source>, Checker), String
     } = &opts.source
     {
         return gst_source(opts, description, *fixed_size);
+    }
+    if let cli::SourceChoice::Zenoh { topic } = &opts.source {
+        return zenoh::source(opts, topic);
     }
     let source = SensorSource::new(opts.sensor).map_err(|e| e.to_string())?;
     let checker = Checker::Pattern {

@@ -43,6 +43,10 @@ pub fn main() -> ExitCode {
     if opts.consumer_processes {
         return crate::app::process::fd_multicast::main(&opts);
     }
+    #[cfg(feature = "zenoh")]
+    if opts.zenoh.publish.is_some() {
+        return crate::app::zenoh::main_publish(&opts);
+    }
     if !opts.consumers.is_empty() {
         return match crate::app::multicast::run(&opts) {
             Ok(r) => print_multicast(&opts, &r),

@@ -95,7 +95,7 @@ use std::time::{Duration, Instant};
 use tegra_interop::core::{SignalParams, WaitParams};
 use tegra_interop::driver::{Context, ExternalSemaphore, MappedBuffer, Stream};
 
-use super::{ConsumerSpec, CudaWork, FanoutInfo, FanoutTransport, Queued, MAX_CONSUMERS};
+use super::{ConsumerSpec, CudaWork, FanoutInfo, FanoutTransport, Queued, WorkKind, MAX_CONSUMERS};
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Placement};
 use crate::frame::LeasedMemory;
 use crate::transport::export::{
@@ -126,6 +126,88 @@ impl LeasedMemory for Staged {
     fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
         self
     }
+}
+
+/// One slot's frame as a host consumer sees it, for the time of one
+/// [`HostRead::frame`] call: the exported memory, read through the
+/// producer's host mapping once the slot's *ready* fence reached the
+/// frame's use.
+pub struct HostSlot<'a> {
+    memory: &'a dyn ExportedFrame,
+    slot: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for HostSlot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSlot")
+            .field("slot", &self.slot)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl HostSlot<'_> {
+    /// The slot's index.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// The frame's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the frame has no bytes (never, for an open transport).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the whole frame into `out` (one copy, from the mapping).
+    ///
+    /// # Errors
+    /// `out` of another length than the frame; the exporter's read error.
+    pub fn read_into(&self, out: &mut [u8]) -> Result<(), TransportError> {
+        if out.len() != self.len {
+            return Err(TransportError::misuse(format!(
+                "a host read of slot {} needs {} bytes, got a buffer of {}",
+                self.slot,
+                self.len,
+                out.len()
+            )));
+        }
+        self.memory.read(0, out)
+    }
+}
+
+/// A host consumer of a [`CudaFanout`]: no CUDA stream of its own. For
+/// each frame queued to it, the transport waits on the host (up to the
+/// consumer's limit) for the slot's *ready* fence, calls
+/// [`HostRead::frame`] with the slot's mapping, then signals the
+/// consumer's *release* fence of the slot from the host.
+///
+/// It runs on the thread that hands the frame over (the producer's), so it
+/// must not wait for anything slow: copy the bytes out and hand them to a
+/// thread of its own (the Zenoh publisher does, through a bounded queue
+/// that drops rather than waits).
+pub trait HostRead: Send {
+    /// A short name for reports and errors.
+    fn name(&self) -> &str;
+    /// Frame `frame`, readable through `slot`; the problems found in it
+    /// (0 for a reader that checks nothing).
+    ///
+    /// # Errors
+    /// The reader failed; the transport reports it as the frame's failure.
+    fn frame(&mut self, frame: u64, slot: &HostSlot<'_>) -> Result<u64, TransportError>;
+}
+
+/// An attached host consumer: its reader, the host side of its *release*
+/// timelines, and the frames it finished.
+struct HostConsumer<T> {
+    reader: Box<dyn HostRead>,
+    release: Vec<T>,
+    done: VecDeque<Completion>,
+    limit: Duration,
 }
 
 /// The producer's side of one slot.
@@ -243,6 +325,8 @@ impl<T> CudaConsumer<T> {
 /// exporter go.
 pub struct CudaFanout<E: Exporter> {
     consumers: Vec<Option<CudaConsumer<E::Timeline>>>,
+    /// Host consumers ([`HostRead`]), by the same consumer places.
+    hosts: Vec<Option<HostConsumer<E::Timeline>>>,
     /// Detached consumers not freed yet: another consumer's stream seemed
     /// stuck (destroying their semaphores synchronizes the context).
     detached: Vec<CudaConsumer<E::Timeline>>,
@@ -300,6 +384,7 @@ impl<E: Exporter> CudaFanout<E> {
         }
         Ok(CudaFanout {
             consumers: (0..MAX_CONSUMERS).map(|_| None).collect(),
+            hosts: (0..MAX_CONSUMERS).map(|_| None).collect(),
             detached: Vec::new(),
             leftover: (0..MAX_CONSUMERS).map(|_| VecDeque::new()).collect(),
             slots: made,
@@ -337,6 +422,89 @@ impl<E: Exporter> CudaFanout<E> {
     /// Consumers attached now.
     pub fn attached(&self) -> usize {
         self.consumers.iter().filter(|c| c.is_some()).count()
+            + self.hosts.iter().filter(|c| c.is_some()).count()
+    }
+
+    fn host(&mut self, id: usize) -> Option<&mut HostConsumer<E::Timeline>> {
+        self.hosts.get_mut(id).and_then(Option::as_mut)
+    }
+
+    /// Attaches a host consumer at `id` (a free place).
+    fn attach_host(
+        &mut self,
+        id: usize,
+        reader: Box<dyn HostRead>,
+        limit: Duration,
+    ) -> Result<(), TransportError> {
+        let mut release = Vec::with_capacity(self.slots.len());
+        for _ in 0..self.slots.len() {
+            release.push(self.exporter.export_timeline(0)?);
+        }
+        if let Some(l) = self.leftover.get_mut(id) {
+            l.clear();
+        }
+        if let Some(place) = self.hosts.get_mut(id) {
+            *place = Some(HostConsumer {
+                reader,
+                release,
+                done: VecDeque::with_capacity(self.slots.len()),
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs frame `q` through host consumer `id` now: waits for the
+    /// slot's *ready* fence (bounded), reads, signals *release*.
+    fn queue_host(&mut self, id: usize, q: Queued) -> Result<(), TransportError> {
+        let len = self.geometry.frame_len();
+        let (Some(Some(h)), Some(s)) = (self.hosts.get_mut(id), self.slots.get(q.slot)) else {
+            return Err(TransportError::no_slot(q.slot));
+        };
+        if !s.ready.wait(q.use_, h.limit)? {
+            return Err(TransportError::timeout(
+                format!(
+                    "slot {}'s ready fence to reach {} for frame {}",
+                    q.slot, q.use_, q.frame
+                ),
+                h.limit,
+            ));
+        }
+        let began = Instant::now();
+        let view = HostSlot {
+            memory: &s.frame,
+            slot: q.slot,
+            len,
+        };
+        let mismatches = h.reader.frame(q.frame, &view)?;
+        h.release
+            .get(q.slot)
+            .ok_or_else(|| TransportError::no_slot(q.slot))?
+            .signal(q.use_)?;
+        let took = began.elapsed();
+        h.done.push_back(Completion {
+            slot: q.slot,
+            frame: q.frame,
+            mismatches,
+            process: took,
+            busy: took,
+            finished: Instant::now(),
+        });
+        Ok(())
+    }
+
+    /// Host consumer `id`'s *release* timeline of `slot`, if `id` is one.
+    fn host_release(
+        &mut self,
+        id: usize,
+        slot: usize,
+    ) -> Option<Result<&E::Timeline, TransportError>> {
+        let h = self.host(id)?;
+        Some(
+            h.release
+                .get(slot)
+                .ok_or_else(|| TransportError::no_slot(slot)),
+        )
     }
 
     fn slot(&mut self, slot: usize) -> Result<&mut ProducerSlot<E>, TransportError> {
@@ -382,6 +550,8 @@ impl<E: Exporter> CudaFanout<E> {
     fn stop_all(&mut self) -> usize {
         let mut all: Vec<CudaConsumer<E::Timeline>> = self.detached.drain(..).collect();
         all.extend(self.consumers.iter_mut().filter_map(Option::take));
+        // Host consumers have nothing in flight: each frame ended in `queue`.
+        self.hosts.iter_mut().for_each(|h| drop(h.take()));
         let deadline = Instant::now() + DRAIN_LIMIT;
         let stuck = all.iter().filter(|c| !c.drained(deadline)).count();
         for c in all {
@@ -419,32 +589,15 @@ struct Imports<T> {
     release_host: Vec<T>,
 }
 
-impl<E: Exporter> FanoutTransport for CudaFanout<E> {
-    type Work = CudaWork;
-
-    fn info(&self) -> FanoutInfo {
-        FanoutInfo {
-            backend: BACKEND_NAME,
-            geometry: self.geometry,
-            slots: self.slots.len(),
-        }
-    }
-
-    fn attach(&mut self, id: usize, spec: ConsumerSpec<CudaWork>) -> Result<(), TransportError> {
-        match self.consumers.get(id) {
-            None => {
-                return Err(TransportError::misuse(format!(
-                    "consumer {id} is past the {MAX_CONSUMERS} consumer places"
-                )))
-            }
-            Some(Some(_)) => {
-                return Err(TransportError::misuse(format!(
-                    "consumer {id} is attached already"
-                )))
-            }
-            Some(None) => {}
-        }
-        let (work, placement) = spec.work.into_parts();
+impl<E: Exporter> CudaFanout<E> {
+    /// Attaches a CUDA consumer of `work` at `id` (a free place).
+    fn attach_device(
+        &mut self,
+        id: usize,
+        work: Box<dyn crate::consumer::FrameWork>,
+        placement: Placement,
+        limit: Duration,
+    ) -> Result<(), TransportError> {
         let Placement::DeviceCopy(_) = placement else {
             return Err(TransportError::refused(format!(
                 "a CUDA multicast consumer works on its own device copy of the slot \
@@ -471,12 +624,13 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
             release_host: imports.release_host,
             in_flight: VecDeque::with_capacity(self.slots.len()),
             done: VecDeque::with_capacity(self.slots.len()),
-            limit: spec.limit,
+            limit,
         });
         Ok(())
     }
 
-    fn detach(&mut self, id: usize) -> Result<(), TransportError> {
+    /// Detaches CUDA consumer `id`.
+    fn detach_device(&mut self, id: usize) -> Result<(), TransportError> {
         let Some(mut c) = self.consumers.get_mut(id).and_then(Option::take) else {
             return Err(TransportError::misuse(format!(
                 "consumer {id} is not attached"
@@ -500,6 +654,51 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
         self.detached.push(c);
         self.free_detached();
         Ok(())
+    }
+}
+
+impl<E: Exporter> FanoutTransport for CudaFanout<E> {
+    type Work = CudaWork;
+
+    fn info(&self) -> FanoutInfo {
+        FanoutInfo {
+            backend: BACKEND_NAME,
+            geometry: self.geometry,
+            slots: self.slots.len(),
+        }
+    }
+
+    fn attach(&mut self, id: usize, spec: ConsumerSpec<CudaWork>) -> Result<(), TransportError> {
+        match (self.consumers.get(id), self.hosts.get(id)) {
+            (Some(None), Some(None)) => {}
+            (Some(_), Some(_)) => {
+                return Err(TransportError::misuse(format!(
+                    "consumer {id} is attached already"
+                )))
+            }
+            _ => {
+                return Err(TransportError::misuse(format!(
+                    "consumer {id} is past the {MAX_CONSUMERS} consumer places"
+                )))
+            }
+        }
+        match spec.work.into_kind() {
+            WorkKind::Host(reader) => self.attach_host(id, reader, spec.limit),
+            WorkKind::Device { work, placement } => {
+                self.attach_device(id, work, placement, spec.limit)
+            }
+        }
+    }
+
+    fn detach(&mut self, id: usize) -> Result<(), TransportError> {
+        if let Some(h) = self.hosts.get_mut(id).and_then(Option::take) {
+            // A host consumer ran each frame to its end inside `queue`.
+            if let Some(l) = self.leftover.get_mut(id) {
+                *l = h.done;
+            }
+            return Ok(());
+        }
+        self.detach_device(id)
     }
 
     fn take_slot(
@@ -566,6 +765,9 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn queue(&mut self, id: usize, q: Queued) -> Result<(), TransportError> {
+        if self.host(id).is_some() {
+            return self.queue_host(id, q);
+        }
         let c = self.consumer(id)?;
         c.settle(q.slot, q.frame)?;
         let (Some(ready), Some(release)) = (c.ready.get(q.slot), c.release.get_mut(q.slot)) else {
@@ -589,6 +791,9 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn released(&mut self, id: usize, slot: usize) -> Result<u64, TransportError> {
+        if let Some(release) = self.host_release(id, slot) {
+            return release?.value();
+        }
         self.consumer(id)?
             .release_host
             .get(slot)
@@ -603,6 +808,9 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
         value: u64,
         limit: Duration,
     ) -> Result<bool, TransportError> {
+        if let Some(release) = self.host_release(id, slot) {
+            return release?.wait(value, limit);
+        }
         self.consumer(id)?
             .release_host
             .get(slot)
@@ -611,6 +819,9 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
     }
 
     fn try_complete(&mut self, id: usize) -> Result<Option<Completion>, TransportError> {
+        if let Some(h) = self.host(id) {
+            return Ok(h.done.pop_front());
+        }
         if let (Some(None), Some(left)) = (self.consumers.get(id), self.leftover.get_mut(id)) {
             // Detached: what it left untaken, then nothing.
             return Ok(left.pop_front());

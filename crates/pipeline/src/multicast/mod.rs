@@ -136,18 +136,32 @@ impl<W> ConsumerSpec<W> {
 }
 
 /// A CUDA consumer's work on a multicast ring: a [`FrameWork`] and where
-/// it sees the frame. Never [`Placement::InPlace`]: the slot is shared by
-/// every consumer, so a consumer works on its own copy or a read-back.
+/// it sees the frame (never [`Placement::InPlace`]: the slot is shared by
+/// every consumer, so a consumer works on its own copy or a read-back), or
+/// a host reader ([`cuda::HostRead`]) that copies each frame out of the
+/// slot's host mapping.
 pub struct CudaWork {
-    work: Box<dyn FrameWork>,
-    placement: Placement,
+    kind: WorkKind,
+}
+
+/// What a [`CudaWork`] is: device work, or a host reader.
+pub enum WorkKind {
+    /// A [`FrameWork`] on the consumer's own CUDA streams.
+    Device {
+        /// The work.
+        work: Box<dyn FrameWork>,
+        /// Where it sees the frame.
+        placement: Placement,
+    },
+    /// A reader on the host ([`cuda::HostRead`]).
+    Host(Box<dyn cuda::HostRead>),
 }
 
 impl fmt::Debug for CudaWork {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CudaWork")
-            .field("work", &self.work.name())
-            .field("placement", &self.placement)
+            .field("work", &self.name())
+            .field("placement", &self.placement())
             .finish()
     }
 }
@@ -164,22 +178,39 @@ impl CudaWork {
                 work: work.name().to_string(),
             });
         }
-        Ok(CudaWork { work, placement })
+        Ok(CudaWork {
+            kind: WorkKind::Device { work, placement },
+        })
     }
 
-    /// Where the work sees the frame (never [`Placement::InPlace`]).
+    /// A host reader: each frame is read on the host from the slot's
+    /// mapping (see [`cuda::HostRead`]).
+    pub fn host(reader: Box<dyn cuda::HostRead>) -> CudaWork {
+        CudaWork {
+            kind: WorkKind::Host(reader),
+        }
+    }
+
+    /// Where the work sees the frame (never [`Placement::InPlace`]; a
+    /// host reader reads it back: [`Placement::ReadBack`]).
     pub fn placement(&self) -> Placement {
-        self.placement
+        match &self.kind {
+            WorkKind::Device { placement, .. } => *placement,
+            WorkKind::Host(_) => Placement::ReadBack,
+        }
     }
 
     /// The work's name.
     pub fn name(&self) -> &str {
-        self.work.name()
+        match &self.kind {
+            WorkKind::Device { work, .. } => work.name(),
+            WorkKind::Host(reader) => reader.name(),
+        }
     }
 
-    /// The work and its placement, for the transport that runs it.
-    pub fn into_parts(self) -> (Box<dyn FrameWork>, Placement) {
-        (self.work, self.placement)
+    /// What the work is, for the transport that runs it.
+    pub fn into_kind(self) -> WorkKind {
+        self.kind
     }
 }
 
