@@ -41,6 +41,19 @@ pub fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Waits (bounded) until something accepts TCP connections on `port`.
+pub fn wait_listening(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listened on port {port} within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn spawn(args: &[&str]) -> Child {
     Command::new(BIN)
         .args(args)
@@ -52,7 +65,8 @@ fn spawn(args: &[&str]) -> Child {
 
 #[test]
 fn three_hundred_frames_cross_from_one_process_to_another() {
-    let endpoint = format!("tcp/127.0.0.1:{}", free_port());
+    let port = free_port();
+    let endpoint = format!("tcp/127.0.0.1:{port}");
     let log = std::env::temp_dir().join(format!("zenoh-loopback-{}.log", std::process::id()));
     let size = ["--width", "320", "--height", "240"];
     let topic = "zenoh/loopback/image";
@@ -60,6 +74,7 @@ fn three_hundred_frames_cross_from_one_process_to_another() {
     source_args.extend(size);
     source_args.extend(["--zenoh-listen", &endpoint]);
     let source = spawn(&source_args);
+    wait_listening(port, Duration::from_secs(60));
     let log_arg = log.to_str().unwrap();
     // A queue as deep as the run: the two processes share 2 cores here, and
     // the point of this test is that every frame crosses (the mailbox's
@@ -67,7 +82,7 @@ fn three_hundred_frames_cross_from_one_process_to_another() {
     let mut publish_args = vec!["--frames", "300", "--publish", topic, "--json"];
     publish_args.extend(size);
     publish_args.extend(["--publish-queue", "300", "--zenoh-connect", &endpoint]);
-    publish_args.extend(["--publish-log", log_arg]);
+    publish_args.extend(["--publish-log", log_arg, "--publish-wait", "60"]);
     let publisher = spawn(&publish_args);
     let published = finish(publisher, "the publisher", LIMIT);
     let received = finish(source, "the source", LIMIT);

@@ -90,6 +90,19 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// Waits (bounded) until something accepts TCP connections on `port`.
+fn wait_listening(port: u16, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nothing listened on port {port} within {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits (bounded) for `path` to exist.
 fn wait_for(path: &Path, limit: Duration) {
     let deadline = Instant::now() + limit;
@@ -150,6 +163,8 @@ fn an_eclipse_zenoh_subscriber_checks_count_order_crc_and_the_cdr() {
         &endpoint,
         "--publish-log",
         log_s,
+        "--publish-wait",
+        "60",
     ];
     let publisher = finish(spawn(BIN, &pub_args, &peers_dir()), "the publisher", LIMIT);
     let checked = finish(subscriber, "the Python subscriber", LIMIT);
@@ -166,7 +181,8 @@ fn an_eclipse_zenoh_subscriber_checks_count_order_crc_and_the_cdr() {
 #[ignore = "needs python3 with eclipse-zenoh and rosbags (TEGRA_INTEROP_ZENOH_PYTHON; CI's zenoh step)"]
 fn frames_an_eclipse_zenoh_publisher_sends_are_verified_through_a_ring() {
     let py = require_python();
-    let endpoint = format!("tcp/127.0.0.1:{}", free_port());
+    let port = free_port();
+    let endpoint = format!("tcp/127.0.0.1:{port}");
     let src_args = [
         "--source",
         "zenoh/peers/frames",
@@ -180,6 +196,7 @@ fn frames_an_eclipse_zenoh_publisher_sends_are_verified_through_a_ring() {
         &endpoint,
     ];
     let source = spawn(BIN, &src_args, &peers_dir());
+    wait_listening(port, Duration::from_secs(60));
     let pub_args = [
         "publisher.py",
         "--topic",

@@ -309,7 +309,11 @@ mod with_feature {
         }
     }
 
-    fn publisher(opts: &Options, layout: FrameLayout) -> Result<(ZenohPublisher, usize), String> {
+    /// The session and the publisher of `--publish`.
+    fn publisher(
+        opts: &Options,
+        layout: FrameLayout,
+    ) -> Result<(::zenoh::Session, ZenohPublisher), String> {
         let z = &opts.zenoh;
         let topic = z.publish.clone().unwrap_or_default();
         let session = endpoints(z).open().map_err(|e| e.to_string())?;
@@ -323,7 +327,7 @@ mod with_feature {
             wait_subscriber: z.wait,
         };
         let p = ZenohPublisher::start(&session, &config).map_err(|e| e.to_string())?;
-        Ok((p, z.queue))
+        Ok((session, p))
     }
 
     fn run_on<E: Exporter>(
@@ -341,7 +345,7 @@ mod with_feature {
         let mut ring =
             MulticastRing::new(mc::Timed::new(fanout, opts.frames)).map_err(|e| e.to_string())?;
         let mut members = mc::attach_all(&mut ring, &opts.consumers, opts.frames, true)?;
-        let (publisher, queue) = publisher(opts, layout)?;
+        let (session, publisher) = publisher(opts, layout)?;
         let work = CudaWork::host(Box::new(publisher.reader()));
         ring.attach(ConsumerSpec::mailbox(work, LIMIT))
             .map_err(|e| format!("attaching the Zenoh publisher: {e}"))?;
@@ -362,6 +366,10 @@ mod with_feature {
         let key = publisher.key().to_string();
         let matched = publisher.matched_at_start();
         let stats = publisher.finish(LIMIT).map_err(|e| e.to_string())?;
+        // Closing sends what Zenoh still holds in its transmit queue (a
+        // process that just exits would lose the last messages).
+        ::zenoh::Wait::wait(session.close())
+            .map_err(|e| format!("closing the Zenoh session: {e}"))?;
         let ring = report?;
         closed?;
         Ok(PublishReport {
@@ -369,7 +377,7 @@ mod with_feature {
             key,
             stats,
             matched,
-            queue,
+            queue: opts.zenoh.queue,
         })
     }
 

@@ -21,7 +21,8 @@
 //! Sessions are peers ([`ZenohEndpoints`]): listen on or connect to TCP
 //! endpoints given, no router needed; multicast scouting is off when
 //! endpoints are given, so two processes find each other only through
-//! them. Verified where: over TCP loopback on one Linux machine
+//! them. A connecting peer retries an endpoint that is not up yet (every
+//! 0.1 s at first, at most every second). Verified where: over TCP loopback on one Linux machine
 //! (`tests/zenoh_loopback.rs`, and the Python eclipse-zenoh peers of
 //! `tests/peers/`, in CI); not yet between two hosts, nor with a ROS 2
 //! node (no ROS 2 installation here: the CDR is checked with the
@@ -169,6 +170,14 @@ impl ZenohEndpoints {
         }
         if !self.connect.is_empty() {
             set("connect/endpoints", json_list(&self.connect)?)?;
+            if self.config.is_none() {
+                // Retry a peer that is not up yet every 0.1 s at first, at
+                // most every second (Zenoh's defaults: 1 s, up to 4 s).
+                set(
+                    "connect/retry",
+                    "{period_init_ms: 100, period_max_ms: 1000, period_increase_factor: 2}".into(),
+                )?;
+            }
         }
         if !(self.listen.is_empty() && self.connect.is_empty()) {
             set("scouting/multicast/enabled", "false".into())?;

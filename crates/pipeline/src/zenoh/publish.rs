@@ -369,7 +369,9 @@ impl ZenohPublisher {
     }
 
     /// Puts what is queued, then stops: waits up to `limit` for the
-    /// thread; the final counts.
+    /// thread; the final counts. A message Zenoh accepted may still wait
+    /// in its transmit queue: close the session (`Session::close`) before
+    /// the process ends, which sends it.
     ///
     /// # Errors
     /// [`ZenohError::Timeout`] when the thread did not end in time (it is
