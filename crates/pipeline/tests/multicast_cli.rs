@@ -4,12 +4,14 @@
 //! assertions: the figures are checked for presence and sense, not speed).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
+mod common;
+
 fn pipeline(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipeline"))
+    common::child_command(env!("CARGO_BIN_EXE_pipeline"))
         .args(args)
         .output()
         .unwrap()
@@ -127,7 +129,7 @@ fn bad_consumer_lists_are_refused_with_exit_2() {
 /// there, verified, with its figures.
 #[test]
 fn the_bench_smoke_run_reports_every_figure() {
-    let out = Command::new(env!("CARGO_BIN_EXE_multicast_bench"))
+    let out = common::child_command(env!("CARGO_BIN_EXE_multicast_bench"))
         .args([
             "--frames", "30", "--width", "640", "--height", "360", "--json",
         ])
