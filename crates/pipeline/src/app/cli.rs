@@ -567,7 +567,9 @@ pub struct Args {
     /// connected to this CUDA process only by NvSciIpc (--backend sim, or
     /// auto without --endpoints: the simulator, over a BSP-style
     /// configuration it keeps in memory; --backend jetson with --endpoints:
-    /// a Jetson's pair, built but never run on one)
+    /// a Jetson's pair, built but never run on one), or by a Unix socket
+    /// carrying the slots' memory and timeline semaphores as fds
+    /// (--backend sim-fd on the simulator, --backend gpu with Vulkan)
     #[arg(long, value_name = "P", default_value = "1", value_parser = processes_arg)]
     processes: u8,
     /// Run one side of the two-process mode alone (the other is started

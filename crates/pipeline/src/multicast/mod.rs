@@ -22,9 +22,12 @@
 //!
 //! Transports: [`host::HostFanout`] (the host reference: consumers are
 //! host threads running a closure over the slot's bytes, read-only; the
-//! one this module's tests run on), and a CUDA-backed one over exported
-//! memory and semaphores (module `multicast::cuda`, a separate piece of
-//! work: each consumer its own CUDA stream and release semaphores).
+//! one this module's tests run on); `multicast::cuda::CudaFanout` over
+//! exported memory and semaphores (each consumer its own CUDA stream, its
+//! own release semaphores and its own copy of the slot; a host reader such
+//! as the Zenoh publisher reads the exported mapping instead); and
+//! `multicast::process::ProcessFanout`, whose consumers are other
+//! processes given the slots and fences as fds over a Unix socket.
 //!
 //! # What "reclaimed safely" means
 //!
