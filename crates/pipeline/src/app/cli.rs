@@ -643,20 +643,33 @@ pub struct Args {
     zenoh: crate::app::zenoh::ZenohArgs,
 }
 
+impl FormatArg {
+    /// The frame format this argument names.
+    fn pixel_format(self) -> PixelFormat {
+        match self {
+            FormatArg::Raw8 => PixelFormat::Raw8,
+            FormatArg::Raw16 => PixelFormat::Raw16,
+            FormatArg::Rgba8 => PixelFormat::Rgba8,
+        }
+    }
+}
+
+impl FaultArg {
+    /// The fault this argument names.
+    fn fault(self) -> Fault {
+        match self {
+            FaultArg::None => Fault::None,
+            FaultArg::SkipProcess => Fault::SkipProcess,
+            FaultArg::Corrupt => Fault::Corrupt,
+        }
+    }
+}
+
 impl Args {
     /// The checks that involve more than one option; each error names the
     /// options that conflict.
     pub fn validate(self, env: Environment) -> Result<Options, String> {
-        let format = match self.format {
-            FormatArg::Raw8 => PixelFormat::Raw8,
-            FormatArg::Raw16 => PixelFormat::Raw16,
-            FormatArg::Rgba8 => PixelFormat::Rgba8,
-        };
-        let fault = match self.fault {
-            FaultArg::None => Fault::None,
-            FaultArg::SkipProcess => Fault::SkipProcess,
-            FaultArg::Corrupt => Fault::Corrupt,
-        };
+        let (format, fault) = (self.format.pixel_format(), self.fault.fault());
         let o = Options {
             frames: self.frames,
             ring: self.ring,
