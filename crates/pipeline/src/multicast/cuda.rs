@@ -88,16 +88,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::any::Any;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use tegra_interop::core::{SignalParams, WaitParams};
 use tegra_interop::driver::{Context, ExternalSemaphore, MappedBuffer, Stream};
 
+use super::produce::ProducerSlot;
 use super::{ConsumerSpec, CudaWork, FanoutInfo, FanoutTransport, Queued, WorkKind, MAX_CONSUMERS};
 use crate::consumer::{Consumer, ConsumerConfig, FrameMemory, Placement};
-use crate::frame::LeasedMemory;
 use crate::transport::export::{
     import_frame, import_timeline, ExportedFrame, ExportedTimeline, Exporter,
 };
@@ -114,19 +113,6 @@ pub const TAKE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The name [`FanoutInfo::backend`] gives.
 pub const BACKEND_NAME: &str = "cuda-fanout";
-
-/// The producer's staging bytes of one slot, lent to the ring's write
-/// lease.
-struct Staged(Box<[u8]>);
-
-impl LeasedMemory for Staged {
-    fn bytes_mut(&mut self, _slot: usize) -> Result<&mut [u8], TransportError> {
-        Ok(&mut self.0)
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
-        self
-    }
-}
 
 /// One slot's frame as a host consumer sees it, for the time of one
 /// [`HostRead::frame`] call: the exported memory, read through the
@@ -208,16 +194,6 @@ struct HostConsumer<T> {
     release: Vec<T>,
     done: VecDeque<Completion>,
     limit: Duration,
-}
-
-/// The producer's side of one slot.
-struct ProducerSlot<E: Exporter> {
-    frame: E::Frame,
-    ready: E::Timeline,
-    /// The staging bytes; `None` while out for writing.
-    staging: Option<Box<[u8]>>,
-    /// The frame the slot is out for.
-    taken: Option<u64>,
 }
 
 /// One attached consumer: its CUDA consumer, its imports, the host side of
@@ -373,15 +349,7 @@ impl<E: Exporter> CudaFanout<E> {
                 crate::slots::MAX_SLOTS
             )));
         }
-        let mut made = Vec::with_capacity(slots);
-        for _ in 0..slots {
-            made.push(ProducerSlot {
-                frame: exporter.export_frame(len as u64)?,
-                ready: exporter.export_timeline(0)?,
-                staging: Some(vec![0u8; len].into_boxed_slice()),
-                taken: None,
-            });
-        }
+        let made = ProducerSlot::make(&mut exporter, slots, len)?;
         Ok(CudaFanout {
             consumers: (0..MAX_CONSUMERS).map(|_| None).collect(),
             hosts: (0..MAX_CONSUMERS).map(|_| None).collect(),
@@ -505,12 +473,6 @@ impl<E: Exporter> CudaFanout<E> {
                 .get(slot)
                 .ok_or_else(|| TransportError::no_slot(slot)),
         )
-    }
-
-    fn slot(&mut self, slot: usize) -> Result<&mut ProducerSlot<E>, TransportError> {
-        self.slots
-            .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))
     }
 
     fn consumer(&mut self, id: usize) -> Result<&mut CudaConsumer<E::Timeline>, TransportError> {
@@ -708,39 +670,17 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
         _use: u64,
     ) -> Result<SlotMemory, TransportError> {
         let len = self.geometry.frame_len();
-        let exporter = &mut self.exporter;
-        let s = self
-            .slots
+        self.slots
             .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))?;
-        if s.staging.is_none() {
-            return Err(TransportError::misuse(format!(
-                "slot {slot} is out for writing already"
-            )));
-        }
-        if !exporter.reclaim(&mut s.frame, TAKE_LIMIT)? {
-            return Err(TransportError::timeout(
-                format!("slot {slot} to come back to the host for frame {frame}"),
-                TAKE_LIMIT,
-            ));
-        }
-        let staging = s
-            .staging
-            .take()
-            .ok_or_else(|| TransportError::no_slot(slot))?;
-        s.taken = Some(frame);
-        Ok(SlotMemory::for_slot(slot, frame, len, Staged(staging)))
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .take(&mut self.exporter, slot, frame, len, TAKE_LIMIT)
     }
 
     fn put_back(&mut self, slot: usize, memory: SlotMemory) -> Result<(), TransportError> {
-        let s = self.slot(slot)?;
-        let frame = s.taken.ok_or_else(|| {
-            TransportError::misuse(format!("slot {slot} was not out for writing"))
-        })?;
-        let Staged(bytes) = memory.into_memory_of(slot, frame)?;
-        s.staging = Some(bytes);
-        s.taken = None;
-        Ok(())
+        self.slots
+            .get_mut(slot)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .put_back(slot, memory)
     }
 
     fn signal_ready(
@@ -749,19 +689,10 @@ impl<E: Exporter> FanoutTransport for CudaFanout<E> {
         use_: u64,
         memory: SlotMemory,
     ) -> Result<(), TransportError> {
-        let exporter = &mut self.exporter;
-        let s = self
-            .slots
+        self.slots
             .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))?;
-        let frame = s.taken.ok_or_else(|| {
-            TransportError::misuse(format!("slot {slot} was not out for writing"))
-        })?;
-        let Staged(bytes) = memory.into_memory_of(slot, frame)?;
-        s.taken = None;
-        let bytes = s.staging.insert(bytes);
-        s.frame.write(0, bytes)?;
-        exporter.publish(&mut s.frame, &s.ready, use_)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .publish(&mut self.exporter, slot, use_, memory)
     }
 
     fn queue(&mut self, id: usize, q: Queued) -> Result<(), TransportError> {

@@ -66,6 +66,7 @@ pub mod cuda;
 pub mod fanout;
 pub mod host;
 pub mod process;
+mod produce;
 pub mod ring;
 
 use std::borrow::Cow;

@@ -113,10 +113,10 @@ use std::time::{Duration, Instant};
 use rustix::io::Errno;
 use rustix::net::RecvFlags;
 
+use super::produce::ProducerSlot;
 use super::{
     ConsumerSpec, DisconnectReason, FanoutInfo, FanoutTransport, Mode, Queued, MAX_CONSUMERS,
 };
-use crate::frame::LeasedMemory;
 use crate::transport::export::{ExportedFrame, ExportedTimeline, Exporter};
 use crate::transport::fdpass::{Channel, FdError};
 use crate::transport::{Completion, FrameGeometry, SlotMemory, TransportError};
@@ -261,26 +261,6 @@ pub struct Farewell {
 /// The farewells of a [`ProcessFanout`]'s consumers, shared (see
 /// [`ProcessFanout::farewells`]).
 pub type Farewells = Arc<Mutex<Vec<Farewell>>>;
-
-/// The producer's staging bytes of one slot, lent to the ring's lease.
-struct Staged(Box<[u8]>);
-
-impl LeasedMemory for Staged {
-    fn bytes_mut(&mut self, _slot: usize) -> Result<&mut [u8], TransportError> {
-        Ok(&mut self.0)
-    }
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
-    }
-}
-
-/// The producer's side of one slot.
-struct ProducerSlot<E: Exporter> {
-    frame: E::Frame,
-    ready: E::Timeline,
-    staging: Option<Box<[u8]>>,
-    taken: Option<u64>,
-}
 
 /// What a channel holds now, looked at without waiting.
 enum Pending {
@@ -529,15 +509,7 @@ impl<E: Exporter> ProcessFanout<E> {
                 crate::slots::MAX_SLOTS
             )));
         }
-        let mut made = Vec::with_capacity(slots);
-        for _ in 0..slots {
-            made.push(ProducerSlot {
-                frame: exporter.export_frame(len as u64)?,
-                ready: exporter.export_timeline(0)?,
-                staging: Some(vec![0u8; len].into_boxed_slice()),
-                taken: None,
-            });
-        }
+        let made = ProducerSlot::make(&mut exporter, slots, len)?;
         Ok(ProcessFanout {
             consumers: (0..MAX_CONSUMERS).map(|_| None).collect(),
             leftover: (0..MAX_CONSUMERS).map(|_| VecDeque::new()).collect(),
@@ -880,46 +852,17 @@ impl<E: Exporter> FanoutTransport for ProcessFanout<E> {
         _use: u64,
     ) -> Result<SlotMemory, TransportError> {
         let len = self.geometry.frame_len();
-        let exporter = &mut self.exporter;
-        let s = self
-            .slots
+        self.slots
             .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))?;
-        let Some(staging) = s.staging.take() else {
-            return Err(TransportError::misuse(format!(
-                "slot {slot} is out for writing already"
-            )));
-        };
-        match exporter.reclaim(&mut s.frame, TAKE_LIMIT) {
-            Ok(true) => {}
-            Ok(false) => {
-                s.staging = Some(staging);
-                return Err(TransportError::timeout(
-                    format!("slot {slot} to come back to the host for frame {frame}"),
-                    TAKE_LIMIT,
-                ));
-            }
-            Err(e) => {
-                s.staging = Some(staging);
-                return Err(e);
-            }
-        }
-        s.taken = Some(frame);
-        Ok(SlotMemory::for_slot(slot, frame, len, Staged(staging)))
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .take(&mut self.exporter, slot, frame, len, TAKE_LIMIT)
     }
 
     fn put_back(&mut self, slot: usize, memory: SlotMemory) -> Result<(), TransportError> {
-        let s = self
-            .slots
+        self.slots
             .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))?;
-        let frame = s.taken.ok_or_else(|| {
-            TransportError::misuse(format!("slot {slot} was not out for writing"))
-        })?;
-        let Staged(bytes) = memory.into_memory_of(slot, frame)?;
-        s.staging = Some(bytes);
-        s.taken = None;
-        Ok(())
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .put_back(slot, memory)
     }
 
     fn signal_ready(
@@ -928,19 +871,10 @@ impl<E: Exporter> FanoutTransport for ProcessFanout<E> {
         use_: u64,
         memory: SlotMemory,
     ) -> Result<(), TransportError> {
-        let exporter = &mut self.exporter;
-        let s = self
-            .slots
+        self.slots
             .get_mut(slot)
-            .ok_or_else(|| TransportError::no_slot(slot))?;
-        let frame = s.taken.ok_or_else(|| {
-            TransportError::misuse(format!("slot {slot} was not out for writing"))
-        })?;
-        let Staged(bytes) = memory.into_memory_of(slot, frame)?;
-        s.taken = None;
-        let bytes = s.staging.insert(bytes);
-        s.frame.write(0, bytes)?;
-        exporter.publish(&mut s.frame, &s.ready, use_)
+            .ok_or_else(|| TransportError::no_slot(slot))?
+            .publish(&mut self.exporter, slot, use_, memory)
     }
 
     fn queue(&mut self, id: usize, q: Queued) -> Result<(), TransportError> {
