@@ -6,6 +6,7 @@
 //! ([`McMsg::fds`]); the receiver checks it.
 
 use super::Served;
+use crate::transport::fdpass::msg::{decode_words, encode_words};
 use crate::transport::fdpass::FdError;
 
 /// One message of the multicast-over-processes protocol.
@@ -150,12 +151,7 @@ impl McMsg {
     /// The message's body.
     pub fn encode(&self) -> Vec<u8> {
         let (kind, fields) = self.fields();
-        let mut out = Vec::with_capacity(1 + 8 * fields.len());
-        out.push(kind);
-        for f in fields {
-            out.extend_from_slice(&f.to_le_bytes());
-        }
-        out
+        encode_words(kind, &fields)
     }
 
     /// Parses a body.
@@ -175,21 +171,7 @@ impl McMsg {
             10 => 6,
             k => return Err(FdError::BadMessage(format!("an unknown kind {k}"))),
         };
-        if rest.len() != 8 * want {
-            return Err(FdError::BadMessage(format!(
-                "kind {kind} with {} bytes of fields, not {}",
-                rest.len(),
-                8 * want
-            )));
-        }
-        let f: Vec<u64> = rest
-            .chunks_exact(8)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(c);
-                u64::from_le_bytes(b)
-            })
-            .collect();
+        let f = decode_words(kind, rest, want)?;
         let flag = |v: u64, what: &str| match v {
             0 => Ok(false),
             1 => Ok(true),

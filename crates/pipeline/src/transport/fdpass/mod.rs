@@ -52,7 +52,7 @@
 
 mod channel;
 mod error;
-mod msg;
+pub(crate) mod msg;
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;

@@ -8,6 +8,38 @@
 
 use super::FdError;
 
+/// A body of kind `kind` and `fields`, each 8 bytes little-endian (the
+/// layout of every message on the fd channel, this module's and the
+/// multicast consumers').
+pub(crate) fn encode_words(kind: u8, fields: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + 8 * fields.len());
+    out.push(kind);
+    for f in fields {
+        out.extend_from_slice(&f.to_le_bytes());
+    }
+    out
+}
+
+/// The `want` 8-byte fields of a body of kind `kind` (`rest`: the body
+/// after its kind byte); a body of another length is refused.
+pub(crate) fn decode_words(kind: u8, rest: &[u8], want: usize) -> Result<Vec<u64>, FdError> {
+    if rest.len() != 8 * want {
+        return Err(FdError::BadMessage(format!(
+            "kind {kind} with {} bytes of fields, not {}",
+            rest.len(),
+            8 * want
+        )));
+    }
+    Ok(rest
+        .chunks_exact(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            u64::from_le_bytes(b)
+        })
+        .collect())
+}
+
 /// What both sides must agree on before any fd crosses (CUDA process ->
 /// camera process, first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,12 +205,7 @@ impl FdMsg {
     /// The message's body.
     pub fn encode(&self) -> Vec<u8> {
         let (kind, fields) = self.fields();
-        let mut out = Vec::with_capacity(1 + 8 * fields.len());
-        out.push(kind);
-        for f in fields {
-            out.extend_from_slice(&f.to_le_bytes());
-        }
-        out
+        encode_words(kind, &fields)
     }
 
     /// Parses a body.
@@ -199,21 +226,7 @@ impl FdMsg {
             8 => 5,
             k => return Err(FdError::BadMessage(format!("an unknown kind {k}"))),
         };
-        if rest.len() != 8 * want {
-            return Err(FdError::BadMessage(format!(
-                "kind {kind} with {} bytes of fields, not {}",
-                rest.len(),
-                8 * want
-            )));
-        }
-        let f: Vec<u64> = rest
-            .chunks_exact(8)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(c);
-                u64::from_le_bytes(b)
-            })
-            .collect();
+        let f = decode_words(kind, rest, want)?;
         Ok(match kind {
             1 => FdMsg::Hello(FdHello {
                 frames: f[0],
